@@ -1,0 +1,304 @@
+"""The CloudProvider contract: six primitives, static capabilities, one error taxonomy.
+
+Every cloud is an adapter behind this contract. Workflows supply failover, retries,
+compensation and crash recovery; an adapter only maps its cloud's API onto the six
+primitives and translates its errors into the taxonomy below. An adapter never lets a
+raw SDK/HTTP exception escape.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from enum import StrEnum
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+# --------------------------------------------------------------------------- errors
+
+
+class ProviderError(Exception):
+    """Base of every error an adapter raises. `retryable` tells the workflow layer."""
+
+    retryable: ClassVar[bool] = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+class CapacityError(ProviderError):
+    """The cloud has no capacity for this offer in `scope` (a zone, region or the provider)."""
+
+    def __init__(self, message: str, scope: str) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
+class QuotaError(ProviderError):
+    """The account's quota is exhausted in `scope`. Failover, like capacity."""
+
+    def __init__(self, message: str, scope: str) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
+class RateLimited(ProviderError):
+    """The cloud asked us to slow down; retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class AuthError(ProviderError):
+    """Credentials are missing, wrong or lack permission. Stop: retrying cannot help."""
+
+    retryable = False
+
+
+class InvalidRequest(ProviderError):
+    """The cloud refused the request as malformed. Non-retryable."""
+
+    retryable = False
+
+
+class Unsupported(ProviderError):
+    """The cloud cannot do what was asked; `message` is the cloud-specific reason."""
+
+    retryable = False
+
+
+class Transient(ProviderError):
+    """A 5xx, a timeout, a dropped connection: try the same call again."""
+
+
+# --------------------------------------------------------------------------- models
+
+
+class GpuSpec(BaseModel):
+    name: str  # canonical short name, e.g. "H100", "A10"
+    count: int = Field(ge=1)
+    memory_gib: float | None = None  # per GPU
+
+    def label(self) -> str:
+        mem = f" {self.memory_gib:g} GB" if self.memory_gib else ""
+        return f"{self.count}× {self.name}{mem}"
+
+
+class Offer(BaseModel):
+    """One thing that can be launched now (or not: `available=False`)."""
+
+    provider: str
+    instance_type: str
+    gpu: GpuSpec | None = None  # None: a CPU-only machine
+    vcpus: int
+    memory_gib: float
+    region: str
+    zone: str | None = None
+    price_per_hour: float  # USD
+    spot: bool = False
+    available: bool = True
+
+
+class OfferQuery(BaseModel):
+    gpu: str | None = None  # case-insensitive match on GpuSpec.name, e.g. "h100"
+    gpu_count: int | None = Field(default=None, ge=1)
+    region: str | None = None
+    spot: bool | None = None  # None: both; True: only spot; False: only on-demand
+    include_unavailable: bool = False
+
+    def matches(self, offer: Offer) -> bool:
+        if not self.include_unavailable and not offer.available:
+            return False
+        if self.spot is not None and offer.spot != self.spot:
+            return False
+        if self.region and offer.region != self.region:
+            return False
+        if self.gpu:
+            if offer.gpu is None or offer.gpu.name.lower() != self.gpu.lower():
+                return False
+        if self.gpu_count and (offer.gpu is None or offer.gpu.count != self.gpu_count):
+            return False
+        return True
+
+
+def rank_offers(offers: list[Offer], query: OfferQuery) -> list[Offer]:
+    """Filter by the query and sort cheapest first (ties: region name, type) — deterministic."""
+    return sorted(
+        (o for o in offers if query.matches(o)),
+        key=lambda o: (o.price_per_hour, o.region, o.instance_type, o.spot),
+    )
+
+
+_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+
+
+class Ownership(BaseModel):
+    """Carried by every cloud resource we make, so list_owned() can find it years later."""
+
+    installation_id: str
+    allocation_id: str
+
+
+class LaunchSpec(BaseModel):
+    """What to put on the machine. `key` is the idempotency key: cloud name, tag and token."""
+
+    key: str
+    owner: Ownership
+    ssh_public_keys: list[str] = Field(min_length=1)
+    image: str | None = None
+    ports: list[int] = Field(default_factory=list)
+    user_data: str | None = None  # cloud-init / startup script
+
+    @field_validator("key")
+    @classmethod
+    def _key_shape(cls, v: str) -> str:
+        if not _KEY_RE.match(v):
+            raise ValueError("key must be 3-63 chars of [a-z0-9-], starting alphanumeric")
+        return v
+
+
+class InstanceRef(BaseModel):
+    """Enough to find a machine again: the cloud's id plus our key."""
+
+    provider: str
+    instance_id: str
+    key: str
+    region: str | None = None
+
+
+class InstanceState(StrEnum):
+    PENDING = "pending"  # accepted, booting
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"  # the cloud still lists it, but it is gone and not billing
+    ERROR = "error"  # the cloud reports it broken (unhealthy, died)
+
+
+class InstanceStatus(BaseModel):
+    ref: InstanceRef
+    state: InstanceState
+    host: str | None = None
+    ssh_port: int = 22
+    ssh_user: str = "root"
+    instance_type: str | None = None
+    detail: str | None = None  # the cloud's own word for the state
+
+
+# --------------------------------------------------------------------------- capabilities
+
+K3sMode = Literal["cloud-init", "ssh", "none"]
+PlanningMode = Literal["live", "static"]
+
+
+class Capabilities(BaseModel):
+    """Static facts about a cloud, checked before any planning."""
+
+    display_name: str
+    k3s: K3sMode = "none"
+    k3s_reason: str | None = None  # why k3s is "none", shown to the user
+    k8s_api: bool = False
+    ports: bool = False
+    ports_reason: str | None = None
+    spot: bool = False
+    custom_image: bool = False
+    login_user: str = "root"
+    side_resources: list[str] = Field(default_factory=list)
+    regions: list[str] = Field(default_factory=list)
+    default_regions: list[str] = Field(default_factory=list)
+    planning: PlanningMode = "live"
+
+    def check(self, req: LaunchRequirements) -> None:
+        """Raise Unsupported with the cloud's reason when `req` cannot be met here."""
+        name = self.display_name
+        if req.spot and not self.spot:
+            raise Unsupported(f"--spot needs spot/preemptible instances; {name} has none")
+        if req.ports and not self.ports:
+            raise Unsupported(self.ports_reason or f"--port needs a firewall API; {name} has none")
+        if req.image and not self.custom_image:
+            raise Unsupported(f"--image needs custom images; {name} boots its own image only")
+        if req.region and self.regions and req.region not in self.regions:
+            raise Unsupported(f"{name} has no region {req.region!r} (regions: {', '.join(self.regions)})")
+
+
+class LaunchRequirements(BaseModel):
+    """The parts of a user's request that capabilities can refuse before planning."""
+
+    spot: bool | None = None
+    ports: list[int] = Field(default_factory=list)
+    image: str | None = None
+    region: str | None = None
+    k3s: bool = True
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+class CloudProvider(abc.ABC):
+    """One cloud. Construct with decrypted credentials and an optional endpoint override.
+
+    Subclasses set `id` and `capabilities`, and implement the six primitives. All are
+    async and raise only ProviderError subclasses.
+    """
+
+    id: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+    # Which credential fields a connection must carry, e.g. ["api_key"].
+    credential_fields: ClassVar[list[str]] = []
+
+    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
+                 installation_id: str = "default") -> None:
+        missing = [f for f in self.credential_fields if not credentials.get(f)]
+        if missing:
+            raise AuthError(f"{self.capabilities.display_name}: missing credential field(s): {', '.join(missing)}")
+        self.credentials = credentials
+        self.endpoint = endpoint
+        self.installation_id = installation_id
+
+    @abc.abstractmethod
+    async def verify(self) -> str:
+        """Check the credentials; return the account identity. AuthError when they are bad."""
+
+    @abc.abstractmethod
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        """Live offers matching `query`, cheapest first."""
+
+    @abc.abstractmethod
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        """Find-or-create by spec.key: a retry after a crash returns the machine already made."""
+
+    @abc.abstractmethod
+    async def get(self, ref: InstanceRef) -> InstanceStatus | None:
+        """Status and address; None when the machine is gone."""
+
+    @abc.abstractmethod
+    async def terminate(self, ref: InstanceRef) -> None:
+        """Remove the machine and its per-machine side resources. Already gone is success."""
+
+    @abc.abstractmethod
+    async def list_owned(self) -> list[InstanceRef]:
+        """Everything billable carrying this installation's ownership tag."""
+
+    async def find(self, key: str) -> InstanceRef | None:
+        """The machine made under `key`, if any (compensation uses this when create's answer was lost)."""
+        for ref in await self.list_owned():
+            if ref.key == key:
+                return ref
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 — optional hook
+        """Release HTTP clients and the like."""
+
+    async def __aenter__(self) -> CloudProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,87 @@
+"""SQL projection of gpuprov's state. Temporal owns in-flight operations; these tables are
+what list pages read. Secrets are stored only as Fernet ciphertext (store/secrets.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Connection(SQLModel, table=True):
+    """A verified cloud account. `secret` is the encrypted credentials dict."""
+
+    id: str = Field(primary_key=True)
+    provider: str = Field(index=True)
+    name: str
+    endpoint: str | None = None  # API endpoint override (simulated clouds, private endpoints)
+    account: str | None = None  # identity returned by verify()
+    status: str = "pending"  # pending (saved encrypted, not yet verified) | connected | failed
+    error: str | None = None  # why verification failed
+    secret: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class Instance(SQLModel, table=True):
+    """One allocation, from request to verified teardown. `id` is the allocation id."""
+
+    id: str = Field(primary_key=True)
+    name: str | None = None
+    project: str = "default"
+    provider: str = Field(index=True)
+    connection_id: str
+    workflow_id: str
+    status: str = Field(default="provisioning", index=True)  # provisioning|ready|failed|terminating|terminated
+    phase: str = "validate"
+    # what was asked
+    gpu: str | None = None
+    gpu_count: int | None = None
+    region: str | None = None
+    spot: bool | None = None
+    # what was got
+    instance_type: str | None = None
+    offer_region: str | None = None
+    price_per_hour: float | None = None
+    cloud_instance_id: str | None = None
+    key: str | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    ssh_user: str | None = None
+    gpus_found: list[dict[str, Any]] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
+    note: str | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    ready_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    terminated_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class Attempt(SQLModel, table=True):
+    """One offer tried by an allocation: the decision history shown to users."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    instance_id: str = Field(index=True, foreign_key="instance.id")
+    seq: int
+    provider: str
+    instance_type: str
+    region: str
+    spot: bool = False
+    price_per_hour: float
+    outcome: str  # created|capacity|quota|failed|cancelled
+    reason: str | None = None
+    at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class SshIdentity(SQLModel, table=True):
+    """The installation's own SSH key pair, added to every machine so activities can log in."""
+
+    id: str = Field(default="default", primary_key=True)
+    public_key: str
+    private_key: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))  # encrypted
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))

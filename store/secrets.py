@@ -1,0 +1,63 @@
+"""Encryption at rest for credentials and SSH private keys (Fernet: AES-128-CBC + HMAC).
+
+The key comes from GPUPROV_SECRET_KEY, or from `$GPUPROV_HOME/secret.key`, generated on
+first use with mode 0600. Plaintext secrets exist only in memory, inside activities.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken
+
+
+class SecretError(Exception):
+    """The ciphertext cannot be decrypted with this key (wrong key or corrupted)."""
+
+
+def load_or_create_key(home: Path, configured: str | None = None) -> bytes:
+    if configured:
+        return configured.encode()
+    path = home / "secret.key"
+    if path.exists():
+        return path.read_bytes().strip()
+    home.mkdir(parents=True, exist_ok=True)
+    key = Fernet.generate_key()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    return key
+
+
+class SecretBox:
+    def __init__(self, key: bytes) -> None:
+        self._fernet = Fernet(key)
+
+    def seal(self, data: dict[str, Any]) -> bytes:
+        return self._fernet.encrypt(json.dumps(data, sort_keys=True).encode())
+
+    def open(self, token: bytes) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = json.loads(self._fernet.decrypt(token))
+        except InvalidToken as e:
+            raise SecretError("secret cannot be decrypted with the configured key") from e
+        return result
+
+    def seal_text(self, text: str) -> bytes:
+        return self._fernet.encrypt(text.encode())
+
+    def open_text(self, token: bytes) -> str:
+        try:
+            return self._fernet.decrypt(token).decode()
+        except InvalidToken as e:
+            raise SecretError("secret cannot be decrypted with the configured key") from e
+
+
+def default_box() -> SecretBox:
+    from settings import get_settings
+
+    s = get_settings()
+    return SecretBox(load_or_create_key(s.home, s.secret_key))
