@@ -1,0 +1,94 @@
+"""The Temporal worker: every workflow and activity on the gpuprov task queue.
+
+`python worker.py` connects to GPUPROV_TEMPORAL_ADDRESS and runs until SIGTERM/SIGINT,
+then finishes in-flight activities (bounded) and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.cloud import CloudActivities
+from activities.deps import ActivityDeps
+from activities.records import RecordActivities
+from activities.ssh import SshActivities
+from workflows.allocate import AllocateWorkflow
+from workflows.connect import ConnectWorkflow
+from workflows.terminate import TerminateWorkflow
+
+WORKFLOWS: list[type] = [AllocateWorkflow, TerminateWorkflow, ConnectWorkflow]
+
+# Pure model modules: imported once outside the sandbox, so pydantic classes are shared.
+PASSTHROUGH_MODULES = ("providers", "activities", "workflows.models", "pydantic", "pydantic_core",
+                       "sqlalchemy", "sqlmodel", "asyncssh", "httpx", "store", "settings")
+
+log = logging.getLogger("gpuprov.worker")
+
+
+def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
+    cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
+    return [
+        cloud.validate_request, cloud.plan_offers, cloud.create_instance, cloud.wait_running,
+        cloud.terminate_and_verify, cloud.verify_connection, cloud.mark_connection_failed,
+        ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus,
+        records.record_allocation, records.record_status, records.load_instance,
+        records.await_allocate_closed,
+    ]
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
+
+
+def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None = None,
+                 workflows: Sequence[type] = WORKFLOWS) -> Worker:
+    from settings import get_settings
+
+    if deps.client is None:
+        deps.client = client
+    return Worker(
+        client,
+        task_queue=task_queue or get_settings().task_queue,
+        workflows=list(workflows),
+        activities=activities_for(deps),
+        workflow_runner=workflow_runner(),
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def run_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None = None) -> None:
+    """Run until cancelled (or until the worker is shut down)."""
+    await build_worker(client, deps, task_queue=task_queue).run()
+
+
+async def main() -> None:
+    from settings import get_settings
+    from workflows.converter import connect_client
+
+    s = get_settings()
+    client = await connect_client(s.temporal_address, s.temporal_namespace)
+    worker = build_worker(client, ActivityDeps.from_settings(), task_queue=s.task_queue)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        log.info("worker running on %s, task queue %s", s.temporal_address, s.task_queue)
+        await stop.wait()
+        log.info("shutting down")
+    # leaving the context manager calls worker.shutdown(): in-flight activities get the grace period
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(main())

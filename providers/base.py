@@ -258,7 +258,8 @@ class CloudProvider(abc.ABC):
                  installation_id: str = "default") -> None:
         missing = [f for f in self.credential_fields if not credentials.get(f)]
         if missing:
-            raise AuthError(f"{self.capabilities.display_name}: missing credential field(s): {', '.join(missing)}")
+            fields = ", ".join(missing)
+            raise AuthError(f"{self.capabilities.display_name}: missing credential field(s): {fields}")
         self.credentials = credentials
         self.endpoint = endpoint
         self.installation_id = installation_id

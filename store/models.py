@@ -37,7 +37,8 @@ class Instance(SQLModel, table=True):
     provider: str = Field(index=True)
     connection_id: str
     workflow_id: str
-    status: str = Field(default="provisioning", index=True)  # provisioning|ready|failed|terminating|terminated
+    # provisioning|ready|failed|terminating|terminated
+    status: str = Field(default="provisioning", index=True)
     phase: str = "validate"
     # what was asked
     gpu: str | None = None

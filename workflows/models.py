@@ -30,6 +30,19 @@ class Phase(StrEnum):
     TERMINATED = "terminated"
 
 
+class Timing(BaseModel):
+    """Activity timing knobs. Defaults suit real clouds; tests lower them so a killed
+    worker is noticed within seconds."""
+
+    heartbeat_timeout_s: float = Field(default=5.0, gt=0)
+    poll_interval_s: float = Field(default=2.0, gt=0)
+    call_timeout_s: float = Field(default=120.0, gt=0)  # one cloud API call (incl. retries inside)
+    boot_timeout_s: float = Field(default=1800.0, gt=0)  # pending -> running
+    ssh_timeout_s: float = Field(default=600.0, gt=0)  # running -> SSH answers
+    k3s_timeout_s: float = Field(default=900.0, gt=0)
+    max_retry_interval_s: float = Field(default=30.0, gt=0)
+
+
 class AllocateRequest(BaseModel):
     allocation_id: str
     connection_id: str
@@ -45,6 +58,7 @@ class AllocateRequest(BaseModel):
     image: str | None = None
     k3s: bool = True
     ssh_public_keys: list[str] = Field(min_length=1)
+    timing: Timing = Field(default_factory=Timing)
 
 
 class AttemptRecord(BaseModel):
@@ -81,10 +95,25 @@ class AllocationState(BaseModel):
 
 class TerminateRequest(BaseModel):
     allocation_id: str
+    timing: Timing = Field(default_factory=Timing)
+
+
+class TerminateResult(BaseModel):
+    allocation_id: str
+    terminated: bool  # False: the allocation never reached a create, so nothing was on the cloud
 
 
 class ConnectRequest(BaseModel):
     connection_id: str
+
+
+class ConnectResult(BaseModel):
+    """What ConnectWorkflow returns; the Connection row holds the same outcome."""
+
+    connection_id: str
+    ok: bool
+    account: str | None = None
+    reason: str | None = None
 
 
 def allocate_workflow_id(allocation_id: str) -> str:

@@ -1,0 +1,119 @@
+"""Record activities: keep the SQL projection (Instance + Attempt rows) in step with workflows.
+
+Every write is an idempotent upsert, so a retried activity leaves the same rows."""
+
+from __future__ import annotations
+
+import asyncio
+
+import sqlalchemy as sa
+from sqlmodel import delete, select
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.deps import ActivityDeps
+from activities.io import AllocationIdInput, InstanceRecord, RecordAllocationInput, RecordStatusInput
+from providers.base import InstanceRef
+from store.db import session_scope
+from store.models import Attempt, Instance, utcnow
+from workflows.models import allocate_workflow_id
+
+
+class RecordActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="record_allocation")
+    async def record_allocation(self, inp: RecordAllocationInput) -> None:
+        """Upsert the Instance row from an allocate snapshot; the row is created when the
+        workflow was started without the API."""
+        req, st = inp.request, inp.state
+        now = utcnow()
+        with session_scope(self.deps.engine) as session:
+            row = session.get(Instance, req.allocation_id)
+            if row is None:
+                row = Instance(id=req.allocation_id, provider=req.cloud, connection_id=req.connection_id,
+                               workflow_id=allocate_workflow_id(req.allocation_id))
+            # The request, as asked (the API may have inserted these already).
+            row.name, row.project = req.name or row.name, req.project
+            row.gpu, row.gpu_count, row.region, row.spot = req.gpu, req.gpu_count, req.region, req.spot
+            # The outcome so far.
+            row.status, row.phase, row.error = inp.status, st.phase.value, st.error
+            row.note = "; ".join(st.notes) or None
+            if st.offer is not None:
+                row.instance_type, row.offer_region = st.offer.instance_type, st.offer.region
+                row.price_per_hour = st.offer.price_per_hour
+            if st.attempts:
+                row.key = st.attempts[-1].key
+            row.cloud_instance_id = st.ref.instance_id if st.ref else None
+            row.ssh_host, row.ssh_port, row.ssh_user = st.host, st.ssh_port, st.ssh_user
+            row.gpus_found = [g.model_dump() for g in st.gpus] if inp.status == "ready" else row.gpus_found
+            if inp.status == "ready" and row.ready_at is None:
+                row.ready_at = now
+            row.updated_at = now
+            session.add(row)
+            session.flush()
+            # The decision history is small: replace it wholesale (idempotent).
+            session.exec(delete(Attempt).where(Attempt.instance_id == req.allocation_id))  # type: ignore[call-overload]
+            for a in st.attempts:
+                session.add(Attempt(instance_id=req.allocation_id, seq=a.seq, provider=a.offer.provider,
+                                    instance_type=a.offer.instance_type, region=a.offer.region,
+                                    spot=a.offer.spot, price_per_hour=a.offer.price_per_hour,
+                                    outcome=a.outcome, reason=a.reason))
+            session.commit()
+
+    @activity.defn(name="record_status")
+    async def record_status(self, inp: RecordStatusInput) -> None:
+        with session_scope(self.deps.engine) as session:
+            row = session.get(Instance, inp.allocation_id)
+            if row is None:
+                return
+            row.status, row.phase = inp.status, inp.phase
+            if inp.error is not None:
+                row.error = inp.error
+            if inp.note is not None:
+                row.note = "; ".join(filter(None, [row.note, inp.note]))
+            row.updated_at = utcnow()
+            if inp.status == "terminated" and row.terminated_at is None:
+                row.terminated_at = row.updated_at
+            session.add(row)
+            session.commit()
+
+    @activity.defn(name="load_instance")
+    async def load_instance(self, inp: AllocationIdInput) -> InstanceRecord | None:
+        with session_scope(self.deps.engine) as session:
+            row = session.get(Instance, inp.allocation_id)
+        if row is None:
+            return None
+        ref = None
+        if row.cloud_instance_id and row.key:
+            ref = InstanceRef(provider=row.provider, instance_id=row.cloud_instance_id, key=row.key,
+                              region=row.offer_region)
+        return InstanceRecord(allocation_id=row.id, connection_id=row.connection_id, cloud=row.provider,
+                              status=row.status, key=row.key, ref=ref)
+
+    @activity.defn(name="await_allocate_closed")
+    async def await_allocate_closed(self, inp: AllocationIdInput) -> None:
+        """Wait until the allocate workflow is no longer running (it may be compensating)."""
+        if self.deps.client is None:
+            raise RuntimeError("ActivityDeps.client is required for await_allocate_closed")
+        handle = self.deps.client.get_workflow_handle(allocate_workflow_id(inp.allocation_id))
+        while True:
+            activity.heartbeat("waiting for allocate to close")
+            try:
+                desc = await handle.describe()
+            except RPCError as e:
+                if e.status == RPCStatusCode.NOT_FOUND:
+                    return
+                raise
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                return
+            await asyncio.sleep(inp.poll_interval_s)
+
+
+def attempts_of(engine: sa.Engine, allocation_id: str) -> list[Attempt]:
+    """The recorded decision history, in order (tests and the API read it this way)."""
+    with session_scope(engine) as session:
+        return list(session.exec(select(Attempt).where(Attempt.instance_id == allocation_id)
+                                 .order_by(Attempt.seq)))  # type: ignore[arg-type]

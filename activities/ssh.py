@@ -1,0 +1,97 @@
+"""SSH activities: log in with the installation's key, install k3s, look for GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+
+import asyncssh
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.deps import ActivityDeps, heartbeating
+from activities.io import SshTarget
+from workflows.models import GpuInfo
+
+NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
+              "--format=csv,noheader,nounits")
+
+# Idempotent: an already installed k3s is only checked. INSTALL_K3S_EXEC keeps the
+# kubeconfig readable for the login user.
+K3S_SCRIPT = """set -e
+if ! command -v k3s >/dev/null 2>&1; then
+  curl -sfL https://get.k3s.io | INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh -
+fi
+k3s kubectl get nodes >/dev/null
+"""
+
+
+def _na(value: str) -> str | None:
+    value = value.strip()
+    return None if value in ("", "N/A", "[N/A]", "[Not Supported]") else value
+
+
+def parse_nvidia_smi(text: str) -> list[GpuInfo]:
+    """Parse NVIDIA_SMI output; unsupported fields become None."""
+    gpus: list[GpuInfo] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 5:
+            raise ValueError(f"unexpected nvidia-smi line: {line!r}")
+        index, name, memory, uuid, driver = fields[:5]
+        mem = _na(memory)
+        gpus.append(GpuInfo(index=int(index), name=name, memory_mib=int(float(mem)) if mem else None,
+                            uuid=_na(uuid), driver_version=_na(driver)))
+    return gpus
+
+
+class SshActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    async def _connect(self, t: SshTarget) -> asyncssh.SSHClientConnection:
+        # Cloud machines are new each time: there is no known host key to check against.
+        return await asyncssh.connect(t.host, port=t.port, username=t.user,
+                                      client_keys=[self.deps.private_key()], known_hosts=None,
+                                      connect_timeout=10)
+
+    async def _run(self, t: SshTarget, command: str) -> asyncssh.SSHCompletedProcess:
+        async with await self._connect(t) as conn:
+            return await conn.run(command, check=False)
+
+    @activity.defn(name="wait_ssh")
+    async def wait_ssh(self, t: SshTarget) -> None:
+        """Return once a login with the installation's key runs a command."""
+        while True:
+            activity.heartbeat("waiting for ssh")
+            try:
+                result = await self._run(t, "true")
+                if result.exit_status == 0:
+                    return
+            except (OSError, asyncssh.Error, TimeoutError):
+                pass  # not up yet, or keys not installed yet
+            await asyncio.sleep(t.poll_interval_s)
+
+    @activity.defn(name="install_k3s")
+    async def install_k3s(self, t: SshTarget) -> None:
+        result = await heartbeating(self._run(t, f"bash -c {shlex.quote(K3S_SCRIPT)}"), 1.0, "k3s")
+        if result.exit_status != 0:
+            raise ApplicationError(f"k3s install failed (exit {result.exit_status}): "
+                                   f"{str(result.stderr or '')[-500:]}", type="K3sFailed")
+
+    @activity.defn(name="probe_gpus")
+    async def probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
+        """The GPUs nvidia-smi sees. No nvidia-smi is a fact ([]), not a failure."""
+        result = await heartbeating(self._run(t, NVIDIA_SMI), 1.0, "nvidia-smi")
+        if result.exit_status == 127:
+            return []
+        if result.exit_status != 0:
+            output = str(result.stderr or result.stdout or "")[-500:]
+            raise ApplicationError(f"nvidia-smi failed (exit {result.exit_status}): {output}",
+                                   type="GpuCheckFailed")
+        try:
+            return parse_nvidia_smi(str(result.stdout or ""))
+        except ValueError as e:
+            raise ApplicationError(str(e), type="GpuCheckFailed", non_retryable=True) from None

@@ -1,0 +1,38 @@
+"""The FastAPI application: `create_app(deps)` for tests, `build_app()` for uvicorn
+(`uvicorn --factory api.app:build_app`), which migrates the database first."""
+
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI
+
+from api.deps import AppDeps, deps_from_settings, require_token
+from api.routers import connections, instances, offers
+
+API_PREFIX = "/api/compute"
+
+
+def create_app(deps: AppDeps) -> FastAPI:
+    app = FastAPI(
+        title="gpuprov",
+        version="0.1.0",
+        description="GPU provisioning across clouds on Temporal workflows. "
+                    "Every /api/compute route needs `Authorization: Bearer <token>`.",
+    )
+    app.state.deps = deps
+    for module in (connections, offers, instances):
+        app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Liveness for `gpuprov dev` and load balancers (no auth, no secrets)."""
+        return {"status": "ok"}
+
+    return app
+
+
+def build_app() -> FastAPI:
+    from store.migrate import upgrade
+
+    deps = deps_from_settings()
+    upgrade(deps.engine)
+    return create_app(deps)

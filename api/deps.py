@@ -1,0 +1,173 @@
+"""What the API needs from outside — database, secret box, token, Temporal — in one injectable
+object (`AppDeps`, stored on app.state), plus the FastAPI dependencies that hand it out."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from sqlmodel import Session
+
+from store.secrets import SecretBox
+
+# --------------------------------------------------------------------------- workflows
+
+
+class WorkflowUnavailable(Exception):
+    """Temporal could not be reached (or refused the start): the request did nothing."""
+
+
+class WorkflowFailed(Exception):
+    """The workflow ran and failed, or did not finish within its timeout."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.timed_out = timed_out
+
+
+class WorkflowGateway(Protocol):
+    """The two things the API does with Temporal. Workflows are addressed by name, so the API
+    never imports workflow code (the worker owns it)."""
+
+    async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+                    use_existing: bool = False) -> None: ...
+
+    async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+                      execution_timeout_s: float, result_type: type | None = None) -> Any: ...
+
+
+class TemporalGateway:
+    """WorkflowGateway over a real Temporal client, connected on first use (the API may
+    start before Temporal answers)."""
+
+    def __init__(self, address: str, namespace: str, task_queue: str) -> None:
+        self.address, self.namespace, self.task_queue = address, namespace, task_queue
+        self._client: Any = None
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> Any:
+        async with self._lock:
+            if self._client is None:
+                from workflows.converter import connect_client
+
+                try:
+                    self._client = await connect_client(self.address, self.namespace)
+                except Exception as e:  # noqa: BLE001 — any connect failure means "unavailable"
+                    raise WorkflowUnavailable(f"Temporal at {self.address} is not reachable: {e}") from e
+            return self._client
+
+    async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+                    use_existing: bool = False) -> None:
+        from temporalio.common import WorkflowIDConflictPolicy
+        from temporalio.service import RPCError
+
+        client = await self.client()
+        policy = WorkflowIDConflictPolicy.USE_EXISTING if use_existing else WorkflowIDConflictPolicy.FAIL
+        try:
+            await client.start_workflow(workflow, arg, id=workflow_id, task_queue=self.task_queue,
+                                        id_conflict_policy=policy)
+        except RPCError as e:
+            raise WorkflowUnavailable(f"could not start {workflow}: {e.message}") from e
+
+    async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+                      execution_timeout_s: float, result_type: type | None = None) -> Any:
+        from temporalio.client import WorkflowFailureError
+        from temporalio.exceptions import TimeoutError as TemporalTimeout
+        from temporalio.service import RPCError
+
+        client = await self.client()
+        try:
+            return await client.execute_workflow(
+                workflow, arg, id=workflow_id, task_queue=self.task_queue,
+                execution_timeout=timedelta(seconds=execution_timeout_s), result_type=result_type)
+        except WorkflowFailureError as e:
+            cause = e.cause
+            if isinstance(cause, TemporalTimeout):
+                raise WorkflowFailed(f"{workflow} did not finish within {execution_timeout_s:g}s "
+                                     "(is a worker running?)", timed_out=True) from e
+            raise WorkflowFailed(getattr(cause, "message", None) or str(cause or e)) from e
+        except RPCError as e:
+            raise WorkflowUnavailable(f"could not run {workflow}: {e.message}") from e
+
+
+# --------------------------------------------------------------------------- deps
+
+
+@dataclass
+class AppDeps:
+    engine: sa.Engine
+    box: SecretBox
+    api_token: str
+    installation_id: str
+    workflows: WorkflowGateway
+    connect_timeout_s: float = 60.0
+
+
+def load_or_create_token(home: Path, configured: str | None = None) -> str:
+    """The API bearer token: configured, else home/api-token (created with mode 0600)."""
+    if configured:
+        return configured
+    path = home / "api-token"
+    if path.exists():
+        return path.read_text().strip()
+    home.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process created it first: use theirs
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def deps_from_settings() -> AppDeps:
+    from settings import get_settings
+    from store.db import default_engine
+    from store.identity import installation_id
+    from store.secrets import default_box
+
+    s = get_settings()
+    return AppDeps(
+        engine=default_engine(),
+        box=default_box(),
+        api_token=load_or_create_token(s.home, s.api_token),
+        installation_id=installation_id(s.home, s.installation_id),
+        workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue),
+    )
+
+
+def get_deps(request: Request) -> AppDeps:
+    deps: AppDeps = request.app.state.deps
+    return deps
+
+
+def get_session(deps: AppDeps = Depends(get_deps)) -> Iterator[Session]:  # noqa: B008
+    with Session(deps.engine, expire_on_commit=False) as session:
+        yield session
+
+
+_bearer = HTTPBearer(auto_error=False, description="the token printed by `gpuprov dev`")
+
+
+def require_token(
+    creds: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008
+    deps: AppDeps = Depends(get_deps),  # noqa: B008
+) -> None:
+    given = creds.credentials.encode() if creds else b""
+    # compare_digest: the time taken does not reveal how much of the token matched.
+    if not creds or not hmac.compare_digest(given, deps.api_token.encode()):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or invalid bearer token",
+                            headers={"WWW-Authenticate": "Bearer"})

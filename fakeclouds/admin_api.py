@@ -1,0 +1,127 @@
+"""The /_fake admin API: faults, stock, timing, inspection. No auth (tests, bench, demo only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
+
+from fakeclouds.common import parse_body
+from fakeclouds.engine import Engine, Machine
+from fakeclouds.errors import CloudError, NotFound
+from fakeclouds.faults import FaultRule
+
+
+class FaultBody(BaseModel):
+    model_config = ConfigDict(extra="allow")  # kind-specific parameters; FaultRule.build checks them
+    facade: str = "*"
+    op: str = "*"
+    kind: str
+    times: int = 1
+
+
+class StockBody(BaseModel):
+    instance_type: str
+    region: str
+    count: int
+
+
+class ConfigBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    boot_delay: float | None = None
+    terminate_delay: float | None = None
+    quota: dict[str, int | None] | None = None  # facade -> max live machines (None: unlimited)
+
+
+def _error(exc: CloudError) -> JSONResponse:
+    status = 404 if isinstance(exc, NotFound) else 400
+    return JSONResponse({"error": {"code": type(exc).__name__, "message": exc.message}}, status_code=status)
+
+
+def admin_machine_json(engine: Engine, m: Machine) -> dict[str, Any]:
+    d = m.to_dict()
+    d.update(billing_seconds=round(m.billing_seconds(), 3), host=m.host, home=str(engine.machine_home(m)))
+    return d
+
+
+def build_router(engine: Engine) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/faults", status_code=201)
+    async def add_fault(request: Request) -> Response:
+        try:
+            body = await parse_body(request, FaultBody)
+            rule = engine.faults.add(FaultRule.build(body.facade, body.op, body.kind, body.times,
+                                                     **(body.model_extra or {})))
+        except CloudError as exc:
+            return _error(exc)
+        except TypeError as exc:
+            return _error(CloudError(f"bad fault parameters: {exc}"))
+        return JSONResponse(rule.to_dict(), status_code=201)
+
+    @router.get("/faults")
+    async def list_faults() -> dict[str, Any]:
+        return {"faults": [r.to_dict() for r in engine.faults.rules]}
+
+    @router.delete("/faults")
+    async def clear_faults() -> dict[str, Any]:
+        n = len(engine.faults.rules)
+        engine.faults.clear()
+        return {"cleared": n}
+
+    @router.get("/machines")
+    async def machines() -> dict[str, Any]:
+        return {"machines": [admin_machine_json(engine, m) for m in engine.machines.values()]}
+
+    @router.get("/machines/{machine_id}")
+    async def machine(machine_id: str) -> Response:
+        m = engine.machines.get(machine_id)
+        if m is None:
+            return _error(NotFound(f"no machine {machine_id!r}"))
+        return JSONResponse(admin_machine_json(engine, m))
+
+    @router.post("/machines/{machine_id}/die")
+    async def die(machine_id: str) -> Response:
+        try:
+            m = await engine.kill(machine_id)
+        except CloudError as exc:
+            return _error(exc)
+        return JSONResponse(admin_machine_json(engine, m))
+
+    @router.get("/stock")
+    async def get_stock() -> dict[str, Any]:
+        rows = [{"instance_type": t, "region": r, "count": n} for (t, r), n in engine.stock.items()]
+        return {"stock": rows}
+
+    @router.put("/stock")
+    async def set_stock(request: Request) -> Response:
+        try:
+            body = await parse_body(request, StockBody)
+            engine.set_stock(body.instance_type, body.region, body.count)
+        except CloudError as exc:
+            return _error(exc)
+        return JSONResponse(body.model_dump())
+
+    @router.get("/config")
+    async def get_config() -> dict[str, Any]:
+        return {"boot_delay": engine.boot_delay, "terminate_delay": engine.terminate_delay,
+                "quota": engine.quota}
+
+    @router.put("/config")
+    async def set_config(request: Request) -> Response:
+        try:
+            body = await parse_body(request, ConfigBody)
+            engine.configure(boot_delay=body.boot_delay, terminate_delay=body.terminate_delay,
+                             quota=body.quota)
+        except CloudError as exc:
+            return _error(exc)
+        return JSONResponse(await get_config())
+
+    @router.post("/reset")
+    async def reset() -> dict[str, Any]:
+        await engine.reset()
+        return {"ok": True}
+
+    return router

@@ -1,0 +1,146 @@
+"""Fault injection: rules added through the admin API, consumed by matching calls.
+
+A rule matches a call by facade and op ("*" matches any) and, for `capacity`/`quota`
+with a `region`, only calls in that region. Each match uses up one of its `times`
+(-1 = forever). Kinds that only make sense for a launch (capacity, quota,
+stuck_booting, die_after_boot) are only consumed by `create` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from fakeclouds.errors import Invalid, LostResponse, NoCapacity, QuotaExceeded, RateLimit, ServerFault
+
+KINDS = ("capacity", "quota", "rate_limit", "server_error", "latency", "lose_response",
+         "stuck_booting", "die_after_boot")
+OPS = ("create", "get", "list", "terminate", "offers", "verify", "ssh_keys", "*")
+FACADE_CHOICES = ("local", "lambda", "*")
+_CREATE_ONLY = {"capacity", "quota", "stuck_booting", "die_after_boot"}
+_REFUSALS = {"capacity", "quota", "rate_limit", "server_error"}
+_ids = itertools.count(1)
+
+
+@dataclass
+class FaultRule:
+    facade: str
+    op: str
+    kind: str
+    times: int = 1
+    region: str | None = None  # capacity / quota: only this region
+    retry_after: float = 1.0  # rate_limit
+    status: int = 500  # server_error: 500 or 503
+    seconds: float = 0.0  # latency; die_after_boot: how long after boot
+    when: str = "before"  # latency: "before" or "after" the call takes effect
+    id: int = field(default_factory=lambda: next(_ids))
+    hits: int = 0
+
+    @classmethod
+    def build(cls, facade: str, op: str, kind: str, times: int = 1, **params: Any) -> FaultRule:
+        if facade not in FACADE_CHOICES:
+            raise Invalid(f"facade must be one of {FACADE_CHOICES}, not {facade!r}")
+        if op not in OPS:
+            raise Invalid(f"op must be one of {OPS}, not {op!r}")
+        if kind not in KINDS:
+            raise Invalid(f"kind must be one of {KINDS}, not {kind!r}")
+        if times == 0 or times < -1:
+            raise Invalid("times must be >= 1, or -1 for forever")
+        allowed = {"region", "retry_after", "status", "seconds", "when"}
+        unknown = set(params) - allowed
+        if unknown:
+            raise Invalid(f"unknown fault parameter(s): {', '.join(sorted(unknown))}")
+        rule = cls(facade=facade, op=op, kind=kind, times=times, **params)
+        if rule.when not in ("before", "after"):
+            raise Invalid("when must be 'before' or 'after'")
+        if rule.kind == "server_error" and rule.status not in (500, 502, 503):
+            raise Invalid("server_error status must be 500, 502 or 503")
+        if rule.seconds < 0 or rule.retry_after < 0:
+            raise Invalid("seconds/retry_after must be >= 0")
+        return rule
+
+    def matches(self, facade: str, op: str, region: str | None) -> bool:
+        if self.facade not in ("*", facade) or self.op not in ("*", op):
+            return False
+        if self.kind in _CREATE_ONLY and op != "create":
+            return False
+        if self.region is not None and self.kind in ("capacity", "quota") and self.region != region:
+            return False
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("id", "facade", "op", "kind", "times", "hits", "region",
+                                              "retry_after", "status", "seconds", "when")}
+
+
+@dataclass
+class CallPlan:
+    """The rules one call drew. The facade runs before(), the effect, then after()."""
+
+    rules: list[FaultRule]
+
+    def _of(self, kind: str) -> list[FaultRule]:
+        return [r for r in self.rules if r.kind == kind]
+
+    @property
+    def stuck_booting(self) -> bool:
+        return bool(self._of("stuck_booting"))
+
+    @property
+    def die_after_boot(self) -> float | None:
+        rules = self._of("die_after_boot")
+        return rules[0].seconds if rules else None
+
+    async def before(self) -> None:
+        for r in self.rules:
+            if r.kind == "latency" and r.when == "before":
+                await asyncio.sleep(r.seconds)
+        for r in self.rules:
+            if r.kind == "rate_limit":
+                raise RateLimit("rate limit exceeded (injected)", r.retry_after)
+            if r.kind == "server_error":
+                raise ServerFault("internal error (injected)", r.status)
+            if r.kind == "capacity":
+                raise NoCapacity("not enough capacity to fulfil the request (injected)", r.region)
+            if r.kind == "quota":
+                raise QuotaExceeded("quota exceeded (injected)")
+
+    async def after(self) -> None:
+        for r in self.rules:
+            if r.kind == "latency" and r.when == "after":
+                await asyncio.sleep(r.seconds)
+        if self._of("lose_response"):
+            raise LostResponse("the call took effect but its response was lost (injected)")
+
+
+class FaultBook:
+    def __init__(self) -> None:
+        self.rules: list[FaultRule] = []
+
+    def add(self, rule: FaultRule) -> FaultRule:
+        self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        self.rules.clear()
+
+    def take(self, facade: str, op: str, region: str | None = None) -> CallPlan:
+        """The rules this call draws: every matching modifier, but at most one refusal (the
+        oldest), so rules added in turn hit successive calls."""
+        drawn: list[FaultRule] = []
+        refused = False
+        for rule in list(self.rules):
+            if rule.matches(facade, op, region):
+                if rule.kind in _REFUSALS:
+                    if refused:
+                        continue
+                    refused = True
+                rule.hits += 1
+                drawn.append(rule)
+                if rule.times > 0:
+                    rule.times -= 1
+                    if rule.times == 0:
+                        self.rules.remove(rule)
+        return CallPlan(drawn)

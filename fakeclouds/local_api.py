@@ -1,0 +1,151 @@
+"""The `local` cloud's API (ours; spec in fakeclouds/README.md). Only translates to the engine."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from fakeclouds.common import check_bearer, iso, parse_body, retry_after_header, run_op
+from fakeclouds.engine import Engine, Machine
+from fakeclouds.errors import (
+    CloudError,
+    Invalid,
+    LostResponse,
+    NameConflict,
+    NoCapacity,
+    NotFound,
+    QuotaExceeded,
+    RateLimit,
+    ServerFault,
+    Unauthorized,
+)
+from fakeclouds.faults import CallPlan
+
+FACADE = "local"
+
+_STATUS: list[tuple[type[CloudError], int, str]] = [
+    (Unauthorized, 401, "unauthorized"),
+    (NotFound, 404, "not_found"),
+    (Invalid, 400, "invalid_request"),
+    (NameConflict, 409, "name_conflict"),
+    (NoCapacity, 503, "insufficient_capacity"),
+    (QuotaExceeded, 403, "quota_exceeded"),
+    (RateLimit, 429, "rate_limited"),
+    (LostResponse, 504, "gateway_timeout"),
+]
+
+
+class CreateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    instance_type: str
+    region: str
+    spot: bool = False
+    ssh_public_keys: list[str] = Field(min_length=1)
+    user_data: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    ports: list[int] = Field(default_factory=list)
+
+
+def error_response(exc: CloudError) -> JSONResponse:
+    status, code = 500, "server_error"
+    for cls, st, cd in _STATUS:
+        if isinstance(exc, cls):
+            status, code = st, cd
+    if isinstance(exc, ServerFault):
+        status = exc.status
+    headers = {"Retry-After": retry_after_header(exc.retry_after)} if isinstance(exc, RateLimit) else None
+    body = {"error": {"code": code, "message": exc.message}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def machine_json(m: Machine) -> dict[str, Any]:
+    running = m.status == "running"
+    return {
+        "id": m.id, "name": m.name, "instance_type": m.instance_type, "region": m.region, "spot": m.spot,
+        "status": m.status, "host": m.host, "ssh_port": m.ssh_port if running else None,
+        "ssh_user": m.ssh_user, "labels": m.labels, "ports": m.ports, "created_at": iso(m.created_at),
+        "price_per_hour": m.price_per_hour, "detail": m.detail,
+    }
+
+
+def build_router(engine: Engine, token: str) -> APIRouter:
+    router = APIRouter()
+
+    async def call(request: Request, op: str, effect: Callable[[CallPlan], Any], status: int = 200,
+                   region: str | None = None) -> Response:
+        try:
+            check_bearer(request, token)
+            body = await run_op(engine, FACADE, op, effect, region)
+        except CloudError as exc:
+            return error_response(exc)
+        return JSONResponse(body, status_code=status)
+
+    @router.get("/account")
+    async def account(request: Request) -> Response:
+        ident = {"id": "local", "name": f"local cloud on {socket.gethostname()}"}
+        return await call(request, "verify", lambda _: ident)
+
+    @router.get("/offers")
+    async def offers(request: Request) -> Response:
+        def effect(_: CallPlan) -> dict[str, Any]:
+            rows = []
+            for o in engine.offers(FACADE):
+                t, gpu = o["type"], o["type"].gpu
+                rows.append({
+                    "instance_type": t.name, "gpu_name": gpu.name if gpu else None,
+                    "gpu_count": gpu.count if gpu else 0, "gpu_memory_gib": gpu.memory_gib if gpu else None,
+                    "vcpus": t.vcpus, "memory_gib": t.memory_gib, "region": o["region"],
+                    "price_per_hour": o["price_per_hour"], "spot": o["spot"], "available": o["stock"] > 0,
+                })
+            return {"offers": rows}
+        return await call(request, "offers", effect)
+
+    @router.post("/machines")
+    async def create(request: Request) -> Response:
+        try:
+            check_bearer(request, token)
+            body = await parse_body(request, CreateBody)
+        except CloudError as exc:
+            return error_response(exc)
+
+        def effect(plan: CallPlan) -> dict[str, Any]:
+            (m,) = engine.create(
+                FACADE, name=body.name, instance_type=body.instance_type, region=body.region,
+                spot=body.spot, public_keys=body.ssh_public_keys, labels=body.labels,
+                user_data=body.user_data, ports=body.ports,
+                stuck=plan.stuck_booting, die_after_boot=plan.die_after_boot,
+            )
+            return machine_json(m)
+        return await call(request, "create", effect, status=201, region=body.region)
+
+    @router.get("/machines")
+    async def list_machines(request: Request, name: str | None = None) -> Response:
+        labels: dict[str, str] = {}
+        for raw in request.query_params.getlist("label"):
+            k, sep, v = raw.partition("=")
+            if not sep or not k:
+                return error_response(Invalid(f"label filter must be k=v, not {raw!r}"))
+            labels[k] = v
+
+        def effect(_: CallPlan) -> dict[str, Any]:
+            found = [m for m in engine.live(FACADE) if (name is None or m.name == name)
+                     and all(m.labels.get(k) == v for k, v in labels.items())]
+            return {"machines": [machine_json(m) for m in found]}
+        return await call(request, "list", effect)
+
+    @router.get("/machines/{machine_id}")
+    async def get(request: Request, machine_id: str) -> Response:
+        return await call(request, "get", lambda _: machine_json(engine.get(FACADE, machine_id)))
+
+    @router.delete("/machines/{machine_id}")
+    async def delete(request: Request, machine_id: str) -> Response:
+        return await call(request, "terminate", lambda _: machine_json(engine.terminate(FACADE, machine_id)),
+                          status=202)
+
+    return router

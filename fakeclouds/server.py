@@ -1,0 +1,252 @@
+"""One process serving every simulated cloud, plus helpers to run it from tests.
+
+    python -m fakeclouds.server --port 8765 --state-dir .gpuprov/fakeclouds \
+        --token local=local-dev-token,lambda=lambda-dev-token --boot-delay 1
+
+prints its URL (one line on stdout) once it accepts connections. SIGTERM/SIGINT stop it
+cleanly; with --state-dir machines come back (same SSH ports and host keys) on restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI
+
+from fakeclouds import admin_api, lambda_api, local_api
+from fakeclouds.admin import FakeCloudAdmin
+from fakeclouds.engine import Engine
+
+DEFAULT_TOKENS = {"local": "local-dev-token", "lambda": "lambda-dev-token"}
+T = TypeVar("T")
+
+
+def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
+    """The ASGI app: /local/v1, /lambda/api/v1 and /_fake. Its lifespan starts/stops the engine."""
+    tokens = {**DEFAULT_TOKENS, **(tokens or {})}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.loop = asyncio.get_running_loop()
+        await engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    app = FastAPI(title="gpuprov simulated clouds", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.engine = engine
+    app.include_router(local_api.build_router(engine, tokens["local"]), prefix="/local/v1")
+    app.include_router(lambda_api.build_router(engine, tokens["lambda"]), prefix="/lambda/api/v1")
+    app.include_router(admin_api.build_router(engine), prefix="/_fake")
+
+    @app.get("/_fake/health")
+    async def health() -> dict[str, bool]:
+        return {"ok": True}
+
+    return app
+
+
+def parse_tokens(text: str | None) -> dict[str, str]:
+    tokens: dict[str, str] = {}
+    for part in filter(None, (text or "").split(",")):
+        facade, sep, token = part.partition("=")
+        if not sep or facade.strip() not in DEFAULT_TOKENS or not token:
+            raise ValueError(f"--token wants facade=token pairs (facades: local, lambda), got {part!r}")
+        tokens[facade.strip()] = token.strip()
+    return tokens
+
+
+# --------------------------------------------------------------------------- in-thread server (tests)
+
+
+class FakeCloudServer:
+    """Runs the app with uvicorn in a background thread (its own event loop).
+
+        with FakeCloudServer(boot_delay=0.2) as cloud:
+            cloud.url, cloud.tokens, cloud.admin.add_fault(...)
+
+    `engine` lives on the server's loop: inspect it read-only, or use `call(coro)`.
+    """
+
+    def __init__(self, port: int = 0, *, host: str = "127.0.0.1", boot_delay: float = 0.2,
+                 terminate_delay: float = 0.05, state_dir: str | Path | None = None,
+                 tokens: dict[str, str] | None = None) -> None:
+        self.host, self.port = host, port
+        self.tokens = {**DEFAULT_TOKENS, **(tokens or {})}
+        self.engine = Engine(boot_delay=boot_delay, terminate_delay=terminate_delay, state_dir=state_dir)
+        self.app = build_app(self.engine, self.tokens)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def admin(self) -> FakeCloudAdmin:
+        return FakeCloudAdmin(self.url)
+
+    def start(self) -> FakeCloudServer:
+        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+        server = uvicorn.Server(config)
+        self._server = server
+        self._thread = threading.Thread(target=server.run, name="fakeclouds", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("fake cloud server failed to start")
+            time.sleep(0.01)
+        self.port = server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(15)
+        self._server = self._thread = None
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 10) -> T:
+        """Run a coroutine on the server's loop (e.g. engine methods) and return its result."""
+        loop: asyncio.AbstractEventLoop = self.app.state.loop
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    def __enter__(self) -> FakeCloudServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> FakeCloudServer:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+# --------------------------------------------------------------------------- own process
+
+
+class FakeCloudProcess:
+    """Handle on a server running as its own process (see start_subprocess)."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, tokens: dict[str, str]) -> None:
+        self.proc, self.url, self.tokens = proc, url, tokens
+        self.port = int(url.rsplit(":", 1)[1])
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def admin(self) -> FakeCloudAdmin:
+        return FakeCloudAdmin(self.url)
+
+    def stop(self, timeout: float = 15) -> int:
+        """SIGTERM and wait (clean shutdown: state saved, SSH servers closed)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. State on disk is whatever the last change wrote."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self) -> FakeCloudProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot_delay: float = 0.2,
+                     terminate_delay: float = 0.05, tokens: dict[str, str] | None = None,
+                     startup_timeout: float = 20) -> FakeCloudProcess:
+    """Start `python -m fakeclouds.server` and wait until it prints its URL."""
+    tokens = {**DEFAULT_TOKENS, **(tokens or {})}
+    root = Path(__file__).resolve().parent.parent
+    argv = [sys.executable, "-m", "fakeclouds.server", "--port", str(port), "--boot-delay", str(boot_delay),
+            "--terminate-delay", str(terminate_delay),
+            "--token", ",".join(f"{k}={v}" for k, v in tokens.items())]
+    if state_dir is not None:
+        argv += ["--state-dir", str(state_dir)]
+    pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    url: list[str] = []
+    reader = threading.Thread(target=lambda: url.append(stdout.readline().strip()), daemon=True)
+    reader.start()
+    reader.join(startup_timeout)
+    if not url or not url[0].startswith("http"):
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"fake cloud process did not start (exit code {proc.returncode})")
+    return FakeCloudProcess(proc, url[0], tokens)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    engine = Engine(boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
+                    state_dir=args.state_dir)
+    app = build_app(engine, parse_tokens(args.token))
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           access_log=False, lifespan="on", timeout_graceful_shutdown=2))
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():  # noqa: ASYNC110 — uvicorn only exposes a flag
+        await asyncio.sleep(0.01)
+    if server.started:
+        # Our own handlers: uvicorn would re-raise SIGTERM after shutdown (exit code -15);
+        # a clean stop should exit 0.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+        port = server.servers[0].sockets[0].getsockname()[1]
+        print(f"http://{args.host}:{port}", flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m fakeclouds.server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    parser.add_argument("--state-dir", default=None, help="persist machines here and restore them on start")
+    parser.add_argument("--token", default=None, help="local=TOKEN,lambda=TOKEN (defaults: *-dev-token)")
+    parser.add_argument("--boot-delay", type=float, default=1.0)
+    parser.add_argument("--terminate-delay", type=float, default=0.2)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    try:
+        parse_tokens(args.token)
+    except ValueError as exc:
+        parser.error(str(exc))
+    asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()

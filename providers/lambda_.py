@@ -1,0 +1,315 @@
+"""Lambda Cloud (PROVIDER-APIS.md, "Lambda Cloud"). Bearer API key, REST + JSON.
+
+Lambda has no idempotency key, no tags and does not enforce unique instance names, so the
+name carries everything: `gpuprov-<installation>-<key>` is both the ownership mark (prefix)
+and the idempotency key (create lists instances and looks for it before launching). Each
+machine gets its own SSH key object named like the instance: a side resource that terminate
+removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
+from typing import Any, ClassVar
+
+import httpx
+
+from providers import _http
+from providers.base import (
+    Capabilities,
+    CapacityError,
+    CloudProvider,
+    GpuSpec,
+    InstanceRef,
+    InstanceState,
+    InstanceStatus,
+    InvalidRequest,
+    LaunchRequirements,
+    LaunchSpec,
+    Offer,
+    OfferQuery,
+    QuotaError,
+    Transient,
+    rank_offers,
+)
+
+DEFAULT_ENDPOINT = "https://cloud.lambdalabs.com/api/v1"
+NAME_MAX = 64
+NOT_FOUND = "global/object-does-not-exist"
+SIM_SSH_PORT_FIELD = "x_sim_ssh_port"  # the simulated cloud's extension; absent on real Lambda
+
+_CODES: dict[str, _http.ErrorKind] = {
+    "global/invalid-api-key": "auth",
+    "global/account-inactive": "auth",
+    "instance-operations/launch/insufficient-capacity": "capacity",
+    "global/quota-exceeded": "quota",
+    "global/invalid-parameters": "invalid",
+}
+
+_STATES = {
+    "booting": InstanceState.PENDING,
+    "active": InstanceState.RUNNING,
+    "unhealthy": InstanceState.ERROR,
+    "terminating": InstanceState.TERMINATING,
+    "terminated": InstanceState.TERMINATED,
+}
+
+# Lambda's public regions; the simulated cloud serves a subset.
+REGIONS = [
+    "us-east-1", "us-east-2", "us-east-3", "us-west-1", "us-west-2", "us-west-3", "us-south-1", "us-south-2",
+    "us-south-3", "us-midwest-1", "europe-central-1", "asia-south-1", "asia-northeast-1", "asia-northeast-2",
+    "me-west-1", "australia-east-1",
+]
+
+_VENDOR_WORDS = {"NVIDIA", "TESLA", "QUADRO", "GEFORCE"}
+
+
+def canonical_gpu(description: str | None, type_name: str = "") -> tuple[str, float | None]:
+    """("H100", 80.0) from "H100 (80 GB SXM5)" / "8x H100 (80 GB SXM5)"; falls back to the type
+    name (gpu_1x_a10 -> A10). Form factors (SXM/PCIe) are dropped: users ask for "h100"."""
+    desc = (description or "").strip()
+    memory = None
+    if m := re.search(r"(\d+(?:\.\d+)?)\s*GB", desc, re.I):
+        memory = float(m.group(1))
+    base = re.sub(r"\(.*?\)", " ", desc)
+    base = re.sub(r"^\s*\d+\s*x\s+", "", base, flags=re.I)
+    tokens = [t for t in base.upper().split() if t not in _VENDOR_WORDS]
+    if not tokens:
+        parts = type_name.split("_")  # gpu_<n>x_<model>[_<form factor>]
+        return (parts[2].upper() if len(parts) >= 3 else type_name.upper()), memory
+    if tokens[0] == "RTX" and len(tokens) > 1 and re.fullmatch(r"A\d+", tokens[1]):
+        return tokens[1], memory  # "RTX A6000" -> A6000
+    return "".join(tokens), memory  # "RTX 6000" -> RTX6000
+
+
+def instance_name(installation_id: str, key: str) -> str:
+    """`gpuprov-<installation>-<key>`, at most 64 chars. A key too long for that is shortened
+    deterministically (head + hash), so the same key always yields the same name."""
+    prefix = f"gpuprov-{installation_id}-"
+    if len(prefix) + len(key) <= NAME_MAX:
+        return prefix + key
+    room = NAME_MAX - len(prefix) - 9  # "-" + 8 hex chars of hash
+    if room < 1:
+        raise InvalidRequest(f"lambda: installation id {installation_id!r} is too long for a Lambda name")
+    return f"{prefix}{key[:room]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def merge_user_data(extra_keys: list[str], user_data: str | None) -> str | None:
+    """cloud-init user data that authorizes `extra_keys` (Lambda takes one SSH key name per
+    launch) and keeps the caller's own user data, as a MIME multipart when both exist.
+    Unconfirmed: that Lambda's launch honours `user_data` (PROVIDER-APIS.md)."""
+    if not extra_keys:
+        return user_data
+    keys_part = "#cloud-config\nssh_authorized_keys:\n" + "".join(f"  - {k.strip()}\n" for k in extra_keys)
+    if not user_data:
+        return keys_part
+    msg = MIMEMultipart()
+    msg.attach(MIMEText(keys_part, "cloud-config"))
+    subtype = "cloud-config" if user_data.lstrip().startswith("#cloud-config") else "x-shellscript"
+    msg.attach(MIMEText(user_data, subtype))
+    return msg.as_string()
+
+
+class LambdaProvider(CloudProvider):
+    id: ClassVar[str] = "lambda"
+    credential_fields: ClassVar[list[str]] = ["api_key"]
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Lambda Cloud",
+        k3s="ssh",
+        ports=False,
+        ports_reason="--port needs a firewall API; Lambda Cloud's firewall rulesets are unconfirmed",
+        spot=False,
+        custom_image=False,
+        login_user="ubuntu",
+        side_resources=["ssh-key"],
+        regions=REGIONS,
+        planning="live",
+    )
+
+    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
+                 installation_id: str = "default", timeout: float = _http.DEFAULT_TIMEOUT,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(credentials, endpoint=endpoint or DEFAULT_ENDPOINT, installation_id=installation_id)
+        self._timeout = timeout
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:  # lazily: construction may happen outside an event loop
+            assert self.endpoint is not None
+            self._client = _http.make_client(self.endpoint, self.credentials["api_key"],
+                                             timeout=self._timeout, transport=self._transport)
+        return self._client
+
+    async def _call(self, method: str, path: str, *, scope: str | None = None,
+                    allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
+        return await _http.request(self._http(), method, path, provider=self.id, scope=scope,
+                                   codes=_CODES, allow=allow, **kwargs)
+
+    async def _data(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The `data` member of a successful answer (Lambda wraps every payload in it)."""
+        body = _http.json_body(await self._call(method, path, **kwargs), provider=self.id)
+        if not isinstance(body, dict) or "data" not in body:
+            raise Transient(f"{self.id}: answer without 'data' from {method} {path}")
+        return body["data"]
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    @property
+    def _prefix(self) -> str:
+        return f"gpuprov-{self.installation_id}-"
+
+    def _name(self, key: str) -> str:
+        return instance_name(self.installation_id, key)
+
+    def _ref(self, inst: dict[str, Any], key: str | None = None) -> InstanceRef:
+        name = str(inst.get("name") or "")
+        region = inst.get("region")
+        return InstanceRef(
+            provider=self.id, instance_id=str(inst["id"]),
+            key=key or name.removeprefix(self._prefix),
+            region=region.get("name") if isinstance(region, dict) else region,
+        )
+
+    async def _instances(self) -> list[dict[str, Any]]:
+        data = await self._data("GET", "/instances")
+        if not isinstance(data, list):
+            raise Transient(f"{self.id}: unexpected instances listing")
+        return [i for i in data if isinstance(i, dict) and i.get("status") != "terminated"]
+
+    async def _by_name(self, name: str) -> dict[str, Any] | None:
+        return next((i for i in await self._instances() if i.get("name") == name), None)
+
+    async def _ssh_keys(self) -> list[dict[str, Any]]:
+        data = await self._data("GET", "/ssh-keys")
+        if not isinstance(data, list):
+            raise Transient(f"{self.id}: unexpected ssh-keys listing")
+        return data
+
+    async def _ensure_ssh_key(self, name: str, public_key: str) -> str:
+        """The per-machine SSH key object, registered once (a retried create reuses it)."""
+        if any(k.get("name") == name for k in await self._ssh_keys()):
+            return name
+        try:
+            await self._data("POST", "/ssh-keys", json={"name": name, "public_key": public_key.strip()})
+        except InvalidRequest:
+            # Most likely a concurrent create registered it first; anything else re-raises.
+            if not any(k.get("name") == name for k in await self._ssh_keys()):
+                raise
+        return name
+
+    async def _delete_ssh_key(self, name: str) -> None:
+        for k in await self._ssh_keys():
+            if k.get("name") == name and k.get("id"):
+                await self._call("DELETE", f"/ssh-keys/{k['id']}", allow=(404,))
+
+    # ------------------------------------------------------------------ primitives
+
+    async def verify(self) -> str:
+        # Lambda has no account endpoint; listing SSH keys is the cheapest authenticated call.
+        # The identity is a fingerprint of the key, never the key itself.
+        await self._ssh_keys()
+        digest = hashlib.sha256(str(self.credentials["api_key"]).encode()).hexdigest()[:12]
+        return f"Lambda Cloud API key {digest}"
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        if query.spot is True:
+            return []  # Lambda sells no spot instances
+        data = await self._data("GET", "/instance-types")
+        with _http.parsing(self.id, "instance-types"):
+            out = [offer for entry in data.values() for offer in self._offers_of(entry)]
+        return rank_offers(out, query)
+
+    def _offers_of(self, entry: dict[str, Any]) -> list[Offer]:
+        it = entry["instance_type"]
+        specs = it.get("specs") or {}
+        gpu = None
+        if int(specs.get("gpus") or 0) > 0:
+            name, memory = canonical_gpu(it.get("gpu_description"), it["name"])
+            gpu = GpuSpec(name=name, count=int(specs["gpus"]), memory_gib=memory)
+        return [
+            Offer(provider=self.id, instance_type=it["name"], gpu=gpu, vcpus=int(specs.get("vcpus") or 0),
+                  memory_gib=float(specs.get("memory_gib") or 0), region=r["name"],
+                  price_per_hour=int(it["price_cents_per_hour"]) / 100, spot=False, available=True)
+            for r in entry.get("regions_with_capacity_available") or []
+        ]
+
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
+                                                   region=offer.region))
+        name = self._name(spec.key)
+        found = await self._by_name(name)
+        if found is not None:
+            with _http.parsing(self.id, "instance"):
+                return self._ref(found, key=spec.key)
+        key_name = await self._ensure_ssh_key(name, spec.ssh_public_keys[0])
+        body: dict[str, Any] = {
+            "region_name": offer.region,
+            "instance_type_name": offer.instance_type,
+            "ssh_key_names": [key_name],
+            "quantity": 1,
+            "name": name,
+        }
+        user_data = merge_user_data(spec.ssh_public_keys[1:], spec.user_data)
+        if user_data:
+            body["user_data"] = user_data
+        try:
+            data = await self._data("POST", "/instance-operations/launch", json=body,
+                                    scope=f"{self.id}/{offer.region}")
+        except (CapacityError, QuotaError, InvalidRequest):
+            # Definitely not launched: drop the key now rather than leave it for terminate.
+            # (Transient/RateLimited may have launched; the retry reuses the key.)
+            await self._delete_ssh_key(key_name)
+            raise
+        with _http.parsing(self.id, "launch"):
+            instance_id = str(data["instance_ids"][0])
+        return InstanceRef(provider=self.id, instance_id=instance_id, key=spec.key, region=offer.region)
+
+    async def get(self, ref: InstanceRef) -> InstanceStatus | None:
+        resp = await self._call("GET", f"/instances/{ref.instance_id}", allow=(404,))
+        if resp.status_code == 404:
+            return None
+        body = _http.json_body(resp, provider=self.id)
+        with _http.parsing(self.id, "instance"):
+            inst = body["data"]
+            status = str(inst.get("status"))
+            return InstanceStatus(
+                ref=ref,
+                state=_STATES.get(status, InstanceState.ERROR),
+                host=inst.get("ip") or None,
+                # Real Lambda always serves SSH on 22; the simulated cloud's machines share 127.0.0.1,
+                # so it adds `x_sim_ssh_port` (fakeclouds/lambda_api.py).
+                ssh_port=int(inst.get(SIM_SSH_PORT_FIELD) or 22),
+                ssh_user=self.capabilities.login_user,
+                instance_type=(inst.get("instance_type") or {}).get("name"),
+                detail=status,
+            )
+
+    async def terminate(self, ref: InstanceRef) -> None:
+        resp = await self._call("POST", "/instance-operations/terminate",
+                                json={"instance_ids": [ref.instance_id]}, allow=(400, 404))
+        if not resp.is_success and _http.error_code(resp) != NOT_FOUND:
+            raise _http.map_response_error(resp, provider=self.id, codes=_CODES)
+        await self._delete_ssh_key(self._name(ref.key))
+
+    async def list_owned(self) -> list[InstanceRef]:
+        instances = await self._instances()
+        with _http.parsing(self.id, "instances"):
+            return [self._ref(i) for i in instances if str(i.get("name") or "").startswith(self._prefix)]
+
+    async def find(self, key: str) -> InstanceRef | None:
+        # By the full name, so keys shortened to fit Lambda's 64 chars are found too.
+        found = await self._by_name(self._name(key))
+        if found is None:
+            return None
+        with _http.parsing(self.id, "instance"):
+            return self._ref(found, key=key)
+

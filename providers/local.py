@@ -1,0 +1,222 @@
+"""The `local` cloud: our own simulated cloud serving real SSH machines on this host
+(fakeclouds/README.md, "The `local` API"). Ownership is carried in labels; the machine
+name is the idempotency key (names are unique among live machines)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import httpx
+
+from providers import _http
+from providers.base import (
+    Capabilities,
+    CloudProvider,
+    GpuSpec,
+    InstanceRef,
+    InstanceState,
+    InstanceStatus,
+    InvalidRequest,
+    LaunchRequirements,
+    LaunchSpec,
+    Offer,
+    OfferQuery,
+    Transient,
+    rank_offers,
+)
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8765/local/v1"
+
+LABEL_INSTALLATION = "gpuprov-installation"
+LABEL_ALLOCATION = "gpuprov-allocation"
+LABEL_KEY = "gpuprov-key"
+
+_CODES: dict[str, _http.ErrorKind] = {
+    "unauthorized": "auth",
+    "insufficient_capacity": "capacity",
+    "quota_exceeded": "quota",
+    "rate_limited": "rate_limit",
+    "invalid_request": "invalid",
+}
+
+_STATES = {
+    "pending": InstanceState.PENDING,
+    "running": InstanceState.RUNNING,
+    "terminating": InstanceState.TERMINATING,
+    "terminated": InstanceState.TERMINATED,
+    "error": InstanceState.ERROR,
+}
+
+
+class LocalProvider(CloudProvider):
+    id: ClassVar[str] = "local"
+    credential_fields: ClassVar[list[str]] = ["api_key"]
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="local cloud",
+        k3s="none",
+        k3s_reason="the local cloud's machines are process sandboxes on this host; k3s cannot run there",
+        ports=False,
+        ports_reason="--port needs a firewall API; the local cloud's machines share this host's network",
+        spot=True,
+        custom_image=False,
+        login_user="gpuprov",
+        regions=["local-1", "local-2"],
+        default_regions=["local-1"],
+        planning="live",
+    )
+
+    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
+                 installation_id: str = "default", timeout: float = _http.DEFAULT_TIMEOUT,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(credentials, endpoint=endpoint or DEFAULT_ENDPOINT, installation_id=installation_id)
+        self._timeout = timeout
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _http(self) -> httpx.AsyncClient:
+        # Created lazily so a provider can be constructed outside an event loop.
+        if self._client is None:
+            assert self.endpoint is not None
+            self._client = _http.make_client(self.endpoint, self.credentials["api_key"],
+                                             timeout=self._timeout, transport=self._transport)
+        return self._client
+
+    async def _call(self, method: str, path: str, *, scope: str | None = None,
+                    allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
+        return await _http.request(self._http(), method, path, provider=self.id, scope=scope,
+                                   codes=_CODES, allow=allow, **kwargs)
+
+    def _json(self, resp: httpx.Response) -> Any:
+        return _http.json_body(resp, provider=self.id)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _ref(self, m: dict[str, Any]) -> InstanceRef:
+        labels = m.get("labels") or {}
+        return InstanceRef(provider=self.id, instance_id=str(m["id"]),
+                           key=str(labels.get(LABEL_KEY) or m.get("name") or ""), region=m.get("region"))
+
+    async def _machines(self, **params: str) -> list[dict[str, Any]]:
+        body = self._json(await self._call("GET", "/machines", params=params))
+        machines = body.get("machines") if isinstance(body, dict) else None
+        if not isinstance(machines, list):
+            raise Transient(f"{self.id}: unexpected machines listing")
+        return machines
+
+    # ------------------------------------------------------------------ primitives
+
+    async def verify(self) -> str:
+        body = self._json(await self._call("GET", "/account"))
+        with _http.parsing(self.id, "account"):
+            return str(body.get("name") or body["id"])
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        if query.spot is True and not self.capabilities.spot:
+            return []
+        body = self._json(await self._call("GET", "/offers"))
+        with _http.parsing(self.id, "offers"):
+            out = [self._offer(o) for o in body["offers"]]
+        return rank_offers(out, query)
+
+    def _offer(self, o: dict[str, Any]) -> Offer:
+        gpu = None
+        if o.get("gpu_name") and o.get("gpu_count"):
+            gpu = GpuSpec(name=o["gpu_name"], count=int(o["gpu_count"]), memory_gib=o.get("gpu_memory_gib"))
+        return Offer(
+            provider=self.id, instance_type=o["instance_type"], gpu=gpu, vcpus=int(o["vcpus"]),
+            memory_gib=float(o["memory_gib"]), region=o["region"],
+            price_per_hour=float(o["price_per_hour"]), spot=bool(o.get("spot", False)),
+            available=bool(o.get("available", True)),
+        )
+
+    async def _lookup(self, key: str) -> dict[str, Any] | None:
+        """The live machine named `key`, whoever owns it."""
+        for m in await self._machines(name=key):
+            if m.get("name") == key and m.get("status") != "terminated":
+                return m
+        return None
+
+    async def _find_for_create(self, key: str) -> InstanceRef | None:
+        m = await self._lookup(key)
+        if m is None:
+            return None
+        if (m.get("labels") or {}).get(LABEL_INSTALLATION) != self.installation_id:
+            # Never adopt someone else's machine as ours.
+            raise InvalidRequest(f"{self.id}: machine name {key!r} is taken by another installation")
+        with _http.parsing(self.id, "machine"):
+            return self._ref(m)
+
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
+                                                   region=offer.region))
+        found = await self._find_for_create(spec.key)
+        if found is not None:
+            return found
+        payload = {
+            "name": spec.key,
+            "instance_type": offer.instance_type,
+            "region": offer.region,
+            "spot": offer.spot,
+            "ssh_public_keys": spec.ssh_public_keys,
+            "user_data": spec.user_data,
+            "labels": {
+                LABEL_INSTALLATION: self.installation_id,
+                LABEL_ALLOCATION: spec.owner.allocation_id,
+                LABEL_KEY: spec.key,
+            },
+            "ports": spec.ports,
+        }
+        resp = await self._call("POST", "/machines", json=payload, scope=f"{self.id}/{offer.region}",
+                                allow=(409,))
+        if resp.status_code == 409:
+            # A concurrent/earlier create won the name: that machine is ours.
+            found = await self._find_for_create(spec.key)
+            if found is None:
+                raise Transient(f"{self.id}: name {spec.key!r} conflicted but no live machine has it")
+            return found
+        with _http.parsing(self.id, "create"):
+            return self._ref(self._json(resp))
+
+    async def get(self, ref: InstanceRef) -> InstanceStatus | None:
+        resp = await self._call("GET", f"/machines/{ref.instance_id}", allow=(404,))
+        if resp.status_code == 404:
+            return None
+        m = self._json(resp)
+        with _http.parsing(self.id, "machine"):
+            return self._status(ref, m)
+
+    def _status(self, ref: InstanceRef, m: dict[str, Any]) -> InstanceStatus:
+        status = str(m.get("status"))
+        return InstanceStatus(
+            ref=ref,
+            state=_STATES.get(status, InstanceState.ERROR),
+            host=m.get("host"),
+            ssh_port=int(m.get("ssh_port") or 22),
+            ssh_user=m.get("ssh_user") or self.capabilities.login_user,
+            instance_type=m.get("instance_type"),
+            detail=status,
+        )
+
+    async def terminate(self, ref: InstanceRef) -> None:
+        # 404 = already gone = success.
+        await self._call("DELETE", f"/machines/{ref.instance_id}", allow=(404,))
+
+    async def list_owned(self) -> list[InstanceRef]:
+        machines = await self._machines(label=f"{LABEL_INSTALLATION}={self.installation_id}")
+        # Filter again client-side: ownership must not rest on the server honouring the filter.
+        with _http.parsing(self.id, "machines"):
+            return [self._ref(m) for m in machines
+                    if (m.get("labels") or {}).get(LABEL_INSTALLATION) == self.installation_id
+                    and m.get("status") != "terminated"]
+
+    async def find(self, key: str) -> InstanceRef | None:
+        m = await self._lookup(key)
+        if m is None or (m.get("labels") or {}).get(LABEL_INSTALLATION) != self.installation_id:
+            return None
+        with _http.parsing(self.id, "machine"):
+            return self._ref(m)

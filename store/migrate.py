@@ -1,0 +1,69 @@
+"""Schema migrations (alembic), applied at API, worker and `gpuprov dev` start.
+
+    from store.migrate import upgrade
+    upgrade(engine)            # or upgrade("sqlite:///...") / upgrade() for the configured DB
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from store.db import make_engine
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(engine_or_url: sa.Engine | str | None = None) -> Config:
+    """A Config without alembic.ini: the script location is this package's migrations dir."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    if isinstance(engine_or_url, sa.Engine):
+        cfg.attributes["engine"] = engine_or_url
+    elif engine_or_url:
+        cfg.attributes["url"] = engine_or_url
+    return cfg
+
+
+def _engine(engine_or_url: sa.Engine | str | None) -> sa.Engine:
+    if isinstance(engine_or_url, sa.Engine):
+        return engine_or_url
+    if engine_or_url:
+        return make_engine(engine_or_url)
+    from store.db import default_engine
+
+    return default_engine()
+
+
+def head() -> str:
+    rev = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert rev is not None
+    return rev
+
+
+def current(engine_or_url: sa.Engine | str | None = None) -> str | None:
+    with _engine(engine_or_url).connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine_or_url: sa.Engine | str | None = None, revision: str = "head") -> None:
+    """Bring the schema to `revision`. Safe to call from several processes at once."""
+    engine = _engine(engine_or_url)
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        if _created_without_alembic(conn):
+            # A database made by SQLModel.metadata.create_all (unit-test fixtures, older dev
+            # homes) already has the initial schema: adopt it instead of failing on CREATE.
+            command.stamp(cfg, "0001")
+        command.upgrade(cfg, revision)
+
+
+def _created_without_alembic(conn: sa.Connection) -> bool:
+    names = set(sa.inspect(conn).get_table_names())
+    return "alembic_version" not in names and "instance" in names

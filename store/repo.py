@@ -1,0 +1,141 @@
+"""Query helpers over the SQL projection, shared by the API, the CLI and activities.
+
+Functions take an open Session and commit only where they say so, so a caller can group
+writes. Credentials go in and out only through a SecretBox: the row holds ciphertext.
+"""
+
+from __future__ import annotations
+
+import secrets as _random
+from collections.abc import Sequence
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from store.models import Attempt, Connection, Instance, utcnow
+from store.secrets import SecretBox
+
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+# Instance statuses after which nothing on the cloud should exist or be about to exist.
+FINAL_STATUSES = frozenset({"terminated", "failed"})
+LIVE_STATUSES = frozenset({"provisioning", "ready", "terminating"})
+
+
+def new_id(length: int = 10) -> str:
+    """A short random id of [a-z0-9], starting with a letter (safe as a cloud name/tag)."""
+    first = _random.choice(_ALPHABET[:26])
+    return first + "".join(_random.choice(_ALPHABET) for _ in range(length - 1))
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def add_connection(session: Session, box: SecretBox, *, provider: str, name: str,
+                   credentials: dict[str, Any], endpoint: str | None = None) -> Connection:
+    """Insert a pending connection with encrypted credentials and commit it."""
+    row = Connection(id=new_id(), provider=provider, name=name, endpoint=endpoint,
+                     status="pending", secret=box.seal(credentials))
+    session.add(row)
+    session.commit()
+    return row
+
+
+def credentials_of(box: SecretBox, connection: Connection) -> dict[str, Any]:
+    """Decrypt a connection's credentials (raises SecretError with a wrong key)."""
+    return box.open(connection.secret)
+
+
+def list_connections(session: Session) -> Sequence[Connection]:
+    return session.exec(select(Connection).order_by(col(Connection.created_at), col(Connection.id))).all()
+
+
+def get_connection(session: Session, connection_id: str) -> Connection | None:
+    return session.get(Connection, connection_id)
+
+
+def connection_for(session: Session, provider: str) -> Connection | None:
+    """The newest connected connection of `provider`, or None."""
+    stmt = (select(Connection)
+            .where(Connection.provider == provider, Connection.status == "connected")
+            .order_by(col(Connection.created_at).desc(), col(Connection.id).desc()))
+    return session.exec(stmt).first()
+
+
+def mark_connection(session: Session, connection_id: str, *, status: str, account: str | None = None,
+                    error: str | None = None) -> Connection | None:
+    """Record a verification outcome (ConnectWorkflow's activity) and commit."""
+    row = session.get(Connection, connection_id)
+    if row is None:
+        return None
+    row.status, row.account, row.error = status, account, error
+    session.add(row)
+    session.commit()
+    return row
+
+
+def delete_connection(session: Session, connection_id: str) -> bool:
+    row = session.get(Connection, connection_id)
+    if row is None:
+        return False
+    session.delete(row)
+    session.commit()
+    return True
+
+
+# --------------------------------------------------------------------------- instances
+
+
+def list_instances(session: Session, *, project: str | None = None, status: str | None = None,
+                   connection_id: str | None = None) -> Sequence[Instance]:
+    stmt = select(Instance)
+    if project is not None:
+        stmt = stmt.where(Instance.project == project)
+    if status is not None:
+        stmt = stmt.where(Instance.status == status)
+    if connection_id is not None:
+        stmt = stmt.where(Instance.connection_id == connection_id)
+    return session.exec(stmt.order_by(col(Instance.created_at).desc(), col(Instance.id))).all()
+
+
+def live_instances(session: Session, connection_id: str) -> list[Instance]:
+    """Instances of a connection that may still hold (or be about to hold) a cloud machine."""
+    return [i for i in list_instances(session, connection_id=connection_id) if i.status in LIVE_STATUSES]
+
+
+def get_instance(session: Session, instance_id: str) -> Instance | None:
+    return session.get(Instance, instance_id)
+
+
+def update_instance(session: Session, instance_id: str, **fields: Any) -> Instance | None:
+    """Set fields on an instance row (bumping updated_at) and commit. Unknown fields raise."""
+    row = session.get(Instance, instance_id)
+    if row is None:
+        return None
+    for name, value in fields.items():
+        if name not in Instance.model_fields:
+            raise AttributeError(f"Instance has no field {name!r}")
+        setattr(row, name, value)
+    row.updated_at = utcnow()
+    session.add(row)
+    session.commit()
+    return row
+
+
+def attempts_of(session: Session, instance_id: str) -> Sequence[Attempt]:
+    stmt = select(Attempt).where(Attempt.instance_id == instance_id).order_by(col(Attempt.seq))
+    return session.exec(stmt).all()
+
+
+def record_attempt(session: Session, attempt: Attempt) -> Attempt:
+    """Insert or update the attempt (instance_id, seq): activities retry, rows must not double."""
+    stmt = select(Attempt).where(Attempt.instance_id == attempt.instance_id, Attempt.seq == attempt.seq)
+    row = session.exec(stmt).first()
+    if row is None:
+        row = attempt
+    else:
+        for name in ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason"):
+            setattr(row, name, getattr(attempt, name))
+    session.add(row)
+    session.commit()
+    return row

@@ -1,0 +1,167 @@
+"""API tests: the real app over an ASGI transport, a temp SQLite store, an in-memory
+FakeCloud adapter and a FakeWorkflows recorder in place of Temporal."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import asyncssh
+import httpx
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+from pydantic import BaseModel
+from sqlmodel import Session
+
+from api.app import create_app
+from api.deps import AppDeps, WorkflowFailed, WorkflowUnavailable
+from providers import registry
+from providers.base import (
+    AuthError,
+    Capabilities,
+    CloudProvider,
+    GpuSpec,
+    InstanceRef,
+    InstanceStatus,
+    LaunchSpec,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    rank_offers,
+)
+from store import migrate, repo
+from store.db import make_engine
+from store.secrets import SecretBox
+from workflows.models import ConnectResult
+
+TOKEN = "test-token-123"
+GOOD_KEY = "fake-good-api-key-0001"
+
+
+class FakeCloud(CloudProvider):
+    """In-memory cloud: api_key GOOD_KEY verifies; offers come from OFFERS unless FAIL is set."""
+
+    id = "fakecloud"
+    capabilities = Capabilities(display_name="Fake Cloud", regions=["r1", "r2"], spot=False, ports=False,
+                                ports_reason="--port needs a firewall API; Fake Cloud has none")
+    credential_fields: ClassVar[list[str]] = ["api_key"]
+    OFFERS: ClassVar[list[Offer]] = [
+        Offer(provider="fakecloud", instance_type="gpu.h100", gpu=GpuSpec(name="H100", count=1), vcpus=8,
+              memory_gib=64, region="r2", price_per_hour=2.5),
+        Offer(provider="fakecloud", instance_type="gpu.a10", gpu=GpuSpec(name="A10", count=1), vcpus=4,
+              memory_gib=32, region="r1", price_per_hour=0.75),
+    ]
+    FAIL: ClassVar[ProviderError | None] = None
+
+    async def verify(self) -> str:
+        if self.credentials["api_key"] != GOOD_KEY:
+            raise AuthError("Fake Cloud refused the API key")
+        return "fake-account-7"
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        if self.FAIL is not None:
+            raise self.FAIL
+        return rank_offers(self.OFFERS, query)
+
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        raise NotImplementedError
+
+    async def get(self, ref: InstanceRef) -> InstanceStatus | None:
+        raise NotImplementedError
+
+    async def terminate(self, ref: InstanceRef) -> None:
+        raise NotImplementedError
+
+    async def list_owned(self) -> list[InstanceRef]:
+        return []
+
+
+@dataclass
+class FakeWorkflows:
+    """Records every start/execute. ConnectWorkflow is simulated like its activity: decrypt,
+    verify, record the outcome on the row."""
+
+    engine: sa.Engine
+    box: SecretBox
+    starts: list[tuple[str, BaseModel, str, bool]] = field(default_factory=list)
+    executes: list[tuple[str, BaseModel, str]] = field(default_factory=list)
+    fail_with: Exception | None = None
+
+    async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+                    use_existing: bool = False) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.starts.append((workflow, arg, workflow_id, use_existing))
+
+    async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+                      execution_timeout_s: float, result_type: type | None = None) -> Any:
+        self.executes.append((workflow, arg, workflow_id))
+        if self.fail_with is not None:
+            raise self.fail_with
+        assert workflow == "ConnectWorkflow"
+        conn_id = arg.connection_id  # type: ignore[attr-defined]
+        with Session(self.engine) as session:
+            row = repo.get_connection(session, conn_id)
+            assert row is not None and row.status == "pending"
+            cloud = registry.build(row.provider, repo.credentials_of(self.box, row), endpoint=row.endpoint)
+            try:
+                account = await cloud.verify()
+            except ProviderError as e:
+                repo.mark_connection(session, conn_id, status="failed", error=e.message)
+                return ConnectResult(connection_id=conn_id, ok=False, reason=e.message)
+            repo.mark_connection(session, conn_id, status="connected", account=account)
+            return ConnectResult(connection_id=conn_id, ok=True, account=account)
+
+
+@pytest.fixture(autouse=True)
+def fake_cloud() -> Any:
+    registry.register_for_tests(FakeCloud)
+    FakeCloud.FAIL = None
+    yield FakeCloud
+    registry.unregister_for_tests(FakeCloud.id)
+
+
+@pytest.fixture
+def engine(tmp_path: Any) -> Any:
+    eng = make_engine(f"sqlite:///{tmp_path / 'api.db'}")
+    migrate.upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def box() -> SecretBox:
+    return SecretBox(Fernet.generate_key())
+
+
+@pytest.fixture
+def workflows(engine: sa.Engine, box: SecretBox) -> FakeWorkflows:
+    return FakeWorkflows(engine=engine, box=box)
+
+
+@pytest.fixture
+async def client(engine: sa.Engine, box: SecretBox,
+                 workflows: FakeWorkflows) -> AsyncIterator[httpx.AsyncClient]:
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001", workflows=workflows)
+    transport = httpx.ASGITransport(app=create_app(deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api",
+                                 headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        yield c
+
+
+@pytest.fixture
+def ssh_key() -> str:
+    return asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+
+async def connect_fake(client: httpx.AsyncClient) -> dict[str, Any]:
+    r = await client.post("/api/compute/connections",
+                          json={"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY}})
+    assert r.status_code == 201, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+__all__ = ["FakeCloud", "FakeWorkflows", "WorkflowFailed", "WorkflowUnavailable", "connect_fake"]

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+from sqlmodel import Session
+
+from api.deps import WorkflowUnavailable
+from store import repo
+from store.models import Attempt
+from tests.api.conftest import FakeWorkflows, connect_fake
+
+URL = "/api/compute/instances"
+
+
+def body(ssh_key: str, **extra: Any) -> dict[str, Any]:
+    return {"cloud": "fakecloud", "ssh_public_keys": [ssh_key], **extra}
+
+
+@pytest.mark.parametrize(("extra", "reason"), [
+    ({"spot": True}, "spot"),
+    ({"ports": [8080]}, "firewall API; Fake Cloud has none"),
+    ({"region": "mars-1"}, "no region 'mars-1'"),
+    ({"cloud": "nimbus"}, "unknown cloud 'nimbus'"),
+    ({"ssh_public_keys": ["ssh-rsa AAAAnotakey"]}, "not an OpenSSH public key"),
+    ({"ssh_public_keys": []}, "at least 1 item"),
+    ({"gpu_count": 0}, "greater than or equal to 1"),
+    ({"ports": [70000]}, "less than or equal to 65535"),
+    ({"gpu_cout": 2}, "Extra inputs are not permitted"),
+])
+async def test_invalid_requests_are_422_before_any_workflow(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str, extra: dict[str, Any],
+        reason: str) -> None:
+    await connect_fake(client)
+    r = await client.post(URL, json=body(ssh_key, **extra))
+    assert r.status_code == 422, r.text
+    assert reason in r.text
+    assert workflows.starts == []
+    assert (await client.get(URL)).json() == []
+
+
+async def test_not_connected_is_409(client: httpx.AsyncClient, workflows: FakeWorkflows,
+                                    ssh_key: str) -> None:
+    r = await client.post(URL, json=body(ssh_key))
+    assert r.status_code == 409 and "connect fakecloud first" in r.json()["detail"]
+    assert workflows.starts == []
+
+
+async def test_create_records_the_row_and_starts_allocate(client: httpx.AsyncClient, workflows: FakeWorkflows,
+                                                          ssh_key: str) -> None:
+    conn = await connect_fake(client)
+    r = await client.post(URL, json=body(ssh_key, gpu="H100", gpu_count=1, region="r2", name="train",
+                                         project="vision"))
+    assert r.status_code == 202, r.text
+    iid = r.json()["id"]
+    assert re.fullmatch(r"[a-z0-9]{1,12}", iid) and r.json()["status"] == "provisioning"
+    [(name, req, wf_id, use_existing)] = workflows.starts
+    assert (name, wf_id, use_existing) == ("AllocateWorkflow", f"allocate-{iid}", False)
+    assert req.allocation_id == iid and req.connection_id == conn["id"]  # type: ignore[attr-defined]
+    assert req.installation_id == "inst0001" and req.ssh_public_keys == [ssh_key]  # type: ignore[attr-defined]
+    assert (req.gpu, req.region, req.project) == ("H100", "r2", "vision")  # type: ignore[attr-defined]
+    got = (await client.get(f"{URL}/{iid}")).json()
+    assert got["status"] == "provisioning" and got["phase"] == "validate" and got["ssh"] is None
+    assert got["requested"] == {"gpu": "H100", "gpu_count": 1, "region": "r2", "spot": None}
+    assert [i["id"] for i in (await client.get(URL)).json()] == [iid]
+
+
+async def test_reads_come_from_the_database(client: httpx.AsyncClient, ssh_key: str,
+                                            engine) -> None:  # type: ignore[no-untyped-def]
+    await connect_fake(client)
+    iid = (await client.post(URL, json=body(ssh_key))).json()["id"]
+    with Session(engine) as s:  # what the allocate activities write as they go
+        repo.record_attempt(s, Attempt(instance_id=iid, seq=1, provider="fakecloud", instance_type="gpu.a10",
+                                       region="r1", price_per_hour=0.75, outcome="capacity",
+                                       reason="no A10 left in r1"))
+        repo.record_attempt(s, Attempt(instance_id=iid, seq=2, provider="fakecloud", instance_type="gpu.h100",
+                                       region="r2", price_per_hour=2.5, outcome="created"))
+        repo.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1", ssh_port=2222,
+                             ssh_user="ubuntu", instance_type="gpu.h100", offer_region="r2",
+                             price_per_hour=2.5, gpus_found=[{"index": 0, "name": "NVIDIA H100"}],
+                             note="k3s skipped")
+    got = (await client.get(f"{URL}/{iid}")).json()
+    assert got["status"] == "ready" and got["ssh"] == {"host": "127.0.0.1", "port": 2222, "user": "ubuntu"}
+    assert [(a["seq"], a["outcome"], a["reason"]) for a in got["attempts"]] == [
+        (1, "capacity", "no A10 left in r1"), (2, "created", None)]
+    assert got["gpus"] == [{"index": 0, "name": "NVIDIA H100"}] and got["price_per_hour"] == 2.5
+    assert got["region"] == "r2" and got["note"] == "k3s skipped"
+    assert got["created_at"].endswith(("+00:00", "Z"))
+    assert (await client.get(URL, params={"status": "ready"})).json()[0]["id"] == iid
+    assert (await client.get(URL, params={"status": "failed"})).json() == []
+    r = await client.get(f"{URL}/nope")
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+
+
+async def test_terminate_is_idempotent(client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str,
+                                       engine) -> None:  # type: ignore[no-untyped-def]
+    await connect_fake(client)
+    iid = (await client.post(URL, json=body(ssh_key))).json()["id"]
+    for _ in range(2):
+        r = await client.post(f"{URL}/{iid}/terminate")
+        assert r.status_code == 202 and r.json() == {"id": iid, "status": "terminating"}
+    assert [(w, i, e) for w, _, i, e in workflows.starts[1:]] == [
+        ("TerminateWorkflow", f"terminate-{iid}", True)] * 2
+    with Session(engine) as s:
+        repo.update_instance(s, iid, status="terminated")
+    r = await client.post(f"{URL}/{iid}/terminate")
+    assert r.status_code == 202 and r.json()["status"] == "terminated" and len(workflows.starts) == 3
+    assert (await client.post(f"{URL}/nope/terminate")).status_code == 404
+
+
+async def test_temporal_down_marks_the_row_failed(client: httpx.AsyncClient, workflows: FakeWorkflows,
+                                                  ssh_key: str) -> None:
+    await connect_fake(client)
+    workflows.fail_with = WorkflowUnavailable("Temporal at 127.0.0.1:7233 is not reachable")
+    r = await client.post(URL, json=body(ssh_key))
+    assert r.status_code == 503 and "not reachable" in r.json()["detail"]
+    [row] = (await client.get(URL)).json()
+    assert row["status"] == "failed" and "not reachable" in row["error"]

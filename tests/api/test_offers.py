@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import httpx
+
+from providers.base import AuthError, RateLimited, Transient
+from tests.api.conftest import FakeCloud, connect_fake
+
+URL = "/api/compute/backends/fakecloud/offers"
+
+
+async def test_offers_need_a_connection(client: httpx.AsyncClient) -> None:
+    r = await client.get(URL)
+    assert r.status_code == 409 and "connect fakecloud first" in r.json()["detail"]
+    r = await client.get("/api/compute/backends/nimbus/offers")
+    assert r.status_code == 422 and "known:" in r.json()["detail"]
+
+
+async def test_offers_are_filtered_and_cheapest_first(client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    r = await client.get(URL)
+    assert r.status_code == 200
+    assert [o["instance_type"] for o in r.json()] == ["gpu.a10", "gpu.h100"]
+    r = await client.get(URL, params={"gpu": "h100", "region": "r2"})
+    assert [o["instance_type"] for o in r.json()] == ["gpu.h100"]
+    assert (await client.get(URL, params={"spot": "true"})).json() == []
+    assert (await client.get(URL, params={"spot": "maybe"})).status_code == 422
+
+
+async def test_provider_errors_map_to_http_with_the_reason(client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    FakeCloud.FAIL = RateLimited("slow down", retry_after=7)
+    r = await client.get(URL)
+    assert r.status_code == 429 and r.headers["retry-after"] == "7" and "slow down" in r.json()["detail"]
+    FakeCloud.FAIL = Transient("upstream 503")
+    r = await client.get(URL)
+    assert r.status_code == 502 and "upstream 503" in r.json()["detail"]
+    FakeCloud.FAIL = AuthError("key revoked")
+    r = await client.get(URL)
+    assert r.status_code == 409 and "key revoked" in r.json()["detail"]

@@ -1,0 +1,77 @@
+"""CLI tests drive the real commands against the real app (TestClient transport), with the
+API tests' FakeCloud and a FakeWorkflows that plays the workflows' record writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+from sqlmodel import Session
+
+import cli
+from api.app import create_app
+from api.deps import AppDeps
+from providers import registry
+from store import migrate, repo
+from store.db import make_engine
+from store.models import Attempt
+from store.secrets import SecretBox
+from tests.api.conftest import FakeCloud, FakeWorkflows
+
+TOKEN = "cli-test-token"
+
+
+class FakeInstantWorkflows(FakeWorkflows):
+    """Allocate makes the machine ready at once (after one capacity failover); terminate ends it."""
+
+    async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+                    use_existing: bool = False) -> None:
+        await super().start(workflow, arg, workflow_id=workflow_id, use_existing=use_existing)
+        iid = arg.allocation_id  # type: ignore[attr-defined]
+        with Session(self.engine) as s:
+            if workflow == "AllocateWorkflow":
+                for seq, outcome, reason in [(1, "capacity", "sold out in r1"), (2, "created", None)]:
+                    repo.record_attempt(s, Attempt(instance_id=iid, seq=seq, provider="fakecloud",
+                                                   instance_type="gpu.a10", region=f"r{seq}",
+                                                   price_per_hour=0.75, outcome=outcome, reason=reason))
+                repo.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1",
+                                     ssh_port=2201, ssh_user="ubuntu", instance_type="gpu.a10",
+                                     offer_region="r2", price_per_hour=0.75,
+                                     gpus_found=[{"index": 0, "name": "NVIDIA A10"}])
+            elif workflow == "TerminateWorkflow":
+                repo.update_instance(s, iid, status="terminated", phase="terminated")
+
+
+@pytest.fixture
+def engine(tmp_path: Any) -> Any:
+    eng = make_engine(f"sqlite:///{tmp_path / 'cli.db'}")
+    migrate.upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def workflows(engine: sa.Engine) -> FakeInstantWorkflows:
+    return FakeInstantWorkflows(engine=engine, box=SecretBox(Fernet.generate_key()))
+
+
+@pytest.fixture(autouse=True)
+def api(monkeypatch: pytest.MonkeyPatch, engine: sa.Engine, workflows: FakeInstantWorkflows) -> TestClient:
+    registry.register_for_tests(FakeCloud)
+    FakeCloud.FAIL = None
+    deps = AppDeps(engine=engine, box=workflows.box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=workflows)
+    app = create_app(deps)
+
+    def http_client(base_url: str, token: str) -> TestClient:
+        return TestClient(app, base_url=base_url, headers={"Authorization": f"Bearer {token}"})
+
+    monkeypatch.setattr(cli, "http_client", http_client)
+    monkeypatch.setenv("GPUPROV_TOKEN", TOKEN)
+    monkeypatch.setenv("GPUPROV_POLL_INTERVAL", "0.01")
+    yield TestClient(app)
+    registry.unregister_for_tests(FakeCloud.id)

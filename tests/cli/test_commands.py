@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncssh
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from tests.api.conftest import GOOD_KEY
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "id_ed25519.pub"
+    path.write_text(asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode())
+    return path
+
+
+def _connect() -> None:
+    r = runner.invoke(app, ["connect", "fakecloud", "--credential", f"api_key={GOOD_KEY}"])
+    assert r.exit_code == 0, r.output
+    assert "connected fakecloud as fake-account-7" in r.output
+
+
+def test_connect_reports_the_reason_when_refused() -> None:
+    r = runner.invoke(app, ["connect", "fakecloud", "--credential", "api_key=wrong"])
+    assert r.exit_code == 1
+    assert "could not verify fakecloud: Fake Cloud refused the API key (HTTP 400)" in r.output
+    r = runner.invoke(app, ["connect", "fakecloud", "--credential", "api_key"])
+    assert r.exit_code == 1 and "KEY=VALUE" in r.output
+
+
+def test_offers_table() -> None:
+    r = runner.invoke(app, ["offers", "--cloud", "fakecloud"])
+    assert r.exit_code == 1 and "connect fakecloud first" in r.output
+    _connect()
+    r = runner.invoke(app, ["offers", "--cloud", "fakecloud", "--gpu", "a10"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split() == ["TYPE", "GPU", "VCPUS", "RAM", "REGION", "PRICE", "SPOT", "AVAIL"]
+    assert "gpu.a10" in lines[1] and "1x A10" in lines[1] and "$0.75/h" in lines[1] and len(lines) == 2
+
+
+def test_up_follows_to_ready_and_prints_attempts_and_ssh(key_file: Path) -> None:
+    _connect()
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--gpu", "A10", "--ssh-key", str(key_file)])
+    assert r.exit_code == 0, r.output
+    assert "attempt 1: fakecloud gpu.a10 in r1 ($0.75/h): capacity — sold out in r1" in r.output
+    assert "attempt 2: fakecloud gpu.a10 in r2 ($0.75/h): created" in r.output
+    assert "GPUs: NVIDIA A10" in r.output
+    assert r.output.strip().endswith("ssh -p 2201 ubuntu@127.0.0.1")
+    r = runner.invoke(app, ["ls"])
+    assert r.exit_code == 0 and "ready" in r.output and "ssh -p 2201 ubuntu@127.0.0.1" in r.output
+
+
+def test_up_refused_by_capabilities_shows_the_cloud_reason(key_file: Path) -> None:
+    _connect()
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--port", "8080", "--ssh-key", str(key_file)])
+    assert r.exit_code == 1
+    assert "error: --port needs a firewall API; Fake Cloud has none (HTTP 422)" in r.output
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--ssh-key", str(key_file.parent / "missing.pub")])
+    assert r.exit_code == 1 and "not found" in r.output
+
+
+def test_down_waits_until_terminated(key_file: Path) -> None:
+    _connect()
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--ssh-key", str(key_file), "--detach"])
+    iid = r.output.split()[1]
+    r = runner.invoke(app, ["down", iid])
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().endswith(f"{iid} terminated")
+    assert runner.invoke(app, ["ls"]).output.strip() == "no instances"
+    r = runner.invoke(app, ["down", "nope"])
+    assert r.exit_code == 1 and "no instance 'nope' (HTTP 404)" in r.output
+
+
+def test_bad_token_and_unreachable_api_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPROV_TOKEN", "wrong")
+    r = runner.invoke(app, ["ls"])
+    assert r.exit_code == 1 and "refused the token" in r.output
+    monkeypatch.undo()  # back to the real HTTP client, pointed at a closed port
+    monkeypatch.setenv("GPUPROV_TOKEN", "x")
+    monkeypatch.setenv("GPUPROV_API_URL", "http://127.0.0.1:9")
+    r = runner.invoke(app, ["ls"])
+    assert r.exit_code == 1 and "cannot reach the gpuprov API at http://127.0.0.1:9" in r.output

@@ -1,0 +1,269 @@
+"""The conformance checks every adapter must pass against its simulated cloud.
+
+Each check is a plain async function of a Harness, so it can also be pointed at a
+deliberately broken adapter to prove the check catches the bug. Checks clean up what they
+create; the fixture resets the cloud afterwards as a second line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from providers.base import (
+    AuthError,
+    CapacityError,
+    CloudProvider,
+    InstanceRef,
+    InstanceState,
+    InstanceStatus,
+    LaunchRequirements,
+    Offer,
+    OfferQuery,
+    QuotaError,
+    RateLimited,
+    Transient,
+    Unsupported,
+)
+from tests.conformance.clouds import Harness, new_installation_id
+
+POLL = 0.05
+WAIT_RUNNING = 20.0
+WAIT_GONE = 20.0
+
+Check = Callable[[Harness], Awaitable[None]]
+
+
+async def cheapest(p: CloudProvider) -> Offer:
+    offers = await p.offers(OfferQuery(spot=False))
+    assert offers, f"{p.id}: no on-demand offer available"
+    return offers[0]
+
+
+async def wait_for(p: CloudProvider, ref: InstanceRef, done: Callable[[InstanceStatus | None], bool],
+                   within: float) -> list[InstanceStatus | None]:
+    """Poll get() until `done`; returns every status seen (for asserting the path taken)."""
+    seen: list[InstanceStatus | None] = []
+    deadline = time.monotonic() + within
+    while True:
+        st = await p.get(ref)
+        seen.append(st)
+        if done(st):
+            return seen
+        assert time.monotonic() < deadline, f"timed out; states seen: {[s and s.state for s in seen]}"
+        await asyncio.sleep(POLL)
+
+
+def _gone(st: InstanceStatus | None) -> bool:
+    return st is None or st.state == InstanceState.TERMINATED
+
+
+async def _terminate_all(p: CloudProvider, refs: list[InstanceRef]) -> None:
+    for ref in {r.instance_id: r for r in refs}.values():
+        await p.terminate(ref)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+async def check_verify(h: Harness) -> None:
+    async with h.provider() as p:
+        identity = await p.verify()
+        assert isinstance(identity, str) and identity.strip()
+        assert h.server.tokens[h.sim.facade] not in identity, "identity must not echo the secret"
+    async with h.provider(token="wrong-token") as bad:
+        with pytest.raises(AuthError):
+            await bad.verify()
+        with pytest.raises(AuthError):
+            await bad.offers(OfferQuery())
+
+
+async def check_offers(h: Harness) -> None:
+    async with h.provider() as p:
+        caps = type(p).capabilities
+        offers = await p.offers(OfferQuery())
+        assert offers, "no offers at all"
+        for o in offers:
+            assert o.provider == p.id and o.instance_type and o.region
+            assert o.vcpus > 0 and o.memory_gib > 0 and o.price_per_hour > 0
+            assert o.available
+            assert not caps.regions or o.region in caps.regions, f"{o.region} missing from capabilities"
+            if o.gpu is not None:
+                assert o.gpu.name and o.gpu.count >= 1 and o.gpu.memory_gib and o.gpu.memory_gib > 0
+        prices = [o.price_per_hour for o in offers]
+        assert prices == sorted(prices), "offers must come cheapest first"
+
+        spot = await p.offers(OfferQuery(spot=True))
+        on_demand = await p.offers(OfferQuery(spot=False))
+        assert on_demand and all(not o.spot for o in on_demand)
+        if caps.spot:
+            assert spot and all(o.spot for o in spot)
+        else:
+            assert spot == [], "a cloud without spot must offer none"
+
+        gpu_names = {o.gpu.name for o in offers if o.gpu}
+        for name in gpu_names:
+            got = await p.offers(OfferQuery(gpu=name.lower()))
+            expected = [o for o in offers if o.gpu and o.gpu.name == name]
+            assert got == expected, f"gpu filter {name.lower()!r}"
+        assert await p.offers(OfferQuery(gpu="no-such-gpu")) == []
+        region = offers[0].region
+        assert all(o.region == region for o in await p.offers(OfferQuery(region=region)))
+
+
+async def check_create_idempotent(h: Harness) -> None:
+    """Same key twice -> one machine; a create whose answer was lost, retried -> still one."""
+    async with h.provider() as p:
+        offer = await cheapest(p)
+        made: list[InstanceRef] = []
+        try:
+            before = await h.machine_ids()
+            spec = h.spec()
+            first = await p.create(offer, spec)
+            made.append(first)
+            second = await p.create(offer, spec)
+            made.append(second)
+            new = await h.machine_ids() - before
+            assert len(new) == 1, f"same key twice made {len(new)} machines"
+            assert (second.instance_id, second.key) == (first.instance_id, spec.key), "retry got another ref"
+
+            before = await h.machine_ids()
+            lost = h.spec()
+            await h.add_fault("create", "lose_response")
+            with pytest.raises(Transient):
+                await p.create(offer, lost)
+            retried = await p.create(offer, lost)
+            made.append(retried)
+            new = await h.machine_ids() - before
+            assert new == {retried.instance_id}, f"retry after a lost answer made {len(new)} machines"
+            found = await p.find(lost.key)
+            assert found is not None and found.instance_id == retried.instance_id
+        finally:
+            await _terminate_all(p, made)
+
+
+async def check_lifecycle(h: Harness) -> None:
+    """pending -> running with an SSH address -> terminate -> gone; terminate twice is fine."""
+    async with h.provider() as p:
+        ref = await p.create(await cheapest(p), h.spec())
+        try:
+            seen = await wait_for(p, ref, lambda s: s is not None and s.state == InstanceState.RUNNING,
+                                  WAIT_RUNNING)
+            first = seen[0]
+            assert first is not None and first.state == InstanceState.PENDING, "first state must be pending"
+            running = seen[-1]
+            assert running is not None and running.host and running.ssh_port > 0
+            assert running.ssh_user == type(p).capabilities.login_user
+            conn = asyncio.open_connection(running.host, running.ssh_port)
+            reader, writer = await asyncio.wait_for(conn, 5)
+            banner = await asyncio.wait_for(reader.readline(), 5)
+            writer.close()
+            assert banner.startswith(b"SSH-2.0"), "host/ssh_port must reach the machine's SSH server"
+        finally:
+            await p.terminate(ref)
+        await wait_for(p, ref, _gone, WAIT_GONE)
+        await p.terminate(ref)  # already gone: success
+        assert _gone(await p.get(ref))
+        missing = ref.model_copy(update={"instance_id": "999999999"})
+        assert await p.get(missing) is None
+        await p.terminate(missing)
+
+
+async def check_list_owned(h: Harness) -> None:
+    """Exactly our machines: not another installation's on the same account."""
+    ours_p = h.provider(installation_id=new_installation_id())
+    theirs_id = new_installation_id()
+    theirs_p = h.provider(installation_id=theirs_id)
+    async with ours_p, theirs_p:
+        offer = await cheapest(ours_p)
+        ours = theirs = None
+        try:
+            ours = await ours_p.create(offer, h.spec(installation_id=ours_p.installation_id))
+            theirs = await theirs_p.create(offer, h.spec(installation_id=theirs_id))
+            assert [r.instance_id for r in await ours_p.list_owned()] == [ours.instance_id]
+            assert [r.instance_id for r in await theirs_p.list_owned()] == [theirs.instance_id]
+            assert (await ours_p.list_owned())[0].key == ours.key
+            assert await ours_p.find(theirs.key) is None
+        finally:
+            if ours:
+                await ours_p.terminate(ours)
+            if theirs:
+                await theirs_p.terminate(theirs)
+
+
+async def check_capacity_and_quota(h: Harness) -> None:
+    async with h.provider() as p:
+        offer = await cheapest(p)
+        before = await h.machine_ids()
+        await h.add_fault("create", "capacity")
+        with pytest.raises(CapacityError) as cap:
+            await p.create(offer, h.spec())
+        assert cap.value.scope == f"{p.id}/{offer.region}"
+        await h.add_fault("create", "quota")
+        with pytest.raises(QuotaError) as quota:
+            await p.create(offer, h.spec())
+        assert quota.value.scope.startswith(p.id)
+        assert await h.machine_ids() == before, "a refused create must leave nothing behind"
+
+
+async def check_rate_limit(h: Harness) -> None:
+    async with h.provider() as p:
+        await h.add_fault("offers", "rate_limit", retry_after=3)
+        with pytest.raises(RateLimited) as exc:
+            await p.offers(OfferQuery())
+        assert exc.value.retry_after == pytest.approx(3.0)
+        assert await p.offers(OfferQuery()), "the rule was used up; the next call succeeds"
+
+
+async def check_server_error(h: Harness) -> None:
+    async with h.provider() as p:
+        for op, call in (("offers", lambda: p.offers(OfferQuery())), ("list", p.list_owned)):
+            await h.add_fault(op, "server_error", status=503)
+            with pytest.raises(Transient):
+                await call()
+            await call()  # the fault was used up
+
+
+async def check_unsupported(h: Harness) -> None:
+    """Capabilities refuse what the cloud cannot do, with the cloud's reason; create does too."""
+    async with h.provider() as p:
+        caps = type(p).capabilities
+        if caps.k3s == "none":
+            assert caps.k3s_reason, "k3s 'none' must say why"
+        cases = [
+            (LaunchRequirements(spot=True), caps.spot, None),
+            (LaunchRequirements(ports=[8080]), caps.ports, caps.ports_reason),
+            (LaunchRequirements(image="ubuntu:24.04"), caps.custom_image, None),
+        ]
+        for req, supported, reason in cases:
+            if supported:
+                caps.check(req)
+                continue
+            with pytest.raises(Unsupported) as exc:
+                caps.check(req)
+            assert caps.display_name in exc.value.message or (reason and exc.value.message == reason)
+        if caps.regions:
+            with pytest.raises(Unsupported):
+                caps.check(LaunchRequirements(region="no-such-region-1"))
+            caps.check(LaunchRequirements(region=caps.regions[0]))
+        if not caps.ports:
+            before = await h.machine_ids()
+            with pytest.raises(Unsupported):
+                await p.create(await cheapest(p), h.spec(ports=[8080]))
+            assert await h.machine_ids() == before
+
+
+ALL_CHECKS: list[Check] = [
+    check_verify,
+    check_offers,
+    check_create_idempotent,
+    check_lifecycle,
+    check_list_owned,
+    check_capacity_and_quota,
+    check_rate_limit,
+    check_server_error,
+    check_unsupported,
+]

@@ -1,0 +1,97 @@
+"""Which simulated cloud stands in for which adapter. A new adapter adds one entry to CLOUDS."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncssh
+
+from providers import registry
+from providers.base import CloudProvider, LaunchSpec, Ownership
+
+
+@dataclass(frozen=True)
+class SimulatedCloud:
+    cloud: str  # the adapter's id in the registry
+    facade: str  # the fake server's facade name (admin API, tokens)
+    prefix: str  # path of the facade root on the fake server
+
+    def endpoint(self, server: Any) -> str:
+        return f"{server.url}{self.prefix}"
+
+
+CLOUDS: dict[str, SimulatedCloud] = {
+    "local": SimulatedCloud("local", "local", "/local/v1"),
+    "lambda": SimulatedCloud("lambda", "lambda", "/lambda/api/v1"),
+}
+
+
+def production_clouds() -> list[str]:
+    """Every registered adapter except test-only ones (those defined outside `providers`)."""
+    return [c for c in registry.known()
+            if registry.adapter_class(c).__module__.split(".")[0] == "providers"]
+
+
+def new_installation_id() -> str:
+    # [a-z0-9]{8}, like store.identity: never a prefix of another id, so name-prefix ownership is exact.
+    return uuid.uuid4().hex[:8]
+
+
+@functools.cache
+def conformance_public_key() -> str:
+    """A real OpenSSH public key (the simulated clouds parse what they are given)."""
+    key = asyncssh.generate_private_key("ssh-ed25519", comment="conformance")
+    return key.export_public_key().decode().strip()
+
+
+def new_key() -> str:
+    return f"conf-{uuid.uuid4().hex[:12]}"
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+@dataclass
+class Harness:
+    """One adapter paired with its simulated cloud, plus helpers the checks share."""
+
+    sim: SimulatedCloud
+    server: Any
+    admin: Any
+    installation_id: str = field(default_factory=new_installation_id)
+    provider_cls: type[CloudProvider] | None = None  # override, e.g. a deliberately broken adapter
+
+    def provider(self, *, installation_id: str | None = None, token: str | None = None) -> CloudProvider:
+        cls = self.provider_cls or registry.adapter_class(self.sim.cloud)
+        return cls({"api_key": token or self.server.tokens[self.sim.facade]},
+                   endpoint=self.sim.endpoint(self.server),
+                   installation_id=installation_id or self.installation_id)
+
+    def spec(self, key: str | None = None, *, installation_id: str | None = None,
+             **extra: Any) -> LaunchSpec:
+        key = key or new_key()
+        return LaunchSpec(
+            key=key,
+            owner=Ownership(installation_id=installation_id or self.installation_id, allocation_id=key),
+            ssh_public_keys=[conformance_public_key()],
+            **extra,
+        )
+
+    async def admin_do(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the admin client whether its methods are sync or async."""
+        return await _maybe_await(getattr(self.admin, method)(*args, **kwargs))
+
+    async def add_fault(self, op: str, kind: str, times: int = 1, **params: Any) -> None:
+        await self.admin_do("add_fault", self.sim.facade, op, kind, times=times, **params)
+
+    async def machine_ids(self) -> set[str]:
+        """Ids of every machine the cloud has ever made (terminated ones included)."""
+        machines = await self.admin_do("machines")
+        if isinstance(machines, dict):
+            machines = machines.get("machines", [])
+        return {str(m["id"]) for m in machines}

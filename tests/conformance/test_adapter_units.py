@@ -1,0 +1,232 @@
+"""Adapter details the simulated clouds do not reach: naming, GPU names, user data, and
+edge answers, driven through httpx.MockTransport."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from providers.base import (
+    AuthError,
+    CapacityError,
+    InstanceRef,
+    InvalidRequest,
+    LaunchSpec,
+    Offer,
+    OfferQuery,
+    Ownership,
+)
+from providers.lambda_ import LambdaProvider, canonical_gpu, instance_name, merge_user_data
+from providers.local import LocalProvider
+
+Handler = Callable[[httpx.Request], httpx.Response]
+OFFER = Offer(provider="lambda", instance_type="gpu_1x_a10", vcpus=30, memory_gib=200, region="us-east-1",
+              price_per_hour=0.75)
+
+
+def spec(key: str = "alloc-1-a0", keys: int = 1, installation: str = "inst0001") -> LaunchSpec:
+    return LaunchSpec(key=key, owner=Ownership(installation_id=installation, allocation_id="alloc-1"),
+                      ssh_public_keys=[f"ssh-ed25519 AAAA{i} k{i}" for i in range(keys)])
+
+
+def spec_ref() -> InstanceRef:
+    return InstanceRef(provider="lambda", instance_id="i-1", key="alloc-1-a0", region="us-east-1")
+
+
+def lam(handler: Handler) -> LambdaProvider:
+    return LambdaProvider({"api_key": "k"}, endpoint="http://lambda.test/api/v1", installation_id="inst0001",
+                          transport=httpx.MockTransport(handler))
+
+
+def local(handler: Handler) -> LocalProvider:
+    return LocalProvider({"api_key": "k"}, endpoint="http://local.test/local/v1", installation_id="inst0001",
+                         transport=httpx.MockTransport(handler))
+
+
+def data(payload: object, status: int = 200) -> httpx.Response:
+    return httpx.Response(status, json={"data": payload})
+
+
+def lambda_err(status: int, code: str) -> httpx.Response:
+    return httpx.Response(status, json={"error": {"code": code, "message": code, "suggestion": None}})
+
+
+@pytest.mark.parametrize(("desc", "type_name", "expected"), [
+    ("A10 (24 GB PCIe)", "gpu_1x_a10", ("A10", 24.0)),
+    ("H100 (80 GB SXM5)", "gpu_8x_h100_sxm5", ("H100", 80.0)),
+    ("8x A100 (40 GB SXM4)", "gpu_8x_a100", ("A100", 40.0)),
+    ("GH200 (96 GB)", "gpu_1x_gh200", ("GH200", 96.0)),
+    ("Tesla V100 (16 GB)", "gpu_8x_v100", ("V100", 16.0)),
+    ("RTX A6000 (48 GB)", "gpu_1x_a6000", ("A6000", 48.0)),
+    ("Quadro RTX 6000 (24 GB)", "gpu_1x_rtx6000", ("RTX6000", 24.0)),
+    (None, "gpu_2x_b200_sxm6", ("B200", None)),
+])
+def test_canonical_gpu(desc: str | None, type_name: str, expected: tuple[str, float | None]) -> None:
+    assert canonical_gpu(desc, type_name) == expected
+
+
+def test_instance_name_fits_and_is_stable() -> None:
+    assert instance_name("inst0001", "alloc-1-a0") == "gpuprov-inst0001-alloc-1-a0"
+    long_key = "k" * 63
+    name = instance_name("inst0001", long_key)
+    assert len(name) == 64 and name == instance_name("inst0001", long_key)
+    assert name != instance_name("inst0001", "k" * 62 + "j")
+    with pytest.raises(InvalidRequest):
+        instance_name("i" * 60, "key")
+
+
+def test_merge_user_data() -> None:
+    assert merge_user_data([], None) is None
+    assert merge_user_data([], "#!/bin/sh\n") == "#!/bin/sh\n"
+    only_keys = merge_user_data(["ssh-ed25519 BBB b"], None)
+    assert only_keys is not None and only_keys.startswith("#cloud-config")
+    assert "  - ssh-ed25519 BBB b" in only_keys
+    both = merge_user_data(["ssh-ed25519 BBB b"], "#!/bin/sh\necho hi\n")
+    assert both is not None and "multipart/mixed" in both
+    assert "text/cloud-config" in both and "text/x-shellscript" in both and "echo hi" in both
+
+
+def test_missing_credentials_is_auth_error() -> None:
+    with pytest.raises(AuthError):
+        LambdaProvider({})
+    with pytest.raises(AuthError):
+        LocalProvider({"api_key": ""})
+
+
+async def test_lambda_create_finds_existing_instance_without_launching() -> None:
+    paths: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        paths.append(f"{req.method} {req.url.path}")
+        return data([{"id": "i-1", "name": "gpuprov-inst0001-alloc-1-a0", "status": "booting",
+                      "region": {"name": "us-east-1"}}])
+
+    async with lam(handler) as p:
+        ref = await p.create(OFFER, spec())
+    assert ref.instance_id == "i-1" and ref.key == "alloc-1-a0" and ref.region == "us-east-1"
+    assert paths == ["GET /api/v1/instances"]
+
+
+async def test_lambda_create_registers_first_key_and_passes_the_rest_as_user_data() -> None:
+    posted: dict[str, dict[str, object]] = {}
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.method == "GET":
+            return data([])
+        posted[req.url.path] = json.loads(req.content)
+        if req.url.path.endswith("/ssh-keys"):
+            return data({"id": "key-1", "name": "x", "public_key": "y"})
+        return data({"instance_ids": ["i-9"]})
+
+    async with lam(handler) as p:
+        ref = await p.create(OFFER, spec(keys=2))
+    assert ref.instance_id == "i-9"
+    key = posted["/api/v1/ssh-keys"]
+    launch = posted["/api/v1/instance-operations/launch"]
+    assert key == {"name": "gpuprov-inst0001-alloc-1-a0", "public_key": "ssh-ed25519 AAAA0 k0"}
+    assert launch["ssh_key_names"] == ["gpuprov-inst0001-alloc-1-a0"]
+    assert launch["name"] == "gpuprov-inst0001-alloc-1-a0" and launch["quantity"] == 1
+    assert "ssh-ed25519 AAAA1 k1" in str(launch["user_data"])
+
+
+async def test_lambda_terminate_gone_is_success_and_deletes_the_key() -> None:
+    calls: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(f"{req.method} {req.url.path}")
+        if req.url.path.endswith("/terminate"):
+            return lambda_err(404, "global/object-does-not-exist")
+        if req.method == "GET":
+            return data([{"id": "key-7", "name": "gpuprov-inst0001-alloc-1-a0"},
+                         {"id": "key-8", "name": "other"}])
+        return data({})
+
+    async with lam(handler) as p:
+        await p.terminate(spec_ref())
+    assert calls[-1] == "DELETE /api/v1/ssh-keys/key-7"
+
+
+async def test_lambda_terminate_other_refusal_raises() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        return lambda_err(400, "global/invalid-parameters")
+
+    async with lam(handler) as p:
+        with pytest.raises(InvalidRequest):
+            await p.terminate(spec_ref())
+
+
+async def test_lambda_spot_query_makes_no_call() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        raise AssertionError("no HTTP call expected")
+
+    async with lam(handler) as p:
+        assert await p.offers(OfferQuery(spot=True)) == []
+
+
+async def test_lambda_status_mapping() -> None:
+    states = iter(["booting", "active", "unhealthy", "terminating", "terminated"])
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        return data({"id": "i-1", "name": "n", "status": next(states), "ip": "10.0.0.5",
+                     "x_sim_ssh_port": 2222})
+
+    async with lam(handler) as p:
+        got = [(await p.get(spec_ref())) for _ in range(5)]
+    assert [s.state.value for s in got if s] == ["pending", "running", "error", "terminating", "terminated"]
+    running = got[1]
+    assert running is not None
+    assert (running.host, running.ssh_port, running.ssh_user) == ("10.0.0.5", 2222, "ubuntu")
+
+
+async def test_local_conflict_looks_up_again() -> None:
+    lookups = 0
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        nonlocal lookups
+        if req.method == "POST":
+            return httpx.Response(409, json={"error": {"code": "name_conflict", "message": "taken"}})
+        lookups += 1
+        machines = [] if lookups == 1 else [{"id": "m-3", "name": "alloc-1-a0", "status": "pending",
+                                              "region": "local-1",
+                                              "labels": {"gpuprov-installation": "inst0001",
+                                                         "gpuprov-key": "alloc-1-a0"}}]
+        return httpx.Response(200, json={"machines": machines})
+
+    async with local(handler) as p:
+        ref = await p.create(OFFER.model_copy(update={"region": "local-1"}), spec())
+    assert ref.instance_id == "m-3" and lookups == 2
+
+
+async def test_local_never_adopts_another_installations_machine() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"machines": [{"id": "m-1", "name": "alloc-1-a0", "status": "running",
+                                                       "labels": {"gpuprov-installation": "someone-else"}}]})
+
+    async with local(handler) as p:
+        with pytest.raises(InvalidRequest):
+            await p.create(OFFER.model_copy(update={"region": "local-1"}), spec())
+        assert await p.find("alloc-1-a0") is None
+        assert await p.list_owned() == []
+
+
+async def test_lambda_refused_launch_removes_the_key_it_registered() -> None:
+    calls: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(f"{req.method} {req.url.path}")
+        if req.url.path.endswith("/launch"):
+            return lambda_err(400, "instance-operations/launch/insufficient-capacity")
+        if req.method == "POST":
+            return data({"id": "key-5", "name": "gpuprov-inst0001-alloc-1-a0"})
+        if req.url.path.endswith("/ssh-keys") and any(c.startswith("POST") for c in calls):
+            return data([{"id": "key-5", "name": "gpuprov-inst0001-alloc-1-a0"}])
+        return data([])
+
+    async with lam(handler) as p:
+        with pytest.raises(CapacityError) as exc:
+            await p.create(OFFER, spec())
+    assert exc.value.scope == "lambda/us-east-1"
+    assert calls[-1] == "DELETE /api/v1/ssh-keys/key-5"

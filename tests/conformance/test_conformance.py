@@ -1,0 +1,48 @@
+"""Every registered adapter against its simulated cloud, plus proof the suite catches a bug."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from providers.base import InstanceRef, LaunchSpec, Offer
+from providers.lambda_ import LambdaProvider
+from tests.conformance import checks
+from tests.conformance.clouds import CLOUDS, Harness, production_clouds
+from tests.conformance.conftest import make_harness
+
+
+def test_every_adapter_has_a_simulated_cloud() -> None:
+    clouds = production_clouds()
+    assert {"local", "lambda"} <= set(clouds)
+    assert set(clouds) <= set(CLOUDS), "add the new adapter's simulated cloud to clouds.py"
+
+
+@pytest.mark.parametrize("check", checks.ALL_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+async def test_conformance(harness: Harness, check: checks.Check) -> None:
+    await check(harness)
+
+
+class DoubleCreatingFakeLambdaProvider(LambdaProvider):
+    """Broken on purpose: launches without looking the name up first."""
+
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        name = self._name(spec.key)
+        await self._ensure_ssh_key(name, spec.ssh_public_keys[0])
+        data = await self._data("POST", "/instance-operations/launch", json={
+            "region_name": offer.region, "instance_type_name": offer.instance_type,
+            "ssh_key_names": [name], "quantity": 1, "name": name,
+        })
+        return InstanceRef(provider=self.id, instance_id=str(data["instance_ids"][0]), key=spec.key,
+                           region=offer.region)
+
+
+async def test_suite_catches_a_double_creating_adapter(fake_server: Any) -> None:
+    h = make_harness("lambda", fake_server, provider_cls=DoubleCreatingFakeLambdaProvider)
+    await h.admin_do("clear_faults")
+    try:
+        with pytest.raises(AssertionError, match="same key twice made 2 machines"):
+            await checks.check_create_idempotent(h)
+    finally:
+        await h.admin_do("reset")

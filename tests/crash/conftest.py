@@ -1,0 +1,93 @@
+"""Crash tests: a REAL worker process (`python worker.py`) against the test Temporal server,
+a simulated cloud in this process (it outlives the worker), and a store on disk."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
+from temporalio.testing import WorkflowEnvironment
+
+from fakeclouds.server import FakeCloudServer
+from store import repo
+from store.secrets import SecretBox
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+TASK_QUEUE = "gpuprov-crash-tests"
+INSTALLATION = "crash001"
+
+
+class WorkerProcess:
+    """Start, SIGKILL and restart `python worker.py` with the test environment."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env, self.log = env, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+async def sim() -> AsyncIterator[FakeCloudServer]:
+    async with FakeCloudServer(boot_delay=0.3, terminate_delay=0.05) as server:
+        yield server
+
+
+@pytest.fixture
+def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path,
+                   secret_key: bytes, db_engine: sa.Engine) -> Iterator[WorkerProcess]:
+    env = {**os.environ,
+           "GPUPROV_HOME": str(tmp_path / "home"),
+           "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
+           "GPUPROV_SECRET_KEY": secret_key.decode(),
+           "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+           "GPUPROV_TASK_QUEUE": TASK_QUEUE,
+           "GPUPROV_INSTALLATION_ID": INSTALLATION,
+           "PYTHONPATH": str(ROOT)}
+    w = WorkerProcess(env, tmp_path / "worker.log")
+    w.start()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def local_connection(sim: FakeCloudServer, db_engine: sa.Engine, secret_box: SecretBox) -> str:
+    with Session(db_engine) as s:
+        return repo.add_connection(s, secret_box, provider="local", name="local",
+                                   credentials={"api_key": sim.tokens["local"]},
+                                   endpoint=f"{sim.url}/local/v1").id
+
+
+@pytest.fixture(autouse=True)
+def clean_sim(sim: FakeCloudServer) -> Iterator[None]:
+    sim.admin.reset()
+    yield
+    sim.admin.reset()
+
+
+def machines_of(sim: FakeCloudServer, key_prefix: str) -> list[dict[str, Any]]:
+    return [m for m in sim.admin.machines() if str(m.get("name", "")).startswith(key_prefix)]

@@ -1,0 +1,102 @@
+"""SIGKILL the worker at the two worst moments of an allocation and restart it: the
+allocation still completes with exactly one machine, and terminate leaves nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import asyncssh
+import pytest
+from temporalio.client import Client
+
+from fakeclouds.server import FakeCloudServer
+from providers import registry
+from tests.crash.conftest import INSTALLATION, TASK_QUEUE, WorkerProcess, machines_of
+from workflows.allocate import attempt_key
+from workflows.models import (
+    AllocateRequest,
+    AllocationState,
+    Phase,
+    TerminateRequest,
+    TerminateResult,
+    Timing,
+    allocate_workflow_id,
+    terminate_workflow_id,
+)
+
+pytestmark = [pytest.mark.devserver, pytest.mark.slow]
+
+# A 2 s heartbeat timeout: the server notices the dead worker's activity within seconds.
+TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.2, call_timeout_s=60, boot_timeout_s=60,
+                ssh_timeout_s=20, max_retry_interval_s=1)
+USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            if predicate():
+                return
+            await asyncio.sleep(0.1)
+
+
+async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: WorkerProcess, conn: str,
+                                crash_when: Callable[[str], bool]) -> tuple[str, AllocationState]:
+    allocation_id = f"crash-{uuid.uuid4().hex[:8]}"
+    key = attempt_key(allocation_id, 1)
+    req = AllocateRequest(allocation_id=allocation_id, connection_id=conn, cloud="local",
+                          installation_id=INSTALLATION, ssh_public_keys=[USER_KEY], timing=TIMING)
+    handle = await client.start_workflow("AllocateWorkflow", req, id=allocate_workflow_id(allocation_id),
+                                         task_queue=TASK_QUEUE, result_type=AllocationState)
+    await until(lambda: crash_when(key))
+    worker.kill()
+    sim.admin.clear_faults()
+    worker.start()
+    state = await asyncio.wait_for(handle.result(), 60)
+    assert state.phase == Phase.READY
+    made = machines_of(sim, key)
+    assert len(made) == 1, made  # the retry found the machine; it did not make a second one
+    assert made[0]["status"] == "running" and state.ref is not None and state.ref.instance_id == made[0]["id"]
+    return allocation_id, state
+
+
+async def terminate_and_check_nothing_left(client: Client, sim: FakeCloudServer, allocation_id: str) -> None:
+    result = await client.execute_workflow(
+        "TerminateWorkflow", TerminateRequest(allocation_id=allocation_id, timing=TIMING),
+        id=terminate_workflow_id(allocation_id), task_queue=TASK_QUEUE, result_type=TerminateResult)
+    assert result.terminated
+    assert all(m["status"] == "terminated" for m in sim.admin.machines())
+    async with registry.build("local", {"api_key": sim.tokens["local"]}, endpoint=f"{sim.url}/local/v1",
+                              installation_id=INSTALLATION) as p:
+        assert await p.list_owned() == []
+
+
+async def test_kill_after_the_cloud_accepted_the_create(temporal_client: Client, sim: FakeCloudServer,
+                                                        worker_process: WorkerProcess,
+                                                        local_connection: str) -> None:
+    # The create takes effect, then its response is held back: the worker dies in between.
+    sim.admin.add_fault("local", "create", "latency", when="after", seconds=30)
+
+    def created(key: str) -> bool:
+        return len(machines_of(sim, key)) == 1
+
+    allocation_id, _ = await allocate_with_a_crash(temporal_client, sim, worker_process, local_connection,
+                                                   created)
+    await terminate_and_check_nothing_left(temporal_client, sim, allocation_id)
+
+
+async def test_kill_while_waiting_for_boot(temporal_client: Client, sim: FakeCloudServer,
+                                           worker_process: WorkerProcess, local_connection: str) -> None:
+    sim.admin.configure(boot_delay=5)
+    try:
+        def booting(key: str) -> bool:
+            made = machines_of(sim, key)
+            return len(made) == 1 and made[0]["status"] == "pending"
+
+        allocation_id, _ = await allocate_with_a_crash(temporal_client, sim, worker_process,
+                                                       local_connection, booting)
+    finally:
+        sim.admin.configure(boot_delay=0.3)
+    await terminate_and_check_nothing_left(temporal_client, sim, allocation_id)

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from fakeclouds.engine import Engine
+from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
+
+
+async def _wait(engine: Engine, mid: str, status: str) -> None:
+    for _ in range(200):
+        if engine.machines[mid].status == status:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{mid} is {engine.machines[mid].status}, not {status}")
+
+
+@pytest.fixture
+async def engine(tmp_path: Path):
+    eng = Engine(boot_delay=0.05, terminate_delay=0.01, state_dir=tmp_path / "state")
+    await eng.start()
+    yield eng
+    await eng.stop()
+
+
+def _local(engine: Engine, pubkey: str, **kw):
+    args = {"name": "m", "instance_type": "cpu-small", "region": "local-1", "public_keys": [pubkey], **kw}
+    return engine.create("local", **args)
+
+
+async def test_refuses_what_the_cloud_refuses(engine: Engine, pubkey: str) -> None:
+    with pytest.raises(Invalid, match="unknown instance type"):
+        _local(engine, pubkey, instance_type="gpu_1x_a10")
+    with pytest.raises(Invalid, match="unknown region"):
+        _local(engine, pubkey, region="us-east-1")
+    with pytest.raises(Invalid, match="not an OpenSSH public key"):
+        _local(engine, pubkey, public_keys=["ssh-rsa garbage"])
+    with pytest.raises(Invalid, match="name"):
+        _local(engine, pubkey, name="-starts-with-dash")
+    with pytest.raises(Invalid, match="spot"):
+        engine.create("lambda", instance_type="gpu_1x_a10", region="us-east-1", public_keys=[pubkey],
+                      spot=True)
+    with pytest.raises(Invalid, match="not offered"):
+        engine.set_stock("gpu_1x_a10", "local-1", 3)
+    _local(engine, pubkey, name="taken")
+    with pytest.raises(NameConflict):
+        _local(engine, pubkey, name="taken")
+    with pytest.raises(NotFound):
+        engine.get("lambda", next(iter(engine.machines)))  # other facade's machine is invisible
+    engine.configure(quota={"local": 1})
+    with pytest.raises(QuotaExceeded):
+        _local(engine, pubkey, name="second")
+    assert len(engine.machines) == 1
+
+
+async def test_stock_and_billing(engine: Engine, pubkey: str) -> None:
+    engine.set_stock("cpu-small", "local-1", 2)
+    (a,), (b,) = _local(engine, pubkey, name="a"), _local(engine, pubkey, name="b")
+    assert engine.stock[("cpu-small", "local-1")] == 0
+    with pytest.raises(NoCapacity) as err:
+        _local(engine, pubkey, name="c")
+    assert err.value.region == "local-1"
+    await _wait(engine, a.id, "running")
+    engine.terminate("local", a.id)
+    await _wait(engine, a.id, "terminated")
+    assert engine.stock[("cpu-small", "local-1")] == 1
+    billed = a.billing_seconds()
+    await asyncio.sleep(0.05)
+    assert a.billing_seconds() == billed > 0  # stopped when gone
+    assert b.billing_seconds() > billed  # still running, still billing
+    await engine.kill(b.id)
+    assert b.status == "error" and b.billing_seconds() > 0 and b.ended_at is None  # dead still bills
+
+
+async def test_lambda_quantity_and_unique_ids(engine: Engine, pubkey: str) -> None:
+    made = engine.create("lambda", name="x", instance_type="gpu_1x_a10", region="us-east-1",
+                         public_keys=[pubkey], quantity=3)
+    assert len({m.id for m in made}) == 3 and all(len(m.id) == 32 for m in made)
+    assert engine.stock[("gpu_1x_a10", "us-east-1")] == 1
+    with pytest.raises(NoCapacity):
+        engine.create("lambda", name="x", instance_type="gpu_1x_a10", region="us-east-1",
+                      public_keys=[pubkey], quantity=2)
+    smi = engine.machine_home(made[0]) / "bin" / "nvidia-smi"
+    assert "SIMULATED" in smi.read_text()
+
+
+async def test_persistence_restores_machines_same_port_and_host_key(tmp_path: Path, pubkey: str,
+                                                                    ssh_key: asyncssh.SSHKey) -> None:
+    state = tmp_path / "state"
+    first = Engine(boot_delay=0.05, terminate_delay=0.01, state_dir=state)
+    await first.start()
+    (up,) = _local(first, pubkey, name="up")
+    (stuck,) = _local(first, pubkey, name="stuck", stuck=True)
+    (gone,) = _local(first, pubkey, name="gone")
+    (gpu,) = first.create("lambda", name=None, instance_type="gpu_1x_a10", region="us-west-1",
+                           public_keys=[pubkey])
+    await _wait(first, up.id, "running")
+    first.terminate("local", gone.id)
+    await _wait(first, gone.id, "terminated")
+    first.configure(boot_delay=30)  # the next one is still booting when the engine stops
+    (booting,) = _local(first, pubkey, name="booting")
+    port = up.ssh_port
+    async with asyncssh.connect("127.0.0.1", port, username="gpuprov", client_keys=[ssh_key],
+                                known_hosts=None) as conn:
+        host_key = conn.get_server_host_key().public_data
+        await conn.run("echo kept > note")
+    await first.stop()
+
+    second = Engine(boot_delay=0.05, terminate_delay=0.01, state_dir=state)
+    await second.start()
+    try:
+        assert second.machines[up.id].status == "running" and second.machines[up.id].ssh_port == port
+        assert second.machines[stuck.id].status == "pending"
+        assert second.machines[gone.id].status == "terminated"
+        assert second.machines[booting.id].status == "pending"
+        assert second.stock[("cpu-small", "local-1")] == 8 - 3
+        async with asyncssh.connect("127.0.0.1", port, username="gpuprov", client_keys=[ssh_key],
+                                    known_hosts=None) as conn:
+            assert conn.get_server_host_key().public_data == host_key
+            assert (await conn.run("cat note")).stdout == "kept\n"
+        await _wait(second, gpu.id, "running")
+        assert second.machines[booting.id].boot_at > time.time() + 20  # resumes its own schedule
+    finally:
+        await second.stop()

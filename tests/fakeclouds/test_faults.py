@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from fakeclouds.admin import FakeCloudAdmin, FakeCloudAdminError
+from tests.fakeclouds.helpers import create_local, launch_lambda, wait_lambda, wait_local
+
+
+async def test_capacity_fault_per_region(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                         pubkey: str) -> None:
+    admin.add_fault("local", "create", "capacity", region="local-1")
+    r = await create_local(local, pubkey, name="a", region="local-2")
+    assert r.status_code == 201  # other region: not hit, rule not used up
+    r = await create_local(local, pubkey, name="b", region="local-1")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "insufficient_capacity"
+    assert (await create_local(local, pubkey, name="b", region="local-1")).status_code == 201  # times=1
+    assert admin.faults() == []
+
+
+async def test_lambda_capacity_and_quota(lam: httpx.AsyncClient, admin: FakeCloudAdmin, pubkey: str) -> None:
+    await admin.aio.add_fault("lambda", "create", "capacity")
+    await admin.aio.add_fault("lambda", "create", "quota")
+    r = await launch_lambda(lam, pubkey)
+    assert r.json()["error"]["code"] == "instance-operations/launch/insufficient-capacity"
+    r = await launch_lambda(lam, pubkey)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "global/quota-exceeded"
+    assert (await launch_lambda(lam, pubkey)).status_code == 200
+    assert len(await admin.aio.live_machines()) == 1  # the refused launches made nothing
+
+
+async def test_rate_limit_has_retry_after(local: httpx.AsyncClient, lam: httpx.AsyncClient,
+                                          admin: FakeCloudAdmin) -> None:
+    admin.add_fault("*", "list", "rate_limit", times=2, retry_after=0.5)
+    r = await local.get("/machines")
+    assert r.status_code == 429 and r.headers["retry-after"] == "0.5"
+    assert r.json()["error"]["code"] == "rate_limited"
+    r = await lam.get("/instances")
+    assert r.status_code == 429 and r.headers["retry-after"] == "0.5"
+    assert (await local.get("/machines")).status_code == 200
+
+
+async def test_server_error_and_times_forever(local: httpx.AsyncClient, admin: FakeCloudAdmin) -> None:
+    admin.add_fault("local", "offers", "server_error", times=-1, status=503)
+    for _ in range(3):
+        assert (await local.get("/offers")).status_code == 503
+    assert (await local.get("/account")).status_code == 200  # other op
+    admin.clear_faults()
+    assert (await local.get("/offers")).status_code == 200
+
+
+async def test_facade_filter(local: httpx.AsyncClient, admin: FakeCloudAdmin) -> None:
+    admin.add_fault("lambda", "*", "server_error")
+    assert (await local.get("/offers")).status_code == 200
+    assert len(admin.faults()) == 1
+
+
+async def test_create_only_kinds_ignore_other_ops(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                                  pubkey: str) -> None:
+    admin.add_fault("local", "*", "capacity")
+    assert (await local.get("/machines")).status_code == 200
+    assert (await create_local(local, pubkey)).status_code == 503
+
+
+async def test_latency_before(local: httpx.AsyncClient, admin: FakeCloudAdmin) -> None:
+    admin.add_fault("local", "get", "latency", seconds=0.3)
+    start = time.monotonic()
+    assert (await local.get("/machines/nope")).status_code == 404
+    assert time.monotonic() - start >= 0.3
+
+
+async def test_latency_after_create_took_effect(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                                pubkey: str) -> None:
+    """The caller gives up (a killed worker) while the cloud has already made the machine."""
+    admin.add_fault("local", "create", "latency", seconds=1.0, when="after")
+    with pytest.raises(httpx.ReadTimeout):
+        await local.post("/machines", timeout=0.3, json={
+            "name": "ghost", "instance_type": "cpu-small", "region": "local-1", "ssh_public_keys": [pubkey]})
+    (m,) = (await local.get("/machines", params={"name": "ghost"})).json()["machines"]
+    assert m["name"] == "ghost"
+
+
+async def test_lose_response(local: httpx.AsyncClient, lam: httpx.AsyncClient, admin: FakeCloudAdmin,
+                             pubkey: str) -> None:
+    admin.add_fault("*", "create", "lose_response", times=2)
+    r = await create_local(local, pubkey, name="lost")
+    assert r.status_code == 504
+    assert [m["name"] for m in (await local.get("/machines")).json()["machines"]] == ["lost"]
+    r = await launch_lambda(lam, pubkey, name="lost")
+    assert r.status_code == 504
+    assert [i["name"] for i in (await lam.get("/instances")).json()["data"]] == ["lost"]
+
+
+async def test_stuck_booting(local: httpx.AsyncClient, admin: FakeCloudAdmin, pubkey: str) -> None:
+    admin.add_fault("local", "create", "stuck_booting")
+    m = (await create_local(local, pubkey)).json()
+    await asyncio.sleep(0.4)  # boot delay is 0.1
+    again = (await local.get(f"/machines/{m['id']}")).json()
+    assert again["status"] == "pending" and again["ssh_port"] is None
+    assert (await local.delete(f"/machines/{m['id']}")).status_code == 202
+
+
+async def test_die_after_boot(lam: httpx.AsyncClient, admin: FakeCloudAdmin, pubkey: str) -> None:
+    admin.add_fault("lambda", "create", "die_after_boot", seconds=0.2)
+    (iid,) = (await launch_lambda(lam, pubkey)).json()["data"]["instance_ids"]
+    await wait_lambda(lam, iid, "active")
+    await wait_lambda(lam, iid, "unhealthy")
+    assert admin.machine(iid)["detail"] == "died after boot (injected)"
+
+
+async def test_kill_makes_local_machine_error(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                              pubkey: str) -> None:
+    m = (await create_local(local, pubkey)).json()
+    await wait_local(local, m["id"])
+    admin.kill(m["id"])
+    dead = (await local.get(f"/machines/{m['id']}")).json()
+    assert dead["status"] == "error" and dead["host"] is None
+
+
+def test_admin_refuses_bad_rules(admin: FakeCloudAdmin) -> None:
+    for kwargs in ({"kind": "explode"}, {"kind": "latency", "when": "during"},
+                   {"kind": "latency", "bogus": 1}, {"kind": "capacity", "times": 0}):
+        with pytest.raises(FakeCloudAdminError) as err:
+            admin.add_fault("local", "create", **kwargs)  # type: ignore[arg-type]
+        assert err.value.status == 400
+    with pytest.raises(FakeCloudAdminError):
+        admin.add_fault("gcp", "create", "capacity")
+    with pytest.raises(FakeCloudAdminError) as err:
+        admin.kill("no-such-machine")
+    assert err.value.status == 404

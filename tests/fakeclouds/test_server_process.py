@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncssh
+import httpx
+
+from fakeclouds.server import start_subprocess
+
+
+def _ssh_ok(port: int, key: asyncssh.SSHKey) -> str:
+    import asyncio
+
+    async def go() -> str:
+        async with asyncssh.connect("127.0.0.1", port, username="gpuprov", client_keys=[key],
+                                    known_hosts=None) as conn:
+            return (await conn.run("cat note 2>/dev/null; echo alive")).stdout
+    return asyncio.run(go())
+
+
+def test_own_process_survives_crash_and_clean_restart(tmp_path: Path, pubkey: str,
+                                                      ssh_key: asyncssh.SSHKey) -> None:
+    state = tmp_path / "cloud"
+    cloud = start_subprocess(state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
+    headers = {"Authorization": "Bearer t0k"}
+    try:
+        r = httpx.post(f"{cloud.url}/local/v1/machines", headers=headers, json={
+            "name": "keep", "instance_type": "cpu-small", "region": "local-1", "ssh_public_keys": [pubkey]})
+        assert r.status_code == 201, r.text
+        mid = r.json()["id"]
+        port = cloud.admin.wait_status(mid, "running")["ssh_port"]
+        _ssh_ok(port, ssh_key)
+        httpx.post(f"{cloud.url}/local/v1/machines", headers=headers, json={
+            "name": "note", "instance_type": "cpu-small", "region": "local-1", "ssh_public_keys": [pubkey]})
+    finally:
+        cloud.kill()  # a crash: SIGKILL
+    cloud = start_subprocess(cloud.port, state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
+    try:
+        assert cloud.admin.machine(mid)["ssh_port"] == port
+        assert _ssh_ok(port, ssh_key) == "alive\n"
+        names = sorted(m["name"] for m in httpx.get(f"{cloud.url}/local/v1/machines", headers=headers).json()[
+            "machines"])
+        assert names == ["keep", "note"]
+    finally:
+        assert cloud.stop() == 0  # SIGTERM: clean exit
+    cloud = start_subprocess(cloud.port, state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
+    try:
+        assert cloud.admin.machine(mid)["status"] == "running"
+        assert _ssh_ok(port, ssh_key) == "alive\n"
+    finally:
+        cloud.stop()

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import asyncssh
+import httpx
+import pytest
+
+from fakeclouds.admin import FakeCloudAdmin
+from tests.fakeclouds.helpers import create_local, launch_lambda, wait_lambda, wait_local
+
+
+async def _local_machine(local: httpx.AsyncClient, pubkey: str) -> dict:
+    m = (await create_local(local, pubkey)).json()
+    return await wait_local(local, m["id"])
+
+
+def _connect(port: int, key: asyncssh.SSHKey, user: str = "gpuprov") -> asyncssh.connect:
+    return asyncssh.connect("127.0.0.1", port, username=user, client_keys=[key], known_hosts=None,
+                            agent_path=None, connect_timeout=5)
+
+
+async def test_exec_runs_bash_in_machine_home(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                              ssh_key: asyncssh.SSHKey, pubkey: str) -> None:
+    m = await _local_machine(local, pubkey)
+    home = admin.machine(m["id"])["home"]
+    async with _connect(m["ssh_port"], ssh_key) as conn:
+        r = await conn.run('echo "$USER $HOME"; pwd; echo err >&2; exit 7')
+        assert r.exit_status == 7
+        assert r.stdout == f"gpuprov {home}\n{home}\n" and r.stderr == "err\n"
+        r = await conn.run("tr a-z A-Z", input="piped in\n")
+        assert r.stdout == "PIPED IN\n" and r.exit_status == 0
+        assert (await conn.run("echo data > f.txt")).exit_status == 0
+        async with conn.start_sftp_client() as sftp:
+            async with sftp.open("f.txt") as f:
+                assert await f.read() == "data\n"
+        # honest CPU machine: no simulated nvidia-smi
+        assert (await conn.run("test -e $HOME/bin/nvidia-smi")).exit_status == 1
+    assert await asyncio.to_thread(Path(home, "f.txt").read_text) == "data\n"
+
+
+async def test_only_launch_keys_and_login_user(local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey,
+                                               pubkey: str) -> None:
+    m = await _local_machine(local, pubkey)
+    stranger = asyncssh.generate_private_key("ssh-ed25519")
+    with pytest.raises(asyncssh.PermissionDenied):
+        async with _connect(m["ssh_port"], stranger):
+            pass
+    with pytest.raises(asyncssh.PermissionDenied):
+        async with _connect(m["ssh_port"], ssh_key, user="root"):
+            pass
+
+
+async def test_pty_shell(local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey, pubkey: str) -> None:
+    m = await _local_machine(local, pubkey)
+    async with _connect(m["ssh_port"], ssh_key) as conn:
+        proc = await conn.create_process(term_type="xterm", term_size=(100, 30))
+        proc.stdin.write("tty; stty size; echo marker-$((40+2))\n")
+        out = ""
+        while "marker-42" not in out.replace("marker-$((40+2))", ""):
+            out += await asyncio.wait_for(proc.stdout.read(4096), 5)
+        assert "/dev/pts/" in out and "30 100" in out
+        proc.stdin.write("exit 5\n")
+        await asyncio.wait_for(proc.wait_closed(), 5)
+        assert proc.exit_status == 5
+
+
+async def test_openssh_client_gets_a_shell(local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey, pubkey: str,
+                                           tmp_path: Path) -> None:
+    m = await _local_machine(local, pubkey)
+    key_file = tmp_path / "id"
+    ssh_key.write_private_key(str(key_file))
+    os.chmod(key_file, 0o600)
+    proc = await asyncio.create_subprocess_exec(
+        "ssh", "-tt", "-p", str(m["ssh_port"]), "-i", str(key_file), "-o", "StrictHostKeyChecking=no",
+        "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+        "gpuprov@127.0.0.1",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(b"echo via-$((6*7))\nexit\n"), 10)
+    assert b"via-42" in out and proc.returncode == 0
+
+
+async def test_lambda_machine_has_simulated_nvidia_smi(lam: httpx.AsyncClient, ssh_key: asyncssh.SSHKey,
+                                                       pubkey: str) -> None:
+    (iid,) = (await launch_lambda(lam, pubkey, instance_type_name="gpu_8x_h100_sxm5")).json()["data"][
+        "instance_ids"]
+    inst = await wait_lambda(lam, iid)
+    async with _connect(inst["x_sim_ssh_port"], ssh_key, user="ubuntu") as conn:
+        r = await conn.run("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
+                           "--format=csv,noheader,nounits")
+        lines = r.stdout.splitlines()
+        assert len(lines) == 8 and r.exit_status == 0
+        idx, name, mem, uuid, driver = lines[3].split(", ")
+        assert (idx, name, mem, driver) == ("3", "NVIDIA H100 80GB HBM3", "81559", "535.129.03")
+        assert uuid.startswith("GPU-") and len({ln.split(", ")[3] for ln in lines}) == 8
+        r = await conn.run("nvidia-smi --query-gpu=name,memory.total --format=csv")
+        assert r.stdout.splitlines()[:2] == ["name, memory.total [MiB]", "NVIDIA H100 80GB HBM3, 81559 MiB"]
+    with pytest.raises(asyncssh.PermissionDenied):
+        async with _connect(inst["x_sim_ssh_port"], ssh_key, user="gpuprov"):
+            pass
+
+
+async def test_not_listening_before_boot_nor_after_death(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                                         ssh_key: asyncssh.SSHKey, pubkey: str) -> None:
+    admin.configure(boot_delay=0.5)
+    m = (await create_local(local, pubkey)).json()
+    assert admin.machine(m["id"])["ssh_port"] is None  # no server yet
+    m = await wait_local(local, m["id"])
+    async with _connect(m["ssh_port"], ssh_key) as conn:
+        assert (await conn.run("true")).exit_status == 0
+    admin.kill(m["id"])
+    with pytest.raises(OSError):
+        async with _connect(m["ssh_port"], ssh_key):
+            pass
+
+
+async def test_user_data_script_runs_at_boot(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                             pubkey: str) -> None:
+    m = (await create_local(local, pubkey, user_data="#!/bin/bash\necho booted > $HOME/marker\n")).json()
+    await wait_local(local, m["id"])
+    marker = Path(admin.machine(m["id"])["home"], "marker")
+
+    def written() -> str:
+        return marker.read_text() if marker.exists() else ""
+    for _ in range(100):
+        if await asyncio.to_thread(written):
+            break
+        await asyncio.sleep(0.02)
+    assert await asyncio.to_thread(written) == "booted\n"
+
+
+async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey,
+                                                     pubkey: str) -> None:
+    m = await _local_machine(local, pubkey)
+    async with _connect(m["ssh_port"], ssh_key) as conn:
+        proc = await conn.create_process(term_type="xterm")
+        proc.stdin.write("echo pid=$$\n")
+        out = ""
+        while "pid=" not in out.replace("pid=$$", ""):
+            out += await asyncio.wait_for(proc.stdout.read(4096), 5)
+        pid = int(out.replace("pid=$$", "").split("pid=")[1].split()[0])
+    for _ in range(100):  # connection closed: the shell must get SIGHUP and go
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("shell survived its client")

@@ -1,0 +1,68 @@
+"""Store tests run on SQLite and on PostgreSQL.
+
+PostgreSQL comes from a testcontainers PostgresContainer when a Docker engine answers, else
+from GPUPROV_TEST_POSTGRES_URL (default: a local trust-auth server). Each test gets its own
+schema, dropped afterwards, so concurrent runs never collide."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+import sqlalchemy as sa
+
+from store.db import make_engine
+
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _docker_answers() -> bool:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            s.connect(host.removeprefix("unix://"))
+            s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            return b"OK" in s.recv(1024)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as pg:
+            yield pg.get_connection_url()
+        return
+    yield os.environ.get("GPUPROV_TEST_POSTGRES_URL", DEFAULT_PG)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path) -> Iterator[sa.Engine]:  # type: ignore[no-untyped-def]
+    if request.param == "sqlite":
+        eng = make_engine(f"sqlite:///{tmp_path / 'gpuprov.db'}")
+        yield eng
+        eng.dispose()
+        return
+    base = request.getfixturevalue("postgres_url")
+    schema = f"gpuprov_test_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(base)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in base else "?"
+    eng = make_engine(f"{base}{sep}options={quote(f'-csearch_path={schema}')}")
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlmodel import SQLModel
+
+from store import migrate
+
+
+def _tables(engine: sa.Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names())
+
+
+def test_upgrade_creates_exactly_the_model_tables(engine: sa.Engine) -> None:
+    assert migrate.current(engine) is None
+    migrate.upgrade(engine)
+    assert migrate.current(engine) == migrate.head()
+    assert _tables(engine) == set(SQLModel.metadata.tables) | {"alembic_version"}
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(ctx, SQLModel.metadata) == []
+
+
+def test_upgrade_is_idempotent_and_downgrade_removes_everything(engine: sa.Engine) -> None:
+    migrate.upgrade(engine)
+    migrate.upgrade(engine)  # every process runs it at start; the second is a no-op
+    assert migrate.current(engine) == migrate.head()
+    command.downgrade(migrate.alembic_config(engine), "base")
+    assert _tables(engine) <= {"alembic_version"}
+
+
+def test_upgrade_adopts_a_database_made_by_create_all(engine: sa.Engine) -> None:
+    SQLModel.metadata.create_all(engine)
+    migrate.upgrade(engine)
+    assert migrate.current(engine) == migrate.head()
+
+
+def test_upgrade_accepts_a_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'by-url.db'}"
+    migrate.upgrade(url)
+    assert migrate.current(url) == migrate.head()

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+from sqlmodel import Session
+
+from store import migrate, repo
+from store.identity import ssh_identity
+from store.models import Attempt, Instance
+from store.secrets import SecretBox, SecretError
+
+PLAINTEXT = "sk-live-very-secret-4242"
+
+
+@pytest.fixture
+def session(engine: sa.Engine):  # type: ignore[no-untyped-def]
+    migrate.upgrade(engine)
+    with Session(engine, expire_on_commit=False) as s:
+        yield s
+
+
+@pytest.fixture
+def box() -> SecretBox:
+    return SecretBox(Fernet.generate_key())
+
+
+def test_credentials_are_stored_encrypted_and_round_trip(session: Session, box: SecretBox) -> None:
+    conn = repo.add_connection(session, box, provider="lambda", name="lam",
+                               credentials={"api_key": PLAINTEXT}, endpoint="http://x")
+    query = sa.text("SELECT secret FROM connection WHERE id = :id")
+    raw = bytes(session.execute(query, {"id": conn.id}).scalar_one())
+    assert PLAINTEXT.encode() not in raw and b"api_key" not in raw
+    fresh = repo.get_connection(session, conn.id)
+    assert fresh is not None and repo.credentials_of(box, fresh) == {"api_key": PLAINTEXT}
+
+
+def test_wrong_key_raises_secret_error(session: Session, box: SecretBox) -> None:
+    conn = repo.add_connection(session, box, provider="lambda", name="lam",
+                               credentials={"api_key": PLAINTEXT})
+    with pytest.raises(SecretError):
+        repo.credentials_of(SecretBox(Fernet.generate_key()), conn)
+
+
+def test_ssh_private_key_is_stored_encrypted(session: Session, box: SecretBox) -> None:
+    public, private = ssh_identity(session, box)
+    assert public.startswith("ssh-ed25519 ") and "PRIVATE KEY" in private
+    raw = bytes(session.execute(sa.text("SELECT private_key FROM sshidentity")).scalar_one())
+    assert b"PRIVATE KEY" not in raw
+    assert ssh_identity(session, box) == (public, private)  # stable on second use
+
+
+def test_connection_for_picks_connected_only(session: Session, box: SecretBox) -> None:
+    pending = repo.add_connection(session, box, provider="local", name="a", credentials={"api_key": "k"})
+    assert repo.connection_for(session, "local") is None
+    repo.mark_connection(session, pending.id, status="connected", account="acct")
+    found = repo.connection_for(session, "local")
+    assert found is not None and found.id == pending.id and found.account == "acct"
+    assert repo.connection_for(session, "lambda") is None
+    assert repo.delete_connection(session, pending.id) and not repo.delete_connection(session, pending.id)
+
+
+def _instance(iid: str, status: str = "provisioning", connection_id: str = "c1") -> Instance:
+    return Instance(id=iid, provider="local", connection_id=connection_id, workflow_id=f"allocate-{iid}",
+                    status=status)
+
+
+def test_instances_update_and_live_filter(session: Session) -> None:
+    for iid, status in [("a1", "provisioning"), ("a2", "ready"), ("a3", "terminated"), ("a4", "failed")]:
+        session.add(_instance(iid, status))
+    session.add(_instance("b1", "ready", connection_id="c2"))
+    session.commit()
+    assert sorted(i.id for i in repo.live_instances(session, "c1")) == ["a1", "a2"]
+    row = repo.update_instance(session, "a1", status="ready", phase="ready", ssh_host="127.0.0.1",
+                               gpus_found=[{"index": 0, "name": "H100"}])
+    assert row is not None and row.status == "ready"
+    again = repo.get_instance(session, "a1")
+    assert again is not None and again.gpus_found == [{"index": 0, "name": "H100"}]
+    assert repo.update_instance(session, "nope", status="ready") is None
+    with pytest.raises(AttributeError):
+        repo.update_instance(session, "a1", colour="red")
+
+
+def test_record_attempt_is_idempotent_per_seq(session: Session) -> None:
+    session.add(_instance("a1"))
+    session.commit()
+
+    def attempt(outcome: str) -> Attempt:
+        return Attempt(instance_id="a1", seq=1, provider="local", instance_type="t", region="r",
+                       price_per_hour=1.5, outcome=outcome)
+
+    repo.record_attempt(session, attempt("created"))
+    repo.record_attempt(session, attempt("capacity"))
+    rows = repo.attempts_of(session, "a1")
+    assert [(a.seq, a.outcome) for a in rows] == [(1, "capacity")]
+
+
+def test_new_id_shape() -> None:
+    ids = {repo.new_id() for _ in range(200)}
+    assert len(ids) == 200
+    assert all(re.fullmatch(r"[a-z][a-z0-9]{9}", i) for i in ids)

@@ -1,0 +1,159 @@
+"""AllocateWorkflow on the dev server with real activities against FakeInMemoryProvider."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError
+
+from activities.records import attempts_of
+from store.models import Instance
+from tests.fakes import FakeCloud, FakeInMemoryProvider
+from tests.workflows.conftest import INSTALLATION, start_allocate, wait_phase
+from workflows import search_attributes as sa_keys
+from workflows.allocate import attempt_key
+from workflows.models import AllocationState, Phase
+
+pytestmark = pytest.mark.devserver
+
+
+async def owned() -> list[Any]:
+    return await FakeInMemoryProvider({"api_key": "good"}, installation_id=INSTALLATION).list_owned()
+
+
+def row(engine: sa.Engine, allocation_id: str) -> Instance:
+    with Session(engine) as s:
+        r = s.get(Instance, allocation_id)
+        assert r is not None
+        return r
+
+
+async def test_happy_path_ready_with_gpus(temporal_client: Client, fake_cloud: FakeCloud, make_request: Any,
+                                          db_engine: sa.Engine) -> None:
+    req = make_request(gpu="a10", gpu_count=2)
+    handle = await start_allocate(temporal_client, req)
+    st = await handle.result()
+
+    assert st.phase == Phase.READY
+    assert st.offer is not None and st.offer.instance_type == "gpu.2x"
+    assert [g.name for g in st.gpus] == ["NVIDIA A10", "NVIDIA A10"]
+    assert st.gpus[0].memory_mib == 24 * 1024 and st.gpus[0].driver_version is None  # "[Not Supported]"
+    assert [(a.outcome, a.key) for a in st.attempts] == [("created", attempt_key(req.allocation_id, 1))]
+    assert any("k3s skipped" in n for n in st.notes)
+    # the installation's own key was added to the machine, next to the user's
+    machine = fake_cloud.machines[st.ref.instance_id]  # type: ignore[union-attr]
+    assert len(machine.spec.ssh_public_keys) == 2 and machine.spec.owner.installation_id == INSTALLATION
+
+    r = row(db_engine, req.allocation_id)
+    assert (r.status, r.phase, r.cloud_instance_id, r.instance_type) == ("ready", "ready", st.ref.instance_id,
+                                                                           "gpu.2x")
+    assert r.gpus_found is not None and len(r.gpus_found) == 2 and r.ready_at is not None
+    desc = await handle.describe()
+    assert desc.typed_search_attributes.get(sa_keys.PHASE) == "ready"
+    assert desc.typed_search_attributes.get(sa_keys.PROVIDER) == "fake"
+
+
+async def test_cpu_machine_has_no_gpus_and_that_is_a_fact(temporal_client: Client, fake_cloud: FakeCloud,
+                                                          make_request: Any) -> None:
+    st = await (await start_allocate(temporal_client, make_request())).result()  # cheapest: cpu.small
+    assert st.phase == Phase.READY and st.offer is not None and st.offer.gpu is None
+    assert st.gpus == []
+
+
+async def test_capacity_fails_over_and_records_reasons(temporal_client: Client, fake_cloud: FakeCloud,
+                                                       make_request: Any, db_engine: sa.Engine) -> None:
+    # gpu.1x@r1 (cheapest) has no capacity in region r1: gpu.2x@r1 is skipped, r2 is next.
+    fake_cloud.add_fault("create", "capacity", scope="fake/r1")
+    req = make_request(gpu="a10")
+    st = await (await start_allocate(temporal_client, req)).result()
+
+    assert st.phase == Phase.READY
+    assert [(a.offer.instance_type, a.offer.region, a.outcome) for a in st.attempts] == [
+        ("gpu.1x", "r1", "capacity"), ("gpu.1x", "r2", "created")]
+    assert "no capacity" in (st.attempts[0].reason or "") and "fake/r1" in (st.attempts[0].reason or "")
+    assert st.attempts[1].key == attempt_key(req.allocation_id, 2)
+    recorded = attempts_of(db_engine, req.allocation_id)
+    assert [(a.seq, a.outcome) for a in recorded] == [(1, "capacity"), (2, "created")]
+    assert len(await owned()) == 1
+
+
+async def test_capacity_everywhere_fails_with_the_history(temporal_client: Client, fake_cloud: FakeCloud,
+                                                          make_request: Any, db_engine: sa.Engine) -> None:
+    fake_cloud.add_fault("create", "capacity", times=-1)
+    fake_cloud.add_fault("create", "quota", times=0)  # inert
+    req = make_request(gpu="a10", gpu_count=1)
+    handle = await start_allocate(temporal_client, req)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert isinstance(info.value.cause, ApplicationError) and info.value.cause.type == "NoCapacity"
+    st = await handle.query("state", result_type=AllocationState)
+    assert [a.outcome for a in st.attempts] == ["capacity", "capacity"]
+    assert row(db_engine, req.allocation_id).status == "failed"
+    assert await owned() == []
+
+
+async def test_failure_after_create_compensates(temporal_client: Client, fake_cloud: FakeCloud,
+                                                make_request: Any, db_engine: sa.Engine) -> None:
+    fake_cloud.add_fault("create", "die_at_boot")
+    req = make_request()
+    handle = await start_allocate(temporal_client, req)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert isinstance(info.value.cause, ApplicationError) and info.value.cause.type == "InstanceFailed"
+    assert await owned() == []
+    assert len(fake_cloud.machines) == 1  # it was made, then torn down
+    st = await handle.query("state", result_type=AllocationState)
+    assert st.phase == Phase.FAILED and st.attempts[0].outcome == "failed"
+    r = row(db_engine, req.allocation_id)
+    assert r.status == "failed" and "failed" in (r.error or "")
+
+
+async def test_lost_create_response_makes_one_machine(temporal_client: Client, fake_cloud: FakeCloud,
+                                                      make_request: Any) -> None:
+    fake_cloud.add_fault("create", "lose_response")
+    st = await (await start_allocate(temporal_client, make_request())).result()
+    assert st.phase == Phase.READY
+    assert fake_cloud.create_calls == 2 and len(fake_cloud.machines) == 1
+
+
+async def test_bad_request_fails_validation_with_the_reason(temporal_client: Client, fake_cloud: FakeCloud,
+                                                            make_request: Any, db_engine: sa.Engine) -> None:
+    req = make_request(region="mars-1")
+    handle = await start_allocate(temporal_client, req)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "Unsupported" and cause.non_retryable
+    assert "no region 'mars-1'" in cause.message
+    assert fake_cloud.create_calls == 0
+    r = row(db_engine, req.allocation_id)
+    assert r.status == "failed" and "mars-1" in (r.error or "")
+
+
+@pytest.mark.parametrize("phase", [Phase.CREATE, Phase.WAIT_RUNNING, Phase.SSH, Phase.GPU_CHECK])
+async def test_cancel_at_every_phase_leaves_nothing(temporal_client: Client, fake_cloud: FakeCloud,
+                                                    make_request: Any, phase: Phase,
+                                                    db_engine: sa.Engine) -> None:
+    # Hold the workflow in `phase` long enough to cancel it there.
+    if phase == Phase.CREATE:
+        fake_cloud.add_fault("create", "latency", when="after", seconds=2)
+    fake_cloud.boot_delay = 30 if phase == Phase.WAIT_RUNNING else 0
+    fake_cloud.ssh_delay = 30 if phase == Phase.SSH else 0
+    fake_cloud.gpu_probe_delay = 30 if phase == Phase.GPU_CHECK else 0
+    req = make_request(gpu="a10")
+    handle = await start_allocate(temporal_client, req)
+    await wait_phase(handle, phase)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert isinstance(info.value.cause, CancelledError)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert await owned() == []
+    assert len(fake_cloud.machines) == 1
+    st = await handle.query("state", result_type=AllocationState)
+    assert st.attempts[0].outcome == "cancelled" and st.phase == Phase.FAILED
+    assert row(db_engine, req.allocation_id).status == "failed"

@@ -1,0 +1,67 @@
+"""TerminateWorkflow: cancel a still-running allocate (which compensates), then terminate the
+machine the allocation holds and finish only when the provider shows it gone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.cloud import CloudActivities
+    from activities.io import AllocationIdInput, CloudTarget, RecordStatusInput, TerminateInput
+    from activities.records import RecordActivities
+    from workflows import search_attributes as sa
+    from workflows.models import Phase, TerminateRequest, TerminateResult, allocate_workflow_id
+
+
+@workflow.defn(name="TerminateWorkflow")
+class TerminateWorkflow:
+    @workflow.run
+    async def run(self, req: TerminateRequest) -> TerminateResult:
+        t = req.timing
+        hb = timedelta(seconds=t.heartbeat_timeout_s)
+        forever = RetryPolicy(initial_interval=timedelta(seconds=1),
+                              maximum_interval=timedelta(seconds=t.max_retry_interval_s))
+        workflow.upsert_search_attributes([sa.INSTANCE_ID.value_set(req.allocation_id),
+                                           sa.PHASE.value_set(Phase.TERMINATING.value)])
+
+        # A still-running allocate compensates on cancel; wait until it has closed either way.
+        try:
+            await workflow.get_external_workflow_handle(allocate_workflow_id(req.allocation_id)).cancel()
+        except Exception:
+            pass  # already closed, or never started: nothing to cancel
+        ids = AllocationIdInput(allocation_id=req.allocation_id, poll_interval_s=min(t.poll_interval_s, 1.0))
+        await workflow.execute_activity_method(
+            RecordActivities.await_allocate_closed, ids,
+            start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=hb,
+            retry_policy=forever)
+
+        rec = await workflow.execute_activity_method(
+            RecordActivities.load_instance, ids, start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=forever)
+        if rec is None:
+            raise ApplicationError(f"unknown allocation {req.allocation_id!r}", type="NotFound",
+                                   non_retryable=True)
+        workflow.upsert_search_attributes([sa.PROVIDER.value_set(rec.cloud)])
+        await self._status(req, "terminating", Phase.TERMINATING)
+        if rec.key is not None:
+            await workflow.execute_activity_method(
+                CloudActivities.terminate_and_verify,
+                TerminateInput(target=CloudTarget(connection_id=rec.connection_id, cloud=rec.cloud),
+                               key=rec.key, ref=rec.ref, poll_interval_s=t.poll_interval_s),
+                start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=hb,
+                retry_policy=forever)
+        workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.TERMINATED.value)])
+        await self._status(req, "terminated", Phase.TERMINATED)
+        return TerminateResult(allocation_id=req.allocation_id, terminated=rec.key is not None)
+
+    @staticmethod
+    async def _status(req: TerminateRequest, status: str, phase: Phase) -> None:
+        await workflow.execute_activity_method(
+            RecordActivities.record_status,
+            RecordStatusInput(allocation_id=req.allocation_id, status=status, phase=phase.value),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=req.timing.max_retry_interval_s)))
