@@ -55,7 +55,7 @@ class RecordActivities:
             session.add(row)
             session.flush()
             # The decision history is small: replace it wholesale (idempotent).
-            session.exec(delete(Attempt).where(Attempt.instance_id == req.allocation_id))  # type: ignore[call-overload]
+            session.exec(delete(Attempt).where(Attempt.instance_id == req.allocation_id))   # type: ignore[call-overload,arg-type]
             for a in st.attempts:
                 session.add(Attempt(instance_id=req.allocation_id, seq=a.seq, provider=a.offer.provider,
                                     instance_type=a.offer.instance_type, region=a.offer.region,

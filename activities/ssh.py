@@ -58,8 +58,11 @@ class SshActivities:
                                       connect_timeout=10)
 
     async def _run(self, t: SshTarget, command: str) -> asyncssh.SSHCompletedProcess:
-        async with await self._connect(t) as conn:
+        conn = await self._connect(t)
+        try:
             return await conn.run(command, check=False)
+        finally:
+            conn.close()
 
     @activity.defn(name="wait_ssh")
     async def wait_ssh(self, t: SshTarget) -> None:

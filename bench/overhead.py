@@ -1,0 +1,58 @@
+"""(a) Orchestration overhead: one allocation through AllocateWorkflow on the simulated Lambda
+with a fixed latency on every API call, divided by the same work done directly in sequence
+with the same adapter (offers -> create -> poll get until running -> SSH -> nvidia-smi)."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import asyncssh
+
+from bench.harness import INSTALLATION, Bench
+from providers.base import InstanceState, LaunchSpec, OfferQuery, Ownership
+from providers.registry import build
+from workflows.models import Timing
+
+POLL_S = 0.1
+TIMING = Timing(heartbeat_timeout_s=5, poll_interval_s=POLL_S, max_retry_interval_s=1)
+
+
+async def direct_once(b: Bench, n: int) -> float:
+    """The provider calls and SSH steps an allocation makes, with no Temporal in between."""
+    creds = {"api_key": b.cloud.tokens["lambda"]}
+    t0 = time.perf_counter()
+    async with build("lambda", creds, endpoint=f"{b.cloud.url}/lambda/api/v1",
+                     installation_id=INSTALLATION) as p:
+        offer = (await p.offers(OfferQuery()))[0]
+        spec = LaunchSpec(key=f"direct-{n}", owner=Ownership(installation_id=INSTALLATION, allocation_id=f"d{n}"),
+                          ssh_public_keys=[b.user_key, b.deps.public_key()])
+        ref = await p.create(offer, spec)
+        while True:
+            st = await p.get(ref)
+            if st is not None and st.state == InstanceState.RUNNING:
+                break
+            await asyncio.sleep(POLL_S)
+        async with asyncssh.connect(st.host, st.ssh_port, username=st.ssh_user, known_hosts=None,
+                                    client_keys=[b.deps.private_key()]) as conn:
+            await conn.run("true", check=True)
+        async with asyncssh.connect(st.host, st.ssh_port, username=st.ssh_user, known_hosts=None,
+                                    client_keys=[b.deps.private_key()]) as conn:
+            await conn.run("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
+                           "--format=csv,noheader,nounits", check=True)
+    return time.perf_counter() - t0
+
+
+async def run(b: Bench, *, latency_s: float, rounds: int) -> dict[str, float]:
+    b.cloud.admin.add_fault("lambda", "*", "latency", times=-1, seconds=latency_s)
+    try:
+        wf, direct = [], []
+        for i in range(rounds):  # interleaved so drift on a noisy machine hits both sides
+            direct.append(await direct_once(b, i))
+            wf.append(await b.allocate(f"ovh{i}", TIMING))
+    finally:
+        b.cloud.admin.clear_faults()
+    return {"latency_s": latency_s, "workflow_s": statistics.median(wf),
+            "direct_s": statistics.median(direct),
+            "ratio": statistics.median(wf) / statistics.median(direct)}

@@ -1,0 +1,60 @@
+"""Pure helpers: nvidia-smi parsing, idempotency keys, failover scopes, error mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.errors import to_application_error
+from activities.ssh import parse_nvidia_smi
+from providers.base import (
+    AuthError,
+    CapacityError,
+    GpuSpec,
+    LaunchSpec,
+    Offer,
+    Ownership,
+    RateLimited,
+    Transient,
+)
+from workflows.allocate import attempt_key, in_scope
+from workflows.search_attributes import dev_server_args
+
+
+def test_nvidia_smi_parsing_maps_unsupported_fields_to_none() -> None:
+    out = ("0, NVIDIA H100 80GB HBM3, 81559, GPU-abc, 550.54.15\n"
+           "1, NVIDIA H100 80GB HBM3, [N/A], [Not Supported], N/A\n\n")
+    gpus = parse_nvidia_smi(out)
+    assert [(g.index, g.memory_mib, g.uuid, g.driver_version) for g in gpus] == [
+        (0, 81559, "GPU-abc", "550.54.15"), (1, None, None, None)]
+    assert parse_nvidia_smi("") == []
+    with pytest.raises(ValueError, match="unexpected nvidia-smi line"):
+        parse_nvidia_smi("garbage")
+
+
+def test_attempt_keys_are_valid_stable_and_distinct_per_attempt() -> None:
+    k1, k2 = attempt_key("Al_123/XY", 1), attempt_key("Al_123/XY", 2)
+    assert k1 == attempt_key("Al_123/XY", 1) and k1 != k2
+    for key in (k1, attempt_key("x" * 200, 999), attempt_key("___", 1)):
+        LaunchSpec(key=key, owner=Ownership(installation_id="i", allocation_id="a"), ssh_public_keys=["k"])
+
+
+def test_failed_scope_covers_provider_region_zone() -> None:
+    o = Offer(provider="aws", instance_type="p5", gpu=GpuSpec(name="H100", count=8), vcpus=1, memory_gib=1,
+              region="us-east-1", zone="us-east-1a", price_per_hour=1)
+    assert all(in_scope(o, s) for s in ["aws", "aws/us-east-1", "aws/us-east-1/us-east-1a", "us-east-1a"])
+    assert not any(in_scope(o, s) for s in ["aws/us-west-2", "gcp", "aws/us-east-1/us-east-1b"])
+
+
+def test_provider_errors_map_to_retry_decisions() -> None:
+    cap = to_application_error(CapacityError("none left", scope="aws/us-east-1"))
+    assert cap.type == "CapacityError" and cap.non_retryable and cap.details[0]["scope"] == "aws/us-east-1"
+    assert to_application_error(AuthError("bad key")).non_retryable
+    assert not to_application_error(Transient("503")).non_retryable
+    rl = to_application_error(RateLimited("slow down", retry_after=7))
+    assert not rl.non_retryable and rl.next_retry_delay is not None
+    assert rl.next_retry_delay.total_seconds() == 7
+
+
+def test_dev_server_args_register_every_attribute_as_keyword() -> None:
+    args = dev_server_args()
+    assert args.count("--search-attribute") == 4 and "GpuprovPhase=Keyword" in args
