@@ -119,21 +119,22 @@ def _print_attempt(a: dict[str, Any]) -> None:
 
 
 def _follow(api: Api, instance_id: str, until: set[str], on_attempt: bool = True) -> dict[str, Any]:
-    """Poll the instance, printing each status/phase change (and new attempts) until `until`."""
-    seen: tuple[str, str] | None = None
+    """Poll the instance, printing every status/phase transition (the recorded events, so a
+    phase shorter than the poll interval is still shown) and new attempts, until `until`."""
+    last_event = 0
     shown: dict[int, str] = {}  # attempt seq -> outcome already printed
     start = time.monotonic()
     while True:
         inst: dict[str, Any] = api.call("GET", f"/instances/{instance_id}")
+        for ev in inst.get("events", []):
+            if ev["id"] > last_event:
+                typer.echo(f"[{time.monotonic() - start:6.1f}s] {ev['status']:<12} phase {ev['phase']}")
+                last_event = ev["id"]
         if on_attempt:
             for a in inst["attempts"]:
                 if shown.get(a["seq"]) != a["outcome"]:
                     _print_attempt(a)
                     shown[a["seq"]] = a["outcome"]
-        now = (inst["status"], inst["phase"])
-        if now != seen:
-            typer.echo(f"[{time.monotonic() - start:6.1f}s] {inst['status']:<12} phase {inst['phase']}")
-            seen = now
         if inst["status"] in until:
             return inst
         time.sleep(_poll_interval())

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -51,11 +52,19 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 
 def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None = None,
-                 workflows: Sequence[type] = WORKFLOWS) -> Worker:
+                 workflows: Sequence[type] = WORKFLOWS, **options: Any) -> Worker:
+    """The worker; `options` pass through to temporalio's Worker (e.g. concurrency limits)."""
     from settings import get_settings
 
     if deps.client is None:
         deps.client = client
+    # Database activities are plain `def`s run on this pool (see activities/records.py).
+    # The SDK flushes heartbeats every 0.8 x heartbeat timeout by default, leaving a loaded
+    # worker little slack before the server declares the activity dead; flush more often.
+    options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=3))
+    options.setdefault("default_heartbeat_throttle_interval", timedelta(seconds=3))
+    options.setdefault("activity_executor",
+                       ThreadPoolExecutor(max_workers=options.get("max_concurrent_activities", 100)))
     return Worker(
         client,
         task_queue=task_queue or get_settings().task_queue,
@@ -63,6 +72,7 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
         activities=activities_for(deps),
         workflow_runner=workflow_runner(),
         graceful_shutdown_timeout=timedelta(seconds=10),
+        **options,
     )
 
 

@@ -46,7 +46,7 @@ class CloudActivities:
         self.deps = deps
 
     @activity.defn(name="validate_request")
-    async def validate_request(self, inp: ValidateInput) -> Capabilities:
+    def validate_request(self, inp: ValidateInput) -> Capabilities:
         """Refuse what this cloud cannot do, with its reason, before any planning."""
         req = inp.request
         with provider_errors():
@@ -72,7 +72,7 @@ class CloudActivities:
     @activity.defn(name="create_instance")
     async def create_instance(self, inp: CreateInput) -> InstanceRef:
         """Find-or-create by key. The installation's key is always added so gpuprov can log in."""
-        public = self.deps.public_key()
+        public = await self.deps.blocking(self.deps.public_key)
         spec = inp.spec.model_copy(update={
             # first: some clouds (Lambda) take one key natively and the rest via cloud-init
             "ssh_public_keys": [public, *(k for k in inp.spec.ssh_public_keys if k != public)],
@@ -90,8 +90,8 @@ class CloudActivities:
         with provider_errors():
             async with self.deps.provider(inp.target) as p:
                 while True:
-                    activity.heartbeat("waiting for running")
-                    st = await p.get(inp.ref)
+                    # heartbeats continue while a slow cloud answers the get
+                    st = await heartbeating(p.get(inp.ref), inp.heartbeat_every_s, "waiting for running")
                     if st is None or st.state in (InstanceState.TERMINATED, InstanceState.TERMINATING):
                         raise ApplicationError(f"instance {inp.ref.instance_id} disappeared while booting",
                                                type="InstanceGone", non_retryable=True)
@@ -117,8 +117,7 @@ class CloudActivities:
                 while True:
                     if polls % _TERMINATE_REISSUE_POLLS == 0:
                         await p.terminate(ref)
-                    activity.heartbeat("waiting for gone")
-                    st = await p.get(ref)
+                    st = await heartbeating(p.get(ref), inp.heartbeat_every_s, "waiting for gone")
                     if st is None or st.state == InstanceState.TERMINATED:
                         return
                     polls += 1
@@ -127,22 +126,22 @@ class CloudActivities:
     @activity.defn(name="verify_connection")
     async def verify_connection(self, inp: ConnectionIdInput) -> ConnectResult:
         """Check the credentials; record connected + account, or failed + reason."""
-        conn = self.deps.load_connection(inp.connection_id)
+        conn = await self.deps.blocking(self.deps.load_connection, inp.connection_id)
         try:
             async with self.deps.provider(CloudTarget(connection_id=conn.id, cloud=conn.provider)) as p:
                 account = await p.verify()
         except (AuthError, InvalidRequest, Unsupported) as e:
-            return self._record_connection(conn.id, ok=False, reason=e.message)
+            return await self.deps.blocking(self._record_connection, conn.id, ok=False, reason=e.message)
         except ApplicationError as e:
             if e.non_retryable:
-                return self._record_connection(conn.id, ok=False, reason=e.message)
+                return await self.deps.blocking(self._record_connection, conn.id, ok=False, reason=e.message)
             raise
         except ProviderError as e:
             raise to_application_error(e) from None
-        return self._record_connection(conn.id, ok=True, account=account)
+        return await self.deps.blocking(self._record_connection, conn.id, ok=True, account=account)
 
     @activity.defn(name="mark_connection_failed")
-    async def mark_connection_failed(self, inp: ConnectionIdInput) -> ConnectResult:
+    def mark_connection_failed(self, inp: ConnectionIdInput) -> ConnectResult:
         reason = inp.reason or "verification failed"
         return self._record_connection(inp.connection_id, ok=False, reason=reason)
 

@@ -4,9 +4,12 @@ secret box, this installation's id, and (for TerminateWorkflow) a Temporal clien
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 import asyncssh
 import sqlalchemy as sa
@@ -33,6 +36,16 @@ class ActivityDeps:
     installation_id: str
     client: Client | None = None  # set by run_worker
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
+    _public_key: str | None = field(default=None, repr=False)
+    # Database reads/writes and decryption run here, never on the event loop. Sized apart from
+    # asyncio's small default pool so 200 concurrent activities do not queue behind 6 threads.
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=32, thread_name_prefix="gpuprov-db"),
+        repr=False)
+
+    async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call (SQL, decryption) on the executor."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))
 
     @classmethod
     def from_settings(cls) -> ActivityDeps:
@@ -53,8 +66,16 @@ class ActivityDeps:
                                    non_retryable=True)
         return row
 
-    def provider(self, target: CloudTarget) -> CloudProvider:
-        """The adapter for `target`, built with decrypted credentials (never logged, never returned)."""
+    @asynccontextmanager
+    async def provider(self, target: CloudTarget) -> AsyncIterator[CloudProvider]:
+        """The adapter for `target`, built with decrypted credentials (never logged, never
+        returned); the connection is read on a thread so the event loop never blocks on SQL."""
+        # Heartbeat while waiting: under load the connection read can queue for a while.
+        adapter = await heartbeating(self.blocking(self.build_provider, target), 1.0, "loading connection")
+        async with adapter:
+            yield adapter
+
+    def build_provider(self, target: CloudTarget) -> CloudProvider:
         conn = self.load_connection(target.connection_id)
         if conn.provider != target.cloud:
             raise ApplicationError(
@@ -69,9 +90,10 @@ class ActivityDeps:
                                   installation_id=self.installation_id)
 
     def public_key(self) -> str:
-        with session_scope(self.engine) as session:
-            public, _ = ssh_identity(session, self.box)
-        return public
+        if self._public_key is None:
+            with session_scope(self.engine) as session:
+                self._public_key, _ = ssh_identity(session, self.box)
+        return self._public_key
 
     def private_key(self) -> asyncssh.SSHKey:
         if self._ssh_key is None:

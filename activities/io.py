@@ -38,6 +38,7 @@ class WaitRunningInput(BaseModel):
     target: CloudTarget
     ref: InstanceRef
     poll_interval_s: float = 2.0
+    heartbeat_every_s: float = 1.0
 
 
 class SshTarget(BaseModel):
@@ -52,6 +53,7 @@ class TerminateInput(BaseModel):
     key: str
     ref: InstanceRef | None = None  # None when the create answer was lost: find by key
     poll_interval_s: float = 2.0
+    heartbeat_every_s: float = 1.0
 
 
 class RecordAllocationInput(BaseModel):

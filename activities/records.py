@@ -1,13 +1,15 @@
 """Record activities: keep the SQL projection (Instance + Attempt rows) in step with workflows.
 
-Every write is an idempotent upsert, so a retried activity leaves the same rows."""
+Every write is an idempotent upsert, so a retried activity leaves the same rows. The database
+calls block, so these activities are plain `def`s: the worker runs them on its thread pool and
+its event loop (heartbeats, cloud calls) never waits on the database."""
 
 from __future__ import annotations
 
 import asyncio
 
 import sqlalchemy as sa
-from sqlmodel import delete, select
+from sqlmodel import Session, delete, select
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -16,7 +18,7 @@ from activities.deps import ActivityDeps
 from activities.io import AllocationIdInput, InstanceRecord, RecordAllocationInput, RecordStatusInput
 from providers.base import InstanceRef
 from store.db import session_scope
-from store.models import Attempt, Instance, utcnow
+from store.models import Attempt, Instance, InstanceEvent, utcnow
 from workflows.models import allocate_workflow_id
 
 
@@ -25,7 +27,7 @@ class RecordActivities:
         self.deps = deps
 
     @activity.defn(name="record_allocation")
-    async def record_allocation(self, inp: RecordAllocationInput) -> None:
+    def record_allocation(self, inp: RecordAllocationInput) -> None:
         """Upsert the Instance row from an allocate snapshot; the row is created when the
         workflow was started without the API."""
         req, st = inp.request, inp.state
@@ -35,6 +37,7 @@ class RecordActivities:
             if row is None:
                 row = Instance(id=req.allocation_id, provider=req.cloud, connection_id=req.connection_id,
                                workflow_id=allocate_workflow_id(req.allocation_id))
+            before = (row.status, row.phase)
             # The request, as asked (the API may have inserted these already).
             row.name, row.project = req.name or row.name, req.project
             row.gpu, row.gpu_count, row.region, row.spot = req.gpu, req.gpu_count, req.region, req.spot
@@ -54,6 +57,7 @@ class RecordActivities:
             row.updated_at = now
             session.add(row)
             session.flush()
+            _log_transition(session, row.id, before, (inp.status, st.phase.value))
             # The decision history is small: replace it wholesale (idempotent).
             session.exec(delete(Attempt).where(Attempt.instance_id == req.allocation_id))   # type: ignore[call-overload,arg-type]
             for a in st.attempts:
@@ -64,11 +68,12 @@ class RecordActivities:
             session.commit()
 
     @activity.defn(name="record_status")
-    async def record_status(self, inp: RecordStatusInput) -> None:
+    def record_status(self, inp: RecordStatusInput) -> None:
         with session_scope(self.deps.engine) as session:
             row = session.get(Instance, inp.allocation_id)
             if row is None:
                 return
+            _log_transition(session, row.id, (row.status, row.phase), (inp.status, inp.phase))
             row.status, row.phase = inp.status, inp.phase
             if inp.error is not None:
                 row.error = inp.error
@@ -81,7 +86,7 @@ class RecordActivities:
             session.commit()
 
     @activity.defn(name="load_instance")
-    async def load_instance(self, inp: AllocationIdInput) -> InstanceRecord | None:
+    def load_instance(self, inp: AllocationIdInput) -> InstanceRecord | None:
         with session_scope(self.deps.engine) as session:
             row = session.get(Instance, inp.allocation_id)
         if row is None:
@@ -110,6 +115,15 @@ class RecordActivities:
             if desc.status != WorkflowExecutionStatus.RUNNING:
                 return
             await asyncio.sleep(inp.poll_interval_s)
+
+
+def _log_transition(session: Session, instance_id: str, before: tuple[str, str],
+                    after: tuple[str, str]) -> None:
+    """Append an event when (status, phase) changes. `before` is the row as it was, so a
+    retried activity (row already updated) adds nothing; the first record logs its state."""
+    first = session.exec(select(InstanceEvent.id).where(InstanceEvent.instance_id == instance_id)).first()
+    if first is None or before != after:
+        session.add(InstanceEvent(instance_id=instance_id, status=after[0], phase=after[1]))
 
 
 def attempts_of(engine: sa.Engine, allocation_id: str) -> list[Attempt]:

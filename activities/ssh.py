@@ -53,9 +53,9 @@ class SshActivities:
 
     async def _connect(self, t: SshTarget) -> asyncssh.SSHClientConnection:
         # Cloud machines are new each time: there is no known host key to check against.
-        return await asyncssh.connect(t.host, port=t.port, username=t.user,
-                                      client_keys=[self.deps.private_key()], known_hosts=None,
-                                      connect_timeout=10)
+        key = await self.deps.blocking(self.deps.private_key)
+        return await asyncssh.connect(t.host, port=t.port, username=t.user, client_keys=[key],
+                                      known_hosts=None, connect_timeout=10)
 
     async def _run(self, t: SshTarget, command: str) -> asyncssh.SSHCompletedProcess:
         conn = await self._connect(t)
@@ -68,9 +68,10 @@ class SshActivities:
     async def wait_ssh(self, t: SshTarget) -> None:
         """Return once a login with the installation's key runs a command."""
         while True:
-            activity.heartbeat("waiting for ssh")
             try:
-                result = await self._run(t, "true")
+                # bounded, and heartbeating meanwhile: a slow handshake on a loaded host is not a dead worker
+                async with asyncio.timeout(30):
+                    result = await heartbeating(self._run(t, "true"), 1.0, "waiting for ssh")
                 if result.exit_status == 0:
                     return
             except (OSError, asyncssh.Error, TimeoutError):

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import asyncssh
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from store.models import Attempt, Connection, Instance
+from store.models import Attempt, Connection, Instance, InstanceEvent
 
 Name = Annotated[str, Field(min_length=1, max_length=100)]
 
@@ -116,6 +116,20 @@ class AttemptOut(BaseModel):
                    at=aware(row.at))
 
 
+class EventOut(BaseModel):
+    """One status/phase transition; `id` orders them (pass the last one seen as `after`)."""
+
+    id: int
+    status: str
+    phase: str
+    at: datetime | None
+
+    @classmethod
+    def of(cls, row: InstanceEvent) -> EventOut:
+        assert row.id is not None
+        return cls(id=row.id, status=row.status, phase=row.phase, at=aware(row.at))
+
+
 class InstanceOut(BaseModel):
     id: str
     name: str | None
@@ -131,6 +145,7 @@ class InstanceOut(BaseModel):
     ssh: Ssh | None
     gpus: list[dict[str, Any]]
     attempts: list[AttemptOut] = Field(default_factory=list)
+    events: list[EventOut] = Field(default_factory=list)
     error: str | None
     note: str | None
     created_at: datetime | None
@@ -139,7 +154,8 @@ class InstanceOut(BaseModel):
     terminated_at: datetime | None
 
     @classmethod
-    def of(cls, row: Instance, attempts: list[Attempt] | None = None) -> InstanceOut:
+    def of(cls, row: Instance, attempts: list[Attempt] | None = None,
+           events: list[InstanceEvent] | None = None) -> InstanceOut:
         ssh = None
         if row.ssh_host and row.ssh_port:
             ssh = Ssh(host=row.ssh_host, port=row.ssh_port, user=row.ssh_user or "root")
@@ -149,6 +165,7 @@ class InstanceOut(BaseModel):
             requested={"gpu": row.gpu, "gpu_count": row.gpu_count, "region": row.region, "spot": row.spot},
             instance_type=row.instance_type, region=row.offer_region, price_per_hour=row.price_per_hour,
             ssh=ssh, gpus=row.gpus_found or [], attempts=[AttemptOut.of(a) for a in attempts or []],
+            events=[EventOut.of(e) for e in events or []],
             error=row.error, note=row.note, created_at=aware(row.created_at),
             updated_at=aware(row.updated_at), ready_at=aware(row.ready_at),
             terminated_at=aware(row.terminated_at),

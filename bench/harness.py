@@ -3,7 +3,6 @@ in-process worker, shared by the benchmarks so every ratio is measured side by s
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 
 import worker as worker_module
 from activities.deps import ActivityDeps
-from fakeclouds.server import FakeCloudServer
+from fakeclouds.server import FakeCloudProcess, start_subprocess
 from store import migrate, repo
 from store.db import make_engine, session_scope
 from store.secrets import SecretBox
@@ -35,7 +34,7 @@ INSTALLATION = "benchins"
 @dataclass
 class Bench:
     client: Client
-    cloud: FakeCloudServer
+    cloud: FakeCloudProcess
     engine: sa.Engine
     deps: ActivityDeps
     lambda_connection: str
@@ -69,7 +68,9 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
         box = SecretBox(Fernet.generate_key())
         deps = ActivityDeps(engine=engine, box=box, installation_id=INSTALLATION, client=env.client)
         try:
-            with FakeCloudServer(port=0, boot_delay=boot_delay, terminate_delay=0.01) as cloud:
+            # The cloud runs in its own process, as a real one would be remote.
+            cloud = start_subprocess(boot_delay=boot_delay, terminate_delay=0.01)
+            try:
                 with session_scope(engine) as s:
                     conn = repo.add_connection(s, box, provider="lambda", name="bench",
                                                credentials={"api_key": cloud.tokens["lambda"]},
@@ -77,16 +78,11 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
                     repo.mark_connection(s, conn.id, status="connected", account="bench")
                 user_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
                 async with worker_module.build_worker(env.client, deps, task_queue=TASK_QUEUE,
-                                                      max_concurrent=400):
+                                                      max_concurrent_activities=400,
+                                                      max_concurrent_workflow_tasks=400):
                     yield Bench(env.client, cloud, engine, deps, conn.id, user_key)
+            finally:
+                cloud.stop()
         finally:
             await env.shutdown()
             engine.dispose()
-
-
-async def wait_until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.05)

@@ -26,8 +26,9 @@ async def direct_once(b: Bench, n: int) -> float:
     async with build("lambda", creds, endpoint=f"{b.cloud.url}/lambda/api/v1",
                      installation_id=INSTALLATION) as p:
         offer = (await p.offers(OfferQuery()))[0]
-        spec = LaunchSpec(key=f"direct-{n}", owner=Ownership(installation_id=INSTALLATION, allocation_id=f"d{n}"),
-                          ssh_public_keys=[b.user_key, b.deps.public_key()])
+        owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{n}")
+        spec = LaunchSpec(key=f"direct-{n}", owner=owner,
+                          ssh_public_keys=[b.deps.public_key(), b.user_key])
         ref = await p.create(offer, spec)
         while True:
             st = await p.get(ref)

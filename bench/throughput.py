@@ -4,8 +4,10 @@ a bare workflow running the same number of trivial activities, N at once, on the
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.client import WorkflowHistory
@@ -13,7 +15,8 @@ from temporalio.client import WorkflowHistory
 from bench.harness import TASK_QUEUE, Bench
 from workflows.models import Timing, allocate_workflow_id
 
-TIMING = Timing(heartbeat_timeout_s=10, poll_interval_s=0.2, max_retry_interval_s=2)
+# Production heartbeat timeout (a loaded 2-core box needs its slack); faster polling.
+TIMING = Timing(poll_interval_s=0.2, max_retry_interval_s=2)
 
 
 @activity.defn(name="bench_trivial")
@@ -34,14 +37,16 @@ def activity_count(history: WorkflowHistory) -> int:
     return sum(1 for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
 
 
-async def run(b: Bench, *, concurrency: int) -> dict[str, float]:
+async def run(b: Bench, *, concurrency: int) -> dict[str, Any]:
     b.cloud.admin.set_stock("gpu_1x_a10", "us-east-1", concurrency * 2)
     t0 = time.perf_counter()
-    await asyncio.gather(*(b.allocate(f"tp{i}", TIMING, gpu="A10", region="us-east-1")
-                           for i in range(concurrency)))
+    outcomes = await asyncio.gather(*(b.allocate(f"tp{i}", TIMING, gpu="A10", region="us-east-1")
+                                      for i in range(concurrency)), return_exceptions=True)
     alloc_s = time.perf_counter() - t0
-    hist = await b.client.get_workflow_handle(allocate_workflow_id("tp0")).fetch_history()
-    n_act = activity_count(hist)
+    failed = sum(isinstance(o, BaseException) for o in outcomes)
+    histories = [await b.client.get_workflow_handle(allocate_workflow_id(f"tp{i}")).fetch_history()
+                 for i in range(concurrency)]
+    n_act = activity_count(histories[0])
 
     from temporalio.worker import Worker
 
@@ -52,7 +57,34 @@ async def run(b: Bench, *, concurrency: int) -> dict[str, float]:
                                                          task_queue=TASK_QUEUE + "-bare")
                                for i in range(concurrency)))
         bare_s = time.perf_counter() - t0
-    alloc_rate, bare_rate = concurrency / alloc_s, concurrency / bare_s
-    return {"concurrency": concurrency, "activities_per_allocation": n_act,
+    alloc_rate, bare_rate = (concurrency - failed) / alloc_s, concurrency / bare_s
+    return {"concurrency": concurrency, "failed": failed, "activities_per_allocation": n_act,
             "allocations_per_s": alloc_rate, "bare_workflows_per_s": bare_rate,
-            "ratio": alloc_rate / bare_rate}
+            "ratio": alloc_rate / bare_rate, "timings": activity_latencies(histories)}
+
+
+def activity_latencies(histories: list[WorkflowHistory]) -> dict[str, dict[str, float]]:
+    """Per activity type: median scheduled -> closed time (queueing included: the server writes
+    a retried activity's Started event only when it closes) and retries summed over histories."""
+    latency: dict[str, list[float]] = {}
+    retries: dict[str, int] = {}
+    for h in histories:
+        scheduled: dict[int, tuple[str, float]] = {}
+        for e in h.events:
+            t = e.event_time.ToDatetime().timestamp()
+            kind = e.WhichOneof("attributes")
+            if kind == "activity_task_scheduled_event_attributes":
+                scheduled[e.event_id] = (e.activity_task_scheduled_event_attributes.activity_type.name, t)
+            elif kind == "activity_task_started_event_attributes":
+                a = e.activity_task_started_event_attributes
+                name = scheduled[a.scheduled_event_id][0]
+                retries[name] = retries.get(name, 0) + a.attempt - 1
+            elif kind in _CLOSED:
+                name, t_sched = scheduled[getattr(e, kind).scheduled_event_id]
+                latency.setdefault(name, []).append(t - t_sched)
+    return {name: {"latency_s": statistics.median(values), "retries": retries.get(name, 0)}
+            for name, values in latency.items()}
+
+
+_CLOSED = ("activity_task_completed_event_attributes", "activity_task_failed_event_attributes",
+           "activity_task_timed_out_event_attributes", "activity_task_canceled_event_attributes")

@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, nvidia_smi
+from fakeclouds import catalog, cloudinit, nvidia_smi
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from fakeclouds.faults import FaultBook
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
@@ -178,6 +178,11 @@ class Engine:
             raise Invalid("quantity must be >= 1")
         if not public_keys:
             raise Invalid("at least one SSH public key is required")
+        try:
+            init = cloudinit.parse(user_data)
+        except cloudinit.UserDataError as exc:
+            raise Invalid(str(exc)) from exc
+        public_keys = [*public_keys, *init.authorized_keys]  # cloud-init adds these at boot
         for key in public_keys:
             try:
                 parse_public_key(key)
@@ -387,17 +392,16 @@ class Engine:
             await self._die(m, "died after boot (injected)")
 
     def _run_user_data(self, m: Machine) -> None:
-        # Like cloud-init, run user_data that is a script ("#!..."); other formats are only stored.
-        if not m.user_data or not m.user_data.startswith("#!"):
-            return
+        # Like cloud-init, run the user data's "#!" scripts once at boot (keys were added at create).
         home = self.machine_home(m)
-        script = home / ".user-data"
-        script.write_text(m.user_data)
-        script.chmod(0o755)
-        server = self._ssh.get(m.id)
-        env = server._env() if server else {"HOME": str(home)}
-        log_file = (home / "cloud-init-output.log").open("ab")
-        asyncio.get_running_loop().create_task(self._run_detached([str(script)], home, env, log_file))
+        for i, text in enumerate(cloudinit.parse(m.user_data).scripts):
+            script = home / f".user-data-{i}"
+            script.write_text(text)
+            script.chmod(0o755)
+            server = self._ssh.get(m.id)
+            env = server._env() if server else {"HOME": str(home)}
+            log_file = (home / "cloud-init-output.log").open("ab")
+            asyncio.get_running_loop().create_task(self._run_detached([str(script)], home, env, log_file))
 
     @staticmethod
     async def _run_detached(argv: list[str], cwd: Path, env: dict[str, str], log_file: Any) -> None:

@@ -16,6 +16,11 @@ from alembic.script import ScriptDirectory
 
 from store.db import make_engine
 
+
+class MigrationError(Exception):
+    """The database is in a state the migrations cannot safely act on."""
+
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
@@ -58,9 +63,12 @@ def upgrade(engine_or_url: sa.Engine | str | None = None, revision: str = "head"
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         if _created_without_alembic(conn):
-            # A database made by SQLModel.metadata.create_all (unit-test fixtures, older dev
-            # homes) already has the initial schema: adopt it instead of failing on CREATE.
-            command.stamp(cfg, "0001")
+            # Tables with no migration record: we cannot know their revision, and guessing
+            # could corrupt them. Refuse, touching nothing.
+            raise MigrationError(
+                "the database has gpuprov tables but no alembic_version record; it was not created "
+                "by gpuprov's migrations. Point GPUPROV_DATABASE_URL at an empty database, or stamp "
+                "it with `alembic stamp <revision>` if you know its schema.")
         command.upgrade(cfg, revision)
 
 

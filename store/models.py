@@ -79,6 +79,16 @@ class Attempt(SQLModel, table=True):
     at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class InstanceEvent(SQLModel, table=True):
+    """One status/phase transition, in order: what `gpuprov up` streams, with none skipped."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    instance_id: str = Field(index=True, foreign_key="instance.id")
+    status: str
+    phase: str
+    at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class SshIdentity(SQLModel, table=True):
     """The installation's own SSH key pair, added to every machine so activities can log in."""
 

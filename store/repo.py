@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from store.models import Attempt, Connection, Instance, utcnow
+from store.models import Attempt, Connection, Instance, InstanceEvent, utcnow
 from store.secrets import SecretBox
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -124,6 +124,14 @@ def update_instance(session: Session, instance_id: str, **fields: Any) -> Instan
 
 def attempts_of(session: Session, instance_id: str) -> Sequence[Attempt]:
     stmt = select(Attempt).where(Attempt.instance_id == instance_id).order_by(col(Attempt.seq))
+    return session.exec(stmt).all()
+
+
+def events_of(session: Session, instance_id: str, after: int = 0) -> Sequence[InstanceEvent]:
+    """Status/phase transitions in order; `after` skips those already seen (by event id)."""
+    stmt = (select(InstanceEvent)
+            .where(InstanceEvent.instance_id == instance_id, col(InstanceEvent.id) > after)
+            .order_by(col(InstanceEvent.id)))
     return session.exec(stmt).all()
 
 

@@ -169,7 +169,8 @@ class AllocateWorkflow:
         await self._advance(Phase.WAIT_RUNNING)
         status = await workflow.execute_activity_method(
             CloudActivities.wait_running,
-            WaitRunningInput(target=self._target, ref=st.ref, poll_interval_s=self._t.poll_interval_s),
+            WaitRunningInput(target=self._target, ref=st.ref, poll_interval_s=self._t.poll_interval_s,
+                             heartbeat_every_s=self._hb_every),
             start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s), heartbeat_timeout=self._hb,
             retry_policy=_Retry.calls(self._t, 20),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
@@ -225,7 +226,7 @@ class AllocateWorkflow:
             await workflow.execute_activity_method(
                 CloudActivities.terminate_and_verify,
                 TerminateInput(target=self._target, key=key, ref=self._state.ref,
-                               poll_interval_s=self._t.poll_interval_s),
+                               poll_interval_s=self._t.poll_interval_s, heartbeat_every_s=self._hb_every),
                 start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s), heartbeat_timeout=self._hb,
                 retry_policy=_Retry.forever(self._t))
             self._state.ref = None

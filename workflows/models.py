@@ -34,7 +34,8 @@ class Timing(BaseModel):
     """Activity timing knobs. Defaults suit real clouds; tests lower them so a killed
     worker is noticed within seconds."""
 
-    heartbeat_timeout_s: float = Field(default=5.0, gt=0)
+    # How long a dead worker goes unnoticed; generous enough for a loaded worker's heartbeats.
+    heartbeat_timeout_s: float = Field(default=30.0, gt=0)
     poll_interval_s: float = Field(default=2.0, gt=0)
     call_timeout_s: float = Field(default=120.0, gt=0)  # one cloud API call (incl. retries inside)
     boot_timeout_s: float = Field(default=1800.0, gt=0)  # pending -> running

@@ -51,7 +51,8 @@ class TerminateWorkflow:
             await workflow.execute_activity_method(
                 CloudActivities.terminate_and_verify,
                 TerminateInput(target=CloudTarget(connection_id=rec.connection_id, cloud=rec.cloud),
-                               key=rec.key, ref=rec.ref, poll_interval_s=t.poll_interval_s),
+                               key=rec.key, ref=rec.ref, poll_interval_s=t.poll_interval_s,
+                               heartbeat_every_s=max(0.2, t.heartbeat_timeout_s / 4)),
                 start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=hb,
                 retry_policy=forever)
         workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.TERMINATED.value)])

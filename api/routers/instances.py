@@ -71,7 +71,8 @@ def list_instances(project: str | None = None,
 @router.get("/{instance_id}", response_model=InstanceOut, responses={404: {"description": "unknown"}})
 def get_instance(instance_id: str, session: Session = Depends(get_session)) -> InstanceOut:  # noqa: B008
     row = _get(session, instance_id)
-    return InstanceOut.of(row, list(repo.attempts_of(session, instance_id)))
+    return InstanceOut.of(row, list(repo.attempts_of(session, instance_id)),
+                          list(repo.events_of(session, instance_id)))
 
 
 @router.post("/{instance_id}/terminate", status_code=status.HTTP_202_ACCEPTED,

@@ -150,3 +150,35 @@ async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, s
         await asyncio.sleep(0.02)
     else:
         raise AssertionError("shell survived its client")
+
+
+async def test_cloud_init_keys_in_lambda_user_data_can_log_in(lam: httpx.AsyncClient,
+                                                              ssh_key: asyncssh.SSHKey, pubkey: str) -> None:
+    """Lambda takes one key name per launch; the adapter passes further keys as cloud-config
+    (MIME multipart beside the caller's script). The machine must honour both parts."""
+    from providers.lambda_ import merge_user_data
+
+    second = asyncssh.generate_private_key("ssh-ed25519")
+    stranger = asyncssh.generate_private_key("ssh-ed25519")
+    script = "#!/bin/sh\necho booted > booted.txt\n"
+    user_data = merge_user_data([second.export_public_key().decode()], script)
+    r = await launch_lambda(lam, pubkey, user_data=user_data)
+    assert r.status_code == 200, r.text
+    inst = await wait_lambda(lam, r.json()["data"]["instance_ids"][0])
+    for key in (ssh_key, second):
+        async with _connect(inst["x_sim_ssh_port"], key, user="ubuntu") as conn:
+            assert (await conn.run("echo hi")).stdout == "hi\n"
+    with pytest.raises(asyncssh.PermissionDenied):
+        async with _connect(inst["x_sim_ssh_port"], stranger, user="ubuntu"):
+            pass
+    async with _connect(inst["x_sim_ssh_port"], ssh_key, user="ubuntu") as conn:
+        for _ in range(50):  # the script runs once, shortly after boot
+            if (await conn.run("cat booted.txt")).exit_status == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await conn.run("cat booted.txt")).stdout == "booted\n"
+
+
+async def test_invalid_cloud_config_is_refused_at_launch(lam: httpx.AsyncClient, pubkey: str) -> None:
+    r = await launch_lambda(lam, pubkey, user_data="#cloud-config\nssh_authorized_keys: [unclosed\n")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "global/invalid-parameters"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -31,10 +32,16 @@ def test_upgrade_is_idempotent_and_downgrade_removes_everything(engine: sa.Engin
     assert _tables(engine) <= {"alembic_version"}
 
 
-def test_upgrade_adopts_a_database_made_by_create_all(engine: sa.Engine) -> None:
+def test_upgrade_refuses_tables_it_did_not_make_and_leaves_them_alone(engine: sa.Engine) -> None:
     SQLModel.metadata.create_all(engine)
-    migrate.upgrade(engine)
-    assert migrate.current(engine) == migrate.head()
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO instance (id, project, provider, connection_id, workflow_id, "
+                             "status, phase) VALUES ('keep', 'p', 'local', 'c', 'w', 'ready', 'ready')"))
+    with pytest.raises(migrate.MigrationError, match="no alembic_version"):
+        migrate.upgrade(engine)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT status FROM instance WHERE id = 'keep'")).scalar() == "ready"
+        assert "alembic_version" not in sa.inspect(conn).get_table_names()
 
 
 def test_upgrade_accepts_a_url(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -3,10 +3,13 @@ current workflow code, so a change that breaks determinism fails here, not in pr
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
 from tests.fakes import FakeCloud
@@ -17,6 +20,8 @@ from workflows.converter import DATA_CONVERTER
 from workflows.models import Phase
 
 pytestmark = pytest.mark.devserver
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
 
 
 async def test_histories_replay_deterministically(temporal_client: Client, fake_cloud: FakeCloud,
@@ -41,10 +46,50 @@ async def test_histories_replay_deterministically(temporal_client: Client, fake_
     types = {h.events[0].workflow_execution_started_event_attributes.workflow_type.name for h in histories}
     assert {"AllocateWorkflow", "TerminateWorkflow"} <= types and len(histories) >= 5
 
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
+    assert await replay_failures(histories) == {}
+    if os.environ.get("GPUPROV_RECORD_HISTORIES"):
+        # Refresh the committed histories (only when a change is *meant* to alter workflow code paths).
+        for old in HISTORIES.glob("*.json"):
+            old.unlink()
+        for h in histories:
+            (HISTORIES / f"{h.workflow_id}.json").write_text(h.to_json())
+
+
+async def replay_failures(histories: list[WorkflowHistory],
+                          workflows: list[type] = WORKFLOWS) -> dict[str, str]:
+    replayer = Replayer(workflows=workflows, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
     failures = {}
     for history in histories:
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         if result.replay_failure is not None:
             failures[history.workflow_id] = repr(result.replay_failure)
-    assert failures == {}
+    return failures
+
+
+def committed_histories() -> list[WorkflowHistory]:
+    return [WorkflowHistory.from_json(p.stem, p.read_text()) for p in sorted(HISTORIES.glob("*.json"))]
+
+
+async def test_committed_histories_replay_against_current_code() -> None:
+    """Histories recorded by an earlier version: a change that breaks running workflows fails here."""
+    histories = committed_histories()
+    types = {h.events[0].workflow_execution_started_event_attributes.workflow_type.name for h in histories}
+    assert {"AllocateWorkflow", "TerminateWorkflow"} <= types
+    assert await replay_failures(histories) == {}
+
+
+@workflow.defn(name="AllocateWorkflow", sandboxed=False)
+class NondeterministicFakeAllocateWorkflow:
+    """A deliberately incompatible 'new version': it sleeps before doing what the old one did."""
+
+    @workflow.run
+    async def run(self, req: Any) -> None:
+        await workflow.sleep(1)
+
+
+async def test_replay_guard_catches_an_incompatible_change() -> None:
+    allocate = [h for h in committed_histories()
+                if h.events[0].workflow_execution_started_event_attributes.workflow_type.name
+                == "AllocateWorkflow"]
+    failures = await replay_failures(allocate[:1], workflows=[NondeterministicFakeAllocateWorkflow])
+    assert len(failures) == 1 and "Nondeterminism" in next(iter(failures.values()))
