@@ -7,13 +7,14 @@ import contextlib
 import email.utils
 import time
 from collections.abc import Collection, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 
 from providers.base import (
     AuthError,
     CapacityError,
+    CloudProvider,
     InvalidRequest,
     ProviderError,
     QuotaError,
@@ -145,3 +146,42 @@ def parsing(provider: str, what: str) -> Iterator[None]:
         yield
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise Transient(f"{provider}: unexpected {what} response ({type(exc).__name__}: {exc})") from None
+
+
+class HttpCloudProvider(CloudProvider):
+    """Plumbing shared by adapters of bearer-token REST APIs: one lazily made httpx client,
+    every call through `request` (so errors map to the taxonomy), closed by aclose()."""
+
+    default_endpoint: ClassVar[str]
+    # The cloud's own error codes -> taxonomy class name (see `request`).
+    error_codes: ClassVar[Mapping[str, ErrorKind]] = {}
+
+    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
+                 installation_id: str = "default", timeout: float = DEFAULT_TIMEOUT,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(credentials, endpoint=endpoint or self.default_endpoint,
+                         installation_id=installation_id)
+        self._timeout = timeout
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        # Made lazily: a provider may be constructed outside an event loop.
+        if self._client is None:
+            assert self.endpoint is not None
+            self._client = make_client(self.endpoint, self.credentials["api_key"],
+                                       timeout=self._timeout, transport=self._transport)
+        return self._client
+
+    async def _call(self, method: str, path: str, *, scope: str | None = None,
+                    allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
+        return await request(self._http(), method, path, provider=self.id, scope=scope,
+                             codes=self.error_codes, allow=allow, **kwargs)
+
+    def _json(self, resp: httpx.Response) -> Any:
+        return json_body(resp, provider=self.id)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

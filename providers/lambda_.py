@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Any, ClassVar
-
-import httpx
 
 from providers import _http
 from providers.base import (
     Capabilities,
     CapacityError,
-    CloudProvider,
     GpuSpec,
     InstanceRef,
     InstanceState,
@@ -113,9 +111,11 @@ def merge_user_data(extra_keys: list[str], user_data: str | None) -> str | None:
     return msg.as_string()
 
 
-class LambdaProvider(CloudProvider):
+class LambdaProvider(_http.HttpCloudProvider):
     id: ClassVar[str] = "lambda"
     credential_fields: ClassVar[list[str]] = ["api_key"]
+    default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
+    error_codes: ClassVar[Mapping[str, _http.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",
         k3s="ssh",
@@ -129,27 +129,7 @@ class LambdaProvider(CloudProvider):
         planning="live",
     )
 
-    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
-                 installation_id: str = "default", timeout: float = _http.DEFAULT_TIMEOUT,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(credentials, endpoint=endpoint or DEFAULT_ENDPOINT, installation_id=installation_id)
-        self._timeout = timeout
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-
     # ------------------------------------------------------------------ plumbing
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:  # lazily: construction may happen outside an event loop
-            assert self.endpoint is not None
-            self._client = _http.make_client(self.endpoint, self.credentials["api_key"],
-                                             timeout=self._timeout, transport=self._transport)
-        return self._client
-
-    async def _call(self, method: str, path: str, *, scope: str | None = None,
-                    allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
-        return await _http.request(self._http(), method, path, provider=self.id, scope=scope,
-                                   codes=_CODES, allow=allow, **kwargs)
 
     async def _data(self, method: str, path: str, **kwargs: Any) -> Any:
         """The `data` member of a successful answer (Lambda wraps every payload in it)."""
@@ -157,11 +137,6 @@ class LambdaProvider(CloudProvider):
         if not isinstance(body, dict) or "data" not in body:
             raise Transient(f"{self.id}: answer without 'data' from {method} {path}")
         return body["data"]
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
     @property
     def _prefix(self) -> str:

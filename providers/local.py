@@ -4,14 +4,12 @@ name is the idempotency key (names are unique among live machines)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
-
-import httpx
 
 from providers import _http
 from providers.base import (
     Capabilities,
-    CloudProvider,
     GpuSpec,
     InstanceRef,
     InstanceState,
@@ -48,9 +46,11 @@ _STATES = {
 }
 
 
-class LocalProvider(CloudProvider):
+class LocalProvider(_http.HttpCloudProvider):
     id: ClassVar[str] = "local"
     credential_fields: ClassVar[list[str]] = ["api_key"]
+    default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
+    error_codes: ClassVar[Mapping[str, _http.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="local cloud",
         k3s="none",
@@ -65,36 +65,7 @@ class LocalProvider(CloudProvider):
         planning="live",
     )
 
-    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
-                 installation_id: str = "default", timeout: float = _http.DEFAULT_TIMEOUT,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(credentials, endpoint=endpoint or DEFAULT_ENDPOINT, installation_id=installation_id)
-        self._timeout = timeout
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-
     # ------------------------------------------------------------------ plumbing
-
-    def _http(self) -> httpx.AsyncClient:
-        # Created lazily so a provider can be constructed outside an event loop.
-        if self._client is None:
-            assert self.endpoint is not None
-            self._client = _http.make_client(self.endpoint, self.credentials["api_key"],
-                                             timeout=self._timeout, transport=self._transport)
-        return self._client
-
-    async def _call(self, method: str, path: str, *, scope: str | None = None,
-                    allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
-        return await _http.request(self._http(), method, path, provider=self.id, scope=scope,
-                                   codes=_CODES, allow=allow, **kwargs)
-
-    def _json(self, resp: httpx.Response) -> Any:
-        return _http.json_body(resp, provider=self.id)
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
     def _ref(self, m: dict[str, Any]) -> InstanceRef:
         labels = m.get("labels") or {}
