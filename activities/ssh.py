@@ -18,11 +18,13 @@ NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_versio
 
 # Idempotent: an already installed k3s is only checked. INSTALL_K3S_EXEC keeps the
 # kubeconfig readable for the login user.
-K3S_SCRIPT = """set -e
+K3S_SCRIPT = """set -euo pipefail
 if ! command -v k3s >/dev/null 2>&1; then
-  curl -sfL https://get.k3s.io | INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh -
+  curl -sfL https://get.k3s.io -o /tmp/gpuprov-k3s-install.sh \
+    || { echo "cannot download the k3s installer from get.k3s.io" >&2; exit 3; }
+  INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh /tmp/gpuprov-k3s-install.sh
 fi
-k3s kubectl get nodes >/dev/null
+k3s kubectl get nodes
 """
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, cloudinit, nvidia_smi
+from fakeclouds import catalog, cloudinit, k3s, nvidia_smi
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from fakeclouds.faults import FaultBook
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
@@ -346,6 +346,10 @@ class Engine:
             smi = home / "bin" / "nvidia-smi"
             smi.write_text(nvidia_smi.script_for(itype, m.id))
             smi.chmod(0o755)
+        if m.facade == "lambda":
+            k3s_bin = home / "bin" / "k3s"
+            k3s_bin.write_text(k3s.SCRIPT)
+            k3s_bin.chmod(0o755)
 
     def _spawn(self, m: Machine, coro: Any) -> None:
         self._cancel(m)

@@ -138,7 +138,8 @@ class AllocateWorkflow:
     async def _plan(self) -> list[Offer]:
         await self._advance(Phase.PLAN)
         req = self._req
-        query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=req.spot)
+        # Spot only when asked for: a user who did not say --spot does not expect preemption.
+        query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot))
         offers = await workflow.execute_activity_method(
             CloudActivities.plan_offers, PlanInput(target=self._target, query=query),
             start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
@@ -222,7 +223,8 @@ class AllocateWorkflow:
         self._state.error = "cancelled" if cancelled else failure_reason(err)
 
         async def compensate() -> None:
-            await self._phase(Phase.COMPENSATING, status="failed")
+            # "terminating" until the cloud shows the machine gone; only then "failed"
+            await self._phase(Phase.COMPENSATING, status="terminating")
             await workflow.execute_activity_method(
                 CloudActivities.terminate_and_verify,
                 TerminateInput(target=self._target, key=key, ref=self._state.ref,

@@ -3,7 +3,9 @@ simulated clouds over HTTP with real SSH machines."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from store import repo
 from store.secrets import SecretBox
 from tests.workflows.conftest import INSTALLATION, start_allocate
 from tests.workflows.test_terminate_connect import terminate
-from workflows.models import Phase
+from workflows.models import AllocationState, Phase
 
 pytestmark = pytest.mark.devserver
 
@@ -49,20 +51,47 @@ async def owned(sim: FakeCloudServer, cloud: str) -> list[Any]:
 async def test_allocate_then_terminate_on_the_simulated_clouds(temporal_client: Any, wf_worker: None,
                                                                sim: FakeCloudServer, connect_sim: Any,
                                                                make_request: Any, cloud: str) -> None:
-    # Lambda's k3s goes over SSH and needs the internet; the GPU check is what we test there.
-    req = make_request(cloud=cloud, connection_id=connect_sim(cloud), k3s=(cloud == "local"),
+    # k3s on: skipped with a note on local; over SSH on Lambda (its simulated image has k3s).
+    req = make_request(cloud=cloud, connection_id=connect_sim(cloud), k3s=True,
                        gpu=None if cloud == "local" else "a10")
     st = await (await start_allocate(temporal_client, req)).result()
 
     assert st.phase == Phase.READY and st.host == "127.0.0.1"
     if cloud == "local":
         assert st.gpus == [] and any(n.startswith("k3s skipped") for n in st.notes)
+        assert st.offer is not None and st.offer.spot is False  # cheaper spot exists, not asked for
     else:
         assert st.offer is not None and st.offer.gpu is not None
         assert len(st.gpus) == st.offer.gpu.count and "A10" in st.gpus[0].name
+        assert not any("k3s" in n for n in st.notes)  # installed and checked, not skipped
     assert [r.key for r in await owned(sim, cloud)] == [st.attempts[-1].key]
 
     await terminate(temporal_client, req.allocation_id)
     assert await owned(sim, cloud) == []
     mine = [m for m in sim.admin.machines() if m["id"] == st.ref.instance_id]  # type: ignore[union-attr]
     assert len(mine) == 1 and mine[0]["status"] == "terminated"
+
+
+async def test_k3s_failure_compensates_with_the_reason(temporal_client: Any, wf_worker: None,
+                                                       sim: FakeCloudServer, connect_sim: Any,
+                                                       make_request: Any) -> None:
+    """No k3s and no internet: the installer's download fails, the machine is torn down, and the
+    reason says why (a pipe would have hidden the failed download)."""
+    from temporalio.client import WorkflowFailureError
+
+    req = make_request(cloud="lambda", connection_id=connect_sim("lambda"), k3s=True, gpu="a10")
+    handle = await start_allocate(temporal_client, req)
+    # Remove the image's k3s as soon as the machine exists, so the installer must download.
+    for _ in range(200):
+        live = [m for m in await sim.admin.aio.live_machines()
+                if req.allocation_id in (m.get("name") or "") and m.get("home")]
+        if live and (Path(live[0]["home"]) / "bin" / "k3s").exists():
+            (Path(live[0]["home"]) / "bin" / "k3s").unlink()
+            break
+        await asyncio.sleep(0.02)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert "k3s" in str(info.value.cause)
+    st = await handle.query("state", result_type=AllocationState)
+    assert st.attempts[-1].outcome == "failed" and "k3s" in (st.attempts[-1].reason or "")
+    assert await owned(sim, "lambda") == []
