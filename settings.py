@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,3 +33,26 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def home_value(home: Path, name: str, make: Callable[[], str]) -> str:
+    """The value kept in `home/name`, created with `make()` (mode 0600) on first use.
+
+    Race-safe: `gpuprov dev` starts the worker and the API at once, and both must end up with
+    the same installation id, token and key. The value is written to a private temp file and
+    hard-linked into place, which fails if the name exists: the file appears whole or not at
+    all, and a loser of the race reads the winner's value.
+    """
+    path = home / name
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=home, prefix=f".{name}.")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(make() + "\n")
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return path.read_text().strip()

@@ -62,7 +62,6 @@ class RecordAllocationInput(BaseModel):
     request: AllocateRequest
     state: AllocationState
     status: str  # provisioning|ready|failed|terminating|terminated
-    price_per_hour: float | None = None
 
 
 class RecordStatusInput(BaseModel):

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-import sqlalchemy as sa
-from sqlmodel import Session, delete, select
+from sqlmodel import Session, select
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -17,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.deps import ActivityDeps
 from activities.io import AllocationIdInput, InstanceRecord, RecordAllocationInput, RecordStatusInput
 from providers.base import InstanceRef
+from store import repo
 from store.db import session_scope
 from store.models import Attempt, Instance, InstanceEvent, utcnow
 from workflows.models import allocate_workflow_id
@@ -58,13 +58,11 @@ class RecordActivities:
             session.add(row)
             session.flush()
             _log_transition(session, row.id, before, (inp.status, st.phase.value))
-            # The decision history is small: replace it wholesale (idempotent).
-            session.exec(delete(Attempt).where(Attempt.instance_id == req.allocation_id))   # type: ignore[call-overload,arg-type]
             for a in st.attempts:
-                session.add(Attempt(instance_id=req.allocation_id, seq=a.seq, provider=a.offer.provider,
-                                    instance_type=a.offer.instance_type, region=a.offer.region,
-                                    spot=a.offer.spot, price_per_hour=a.offer.price_per_hour,
-                                    outcome=a.outcome, reason=a.reason))
+                repo.record_attempt(session, Attempt(
+                    instance_id=req.allocation_id, seq=a.seq, provider=a.offer.provider,
+                    instance_type=a.offer.instance_type, region=a.offer.region, spot=a.offer.spot,
+                    price_per_hour=a.offer.price_per_hour, outcome=a.outcome, reason=a.reason), commit=False)
             session.commit()
 
     @activity.defn(name="record_status")
@@ -124,10 +122,3 @@ def _log_transition(session: Session, instance_id: str, before: tuple[str, str],
     first = session.exec(select(InstanceEvent.id).where(InstanceEvent.instance_id == instance_id)).first()
     if first is None or before != after:
         session.add(InstanceEvent(instance_id=instance_id, status=after[0], phase=after[1]))
-
-
-def attempts_of(engine: sa.Engine, allocation_id: str) -> list[Attempt]:
-    """The recorded decision history, in order (tests and the API read it this way)."""
-    with session_scope(engine) as session:
-        return list(session.exec(select(Attempt).where(Attempt.instance_id == allocation_id)
-                                 .order_by(Attempt.seq)))  # type: ignore[arg-type]

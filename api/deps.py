@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlmodel import Session
 
+from settings import home_value
 from store.secrets import SecretBox
 
 # --------------------------------------------------------------------------- workflows
@@ -117,20 +117,7 @@ class AppDeps:
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:
     """The API bearer token: configured, else home/api-token (created with mode 0600)."""
-    if configured:
-        return configured
-    path = home / "api-token"
-    if path.exists():
-        return path.read_text().strip()
-    home.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process created it first: use theirs
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
+    return configured or home_value(home, "api-token", lambda: secrets.token_urlsafe(32))
 
 
 def deps_from_settings() -> AppDeps:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from fastapi import Request
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from fakeclouds.engine import Engine
-from fakeclouds.errors import Invalid, Unauthorized
+from fakeclouds.errors import CloudError, Invalid, Unauthorized
 from fakeclouds.faults import CallPlan
 
 M = TypeVar("M", bound=BaseModel)
@@ -38,6 +39,31 @@ async def parse_body(request: Request, model: type[M]) -> M:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise Invalid(f"{where}: {first['msg']}") from exc
+
+
+async def authorized_body(request: Request, token: str, model: type[M]) -> M:
+    """Check the bearer token, then parse the JSON body into `model` (CloudError on either)."""
+    check_bearer(request, token)
+    return await parse_body(request, model)
+
+
+Call = Callable[..., Awaitable[Response]]
+
+
+def make_call(engine: Engine, facade: str, token: str,
+              error_response: Callable[[CloudError], Response]) -> Call:
+    """A facade's request runner: auth, faults, the effect, and its own error format."""
+
+    async def call(request: Request, op: str, effect: Callable[[CallPlan], Any], *, status: int = 200,
+                   region: str | None = None) -> Response:
+        try:
+            check_bearer(request, token)
+            body = await run_op(engine, facade, op, effect, region)
+        except CloudError as exc:
+            return error_response(exc)
+        return JSONResponse(body, status_code=status)
+
+    return call
 
 
 async def run_op(engine: Engine, facade: str, op: str, effect: Callable[[CallPlan], Any],

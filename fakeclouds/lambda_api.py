@@ -7,7 +7,6 @@ simulated machine is its own SSH server on 127.0.0.1, so instances carry an extr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -15,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from fakeclouds import catalog
-from fakeclouds.common import check_bearer, parse_body, retry_after_header, run_op
+from fakeclouds.common import authorized_body, make_call, retry_after_header
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -111,14 +110,7 @@ def instance_json(m: Machine) -> dict[str, Any]:
 def build_router(engine: Engine, token: str) -> APIRouter:
     router = APIRouter()
 
-    async def call(request: Request, op: str, effect: Callable[[CallPlan], Any],
-                   region: str | None = None) -> Response:
-        try:
-            check_bearer(request, token)
-            body = await run_op(engine, FACADE, op, effect, region)
-        except CloudError as exc:
-            return error_response(exc)
-        return JSONResponse(body)
+    call = make_call(engine, FACADE, token, error_response)
 
     @router.get("/instance-types")
     async def instance_types(request: Request) -> Response:
@@ -138,8 +130,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.post("/ssh-keys")
     async def add_key(request: Request) -> Response:
         try:
-            check_bearer(request, token)
-            body = await parse_body(request, SshKeyBody)
+            body = await authorized_body(request, token, SshKeyBody)
         except CloudError as exc:
             return error_response(exc)
         return await call(request, "ssh_keys",
@@ -155,8 +146,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.post("/instance-operations/launch")
     async def launch(request: Request) -> Response:
         try:
-            check_bearer(request, token)
-            body = await parse_body(request, LaunchBody)
+            body = await authorized_body(request, token, LaunchBody)
         except CloudError as exc:
             return error_response(exc)
 
@@ -190,8 +180,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.post("/instance-operations/terminate")
     async def terminate(request: Request) -> Response:
         try:
-            check_bearer(request, token)
-            body = await parse_body(request, TerminateBody)
+            body = await authorized_body(request, token, TerminateBody)
         except CloudError as exc:
             return error_response(exc)
 

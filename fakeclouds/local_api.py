@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from fakeclouds.common import check_bearer, iso, parse_body, retry_after_header, run_op
+from fakeclouds.common import authorized_body, iso, make_call, retry_after_header
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -77,14 +76,7 @@ def machine_json(m: Machine) -> dict[str, Any]:
 def build_router(engine: Engine, token: str) -> APIRouter:
     router = APIRouter()
 
-    async def call(request: Request, op: str, effect: Callable[[CallPlan], Any], status: int = 200,
-                   region: str | None = None) -> Response:
-        try:
-            check_bearer(request, token)
-            body = await run_op(engine, FACADE, op, effect, region)
-        except CloudError as exc:
-            return error_response(exc)
-        return JSONResponse(body, status_code=status)
+    call = make_call(engine, FACADE, token, error_response)
 
     @router.get("/account")
     async def account(request: Request) -> Response:
@@ -109,8 +101,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.post("/machines")
     async def create(request: Request) -> Response:
         try:
-            check_bearer(request, token)
-            body = await parse_body(request, CreateBody)
+            body = await authorized_body(request, token, CreateBody)
         except CloudError as exc:
             return error_response(exc)
 

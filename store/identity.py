@@ -10,21 +10,14 @@ import asyncssh
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from settings import home_value
 from store.models import SshIdentity
 from store.secrets import SecretBox
 
 
 def installation_id(home: Path, configured: str | None = None) -> str:
     """Short and tag-safe: [a-z0-9]{8}. Stable across restarts (kept under home)."""
-    if configured:
-        return configured
-    path = home / "installation-id"
-    if path.exists():
-        return path.read_text().strip()
-    home.mkdir(parents=True, exist_ok=True)
-    value = uuid.uuid4().hex[:8]
-    path.write_text(value + "\n")
-    return value
+    return configured or home_value(home, "installation-id", lambda: uuid.uuid4().hex[:8])
 
 
 def ssh_identity(session: Session, box: SecretBox) -> tuple[str, str]:

@@ -135,8 +135,10 @@ def events_of(session: Session, instance_id: str, after: int = 0) -> Sequence[In
     return session.exec(stmt).all()
 
 
-def record_attempt(session: Session, attempt: Attempt) -> Attempt:
-    """Insert or update the attempt (instance_id, seq): activities retry, rows must not double."""
+def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -> Attempt:
+    """Insert or update the attempt (instance_id, seq): activities retry, rows must not double.
+    An update keeps the row's `at` (when the attempt began). `commit=False` leaves the commit to
+    a caller writing more in the same transaction."""
     stmt = select(Attempt).where(Attempt.instance_id == attempt.instance_id, Attempt.seq == attempt.seq)
     row = session.exec(stmt).first()
     if row is None:
@@ -145,5 +147,6 @@ def record_attempt(session: Session, attempt: Attempt) -> Attempt:
         for name in ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason"):
             setattr(row, name, getattr(attempt, name))
     session.add(row)
-    session.commit()
+    if commit:
+        session.commit()
     return row

@@ -7,11 +7,12 @@ first use with mode 0600. Plaintext secrets exist only in memory, inside activit
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
+
+from settings import home_value
 
 
 class SecretError(Exception):
@@ -21,15 +22,7 @@ class SecretError(Exception):
 def load_or_create_key(home: Path, configured: str | None = None) -> bytes:
     if configured:
         return configured.encode()
-    path = home / "secret.key"
-    if path.exists():
-        return path.read_bytes().strip()
-    home.mkdir(parents=True, exist_ok=True)
-    key = Fernet.generate_key()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-    return key
+    return home_value(home, "secret.key", lambda: Fernet.generate_key().decode()).encode()
 
 
 class SecretBox:

@@ -10,7 +10,8 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from activities.records import attempts_of
+from store import repo
+from store.db import session_scope
 from store.models import Instance
 from tests.fakes import FakeCloud, FakeInMemoryProvider
 from tests.workflows.conftest import INSTALLATION, start_allocate, wait_phase
@@ -76,7 +77,8 @@ async def test_capacity_fails_over_and_records_reasons(temporal_client: Client, 
         ("gpu.1x", "r1", "capacity"), ("gpu.1x", "r2", "created")]
     assert "no capacity" in (st.attempts[0].reason or "") and "fake/r1" in (st.attempts[0].reason or "")
     assert st.attempts[1].key == attempt_key(req.allocation_id, 2)
-    recorded = attempts_of(db_engine, req.allocation_id)
+    with session_scope(db_engine) as session:
+        recorded = repo.attempts_of(session, req.allocation_id)
     assert [(a.seq, a.outcome) for a in recorded] == [(1, "capacity"), (2, "created")]
     assert len(await owned()) == 1
 
