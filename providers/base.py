@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from providers.credentials import Credentials, describe_error
+from providers.gpus import same_gpu
 
 # --------------------------------------------------------------------------- errors
 
@@ -107,7 +111,7 @@ class Offer(BaseModel):
 
 
 class OfferQuery(BaseModel):
-    gpu: str | None = None  # case-insensitive match on GpuSpec.name, e.g. "h100"
+    gpu: str | None = None  # any spelling of a model ("h100", "RTX A6000"), see providers/gpus.py
     gpu_count: int | None = Field(default=None, ge=1)
     region: str | None = None
     spot: bool | None = None  # None: both; True: only spot; False: only on-demand
@@ -121,7 +125,7 @@ class OfferQuery(BaseModel):
         if self.region and offer.region != self.region:
             return False
         if self.gpu:
-            if offer.gpu is None or offer.gpu.name.lower() != self.gpu.lower():
+            if offer.gpu is None or not same_gpu(self.gpu, offer.gpu.name):
                 return False
         if self.gpu_count and (offer.gpu is None or offer.gpu.count != self.gpu_count):
             return False
@@ -196,7 +200,6 @@ class InstanceStatus(BaseModel):
 # --------------------------------------------------------------------------- capabilities
 
 K3sMode = Literal["cloud-init", "ssh", "none"]
-PlanningMode = Literal["live", "static"]
 
 
 class Capabilities(BaseModel):
@@ -211,10 +214,8 @@ class Capabilities(BaseModel):
     spot: bool = False
     custom_image: bool = False
     login_user: str = "root"
-    side_resources: list[str] = Field(default_factory=list)
-    regions: list[str] = Field(default_factory=list)
-    default_regions: list[str] = Field(default_factory=list)
-    planning: PlanningMode = "live"
+    side_resources: list[str] = Field(default_factory=list)  # per-machine resources terminate removes
+    regions: list[str] = Field(default_factory=list)  # empty: any region the cloud names
 
     def check(self, req: LaunchRequirements) -> None:
         """Raise Unsupported with the cloud's reason when `req` cannot be met here."""
@@ -242,27 +243,46 @@ class LaunchRequirements(BaseModel):
 # --------------------------------------------------------------------------- the contract
 
 
-class CloudProvider(abc.ABC):
-    """One cloud. Construct with decrypted credentials and an optional endpoint override.
+class ConnectionOptions(BaseModel):
+    """Per-connection settings every cloud may need in real life, beside its credentials."""
 
-    Subclasses set `id` and `capabilities`, and implement the six primitives. All are
-    async and raise only ProviderError subclasses.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str | None = None  # API base URL override (a private endpoint, a proxy, a simulation)
+    ca_bundle: str | None = None  # PEM certificates to trust for that endpoint, besides the system's
+
+
+class CloudProvider(abc.ABC):
+    """One cloud. Construct with validated credentials (`credentials_model`) and connection options.
+
+    Subclasses set `id`, `capabilities` and `credentials_model`, and implement the six primitives.
+    All are async and raise only ProviderError subclasses. One instance serves many concurrent
+    activities of one worker process (clients and their connection pools live as long as it).
     """
 
     id: ClassVar[str]
     capabilities: ClassVar[Capabilities]
-    # Which credential fields a connection must carry, e.g. ["api_key"].
-    credential_fields: ClassVar[list[str]] = []
+    credentials_model: ClassVar[type[Credentials]]
 
-    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
-                 installation_id: str = "default") -> None:
-        missing = [f for f in self.credential_fields if not credentials.get(f)]
-        if missing:
-            fields = ", ".join(missing)
-            raise AuthError(f"{self.capabilities.display_name}: missing credential field(s): {fields}")
+    def __init__(self, credentials: Credentials, *, options: ConnectionOptions | None = None,
+                 installation_id: str) -> None:
+        if not isinstance(credentials, self.credentials_model):
+            raise TypeError(f"{type(self).__name__} takes {self.credentials_model.__name__}")
         self.credentials = credentials
-        self.endpoint = endpoint
+        self.options = options or ConnectionOptions()
         self.installation_id = installation_id
+
+    @classmethod
+    def parse_credentials(cls, raw: Mapping[str, Any]) -> Credentials:
+        """Validate `raw` against this cloud's model; InvalidRequest names the fields, not the values."""
+        try:
+            return cls.credentials_model.model_validate(dict(raw))
+        except ValidationError as e:
+            raise InvalidRequest(f"{cls.capabilities.display_name} credentials: {describe_error(e)}") from None
+
+    async def prepare(self, region: str) -> None:  # noqa: B027 — optional hook
+        """Create the shared side resources `region` needs (key pairs, environments, resource
+        groups) before a create there. Idempotent: called before every create, on any worker."""
 
     @abc.abstractmethod
     async def verify(self) -> str:

@@ -10,13 +10,14 @@ removes.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Any, ClassVar
 
-from providers import _http
+from providers import rest
+from providers.credentials import ApiKeyCredentials
+from providers.gpus import normalize_gpu
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -37,9 +38,8 @@ from providers.base import (
 DEFAULT_ENDPOINT = "https://cloud.lambdalabs.com/api/v1"
 NAME_MAX = 64
 NOT_FOUND = "global/object-does-not-exist"
-SIM_SSH_PORT_FIELD = "x_sim_ssh_port"  # the simulated cloud's extension; absent on real Lambda
 
-_CODES: dict[str, _http.ErrorKind] = {
+_CODES: dict[str, rest.ErrorKind] = {
     "global/invalid-api-key": "auth",
     "global/account-inactive": "auth",
     "instance-operations/launch/insufficient-capacity": "capacity",
@@ -61,27 +61,6 @@ REGIONS = [
     "us-south-3", "us-midwest-1", "europe-central-1", "asia-south-1", "asia-northeast-1", "asia-northeast-2",
     "me-west-1", "australia-east-1",
 ]
-
-_VENDOR_WORDS = {"NVIDIA", "TESLA", "QUADRO", "GEFORCE"}
-
-
-def canonical_gpu(description: str | None, type_name: str = "") -> tuple[str, float | None]:
-    """("H100", 80.0) from "H100 (80 GB SXM5)" / "8x H100 (80 GB SXM5)"; falls back to the type
-    name (gpu_1x_a10 -> A10). Form factors (SXM/PCIe) are dropped: users ask for "h100"."""
-    desc = (description or "").strip()
-    memory = None
-    if m := re.search(r"(\d+(?:\.\d+)?)\s*GB", desc, re.I):
-        memory = float(m.group(1))
-    base = re.sub(r"\(.*?\)", " ", desc)
-    base = re.sub(r"^\s*\d+\s*x\s+", "", base, flags=re.I)
-    tokens = [t for t in base.upper().split() if t not in _VENDOR_WORDS]
-    if not tokens:
-        parts = type_name.split("_")  # gpu_<n>x_<model>[_<form factor>]
-        return (parts[2].upper() if len(parts) >= 3 else type_name.upper()), memory
-    if tokens[0] == "RTX" and len(tokens) > 1 and re.fullmatch(r"A\d+", tokens[1]):
-        return tokens[1], memory  # "RTX A6000" -> A6000
-    return "".join(tokens), memory  # "RTX 6000" -> RTX6000
-
 
 def instance_name(installation_id: str, key: str) -> str:
     """`gpuprov-<installation>-<key>`, at most 64 chars. A key too long for that is shortened
@@ -111,11 +90,11 @@ def merge_user_data(extra_keys: list[str], user_data: str | None) -> str | None:
     return msg.as_string()
 
 
-class LambdaProvider(_http.HttpCloudProvider):
+class LambdaProvider(rest.RestCloudProvider):
     id: ClassVar[str] = "lambda"
-    credential_fields: ClassVar[list[str]] = ["api_key"]
+    credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
-    error_codes: ClassVar[Mapping[str, _http.ErrorKind]] = _CODES
+    error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",
         k3s="ssh",
@@ -126,14 +105,13 @@ class LambdaProvider(_http.HttpCloudProvider):
         login_user="ubuntu",
         side_resources=["ssh-key"],
         regions=REGIONS,
-        planning="live",
     )
 
     # ------------------------------------------------------------------ plumbing
 
     async def _data(self, method: str, path: str, **kwargs: Any) -> Any:
         """The `data` member of a successful answer (Lambda wraps every payload in it)."""
-        body = _http.json_body(await self._call(method, path, **kwargs), provider=self.id)
+        body = rest.json_body(await self._call(method, path, **kwargs), provider=self.id)
         if not isinstance(body, dict) or "data" not in body:
             raise Transient(f"{self.id}: answer without 'data' from {method} {path}")
         return body["data"]
@@ -192,14 +170,14 @@ class LambdaProvider(_http.HttpCloudProvider):
         # Lambda has no account endpoint; listing SSH keys is the cheapest authenticated call.
         # The identity is a fingerprint of the key, never the key itself.
         await self._ssh_keys()
-        digest = hashlib.sha256(str(self.credentials["api_key"]).encode()).hexdigest()[:12]
+        digest = hashlib.sha256(str(self.credentials.reveal()["api_key"]).encode()).hexdigest()[:12]
         return f"Lambda Cloud API key {digest}"
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
         if query.spot is True:
             return []  # Lambda sells no spot instances
         data = await self._data("GET", "/instance-types")
-        with _http.parsing(self.id, "instance-types"):
+        with rest.parsing(self.id, "instance-types"):
             out = [offer for entry in data.values() for offer in self._offers_of(entry)]
         return rank_offers(out, query)
 
@@ -208,7 +186,7 @@ class LambdaProvider(_http.HttpCloudProvider):
         specs = it.get("specs") or {}
         gpu = None
         if int(specs.get("gpus") or 0) > 0:
-            name, memory = canonical_gpu(it.get("gpu_description"), it["name"])
+            name, memory = normalize_gpu(it.get("gpu_description"), it["name"])
             gpu = GpuSpec(name=name, count=int(specs["gpus"]), memory_gib=memory)
         return [
             Offer(provider=self.id, instance_type=it["name"], gpu=gpu, vcpus=int(specs.get("vcpus") or 0),
@@ -223,7 +201,7 @@ class LambdaProvider(_http.HttpCloudProvider):
         name = self._name(spec.key)
         found = await self._by_name(name)
         if found is not None:
-            with _http.parsing(self.id, "instance"):
+            with rest.parsing(self.id, "instance"):
                 return self._ref(found, key=spec.key)
         key_name = await self._ensure_ssh_key(name, spec.ssh_public_keys[0])
         body: dict[str, Any] = {
@@ -244,7 +222,7 @@ class LambdaProvider(_http.HttpCloudProvider):
             # (Transient/RateLimited may have launched; the retry reuses the key.)
             await self._delete_ssh_key(key_name)
             raise
-        with _http.parsing(self.id, "launch"):
+        with rest.parsing(self.id, "launch"):
             instance_id = str(data["instance_ids"][0])
         return InstanceRef(provider=self.id, instance_id=instance_id, key=spec.key, region=offer.region)
 
@@ -252,17 +230,15 @@ class LambdaProvider(_http.HttpCloudProvider):
         resp = await self._call("GET", f"/instances/{ref.instance_id}", allow=(404,))
         if resp.status_code == 404:
             return None
-        body = _http.json_body(resp, provider=self.id)
-        with _http.parsing(self.id, "instance"):
+        body = rest.json_body(resp, provider=self.id)
+        with rest.parsing(self.id, "instance"):
             inst = body["data"]
             status = str(inst.get("status"))
             return InstanceStatus(
                 ref=ref,
                 state=_STATES.get(status, InstanceState.ERROR),
                 host=inst.get("ip") or None,
-                # Real Lambda always serves SSH on 22; the simulated cloud's machines share 127.0.0.1,
-                # so it adds `x_sim_ssh_port` (fakeclouds/lambda_api.py).
-                ssh_port=int(inst.get(SIM_SSH_PORT_FIELD) or 22),
+                ssh_port=22,  # Lambda serves SSH on 22 at the instance's own address
                 ssh_user=self.capabilities.login_user,
                 instance_type=(inst.get("instance_type") or {}).get("name"),
                 detail=status,
@@ -271,13 +247,13 @@ class LambdaProvider(_http.HttpCloudProvider):
     async def terminate(self, ref: InstanceRef) -> None:
         resp = await self._call("POST", "/instance-operations/terminate",
                                 json={"instance_ids": [ref.instance_id]}, allow=(400, 404))
-        if not resp.is_success and _http.error_code(resp) != NOT_FOUND:
-            raise _http.map_response_error(resp, provider=self.id, codes=_CODES)
+        if not resp.is_success and rest.error_code(resp) != NOT_FOUND:
+            raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
         await self._delete_ssh_key(self._name(ref.key))
 
     async def list_owned(self) -> list[InstanceRef]:
         instances = await self._instances()
-        with _http.parsing(self.id, "instances"):
+        with rest.parsing(self.id, "instances"):
             return [self._ref(i) for i in instances if str(i.get("name") or "").startswith(self._prefix)]
 
     async def find(self, key: str) -> InstanceRef | None:
@@ -285,6 +261,6 @@ class LambdaProvider(_http.HttpCloudProvider):
         found = await self._by_name(self._name(key))
         if found is None:
             return None
-        with _http.parsing(self.id, "instance"):
+        with rest.parsing(self.id, "instance"):
             return self._ref(found, key=key)
 

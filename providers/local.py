@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from providers import _http
+from providers import rest
+from providers.credentials import ApiKeyCredentials
 from providers.base import (
     Capabilities,
     GpuSpec,
@@ -29,7 +30,7 @@ LABEL_INSTALLATION = "gpuprov-installation"
 LABEL_ALLOCATION = "gpuprov-allocation"
 LABEL_KEY = "gpuprov-key"
 
-_CODES: dict[str, _http.ErrorKind] = {
+_CODES: dict[str, rest.ErrorKind] = {
     "unauthorized": "auth",
     "insufficient_capacity": "capacity",
     "quota_exceeded": "quota",
@@ -46,11 +47,11 @@ _STATES = {
 }
 
 
-class LocalProvider(_http.HttpCloudProvider):
+class LocalProvider(rest.RestCloudProvider):
     id: ClassVar[str] = "local"
-    credential_fields: ClassVar[list[str]] = ["api_key"]
+    credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
-    error_codes: ClassVar[Mapping[str, _http.ErrorKind]] = _CODES
+    error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="local cloud",
         k3s="none",
@@ -61,8 +62,6 @@ class LocalProvider(_http.HttpCloudProvider):
         custom_image=False,
         login_user="gpuprov",
         regions=["local-1", "local-2"],
-        default_regions=["local-1"],
-        planning="live",
     )
 
     # ------------------------------------------------------------------ plumbing
@@ -83,14 +82,14 @@ class LocalProvider(_http.HttpCloudProvider):
 
     async def verify(self) -> str:
         body = self._json(await self._call("GET", "/account"))
-        with _http.parsing(self.id, "account"):
+        with rest.parsing(self.id, "account"):
             return str(body.get("name") or body["id"])
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
         if query.spot is True and not self.capabilities.spot:
             return []
         body = self._json(await self._call("GET", "/offers"))
-        with _http.parsing(self.id, "offers"):
+        with rest.parsing(self.id, "offers"):
             out = [self._offer(o) for o in body["offers"]]
         return rank_offers(out, query)
 
@@ -119,7 +118,7 @@ class LocalProvider(_http.HttpCloudProvider):
         if (m.get("labels") or {}).get(LABEL_INSTALLATION) != self.installation_id:
             # Never adopt someone else's machine as ours.
             raise InvalidRequest(f"{self.id}: machine name {key!r} is taken by another installation")
-        with _http.parsing(self.id, "machine"):
+        with rest.parsing(self.id, "machine"):
             return self._ref(m)
 
     async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
@@ -150,7 +149,7 @@ class LocalProvider(_http.HttpCloudProvider):
             if found is None:
                 raise Transient(f"{self.id}: name {spec.key!r} conflicted but no live machine has it")
             return found
-        with _http.parsing(self.id, "create"):
+        with rest.parsing(self.id, "create"):
             return self._ref(self._json(resp))
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:
@@ -158,7 +157,7 @@ class LocalProvider(_http.HttpCloudProvider):
         if resp.status_code == 404:
             return None
         m = self._json(resp)
-        with _http.parsing(self.id, "machine"):
+        with rest.parsing(self.id, "machine"):
             return self._status(ref, m)
 
     def _status(self, ref: InstanceRef, m: dict[str, Any]) -> InstanceStatus:
@@ -180,7 +179,7 @@ class LocalProvider(_http.HttpCloudProvider):
     async def list_owned(self) -> list[InstanceRef]:
         machines = await self._machines(label=f"{LABEL_INSTALLATION}={self.installation_id}")
         # Filter again client-side: ownership must not rest on the server honouring the filter.
-        with _http.parsing(self.id, "machines"):
+        with rest.parsing(self.id, "machines"):
             return [self._ref(m) for m in machines
                     if (m.get("labels") or {}).get(LABEL_INSTALLATION) == self.installation_id
                     and m.get("status") != "terminated"]
@@ -189,5 +188,5 @@ class LocalProvider(_http.HttpCloudProvider):
         m = await self._lookup(key)
         if m is None or (m.get("labels") or {}).get(LABEL_INSTALLATION) != self.installation_id:
             return None
-        with _http.parsing(self.id, "machine"):
+        with rest.parsing(self.id, "machine"):
             return self._ref(m)

@@ -1,35 +1,87 @@
-"""Maps `--cloud` ids to adapter classes. Modules are imported lazily, so a missing SDK
-for one cloud never breaks the others."""
+"""The one list of clouds. The API, the CLI, the simulation server, `make run`'s auto-connect and
+the conformance suite all read it; no other module names cloud ids.
+
+Adding a cloud is one adapter module (`providers/<cloud>.py`), one simulation facade module
+(`fakeclouds/<cloud>_api.py`) and one `CloudEntry` below. A separately installed package can add
+a cloud without editing this file: it declares an entry point in the group `gpuprov.clouds`
+whose value names a `CloudEntry` object.
+
+Modules are imported lazily, so a missing SDK for one cloud never breaks the others.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 
-from providers.base import Capabilities, CloudProvider, InvalidRequest
+from providers.base import Capabilities, CloudProvider, ConnectionOptions, InvalidRequest
 
-# cloud id -> "module:Class"
-_ADAPTERS: dict[str, str] = {
-    "local": "providers.local:LocalProvider",
-    "lambda": "providers.lambda_:LambdaProvider",
-}
+if TYPE_CHECKING:  # the simulation is only imported where it runs (server, dev, tests)
+    from fakeclouds.facade import Facade
 
-# Test-only registrations (e.g. an in-memory fake) go here, never into _ADAPTERS.
+ENTRY_POINT_GROUP = "gpuprov.clouds"
+
+
+@dataclass(frozen=True)
+class CloudEntry:
+    id: str  # the `--cloud` id, also the simulated facade's name
+    adapter: str  # "module:Class" of the CloudProvider subclass
+    simulation: str | None = None  # module whose FACADE (a fakeclouds.facade.Facade) simulates it
+
+
+BUILTIN: tuple[CloudEntry, ...] = (
+    CloudEntry("local", "providers.local:LocalProvider", "fakeclouds.local_api"),
+    CloudEntry("lambda", "providers.lambda_:LambdaProvider", "fakeclouds.lambda_api"),
+)
+
+# Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
 _EXTRA: dict[str, type[CloudProvider]] = {}
 
 
+def _load(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr) if attr else module
+
+
+@functools.cache
+def entries() -> tuple[CloudEntry, ...]:
+    """Built-in clouds, then those installed packages declare (entry point group gpuprov.clouds)."""
+    found = {e.id: e for e in BUILTIN}
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
+        entry = ep.load()
+        if not isinstance(entry, CloudEntry):
+            raise TypeError(f"entry point {ep.name!r} in {ENTRY_POINT_GROUP} must name a CloudEntry")
+        if entry.id in found:
+            raise ValueError(f"cloud {entry.id!r} is registered twice (entry point {ep.name!r})")
+        found[entry.id] = entry
+    return tuple(found.values())
+
+
+def _entries_by_id() -> Mapping[str, CloudEntry]:
+    return {e.id: e for e in entries()}
+
+
 def known() -> list[str]:
-    return sorted({*_ADAPTERS, *_EXTRA})
+    """Every cloud id an adapter exists for, sorted."""
+    return sorted({*_entries_by_id(), *_EXTRA})
+
+
+def entry(cloud: str) -> CloudEntry:
+    found = _entries_by_id().get(cloud)
+    if found is None:
+        raise InvalidRequest(f"unknown cloud {cloud!r}; known: {', '.join(known())}")
+    return found
 
 
 def adapter_class(cloud: str) -> type[CloudProvider]:
     if cloud in _EXTRA:
         return _EXTRA[cloud]
-    target = _ADAPTERS.get(cloud)
-    if target is None:
-        raise InvalidRequest(f"unknown cloud {cloud!r}; known: {', '.join(known())}")
-    module_name, _, cls_name = target.partition(":")
-    cls: type[CloudProvider] = getattr(importlib.import_module(module_name), cls_name)
+    cls: type[CloudProvider] = _load(entry(cloud).adapter)
     return cls
 
 
@@ -37,9 +89,27 @@ def capabilities(cloud: str) -> Capabilities:
     return adapter_class(cloud).capabilities
 
 
-def build(cloud: str, credentials: dict[str, Any], *, endpoint: str | None = None,
-          installation_id: str = "default") -> CloudProvider:
-    return adapter_class(cloud)(credentials, endpoint=endpoint, installation_id=installation_id)
+def build(cloud: str, credentials: Mapping[str, Any], *, options: ConnectionOptions | None = None,
+          installation_id: str) -> CloudProvider:
+    """An adapter for `cloud` with `credentials` validated against its typed model (InvalidRequest
+    naming the field — never its value — when they do not fit)."""
+    cls = adapter_class(cloud)
+    return cls(cls.parse_credentials(credentials), options=options or ConnectionOptions(),
+               installation_id=installation_id)
+
+
+def simulated() -> list[str]:
+    """Clouds that have a simulation facade (what `make run` serves and connects)."""
+    return [e.id for e in entries() if e.simulation]
+
+
+def simulation(cloud: str) -> Facade:
+    """The simulation facade of `cloud` (imports fakeclouds: never call it on a production path)."""
+    module = entry(cloud).simulation
+    if module is None:
+        raise InvalidRequest(f"cloud {cloud!r} has no simulation")
+    facade: Facade = _load(module).FACADE
+    return facade
 
 
 def register_for_tests(cls: type[CloudProvider]) -> None:

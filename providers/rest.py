@@ -1,16 +1,24 @@
-"""Shared httpx plumbing for HTTP adapters: client construction, one request helper, and the
-mapping of HTTP failures onto the error taxonomy (so no raw httpx exception escapes)."""
+"""The REST base: adapters of HTTP+JSON clouds build on `RestCloudProvider`.
+
+It owns one httpx client per adapter instance (so per connection per worker process: its
+connection pool and TLS context are reused by every activity), pluggable auth (providers/auth.py),
+and the mapping of every failure onto the error taxonomy: transport errors, error statuses with
+the cloud's own code (`codes`), and GraphQL errors inside a 200. No raw httpx exception escapes.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
+import ssl
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import httpx
 
+from providers.auth import OAuth2Error
 from providers.base import (
     AuthError,
     CapacityError,
@@ -29,13 +37,38 @@ DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_AFTER = 1.0
 
 
-def make_client(base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
+@functools.cache
+def _system_ssl_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs ~45 ms CPU and ~840 KB per context: build it once per process.
+    return ssl.create_default_context()
+
+
+@functools.cache
+def _ssl_context_with(ca_bundle: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.load_verify_locations(cadata=ca_bundle)
+    return ctx
+
+
+def ssl_context(ca_bundle: str | None = None) -> ssl.SSLContext:
+    """The process's shared TLS context, or one (also shared) that trusts `ca_bundle` too."""
+    if not ca_bundle:
+        return _system_ssl_context()
+    try:
+        return _ssl_context_with(ca_bundle)
+    except ssl.SSLError as e:
+        raise InvalidRequest(f"the connection's CA bundle is not valid PEM ({e.reason})") from None
+
+
+def make_client(base_url: str, *, auth: httpx.Auth | None = None, timeout: float = DEFAULT_TIMEOUT,
+                ca_bundle: str | None = None, headers: Mapping[str, str] | None = None,
                 transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    """A client bound to `base_url` that sends `Authorization: Bearer <token>`."""
     return httpx.AsyncClient(
         base_url=base_url.rstrip("/"),
-        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        auth=auth,
+        headers={"Accept": "application/json", **(headers or {})},
         timeout=httpx.Timeout(timeout),
+        verify=ssl_context(ca_bundle),
         transport=transport,
         follow_redirects=False,
     )
@@ -60,17 +93,34 @@ def parse_retry_after(value: str | None, default: float = DEFAULT_RETRY_AFTER) -
 
 
 def error_fields(resp: httpx.Response) -> tuple[str, str]:
-    """(code, message) from `{"error": {"code", "message"}}`; falls back to the raw text."""
+    """(code, message) from the common shapes: `{"error": {"code", "message"}}`,
+    `{"error": "code", "message"}`, `{"errors": [{"message", "extensions": {"code"}}]}` (GraphQL),
+    `{"code", "message"}`; falls back to a bounded slice of the raw text."""
     try:
         body = resp.json()
     except ValueError:
         return "", resp.text[:200]
-    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return "", str(body)[:200]
+    err = body.get("error")
     if isinstance(err, dict):
         return str(err.get("code") or ""), str(err.get("message") or "")
     if isinstance(err, str):
-        return err, str(body.get("message") or "")
+        return err, str(body.get("message") or body.get("error_description") or "")
+    errors = body.get("errors")
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        return graphql_error_fields(errors)
+    if "code" in body or "message" in body:
+        return str(body.get("code") or ""), str(body.get("message") or "")
     return "", str(body)[:200]
+
+
+def graphql_error_fields(errors: list[Any]) -> tuple[str, str]:
+    """(code, message) of the first GraphQL error: `extensions.code`, else `code`."""
+    first = errors[0] if errors and isinstance(errors[0], dict) else {}
+    ext = first.get("extensions") if isinstance(first.get("extensions"), dict) else {}
+    code = str(ext.get("code") or first.get("code") or "")
+    return code, str(first.get("message") or "")[:500]
 
 
 def map_response_error(resp: httpx.Response, *, provider: str, scope: str | None = None,
@@ -78,8 +128,15 @@ def map_response_error(resp: httpx.Response, *, provider: str, scope: str | None
     """The taxonomy error for a failed response. The cloud's error code wins over the status
     (a 503 `insufficient_capacity` is capacity, not a transient 5xx)."""
     code, message = error_fields(resp)
+    return map_error(provider=provider, code=code, message=message, status=resp.status_code, scope=scope,
+                     codes=codes, retry_after=resp.headers.get("Retry-After"))
+
+
+def map_error(*, provider: str, code: str, message: str, status: int, scope: str | None = None,
+              codes: Mapping[str, ErrorKind] | None = None, retry_after: str | None = None) -> ProviderError:
+    """The taxonomy error for a cloud's (code, message, status): the code's kind from `codes`,
+    else the status's (429 rate limit, 401/403 auth, 5xx/408 transient, other 4xx invalid)."""
     kind = (codes or {}).get(code)
-    status = resp.status_code
     text = f"{provider}: {code or status}: {message}".rstrip(": ")
     if kind is None:
         if status == 429:
@@ -95,7 +152,7 @@ def map_response_error(resp: httpx.Response, *, provider: str, scope: str | None
     if kind == "quota":
         return QuotaError(text, scope=scope or provider)
     if kind == "rate_limit":
-        return RateLimited(text, retry_after=parse_retry_after(resp.headers.get("Retry-After")))
+        return RateLimited(text, retry_after=parse_retry_after(retry_after))
     if kind == "auth":
         return AuthError(text)
     if kind == "transient":
@@ -122,6 +179,10 @@ async def request(client: httpx.AsyncClient, method: str, url: str, *, provider:
         resp = await client.request(method, url, **kwargs)
     except httpx.HTTPError as exc:
         raise map_transport_error(exc, provider=provider) from None
+    except OAuth2Error as exc:
+        if exc.status in (400, 401, 403):
+            raise AuthError(f"{provider}: token endpoint refused the client credentials: {exc.message}") from None
+        raise Transient(f"{provider}: token endpoint failed ({exc.status}): {exc.message}") from None
     if resp.is_success or resp.status_code in allow:
         return resp
     raise map_response_error(resp, provider=provider, scope=scope, codes=codes)
@@ -148,29 +209,34 @@ def parsing(provider: str, what: str) -> Iterator[None]:
         raise Transient(f"{provider}: unexpected {what} response ({type(exc).__name__}: {exc})") from None
 
 
-class HttpCloudProvider(CloudProvider):
-    """Plumbing shared by adapters of bearer-token REST APIs: one lazily made httpx client,
-    every call through `request` (so errors map to the taxonomy), closed by aclose()."""
+class RestCloudProvider(CloudProvider):
+    """Base of HTTP+JSON adapters: one lazily made client per instance (reused by every activity
+    of this worker process), every call through `request` so errors map to the taxonomy,
+    closed by aclose(). Subclasses say how to authenticate (`auth`) and what their codes mean."""
 
     default_endpoint: ClassVar[str]
-    # The cloud's own error codes -> taxonomy class name (see `request`).
+    # The cloud's own error codes -> taxonomy kind (see `map_error`).
     error_codes: ClassVar[Mapping[str, ErrorKind]] = {}
+    request_timeout_s: ClassVar[float] = DEFAULT_TIMEOUT
 
-    def __init__(self, credentials: dict[str, Any], *, endpoint: str | None = None,
-                 installation_id: str = "default", timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(credentials, endpoint=endpoint or self.default_endpoint,
-                         installation_id=installation_id)
-        self._timeout = timeout
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+    _client: httpx.AsyncClient | None = None
+    _transport: httpx.AsyncBaseTransport | None = None  # tests may inject one
+
+    @property
+    def endpoint(self) -> str:
+        return (self.options.endpoint or self.default_endpoint).rstrip("/")
+
+    def auth(self) -> httpx.Auth:
+        """How requests authenticate; by default the `api_key` credential as a bearer token."""
+        from providers.auth import BearerAuth
+
+        return BearerAuth(lambda: str(self.credentials.reveal()["api_key"]))
 
     def _http(self) -> httpx.AsyncClient:
         # Made lazily: a provider may be constructed outside an event loop.
         if self._client is None:
-            assert self.endpoint is not None
-            self._client = make_client(self.endpoint, self.credentials["api_key"],
-                                       timeout=self._timeout, transport=self._transport)
+            self._client = make_client(self.endpoint, auth=self.auth(), timeout=self.request_timeout_s,
+                                       ca_bundle=self.options.ca_bundle, transport=self._transport)
         return self._client
 
     async def _call(self, method: str, path: str, *, scope: str | None = None,
@@ -181,7 +247,22 @@ class HttpCloudProvider(CloudProvider):
     def _json(self, resp: httpx.Response) -> Any:
         return json_body(resp, provider=self.id)
 
+    async def _graphql(self, path: str, query: str, variables: Mapping[str, Any] | None = None, *,
+                       scope: str | None = None) -> Any:
+        """POST a GraphQL query; `data`, or the mapped error when `errors` come back (even in a 200)."""
+        resp = await self._call("POST", path, scope=scope, json={"query": query, "variables": variables or {}})
+        body = self._json(resp)
+        if not isinstance(body, dict):
+            raise Transient(f"{self.id}: GraphQL answer is not an object")
+        errors = body.get("errors")
+        if errors:
+            code, message = graphql_error_fields(errors if isinstance(errors, list) else [errors])
+            raise map_error(provider=self.id, code=code, message=message, status=400, scope=scope,
+                            codes=self.error_codes)
+        return body.get("data")
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
