@@ -19,27 +19,32 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.cloud import CloudActivities
+from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
 from workflows.allocate import AllocateWorkflow
 from workflows.connect import ConnectWorkflow
+from workflows.disconnect import DisconnectWorkflow
 from workflows.terminate import TerminateWorkflow
 
-WORKFLOWS: list[type] = [AllocateWorkflow, TerminateWorkflow, ConnectWorkflow]
+WORKFLOWS: list[type] = [AllocateWorkflow, TerminateWorkflow, ConnectWorkflow, DisconnectWorkflow]
 
-# Pure model modules: imported once outside the sandbox, so pydantic classes are shared.
-PASSTHROUGH_MODULES = ("providers", "activities", "workflows.models", "pydantic", "pydantic_core",
-                       "sqlalchemy", "sqlmodel", "asyncssh", "httpx", "store", "settings")
+# Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
+# are shared): the messages, the contract's models, pydantic. Everything with I/O stays out.
+PASSTHROUGH_MODULES = ("messages", "providers.base", "providers.credentials", "providers.gpus",
+                       "pydantic", "pydantic_core")
 
 log = logging.getLogger("gpuprov.worker")
 
 
 def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
+    conns = ConnectionActivities(deps)
     return [
         cloud.validate_request, cloud.plan_offers, cloud.create_instance, cloud.wait_running,
-        cloud.terminate_and_verify, cloud.verify_connection, cloud.mark_connection_failed,
+        cloud.terminate_and_verify,
+        conns.verify_credentials, conns.save_connection, conns.begin_disconnect, conns.delete_connection,
         ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus,
         records.record_allocation, records.record_status, records.load_instance,
         records.await_allocate_closed,

@@ -1,12 +1,13 @@
 """What activities need from the outside world, injectable for tests: the database, the
-secret box, this installation's id, and (for TerminateWorkflow) a Temporal client."""
+secret box, this deployment's installation id, the adapters of this worker process, and (for
+TerminateWorkflow) a Temporal client."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import hashlib
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -18,9 +19,10 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import provider_errors
-from activities.io import CloudTarget
+from messages.activities import CloudTarget
+from messages.enums import ErrorKind
 from providers import registry
-from providers.base import CloudProvider
+from providers.base import CloudProvider, ConnectionOptions
 from store.db import session_scope
 from store.identity import ssh_identity
 from store.models import Connection
@@ -28,13 +30,61 @@ from store.secrets import SecretBox, SecretError
 
 T = TypeVar("T")
 
+# An adapter replaced because its connection changed may still serve calls in flight: it is
+# closed this long after, not at once.
+RETIRED_ADAPTER_GRACE_S = 120.0
+
+
+class ProviderCache:
+    """One adapter per connection per worker process, reused by every activity: its HTTP
+    connection pool and TLS context (or SDK client) are made once, not per call. Rebuilt when
+    the connection's credentials or options change (a re-keyed account)."""
+
+    def __init__(self) -> None:
+        self._adapters: dict[str, tuple[str, CloudProvider]] = {}
+        self.builds = 0  # how many adapters were made (tests, metrics)
+
+    @staticmethod
+    def fingerprint(row: Connection) -> str:
+        h = hashlib.sha256(row.provider.encode())
+        for part in (row.secret, (row.endpoint or "").encode(), (row.ca_bundle or "").encode()):
+            h.update(len(part).to_bytes(8, "big"))
+            h.update(part)
+        return h.hexdigest()
+
+    def get(self, row: Connection, build: Callable[[Connection], CloudProvider]) -> CloudProvider:
+        """The cached adapter for `row`, or a new one from `build(row)` when none or stale.
+        Called on the event loop only (no lock needed: nothing here awaits)."""
+        fp = self.fingerprint(row)
+        cached = self._adapters.get(row.id)
+        if cached is not None and cached[0] == fp:
+            return cached[1]
+        adapter = build(row)
+        self.builds += 1
+        self._adapters[row.id] = (fp, adapter)
+        if cached is not None:
+            self._retire(cached[1])
+        return adapter
+
+    @staticmethod
+    def _retire(adapter: CloudProvider) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(RETIRED_ADAPTER_GRACE_S, lambda: loop.create_task(adapter.aclose()))
+
+    async def aclose(self) -> None:
+        adapters = [a for _, a in self._adapters.values()]
+        self._adapters.clear()
+        for adapter in adapters:
+            await adapter.aclose()
+
 
 @dataclass
 class ActivityDeps:
     engine: sa.Engine
     box: SecretBox
     installation_id: str
-    client: Client | None = None  # set by run_worker
+    client: Client | None = None  # set by build_worker
+    providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
     # Database reads/writes and decryption run here, never on the event loop. Sized apart from
@@ -55,38 +105,36 @@ class ActivityDeps:
         from store.secrets import default_box
 
         s = get_settings()
-        return cls(engine=default_engine(), box=default_box(),
-                   installation_id=installation_id(s.home, s.installation_id))
+        engine = default_engine()
+        return cls(engine=engine, box=default_box(),
+                   installation_id=installation_id(engine, s.installation_id, legacy_home=s.home))
 
     def load_connection(self, connection_id: str) -> Connection:
         with session_scope(self.engine) as session:
             row = session.get(Connection, connection_id)
         if row is None:
-            raise ApplicationError(f"connection {connection_id!r} not found", type="ConnectionNotFound",
-                                   non_retryable=True)
+            raise ApplicationError(f"connection {connection_id!r} not found",
+                                   type=ErrorKind.CONNECTION_NOT_FOUND, non_retryable=True)
         return row
 
-    @asynccontextmanager
-    async def provider(self, target: CloudTarget) -> AsyncIterator[CloudProvider]:
-        """The adapter for `target`, built with decrypted credentials (never logged, never
-        returned); the connection is read on a thread so the event loop never blocks on SQL."""
-        # Heartbeat while waiting: under load the connection read can queue for a while.
-        adapter = await heartbeating(self.blocking(self.build_provider, target), 1.0, "loading connection")
-        async with adapter:
-            yield adapter
+    async def provider(self, target: CloudTarget) -> CloudProvider:
+        """The adapter for `target` (decrypted credentials inside it, never logged or returned).
+        The connection row is read on a thread, heartbeating meanwhile: under load it can queue."""
+        row = await heartbeating(self.blocking(self.load_connection, target.connection_id), 1.0,
+                                 "loading connection")
+        if row.provider != target.cloud:
+            raise ApplicationError(f"connection {row.id!r} is for {row.provider!r}, not {target.cloud!r}",
+                                   type=ErrorKind.INVALID_REQUEST, non_retryable=True)
+        return self.providers.get(row, self._build)
 
-    def build_provider(self, target: CloudTarget) -> CloudProvider:
-        conn = self.load_connection(target.connection_id)
-        if conn.provider != target.cloud:
-            raise ApplicationError(
-                f"connection {conn.id!r} is for {conn.provider!r}, not {target.cloud!r}",
-                type="InvalidRequest", non_retryable=True)
+    def _build(self, row: Connection) -> CloudProvider:
         try:
-            credentials = self.box.open(conn.secret)
+            credentials = self.box.open(row.secret)
         except SecretError as e:
-            raise ApplicationError(str(e), type="SecretError", non_retryable=True) from None
+            raise ApplicationError(str(e), type=ErrorKind.SECRET_ERROR, non_retryable=True) from None
         with provider_errors():
-            return registry.build(target.cloud, credentials, endpoint=conn.endpoint,
+            return registry.build(row.provider, credentials,
+                                  options=ConnectionOptions(endpoint=row.endpoint, ca_bundle=row.ca_bundle),
                                   installation_id=self.installation_id)
 
     def public_key(self) -> str:

@@ -1,4 +1,4 @@
-"""ProviderError -> ApplicationError, so workflows act on the taxonomy by error type."""
+"""ProviderError -> ApplicationError, so workflows act on the taxonomy by error type (ErrorKind)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError
 
+from messages.enums import ErrorKind
 from providers.base import CapacityError, ProviderError, QuotaError, RateLimited
-
-# Retrying the same call cannot help: the workflow fails over (capacity/quota) or stops.
-FAILOVER_TYPES = frozenset({"CapacityError", "QuotaError"})
 
 
 def to_application_error(e: ProviderError) -> ApplicationError:
+    kind = ErrorKind(e.kind)
     scope = e.scope if isinstance(e, CapacityError | QuotaError) else None
-    details = {"kind": e.kind, "message": e.message, "scope": scope}
+    details = {"kind": kind.value, "message": e.message, "scope": scope}
     if isinstance(e, RateLimited):
-        return ApplicationError(e.message, details, type=e.kind,
+        return ApplicationError(e.message, details, type=kind,
                                 next_retry_delay=timedelta(seconds=max(e.retry_after, 0.1)))
-    non_retryable = (not e.retryable) or e.kind in FAILOVER_TYPES
-    return ApplicationError(e.message, details, type=e.kind, non_retryable=non_retryable)
+    # Capacity and quota: retrying the same call cannot help; the workflow fails over instead.
+    non_retryable = (not e.retryable) or kind.fails_over
+    return ApplicationError(e.message, details, type=kind, non_retryable=non_retryable)
 
 
 @contextmanager

@@ -14,19 +14,21 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.deps import ActivityDeps
-from activities.io import AllocationIdInput, InstanceRecord, RecordAllocationInput, RecordStatusInput
+from messages import activities as acts
+from messages.activities import AllocationIdInput, InstanceRecord, RecordAllocationInput, RecordStatusInput
+from messages.enums import AllocationStatus
+from messages.ids import allocate_workflow_id
 from providers.base import InstanceRef
 from store import repo
 from store.db import session_scope
 from store.models import Attempt, Instance, InstanceEvent, utcnow
-from workflows.models import allocate_workflow_id
 
 
 class RecordActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
 
-    @activity.defn(name="record_allocation")
+    @activity.defn(name=acts.RECORD_ALLOCATION.name)
     def record_allocation(self, inp: RecordAllocationInput) -> None:
         """Upsert the Instance row from an allocate snapshot; the row is created when the
         workflow was started without the API."""
@@ -51,8 +53,9 @@ class RecordActivities:
                 row.key = st.attempts[-1].key
             row.cloud_instance_id = st.ref.instance_id if st.ref else None
             row.ssh_host, row.ssh_port, row.ssh_user = st.host, st.ssh_port, st.ssh_user
-            row.gpus_found = [g.model_dump() for g in st.gpus] if inp.status == "ready" else row.gpus_found
-            if inp.status == "ready" and row.ready_at is None:
+            ready = inp.status == AllocationStatus.READY
+            row.gpus_found = [g.model_dump() for g in st.gpus] if ready else row.gpus_found
+            if ready and row.ready_at is None:
                 row.ready_at = now
             row.updated_at = now
             session.add(row)
@@ -65,7 +68,7 @@ class RecordActivities:
                     price_per_hour=a.offer.price_per_hour, outcome=a.outcome, reason=a.reason), commit=False)
             session.commit()
 
-    @activity.defn(name="record_status")
+    @activity.defn(name=acts.RECORD_STATUS.name)
     def record_status(self, inp: RecordStatusInput) -> None:
         with session_scope(self.deps.engine) as session:
             row = session.get(Instance, inp.allocation_id)
@@ -78,12 +81,12 @@ class RecordActivities:
             if inp.note is not None:
                 row.note = "; ".join(filter(None, [row.note, inp.note]))
             row.updated_at = utcnow()
-            if inp.status == "terminated" and row.terminated_at is None:
+            if inp.status == AllocationStatus.TERMINATED and row.terminated_at is None:
                 row.terminated_at = row.updated_at
             session.add(row)
             session.commit()
 
-    @activity.defn(name="load_instance")
+    @activity.defn(name=acts.LOAD_INSTANCE.name)
     def load_instance(self, inp: AllocationIdInput) -> InstanceRecord | None:
         with session_scope(self.deps.engine) as session:
             row = session.get(Instance, inp.allocation_id)
@@ -94,9 +97,9 @@ class RecordActivities:
             ref = InstanceRef(provider=row.provider, instance_id=row.cloud_instance_id, key=row.key,
                               region=row.offer_region)
         return InstanceRecord(allocation_id=row.id, connection_id=row.connection_id, cloud=row.provider,
-                              status=row.status, key=row.key, ref=ref)
+                              status=AllocationStatus(row.status), key=row.key, ref=ref)
 
-    @activity.defn(name="await_allocate_closed")
+    @activity.defn(name=acts.AWAIT_ALLOCATE_CLOSED.name)
     async def await_allocate_closed(self, inp: AllocationIdInput) -> None:
         """Wait until the allocate workflow is no longer running (it may be compensating)."""
         if self.deps.client is None:

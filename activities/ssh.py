@@ -10,8 +10,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deps import ActivityDeps, heartbeating
-from activities.io import SshTarget
-from workflows.models import GpuInfo
+from messages import activities as acts
+from messages.activities import SshTarget
+from messages.allocation import GpuInfo
+from messages.enums import ErrorKind
 
 NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
               "--format=csv,noheader,nounits")
@@ -66,7 +68,7 @@ class SshActivities:
         finally:
             conn.close()
 
-    @activity.defn(name="wait_ssh")
+    @activity.defn(name=acts.WAIT_SSH.name)
     async def wait_ssh(self, t: SshTarget) -> None:
         """Return once a login with the installation's key runs a command."""
         while True:
@@ -80,14 +82,14 @@ class SshActivities:
                 pass  # not up yet, or keys not installed yet
             await asyncio.sleep(t.poll_interval_s)
 
-    @activity.defn(name="install_k3s")
+    @activity.defn(name=acts.INSTALL_K3S.name)
     async def install_k3s(self, t: SshTarget) -> None:
         result = await heartbeating(self._run(t, f"bash -c {shlex.quote(K3S_SCRIPT)}"), 1.0, "k3s")
         if result.exit_status != 0:
             raise ApplicationError(f"k3s install failed (exit {result.exit_status}): "
-                                   f"{str(result.stderr or '')[-500:]}", type="K3sFailed")
+                                   f"{str(result.stderr or '')[-500:]}", type=ErrorKind.K3S_FAILED)
 
-    @activity.defn(name="probe_gpus")
+    @activity.defn(name=acts.PROBE_GPUS.name)
     async def probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
         """The GPUs nvidia-smi sees. No nvidia-smi is a fact ([]), not a failure."""
         result = await heartbeating(self._run(t, NVIDIA_SMI), 1.0, "nvidia-smi")
@@ -96,8 +98,8 @@ class SshActivities:
         if result.exit_status != 0:
             output = str(result.stderr or result.stdout or "")[-500:]
             raise ApplicationError(f"nvidia-smi failed (exit {result.exit_status}): {output}",
-                                   type="GpuCheckFailed")
+                                   type=ErrorKind.GPU_CHECK_FAILED)
         try:
             return parse_nvidia_smi(str(result.stdout or ""))
         except ValueError as e:
-            raise ApplicationError(str(e), type="GpuCheckFailed", non_retryable=True) from None
+            raise ApplicationError(str(e), type=ErrorKind.GPU_CHECK_FAILED, non_retryable=True) from None

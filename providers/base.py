@@ -278,7 +278,8 @@ class CloudProvider(abc.ABC):
         try:
             return cls.credentials_model.model_validate(dict(raw))
         except ValidationError as e:
-            raise InvalidRequest(f"{cls.capabilities.display_name} credentials: {describe_error(e)}") from None
+            name = cls.capabilities.display_name
+            raise InvalidRequest(f"{name} credentials: {describe_error(e)}") from None
 
     async def prepare(self, region: str) -> None:  # noqa: B027 — optional hook
         """Create the shared side resources `region` needs (key pairs, environments, resource

@@ -16,8 +16,6 @@ from email.mime.text import MIMEText
 from typing import Any, ClassVar
 
 from providers import rest
-from providers.credentials import ApiKeyCredentials
-from providers.gpus import normalize_gpu
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -34,6 +32,8 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.credentials import ApiKeyCredentials
+from providers.gpus import normalize_gpu
 
 DEFAULT_ENDPOINT = "https://cloud.lambdalabs.com/api/v1"
 NAME_MAX = 64

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from providers import rest
-from providers.credentials import ApiKeyCredentials
 from providers.base import (
     Capabilities,
     GpuSpec,
@@ -23,6 +22,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.credentials import ApiKeyCredentials
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8765/local/v1"
 

@@ -13,7 +13,7 @@ import email.utils
 import functools
 import ssl
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -117,8 +117,9 @@ def error_fields(resp: httpx.Response) -> tuple[str, str]:
 
 def graphql_error_fields(errors: list[Any]) -> tuple[str, str]:
     """(code, message) of the first GraphQL error: `extensions.code`, else `code`."""
-    first = errors[0] if errors and isinstance(errors[0], dict) else {}
-    ext = first.get("extensions") if isinstance(first.get("extensions"), dict) else {}
+    first: dict[str, Any] = errors[0] if errors and isinstance(errors[0], dict) else {}
+    ext = first.get("extensions")
+    ext = ext if isinstance(ext, dict) else {}
     code = str(ext.get("code") or first.get("code") or "")
     return code, str(first.get("message") or "")[:500]
 
@@ -181,7 +182,7 @@ async def request(client: httpx.AsyncClient, method: str, url: str, *, provider:
         raise map_transport_error(exc, provider=provider) from None
     except OAuth2Error as exc:
         if exc.status in (400, 401, 403):
-            raise AuthError(f"{provider}: token endpoint refused the client credentials: {exc.message}") from None
+            raise AuthError(f"{provider}: token endpoint refused the credentials: {exc.message}") from None
         raise Transient(f"{provider}: token endpoint failed ({exc.status}): {exc.message}") from None
     if resp.is_success or resp.status_code in allow:
         return resp
@@ -250,7 +251,8 @@ class RestCloudProvider(CloudProvider):
     async def _graphql(self, path: str, query: str, variables: Mapping[str, Any] | None = None, *,
                        scope: str | None = None) -> Any:
         """POST a GraphQL query; `data`, or the mapped error when `errors` come back (even in a 200)."""
-        resp = await self._call("POST", path, scope=scope, json={"query": query, "variables": variables or {}})
+        payload = {"query": query, "variables": dict(variables or {})}
+        resp = await self._call("POST", path, scope=scope, json=payload)
         body = self._json(resp)
         if not isinstance(body, dict):
             raise Transient(f"{self.id}: GraphQL answer is not an object")

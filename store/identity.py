@@ -1,8 +1,13 @@
 """This installation's identity: its id (the ownership tag on every cloud resource) and its
-SSH key pair (added to every machine so activities can log in; private half encrypted)."""
+SSH key pair (added to every machine so activities can log in; private half encrypted).
+
+Both live in the database, so every process of a deployment — N workers, N API replicas —
+shares them: a create retried on another worker looks for the same name and tag.
+"""
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -10,14 +15,54 @@ import asyncssh
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from settings import home_value
-from store.models import SshIdentity
+from store.models import Installation, SshIdentity
 from store.secrets import SecretBox
 
+_ID_RE = re.compile(r"^[a-z0-9]{4,16}$")
+LEGACY_FILE = "installation-id"  # where gpuprov kept it before it moved into the database
 
-def installation_id(home: Path, configured: str | None = None) -> str:
-    """Short and tag-safe: [a-z0-9]{8}. Stable across restarts (kept under home)."""
-    return configured or home_value(home, "installation-id", lambda: uuid.uuid4().hex[:8])
+
+class IdentityError(Exception):
+    """The configured installation id contradicts the database's (or is not tag-safe)."""
+
+
+def installation_id(engine: sa.Engine, configured: str | None = None, legacy_home: Path | None = None) -> str:
+    """The deployment's id, [a-z0-9]{4,16}. Created once, race-safe, in the database.
+
+    The first process to ask seeds it from `configured` (GPUPROV_INSTALLATION_ID), else from a
+    pre-database home file (`legacy_home/installation-id`, so machines an older gpuprov made stay
+    ours), else a fresh random id. A process configured with another id than the database holds
+    refuses to start: two ids in one deployment would make duplicates and leaks."""
+    if configured is not None and not _ID_RE.match(configured):
+        raise IdentityError(f"GPUPROV_INSTALLATION_ID must be 4-16 characters of [a-z0-9], "
+                            f"got {configured!r}")
+    with Session(engine) as session:
+        row = session.get(Installation, "default")
+        if row is None:
+            seed = configured or _legacy(legacy_home) or uuid.uuid4().hex[:8]
+            session.add(Installation(installation_id=seed))
+            try:
+                session.commit()
+            except sa.exc.IntegrityError:  # another process won the race; use theirs
+                session.rollback()
+            row = session.get(Installation, "default")
+            assert row is not None
+    if configured is not None and configured != row.installation_id:
+        raise IdentityError(
+            f"GPUPROV_INSTALLATION_ID={configured} but this deployment's database says "
+            f"{row.installation_id}; unset it (the database is the source of truth)")
+    return row.installation_id
+
+
+def _legacy(home: Path | None) -> str | None:
+    if home is None:
+        return None
+    path = home / LEGACY_FILE
+    try:
+        value = path.read_text().strip()
+    except OSError:
+        return None
+    return value if _ID_RE.match(value) else None
 
 
 def ssh_identity(session: Session, box: SecretBox) -> tuple[str, str]:

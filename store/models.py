@@ -14,6 +14,15 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class Installation(SQLModel, table=True):
+    """The deployment's identity: one row, shared by every worker and API process, so a create
+    retried on any worker looks for the same names and tags (store/identity.py)."""
+
+    id: str = Field(default="default", primary_key=True)
+    installation_id: str
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class Connection(SQLModel, table=True):
     """A verified cloud account. `secret` is the encrypted credentials dict."""
 
@@ -21,9 +30,10 @@ class Connection(SQLModel, table=True):
     provider: str = Field(index=True)
     name: str
     endpoint: str | None = None  # API endpoint override (simulated clouds, private endpoints)
+    ca_bundle: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # PEM for that endpoint
     account: str | None = None  # identity returned by verify()
-    status: str = "pending"  # pending (saved encrypted, not yet verified) | connected | failed
-    error: str | None = None  # why verification failed
+    status: str = "connected"  # messages.enums.ConnectionStatus
+    error: str | None = None  # why it is being removed
     secret: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
@@ -37,8 +47,7 @@ class Instance(SQLModel, table=True):
     provider: str = Field(index=True)
     connection_id: str
     workflow_id: str
-    # provisioning|ready|failed|terminating|terminated
-    status: str = Field(default="provisioning", index=True)
+    status: str = Field(default="provisioning", index=True)  # messages.enums.AllocationStatus
     phase: str = "validate"
     # what was asked
     gpu: str | None = None
@@ -74,7 +83,7 @@ class Attempt(SQLModel, table=True):
     region: str
     spot: bool = False
     price_per_hour: float
-    outcome: str  # created|capacity|quota|failed|cancelled
+    outcome: str  # messages.enums.AttemptOutcome
     reason: str | None = None
     at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 

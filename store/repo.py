@@ -12,14 +12,14 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from messages.enums import AllocationStatus, ConnectionStatus
 from store.models import Attempt, Connection, Instance, InstanceEvent, utcnow
 from store.secrets import SecretBox
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
-# Instance statuses after which nothing on the cloud should exist or be about to exist.
-FINAL_STATUSES = frozenset({"terminated", "failed"})
-LIVE_STATUSES = frozenset({"provisioning", "ready", "terminating"})
+# Instance statuses while a cloud machine may exist (or be about to).
+LIVE_STATUSES = frozenset(s.value for s in AllocationStatus if s.live)
 
 
 def new_id(length: int = 10) -> str:
@@ -32,12 +32,25 @@ def new_id(length: int = 10) -> str:
 
 
 def add_connection(session: Session, box: SecretBox, *, provider: str, name: str,
-                   credentials: dict[str, Any], endpoint: str | None = None) -> Connection:
-    """Insert a pending connection with encrypted credentials and commit it."""
-    row = Connection(id=new_id(), provider=provider, name=name, endpoint=endpoint,
-                     status="pending", secret=box.seal(credentials))
-    session.add(row)
-    session.commit()
+                   credentials: dict[str, Any], endpoint: str | None = None, ca_bundle: str | None = None,
+                   account: str | None = None) -> Connection:
+    """Insert a connection with encrypted credentials and commit it (tests, bench; the service
+    saves verified connections through `save_connection`)."""
+    return save_connection(session, connection_id=new_id(), provider=provider, name=name,
+                           secret=box.seal(credentials), endpoint=endpoint, ca_bundle=ca_bundle,
+                           account=account)
+
+
+def save_connection(session: Session, *, connection_id: str, provider: str, name: str, secret: bytes,
+                    endpoint: str | None, ca_bundle: str | None, account: str | None) -> Connection:
+    """Insert a verified connection, once: a retried save finds the row and leaves it."""
+    row = session.get(Connection, connection_id)
+    if row is None:
+        row = Connection(id=connection_id, provider=provider, name=name, endpoint=endpoint,
+                         ca_bundle=ca_bundle, account=account, status=ConnectionStatus.CONNECTED,
+                         secret=secret)
+        session.add(row)
+        session.commit()
     return row
 
 
@@ -57,7 +70,7 @@ def get_connection(session: Session, connection_id: str) -> Connection | None:
 def connection_for(session: Session, provider: str) -> Connection | None:
     """The newest connected connection of `provider`, or None."""
     stmt = (select(Connection)
-            .where(Connection.provider == provider, Connection.status == "connected")
+            .where(Connection.provider == provider, Connection.status == ConnectionStatus.CONNECTED)
             .order_by(col(Connection.created_at).desc(), col(Connection.id).desc()))
     return session.exec(stmt).first()
 

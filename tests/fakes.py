@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import asyncssh
 
+from providers.credentials import ApiKeyCredentials
 from providers.base import (
     AuthError,
     Capabilities,
@@ -170,10 +171,10 @@ class FakeCloud:
 
 class FakeInMemoryProvider(CloudProvider):
     id: ClassVar[str] = "fake"
-    credential_fields: ClassVar[list[str]] = ["api_key"]
+    credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Fake cloud", k3s="none", k3s_reason="fake machines cannot host k3s",
-        ports=True, spot=False, login_user="gpuprov", regions=["r1", "r2"], default_regions=["r1"],
+        ports=True, spot=False, login_user="gpuprov", regions=["r1", "r2"],
     )
     cloud: ClassVar[FakeCloud] = FakeCloud()
 
@@ -182,7 +183,7 @@ class FakeInMemoryProvider(CloudProvider):
 
     async def verify(self) -> str:
         await self.cloud.raise_fault("verify", self.id)
-        if self.credentials["api_key"] != "good":
+        if self.credentials.reveal()["api_key"] != "good":
             raise AuthError("fake: invalid api key")
         return "fake-account"
 

@@ -16,26 +16,23 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, is_cancelled_exception
 
-from workflows.failures import failure_reason, failure_type
-
-with workflow.unsafe.imports_passed_through():
-    from activities.cloud import CloudActivities
-    from activities.errors import FAILOVER_TYPES
-    from activities.io import (
-        CloudTarget,
-        CreateInput,
-        PlanInput,
-        RecordAllocationInput,
-        SshTarget,
-        TerminateInput,
-        ValidateInput,
-        WaitRunningInput,
-    )
-    from activities.records import RecordActivities
-    from activities.ssh import SshActivities
-    from providers.base import Capabilities, LaunchSpec, Offer, OfferQuery, Ownership
-    from workflows import search_attributes as sa
-    from workflows.models import AllocateRequest, AllocationState, AttemptRecord, Phase, Timing
+from messages import activities as acts
+from messages.activities import (
+    CloudTarget,
+    CreateInput,
+    PlanInput,
+    RecordAllocationInput,
+    SshTarget,
+    TerminateInput,
+    ValidateInput,
+    WaitRunningInput,
+)
+from messages.allocation import AllocateRequest, AllocationState, AttemptRecord, Timing
+from messages.enums import AllocationStatus, AttemptOutcome, ErrorKind, Phase
+from providers.base import Capabilities, Offer, OfferQuery
+from workflows import search_attributes as sa
+from workflows.calls import call
+from workflows.failures import failure_kind, failure_reason
 
 _KEY_UNSAFE = re.compile(r"[^a-z0-9-]+")
 
@@ -108,14 +105,15 @@ class AllocateWorkflow:
                 await self._launch(offer, seq, key, caps)
                 return self._state
             except ActivityError as e:
-                if failure_type(e) not in FAILOVER_TYPES or self._state.ref is not None:
+                kind = failure_kind(e)
+                if kind is None or not kind.fails_over or self._state.ref is not None:
                     await self._compensate_and_fail(key, e)
                     raise self._final_error(e) from None
-                kind = "capacity" if failure_type(e) == "CapacityError" else "quota"
+                outcome = AttemptOutcome.CAPACITY if kind == ErrorKind.CAPACITY else AttemptOutcome.QUOTA
                 scope = self._scope_of(e) or f"{offer.provider}/{offer.region}"
                 failed_scopes.append(scope)
-                self._attempt_done(kind, f"{failure_reason(e)} (scope {scope})")
-                await self._record("provisioning")
+                self._attempt_done(outcome, f"{failure_reason(e)} (scope {scope})")
+                await self._record(AllocationStatus.PROVISIONING)
             except (Exception, asyncio.CancelledError) as e:
                 await self._compensate_and_fail(key, e)
                 raise self._final_error(e) from None
@@ -123,7 +121,7 @@ class AllocateWorkflow:
         tried = "; ".join(f"{a.offer.instance_type}@{a.offer.region}: {a.outcome}"
                           for a in self._state.attempts)
         err = ApplicationError(f"no offer could be launched ({tried or 'none matched'})",
-                               type="NoCapacity", non_retryable=True)
+                               type=ErrorKind.NO_CAPACITY, non_retryable=True)
         await self._fail(err)
         raise err
 
@@ -131,8 +129,8 @@ class AllocateWorkflow:
 
     async def _validate(self) -> Capabilities:
         await self._advance(Phase.VALIDATE)
-        return await workflow.execute_activity_method(
-            CloudActivities.validate_request, ValidateInput(request=self._req),
+        return await call(
+            acts.VALIDATE_REQUEST, ValidateInput(request=self._req),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=_Retry.calls(self._t, 5))
 
     async def _plan(self) -> list[Offer]:
@@ -140,12 +138,12 @@ class AllocateWorkflow:
         req = self._req
         # Spot only when asked for: a user who did not say --spot does not expect preemption.
         query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot))
-        offers = await workflow.execute_activity_method(
-            CloudActivities.plan_offers, PlanInput(target=self._target, query=query),
+        offers = await call(
+            acts.PLAN_OFFERS, PlanInput(target=self._target, query=query),
             start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
             retry_policy=_Retry.calls(self._t))
         if not offers:
-            raise ApplicationError(f"no {req.cloud} offer matches the request", type="NoOffers",
+            raise ApplicationError(f"no {req.cloud} offer matches the request", type=ErrorKind.NO_OFFERS,
                                    non_retryable=True)
         return offers
 
@@ -153,23 +151,22 @@ class AllocateWorkflow:
         req, st = self._req, self._state
         # Compensation is registered before the create: the attempt (and its key) is recorded,
         # and any failure from here on terminates by key.
-        st.attempts.append(AttemptRecord(seq=seq, offer=offer, key=key, outcome="creating"))
+        st.attempts.append(AttemptRecord(seq=seq, offer=offer, key=key, outcome=AttemptOutcome.CREATING))
         st.offer, st.ref, st.host = offer, None, None
         await self._advance(Phase.CREATE)
-        spec = LaunchSpec(key=key, owner=Ownership(installation_id=req.installation_id,
-                                                   allocation_id=req.allocation_id),
-                          ssh_public_keys=req.ssh_public_keys, image=req.image, ports=req.ports)
-        st.ref = await workflow.execute_activity_method(
-            CloudActivities.create_instance,
-            CreateInput(target=self._target, offer=offer, spec=spec, heartbeat_every_s=self._hb_every),
+        st.ref = await call(
+            acts.CREATE_INSTANCE,
+            CreateInput(target=self._target, offer=offer, key=key, allocation_id=req.allocation_id,
+                        ssh_public_keys=req.ssh_public_keys, image=req.image, ports=req.ports,
+                        heartbeat_every_s=self._hb_every),
             start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s), heartbeat_timeout=self._hb,
             retry_policy=_Retry.calls(self._t),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
-        self._attempt_done("created")
+        self._attempt_done(AttemptOutcome.CREATED)
 
         await self._advance(Phase.WAIT_RUNNING)
-        status = await workflow.execute_activity_method(
-            CloudActivities.wait_running,
+        status = await call(
+            acts.WAIT_RUNNING,
             WaitRunningInput(target=self._target, ref=st.ref, poll_interval_s=self._t.poll_interval_s,
                              heartbeat_every_s=self._hb_every),
             start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s), heartbeat_timeout=self._hb,
@@ -186,8 +183,8 @@ class AllocateWorkflow:
         ssh = SshTarget(host=st.host, port=st.ssh_port or 22, user=st.ssh_user or caps.login_user,
                         poll_interval_s=self._t.poll_interval_s)
         await self._advance(Phase.SSH)
-        await workflow.execute_activity_method(
-            SshActivities.wait_ssh, ssh,
+        await call(
+            acts.WAIT_SSH, ssh,
             start_to_close_timeout=timedelta(seconds=self._t.ssh_timeout_s), heartbeat_timeout=self._hb,
             retry_policy=_Retry.calls(self._t, 2))  # it polls inside; a second try only covers a crash
 
@@ -197,21 +194,21 @@ class AllocateWorkflow:
         elif caps.k3s == "none":
             st.notes.append(f"k3s skipped: {caps.k3s_reason or caps.display_name + ' cannot host k3s'}")
         else:
-            await workflow.execute_activity_method(
-                SshActivities.install_k3s, ssh,
+            await call(
+                acts.INSTALL_K3S, ssh,
                 start_to_close_timeout=timedelta(seconds=self._t.k3s_timeout_s), heartbeat_timeout=self._hb,
                 retry_policy=_Retry.calls(self._t, 3))
 
         await self._advance(Phase.GPU_CHECK)
-        st.gpus = await workflow.execute_activity_method(
-            SshActivities.probe_gpus, ssh,
+        st.gpus = await call(
+            acts.PROBE_GPUS, ssh,
             start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=self._hb,
             retry_policy=_Retry.calls(self._t, 3))
         expected = offer.gpu.count if offer.gpu else 0
         if expected and len(st.gpus) != expected:
             st.notes.append(f"offer promised {expected} GPU(s); nvidia-smi shows {len(st.gpus)}")
 
-        await self._advance(Phase.READY, status="ready")
+        await self._advance(Phase.READY, status=AllocationStatus.READY)
 
     # ------------------------------------------------------------------ failure paths
 
@@ -219,26 +216,27 @@ class AllocateWorkflow:
         """Terminate whatever this attempt made (by ref, else by key) and verify it is gone.
         Shielded: a cancel must not interrupt the teardown it asked for."""
         cancelled = is_cancelled_exception(err)
-        self._attempt_done("cancelled" if cancelled else "failed", None if cancelled else failure_reason(err))
+        self._attempt_done(AttemptOutcome.CANCELLED if cancelled else AttemptOutcome.FAILED,
+                           None if cancelled else failure_reason(err))
         self._state.error = "cancelled" if cancelled else failure_reason(err)
 
         async def compensate() -> None:
             # "terminating" until the cloud shows the machine gone; only then "failed"
-            await self._phase(Phase.COMPENSATING, status="terminating")
-            await workflow.execute_activity_method(
-                CloudActivities.terminate_and_verify,
+            await self._phase(Phase.COMPENSATING, status=AllocationStatus.TERMINATING)
+            await call(
+                acts.TERMINATE_AND_VERIFY,
                 TerminateInput(target=self._target, key=key, ref=self._state.ref,
                                poll_interval_s=self._t.poll_interval_s, heartbeat_every_s=self._hb_every),
                 start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s), heartbeat_timeout=self._hb,
                 retry_policy=_Retry.forever(self._t))
             self._state.ref = None
-            await self._phase(Phase.FAILED, status="failed")
+            await self._phase(Phase.FAILED, status=AllocationStatus.FAILED)
 
         await asyncio.shield(asyncio.ensure_future(compensate()))
 
     async def _fail(self, err: BaseException) -> None:
         self._state.error = "cancelled" if is_cancelled_exception(err) else failure_reason(err)
-        await asyncio.shield(asyncio.ensure_future(self._phase(Phase.FAILED, status="failed")))
+        await asyncio.shield(asyncio.ensure_future(self._phase(Phase.FAILED, status=AllocationStatus.FAILED)))
 
     def _final_error(self, err: BaseException) -> BaseException:
         """Re-raise a cancel as a cancel; anything else fails the workflow with the reason."""
@@ -247,14 +245,15 @@ class AllocateWorkflow:
             return CancelledError("allocation cancelled")
         if isinstance(err, ApplicationError):
             return ApplicationError(err.message, type=err.type, non_retryable=True)
-        return ApplicationError(failure_reason(err), type=failure_type(err) or "AllocationFailed",
+        return ApplicationError(failure_reason(err), type=failure_kind(err) or ErrorKind.ALLOCATION_FAILED,
                                 non_retryable=True)
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _attempt_done(self, outcome: str, reason: str | None = None) -> None:
+    def _attempt_done(self, outcome: AttemptOutcome, reason: str | None = None) -> None:
         # A created attempt that fails later is "failed"/"cancelled": the outcome is the attempt's end.
-        if self._state.attempts and self._state.attempts[-1].outcome in ("creating", "created"):
+        if self._state.attempts and self._state.attempts[-1].outcome in (AttemptOutcome.CREATING,
+                                                                         AttemptOutcome.CREATED):
             self._state.attempts[-1].outcome = outcome
             self._state.attempts[-1].reason = reason
 
@@ -266,20 +265,20 @@ class AllocateWorkflow:
             return str(scope) if scope else None
         return None
 
-    async def _advance(self, phase: Phase, status: str = "provisioning") -> None:
+    async def _advance(self, phase: Phase, status: AllocationStatus = AllocationStatus.PROVISIONING) -> None:
         """Enter the next phase of the happy path, unless a cancel arrived meanwhile (an activity
         that completes despite a cancel request returns normally and the cancel would be lost)."""
         if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError("allocation cancelled")
         await self._phase(phase, status)
 
-    async def _phase(self, phase: Phase, status: str = "provisioning") -> None:
+    async def _phase(self, phase: Phase, status: AllocationStatus = AllocationStatus.PROVISIONING) -> None:
         self._state.phase = phase
         workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
         await self._record(status)
 
-    async def _record(self, status: str) -> None:
-        await workflow.execute_activity_method(
-            RecordActivities.record_allocation,
+    async def _record(self, status: AllocationStatus) -> None:
+        await call(
+            acts.RECORD_ALLOCATION,
             RecordAllocationInput(request=self._req, state=self._state, status=status),
             start_to_close_timeout=timedelta(seconds=30), retry_policy=_Retry.forever(self._t))

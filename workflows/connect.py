@@ -1,4 +1,9 @@
-"""ConnectWorkflow: verify a saved connection's credentials and record the outcome."""
+"""ConnectWorkflow: verify a cloud account's credentials, and save the connection only if they work.
+
+The API starts it and waits for its answer (201 or 400 with the cloud's reason). The business
+process lives here, not in the route: if the API dies meanwhile, the workflow still finishes,
+and nothing half-verified is ever stored.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,25 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
+from messages import activities as acts
+from messages.connection import ConnectRequest, ConnectResult
+from workflows.calls import call
 from workflows.failures import failure_reason
-
-with workflow.unsafe.imports_passed_through():
-    from activities.cloud import CloudActivities
-    from activities.io import ConnectionIdInput
-    from workflows.models import ConnectRequest, ConnectResult
 
 
 @workflow.defn(name="ConnectWorkflow")
 class ConnectWorkflow:
     @workflow.run
     async def run(self, req: ConnectRequest) -> ConnectResult:
-        inp = ConnectionIdInput(connection_id=req.connection_id)
         try:
-            return await workflow.execute_activity_method(
-                CloudActivities.verify_connection, inp, start_to_close_timeout=timedelta(seconds=60),
+            result = await call(
+                acts.VERIFY_CREDENTIALS, req, start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=3))
         except ActivityError as e:
-            # Retries exhausted (cloud unreachable) or the connection row is missing.
-            inp.reason = failure_reason(e)
-            return await workflow.execute_activity_method(
-                CloudActivities.mark_connection_failed, inp, start_to_close_timeout=timedelta(seconds=30))
+            # Retries exhausted (the cloud unreachable), or a non-retryable refusal.
+            return ConnectResult(connection_id=req.connection_id, ok=False, reason=failure_reason(e))
+        if result.ok:
+            await call(acts.SAVE_CONNECTION, req.model_copy(update={"account": result.account}),
+                       start_to_close_timeout=timedelta(seconds=30),
+                       retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)))
+        return result

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from messages.enums import ErrorKind
+
 
 def failure_reason(err: BaseException) -> str:
     """The innermost message: the cloud's or the activity's own words."""
@@ -12,7 +14,12 @@ def failure_reason(err: BaseException) -> str:
     return getattr(err, "message", None) or str(err) or type(err).__name__
 
 
-def failure_type(err: BaseException) -> str | None:
-    """The ApplicationError type (e.g. "CapacityError") behind an activity failure."""
+def failure_kind(err: BaseException) -> ErrorKind | None:
+    """The ErrorKind (e.g. CapacityError) behind an activity failure; None when it is not one of ours."""
     cause = err.cause if isinstance(err, ActivityError) else err
-    return cause.type if isinstance(cause, ApplicationError) else None
+    if isinstance(cause, ApplicationError) and cause.type:
+        try:
+            return ErrorKind(cause.type)
+        except ValueError:
+            return None
+    return None

@@ -9,12 +9,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
-with workflow.unsafe.imports_passed_through():
-    from activities.cloud import CloudActivities
-    from activities.io import AllocationIdInput, CloudTarget, RecordStatusInput, TerminateInput
-    from activities.records import RecordActivities
-    from workflows import search_attributes as sa
-    from workflows.models import Phase, TerminateRequest, TerminateResult, allocate_workflow_id
+from messages import activities as acts
+from messages.activities import AllocationIdInput, CloudTarget, RecordStatusInput, TerminateInput
+from messages.allocation import TerminateRequest, TerminateResult
+from messages.enums import AllocationStatus, ErrorKind, Phase
+from messages.ids import allocate_workflow_id
+from workflows import search_attributes as sa
+from workflows.calls import call
 
 
 @workflow.defn(name="TerminateWorkflow")
@@ -34,35 +35,35 @@ class TerminateWorkflow:
         except Exception:
             pass  # already closed, or never started: nothing to cancel
         ids = AllocationIdInput(allocation_id=req.allocation_id, poll_interval_s=min(t.poll_interval_s, 1.0))
-        await workflow.execute_activity_method(
-            RecordActivities.await_allocate_closed, ids,
+        await call(
+            acts.AWAIT_ALLOCATE_CLOSED, ids,
             start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=hb,
             retry_policy=forever)
 
-        rec = await workflow.execute_activity_method(
-            RecordActivities.load_instance, ids, start_to_close_timeout=timedelta(seconds=30),
+        rec = await call(
+            acts.LOAD_INSTANCE, ids, start_to_close_timeout=timedelta(seconds=30),
             retry_policy=forever)
         if rec is None:
-            raise ApplicationError(f"unknown allocation {req.allocation_id!r}", type="NotFound",
+            raise ApplicationError(f"unknown allocation {req.allocation_id!r}", type=ErrorKind.NOT_FOUND,
                                    non_retryable=True)
         workflow.upsert_search_attributes([sa.PROVIDER.value_set(rec.cloud)])
-        await self._status(req, "terminating", Phase.TERMINATING)
+        await self._status(req, AllocationStatus.TERMINATING, Phase.TERMINATING)
         if rec.key is not None:
-            await workflow.execute_activity_method(
-                CloudActivities.terminate_and_verify,
+            await call(
+                acts.TERMINATE_AND_VERIFY,
                 TerminateInput(target=CloudTarget(connection_id=rec.connection_id, cloud=rec.cloud),
                                key=rec.key, ref=rec.ref, poll_interval_s=t.poll_interval_s,
                                heartbeat_every_s=max(0.2, t.heartbeat_timeout_s / 4)),
                 start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=hb,
                 retry_policy=forever)
         workflow.upsert_search_attributes([sa.PHASE.value_set(Phase.TERMINATED.value)])
-        await self._status(req, "terminated", Phase.TERMINATED)
+        await self._status(req, AllocationStatus.TERMINATED, Phase.TERMINATED)
         return TerminateResult(allocation_id=req.allocation_id, terminated=rec.key is not None)
 
     @staticmethod
-    async def _status(req: TerminateRequest, status: str, phase: Phase) -> None:
-        await workflow.execute_activity_method(
-            RecordActivities.record_status,
-            RecordStatusInput(allocation_id=req.allocation_id, status=status, phase=phase.value),
+    async def _status(req: TerminateRequest, status: AllocationStatus, phase: Phase) -> None:
+        await call(
+            acts.RECORD_STATUS,
+            RecordStatusInput(allocation_id=req.allocation_id, status=status, phase=phase),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=req.timing.max_retry_interval_s)))

@@ -73,7 +73,7 @@ async def check_verify(h: Harness) -> None:
     async with h.provider() as p:
         identity = await p.verify()
         assert isinstance(identity, str) and identity.strip()
-        assert h.server.tokens[h.sim.facade] not in identity, "identity must not echo the secret"
+        assert h.token not in identity, "identity must not echo the secret"
     async with h.provider(token="wrong-token") as bad:
         with pytest.raises(AuthError):
             await bad.verify()

@@ -1,4 +1,5 @@
-"""Which simulated cloud stands in for which adapter. A new adapter adds one entry to CLOUDS."""
+"""The conformance harness: an adapter paired with its simulated cloud, both found through the
+registry (a new cloud needs no entry here)."""
 
 from __future__ import annotations
 
@@ -11,29 +12,13 @@ from typing import Any
 import asyncssh
 
 from providers import registry
-from providers.base import CloudProvider, LaunchSpec, Ownership
-
-
-@dataclass(frozen=True)
-class SimulatedCloud:
-    cloud: str  # the adapter's id in the registry
-    facade: str  # the fake server's facade name (admin API, tokens)
-    prefix: str  # path of the facade root on the fake server
-
-    def endpoint(self, server: Any) -> str:
-        return f"{server.url}{self.prefix}"
-
-
-CLOUDS: dict[str, SimulatedCloud] = {
-    "local": SimulatedCloud("local", "local", "/local/v1"),
-    "lambda": SimulatedCloud("lambda", "lambda", "/lambda/api/v1"),
-}
+from providers.base import CloudProvider, ConnectionOptions, LaunchSpec, Ownership
+from tests import simclouds
 
 
 def production_clouds() -> list[str]:
-    """Every registered adapter except test-only ones (those defined outside `providers`)."""
-    return [c for c in registry.known()
-            if registry.adapter_class(c).__module__.split(".")[0] == "providers"]
+    """Every registered cloud (test-only adapters registered with register_for_tests excluded)."""
+    return [e.id for e in registry.entries()]
 
 
 def new_installation_id() -> str:
@@ -60,16 +45,20 @@ async def _maybe_await(value: Any) -> Any:
 class Harness:
     """One adapter paired with its simulated cloud, plus helpers the checks share."""
 
-    sim: SimulatedCloud
+    cloud: str  # the registry id: the adapter and its simulation facade
     server: Any
     admin: Any
     installation_id: str = field(default_factory=new_installation_id)
     provider_cls: type[CloudProvider] | None = None  # override, e.g. a deliberately broken adapter
 
+    @property
+    def token(self) -> str:
+        return str(self.server.tokens[self.cloud])
+
     def provider(self, *, installation_id: str | None = None, token: str | None = None) -> CloudProvider:
-        cls = self.provider_cls or registry.adapter_class(self.sim.cloud)
-        return cls({"api_key": token or self.server.tokens[self.sim.facade]},
-                   endpoint=self.sim.endpoint(self.server),
+        cls = self.provider_cls or registry.adapter_class(self.cloud)
+        creds = cls.parse_credentials(simclouds.credentials(self.server, self.cloud, token))
+        return cls(creds, options=ConnectionOptions(endpoint=simclouds.endpoint(self.server, self.cloud)),
                    installation_id=installation_id or self.installation_id)
 
     def spec(self, key: str | None = None, *, installation_id: str | None = None,
@@ -87,7 +76,7 @@ class Harness:
         return await _maybe_await(getattr(self.admin, method)(*args, **kwargs))
 
     async def add_fault(self, op: str, kind: str, times: int = 1, **params: Any) -> None:
-        await self.admin_do("add_fault", self.sim.facade, op, kind, times=times, **params)
+        await self.admin_do("add_fault", self.cloud, op, kind, times=times, **params)
 
     async def machine_ids(self) -> set[str]:
         """Ids of every machine the cloud has ever made (terminated ones included)."""

@@ -19,7 +19,10 @@ from providers.base import (
     OfferQuery,
     Ownership,
 )
-from providers.lambda_ import LambdaProvider, canonical_gpu, instance_name, merge_user_data
+from providers.base import ConnectionOptions
+from providers.credentials import ApiKeyCredentials
+from providers.gpus import normalize_gpu, same_gpu
+from providers.lambda_ import LambdaProvider, instance_name, merge_user_data
 from providers.local import LocalProvider
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -37,13 +40,17 @@ def spec_ref() -> InstanceRef:
 
 
 def lam(handler: Handler) -> LambdaProvider:
-    return LambdaProvider({"api_key": "k"}, endpoint="http://lambda.test/api/v1", installation_id="inst0001",
-                          transport=httpx.MockTransport(handler))
+    p = LambdaProvider(ApiKeyCredentials(api_key="k"),  # type: ignore[arg-type]
+                       options=ConnectionOptions(endpoint="http://lambda.test/api/v1"), installation_id="inst0001")
+    p._transport = httpx.MockTransport(handler)
+    return p
 
 
 def local(handler: Handler) -> LocalProvider:
-    return LocalProvider({"api_key": "k"}, endpoint="http://local.test/local/v1", installation_id="inst0001",
-                         transport=httpx.MockTransport(handler))
+    p = LocalProvider(ApiKeyCredentials(api_key="k"),  # type: ignore[arg-type]
+                      options=ConnectionOptions(endpoint="http://local.test/local/v1"), installation_id="inst0001")
+    p._transport = httpx.MockTransport(handler)
+    return p
 
 
 def data(payload: object, status: int = 200) -> httpx.Response:
@@ -63,9 +70,20 @@ def lambda_err(status: int, code: str) -> httpx.Response:
     ("RTX A6000 (48 GB)", "gpu_1x_a6000", ("A6000", 48.0)),
     ("Quadro RTX 6000 (24 GB)", "gpu_1x_rtx6000", ("RTX6000", 24.0)),
     (None, "gpu_2x_b200_sxm6", ("B200", None)),
+    ("NVIDIA H100 80GB HBM3", "", ("H100", 80.0)),  # what nvidia-smi prints
+    ("NVIDIA A100-SXM4-40GB", "", ("A100", 40.0)),
+    ("NVIDIA GeForce RTX 4090", "", ("RTX4090", None)),
+    ("NVIDIA RTX A6000", "", ("A6000", None)),
+    ("L40S", "", ("L40S", None)),
 ])
-def test_canonical_gpu(desc: str | None, type_name: str, expected: tuple[str, float | None]) -> None:
-    assert canonical_gpu(desc, type_name) == expected
+def test_gpu_names_normalise_to_one_canonical_name(desc: str | None, type_name: str,
+                                                   expected: tuple[str, float | None]) -> None:
+    assert normalize_gpu(desc, type_name) == expected
+
+
+def test_a_user_may_spell_a_gpu_any_way() -> None:
+    assert same_gpu("h100", "H100") and same_gpu("RTX A6000", "A6000") and same_gpu("rtx-4090", "RTX4090")
+    assert not same_gpu("a100", "A10") and not same_gpu("h200", "H100")
 
 
 def test_instance_name_fits_and_is_stable() -> None:
@@ -89,11 +107,11 @@ def test_merge_user_data() -> None:
     assert "text/cloud-config" in both and "text/x-shellscript" in both and "echo hi" in both
 
 
-def test_missing_credentials_is_auth_error() -> None:
-    with pytest.raises(AuthError):
-        LambdaProvider({})
-    with pytest.raises(AuthError):
-        LocalProvider({"api_key": ""})
+def test_missing_credentials_are_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidRequest, match="api_key"):
+        LambdaProvider.parse_credentials({})
+    with pytest.raises(InvalidRequest, match="api_key"):
+        LocalProvider.parse_credentials({"api_key": ""})
 
 
 async def test_lambda_create_finds_existing_instance_without_launching() -> None:
@@ -171,14 +189,14 @@ async def test_lambda_status_mapping() -> None:
 
     def handler(req: httpx.Request) -> httpx.Response:
         return data({"id": "i-1", "name": "n", "status": next(states), "ip": "10.0.0.5",
-                     "x_sim_ssh_port": 2222})
+                     "ssh_port": 2222})  # not a Lambda field: ignored
 
     async with lam(handler) as p:
         got = [(await p.get(spec_ref())) for _ in range(5)]
     assert [s.state.value for s in got if s] == ["pending", "running", "error", "terminating", "terminated"]
     running = got[1]
     assert running is not None
-    assert (running.host, running.ssh_port, running.ssh_user) == ("10.0.0.5", 2222, "ubuntu")
+    assert (running.host, running.ssh_port, running.ssh_user) == ("10.0.0.5", 22, "ubuntu")
 
 
 async def test_local_conflict_looks_up_again() -> None:

@@ -17,12 +17,12 @@ from sqlmodel import Session
 from temporalio.testing import WorkflowEnvironment
 
 from fakeclouds.server import FakeCloudServer
-from store import repo
+from store.identity import installation_id
 from store.secrets import SecretBox
+from tests import simclouds
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TASK_QUEUE = "gpuprov-crash-tests"
-INSTALLATION = "crash001"
 
 
 class WorkerProcess:
@@ -66,7 +66,6 @@ def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: P
            "GPUPROV_SECRET_KEY": secret_key.decode(),
            "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
            "GPUPROV_TASK_QUEUE": TASK_QUEUE,
-           "GPUPROV_INSTALLATION_ID": INSTALLATION,
            "PYTHONPATH": str(ROOT)}
     w = WorkerProcess(env, tmp_path / "worker.log")
     w.start()
@@ -77,9 +76,13 @@ def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: P
 @pytest.fixture
 def local_connection(sim: FakeCloudServer, db_engine: sa.Engine, secret_box: SecretBox) -> str:
     with Session(db_engine) as s:
-        return repo.add_connection(s, secret_box, provider="local", name="local",
-                                   credentials={"api_key": sim.tokens["local"]},
-                                   endpoint=f"{sim.url}/local/v1").id
+        return simclouds.add_connection(s, secret_box, sim, "local")
+
+
+@pytest.fixture
+def installation(db_engine: sa.Engine) -> str:
+    """The deployment's installation id, as the worker process reads it from the database."""
+    return installation_id(db_engine)
 
 
 @pytest.fixture(autouse=True)

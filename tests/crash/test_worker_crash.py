@@ -12,19 +12,12 @@ import pytest
 from temporalio.client import Client
 
 from fakeclouds.server import FakeCloudServer
-from providers import registry
-from tests.crash.conftest import INSTALLATION, TASK_QUEUE, WorkerProcess, machines_of
+from messages.allocation import AllocateRequest, AllocationState, TerminateRequest, TerminateResult, Timing
+from messages.enums import Phase
+from messages.ids import allocate_workflow_id, terminate_workflow_id
+from tests import simclouds
+from tests.crash.conftest import TASK_QUEUE, WorkerProcess, machines_of
 from workflows.allocate import attempt_key
-from workflows.models import (
-    AllocateRequest,
-    AllocationState,
-    Phase,
-    TerminateRequest,
-    TerminateResult,
-    Timing,
-    allocate_workflow_id,
-    terminate_workflow_id,
-)
 
 pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
@@ -47,7 +40,7 @@ async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: Wo
     allocation_id = f"crash-{uuid.uuid4().hex[:8]}"
     key = attempt_key(allocation_id, 1)
     req = AllocateRequest(allocation_id=allocation_id, connection_id=conn, cloud="local",
-                          installation_id=INSTALLATION, ssh_public_keys=[USER_KEY], timing=TIMING)
+                          ssh_public_keys=[USER_KEY], timing=TIMING)
     handle = await client.start_workflow("AllocateWorkflow", req, id=allocate_workflow_id(allocation_id),
                                          task_queue=TASK_QUEUE, result_type=AllocationState)
     await until(lambda: crash_when(key))
@@ -62,20 +55,20 @@ async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: Wo
     return allocation_id, state
 
 
-async def terminate_and_check_nothing_left(client: Client, sim: FakeCloudServer, allocation_id: str) -> None:
+async def terminate_and_check_nothing_left(client: Client, sim: FakeCloudServer, allocation_id: str,
+                                           installation: str) -> None:
     result = await client.execute_workflow(
         "TerminateWorkflow", TerminateRequest(allocation_id=allocation_id, timing=TIMING),
         id=terminate_workflow_id(allocation_id), task_queue=TASK_QUEUE, result_type=TerminateResult)
     assert result.terminated
     assert all(m["status"] == "terminated" for m in sim.admin.machines())
-    async with registry.build("local", {"api_key": sim.tokens["local"]}, endpoint=f"{sim.url}/local/v1",
-                              installation_id=INSTALLATION) as p:
+    async with simclouds.provider(sim, "local", installation_id=installation) as p:
         assert await p.list_owned() == []
 
 
 async def test_kill_after_the_cloud_accepted_the_create(temporal_client: Client, sim: FakeCloudServer,
                                                         worker_process: WorkerProcess,
-                                                        local_connection: str) -> None:
+                                                        local_connection: str, installation: str) -> None:
     # The create takes effect, then its response is held back: the worker dies in between.
     sim.admin.add_fault("local", "create", "latency", when="after", seconds=30)
 
@@ -84,11 +77,12 @@ async def test_kill_after_the_cloud_accepted_the_create(temporal_client: Client,
 
     allocation_id, _ = await allocate_with_a_crash(temporal_client, sim, worker_process, local_connection,
                                                    created)
-    await terminate_and_check_nothing_left(temporal_client, sim, allocation_id)
+    await terminate_and_check_nothing_left(temporal_client, sim, allocation_id, installation)
 
 
 async def test_kill_while_waiting_for_boot(temporal_client: Client, sim: FakeCloudServer,
-                                           worker_process: WorkerProcess, local_connection: str) -> None:
+                                           worker_process: WorkerProcess, local_connection: str,
+                                           installation: str) -> None:
     sim.admin.configure(boot_delay=5)
     try:
         def booting(key: str) -> bool:
@@ -99,4 +93,4 @@ async def test_kill_while_waiting_for_boot(temporal_client: Client, sim: FakeClo
                                                        local_connection, booting)
     finally:
         sim.admin.configure(boot_delay=0.3)
-    await terminate_and_check_nothing_left(temporal_client, sim, allocation_id)
+    await terminate_and_check_nothing_left(temporal_client, sim, allocation_id, installation)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -52,14 +54,23 @@ def test_ssh_private_key_is_stored_encrypted(session: Session, box: SecretBox) -
     assert ssh_identity(session, box) == (public, private)  # stable on second use
 
 
-def test_connection_for_picks_connected_only(session: Session, box: SecretBox) -> None:
-    pending = repo.add_connection(session, box, provider="local", name="a", credentials={"api_key": "k"})
-    assert repo.connection_for(session, "local") is None
-    repo.mark_connection(session, pending.id, status="connected", account="acct")
+def test_connection_for_skips_connections_being_removed(session: Session, box: SecretBox) -> None:
+    conn = repo.add_connection(session, box, provider="local", name="a", credentials={"api_key": "k"},
+                               account="acct")
     found = repo.connection_for(session, "local")
-    assert found is not None and found.id == pending.id and found.account == "acct"
+    assert found is not None and found.id == conn.id and found.account == "acct"
+    repo.mark_connection(session, conn.id, status="removing", account="acct")
+    assert repo.connection_for(session, "local") is None
     assert repo.connection_for(session, "lambda") is None
-    assert repo.delete_connection(session, pending.id) and not repo.delete_connection(session, pending.id)
+    assert repo.delete_connection(session, conn.id) and not repo.delete_connection(session, conn.id)
+
+
+def test_save_connection_is_idempotent(session: Session, box: SecretBox) -> None:
+    args: dict[str, Any] = dict(connection_id="cx1", provider="local", name="n", secret=box.seal({"api_key": "k"}),
+                                endpoint=None, ca_bundle="PEM", account="a")
+    first = repo.save_connection(session, **args)
+    again = repo.save_connection(session, **{**args, "name": "other"})
+    assert again.id == first.id and again.name == "n" and again.ca_bundle == "PEM"
 
 
 def _instance(iid: str, status: str = "provisioning", connection_id: str = "c1") -> Instance:
@@ -101,3 +112,20 @@ def test_new_id_shape() -> None:
     ids = {repo.new_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(re.fullmatch(r"[a-z][a-z0-9]{9}", i) for i in ids)
+
+
+def test_one_installation_id_per_database_whoever_asks_first(engine: sa.Engine, tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from store.identity import IdentityError, installation_id
+    migrate.upgrade(engine)
+    (tmp_path / "installation-id").write_text("legacy01\n")  # a pre-database home file
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: installation_id(engine, legacy_home=tmp_path), range(16)))
+    assert ids == {"legacy01"}  # adopted, so machines an older gpuprov made stay ours
+    assert installation_id(engine) == "legacy01"  # a process with another (or no) home agrees
+    assert installation_id(engine, "legacy01") == "legacy01"
+    with pytest.raises(IdentityError, match="database says legacy01"):
+        installation_id(engine, "other001")
+    with pytest.raises(IdentityError, match="a-z0-9"):
+        installation_id(engine, "Bad_Id")

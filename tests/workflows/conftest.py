@@ -19,7 +19,9 @@ from store import repo
 from store.secrets import SecretBox
 from tests.fakes import FakeCloud, FakeInMemoryProvider
 from worker import build_worker
-from workflows.models import AllocateRequest, AllocationState, Phase, Timing, allocate_workflow_id
+from messages.allocation import AllocateRequest, AllocationState, Timing
+from messages.enums import Phase
+from messages.ids import allocate_workflow_id
 
 TASK_QUEUE = "gpuprov-workflow-tests"
 INSTALLATION = "wftest01"
@@ -72,7 +74,7 @@ def make_request(fake_connection: str) -> Any:
     def make(**kw: Any) -> AllocateRequest:
         fields: dict[str, Any] = dict(
             allocation_id=f"al-{uuid.uuid4().hex[:8]}", connection_id=fake_connection, cloud="fake",
-            installation_id=INSTALLATION, ssh_public_keys=[USER_KEY], k3s=False, timing=FAST)
+            ssh_public_keys=[USER_KEY], k3s=False, timing=FAST)
         fields.update(kw)
         return AllocateRequest(**fields)
     return make

@@ -17,13 +17,16 @@ from tests.fakes import FakeCloud, FakeInMemoryProvider
 from tests.workflows.conftest import INSTALLATION, start_allocate, wait_phase
 from workflows import search_attributes as sa_keys
 from workflows.allocate import attempt_key
-from workflows.models import AllocationState, Phase
+from messages.allocation import AllocationState
+from providers.credentials import ApiKeyCredentials
+from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
 
 
 async def owned() -> list[Any]:
-    return await FakeInMemoryProvider({"api_key": "good"}, installation_id=INSTALLATION).list_owned()
+    fake = FakeInMemoryProvider(ApiKeyCredentials(api_key="good"), installation_id=INSTALLATION)  # type: ignore[arg-type]
+    return await fake.list_owned()
 
 
 def row(engine: sa.Engine, allocation_id: str) -> Instance:

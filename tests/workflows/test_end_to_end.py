@@ -13,17 +13,14 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from fakeclouds.server import FakeCloudServer
-from providers import registry
-from store import repo
 from store.secrets import SecretBox
+from tests import simclouds
 from tests.workflows.conftest import INSTALLATION, start_allocate
 from tests.workflows.test_terminate_connect import terminate
-from workflows.models import AllocationState, Phase
+from messages.allocation import AllocationState
+from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
-
-ENDPOINTS = {"local": "/local/v1", "lambda": "/lambda/api/v1"}
-
 
 @pytest.fixture(scope="module")
 async def sim() -> AsyncIterator[FakeCloudServer]:
@@ -35,15 +32,12 @@ async def sim() -> AsyncIterator[FakeCloudServer]:
 def connect_sim(sim: FakeCloudServer, db_engine: sa.Engine, secret_box: SecretBox) -> Any:
     def add(cloud: str) -> str:
         with Session(db_engine) as s:
-            return repo.add_connection(s, secret_box, provider=cloud, name=cloud,
-                                       credentials={"api_key": sim.tokens[cloud]},
-                                       endpoint=sim.url + ENDPOINTS[cloud]).id
+            return simclouds.add_connection(s, secret_box, sim, cloud)
     return add
 
 
 async def owned(sim: FakeCloudServer, cloud: str) -> list[Any]:
-    async with registry.build(cloud, {"api_key": sim.tokens[cloud]}, endpoint=sim.url + ENDPOINTS[cloud],
-                              installation_id=INSTALLATION) as p:
+    async with simclouds.provider(sim, cloud, installation_id=INSTALLATION) as p:
         return await p.list_owned()
 
 
@@ -56,7 +50,7 @@ async def test_allocate_then_terminate_on_the_simulated_clouds(temporal_client: 
                        gpu=None if cloud == "local" else "a10")
     st = await (await start_allocate(temporal_client, req)).result()
 
-    assert st.phase == Phase.READY and st.host == "127.0.0.1"
+    assert st.phase == Phase.READY and st.host is not None and st.host.startswith("127.")
     if cloud == "local":
         assert st.gpus == [] and any(n.startswith("k3s skipped") for n in st.notes)
         assert st.offer is not None and st.offer.spot is False  # cheaper spot exists, not asked for

@@ -17,11 +17,12 @@ from tests.workflows.conftest import TASK_QUEUE, start_allocate, wait_phase
 from tests.workflows.test_terminate_connect import terminate
 from worker import WORKFLOWS, workflow_runner
 from workflows.converter import DATA_CONVERTER
-from workflows.models import Phase
+from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+CURRENT = HISTORIES / "v2"  # what GPUPROV_RECORD_HISTORIES=1 rewrites; older versions stay as they are
 
 
 async def test_histories_replay_deterministically(temporal_client: Client, fake_cloud: FakeCloud,
@@ -49,10 +50,11 @@ async def test_histories_replay_deterministically(temporal_client: Client, fake_
     assert await replay_failures(histories) == {}
     if os.environ.get("GPUPROV_RECORD_HISTORIES"):
         # Refresh the committed histories (only when a change is *meant* to alter workflow code paths).
-        for old in HISTORIES.glob("*.json"):
+        CURRENT.mkdir(exist_ok=True)
+        for old in CURRENT.glob("*.json"):
             old.unlink()
         for h in histories:
-            (HISTORIES / f"{h.workflow_id}.json").write_text(h.to_json())
+            (CURRENT / f"{h.workflow_id}.json").write_text(h.to_json())
 
 
 async def replay_failures(histories: list[WorkflowHistory],
@@ -67,7 +69,7 @@ async def replay_failures(histories: list[WorkflowHistory],
 
 
 def committed_histories() -> list[WorkflowHistory]:
-    return [WorkflowHistory.from_json(p.stem, p.read_text()) for p in sorted(HISTORIES.glob("*.json"))]
+    return [WorkflowHistory.from_json(p.stem, p.read_text()) for p in sorted(HISTORIES.glob("*/*.json"))]
 
 
 async def test_committed_histories_replay_against_current_code() -> None:

@@ -1,4 +1,4 @@
-"""TerminateWorkflow and ConnectWorkflow on the dev server against FakeInMemoryProvider."""
+"""TerminateWorkflow, ConnectWorkflow and DisconnectWorkflow on the dev server against FakeInMemoryProvider."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from store.secrets import SecretBox
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import FAST, TASK_QUEUE, start_allocate, wait_phase
 from tests.workflows.test_allocate import owned
-from workflows.models import ConnectRequest, ConnectResult, Phase, TerminateRequest, TerminateResult
+from messages.allocation import TerminateRequest, TerminateResult
+from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
+from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
 
@@ -25,10 +27,6 @@ async def terminate(client: Client, allocation_id: str) -> TerminateResult:
                                                                               timing=FAST),
                                          id=f"terminate-{allocation_id}", task_queue=TASK_QUEUE,
                                          result_type=TerminateResult)
-
-
-def add(session: Session, box: SecretBox, api_key: str) -> str:
-    return repo.add_connection(session, box, provider="fake", name="c", credentials={"api_key": api_key}).id
 
 
 def instance(engine: sa.Engine, allocation_id: str) -> Instance:
@@ -79,30 +77,63 @@ async def test_terminate_finds_the_machine_by_key_when_the_ref_was_never_recorde
     assert await owned() == [] and len(fake_cloud.machines) == 1
 
 
-async def test_connect_records_account_or_reason(temporal_client: Client, fake_cloud: FakeCloud,
-                                                 db_engine: sa.Engine, secret_box: SecretBox) -> None:
+def connect_request(box: SecretBox, api_key: str) -> ConnectRequest:
+    cid = repo.new_id()
+    return ConnectRequest(connection_id=cid, provider="fake", name=f"c-{cid}",
+                          sealed_credentials=box.seal({"api_key": api_key}).decode())
+
+
+async def connect(client: Client, req: ConnectRequest) -> ConnectResult:
+    return await client.execute_workflow("ConnectWorkflow", req, id=f"connect-{req.connection_id}",
+                                         task_queue=TASK_QUEUE, result_type=ConnectResult)
+
+
+async def test_connect_saves_only_verified_credentials(temporal_client: Client, fake_cloud: FakeCloud,
+                                                       db_engine: sa.Engine, secret_box: SecretBox) -> None:
+    good, bad = connect_request(secret_box, "good"), connect_request(secret_box, "nope")
+    ok, refused = await connect(temporal_client, good), await connect(temporal_client, bad)
+
+    assert ok.ok and ok.account == "fake-account"
+    assert not refused.ok and "invalid api key" in (refused.reason or "")
     with Session(db_engine) as s:
-        good = add(s, secret_box, "good")
-        bad = add(s, secret_box, "nope")
-    results = {}
-    for cid in (good, bad):
-        results[cid] = await temporal_client.execute_workflow(
-            "ConnectWorkflow", ConnectRequest(connection_id=cid), id=f"connect-{cid}", task_queue=TASK_QUEUE,
-            result_type=ConnectResult)
-    assert results[good].ok and results[good].account == "fake-account"
-    assert not results[bad].ok and "invalid api key" in (results[bad].reason or "")
-    with Session(db_engine) as s:
-        g, b = s.get(Connection, good), s.get(Connection, bad)
+        g = s.get(Connection, good.connection_id)
         assert g is not None and (g.status, g.account) == ("connected", "fake-account")
-        assert b is not None and b.status == "failed" and "invalid api key" in (b.error or "")
+        assert secret_box.open(g.secret) == {"api_key": "good"}  # stored sealed, as it came
+        assert s.get(Connection, bad.connection_id) is None  # nothing half-verified is stored
 
 
 async def test_connect_gives_up_on_an_unreachable_cloud(temporal_client: Client, fake_cloud: FakeCloud,
                                                         db_engine: sa.Engine, secret_box: SecretBox) -> None:
     fake_cloud.add_fault("verify", "transient", times=-1)
-    with Session(db_engine) as s:
-        cid = add(s, secret_box, "good")
-    result = await temporal_client.execute_workflow(
-        "ConnectWorkflow", ConnectRequest(connection_id=cid), id=f"connect-{cid}", task_queue=TASK_QUEUE,
-        result_type=ConnectResult)
+    req = connect_request(secret_box, "good")
+    result = await connect(temporal_client, req)
     assert not result.ok and "503" in (result.reason or "")
+    with Session(db_engine) as s:
+        assert s.get(Connection, req.connection_id) is None
+
+
+async def test_connect_history_holds_no_credential_in_clear(temporal_client: Client, fake_cloud: FakeCloud,
+                                                            secret_box: SecretBox) -> None:
+    req = connect_request(secret_box, "good")
+    await connect(temporal_client, req)
+    history = await temporal_client.get_workflow_handle(f"connect-{req.connection_id}").fetch_history()
+    text = history.to_json()
+    assert "api_key" not in text and '"good"' not in text
+
+
+async def test_disconnect_terminates_live_instances_then_deletes_the_connection(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, fake_connection: str,
+        db_engine: sa.Engine) -> None:
+    req = make_request()
+    await (await start_allocate(temporal_client, req)).result()
+    assert len(await owned()) == 1
+
+    result = await temporal_client.execute_workflow(
+        "DisconnectWorkflow", DisconnectRequest(connection_id=fake_connection, timing=FAST),
+        id=f"disconnect-{fake_connection}", task_queue=TASK_QUEUE, result_type=DisconnectResult)
+
+    assert result.terminated == [req.allocation_id]
+    assert await owned() == []
+    assert instance(db_engine, req.allocation_id).status == "terminated"
+    with Session(db_engine) as s:
+        assert s.get(Connection, fake_connection) is None

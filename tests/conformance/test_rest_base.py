@@ -1,4 +1,5 @@
-"""providers._http: every HTTP failure becomes one taxonomy error (httpx.MockTransport, no server)."""
+"""providers/rest.py and providers/auth.py: every HTTP failure becomes one taxonomy error; bearer,
+header-key and OAuth2 client-credentials auth; GraphQL errors inside a 200 (httpx.MockTransport, no server)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from providers import _http
+from providers import rest as _http
+from providers.auth import BearerAuth
 from providers.base import (
     AuthError,
     CapacityError,
@@ -25,7 +27,8 @@ CODES: dict[str, _http.ErrorKind] = {"insufficient_capacity": "capacity", "quota
 
 
 def client(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.AsyncClient:
-    return _http.make_client("http://cloud.test/api/v1/", TOKEN, transport=httpx.MockTransport(handler))
+    return _http.make_client("http://cloud.test/api/v1/", auth=BearerAuth(lambda: TOKEN),
+                             transport=httpx.MockTransport(handler))
 
 
 def err(status: int, code: str = "", message: str = "nope", **headers: str) -> httpx.Response:
@@ -126,3 +129,9 @@ def test_malformed_bodies() -> None:
     assert _http.error_fields(httpx.Response(500, text="oops")) == ("", "oops")
     flat = httpx.Response(400, json={"error": "bad_thing", "message": "m"})
     assert _http.error_fields(flat) == ("bad_thing", "m")
+
+
+def test_graphql_and_flat_error_shapes() -> None:
+    gql = httpx.Response(200, json={"errors": [{"message": "no GPUs", "extensions": {"code": "NO_CAPACITY"}}]})
+    assert _http.error_fields(gql) == ("NO_CAPACITY", "no GPUs")
+    assert _http.error_fields(httpx.Response(422, json={"code": "bad", "message": "why"})) == ("bad", "why")

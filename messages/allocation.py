@@ -1,33 +1,15 @@
-"""Typed inputs and outputs of the workflows, shared with the API and CLI.
+"""The allocation's messages: what is asked (AllocateRequest) and where it stands (AllocationState).
 
-Workflows carry connection ids, never credentials.
+Workflows carry connection ids, never credentials. The installation id (the ownership tag) is
+not part of a request: it belongs to the deployment and activities read it from the database.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, Field
 
+from messages.enums import AttemptOutcome, Phase
 from providers.base import InstanceRef, Offer
-
-TASK_QUEUE = "gpuprov"
-
-
-class Phase(StrEnum):
-    VALIDATE = "validate"
-    PLAN = "plan"
-    CREATE = "create"
-    WAIT_RUNNING = "wait_running"
-    PORTS = "ports"
-    SSH = "ssh"
-    K3S = "k3s"
-    GPU_CHECK = "gpu_check"
-    READY = "ready"
-    COMPENSATING = "compensating"
-    FAILED = "failed"
-    TERMINATING = "terminating"
-    TERMINATED = "terminated"
 
 
 class Timing(BaseModel):
@@ -48,7 +30,6 @@ class AllocateRequest(BaseModel):
     allocation_id: str
     connection_id: str
     cloud: str
-    installation_id: str
     project: str = "default"
     name: str | None = None
     gpu: str | None = None
@@ -66,7 +47,7 @@ class AttemptRecord(BaseModel):
     seq: int
     offer: Offer
     key: str
-    outcome: str  # created|capacity|quota|failed|cancelled
+    outcome: AttemptOutcome
     reason: str | None = None
 
 
@@ -102,24 +83,3 @@ class TerminateRequest(BaseModel):
 class TerminateResult(BaseModel):
     allocation_id: str
     terminated: bool  # False: the allocation never reached a create, so nothing was on the cloud
-
-
-class ConnectRequest(BaseModel):
-    connection_id: str
-
-
-class ConnectResult(BaseModel):
-    """What ConnectWorkflow returns; the Connection row holds the same outcome."""
-
-    connection_id: str
-    ok: bool
-    account: str | None = None
-    reason: str | None = None
-
-
-def allocate_workflow_id(allocation_id: str) -> str:
-    return f"allocate-{allocation_id}"
-
-
-def terminate_workflow_id(allocation_id: str) -> str:
-    return f"terminate-{allocation_id}"

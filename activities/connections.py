@@ -1,0 +1,83 @@
+"""Connection activities: verify sealed credentials, save a verified connection, and the two
+steps of removing one (mark it and list what is live; delete it once nothing is)."""
+
+from __future__ import annotations
+
+from sqlmodel import col, select
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.deps import ActivityDeps
+from messages import activities as acts
+from messages.activities import ConnectionIdInput, LiveAllocations
+from messages.connection import ConnectRequest, ConnectResult
+from messages.enums import ConnectionStatus, ErrorKind
+from providers import registry
+from providers.base import ProviderError
+from store import repo
+from store.db import session_scope
+from store.models import Connection, Instance
+from store.secrets import SecretError
+
+
+class ConnectionActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name=acts.VERIFY_CREDENTIALS.name)
+    async def verify_credentials(self, req: ConnectRequest) -> ConnectResult:
+        """Open the sealed credentials, call the cloud's verify(): ok with the account identity,
+        or not ok with the cloud's reason. Transient failures raise (Temporal retries them)."""
+        try:
+            credentials = self.deps.box.open(req.sealed_credentials.encode())
+        except SecretError as e:
+            raise ApplicationError(str(e), type=ErrorKind.SECRET_ERROR, non_retryable=True) from None
+        try:
+            adapter = registry.build(req.provider, credentials, options=req.options,
+                                     installation_id=self.deps.installation_id)
+        except ProviderError as e:
+            return ConnectResult(connection_id=req.connection_id, ok=False, reason=e.message)
+        try:
+            account = await adapter.verify()
+        except ProviderError as e:
+            if e.retryable:
+                raise ApplicationError(e.message, type=ErrorKind(e.kind)) from None
+            return ConnectResult(connection_id=req.connection_id, ok=False, reason=e.message)
+        finally:
+            await adapter.aclose()  # a one-off adapter; the worker's cache builds its own
+        return ConnectResult(connection_id=req.connection_id, ok=True, account=account)
+
+    @activity.defn(name=acts.SAVE_CONNECTION.name)
+    def save_connection(self, req: ConnectRequest) -> None:
+        """Insert the verified connection (the secret stays sealed as it came). Idempotent."""
+        with session_scope(self.deps.engine) as session:
+            repo.save_connection(session, connection_id=req.connection_id, provider=req.provider,
+                                 name=req.name,
+                                 secret=req.sealed_credentials.encode(), endpoint=req.options.endpoint,
+                                 ca_bundle=req.options.ca_bundle, account=req.account)
+
+    @activity.defn(name=acts.BEGIN_DISCONNECT.name)
+    def begin_disconnect(self, inp: ConnectionIdInput) -> LiveAllocations:
+        """Mark the connection `removing` (no new allocation plans on it) and list its live allocations."""
+        with session_scope(self.deps.engine) as session:
+            row = session.get(Connection, inp.connection_id)
+            if row is None:
+                return LiveAllocations(allocation_ids=[])
+            live = repo.live_instances(session, inp.connection_id)
+            row.status = ConnectionStatus.REMOVING
+            row.error = f"terminating {len(live)} instance(s) before removal" if live else None
+            session.add(row)
+            session.commit()
+            return LiveAllocations(allocation_ids=[i.id for i in live])
+
+    @activity.defn(name=acts.DELETE_CONNECTION.name)
+    def delete_connection(self, inp: ConnectionIdInput) -> None:
+        """Delete the row once no allocation on it is live (its history rows stay)."""
+        with session_scope(self.deps.engine) as session:
+            live = session.exec(select(Instance.id).where(
+                Instance.connection_id == inp.connection_id,
+                col(Instance.status).in_(repo.LIVE_STATUSES))).first()
+            if live is not None:
+                raise ApplicationError(f"allocation {live} on connection {inp.connection_id} is still live",
+                                       type=ErrorKind.TRANSIENT)
+            repo.delete_connection(session, inp.connection_id)

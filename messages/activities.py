@@ -1,0 +1,162 @@
+"""Every activity's name and typed input and output: one model in, one model (or None) out.
+
+Workflows call activities through these references (workflows/calls.py), so they never import
+an activity's implementation; each implementation in activities/ is registered under the same
+name (`@activity.defn(name=REF.name)`), and tests/workflows/test_units.py checks that every
+reference has an implementation taking its input type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, Field
+
+from messages.allocation import AllocateRequest, AllocationState, GpuInfo
+from messages.connection import ConnectRequest, ConnectResult
+from messages.enums import AllocationStatus, Phase
+from providers.base import Capabilities, InstanceRef, InstanceStatus, Offer, OfferQuery
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 — the conventional name of an input type
+O = TypeVar("O")  # noqa: E741
+
+
+@dataclass(frozen=True)
+class ActivityRef(Generic[I, O]):
+    name: str
+    input: type[I]
+    output: Any  # the result's type hint, handed to the data converter as result_type
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+
+
+class CloudTarget(BaseModel):
+    """Which account to talk to: the connection row holds options and encrypted credentials."""
+
+    connection_id: str
+    cloud: str
+
+
+class ValidateInput(BaseModel):
+    request: AllocateRequest
+
+
+class PlanInput(BaseModel):
+    target: CloudTarget
+    query: OfferQuery
+
+
+class CreateInput(BaseModel):
+    """What to launch. The activity makes the LaunchSpec: it adds the installation's own public
+    key and the owner tag (the deployment's installation id, from the database)."""
+
+    target: CloudTarget
+    offer: Offer
+    key: str  # the attempt's idempotency key
+    allocation_id: str
+    ssh_public_keys: list[str]
+    image: str | None = None
+    ports: list[int] = Field(default_factory=list)
+    heartbeat_every_s: float = 1.0
+
+
+class WaitRunningInput(BaseModel):
+    target: CloudTarget
+    ref: InstanceRef
+    poll_interval_s: float = 2.0
+    heartbeat_every_s: float = 1.0
+
+
+class SshTarget(BaseModel):
+    host: str
+    port: int = 22
+    user: str = "root"
+    poll_interval_s: float = 2.0
+
+
+class TerminateInput(BaseModel):
+    target: CloudTarget
+    key: str
+    ref: InstanceRef | None = None  # None when the create answer was lost: find by key
+    poll_interval_s: float = 2.0
+    heartbeat_every_s: float = 1.0
+
+
+class RecordAllocationInput(BaseModel):
+    """A snapshot of the allocate workflow; the activity upserts the Instance row and attempts."""
+
+    request: AllocateRequest
+    state: AllocationState
+    status: AllocationStatus
+
+
+class RecordStatusInput(BaseModel):
+    allocation_id: str
+    status: AllocationStatus
+    phase: Phase
+    error: str | None = None
+    note: str | None = None
+
+
+class InstanceRecord(BaseModel):
+    """What TerminateWorkflow needs from the Instance row."""
+
+    allocation_id: str
+    connection_id: str
+    cloud: str
+    status: AllocationStatus
+    key: str | None = None
+    ref: InstanceRef | None = None
+
+
+class AllocationIdInput(BaseModel):
+    allocation_id: str
+    poll_interval_s: float = 1.0
+
+
+class ConnectionIdInput(BaseModel):
+    connection_id: str
+
+
+class LiveAllocations(BaseModel):
+    allocation_ids: list[str]
+
+
+# --------------------------------------------------------------------------- references
+
+VALIDATE_REQUEST: ActivityRef[ValidateInput, Capabilities] = ActivityRef(
+    "validate_request", ValidateInput, Capabilities)
+PLAN_OFFERS: ActivityRef[PlanInput, list[Offer]] = ActivityRef("plan_offers", PlanInput, list[Offer])
+CREATE_INSTANCE: ActivityRef[CreateInput, InstanceRef] = ActivityRef(
+    "create_instance", CreateInput, InstanceRef)
+WAIT_RUNNING: ActivityRef[WaitRunningInput, InstanceStatus] = ActivityRef(
+    "wait_running", WaitRunningInput, InstanceStatus)
+TERMINATE_AND_VERIFY: ActivityRef[TerminateInput, None] = ActivityRef(
+    "terminate_and_verify", TerminateInput, None)
+VERIFY_CREDENTIALS: ActivityRef[ConnectRequest, ConnectResult] = ActivityRef(
+    "verify_credentials", ConnectRequest, ConnectResult)
+SAVE_CONNECTION: ActivityRef[ConnectRequest, None] = ActivityRef("save_connection", ConnectRequest, None)
+
+WAIT_SSH: ActivityRef[SshTarget, None] = ActivityRef("wait_ssh", SshTarget, None)
+INSTALL_K3S: ActivityRef[SshTarget, None] = ActivityRef("install_k3s", SshTarget, None)
+PROBE_GPUS: ActivityRef[SshTarget, list[GpuInfo]] = ActivityRef("probe_gpus", SshTarget, list[GpuInfo])
+
+RECORD_ALLOCATION: ActivityRef[RecordAllocationInput, None] = ActivityRef(
+    "record_allocation", RecordAllocationInput, None)
+RECORD_STATUS: ActivityRef[RecordStatusInput, None] = ActivityRef("record_status", RecordStatusInput, None)
+LOAD_INSTANCE: ActivityRef[AllocationIdInput, InstanceRecord | None] = ActivityRef(
+    "load_instance", AllocationIdInput, InstanceRecord | None)
+AWAIT_ALLOCATE_CLOSED: ActivityRef[AllocationIdInput, None] = ActivityRef(
+    "await_allocate_closed", AllocationIdInput, None)
+BEGIN_DISCONNECT: ActivityRef[ConnectionIdInput, LiveAllocations] = ActivityRef(
+    "begin_disconnect", ConnectionIdInput, LiveAllocations)
+DELETE_CONNECTION: ActivityRef[ConnectionIdInput, None] = ActivityRef(
+    "delete_connection", ConnectionIdInput, None)
+
+ALL: tuple[ActivityRef[Any, Any], ...] = (
+    VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING, TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS,
+    SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS, RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE,
+    AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT, DELETE_CONNECTION,
+)
