@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 
 import asyncssh
 
-from providers.credentials import ApiKeyCredentials
 from providers.base import (
     AuthError,
     Capabilities,
@@ -33,6 +32,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.credentials import ApiKeyCredentials
 
 FAKE_OFFERS = [
     Offer(provider="fake", instance_type="gpu.1x", gpu=GpuSpec(name="A10", count=1, memory_gib=24),

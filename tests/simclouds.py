@@ -27,12 +27,13 @@ def credentials(server: SimServer, cloud: str, token: str | None = None) -> dict
     return registry.simulation(cloud).credentials(token or server.tokens[cloud])
 
 
-def provider(server: SimServer, cloud: str, *, installation_id: str, token: str | None = None) -> CloudProvider:
+def provider(server: SimServer, cloud: str, *, installation_id: str,
+             token: str | None = None) -> CloudProvider:
     return registry.build(cloud, credentials(server, cloud, token),
                           options=ConnectionOptions(endpoint=endpoint(server, cloud)),
                           installation_id=installation_id)
 
 
 def add_connection(session: Session, box: SecretBox, server: SimServer, cloud: str) -> str:
-    return repo.add_connection(session, box, provider=cloud, name=cloud, credentials=credentials(server, cloud),
-                               endpoint=endpoint(server, cloud)).id
+    return repo.add_connection(session, box, provider=cloud, name=cloud,
+                               credentials=credentials(server, cloud), endpoint=endpoint(server, cloud)).id

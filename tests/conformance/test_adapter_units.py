@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from providers.base import (
-    AuthError,
     CapacityError,
+    ConnectionOptions,
     InstanceRef,
     InvalidRequest,
     LaunchSpec,
@@ -19,7 +19,6 @@ from providers.base import (
     OfferQuery,
     Ownership,
 )
-from providers.base import ConnectionOptions
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu, same_gpu
 from providers.lambda_ import LambdaProvider, instance_name, merge_user_data
@@ -41,14 +40,16 @@ def spec_ref() -> InstanceRef:
 
 def lam(handler: Handler) -> LambdaProvider:
     p = LambdaProvider(ApiKeyCredentials(api_key="k"),  # type: ignore[arg-type]
-                       options=ConnectionOptions(endpoint="http://lambda.test/api/v1"), installation_id="inst0001")
+                       options=ConnectionOptions(endpoint="http://lambda.test/api/v1"),
+                       installation_id="inst0001")
     p._transport = httpx.MockTransport(handler)
     return p
 
 
 def local(handler: Handler) -> LocalProvider:
     p = LocalProvider(ApiKeyCredentials(api_key="k"),  # type: ignore[arg-type]
-                      options=ConnectionOptions(endpoint="http://local.test/local/v1"), installation_id="inst0001")
+                      options=ConnectionOptions(endpoint="http://local.test/local/v1"),
+                      installation_id="inst0001")
     p._transport = httpx.MockTransport(handler)
     return p
 

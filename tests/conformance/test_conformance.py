@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from providers import registry
 from providers.base import InstanceRef, LaunchSpec, Offer
 from providers.lambda_ import LambdaProvider
 from tests.conformance import checks
-from providers import registry
 from tests.conformance.clouds import Harness, production_clouds
 from tests.conformance.conftest import make_harness
 

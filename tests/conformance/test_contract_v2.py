@@ -90,7 +90,8 @@ class FakeTokenServer:
         if request.url.path.endswith("/oauth2/token"):
             form = dict(x.split("=") for x in request.content.decode().split("&"))
             if form.get("client_secret") != "s3cret":
-                return httpx.Response(401, json={"error": "invalid_client", "error_description": "bad secret"})
+                return httpx.Response(401, json={"error": "invalid_client",
+                                                 "error_description": "bad secret"})
             self.issued += 1
             token = f"t{self.issued}"
             self.valid.add(token)
@@ -164,7 +165,8 @@ async def test_header_key_auth_sends_the_key_in_the_clouds_header() -> None:
 
 def test_typed_credentials_refuse_unknown_and_missing_fields_naming_only_the_field() -> None:
     with pytest.raises(InvalidRequest) as exc:
-        FakeRestOAuthProvider.parse_credentials({"client_id": "c", "client_secret": "topsecret", "regoin": "x"})
+        FakeRestOAuthProvider.parse_credentials({"client_id": "c", "client_secret": "topsecret",
+                                                 "regoin": "x"})
     assert "regoin" in exc.value.message and "topsecret" not in exc.value.message
     with pytest.raises(InvalidRequest, match="client_secret"):
         FakeRestOAuthProvider.parse_credentials({"client_id": "c"})

@@ -1,5 +1,5 @@
-"""providers/rest.py and providers/auth.py: every HTTP failure becomes one taxonomy error; bearer,
-header-key and OAuth2 client-credentials auth; GraphQL errors inside a 200 (httpx.MockTransport, no server)."""
+"""providers/rest.py: every HTTP failure becomes one taxonomy error, the bearer token is sent, error
+bodies of every common shape are read (httpx.MockTransport, no server)."""
 
 from __future__ import annotations
 
@@ -132,6 +132,7 @@ def test_malformed_bodies() -> None:
 
 
 def test_graphql_and_flat_error_shapes() -> None:
-    gql = httpx.Response(200, json={"errors": [{"message": "no GPUs", "extensions": {"code": "NO_CAPACITY"}}]})
+    gql = httpx.Response(200, json={"errors": [{"message": "no GPUs",
+                                                "extensions": {"code": "NO_CAPACITY"}}]})
     assert _http.error_fields(gql) == ("NO_CAPACITY", "no GPUs")
     assert _http.error_fields(httpx.Response(422, json={"code": "bad", "message": "why"})) == ("bad", "why")

@@ -66,8 +66,9 @@ def test_connection_for_skips_connections_being_removed(session: Session, box: S
 
 
 def test_save_connection_is_idempotent(session: Session, box: SecretBox) -> None:
-    args: dict[str, Any] = dict(connection_id="cx1", provider="local", name="n", secret=box.seal({"api_key": "k"}),
-                                endpoint=None, ca_bundle="PEM", account="a")
+    args: dict[str, Any] = dict(connection_id="cx1", provider="local", name="n",
+                                secret=box.seal({"api_key": "k"}), endpoint=None, ca_bundle="PEM",
+                                account="a")
     first = repo.save_connection(session, **args)
     again = repo.save_connection(session, **{**args, "name": "other"})
     assert again.id == first.id and again.name == "n" and again.ca_bundle == "PEM"

@@ -14,14 +14,14 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowHandle
 
 from activities.deps import ActivityDeps
+from messages.allocation import AllocateRequest, AllocationState, Timing
+from messages.enums import Phase
+from messages.ids import allocate_workflow_id
 from providers import registry
 from store import repo
 from store.secrets import SecretBox
 from tests.fakes import FakeCloud, FakeInMemoryProvider
 from worker import build_worker
-from messages.allocation import AllocateRequest, AllocationState, Timing
-from messages.enums import Phase
-from messages.ids import allocate_workflow_id
 
 TASK_QUEUE = "gpuprov-workflow-tests"
 INSTALLATION = "wftest01"

@@ -10,6 +10,9 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from messages.allocation import AllocationState
+from messages.enums import Phase
+from providers.credentials import ApiKeyCredentials
 from store import repo
 from store.db import session_scope
 from store.models import Instance
@@ -17,9 +20,6 @@ from tests.fakes import FakeCloud, FakeInMemoryProvider
 from tests.workflows.conftest import INSTALLATION, start_allocate, wait_phase
 from workflows import search_attributes as sa_keys
 from workflows.allocate import attempt_key
-from messages.allocation import AllocationState
-from providers.credentials import ApiKeyCredentials
-from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
 

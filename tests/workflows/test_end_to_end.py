@@ -13,12 +13,12 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from fakeclouds.server import FakeCloudServer
+from messages.allocation import AllocationState
+from messages.enums import Phase
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.workflows.conftest import INSTALLATION, start_allocate
 from tests.workflows.test_terminate_connect import terminate
-from messages.allocation import AllocationState
-from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
 

@@ -12,12 +12,12 @@ from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
+from messages.enums import Phase
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import TASK_QUEUE, start_allocate, wait_phase
 from tests.workflows.test_terminate_connect import terminate
 from worker import WORKFLOWS, workflow_runner
 from workflows.converter import DATA_CONVERTER
-from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
 

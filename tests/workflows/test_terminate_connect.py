@@ -1,4 +1,4 @@
-"""TerminateWorkflow, ConnectWorkflow and DisconnectWorkflow on the dev server against FakeInMemoryProvider."""
+"""TerminateWorkflow, ConnectWorkflow and DisconnectWorkflow on the dev server, FakeInMemoryProvider."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from messages.allocation import TerminateRequest, TerminateResult
+from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
+from messages.enums import Phase
 from store import repo
 from store.models import Connection, Instance
 from store.secrets import SecretBox
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import FAST, TASK_QUEUE, start_allocate, wait_phase
 from tests.workflows.test_allocate import owned
-from messages.allocation import TerminateRequest, TerminateResult
-from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
-from messages.enums import Phase
 
 pytestmark = pytest.mark.devserver
 
