@@ -1,16 +1,20 @@
 # One image for the worker and the API; docker-compose.yml picks the command.
 FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GPUPROV_HOME=/var/lib/gpuprov
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY providers providers
+COPY messages messages
 COPY activities activities
 COPY workflows workflows
 COPY api api
 COPY store store
 COPY fakeclouds fakeclouds
-COPY cli.py worker.py settings.py ./
+COPY cli cli
+COPY worker.py settings.py ./
 RUN pip install --no-cache-dir .
-RUN useradd --create-home gpuprov
+# A non-root user that owns its (0700) home: the service writes nothing anywhere else.
+RUN useradd --system --create-home --home-dir /var/lib/gpuprov gpuprov \
+    && chmod 0700 /var/lib/gpuprov
 USER gpuprov
 CMD ["python", "worker.py"]

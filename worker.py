@@ -90,7 +90,10 @@ async def main() -> None:
     from settings import get_settings
     from workflows.converter import connect_client
 
+    from store.migrate import upgrade
+
     s = get_settings()
+    upgrade()  # every replica may be the first to start; migrations take turns
     client = await connect_client(s.temporal_address, s.temporal_namespace)
     worker = build_worker(client, ActivityDeps.from_settings(), task_queue=s.task_queue)
     stop = asyncio.Event()

@@ -22,6 +22,7 @@ class MigrationError(Exception):
 
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_MIGRATION_LOCK = 0x67707276  # "gprv": any constant unique to gpuprov within its database
 
 
 def alembic_config(engine_or_url: sa.Engine | str | None = None) -> Config:
@@ -57,10 +58,14 @@ def current(engine_or_url: sa.Engine | str | None = None) -> str | None:
 
 
 def upgrade(engine_or_url: sa.Engine | str | None = None, revision: str = "head") -> None:
-    """Bring the schema to `revision`. Safe to call from several processes at once."""
+    """Bring the schema to `revision`. Safe to call from several processes at once: every worker
+    and API replica migrates at start, and on PostgreSQL they take turns (an advisory lock held
+    for the transaction); SQLite serialises writers by itself."""
     engine = _engine(engine_or_url)
     cfg = alembic_config(engine)
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         if _created_without_alembic(conn):
             # Tables with no migration record: we cannot know their revision, and guessing
@@ -75,3 +80,7 @@ def upgrade(engine_or_url: sa.Engine | str | None = None, revision: str = "head"
 def _created_without_alembic(conn: sa.Connection) -> bool:
     names = set(sa.inspect(conn).get_table_names())
     return "alembic_version" not in names and "instance" in names
+
+
+if __name__ == "__main__":  # `python -m store.migrate`: migrate the configured database and exit
+    upgrade()
