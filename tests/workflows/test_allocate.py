@@ -10,6 +10,7 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from activities.deps import ActivityDeps
 from messages.allocation import AllocationState
 from messages.enums import Phase
 from providers.credentials import ApiKeyCredentials
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.devserver
 
 
 async def owned() -> list[Any]:
-    fake = FakeInMemoryProvider(ApiKeyCredentials(api_key="good"), installation_id=INSTALLATION)  # type: ignore[arg-type]
-    return await fake.list_owned()
+    creds = ApiKeyCredentials(api_key="good")  # type: ignore[arg-type]
+    return await FakeInMemoryProvider(creds, installation_id=INSTALLATION).list_owned()
 
 
 def row(engine: sa.Engine, allocation_id: str) -> Instance:
@@ -162,3 +163,38 @@ async def test_cancel_at_every_phase_leaves_nothing(temporal_client: Client, fak
     st = await handle.query("state", result_type=AllocationState)
     assert st.attempts[0].outcome == "cancelled" and st.phase == Phase.FAILED
     assert row(db_engine, req.allocation_id).status == "failed"
+
+
+async def test_one_adapter_per_connection_serves_every_activity(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any,
+        activity_deps: ActivityDeps) -> None:
+    """Clients that live: the adapter (and its HTTP pool and TLS context) is built once per
+    connection per worker, not per activity."""
+    first = make_request()
+    await (await start_allocate(temporal_client, first)).result()
+    builds = activity_deps.providers.builds
+    assert builds >= 1
+    for _ in range(3):  # ~15 more cloud activities on the same connection
+        again = make_request(connection_id=first.connection_id)
+        await (await start_allocate(temporal_client, again)).result()
+    assert activity_deps.providers.builds == builds
+
+
+async def test_a_changed_connection_gets_a_new_adapter() -> None:
+    from activities.deps import ProviderCache
+    from store.models import Connection
+
+    cache, built = ProviderCache(), []
+
+    def build(r: Connection) -> Any:
+        built.append(r.secret)
+        return FakeInMemoryProvider(ApiKeyCredentials(api_key="good"), installation_id="i")  # type: ignore[arg-type]
+
+    row_v1 = Connection(id="c1", provider="fake", name="n", secret=b"sealed-1")
+    a = cache.get(row_v1, build)
+    assert cache.get(Connection(id="c1", provider="fake", name="n", secret=b"sealed-1"), build) is a
+    b = cache.get(Connection(id="c1", provider="fake", name="n", secret=b"sealed-2"), build)  # re-keyed
+    moved = Connection(id="c1", provider="fake", name="n", secret=b"sealed-2", endpoint="http://e")
+    c = cache.get(moved, build)
+    assert len({id(a), id(b), id(c)}) == 3 and built == [b"sealed-1", b"sealed-2", b"sealed-2"]
+    await cache.aclose()
