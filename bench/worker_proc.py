@@ -1,0 +1,58 @@
+"""A bench worker in its own process, so /proc gives its CPU and memory apart from the bench client.
+
+    python -m bench.worker_proc gpuprov --target HOST:PORT --task-queue Q --db PATH --installation ID
+    python -m bench.worker_proc bare --target HOST:PORT --task-queue Q
+
+`gpuprov` is worker.build_worker() with the harness's ActivityDeps (same database, same key);
+`bare` runs bench.bare's workflow in the same sandboxed runner as gpuprov's workflows.
+The database key comes in GPUPROV_BENCH_FERNET_KEY, not argv (command lines are world-readable).
+Prints "ready" once the worker runs; SIGTERM/SIGINT shut it down gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from typing import Any
+
+from temporalio.worker import Worker
+
+import worker as worker_module
+from activities.deps import ActivityDeps
+from bench.bare import BareWorkflow, trivial
+from store.db import make_engine
+from store.secrets import SecretBox
+from workflows.converter import connect_client
+
+KEY_ENV = "GPUPROV_BENCH_FERNET_KEY"
+LIMITS: dict[str, Any] = {"max_concurrent_activities": 400, "max_concurrent_workflow_tasks": 400}
+
+
+async def main(args: argparse.Namespace) -> None:
+    client = await connect_client(args.target)
+    if args.kind == "gpuprov":
+        deps = ActivityDeps(engine=make_engine(f"sqlite:///{args.db}"),
+                            box=SecretBox(os.environ[KEY_ENV].encode()),
+                            installation_id=args.installation, client=client)
+        w = worker_module.build_worker(client, deps, task_queue=args.task_queue, **LIMITS)
+    else:
+        w = Worker(client, task_queue=args.task_queue, workflows=[BareWorkflow], activities=[trivial],
+                   workflow_runner=worker_module.workflow_runner(), **LIMITS)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with w:
+        print("ready", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.worker_proc")
+    parser.add_argument("kind", choices=["gpuprov", "bare"])
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--db")
+    parser.add_argument("--installation")
+    asyncio.run(main(parser.parse_args()))
