@@ -25,12 +25,14 @@ from activities.deps import ActivityDeps
 from bench.procs import pid_with_arg
 from bench.worker_proc import KEY_ENV
 from fakeclouds.server import FakeCloudProcess, start_subprocess
+from messages.allocation import AllocateRequest, Timing
+from messages.ids import allocate_workflow_id
+from providers import registry
 from store import migrate, repo
 from store.db import make_engine, session_scope
 from store.secrets import SecretBox
 from workflows import search_attributes
 from workflows.converter import DATA_CONVERTER
-from workflows.models import AllocateRequest, Timing, allocate_workflow_id
 
 ROOT = Path(__file__).resolve().parent.parent
 # A git worktree has no .venv of its own: GPUPROV_TEMPORAL_BIN points at another checkout's CLI.
@@ -55,7 +57,7 @@ class Bench:
 
     def request(self, allocation_id: str, timing: Timing, **fields: object) -> AllocateRequest:
         return AllocateRequest(allocation_id=allocation_id, connection_id=self.lambda_connection,
-                               cloud="lambda", installation_id=INSTALLATION, k3s=False,
+                               cloud="lambda", k3s=False,
                                ssh_public_keys=[self.user_key], timing=timing, **fields)  # type: ignore[arg-type]
 
     async def allocate(self, allocation_id: str, timing: Timing, *, task_queue: str = TASK_QUEUE,
@@ -117,10 +119,10 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
             cloud = start_subprocess(boot_delay=boot_delay, terminate_delay=0.01)
             try:
                 with session_scope(engine) as s:
+                    sim = registry.simulation("lambda")
                     conn = repo.add_connection(s, box, provider="lambda", name="bench",
-                                               credentials={"api_key": cloud.tokens["lambda"]},
-                                               endpoint=f"{cloud.url}/lambda/api/v1")
-                    repo.mark_connection(s, conn.id, status="connected", account="bench")
+                                               credentials=sim.credentials(cloud.tokens["lambda"]),
+                                               endpoint=cloud.url + sim.prefix)
                 user_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
                 b = Bench(env.client, cloud, engine, deps, conn.id, user_key, boot_delay,
                           temporal_pid=pid_with_arg(temporal_db), worker_pid=0,

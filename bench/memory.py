@@ -17,7 +17,8 @@ from temporalio.service import RPCError
 
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import cpu_snapshot, cpu_used, rss_kb
-from workflows.models import Timing, allocate_workflow_id
+from messages.allocation import Timing
+from messages.ids import allocate_workflow_id
 
 TIMING = Timing()  # production: 2 s poll, 30 s heartbeat timeout
 NEVER_BOOTS_S = 24 * 3600.0

@@ -11,9 +11,9 @@ import time
 import asyncssh
 
 from bench.harness import INSTALLATION, Bench
-from providers.base import InstanceState, LaunchSpec, OfferQuery, Ownership
-from providers.registry import build
-from workflows.models import Timing
+from messages.allocation import Timing
+from providers import registry
+from providers.base import ConnectionOptions, InstanceState, LaunchSpec, OfferQuery, Ownership
 
 POLL_S = 0.1
 TIMING = Timing(heartbeat_timeout_s=5, poll_interval_s=POLL_S, max_retry_interval_s=1)
@@ -21,10 +21,12 @@ TIMING = Timing(heartbeat_timeout_s=5, poll_interval_s=POLL_S, max_retry_interva
 
 async def direct_once(b: Bench, n: int) -> float:
     """The provider calls and SSH steps an allocation makes, with no Temporal in between."""
-    creds = {"api_key": b.cloud.tokens["lambda"]}
+    sim = registry.simulation("lambda")
     t0 = time.perf_counter()
-    async with build("lambda", creds, endpoint=f"{b.cloud.url}/lambda/api/v1",
-                     installation_id=INSTALLATION) as p:
+    # One adapter for the whole sequence, as a worker keeps one per connection.
+    async with registry.build("lambda", sim.credentials(b.cloud.tokens["lambda"]),
+                              options=ConnectionOptions(endpoint=b.cloud.url + sim.prefix),
+                              installation_id=INSTALLATION) as p:
         offer = (await p.offers(OfferQuery()))[0]
         owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{n}")
         spec = LaunchSpec(key=f"direct-{n}", owner=owner,

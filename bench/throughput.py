@@ -16,7 +16,8 @@ from temporalio.client import WorkflowHistory
 from bench.bare import BareWorkflow
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import cpu_snapshot, cpu_used
-from workflows.models import Timing, allocate_workflow_id
+from messages.allocation import Timing
+from messages.ids import allocate_workflow_id
 
 # Production heartbeat timeout (a loaded 2-core box needs its slack); faster polling.
 TIMING = Timing(poll_interval_s=0.2, max_retry_interval_s=2)
