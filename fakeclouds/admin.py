@@ -70,8 +70,11 @@ class FakeCloudAdmin:
         return self._request("POST", f"/machines/{machine_id}/die")
 
     # -- knobs
-    def set_stock(self, instance_type: str, region: str, count: int) -> Any:
-        body = {"instance_type": instance_type, "region": region, "count": count}
+    def set_stock(self, instance_type: str, region: str, count: int, facade: str | None = None) -> Any:
+        """`facade` is needed only when several facades sell a type of that name."""
+        body: dict[str, Any] = {"instance_type": instance_type, "region": region, "count": count}
+        if facade is not None:
+            body["facade"] = facade
         return self._request("PUT", "/stock", body)
 
     def stock(self) -> Any:

@@ -26,6 +26,7 @@ class StockBody(BaseModel):
     instance_type: str
     region: str
     count: int
+    facade: str | None = None  # needed only when several facades sell a type of that name
 
 
 class ConfigBody(BaseModel):
@@ -54,7 +55,7 @@ def build_router(engine: Engine) -> APIRouter:
         try:
             body = await parse_body(request, FaultBody)
             rule = engine.faults.add(FaultRule.build(body.facade, body.op, body.kind, body.times,
-                                                     **(body.model_extra or {})))
+                                                     facades=engine.facades, **(body.model_extra or {})))
         except CloudError as exc:
             return _error(exc)
         except TypeError as exc:
@@ -92,14 +93,15 @@ def build_router(engine: Engine) -> APIRouter:
 
     @router.get("/stock")
     async def get_stock() -> dict[str, Any]:
-        rows = [{"instance_type": t, "region": r, "count": n} for (t, r), n in engine.stock.items()]
+        rows = [{"facade": f, "instance_type": t, "region": r, "count": n}
+                for (f, t, r), n in engine.stock.items()]
         return {"stock": rows}
 
     @router.put("/stock")
     async def set_stock(request: Request) -> Response:
         try:
             body = await parse_body(request, StockBody)
-            engine.set_stock(body.instance_type, body.region, body.count)
+            engine.set_stock(body.instance_type, body.region, body.count, body.facade)
         except CloudError as exc:
             return _error(exc)
         return JSONResponse(body.model_dump())

@@ -1,15 +1,17 @@
 """The one engine behind every simulated cloud: catalogue, stock, machines, billing, faults.
 
-Facades translate HTTP into these calls. Everything runs on one asyncio loop (the
-server's); lifecycle steps (boot, terminate, die) are tasks on that loop. With a
-`state_dir`, every change is written to `state.json` and `start()` brings machines back,
-same SSH ports and host keys.
+Facades translate HTTP into these calls. What differs between clouds (catalogue, names, ids,
+login user, image, SSH address) comes from each one's `Facade` declaration; by default the engine
+serves every facade the cloud registry lists. Everything runs on one asyncio loop (the server's);
+lifecycle steps (boot, terminate, die) are tasks on that loop. With a `state_dir`, every change is
+written to `state.json` and `start()` brings machines back, same SSH addresses, ports and host keys.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -18,21 +20,24 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, cloudinit, k3s, nvidia_smi
+from fakeclouds import catalog, cloudinit, nvidia_smi
+from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
+from fakeclouds.facade import Facade, registered
 from fakeclouds.faults import FaultBook
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
 
 log = logging.getLogger(__name__)
 
-LOCAL_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-LAMBDA_NAME_MAX = 64
+BIND_ATTEMPTS = 16  # addresses a new machine tries when another process holds the one it drew
+ADMIN_PREFIX = "/_fake"
 PENDING, RUNNING, TERMINATING, TERMINATED, ERROR = "pending", "running", "terminating", "terminated", "error"
 
 
@@ -53,6 +58,7 @@ class Machine:
     labels: dict[str, str] = field(default_factory=dict)
     user_data: str | None = None
     ports: list[int] = field(default_factory=list)
+    address: str | None = None  # where its SSH server listens, once it first did (kept for restarts)
     ssh_port: int | None = None
     ended_at: float | None = None  # billing stops here (gone)
     stuck: bool = False  # injected: never leaves pending
@@ -62,7 +68,7 @@ class Machine:
 
     @property
     def host(self) -> str | None:
-        return "127.0.0.1" if self.status == RUNNING else None
+        return self.address if self.status == RUNNING else None
 
     def billing_seconds(self, now: float | None = None) -> float:
         end = self.ended_at if self.ended_at is not None else (now or time.time())
@@ -72,16 +78,45 @@ class Machine:
         return asdict(self)
 
 
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one mount prefix is the other or lies under it (the server could not tell them apart)."""
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def _index(facades: Iterable[Facade]) -> dict[str, Facade]:
+    """Facades by name, refusing declarations that would clash on the server or in the engine."""
+    found: dict[str, Facade] = {}
+    for f in facades:
+        if f.name in found:
+            raise ValueError(f"two facades are named {f.name!r}")
+        taken = [ADMIN_PREFIX, *(other.prefix for other in found.values())]
+        if not f.prefix.startswith("/") or any(_overlaps(f.prefix, p) for p in taken):
+            raise ValueError(f"facade {f.name!r}: prefix {f.prefix!r} must start with / and not overlap "
+                             f"another mount ({', '.join(taken)})")
+        regions = {r.name for r in f.regions}
+        for t in f.instance_types:
+            if not set(t.prices) <= regions:
+                raise ValueError(f"facade {f.name!r}: {t.name} is priced in undeclared regions")
+        found[f.name] = f
+    return found
+
+
 class Engine:
-    def __init__(self, *, boot_delay: float = 1.0, terminate_delay: float = 0.2,
-                 state_dir: str | Path | None = None) -> None:
+    def __init__(self, *, facades: Iterable[Facade] | None = None, boot_delay: float = 1.0,
+                 terminate_delay: float = 0.2, state_dir: str | Path | None = None,
+                 loopback: LoopbackPool | None = None) -> None:
+        """`facades`: the clouds to simulate (default: every one the cloud registry lists).
+        `loopback`: where machines of fixed-SSH-port clouds get their addresses (default: a random /24)."""
+        self.facades = _index(registered() if facades is None else facades)
+        self.loopback = loopback or LoopbackPool()
         self.boot_delay = boot_delay
         self.terminate_delay = terminate_delay
         self.faults = FaultBook()
         self.machines: dict[str, Machine] = {}
-        self.stock: dict[tuple[str, str], int] = catalog.default_stock()
-        self.quota: dict[str, int | None] = {f: None for f in catalog.FACADES}  # max live machines
-        self.ssh_keys: dict[str, dict[str, dict[str, str]]] = {f: {} for f in catalog.FACADES}
+        self.stock = self._default_stock()
+        self.quota: dict[str, int | None] = {f: None for f in self.facades}  # max live machines
+        self.ssh_keys: dict[str, dict[str, dict[str, str]]] = {f: {} for f in self.facades}
         self._persist = state_dir is not None
         self.root = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="fakeclouds-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -96,17 +131,18 @@ class Engine:
         if not (self._persist and path.exists()):
             return
         state = json.loads(path.read_text())
-        self.stock = {(t, r): n for t, r, n in state["stock"]}
-        self.quota.update(state.get("quota", {}))
+        self.stock.update(self._load_stock(state["stock"]))
+        self.quota.update({f: n for f, n in state.get("quota", {}).items() if f in self.facades})
         self.ssh_keys.update(state.get("ssh_keys", {}))
         for raw in state["machines"]:
             m = Machine(**raw)
             self.machines[m.id] = m
-            if m.status == RUNNING:
-                try:
-                    await self._start_ssh(m, port=m.ssh_port or 0)
-                except OSError as exc:
-                    m.status, m.detail = ERROR, f"SSH port {m.ssh_port} unavailable on restore: {exc}"
+            if m.facade not in self.facades:  # its cloud is no longer registered: kept, but inert
+                log.warning("machine %s belongs to unknown facade %r; not restored", m.id, m.facade)
+            elif m.status == RUNNING:
+                why = await self._listen(m)
+                if why is not None:
+                    m.status, m.detail = ERROR, f"not restored: {why}"
             elif m.status == PENDING:
                 self._spawn(m, self._boot(m))
             elif m.status == TERMINATING:
@@ -133,7 +169,7 @@ class Engine:
             return
         state = {
             "machines": [m.to_dict() for m in self.machines.values()],
-            "stock": [[t, r, n] for (t, r), n in self.stock.items()],
+            "stock": [[f, t, r, n] for (f, t, r), n in self.stock.items()],
             "quota": self.quota,
             "ssh_keys": self.ssh_keys,
         }
@@ -141,14 +177,39 @@ class Engine:
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.root / "state.json")
 
+    def _default_stock(self) -> dict[catalog.StockKey, int]:
+        stock: dict[catalog.StockKey, int] = {}
+        for f in self.facades.values():
+            stock.update(catalog.default_stock(f.name, f.instance_types))
+        return stock
+
+    def _load_stock(self, rows: list[list[Any]]) -> dict[catalog.StockKey, int]:
+        stock: dict[catalog.StockKey, int] = {}
+        for row in rows:
+            if len(row) == 3:  # written before stock was per facade: the facade selling that type
+                t, r, n = row
+                row = [next((f.name for f in self.facades.values() if f.instance_type(t)), "?"), t, r, n]
+            f, t, r, n = row
+            stock[(f, t, r)] = n
+        return stock
+
     # ------------------------------------------------------------------ catalogue
+
+    def facade(self, name: str) -> Facade:
+        found = self.facades.get(name)
+        if found is None:
+            raise Invalid(f"unknown facade {name!r}; known: {', '.join(sorted(self.facades))}")
+        return found
+
+    def in_stock(self, facade: str, instance_type: str, region: str) -> int:
+        return self.stock.get((facade, instance_type, region), 0)
 
     def offers(self, facade: str) -> list[dict[str, Any]]:
         """One row per (type, region, spot) this facade sells, with live availability."""
         rows = []
-        for itype in catalog.types_for(facade).values():
+        for itype in self.facade(facade).instance_types:
             for region, price in itype.prices.items():
-                stock = self.stock.get((itype.name, region), 0)
+                stock = self.in_stock(facade, itype.name, region)
                 markets = [False] + ([True] if itype.spot_factor else [])
                 for spot in markets:
                     rows.append({
@@ -165,10 +226,11 @@ class Engine:
                die_after_boot: float | None = None, quantity: int = 1,
                extra: dict[str, Any] | None = None) -> list[Machine]:
         """Validate, take stock, and start booting `quantity` machines. Synchronous, hence atomic."""
-        itype = catalog.types_for(facade).get(instance_type)
+        cloud = self.facade(facade)
+        itype = cloud.instance_type(instance_type)
         if itype is None:
             raise Invalid(f"unknown instance type {instance_type!r}")
-        if region not in catalog.regions_for(facade):
+        if cloud.region(region) is None:
             raise Invalid(f"unknown region {region!r}")
         if region not in itype.prices:
             raise Invalid(f"instance type {instance_type!r} is not offered in {region!r}")
@@ -196,18 +258,20 @@ class Engine:
         limit = self.quota.get(facade)
         if limit is not None and len(live) + quantity > limit:
             raise QuotaExceeded(f"quota of {limit} machines reached")
-        if self.stock.get((instance_type, region), 0) < quantity:
+        if self.in_stock(facade, instance_type, region) < quantity:
             raise NoCapacity(f"no capacity for {instance_type} in {region}", region)
-        self.stock[(instance_type, region)] -= quantity
+        self.stock[(facade, instance_type, region)] -= quantity
         now = time.time()
         price = next(o["price_per_hour"] for o in self.offers(facade)
                      if o["type"].name == instance_type and o["region"] == region and o["spot"] == spot)
         made = []
         for _ in range(quantity):
-            mid = uuid.uuid4().hex if facade == "lambda" else f"m-{uuid.uuid4().hex[:12]}"
+            mid = cloud.machine_id()
+            while mid in self.machines:  # ids are never reused, not even those of gone machines
+                mid = cloud.machine_id()
             m = Machine(
                 id=mid, facade=facade, name=name, instance_type=instance_type, region=region, spot=spot,
-                ssh_user=catalog.LOGIN_USER[facade], public_keys=[k.strip() for k in public_keys],
+                ssh_user=cloud.login_user, public_keys=[k.strip() for k in public_keys],
                 price_per_hour=price,
                 created_at=now, boot_at=now + self.boot_delay, labels=dict(labels or {}),
                 user_data=user_data, ports=list(ports or []), stuck=stuck, die_after_boot=die_after_boot,
@@ -221,12 +285,12 @@ class Engine:
         return made
 
     def _check_name(self, facade: str, name: str | None) -> None:
-        if facade == "lambda":  # Lambda: optional, <= 64 chars, NOT unique
-            if name is not None and len(name) > LAMBDA_NAME_MAX:
-                raise Invalid(f"name must be at most {LAMBDA_NAME_MAX} characters")
+        rule = self.facade(facade).names
+        problem = rule.problem(name)
+        if problem is not None:
+            raise Invalid(problem)
+        if not rule.unique or not name:
             return
-        if not name or not LOCAL_NAME_RE.match(name):
-            raise Invalid("name must be 1-63 characters of [a-z0-9-], starting with a letter or digit")
         for m in self.machines.values():
             if m.facade == facade and m.name == name and m.status != TERMINATED:
                 raise NameConflict(f"a machine named {name!r} already exists ({m.id})")
@@ -263,15 +327,21 @@ class Engine:
 
     # ------------------------------------------------------------------ admin knobs
 
-    def set_stock(self, instance_type: str, region: str, count: int) -> None:
-        itype = catalog.find_type(instance_type)
-        if itype is None:
+    def set_stock(self, instance_type: str, region: str, count: int, facade: str | None = None) -> None:
+        """`facade` may be left out when only one facade sells `instance_type`."""
+        sellers = [f for f in self.facades.values()
+                   if f.instance_type(instance_type) and facade in (None, f.name)]
+        if not sellers:
             raise Invalid(f"unknown instance type {instance_type!r}")
-        if region not in itype.prices:
+        if len(sellers) > 1:
+            raise Invalid(f"several facades sell {instance_type!r}: say which "
+                          f"({', '.join(f.name for f in sellers)})")
+        itype = sellers[0].instance_type(instance_type)
+        if itype is None or region not in itype.prices:
             raise Invalid(f"instance type {instance_type!r} is not offered in {region!r}")
         if count < 0:
             raise Invalid("count must be >= 0")
-        self.stock[(instance_type, region)] = count
+        self.stock[(sellers[0].name, instance_type, region)] = count
         self.save()
 
     def configure(self, *, boot_delay: float | None = None, terminate_delay: float | None = None,
@@ -299,8 +369,8 @@ class Engine:
                 await self._gone(m)
             shutil.rmtree(self.root / "machines" / m.id, ignore_errors=True)
         self.machines.clear()
-        self.stock = catalog.default_stock()
-        self.quota = {f: None for f in catalog.FACADES}
+        self.stock = self._default_stock()
+        self.quota = {f: None for f in self.facades}
         self.save()
 
     # ------------------------------------------------------------------ SSH keys (Lambda's account keys)
@@ -336,20 +406,20 @@ class Engine:
         return self.root / "machines" / m.id / "home"
 
     def _prepare_home(self, m: Machine, itype: catalog.InstanceType) -> None:
+        """The machine's disk as its image ships it: a prompt, the cloud's tools, nvidia-smi on GPUs."""
         home = self.machine_home(m)
         (home / "bin").mkdir(parents=True, exist_ok=True)
         # A prompt that names the machine (the server's own user and hostname would mislead).
         label = re.sub(r"[^A-Za-z0-9._-]", "", m.name or "") or m.id[:12]
         (home / ".bashrc").write_text(f"PS1='{m.ssh_user}@{label}:\\w\\$ '\n")
         (home / ".bash_profile").write_text("[ -f ~/.bashrc ] && . ~/.bashrc\n")
+        tools = dict(self.facades[m.facade].preinstalled)
         if itype.gpu is not None:
-            smi = home / "bin" / "nvidia-smi"
-            smi.write_text(nvidia_smi.script_for(itype, m.id))
-            smi.chmod(0o755)
-        if m.facade == "lambda":
-            k3s_bin = home / "bin" / "k3s"
-            k3s_bin.write_text(k3s.SCRIPT)
-            k3s_bin.chmod(0o755)
+            tools["nvidia-smi"] = nvidia_smi.script_for(itype, m.id)
+        for tool, script in tools.items():
+            path = home / "bin" / tool
+            path.write_text(script)
+            path.chmod(0o755)
 
     def _spawn(self, m: Machine, coro: Any) -> None:
         self._cancel(m)
@@ -366,12 +436,41 @@ class Engine:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
 
-    async def _start_ssh(self, m: Machine, port: int = 0) -> None:
-        host_key = load_or_create_host_key(self.root / "machines" / m.id / "host_key")
-        server = MachineSSH(home=self.machine_home(m), host_key=host_key, user=m.ssh_user,
-                            public_keys=m.public_keys)
-        m.ssh_port = await server.start(port)
-        self._ssh[m.id] = server
+    def _addresses(self, m: Machine) -> Iterator[tuple[str, int]]:
+        """Where m's SSH server should listen, best first."""
+        port = self.facades[m.facade].ssh_port
+        if port is None:  # the API reports the port: 127.0.0.1, a random port (the same one on restore)
+            yield SHARED_HOST, m.ssh_port or 0
+        elif m.address is not None:  # clients know this address: come back on it or fail
+            yield m.address, port
+        else:  # its own address; another engine on this host may hold the one drawn, so draw again
+            held = {x.address for x in self.machines.values() if x.status != TERMINATED and x.address}
+            for _ in range(BIND_ATTEMPTS):
+                address = self.loopback.take(held)
+                if address is None:
+                    return
+                held.add(address)
+                yield address, port
+
+    async def _listen(self, m: Machine) -> str | None:
+        """Start m's SSH server; None once it listens, else why it cannot (for m.detail)."""
+        why = f"no free loopback address left in {self.loopback.network}"
+        for host, port in self._addresses(m):
+            host_key = load_or_create_host_key(self.root / "machines" / m.id / "host_key")
+            server = MachineSSH(home=self.machine_home(m), host_key=host_key, user=m.ssh_user,
+                                public_keys=m.public_keys)
+            try:
+                m.ssh_port = await server.start(host, port)
+            except OSError as exc:
+                why = bind_failure(exc, host, port)
+                if exc.errno == errno.EADDRINUSE:
+                    continue
+                break
+            m.address = host
+            self._ssh[m.id] = server
+            return None
+        log.warning("machine %s: %s", m.id, why)
+        return why
 
     async def _stop_ssh(self, m: Machine) -> None:
         server = self._ssh.pop(m.id, None)
@@ -382,10 +481,9 @@ class Engine:
         await asyncio.sleep(max(0.0, m.boot_at - time.time()))
         if m.stuck:
             return  # injected: stays pending forever (until terminated)
-        try:
-            await self._start_ssh(m, m.ssh_port or 0)
-        except OSError as exc:
-            m.status, m.detail = ERROR, f"SSH server failed to start: {exc}"
+        why = await self._listen(m)
+        if why is not None:  # the machine is broken, not booting forever: callers see it and give up
+            m.status, m.detail = ERROR, why
             self.save()
             return
         m.status = RUNNING
@@ -431,6 +529,6 @@ class Engine:
     async def _gone(self, m: Machine) -> None:
         await self._stop_ssh(m)
         m.status, m.ended_at = TERMINATED, time.time()
-        key = (m.instance_type, m.region)
+        key = (m.facade, m.instance_type, m.region)
         self.stock[key] = self.stock.get(key, 0) + 1
         self.save()

@@ -2,13 +2,21 @@
 `FACADE` in its module (fakeclouds/<cloud>_api.py) and found through the cloud registry
 (providers/registry.py, `CloudEntry.simulation`). The server mounts every registered facade;
 `make run` connects each one with the credentials `credentials(token)` gives.
+
+The engine knows nothing about any particular cloud: everything that differs between clouds
+(what they sell, how they name and number machines, who logs in, what the image carries, how
+SSH is reached) is a field here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from fakeclouds.catalog import InstanceType, Region
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -17,10 +25,67 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class NameRule:
+    """How a cloud treats machine names."""
+
+    required: bool
+    unique: bool  # among the facade's machines that are not gone
+    max_length: int
+    pattern: str | None = None  # must match in full; None: any characters
+    hint: str | None = None  # the refusal message when the name breaks the rule
+
+    def problem(self, name: str | None) -> str | None:
+        """Why `name` is refused (uniqueness aside), or None."""
+        if not name:
+            return (self.hint or "a name is required") if self.required else None
+        if len(name) > self.max_length or (self.pattern and not re.fullmatch(self.pattern, name)):
+            return self.hint or f"name must be at most {self.max_length} characters"
+        return None
+
+
+# Our own API: a slug, unique among live machines (it is how callers find their machine again).
+UNIQUE_SLUG = NameRule(required=True, unique=True, max_length=63, pattern=r"[a-z0-9][a-z0-9-]*",
+                       hint="name must be 1-63 characters of [a-z0-9-], starting with a letter or digit")
+# Lambda-style: optional, free-form, at most 64 characters, NOT unique.
+FREE_FORM_64 = NameRule(required=False, unique=False, max_length=64)
+
+
+def hex_id() -> str:
+    """A 32-hex-digit id (Lambda's instance ids look like this)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
 class Facade:
-    name: str  # the cloud id it simulates (registry)
+    name: str  # the cloud id it simulates (registry); also the admin API's `facade`
     prefix: str  # where the server mounts it, e.g. "/lambda/api/v1"
     display_name: str  # e.g. "Lambda Cloud (simulated)"
     build_router: Callable[[Engine, str], APIRouter]  # (engine, the facade's valid token)
     # The adapter's credential fields for this simulation's token (what `make run` connects with).
     credentials: Callable[[str], dict[str, Any]]
+    login_user: str  # the only user a machine's SSH server accepts
+    regions: tuple[Region, ...]
+    instance_types: tuple[InstanceType, ...]  # each lists its regions' prices and default stock
+    names: NameRule = UNIQUE_SLUG
+    machine_id: Callable[[], str] = hex_id  # a new machine's id
+    # Executables put in $HOME/bin on every machine (name -> script): what the cloud's image
+    # ships with. GPU types also get the simulated nvidia-smi; that follows the type, not the cloud.
+    preinstalled: Mapping[str, str] = field(default_factory=dict)
+    # The port the provider always serves SSH on, when its API reports none (Lambda: 22). Then
+    # every machine gets its own loopback address (127.x.y.z) listening on that port, so adapters
+    # run their real code path. None: the API reports host and port, machines share 127.0.0.1
+    # on random ports.
+    ssh_port: int | None = None
+
+    def region(self, name: str) -> Region | None:
+        return next((r for r in self.regions if r.name == name), None)
+
+    def instance_type(self, name: str) -> InstanceType | None:
+        return next((t for t in self.instance_types if t.name == name), None)
+
+
+def registered() -> list[Facade]:
+    """Every simulation the cloud registry lists (built-in clouds and installed entry points)."""
+    from providers import registry  # the one list of clouds; imported late, it imports facade modules
+
+    return [registry.simulation(cloud) for cloud in registry.simulated()]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,6 @@ from fakeclouds.errors import Invalid, LostResponse, NoCapacity, QuotaExceeded, 
 KINDS = ("capacity", "quota", "rate_limit", "server_error", "latency", "lose_response",
          "stuck_booting", "die_after_boot")
 OPS = ("create", "get", "list", "terminate", "offers", "verify", "ssh_keys", "*")
-FACADE_CHOICES = ("local", "lambda", "*")
 _CREATE_ONLY = {"capacity", "quota", "stuck_booting", "die_after_boot"}
 _REFUSALS = {"capacity", "quota", "rate_limit", "server_error"}
 _ids = itertools.count(1)
@@ -39,9 +39,11 @@ class FaultRule:
     hits: int = 0
 
     @classmethod
-    def build(cls, facade: str, op: str, kind: str, times: int = 1, **params: Any) -> FaultRule:
-        if facade not in FACADE_CHOICES:
-            raise Invalid(f"facade must be one of {FACADE_CHOICES}, not {facade!r}")
+    def build(cls, facade: str, op: str, kind: str, times: int = 1, *, facades: Collection[str],
+              **params: Any) -> FaultRule:
+        """A validated rule; `facades` are the names it may target (the engine's), besides "*"."""
+        if facade != "*" and facade not in facades:
+            raise Invalid(f"facade must be '*' or one of {sorted(facades)}, not {facade!r}")
         if op not in OPS:
             raise Invalid(f"op must be one of {OPS}, not {op!r}")
         if kind not in KINDS:

@@ -1,8 +1,9 @@
-"""Lambda Cloud's public API (/api/v1), as in PROVIDER-APIS.md. Only translates to the engine.
+"""Lambda Cloud, simulated: what it sells and its public API (/api/v1, as in PROVIDER-APIS.md),
+which only translates to the engine. `FACADE` at the bottom declares it to the simulation.
 
-Simulation extension: Lambda instances have no SSH port field (it is always 22). Every
-simulated machine is its own SSH server on 127.0.0.1, so instances carry an extra field
-`x_sim_ssh_port`; `ip` is "127.0.0.1". Like real Lambda, names are NOT unique.
+No simulation extensions: like real Lambda, an instance reports only its `ip` and SSH is always on
+port 22 there, so every simulated machine gets its own loopback address (127.x.y.z) listening on
+22 (`Facade.ssh_port`). Like real Lambda, names are NOT unique. The image ships k3s (simulated).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from fakeclouds import catalog
+from fakeclouds import k3s
+from fakeclouds.catalog import Gpu, InstanceType, Region
 from fakeclouds.common import authorized_body, make_call, retry_after_header
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import (
@@ -27,9 +29,46 @@ from fakeclouds.errors import (
     ServerFault,
     Unauthorized,
 )
+from fakeclouds.facade import FREE_FORM_64, Facade, hex_id
 from fakeclouds.faults import CallPlan
 
-FACADE = "lambda"
+NAME = "lambda"
+
+# Lambda Cloud's real instance-type names, specs and list prices (as published on
+# lambda.ai/pricing); the GPU names/memory the simulated nvidia-smi prints follow what those
+# GPUs report.
+REGIONS = (
+    Region("us-east-1", "Virginia, USA"),
+    Region("us-west-1", "California, USA"),
+    Region("us-south-1", "Texas, USA"),
+    Region("europe-central-1", "Germany"),
+)
+_REGION_NAMES = [r.name for r in REGIONS]
+
+
+def _gpu_type(name: str, gpu: Gpu, desc: str, vcpus: int, mem: int, storage: int, price: float,
+              stock: dict[str, int] | None = None) -> InstanceType:
+    return InstanceType(
+        name=name, description=f"{gpu.count}x {desc}", gpu_description=desc,
+        vcpus=vcpus, memory_gib=mem, storage_gib=storage, gpu=gpu,
+        prices={r: price for r in _REGION_NAMES}, spot_factor=None,
+        default_stock=stock or {r: 4 for r in _REGION_NAMES},
+    )
+
+
+INSTANCE_TYPES = (
+    _gpu_type("gpu_1x_a10", Gpu("A10", "NVIDIA A10", 23028, 1), "A10 (24 GB PCIe)", 30, 200, 1400, 0.75),
+    _gpu_type("gpu_1x_a6000", Gpu("A6000", "NVIDIA RTX A6000", 49140, 1), "RTX A6000 (48 GB)",
+              14, 46, 512, 0.80),
+    _gpu_type("gpu_1x_a100_sxm4", Gpu("A100", "NVIDIA A100-SXM4-40GB", 40960, 1), "A100 (40 GB SXM4)",
+              30, 200, 512, 1.29),
+    _gpu_type("gpu_1x_h100_pcie", Gpu("H100", "NVIDIA H100 PCIe", 81559, 1), "H100 (80 GB PCIe)",
+              26, 200, 1024, 2.49),
+    _gpu_type("gpu_8x_h100_sxm5", Gpu("H100", "NVIDIA H100 80GB HBM3", 81559, 8), "H100 (80 GB SXM5)",
+              208, 1800, 24780, 23.92, stock={"us-east-1": 1, "us-west-1": 1}),
+)
+_TYPES = {t.name: t for t in INSTANCE_TYPES}
+_REGION_INFO = {r.name: r for r in REGIONS}
 _STATUS = {"pending": "booting", "running": "active", "error": "unhealthy", "terminating": "terminating",
            "terminated": "terminated"}
 
@@ -80,7 +119,7 @@ def error_response(exc: CloudError) -> JSONResponse:
     return JSONResponse({"error": err}, status_code=status, headers=headers)
 
 
-def type_json(itype: catalog.InstanceType, region: str | None = None) -> dict[str, Any]:
+def type_json(itype: InstanceType, region: str | None = None) -> dict[str, Any]:
     price = itype.prices[region] if region else min(itype.prices.values())
     return {
         "name": itype.name, "description": itype.description, "gpu_description": itype.gpu_description,
@@ -91,33 +130,33 @@ def type_json(itype: catalog.InstanceType, region: str | None = None) -> dict[st
 
 
 def region_json(name: str) -> dict[str, str]:
-    return {"name": name, "description": catalog.regions_for(FACADE)[name].description}
+    return {"name": name, "description": _REGION_INFO[name].description}
 
 
 def instance_json(m: Machine) -> dict[str, Any]:
-    itype = catalog.types_for(FACADE)[m.instance_type]
-    booted = m.ssh_port is not None and m.status != "pending"
+    # The address is the machine's own (SSH on port 22 there); it keeps it once booted, also when
+    # unhealthy, like a real instance keeps its IP.
+    ip = m.address if m.status != "pending" else None
     return {
         "id": m.id, "name": m.name, "status": _STATUS[m.status],
-        "ip": "127.0.0.1" if booted else None, "private_ip": "127.0.0.1" if booted else None,
-        "region": region_json(m.region), "instance_type": type_json(itype, m.region),
+        "ip": ip, "private_ip": ip,
+        "region": region_json(m.region), "instance_type": type_json(_TYPES[m.instance_type], m.region),
         "ssh_key_names": m.extra.get("ssh_key_names", []), "file_system_names": [],
-        "hostname": f"{m.id[:8]}.sim.lambda" if booted else None, "is_reserved": False,
-        "x_sim_ssh_port": m.ssh_port if m.status == "running" else None,  # simulation extension
+        "hostname": f"{m.id[:8]}.sim.lambda" if ip else None, "is_reserved": False,
     }
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
     router = APIRouter()
 
-    call = make_call(engine, FACADE, token, error_response)
+    call = make_call(engine, NAME, token, error_response)
 
     @router.get("/instance-types")
     async def instance_types(request: Request) -> Response:
         def effect(_: CallPlan) -> dict[str, Any]:
             data: dict[str, Any] = {}
-            for itype in catalog.types_for(FACADE).values():
-                regions = [r for r in itype.prices if engine.stock.get((itype.name, r), 0) > 0]
+            for itype in INSTANCE_TYPES:
+                regions = [r for r in itype.prices if engine.in_stock(NAME, itype.name, r) > 0]
                 data[itype.name] = {"instance_type": type_json(itype),
                                     "regions_with_capacity_available": [region_json(r) for r in regions]}
             return {"data": data}
@@ -125,7 +164,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.get("/ssh-keys")
     async def list_keys(request: Request) -> Response:
-        return await call(request, "ssh_keys", lambda _: {"data": list(engine.ssh_keys[FACADE].values())})
+        return await call(request, "ssh_keys", lambda _: {"data": list(engine.ssh_keys[NAME].values())})
 
     @router.post("/ssh-keys")
     async def add_key(request: Request) -> Response:
@@ -134,12 +173,12 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         except CloudError as exc:
             return error_response(exc)
         return await call(request, "ssh_keys",
-                          lambda _: {"data": engine.add_ssh_key(FACADE, body.name, body.public_key)})
+                          lambda _: {"data": engine.add_ssh_key(NAME, body.name, body.public_key)})
 
     @router.delete("/ssh-keys/{key_id}")
     async def delete_key(request: Request, key_id: str) -> Response:
         def effect(_: CallPlan) -> dict[str, Any]:
-            engine.delete_ssh_key(FACADE, key_id)
+            engine.delete_ssh_key(NAME, key_id)
             return {"data": {}}
         return await call(request, "ssh_keys", effect)
 
@@ -155,12 +194,12 @@ def build_router(engine: Engine, token: str) -> APIRouter:
                 raise Invalid("ssh_key_names must contain exactly one key name")
             if body.file_system_names:
                 raise Invalid("file systems are not supported by this simulation")
-            by_name = {k["name"]: k for k in engine.ssh_keys[FACADE].values()}
+            by_name = {k["name"]: k for k in engine.ssh_keys[NAME].values()}
             key = by_name.get(body.ssh_key_names[0])
             if key is None:
                 raise Invalid(f"SSH key {body.ssh_key_names[0]!r} does not exist")
             made = engine.create(
-                FACADE, name=body.name, instance_type=body.instance_type_name, region=body.region_name,
+                NAME, name=body.name, instance_type=body.instance_type_name, region=body.region_name,
                 public_keys=[key["public_key"]], user_data=body.user_data, quantity=body.quantity,
                 stuck=plan.stuck_booting, die_after_boot=plan.die_after_boot,
                 extra={"ssh_key_names": list(body.ssh_key_names)},
@@ -171,11 +210,11 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.get("/instances")
     async def list_instances(request: Request) -> Response:
         return await call(request, "list",
-                          lambda _: {"data": [instance_json(m) for m in engine.live(FACADE)]})
+                          lambda _: {"data": [instance_json(m) for m in engine.live(NAME)]})
 
     @router.get("/instances/{instance_id}")
     async def get_instance(request: Request, instance_id: str) -> Response:
-        return await call(request, "get", lambda _: {"data": instance_json(engine.get(FACADE, instance_id))})
+        return await call(request, "get", lambda _: {"data": instance_json(engine.get(NAME, instance_id))})
 
     @router.post("/instance-operations/terminate")
     async def terminate(request: Request) -> Response:
@@ -185,9 +224,17 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             return error_response(exc)
 
         def effect(_: CallPlan) -> dict[str, Any]:
-            machines = [engine.get(FACADE, i) for i in body.instance_ids]  # all exist, or 404 for all
-            return {"data": {"terminated_instances": [instance_json(engine.terminate(FACADE, m.id))
+            machines = [engine.get(NAME, i) for i in body.instance_ids]  # all exist, or 404 for all
+            return {"data": {"terminated_instances": [instance_json(engine.terminate(NAME, m.id))
                                                       for m in machines]}}
         return await call(request, "terminate", effect)
 
     return router
+
+
+FACADE = Facade(
+    name=NAME, prefix="/lambda/api/v1", display_name="Lambda Cloud (simulated)", build_router=build_router,
+    credentials=lambda token: {"api_key": token},
+    login_user="ubuntu", regions=REGIONS, instance_types=INSTANCE_TYPES,
+    names=FREE_FORM_64, machine_id=hex_id, preinstalled={"k3s": k3s.SCRIPT}, ssh_port=22,
+)

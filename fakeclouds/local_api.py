@@ -1,14 +1,21 @@
-"""The `local` cloud's API (ours; spec in fakeclouds/README.md). Only translates to the engine."""
+"""The `local` cloud (ours; API spec in fakeclouds/README.md): what it sells, and its HTTP API,
+which only translates to the engine. `FACADE` at the bottom declares it to the simulation.
+
+Honest CPU machines on this host: no GPUs, no simulated nvidia-smi. Our API reports host and
+port, so machines share 127.0.0.1, each on its own port.
+"""
 
 from __future__ import annotations
 
 import socket
+import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from fakeclouds.catalog import InstanceType, Region
 from fakeclouds.common import authorized_body, iso, make_call, retry_after_header
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import (
@@ -23,9 +30,28 @@ from fakeclouds.errors import (
     ServerFault,
     Unauthorized,
 )
+from fakeclouds.facade import UNIQUE_SLUG, Facade
 from fakeclouds.faults import CallPlan
 
-FACADE = "local"
+NAME = "local"
+
+REGIONS = (Region("local-1", "Local zone 1"), Region("local-2", "Local zone 2"))
+
+
+def _cpu(name: str, vcpus: int, mem: int, p1: float, p2: float) -> InstanceType:
+    return InstanceType(
+        name=name, description=f"{vcpus} vCPU, {mem} GiB RAM (CPU only)",
+        gpu_description=None, vcpus=vcpus, memory_gib=mem, storage_gib=20 * vcpus, gpu=None,
+        prices={"local-1": p1, "local-2": p2}, spot_factor=0.3,
+        default_stock={"local-1": 8, "local-2": 8},
+    )
+
+
+INSTANCE_TYPES = (
+    _cpu("cpu-small", 2, 4, 0.02, 0.025),
+    _cpu("cpu-medium", 4, 16, 0.08, 0.09),
+    _cpu("cpu-large", 8, 32, 0.16, 0.18),
+)
 
 _STATUS: list[tuple[type[CloudError], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
@@ -76,7 +102,7 @@ def machine_json(m: Machine) -> dict[str, Any]:
 def build_router(engine: Engine, token: str) -> APIRouter:
     router = APIRouter()
 
-    call = make_call(engine, FACADE, token, error_response)
+    call = make_call(engine, NAME, token, error_response)
 
     @router.get("/account")
     async def account(request: Request) -> Response:
@@ -87,7 +113,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     async def offers(request: Request) -> Response:
         def effect(_: CallPlan) -> dict[str, Any]:
             rows = []
-            for o in engine.offers(FACADE):
+            for o in engine.offers(NAME):
                 t, gpu = o["type"], o["type"].gpu
                 rows.append({
                     "instance_type": t.name, "gpu_name": gpu.name if gpu else None,
@@ -107,7 +133,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
         def effect(plan: CallPlan) -> dict[str, Any]:
             (m,) = engine.create(
-                FACADE, name=body.name, instance_type=body.instance_type, region=body.region,
+                NAME, name=body.name, instance_type=body.instance_type, region=body.region,
                 spot=body.spot, public_keys=body.ssh_public_keys, labels=body.labels,
                 user_data=body.user_data, ports=body.ports,
                 stuck=plan.stuck_booting, die_after_boot=plan.die_after_boot,
@@ -125,18 +151,26 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             labels[k] = v
 
         def effect(_: CallPlan) -> dict[str, Any]:
-            found = [m for m in engine.live(FACADE) if (name is None or m.name == name)
+            found = [m for m in engine.live(NAME) if (name is None or m.name == name)
                      and all(m.labels.get(k) == v for k, v in labels.items())]
             return {"machines": [machine_json(m) for m in found]}
         return await call(request, "list", effect)
 
     @router.get("/machines/{machine_id}")
     async def get(request: Request, machine_id: str) -> Response:
-        return await call(request, "get", lambda _: machine_json(engine.get(FACADE, machine_id)))
+        return await call(request, "get", lambda _: machine_json(engine.get(NAME, machine_id)))
 
     @router.delete("/machines/{machine_id}")
     async def delete(request: Request, machine_id: str) -> Response:
-        return await call(request, "terminate", lambda _: machine_json(engine.terminate(FACADE, machine_id)),
+        return await call(request, "terminate", lambda _: machine_json(engine.terminate(NAME, machine_id)),
                           status=202)
 
     return router
+
+
+FACADE = Facade(
+    name=NAME, prefix="/local/v1", display_name="local", build_router=build_router,
+    credentials=lambda token: {"api_key": token},
+    login_user="gpuprov", regions=REGIONS, instance_types=INSTANCE_TYPES,
+    names=UNIQUE_SLUG, machine_id=lambda: f"m-{uuid.uuid4().hex[:12]}",
+)

@@ -1,10 +1,12 @@
 """One process serving every simulated cloud, plus helpers to run it from tests.
 
     python -m fakeclouds.server --port 8765 --state-dir .gpuprov/fakeclouds \
-        --token local=local-dev-token,lambda=lambda-dev-token --boot-delay 1
+        --token NAME=TOKEN,... --boot-delay 1
 
-prints its URL (one line on stdout) once it accepts connections. SIGTERM/SIGINT stop it
-cleanly; with --state-dir machines come back (same SSH ports and host keys) on restart.
+serves every facade the cloud registry lists (providers/registry.py), each under its prefix, and
+prints its URL (one line on stdout) once it accepts connections. A facade's token defaults to
+`<name>-dev-token`. SIGTERM/SIGINT stop it cleanly; with --state-dir machines come back (same SSH
+addresses, ports and host keys) on restart.
 """
 
 from __future__ import annotations
@@ -18,24 +20,38 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI
 
-from fakeclouds import admin_api, lambda_api, local_api
+from fakeclouds import admin_api
 from fakeclouds.admin import FakeCloudAdmin
-from fakeclouds.engine import Engine
+from fakeclouds.engine import ADMIN_PREFIX, Engine
+from fakeclouds.facade import Facade
 
-DEFAULT_TOKENS = {"local": "local-dev-token", "lambda": "lambda-dev-token"}
 T = TypeVar("T")
 
 
+def default_tokens(facades: Iterable[str]) -> dict[str, str]:
+    return {name: f"{name}-dev-token" for name in facades}
+
+
+def with_defaults(facades: Iterable[str], tokens: dict[str, str] | None) -> dict[str, str]:
+    """One token per facade: the given ones, `<name>-dev-token` for the rest. Refuses unknown names."""
+    facades = list(facades)
+    unknown = set(tokens or {}) - set(facades)
+    if unknown:
+        raise ValueError(f"tokens for unknown facade(s) {sorted(unknown)}; facades: {', '.join(facades)}")
+    return {**default_tokens(facades), **(tokens or {})}
+
+
 def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
-    """The ASGI app: /local/v1, /lambda/api/v1 and /_fake. Its lifespan starts/stops the engine."""
-    tokens = {**DEFAULT_TOKENS, **(tokens or {})}
+    """The ASGI app: every facade of the engine under its prefix, and /_fake. Its lifespan
+    starts/stops the engine."""
+    tokens = with_defaults(engine.facades, tokens)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -48,23 +64,25 @@ def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
 
     app = FastAPI(title="gpuprov simulated clouds", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
-    app.include_router(local_api.build_router(engine, tokens["local"]), prefix="/local/v1")
-    app.include_router(lambda_api.build_router(engine, tokens["lambda"]), prefix="/lambda/api/v1")
-    app.include_router(admin_api.build_router(engine), prefix="/_fake")
+    for facade in engine.facades.values():
+        app.include_router(facade.build_router(engine, tokens[facade.name]), prefix=facade.prefix)
+    app.include_router(admin_api.build_router(engine), prefix=ADMIN_PREFIX)
 
-    @app.get("/_fake/health")
+    @app.get(f"{ADMIN_PREFIX}/health")
     async def health() -> dict[str, bool]:
         return {"ok": True}
 
     return app
 
 
-def parse_tokens(text: str | None) -> dict[str, str]:
+def parse_tokens(text: str | None, facades: Collection[str]) -> dict[str, str]:
+    """`--token name=TOKEN,...` for any of `facades` (the registered ones)."""
     tokens: dict[str, str] = {}
     for part in filter(None, (text or "").split(",")):
         facade, sep, token = part.partition("=")
-        if not sep or facade.strip() not in DEFAULT_TOKENS or not token:
-            raise ValueError(f"--token wants facade=token pairs (facades: local, lambda), got {part!r}")
+        if not sep or facade.strip() not in facades or not token.strip():
+            raise ValueError(f"--token wants facade=token pairs (facades: {', '.join(facades)}), "
+                             f"got {part!r}")
         tokens[facade.strip()] = token.strip()
     return tokens
 
@@ -83,10 +101,12 @@ class FakeCloudServer:
 
     def __init__(self, port: int = 0, *, host: str = "127.0.0.1", boot_delay: float = 0.2,
                  terminate_delay: float = 0.05, state_dir: str | Path | None = None,
-                 tokens: dict[str, str] | None = None) -> None:
+                 tokens: dict[str, str] | None = None, facades: Iterable[Facade] | None = None) -> None:
+        """`facades`: default every registered one. `tokens`: default `<name>-dev-token` each."""
         self.host, self.port = host, port
-        self.tokens = {**DEFAULT_TOKENS, **(tokens or {})}
-        self.engine = Engine(boot_delay=boot_delay, terminate_delay=terminate_delay, state_dir=state_dir)
+        self.engine = Engine(facades=facades, boot_delay=boot_delay, terminate_delay=terminate_delay,
+                             state_dir=state_dir)
+        self.tokens = with_defaults(self.engine.facades, tokens)
         self.app = build_app(self.engine, self.tokens)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -183,12 +203,15 @@ class FakeCloudProcess:
 def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot_delay: float = 0.2,
                      terminate_delay: float = 0.05, tokens: dict[str, str] | None = None,
                      startup_timeout: float = 20) -> FakeCloudProcess:
-    """Start `python -m fakeclouds.server` and wait until it prints its URL."""
-    tokens = {**DEFAULT_TOKENS, **(tokens or {})}
+    """Start `python -m fakeclouds.server` and wait until it prints its URL. Only the `tokens` given
+    are passed; the process gives every other facade `<name>-dev-token` (so does `.tokens`)."""
+    from fakeclouds.facade import registered
+
+    given, tokens = tokens or {}, with_defaults([f.name for f in registered()], tokens)
     root = Path(__file__).resolve().parent.parent
     argv = [sys.executable, "-m", "fakeclouds.server", "--port", str(port), "--boot-delay", str(boot_delay),
             "--terminate-delay", str(terminate_delay),
-            "--token", ",".join(f"{k}={v}" for k, v in tokens.items())]
+            "--token", ",".join(f"{k}={v}" for k, v in given.items())]
     if state_dir is not None:
         argv += ["--state-dir", str(state_dir)]
     pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
@@ -210,10 +233,8 @@ def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot
 # --------------------------------------------------------------------------- CLI
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    engine = Engine(boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
-                    state_dir=args.state_dir)
-    app = build_app(engine, parse_tokens(args.token))
+async def _serve(args: argparse.Namespace, engine: Engine) -> None:
+    app = build_app(engine, parse_tokens(args.token, engine.facades))
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                            access_log=False, lifespan="on", timeout_graceful_shutdown=2))
     task = asyncio.create_task(server.serve())
@@ -236,16 +257,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--state-dir", default=None, help="persist machines here and restore them on start")
-    parser.add_argument("--token", default=None, help="local=TOKEN,lambda=TOKEN (defaults: *-dev-token)")
+    parser.add_argument("--token", default=None,
+                        help="NAME=TOKEN,... for any registered facade (default: NAME-dev-token)")
     parser.add_argument("--boot-delay", type=float, default=1.0)
     parser.add_argument("--terminate-delay", type=float, default=0.2)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    engine = Engine(boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
+                    state_dir=args.state_dir)
     try:
-        parse_tokens(args.token)
+        parse_tokens(args.token, engine.facades)
     except ValueError as exc:
         parser.error(str(exc))
-    asyncio.run(_serve(args))
+    asyncio.run(_serve(args, engine))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""A real SSH server per simulated machine (asyncssh on 127.0.0.1).
+"""A real SSH server per simulated machine (asyncssh, on a loopback address the engine picks).
 
 It accepts only the machine's login user with one of the public keys given at launch.
 Exec requests run `bash -c CMD` in the machine's home directory; a session that asks
-for a PTY gets bash on a real pseudo-terminal, so OpenSSH's `ssh -p PORT user@127.0.0.1`
+for a PTY gets bash on a real pseudo-terminal, so OpenSSH's `ssh -p PORT user@HOST`
 gives a usable shell. SFTP is chrooted to the home directory. Commands run as the OS
 user of the server process: this is a simulation, not isolation.
 """
@@ -69,7 +69,7 @@ class _Auth(asyncssh.SSHServer):
 
 
 class MachineSSH:
-    """One machine's SSH server. start() binds (port 0 = ephemeral); stop() closes it."""
+    """One machine's SSH server. start() binds host:port (port 0 = ephemeral); stop() closes it."""
 
     def __init__(self, *, home: Path, host_key: asyncssh.SSHKey, user: str, public_keys: list[str],
                  env: dict[str, str] | None = None) -> None:
@@ -80,15 +80,18 @@ class MachineSSH:
         self.extra_env = env or {}
         self._server: asyncssh.SSHAcceptor | None = None
         self._children: set[asyncio.subprocess.Process] = set()
+        self.host: str | None = None
         self.port: int | None = None
 
-    async def start(self, port: int = 0) -> int:
+    async def start(self, host: str, port: int = 0) -> int:
+        """Listen on host:port; returns the port. OSError (e.g. EADDRINUSE, EACCES) when it cannot."""
         self._server = await asyncssh.create_server(
-            lambda: _Auth(self.user, self.keys), "127.0.0.1", port,
+            lambda: _Auth(self.user, self.keys), host, port,
             server_host_keys=[self.host_key], process_factory=self._handle, encoding=None,
             sftp_factory=self._sftp, allow_scp=True, line_editor=False,  # bash's own PTY handles echo
             keepalive_interval=0, login_timeout=30,
         )
+        self.host = host
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 

@@ -1,10 +1,31 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from fakeclouds.engine import Engine
+
+# Waits are on conditions; the deadline only bounds a failure, so it is generous (busy 2-core CI).
+WITHIN = 30.0
+
+
+async def eventually(check: Callable[[], Any], what: str, within: float = WITHIN) -> Any:
+    """Poll `check` (sync or async) until it returns something truthy; return that."""
+    deadline = time.monotonic() + within
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        await asyncio.sleep(0.02)
 
 
 async def create_local(client: httpx.AsyncClient, pubkey: str, name: str = "m1",
@@ -15,7 +36,7 @@ async def create_local(client: httpx.AsyncClient, pubkey: str, name: str = "m1",
 
 
 async def wait_local(client: httpx.AsyncClient, machine_id: str, status: str = "running",
-                     within: float = 5.0) -> dict[str, Any]:
+                     within: float = WITHIN) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while True:
         m = (await client.get(f"/machines/{machine_id}")).json()
@@ -25,7 +46,7 @@ async def wait_local(client: httpx.AsyncClient, machine_id: str, status: str = "
         await asyncio.sleep(0.03)
 
 
-async def wait_gone(client: httpx.AsyncClient, path: str, within: float = 5.0) -> None:
+async def wait_gone(client: httpx.AsyncClient, path: str, within: float = WITHIN) -> None:
     """Poll `path` until it answers 404."""
     deadline = time.monotonic() + within
     while (await client.get(path)).status_code != 404:
@@ -48,7 +69,7 @@ async def launch_lambda(client: httpx.AsyncClient, pubkey: str, **fields: Any) -
 
 
 async def wait_lambda(client: httpx.AsyncClient, instance_id: str, status: str = "active",
-                      within: float = 5.0) -> dict[str, Any]:
+                      within: float = WITHIN) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while True:
         r = await client.get(f"/instances/{instance_id}")
@@ -57,3 +78,9 @@ async def wait_lambda(client: httpx.AsyncClient, instance_id: str, status: str =
             return inst
         assert time.monotonic() < deadline, f"instance stayed {r.json()}"
         await asyncio.sleep(0.03)
+
+
+async def wait_engine(engine: Engine, machine_id: str, status: str) -> None:
+    """Wait for a machine of an engine running on this test's loop to reach `status`."""
+    await eventually(lambda: engine.machines[machine_id].status == status,
+                     f"{machine_id} to be {status}")

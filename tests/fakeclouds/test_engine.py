@@ -9,14 +9,7 @@ import pytest
 
 from fakeclouds.engine import Engine
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
-
-
-async def _wait(engine: Engine, mid: str, status: str) -> None:
-    for _ in range(200):
-        if engine.machines[mid].status == status:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{mid} is {engine.machines[mid].status}, not {status}")
+from tests.fakeclouds.helpers import wait_engine
 
 
 @pytest.fixture
@@ -60,14 +53,14 @@ async def test_refuses_what_the_cloud_refuses(engine: Engine, pubkey: str) -> No
 async def test_stock_and_billing(engine: Engine, pubkey: str) -> None:
     engine.set_stock("cpu-small", "local-1", 2)
     (a,), (b,) = _local(engine, pubkey, name="a"), _local(engine, pubkey, name="b")
-    assert engine.stock[("cpu-small", "local-1")] == 0
+    assert engine.in_stock("local", "cpu-small", "local-1") == 0
     with pytest.raises(NoCapacity) as err:
         _local(engine, pubkey, name="c")
     assert err.value.region == "local-1"
-    await _wait(engine, a.id, "running")
+    await wait_engine(engine, a.id, "running")
     engine.terminate("local", a.id)
-    await _wait(engine, a.id, "terminated")
-    assert engine.stock[("cpu-small", "local-1")] == 1
+    await wait_engine(engine, a.id, "terminated")
+    assert engine.in_stock("local", "cpu-small", "local-1") == 1
     billed = a.billing_seconds()
     await asyncio.sleep(0.05)
     assert a.billing_seconds() == billed > 0  # stopped when gone
@@ -80,7 +73,7 @@ async def test_lambda_quantity_and_unique_ids(engine: Engine, pubkey: str) -> No
     made = engine.create("lambda", name="x", instance_type="gpu_1x_a10", region="us-east-1",
                          public_keys=[pubkey], quantity=3)
     assert len({m.id for m in made}) == 3 and all(len(m.id) == 32 for m in made)
-    assert engine.stock[("gpu_1x_a10", "us-east-1")] == 1
+    assert engine.in_stock("lambda", "gpu_1x_a10", "us-east-1") == 1
     with pytest.raises(NoCapacity):
         engine.create("lambda", name="x", instance_type="gpu_1x_a10", region="us-east-1",
                       public_keys=[pubkey], quantity=2)
@@ -98,9 +91,9 @@ async def test_persistence_restores_machines_same_port_and_host_key(tmp_path: Pa
     (gone,) = _local(first, pubkey, name="gone")
     (gpu,) = first.create("lambda", name=None, instance_type="gpu_1x_a10", region="us-west-1",
                            public_keys=[pubkey])
-    await _wait(first, up.id, "running")
+    await wait_engine(first, up.id, "running")
     first.terminate("local", gone.id)
-    await _wait(first, gone.id, "terminated")
+    await wait_engine(first, gone.id, "terminated")
     first.configure(boot_delay=30)  # the next one is still booting when the engine stops
     (booting,) = _local(first, pubkey, name="booting")
     port = up.ssh_port
@@ -117,12 +110,12 @@ async def test_persistence_restores_machines_same_port_and_host_key(tmp_path: Pa
         assert second.machines[stuck.id].status == "pending"
         assert second.machines[gone.id].status == "terminated"
         assert second.machines[booting.id].status == "pending"
-        assert second.stock[("cpu-small", "local-1")] == 8 - 3
+        assert second.in_stock("local", "cpu-small", "local-1") == 8 - 3
         async with asyncssh.connect("127.0.0.1", port, username="gpuprov", client_keys=[ssh_key],
                                     known_hosts=None) as conn:
             assert conn.get_server_host_key().public_data == host_key
             assert (await conn.run("cat note")).stdout == "kept\n"
-        await _wait(second, gpu.id, "running")
+        await wait_engine(second, gpu.id, "running")
         assert second.machines[booting.id].boot_at > time.time() + 20  # resumes its own schedule
     finally:
         await second.stop()

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import ipaddress
+
+import asyncssh
 import httpx
+import pytest
 
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.server import FakeCloudServer
@@ -50,9 +54,12 @@ async def test_launch_get_list_terminate(lam: httpx.AsyncClient, pubkey: str) ->
     assert r.status_code == 200, r.text
     (iid,) = r.json()["data"]["instance_ids"]
     booting = (await lam.get(f"/instances/{iid}")).json()["data"]
-    assert booting["status"] == "booting" and booting["ip"] is None and booting["x_sim_ssh_port"] is None
+    assert booting["status"] == "booting" and booting["ip"] is None
     inst = await wait_lambda(lam, iid)
-    assert inst["ip"] == "127.0.0.1" and inst["x_sim_ssh_port"] > 0 and inst["name"] == "job-1"
+    assert "x_sim_ssh_port" not in inst  # like real Lambda: SSH is on port 22 at `ip`
+    ip = ipaddress.ip_address(inst["ip"])
+    assert ip.is_loopback and inst["ip"] != "127.0.0.1" and inst["private_ip"] == inst["ip"]
+    assert inst["name"] == "job-1"
     assert inst["region"]["name"] == "us-east-1" and inst["instance_type"]["name"] == "gpu_1x_a10"
     assert inst["ssh_key_names"] == ["k1"]
     assert [i["id"] for i in (await lam.get("/instances")).json()["data"]] == [iid]
@@ -110,4 +117,6 @@ async def test_dead_instance_is_unhealthy(lam: httpx.AsyncClient, admin: FakeClo
     await wait_lambda(lam, iid)
     admin.kill(iid)
     inst = (await lam.get(f"/instances/{iid}")).json()["data"]
-    assert inst["status"] == "unhealthy" and inst["x_sim_ssh_port"] is None
+    assert inst["status"] == "unhealthy"
+    with pytest.raises(OSError):  # it keeps its address, but nothing listens there any more
+        await asyncssh.connect(inst["ip"], 22, known_hosts=None, agent_path=None, connect_timeout=5)

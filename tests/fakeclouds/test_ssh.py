@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 
 from fakeclouds.admin import FakeCloudAdmin
-from tests.fakeclouds.helpers import create_local, launch_lambda, wait_lambda, wait_local
+from tests.fakeclouds.helpers import create_local, eventually, launch_lambda, wait_lambda, wait_local
 
 
 async def _local_machine(local: httpx.AsyncClient, pubkey: str) -> dict:
@@ -17,9 +18,15 @@ async def _local_machine(local: httpx.AsyncClient, pubkey: str) -> dict:
     return await wait_local(local, m["id"])
 
 
-def _connect(port: int, key: asyncssh.SSHKey, user: str = "gpuprov") -> asyncssh.connect:
-    return asyncssh.connect("127.0.0.1", port, username=user, client_keys=[key], known_hosts=None,
+def _connect(port: int, key: asyncssh.SSHKey, user: str = "gpuprov",
+             host: str = "127.0.0.1") -> asyncssh.connect:
+    return asyncssh.connect(host, port, username=user, client_keys=[key], known_hosts=None,
                             agent_path=None, connect_timeout=5)
+
+
+def _lambda_ssh(inst: dict, key: asyncssh.SSHKey, user: str = "ubuntu") -> asyncssh.connect:
+    """Like a Lambda client: the instance's ip, port 22 (the API has no port field)."""
+    return _connect(22, key, user, host=inst["ip"])
 
 
 async def test_exec_runs_bash_in_machine_home(local: httpx.AsyncClient, admin: FakeCloudAdmin,
@@ -36,8 +43,8 @@ async def test_exec_runs_bash_in_machine_home(local: httpx.AsyncClient, admin: F
         async with conn.start_sftp_client() as sftp:
             async with sftp.open("f.txt") as f:
                 assert await f.read() == "data\n"
-        # honest CPU machine: no simulated nvidia-smi
-        assert (await conn.run("test -e $HOME/bin/nvidia-smi")).exit_status == 1
+        # honest CPU machine: no simulated nvidia-smi; our image ships no k3s
+        assert (await conn.run("test -e $HOME/bin/nvidia-smi || test -e $HOME/bin/k3s")).exit_status == 1
     assert await asyncio.to_thread(Path(home, "f.txt").read_text) == "data\n"
 
 
@@ -88,7 +95,7 @@ async def test_lambda_machine_has_simulated_nvidia_smi(lam: httpx.AsyncClient, s
     (iid,) = (await launch_lambda(lam, pubkey, instance_type_name="gpu_8x_h100_sxm5")).json()["data"][
         "instance_ids"]
     inst = await wait_lambda(lam, iid)
-    async with _connect(inst["x_sim_ssh_port"], ssh_key, user="ubuntu") as conn:
+    async with _lambda_ssh(inst, ssh_key) as conn:
         r = await conn.run("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
                            "--format=csv,noheader,nounits")
         lines = r.stdout.splitlines()
@@ -99,8 +106,28 @@ async def test_lambda_machine_has_simulated_nvidia_smi(lam: httpx.AsyncClient, s
         r = await conn.run("nvidia-smi --query-gpu=name,memory.total --format=csv")
         assert r.stdout.splitlines()[:2] == ["name, memory.total [MiB]", "NVIDIA H100 80GB HBM3, 81559 MiB"]
     with pytest.raises(asyncssh.PermissionDenied):
-        async with _connect(inst["x_sim_ssh_port"], ssh_key, user="gpuprov"):
+        async with _lambda_ssh(inst, ssh_key, user="gpuprov"):
             pass
+
+
+async def test_lambda_machines_listen_on_their_own_address_port_22(
+        lam: httpx.AsyncClient, admin: FakeCloudAdmin, ssh_key: asyncssh.SSHKey, pubkey: str) -> None:
+    """Like real Lambda: the API gives only `ip`; SSH is on port 22 there, one machine per address."""
+    r = await launch_lambda(lam, pubkey, quantity=2)
+    insts = [await wait_lambda(lam, iid) for iid in r.json()["data"]["instance_ids"]]
+    ips = [inst["ip"] for inst in insts]
+    assert len(set(ips)) == 2 and "127.0.0.1" not in ips
+    assert all(ipaddress.ip_address(ip).is_loopback for ip in ips)
+    host_keys = set()
+    for inst in insts:
+        async with _lambda_ssh(inst, ssh_key) as conn:
+            host_keys.add(conn.get_server_host_key().public_data)
+            r2 = await conn.run("echo $USER $HOME; k3s --version")
+            assert r2.stdout.splitlines() == [f"ubuntu {admin.machine(inst['id'])['home']}",
+                                              "k3s version v1.31.4+k3s1 (simulated)"]
+        assert admin.machine(inst["id"])["host"] == inst["ip"]
+        assert admin.machine(inst["id"])["ssh_port"] == 22
+    assert len(host_keys) == 2  # two machines, not one server behind two names
 
 
 async def test_not_listening_before_boot_nor_after_death(local: httpx.AsyncClient, admin: FakeCloudAdmin,
@@ -125,11 +152,7 @@ async def test_user_data_script_runs_at_boot(local: httpx.AsyncClient, admin: Fa
 
     def written() -> str:
         return marker.read_text() if marker.exists() else ""
-    for _ in range(100):
-        if await asyncio.to_thread(written):
-            break
-        await asyncio.sleep(0.02)
-    assert await asyncio.to_thread(written) == "booted\n"
+    assert await eventually(lambda: asyncio.to_thread(written), "the boot script") == "booted\n"
 
 
 async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey,
@@ -142,14 +165,13 @@ async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, s
         while "pid=" not in out.replace("pid=$$", ""):
             out += await asyncio.wait_for(proc.stdout.read(4096), 5)
         pid = int(out.replace("pid=$$", "").split("pid=")[1].split()[0])
-    for _ in range(100):  # connection closed: the shell must get SIGHUP and go
+    def gone() -> bool:  # connection closed: the shell must get SIGHUP and go
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            break
-        await asyncio.sleep(0.02)
-    else:
-        raise AssertionError("shell survived its client")
+            return True
+        return False
+    await eventually(gone, "the shell to go with its client")
 
 
 async def test_cloud_init_keys_in_lambda_user_data_can_log_in(lam: httpx.AsyncClient,
@@ -166,16 +188,15 @@ async def test_cloud_init_keys_in_lambda_user_data_can_log_in(lam: httpx.AsyncCl
     assert r.status_code == 200, r.text
     inst = await wait_lambda(lam, r.json()["data"]["instance_ids"][0])
     for key in (ssh_key, second):
-        async with _connect(inst["x_sim_ssh_port"], key, user="ubuntu") as conn:
+        async with _lambda_ssh(inst, key) as conn:
             assert (await conn.run("echo hi")).stdout == "hi\n"
     with pytest.raises(asyncssh.PermissionDenied):
-        async with _connect(inst["x_sim_ssh_port"], stranger, user="ubuntu"):
+        async with _lambda_ssh(inst, stranger):
             pass
-    async with _connect(inst["x_sim_ssh_port"], ssh_key, user="ubuntu") as conn:
-        for _ in range(50):  # the script runs once, shortly after boot
-            if (await conn.run("cat booted.txt")).exit_status == 0:
-                break
-            await asyncio.sleep(0.05)
+    async with _lambda_ssh(inst, ssh_key) as conn:
+        async def booted() -> bool:  # the script runs once, shortly after boot
+            return (await conn.run("cat booted.txt")).exit_status == 0
+        await eventually(booted, "the boot script")
         assert (await conn.run("cat booted.txt")).stdout == "booted\n"
 
 
