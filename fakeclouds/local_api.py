@@ -106,7 +106,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.get("/account")
     async def account(request: Request) -> Response:
-        ident = {"id": "local", "name": f"local cloud on {socket.gethostname()}"}
+        ident = {"id": NAME, "name": f"local cloud on {socket.gethostname()}"}
         return await call(request, "verify", lambda _: ident)
 
     @router.get("/offers")
