@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from fastapi import Depends, FastAPI
+from fastapi.exceptions import RequestValidationError
 
 from api.deps import AppDeps, deps_from_settings, require_token
-from api.routers import connections, instances, offers
+from api.errors import request_validation_handler
+from api.routers import clouds, connections, instances, offers
 
 API_PREFIX = "/api/compute"
 
@@ -14,12 +16,15 @@ API_PREFIX = "/api/compute"
 def create_app(deps: AppDeps) -> FastAPI:
     app = FastAPI(
         title="gpuprov",
-        version="0.1.0",
+        version="0.2.0",
         description="GPU provisioning across clouds on Temporal workflows. "
-                    "Every /api/compute route needs `Authorization: Bearer <token>`.",
+                    "Every /api/compute route needs `Authorization: Bearer <token>`. "
+                    "Every list is paginated: `?limit=1..200&cursor=<next_cursor of the previous page>` "
+                    "answers `{items, next_cursor}`; a null `next_cursor` marks the last page.",
     )
     app.state.deps = deps
-    for module in (connections, offers, instances):
+    app.add_exception_handler(RequestValidationError, request_validation_handler)
+    for module in (clouds, connections, offers, instances):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
 
     @app.get("/healthz", tags=["health"])

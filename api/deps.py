@@ -6,20 +6,24 @@ from __future__ import annotations
 import asyncio
 import hmac
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, ParamSpec, Protocol, TypeVar
 
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlmodel import Session
 
 from settings import home_value
 from store.secrets import SecretBox
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- workflows
 
@@ -141,18 +145,35 @@ def get_deps(request: Request) -> AppDeps:
     return deps
 
 
-def get_session(deps: AppDeps = Depends(get_deps)) -> Iterator[Session]:  # noqa: B008
-    with Session(deps.engine, expire_on_commit=False) as session:
+DepsDep = Annotated[AppDeps, Depends(get_deps)]
+
+
+def open_session(deps: AppDeps) -> Session:
+    """A session for one unit of work. Sync: call it from a `def` route or inside the threadpool."""
+    return Session(deps.engine, expire_on_commit=False)
+
+
+def get_session(deps: DepsDep) -> Iterator[Session]:
+    # A sync generator: FastAPI enters and leaves it on its threadpool, never on the event loop.
+    with open_session(deps) as session:
         yield session
 
 
+# Only `def` routes take a session (FastAPI runs them on its threadpool). An `async` route does its
+# database work in sync helpers passed to `in_thread` (tests/api/test_routes.py checks both rules).
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run blocking work (database, decryption) off the event loop: FastAPI's threadpool."""
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
 _bearer = HTTPBearer(auto_error=False, description="the token printed by `gpuprov dev`")
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def require_token(
-    creds: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008
-    deps: AppDeps = Depends(get_deps),  # noqa: B008
-) -> None:
+def require_token(creds: BearerDep, deps: DepsDep) -> None:
     given = creds.credentials.encode() if creds else b""
     # compare_digest: the time taken does not reveal how much of the token matched.
     if not creds or not hmac.compare_digest(given, deps.api_token.encode()):

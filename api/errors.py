@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import HTTPException, status
+from typing import Any
+
+from fastapi import HTTPException, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 
 from providers import registry
 from providers.base import (
@@ -43,3 +48,15 @@ def provider_http_error(cloud: str, e: ProviderError) -> HTTPException:
     if isinstance(e, CapacityError | QuotaError):
         return HTTPException(status.HTTP_409_CONFLICT, reason)
     return HTTPException(status.HTTP_502_BAD_GATEWAY, reason)
+
+
+def validation_errors(errors: Any) -> list[dict[str, Any]]:
+    """Request validation errors as (type, loc, msg): never the `input`, which may be a secret
+    (a credential value of the wrong type) — the field path and the message say what is wrong."""
+    return [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in errors]
+
+
+async def request_validation_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+                        content=jsonable_encoder({"detail": validation_errors(exc.errors())}))

@@ -1,17 +1,44 @@
 """Request and response bodies of the compute API. Requests forbid unknown fields, so a typo
-(`gpu_cout`) is a 422 naming the field instead of a silently ignored option."""
+(`gpu_cout`) is a 422 naming the field instead of a silently ignored option.
+
+Responses are the API's own models, apart from the provider contract's (`providers.base`), so the
+contract can change without changing what clients read. Request fields naming a cloud are checked
+against the registry when the request arrives, and OpenAPI shows them as an enum of its clouds.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import asyncssh
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from cryptography import x509
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from providers import registry
+from providers.base import Capabilities, CloudProvider, Offer
 from store.models import Attempt, Connection, Instance, InstanceEvent
 
 Name = Annotated[str, Field(min_length=1, max_length=100)]
+MAX_CA_BUNDLE = 64_000  # characters of PEM: a private CA chain, not a system trust store
+
+
+def _known_cloud(value: str) -> str:
+    known = registry.known()
+    if value not in known:
+        raise ValueError(f"unknown cloud {value!r}; known: {', '.join(known)}")
+    return value
+
+
+def _cloud_enum(schema: dict[str, Any]) -> None:
+    schema["enum"] = registry.known()  # when the schema is generated: every registered cloud
+
+
+# A cloud id of the registry: validated per request (clouds registered later count), an enum in OpenAPI.
+CloudId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_cloud_enum),
+                    AfterValidator(_known_cloud)]
+
+InstanceStatusName = Literal["provisioning", "ready", "failed", "terminating", "terminated"]
 
 
 def aware(ts: datetime | None) -> datetime | None:
@@ -28,11 +55,42 @@ class Strict(BaseModel):
 # --------------------------------------------------------------------------- connections
 
 
+CredentialName = Annotated[str, Field(min_length=1, max_length=100)]
+MAX_CREDENTIAL_VALUE = 64_000
+
+
 class ConnectionCreate(Strict):
-    provider: Name
+    provider: CloudId
     name: Name | None = None
-    credentials: dict[str, Annotated[str, Field(max_length=10_000)]] = Field(default_factory=dict)
+    credentials: dict[CredentialName, Any] = Field(
+        default_factory=dict, max_length=50,
+        description="fields of the cloud's credential form (GET /api/compute/clouds)")
     endpoint: Annotated[str, Field(pattern=r"^https?://\S+$", max_length=2000)] | None = None
+    ca_bundle: Annotated[str, Field(min_length=1, max_length=MAX_CA_BUNDLE)] | None = Field(
+        None, description="PEM certificates to trust for the endpoint, besides the system's")
+
+    @field_validator("credentials")
+    @classmethod
+    def _scalar_values(cls, credentials: dict[str, Any]) -> dict[str, Any]:
+        """The cloud's credentials model (providers/credentials.py) decides names and types when the
+        request is handled; here only the shape and size, naming the field and never its value."""
+        for name, value in credentials.items():
+            if not isinstance(value, str | bool | int | float):
+                raise ValueError(f"credentials.{name} must be a string, a number or true/false")
+            if isinstance(value, str) and len(value) > MAX_CREDENTIAL_VALUE:
+                raise ValueError(f"credentials.{name} is longer than {MAX_CREDENTIAL_VALUE} characters")
+        return credentials
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _pem_certificates(cls, pem: str | None) -> str | None:
+        if pem is None:
+            return None
+        try:
+            x509.load_pem_x509_certificates(pem.encode())
+        except ValueError:
+            raise ValueError("ca_bundle is not PEM certificates (-----BEGIN CERTIFICATE----- ...)") from None
+        return pem.strip() + "\n"
 
 
 class ConnectionOut(BaseModel):
@@ -44,20 +102,108 @@ class ConnectionOut(BaseModel):
     account: str | None
     status: str
     endpoint: str | None
+    has_ca_bundle: bool = False
     error: str | None = None
     created_at: datetime | None
 
     @classmethod
     def of(cls, row: Connection) -> ConnectionOut:
+        # TODO(merge): row.ca_bundle once store/ has the column.
         return cls(id=row.id, provider=row.provider, name=row.name, account=row.account, status=row.status,
-                   endpoint=row.endpoint, error=row.error, created_at=aware(row.created_at))
+                   endpoint=row.endpoint, has_ca_bundle=bool(getattr(row, "ca_bundle", None)),
+                   error=row.error, created_at=aware(row.created_at))
+
+
+# --------------------------------------------------------------------------- clouds and offers
+
+
+class CapabilitiesOut(BaseModel):
+    """What a cloud can do, checked before any planning."""
+
+    k3s: str  # cloud-init | ssh | none
+    k3s_reason: str | None
+    k8s_api: bool
+    ports: bool
+    ports_reason: str | None
+    spot: bool
+    custom_image: bool
+    login_user: str
+    side_resources: list[str]
+    regions: list[str]  # empty: any region the cloud names
+
+    @classmethod
+    def of(cls, caps: Capabilities) -> CapabilitiesOut:
+        return cls(k3s=caps.k3s, k3s_reason=caps.k3s_reason, k8s_api=caps.k8s_api, ports=caps.ports,
+                   ports_reason=caps.ports_reason, spot=caps.spot, custom_image=caps.custom_image,
+                   login_user=caps.login_user, side_resources=list(caps.side_resources),
+                   regions=list(caps.regions))
+
+
+class CredentialFieldOut(BaseModel):
+    """One field of a cloud's connect form."""
+
+    name: str
+    label: str
+    kind: str  # text | secret | file | toggle | select
+    required: bool
+    default: Any = None
+    help: str | None = None
+
+
+class CloudOut(BaseModel):
+    id: str
+    display_name: str
+    available: bool = True  # False: its adapter (or SDK) is not installed here; `reason` says why
+    reason: str | None = None
+    capabilities: CapabilitiesOut | None
+    credentials: list[CredentialFieldOut] = Field(default_factory=list,
+                                                  description="the connect form, one entry per field")
+
+    @classmethod
+    def of(cls, cloud: str, adapter: type[CloudProvider]) -> CloudOut:
+        caps = adapter.capabilities
+        return cls(id=cloud, display_name=caps.display_name, capabilities=CapabilitiesOut.of(caps),
+                   credentials=[CredentialFieldOut(**f) for f in adapter.credentials_model.form()])
+
+    @classmethod
+    def unavailable(cls, cloud: str, reason: str) -> CloudOut:
+        return cls(id=cloud, display_name=cloud, available=False, reason=reason, capabilities=None)
+
+
+class GpuOut(BaseModel):
+    name: str
+    count: int
+    memory_gib: float | None  # per GPU
+
+
+class OfferOut(BaseModel):
+    """One live offer: launchable now unless `available` is false."""
+
+    provider: str
+    instance_type: str
+    gpu: GpuOut | None  # None: a CPU-only machine
+    vcpus: int
+    memory_gib: float
+    region: str
+    zone: str | None
+    price_per_hour: float  # USD
+    spot: bool
+    available: bool
+
+    @classmethod
+    def of(cls, offer: Offer) -> OfferOut:
+        gpu = offer.gpu
+        return cls(provider=offer.provider, instance_type=offer.instance_type,
+                   gpu=GpuOut(name=gpu.name, count=gpu.count, memory_gib=gpu.memory_gib) if gpu else None,
+                   vcpus=offer.vcpus, memory_gib=offer.memory_gib, region=offer.region, zone=offer.zone,
+                   price_per_hour=offer.price_per_hour, spot=offer.spot, available=offer.available)
 
 
 # --------------------------------------------------------------------------- instances
 
 
 class InstanceCreate(Strict):
-    cloud: Name
+    cloud: CloudId
     gpu: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     gpu_count: Annotated[int, Field(ge=1, le=64)] | None = None
     region: Annotated[str, Field(min_length=1, max_length=64)] | None = None

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
-from sqlmodel import Session
+from typing import Annotated
 
-from api.deps import AppDeps, WorkflowUnavailable, get_deps, get_session
+from fastapi import APIRouter, HTTPException, Query, status
+from sqlmodel import Session, select
+
+from api.deps import AppDeps, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import adapter_class
-from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut
+from api.pagination import Keyset, Page, PageDep
+from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusName
 from providers.base import LaunchRequirements, Unsupported
 from store import repo
-from store.models import Instance
+from store.models import Connection, Instance
 from workflows.models import AllocateRequest, TerminateRequest, allocate_workflow_id, terminate_workflow_id
 
 router = APIRouter(prefix="/instances", tags=["instances"])
+
+# Newest first; the keyset (created_at, id) keeps pages stable while allocations are added.
+KEYSET = Keyset("instances", Instance.created_at, Instance.id, descending=True)
 
 
 def _get(session: Session, instance_id: str) -> Instance:
@@ -23,10 +29,41 @@ def _get(session: Session, instance_id: str) -> Instance:
     return row
 
 
+# --------------------------------------------------------------------------- database work (sync)
+
+
+def _connection_for(deps: AppDeps, cloud: str) -> Connection | None:
+    with open_session(deps) as session:
+        return repo.connection_for(session, cloud)
+
+
+def _record(deps: AppDeps, row: Instance) -> None:
+    with open_session(deps) as session:
+        session.add(row)
+        session.commit()
+
+
+def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
+    with open_session(deps) as session:
+        repo.update_instance(session, instance_id, **fields)
+
+
+def _mark_terminating(deps: AppDeps, instance_id: str) -> str:
+    """Mark the instance terminating unless it is terminated (404 if unknown); its status before."""
+    with open_session(deps) as session:
+        row = _get(session, instance_id)
+        previous = row.status
+        if previous != "terminated":
+            repo.update_instance(session, row.id, status="terminating")
+        return previous
+
+
+# --------------------------------------------------------------------------- routes
+
+
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=InstanceAccepted,
              responses={409: {"description": "cloud not connected"}, 422: {"description": "invalid"}})
-async def create_instance(body: InstanceCreate, deps: AppDeps = Depends(get_deps),  # noqa: B008
-                          session: Session = Depends(get_session)) -> InstanceAccepted:  # noqa: B008
+async def create_instance(body: InstanceCreate, deps: DepsDep) -> InstanceAccepted:
     # Everything that can be refused is refused here, before a workflow (or a cloud call) exists.
     caps = adapter_class(body.cloud).capabilities
     try:
@@ -34,7 +71,7 @@ async def create_instance(body: InstanceCreate, deps: AppDeps = Depends(get_deps
                                       region=body.region, k3s=body.k3s))
     except Unsupported as e:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, e.message) from None
-    conn = repo.connection_for(session, body.cloud)
+    conn = await in_thread(_connection_for, deps, body.cloud)
     if conn is None:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"no {body.cloud} connection: connect {body.cloud} first "
@@ -48,28 +85,37 @@ async def create_instance(body: InstanceCreate, deps: AppDeps = Depends(get_deps
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, ports=body.ports, image=body.image,
         k3s=body.k3s, ssh_public_keys=body.ssh_public_keys)
     # The row exists before the workflow, so the list shows the request even if Temporal is slow.
-    session.add(Instance(id=allocation_id, name=body.name, project=body.project, provider=body.cloud,
-                         connection_id=conn.id, workflow_id=workflow_id, status="provisioning",
-                         phase="validate", gpu=body.gpu, gpu_count=body.gpu_count, region=body.region,
-                         spot=body.spot))
-    session.commit()
+    await in_thread(_record, deps, Instance(
+        id=allocation_id, name=body.name, project=body.project, provider=body.cloud, connection_id=conn.id,
+        workflow_id=workflow_id, status="provisioning", phase="validate", gpu=body.gpu,
+        gpu_count=body.gpu_count, region=body.region, spot=body.spot))
     try:
         await deps.workflows.start("AllocateWorkflow", request, workflow_id=workflow_id)
     except WorkflowUnavailable as e:
-        repo.update_instance(session, allocation_id, status="failed", phase="failed", error=str(e))
+        await in_thread(_update, deps, allocation_id, status="failed", phase="failed", error=str(e))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
     return InstanceAccepted(id=allocation_id, status="provisioning")
 
 
-@router.get("", response_model=list[InstanceOut])
-def list_instances(project: str | None = None,
-                   status_: str | None = Query(default=None, alias="status"),  # noqa: B008
-                   session: Session = Depends(get_session)) -> list[InstanceOut]:  # noqa: B008
-    return [InstanceOut.of(i) for i in repo.list_instances(session, project=project, status=status_)]
+@router.get("", response_model=Page[InstanceOut])
+def list_instances(
+    session: SessionDep,
+    page: PageDep,
+    project: Annotated[str | None, Query(min_length=1, max_length=63)] = None,
+    status_: Annotated[InstanceStatusName | None, Query(alias="status")] = None,
+) -> Page[InstanceOut]:
+    """Instances, newest first (without attempts and events: GET one for those)."""
+    stmt = select(Instance)
+    if project is not None:
+        stmt = stmt.where(Instance.project == project)
+    if status_ is not None:
+        stmt = stmt.where(Instance.status == status_)
+    rows, following = KEYSET.fetch(session, stmt, page)
+    return Page(items=[InstanceOut.of(i) for i in rows], next_cursor=following)
 
 
 @router.get("/{instance_id}", response_model=InstanceOut, responses={404: {"description": "unknown"}})
-def get_instance(instance_id: str, session: Session = Depends(get_session)) -> InstanceOut:  # noqa: B008
+def get_instance(instance_id: str, session: SessionDep) -> InstanceOut:
     row = _get(session, instance_id)
     return InstanceOut.of(row, list(repo.attempts_of(session, instance_id)),
                           list(repo.events_of(session, instance_id)))
@@ -77,19 +123,16 @@ def get_instance(instance_id: str, session: Session = Depends(get_session)) -> I
 
 @router.post("/{instance_id}/terminate", status_code=status.HTTP_202_ACCEPTED,
              response_model=InstanceAccepted, responses={404: {"description": "unknown"}})
-async def terminate_instance(instance_id: str, deps: AppDeps = Depends(get_deps),  # noqa: B008
-                             session: Session = Depends(get_session)) -> InstanceAccepted:  # noqa: B008
-    row = _get(session, instance_id)
-    if row.status == "terminated":
-        return InstanceAccepted(id=row.id, status=row.status)
+async def terminate_instance(instance_id: str, deps: DepsDep) -> InstanceAccepted:
     # Marked first: the workflow may finish (and write "terminated") before start() returns.
-    previous = row.status
-    repo.update_instance(session, row.id, status="terminating")
+    previous = await in_thread(_mark_terminating, deps, instance_id)
+    if previous == "terminated":
+        return InstanceAccepted(id=instance_id, status=previous)
     # One terminate workflow per allocation: a repeated request joins the running one.
     try:
-        await deps.workflows.start("TerminateWorkflow", TerminateRequest(allocation_id=row.id),
-                                   workflow_id=terminate_workflow_id(row.id), use_existing=True)
+        await deps.workflows.start("TerminateWorkflow", TerminateRequest(allocation_id=instance_id),
+                                   workflow_id=terminate_workflow_id(instance_id), use_existing=True)
     except WorkflowUnavailable as e:
-        repo.update_instance(session, row.id, status=previous)
+        await in_thread(_update, deps, instance_id, status=previous)
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
-    return InstanceAccepted(id=row.id, status="terminating")
+    return InstanceAccepted(id=instance_id, status="terminating")

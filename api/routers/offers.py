@@ -2,45 +2,60 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
-from sqlmodel import Session
+from typing import Annotated
 
-from api.deps import AppDeps, get_deps, get_session
+from fastapi import APIRouter, HTTPException, Path, Query, status
+
+from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
+from api.pagination import Page, PageDep, offset_page
+from api.schemas import CloudId, OfferOut
 from providers import registry
-from providers.base import Offer, OfferQuery, ProviderError
+from providers.base import ConnectionOptions, OfferQuery, ProviderError
 from store import repo
 from store.secrets import SecretError
 
 router = APIRouter(prefix="/backends", tags=["offers"])
 
 
-@router.get("/{provider}/offers", response_model=list[Offer],
-            responses={404: {"description": "unknown cloud"}, 409: {"description": "not connected"},
-                       502: {"description": "the cloud failed"}})
-async def list_offers(
-    provider: str,
-    spot: bool | None = None,
-    gpu: str | None = Query(default=None, min_length=1, max_length=40),  # noqa: B008
-    region: str | None = Query(default=None, min_length=1, max_length=64),  # noqa: B008
-    gpu_count: int | None = Query(default=None, ge=1, le=64),  # noqa: B008
-    deps: AppDeps = Depends(get_deps),  # noqa: B008
-    session: Session = Depends(get_session),  # noqa: B008
-) -> list[Offer]:
-    adapter_class(provider)  # unknown cloud -> 422 with the list
-    conn = repo.connection_for(session, provider)
+def _connection(deps: AppDeps, provider: str) -> tuple[str, dict[str, object], ConnectionOptions]:
+    """The connection's id, decrypted credentials and options (409 when there is none)."""
+    with open_session(deps) as session:
+        conn = repo.connection_for(session, provider)
     if conn is None:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"no {provider} connection: connect {provider} first "
-                            f"(gpuprov connect {provider} --credential api_key=...)")
+                            f"(gpuprov connect {provider} --credential ...)")
     try:
         credentials = repo.credentials_of(deps.box, conn)
     except SecretError as e:
         raise HTTPException(status.HTTP_409_CONFLICT, f"{provider} connection {conn.id}: {e}") from None
+    # TODO(merge): conn.ca_bundle once store/ has the column.
+    options = ConnectionOptions(endpoint=conn.endpoint, ca_bundle=getattr(conn, "ca_bundle", None))
+    return conn.id, credentials, options
+
+
+@router.get("/{provider}/offers", response_model=Page[OfferOut],
+            responses={409: {"description": "not connected"}, 422: {"description": "unknown cloud"},
+                       502: {"description": "the cloud failed"}})
+async def list_offers(
+    provider: Annotated[CloudId, Path()],
+    deps: DepsDep,
+    page: PageDep,
+    spot: bool | None = None,
+    gpu: Annotated[str | None, Query(min_length=1, max_length=40)] = None,
+    region: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    gpu_count: Annotated[int | None, Query(ge=1, le=64)] = None,
+) -> Page[OfferOut]:
+    """Live offers, cheapest first. Computed per request: pages are slices of that one answer."""
+    adapter_class(provider)  # an adapter that cannot load here -> 422 with the reason
+    conn_id, credentials, options = await in_thread(_connection, deps, provider)
     query = OfferQuery(gpu=gpu, gpu_count=gpu_count, region=region, spot=spot)
     try:
-        async with registry.build(provider, credentials, endpoint=conn.endpoint,
+        async with registry.build(provider, credentials, options=options,
                                   installation_id=deps.installation_id) as cloud:
-            return await cloud.offers(query)
+            found = await cloud.offers(query)
     except ProviderError as e:
         raise provider_http_error(provider, e) from None
+    fingerprint = f"{provider}|{query.model_dump_json()}"
+    return offset_page("offers", [OfferOut.of(o) for o in found], page, query=fingerprint)

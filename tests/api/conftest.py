@@ -3,6 +3,8 @@ FakeCloud adapter and a FakeWorkflows recorder in place of Temporal."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,6 +24,7 @@ from providers.base import (
     AuthError,
     Capabilities,
     CloudProvider,
+    ConnectionOptions,
     GpuSpec,
     InstanceRef,
     InstanceStatus,
@@ -31,6 +34,7 @@ from providers.base import (
     ProviderError,
     rank_offers,
 )
+from providers.credentials import ApiKeyCredentials
 from store import migrate, repo
 from store.db import make_engine
 from store.secrets import SecretBox
@@ -46,7 +50,7 @@ class FakeCloud(CloudProvider):
     id = "fakecloud"
     capabilities = Capabilities(display_name="Fake Cloud", regions=["r1", "r2"], spot=False, ports=False,
                                 ports_reason="--port needs a firewall API; Fake Cloud has none")
-    credential_fields: ClassVar[list[str]] = ["api_key"]
+    credentials_model = ApiKeyCredentials
     OFFERS: ClassVar[list[Offer]] = [
         Offer(provider="fakecloud", instance_type="gpu.h100", gpu=GpuSpec(name="H100", count=1), vcpus=8,
               memory_gib=64, region="r2", price_per_hour=2.5),
@@ -56,7 +60,7 @@ class FakeCloud(CloudProvider):
     FAIL: ClassVar[ProviderError | None] = None
 
     async def verify(self) -> str:
-        if self.credentials["api_key"] != GOOD_KEY:
+        if self.credentials.reveal()["api_key"] != GOOD_KEY:
             raise AuthError("Fake Cloud refused the API key")
         return "fake-account-7"
 
@@ -102,21 +106,45 @@ class FakeWorkflows:
             raise self.fail_with
         assert workflow == "ConnectWorkflow"
         conn_id = arg.connection_id  # type: ignore[attr-defined]
+        # Like the real activity: database work on a thread, the cloud call on the loop.
+        cloud = await asyncio.to_thread(self._load, conn_id)
+        try:
+            account = await cloud.verify()
+        except ProviderError as e:
+            await asyncio.to_thread(self._mark, conn_id, status="failed", error=e.message)
+            return ConnectResult(connection_id=conn_id, ok=False, reason=e.message)
+        await asyncio.to_thread(self._mark, conn_id, status="connected", account=account)
+        return ConnectResult(connection_id=conn_id, ok=True, account=account)
+
+    def _load(self, conn_id: str) -> CloudProvider:
         with Session(self.engine) as session:
             row = repo.get_connection(session, conn_id)
             assert row is not None and row.status == "pending"
-            cloud = registry.build(row.provider, repo.credentials_of(self.box, row), endpoint=row.endpoint)
-            try:
-                account = await cloud.verify()
-            except ProviderError as e:
-                repo.mark_connection(session, conn_id, status="failed", error=e.message)
-                return ConnectResult(connection_id=conn_id, ok=False, reason=e.message)
-            repo.mark_connection(session, conn_id, status="connected", account=account)
-            return ConnectResult(connection_id=conn_id, ok=True, account=account)
+            options = ConnectionOptions(endpoint=row.endpoint, ca_bundle=getattr(row, "ca_bundle", None))
+            return registry.build(row.provider, repo.credentials_of(self.box, row), options=options,
+                                  installation_id="inst0001")
+
+    def _mark(self, conn_id: str, **outcome: Any) -> None:
+        with Session(self.engine) as session:
+            repo.mark_connection(session, conn_id, **outcome)
+
+
+def accept_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until store/ (another branch) adds `ca_bundle` to repo.add_connection, accept and drop it.
+    A no-op once the real signature has it."""
+    real = repo.add_connection
+    if "ca_bundle" in inspect.signature(real).parameters:
+        return
+
+    def add_connection(*args: Any, ca_bundle: str | None = None, **kwargs: Any) -> Any:
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(repo, "add_connection", add_connection)
 
 
 @pytest.fixture(autouse=True)
-def fake_cloud() -> Any:
+def fake_cloud(monkeypatch: pytest.MonkeyPatch) -> Any:
+    accept_ca_bundle(monkeypatch)
     registry.register_for_tests(FakeCloud)
     FakeCloud.FAIL = None
     yield FakeCloud
@@ -164,4 +192,18 @@ async def connect_fake(client: httpx.AsyncClient) -> dict[str, Any]:
     return body
 
 
-__all__ = ["FakeCloud", "FakeWorkflows", "WorkflowFailed", "WorkflowUnavailable", "connect_fake"]
+async def all_items(client: httpx.AsyncClient, url: str, **params: Any) -> list[dict[str, Any]]:
+    """Every item of a paginated list, following next_cursor."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        r = await client.get(url, params={**params, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        items += r.json()["items"]
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return items
+
+
+__all__ = ["FakeCloud", "FakeWorkflows", "WorkflowFailed", "WorkflowUnavailable", "all_items",
+           "connect_fake"]

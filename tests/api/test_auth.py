@@ -13,6 +13,7 @@ async def test_compute_routes_need_the_bearer_token(client: httpx.AsyncClient,
     client.headers.pop("Authorization")
     for method, path in [("GET", "/api/compute/connections"), ("GET", "/api/compute/instances"),
                          ("POST", "/api/compute/instances"), ("GET", "/api/compute/backends/x/offers"),
+                         ("GET", "/api/compute/clouds"),
                          ("DELETE", "/api/compute/connections/x")]:
         r = await client.request(method, path, headers=headers, json={})
         assert r.status_code == 401, (method, path, r.text)
@@ -21,9 +22,9 @@ async def test_compute_routes_need_the_bearer_token(client: httpx.AsyncClient,
 
 
 async def test_token_grants_access_and_openapi_lists_the_routes(client: httpx.AsyncClient) -> None:
-    assert (await client.get("/api/compute/instances")).json() == []
+    assert (await client.get("/api/compute/instances")).json() == {"items": [], "next_cursor": None}
     paths = (await client.get("/openapi.json")).json()["paths"]
     assert {"/api/compute/connections", "/api/compute/instances", "/api/compute/instances/{instance_id}",
             "/api/compute/instances/{instance_id}/terminate",
-            "/api/compute/backends/{provider}/offers"} <= set(paths)
+            "/api/compute/backends/{provider}/offers", "/api/compute/clouds"} <= set(paths)
     assert (await client.get("/healthz")).json() == {"status": "ok"}

@@ -1,11 +1,21 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 import httpx
-from sqlmodel import Session
+import pytest
+import sqlalchemy as sa
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from sqlmodel import Session, select
 
 from api.deps import WorkflowFailed, WorkflowUnavailable
 from store import repo
-from store.models import Instance
+from store.models import Connection, Instance
+from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, FakeWorkflows, connect_fake
 
 URL = "/api/compute/connections"
@@ -20,7 +30,7 @@ async def test_connect_verifies_and_never_returns_secrets(client: httpx.AsyncCli
     assert name == "ConnectWorkflow" and wf_id == f"connect-{created['id']}"
     assert arg.model_dump() == {"connection_id": created["id"]}  # ids, never credentials
     listed = await client.get(URL)
-    assert listed.status_code == 200 and [c["id"] for c in listed.json()] == [created["id"]]
+    assert listed.status_code == 200 and [c["id"] for c in listed.json()["items"]] == [created["id"]]
     for text in (str(created), listed.text):
         assert GOOD_KEY not in text and "credentials" not in text and "secret" not in text
 
@@ -30,19 +40,19 @@ async def test_bad_credentials_are_a_400_with_the_reason_and_nothing_is_saved(
     r = await client.post(URL, json={"provider": "fakecloud", "credentials": {"api_key": "nope"}})
     assert r.status_code == 400
     assert "Fake Cloud refused the API key" in r.json()["detail"]
-    assert (await client.get(URL)).json() == []
+    assert (await client.get(URL)).json()["items"] == []
 
 
 async def test_unknown_provider_and_missing_fields_fail_before_any_workflow(
         client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
     r = await client.post(URL, json={"provider": "nimbus", "credentials": {"api_key": "k"}})
-    assert r.status_code == 422 and "nimbus" in r.json()["detail"] and "fakecloud" in r.json()["detail"]
+    assert r.status_code == 422 and "unknown cloud 'nimbus'" in r.text and "fakecloud" in r.text
     r = await client.post(URL, json={"provider": "fakecloud", "credentials": {}})
     assert r.status_code == 422 and "api_key" in r.json()["detail"]
     r = await client.post(URL, json={"provider": "fakecloud", "credentials": {"api_key": "k"},
                                      "endpoint": "not a url"})
     assert r.status_code == 422
-    assert workflows.executes == [] and (await client.get(URL)).json() == []
+    assert workflows.executes == [] and (await client.get(URL)).json()["items"] == []
 
 
 async def test_temporal_down_or_workflow_failure_leaves_nothing(client: httpx.AsyncClient,
@@ -54,13 +64,13 @@ async def test_temporal_down_or_workflow_failure_leaves_nothing(client: httpx.As
     workflows.fail_with = WorkflowFailed("ConnectWorkflow did not finish within 60s", timed_out=True)
     r = await client.post(URL, json=body)
     assert r.status_code == 504 and "did not finish" in r.json()["detail"]
-    assert (await client.get(URL)).json() == []
+    assert (await client.get(URL)).json()["items"] == []
 
 
 async def test_delete(client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
     created = await connect_fake(client)
     assert (await client.delete(f"{URL}/{created['id']}")).status_code == 204
-    assert (await client.get(URL)).json() == []
+    assert (await client.get(URL)).json()["items"] == []
     r = await client.delete(f"{URL}/{created['id']}")
     assert r.status_code == 404 and created["id"] in r.json()["detail"]
     assert workflows.starts == []
@@ -78,10 +88,116 @@ async def test_delete_terminates_live_instances_first(client: httpx.AsyncClient,
     assert (await client.delete(f"{URL}/{conn['id']}")).status_code == 204
     assert [(w, a.allocation_id, i, e) for w, a, i, e in workflows.starts] == [  # type: ignore[attr-defined]
         ("TerminateWorkflow", "live1", "terminate-live1", True)]
-    [listed] = (await client.get(URL)).json()
+    [listed] = (await client.get(URL)).json()["items"]
     assert listed["status"] == "removing"  # kept: the terminate activity still needs its credentials
     assert (await client.get("/api/compute/backends/fakecloud/offers")).status_code == 409
     with Session(engine) as s:
         assert repo.get_instance(s, "live1").status == "terminating"  # type: ignore[union-attr]
         repo.update_instance(s, "live1", status="terminated")
-    assert (await client.get(URL)).json() == []
+    # A read never writes: the row stays `removing` until the disconnect workflow deletes it.
+    assert [c["status"] for c in (await client.get(URL)).json()["items"]] == ["removing"]
+
+
+# --------------------------------------------------------------------------- typed credentials
+
+SECRET = "s3cr3t-value-never-echoed"
+
+
+@pytest.mark.parametrize(("credentials", "named"), [
+    ({"api_key": GOOD_KEY, "region": SECRET}, "region"),  # unknown field
+    ({"api_kee": SECRET}, "api_key"),  # missing (and the typo named too)
+    ({}, "api_key"),
+    ({"api_key": ""}, "api_key"),
+    ({"api_key": 12345678901}, "api_key"),  # wrong type
+    ({"api_key": {"nested": SECRET}}, "api_key"),  # refused by the body schema itself
+    ({"api_key": [SECRET]}, "api_key"),
+])
+async def test_credentials_are_validated_by_the_clouds_model_before_anything_is_stored(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine, credentials: dict[str, Any],
+        named: str) -> None:
+    r = await client.post(URL, json={"provider": "fakecloud", "credentials": credentials})
+    assert r.status_code == 422, r.text
+    assert named in r.text
+    for value in (SECRET, GOOD_KEY, "12345678901"):
+        assert value not in r.text
+    assert workflows.executes == []
+    with Session(engine) as s:
+        assert s.exec(select(Connection)).all() == []
+
+
+async def test_credentials_are_stored_as_the_model_normalises_them(client: httpx.AsyncClient,
+                                                                   engine: sa.Engine, box: SecretBox) -> None:
+    r = await client.post(URL, json={"provider": "fakecloud", "credentials": {"api_key": f"  {GOOD_KEY}\n"}})
+    assert r.status_code == 201, r.text
+    with Session(engine) as s:
+        row = s.get(Connection, r.json()["id"])
+        assert row is not None and GOOD_KEY.encode() not in row.secret
+        assert repo.credentials_of(box, row) == {"api_key": GOOD_KEY}
+
+
+def pem_certificate() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "private-ca.test")])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+async def test_endpoint_and_ca_bundle_are_stored_with_the_connection(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    real = repo.add_connection
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(repo, "add_connection", spy)
+    pem = pem_certificate()
+    r = await client.post(URL, json={"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY},
+                                     "endpoint": "https://fake.example/v1", "ca_bundle": pem})
+    assert r.status_code == 201, r.text
+    [kwargs] = calls
+    assert kwargs["endpoint"] == "https://fake.example/v1" and kwargs["ca_bundle"] == pem
+    assert r.json()["endpoint"] == "https://fake.example/v1"
+
+
+@pytest.mark.parametrize("ca_bundle", ["", "not a certificate", "-----BEGIN CERTIFICATE-----\nAAAA\n"
+                                       "-----END CERTIFICATE-----\n", "x" * 64_001])
+async def test_a_bad_ca_bundle_is_a_422_naming_it(client: httpx.AsyncClient, workflows: FakeWorkflows,
+                                                 ca_bundle: str) -> None:
+    r = await client.post(URL, json={"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY},
+                                     "ca_bundle": ca_bundle})
+    assert r.status_code == 422 and "ca_bundle" in r.text, r.text
+    assert workflows.executes == []
+
+
+# --------------------------------------------------------------------------- reads do not write
+
+
+async def test_listing_connections_writes_nothing(client: httpx.AsyncClient, workflows: FakeWorkflows,
+                                                  engine: sa.Engine) -> None:
+    conn = await connect_fake(client)
+    with Session(engine) as s:
+        s.add(Instance(id="live1", provider="fakecloud", connection_id=conn["id"], workflow_id="w",
+                       status="ready"))
+        s.commit()
+    assert (await client.delete(f"{URL}/{conn['id']}")).status_code == 204
+    with Session(engine) as s:  # its instance is gone: what the old GET purged
+        repo.update_instance(s, "live1", status="terminated")
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement.split(None, 1)[0].upper())
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        r = await client.get(URL)
+        r2 = await client.get(URL, params={"limit": 1})
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert r.status_code == r2.status_code == 200
+    assert statements and set(statements) == {"SELECT"}, statements
+    assert [c["status"] for c in r.json()["items"]] == ["removing"]

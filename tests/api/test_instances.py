@@ -38,7 +38,7 @@ async def test_invalid_requests_are_422_before_any_workflow(
     assert r.status_code == 422, r.text
     assert reason in r.text
     assert workflows.starts == []
-    assert (await client.get(URL)).json() == []
+    assert (await client.get(URL)).json()["items"] == []
 
 
 async def test_not_connected_is_409(client: httpx.AsyncClient, workflows: FakeWorkflows,
@@ -64,7 +64,7 @@ async def test_create_records_the_row_and_starts_allocate(client: httpx.AsyncCli
     got = (await client.get(f"{URL}/{iid}")).json()
     assert got["status"] == "provisioning" and got["phase"] == "validate" and got["ssh"] is None
     assert got["requested"] == {"gpu": "H100", "gpu_count": 1, "region": "r2", "spot": None}
-    assert [i["id"] for i in (await client.get(URL)).json()] == [iid]
+    assert [i["id"] for i in (await client.get(URL)).json()["items"]] == [iid]
 
 
 async def test_reads_come_from_the_database(client: httpx.AsyncClient, ssh_key: str,
@@ -88,8 +88,9 @@ async def test_reads_come_from_the_database(client: httpx.AsyncClient, ssh_key: 
     assert got["gpus"] == [{"index": 0, "name": "NVIDIA H100"}] and got["price_per_hour"] == 2.5
     assert got["region"] == "r2" and got["note"] == "k3s skipped"
     assert got["created_at"].endswith(("+00:00", "Z"))
-    assert (await client.get(URL, params={"status": "ready"})).json()[0]["id"] == iid
-    assert (await client.get(URL, params={"status": "failed"})).json() == []
+    assert (await client.get(URL, params={"status": "ready"})).json()["items"][0]["id"] == iid
+    assert (await client.get(URL, params={"status": "failed"})).json()["items"] == []
+    assert (await client.get(URL, params={"status": "bogus"})).status_code == 422
     r = await client.get(f"{URL}/nope")
     assert r.status_code == 404 and "nope" in r.json()["detail"]
 
@@ -116,5 +117,5 @@ async def test_temporal_down_marks_the_row_failed(client: httpx.AsyncClient, wor
     workflows.fail_with = WorkflowUnavailable("Temporal at 127.0.0.1:7233 is not reachable")
     r = await client.post(URL, json=body(ssh_key))
     assert r.status_code == 503 and "not reachable" in r.json()["detail"]
-    [row] = (await client.get(URL)).json()
+    [row] = (await client.get(URL)).json()["items"]
     assert row["status"] == "failed" and "not reachable" in row["error"]

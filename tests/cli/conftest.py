@@ -3,6 +3,7 @@ API tests' FakeCloud and a FakeWorkflows that plays the workflows' record writes
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from sqlmodel import Session
 
-import cli
+import cli.client
 from api.app import create_app
 from api.deps import AppDeps
 from providers import registry
@@ -20,7 +21,7 @@ from store import migrate, repo
 from store.db import make_engine
 from store.models import Attempt
 from store.secrets import SecretBox
-from tests.api.conftest import FakeCloud, FakeWorkflows
+from tests.api.conftest import FakeCloud, FakeWorkflows, accept_ca_bundle
 
 TOKEN = "cli-test-token"
 
@@ -60,9 +61,11 @@ def workflows(engine: sa.Engine) -> FakeInstantWorkflows:
 
 
 @pytest.fixture(autouse=True)
-def api(monkeypatch: pytest.MonkeyPatch, engine: sa.Engine, workflows: FakeInstantWorkflows) -> TestClient:
+def api(monkeypatch: pytest.MonkeyPatch, engine: sa.Engine,
+        workflows: FakeInstantWorkflows) -> Iterator[TestClient]:
     registry.register_for_tests(FakeCloud)
     FakeCloud.FAIL = None
+    accept_ca_bundle(monkeypatch)
     deps = AppDeps(engine=engine, box=workflows.box, api_token=TOKEN, installation_id="inst0001",
                    workflows=workflows)
     app = create_app(deps)
@@ -70,7 +73,7 @@ def api(monkeypatch: pytest.MonkeyPatch, engine: sa.Engine, workflows: FakeInsta
     def http_client(base_url: str, token: str) -> TestClient:
         return TestClient(app, base_url=base_url, headers={"Authorization": f"Bearer {token}"})
 
-    monkeypatch.setattr(cli, "http_client", http_client)
+    monkeypatch.setattr(cli.client, "http_client", http_client)
     monkeypatch.setenv("GPUPROV_TOKEN", TOKEN)
     monkeypatch.setenv("GPUPROV_POLL_INTERVAL", "0.01")
     yield TestClient(app)

@@ -1,0 +1,140 @@
+"""One page shape for every list: `?limit=1..200&cursor=<opaque>` in, `{"items", "next_cursor"}` out.
+
+Database lists page by keyset — the sort key (created_at, id) of the last row shown — never by
+offset, so rows inserted between two requests are neither skipped nor repeated. Lists computed per
+request (live offers) page by offset. Either way the cursor is opaque to clients: base64url of a
+small JSON object naming the list it belongs to, so a cursor handed to another list (or mangled)
+is a 422 with the reason instead of a wrong page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Generic, TypeVar
+
+import sqlalchemy as sa
+from fastapi import HTTPException, Query, status
+from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import Session
+from sqlmodel.sql.expression import SelectOfScalar
+
+T = TypeVar("T")
+Row = TypeVar("Row")
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+_CURSOR_VERSION = 1
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list. Pass `next_cursor` back as `cursor` for the next page; null: the last page."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class PageQuery(BaseModel):
+    """The paging query parameters every list route takes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="items per page")
+    cursor: str | None = Field(None, min_length=1, max_length=1000,
+                               description="`next_cursor` of the previous page (opaque)")
+
+
+PageDep = Annotated[PageQuery, Query()]
+
+
+def bad_cursor(reason: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid cursor: {reason}")
+
+
+def encode_cursor(kind: str, **position: Any) -> str:
+    payload = {"v": _CURSOR_VERSION, "k": kind, **position}
+    raw = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
+    """The position inside `cursor`; HTTP 422 when it is not a cursor of list `kind`."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        payload = json.loads(raw)
+    except (binascii.Error, ValueError):
+        raise bad_cursor("not a cursor this API issued (pass next_cursor back unchanged)") from None
+    if not isinstance(payload, dict) or payload.get("v") != _CURSOR_VERSION:
+        raise bad_cursor("not a cursor this API issued (pass next_cursor back unchanged)")
+    if payload.get("k") != kind:
+        raise bad_cursor(f"it belongs to another list, not {kind}")
+    return payload
+
+
+# --------------------------------------------------------------------------- keyset (database)
+
+
+@dataclass(frozen=True)
+class Keyset:
+    """A list ordered by (created_at, id), newest first (`descending`) or oldest first."""
+
+    kind: str
+    created_at: Any  # the mapped column
+    id: Any
+    descending: bool
+
+    def position(self, cursor: str | None) -> tuple[datetime, str] | None:
+        if cursor is None:
+            return None
+        payload = decode_cursor(cursor, self.kind)
+        try:
+            at, key = datetime.fromisoformat(payload["t"]), payload["i"]
+        except (KeyError, TypeError, ValueError):
+            raise bad_cursor("its position is malformed") from None
+        if not isinstance(key, str):
+            raise bad_cursor("its position is malformed")
+        return at, key
+
+    def fetch(self, session: Session, stmt: SelectOfScalar[Row],
+              page: PageQuery) -> tuple[list[Row], str | None]:
+        """Rows of `stmt` (filtered, not yet ordered) after the cursor, and the next cursor."""
+        after = self.position(page.cursor)
+        at_col, id_col = self.created_at, self.id
+        if after is not None:
+            at, key = after
+            if self.descending:
+                stmt = stmt.where(sa.or_(at_col < at, sa.and_(at_col == at, id_col < key)))
+            else:
+                stmt = stmt.where(sa.or_(at_col > at, sa.and_(at_col == at, id_col > key)))
+        order = (at_col.desc(), id_col.desc()) if self.descending else (at_col.asc(), id_col.asc())
+        rows = list(session.exec(stmt.order_by(*order).limit(page.limit + 1)).all())
+        if len(rows) <= page.limit:
+            return rows, None
+        rows = rows[:page.limit]
+        last = rows[-1]
+        at_value = getattr(last, at_col.key)
+        return rows, encode_cursor(self.kind, t=at_value.isoformat(), i=getattr(last, id_col.key))
+
+
+# --------------------------------------------------------------------------- offset (computed lists)
+
+
+def offset_page(kind: str, items: Sequence[T], page: PageQuery, *, query: str = "") -> Page[T]:
+    """A page of a list computed per request. `query` fingerprints the filters: a cursor is only
+    valid with the filters it was issued for."""
+    start = 0
+    if page.cursor is not None:
+        payload = decode_cursor(page.cursor, kind)
+        offset = payload.get("o")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise bad_cursor("its position is malformed")
+        start = offset
+        if payload.get("q", "") != query:
+            raise bad_cursor("it was issued for other filters (start again without a cursor)")
+    end = start + page.limit
+    following = encode_cursor(kind, o=end, q=query) if end < len(items) else None
+    return Page(items=list(items[start:end]), next_cursor=following)

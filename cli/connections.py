@@ -1,0 +1,47 @@
+"""Connection commands: `connect` (verified before it is saved) and `connections`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.client import Api
+from cli.output import fail, table
+from providers import registry
+
+
+def connect(
+    provider: Annotated[str, typer.Argument(help=f"cloud id: {', '.join(registry.known())}")],
+    credential: Annotated[list[str] | None, typer.Option(
+        "--credential", "-c", help="KEY=VALUE (repeatable); `gpuprov clouds` lists each cloud's keys",
+    )] = None,
+    endpoint: Annotated[str | None, typer.Option(help="API endpoint override")] = None,
+    ca_bundle: Annotated[Path | None, typer.Option(
+        "--ca-bundle", help="PEM file of certificates to trust for the endpoint")] = None,
+    name: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Connect a cloud account; the credentials are verified before they are saved."""
+    creds: dict[str, str] = {}
+    for item in credential or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise fail(f"--credential wants KEY=VALUE, got {item.split('=')[0]!r}...")
+        creds[key] = value
+    body: dict[str, Any] = {"provider": provider, "credentials": creds, "endpoint": endpoint, "name": name}
+    if ca_bundle is not None:
+        try:
+            body["ca_bundle"] = ca_bundle.read_text()
+        except OSError as e:
+            raise fail(f"cannot read --ca-bundle {ca_bundle}: {e.strerror}") from None
+    conn = Api().call("POST", "/connections", json={k: v for k, v in body.items() if v is not None})
+    typer.echo(f"connected {conn['provider']} as {conn['account']} "
+               f"(connection {conn['id']}, {conn['name']!r})")
+
+
+def connections() -> None:
+    """List cloud connections (never their secrets)."""
+    rows = [[c["id"], c["provider"], c["name"], c["account"] or "-", c["status"]]
+            for c in Api().items("/connections")]
+    table(rows, ["ID", "PROVIDER", "NAME", "ACCOUNT", "STATUS"]) if rows else typer.echo("no connections")

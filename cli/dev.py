@@ -1,0 +1,234 @@
+"""`gpuprov dev` (what `make run` runs): the Temporal dev server, the simulated clouds, the worker
+and the API on this machine, with every simulated cloud of the registry connected.
+Ctrl-C stops everything; state under $GPUPROV_HOME survives a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+
+from cli.output import reason
+from cli.supervise import DevError, Supervisor, http_ok, temporal_up, worker_polling
+from providers import registry
+
+TOKENS_FILE = "cloud-tokens.json"
+
+
+def _env_port(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+@dataclass
+class DevConfig:
+    home: Path
+    api_port: int = 8000
+    temporal_port: int = 7233
+    ui_port: int = 8233
+    cloud_port: int = 8765
+    boot_timeout_s: float = 60.0
+    host: str = "127.0.0.1"
+
+    @classmethod
+    def from_env(cls) -> DevConfig:
+        from settings import Settings
+
+        return cls(home=Settings().home.resolve(),
+                   api_port=_env_port("GPUPROV_API_PORT", 8000),
+                   temporal_port=_env_port("GPUPROV_TEMPORAL_PORT", 7233),
+                   ui_port=_env_port("GPUPROV_TEMPORAL_UI_PORT", 8233),
+                   cloud_port=_env_port("GPUPROV_LOCALCLOUD_PORT", 8765),
+                   boot_timeout_s=float(os.environ.get("GPUPROV_DEV_BOOT_TIMEOUT", "60")))
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.host}:{self.api_port}"
+
+    @property
+    def cloud_url(self) -> str:
+        return f"http://{self.host}:{self.cloud_port}"
+
+    @property
+    def temporal_address(self) -> str:
+        return f"{self.host}:{self.temporal_port}"
+
+
+# --------------------------------------------------------------------------- simulated clouds
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` whole (mode 0600): a reader sees the old file or the new one, never half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def cloud_tokens(home: Path, clouds: list[str]) -> dict[str, str]:
+    """A token for each simulated cloud, kept in home/cloud-tokens.json: stable across restarts
+    (connections store them); a cloud added since the last start gets one, the others keep theirs."""
+    path = home / TOKENS_FILE
+    tokens: dict[str, str] = {}
+    if path.exists():
+        try:
+            tokens = json.loads(path.read_text())
+        except ValueError as e:
+            raise DevError(f"{path} is not valid JSON ({e}); remove it to start over") from None
+        if not isinstance(tokens, dict):
+            raise DevError(f"{path} should hold an object of cloud id to token; remove it to start over")
+    missing = [c for c in clouds if not tokens.get(c)]
+    if missing or not path.exists():
+        tokens.update({c: secrets.token_urlsafe(24) for c in missing})
+        _write_private(path, json.dumps(tokens, indent=2, sort_keys=True) + "\n")
+    return {c: tokens[c] for c in clouds}
+
+
+def connection_bodies(cloud_url: str, tokens: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """POST /connections bodies for every simulated cloud, from its facade in the registry."""
+    bodies = {}
+    for cloud, token in tokens.items():
+        facade = registry.simulation(cloud)
+        bodies[cloud] = {"provider": cloud, "name": facade.display_name,
+                         "credentials": facade.credentials(token), "endpoint": cloud_url + facade.prefix}
+    return bodies
+
+
+async def _all_items(client: httpx.AsyncClient, path: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 200}
+    while True:
+        r = await client.get(path, params=params)
+        r.raise_for_status()
+        items += r.json()["items"]
+        if not r.json().get("next_cursor"):
+            return items
+        params["cursor"] = r.json()["next_cursor"]
+
+
+async def connect_simulated(c: httpx.AsyncClient, bodies: dict[str, dict[str, Any]]) -> None:
+    """Connect each cloud of `bodies` not yet connected, through the API (so each is verified)."""
+    have = {x["provider"] for x in await _all_items(c, "/connections") if x["status"] == "connected"}
+    for cloud, body in bodies.items():
+        if cloud in have:
+            continue
+        r = await c.post("/connections", json=body)
+        if r.status_code == 201:
+            typer.echo(f"  connected {body['name']} ({r.json()['account']})")
+        else:
+            try:
+                why = reason(r.json().get("detail"))
+            except ValueError:  # not JSON: a proxy's page, a crash
+                why = f"HTTP {r.status_code} {r.text[:200] or r.reason_phrase}"
+            typer.secho(f"  could not connect {cloud}: {why}", fg=typer.colors.YELLOW)
+
+
+def simulation_argv(cfg: DevConfig, tokens: dict[str, str]) -> list[str]:
+    """The simulation server, serving every simulated cloud with its token (`--token cloud=token` each)."""
+    token_args = [arg for cloud, tok in tokens.items() for arg in ("--token", f"{cloud}={tok}")]
+    return [sys.executable, "-m", "fakeclouds.server", "--host", cfg.host, "--port", str(cfg.cloud_port),
+            "--state-dir", str(cfg.home / "localcloud"), *token_args]
+
+
+# --------------------------------------------------------------------------- the supervisor
+
+
+async def run_dev(cfg: DevConfig) -> int:
+    from api.deps import load_or_create_token
+    from settings import Settings
+    from store.identity import installation_id
+    from store.migrate import upgrade
+    from store.secrets import load_or_create_key
+
+    cfg.home.mkdir(parents=True, exist_ok=True)
+    load_or_create_key(cfg.home)
+    token = load_or_create_token(cfg.home)
+    inst_id = installation_id(cfg.home)
+    simulated = registry.simulated()
+    settings = Settings(home=cfg.home)
+    child_env = {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
+                 "GPUPROV_API_URL": cfg.api_url}
+    stack = Supervisor(cfg.home, child_env, boot_timeout_s=cfg.boot_timeout_s)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stack.stop_requested.set)
+
+    bindir = Path(sys.executable).parent
+    typer.echo(f"gpuprov dev: home {cfg.home}, installation {inst_id}")
+    try:
+        tokens = cloud_tokens(cfg.home, simulated)
+        bodies = connection_bodies(cfg.cloud_url, tokens)  # before anything starts: facades load
+        from workflows.search_attributes import dev_server_args
+
+        await stack.launch("temporal", [
+            str(bindir / "temporal"), "server", "start-dev",
+            "--db-filename", str(cfg.home / "temporal.db"),
+            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=NORMAL",
+            "--ip", cfg.host, "--port", str(cfg.temporal_port), "--ui-port", str(cfg.ui_port),
+            "--ui-disable-news-fetch", "--log-level", "warn", *dev_server_args(),
+        ], lambda: temporal_up(cfg.temporal_address))
+        await stack.launch("localcloud", simulation_argv(cfg, tokens),
+                           lambda: http_ok(f"{cfg.cloud_url}/_fake/health"))
+        upgrade(settings.resolved_database_url())
+        await stack.launch("worker", [sys.executable, "-m", "cli", "worker"],
+                           lambda: worker_polling(cfg.temporal_address, settings.task_queue))
+        await stack.launch("api", [
+            sys.executable, "-m", "uvicorn", "--factory", "api.app:build_app", "--host", cfg.host,
+            "--port", str(cfg.api_port), "--log-level", "warning",
+        ], lambda: http_ok(f"{cfg.api_url}/healthz"))
+        async with httpx.AsyncClient(base_url=cfg.api_url + "/api/compute", timeout=90,
+                                     headers={"Authorization": f"Bearer {token}"}) as client:
+            await connect_simulated(client, bodies)
+    except DevError as e:
+        if not stack.stop_requested.is_set():
+            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+        typer.echo("stopping")
+        stack.stop_all()
+        return 0 if stack.stop_requested.is_set() else 1
+
+    example = f"gpuprov up --cloud {simulated[0]}" if simulated else "gpuprov connect <cloud> -c KEY=VALUE"
+    typer.echo(f"""
+  API          {cfg.api_url}   (docs {cfg.api_url}/docs)
+  Web UI       http://{cfg.host}:{cfg.ui_port}   (Temporal)
+  clouds       {cfg.cloud_url}   (simulated: {', '.join(simulated) or 'none'})
+  logs         {cfg.home / 'logs'}
+  API token    {token}
+
+  export GPUPROV_TOKEN={token} GPUPROV_API_URL={cfg.api_url}
+  {example:<29} # Ctrl-C here stops everything
+""", nl=False)
+    sys.stdout.flush()
+    code = 0
+    while not stack.stop_requested.is_set():
+        dead = stack.first_dead()
+        if dead is not None:
+            typer.secho(f"error: {dead.name} exited with code {dead.exited()}; last lines of {dead.log}:\n"
+                        f"{dead.tail()}", fg=typer.colors.RED, err=True)
+            code = 1
+            break
+        try:
+            await asyncio.wait_for(stack.stop_requested.wait(), timeout=0.5)
+        except TimeoutError:
+            pass
+    typer.echo("stopping: api, worker, localcloud, temporal")
+    stack.stop_all()
+    typer.echo("stopped")
+    return code
+
+
+def dev() -> None:
+    """Run everything locally: Temporal dev server, simulated clouds, worker and API."""
+    raise typer.Exit(asyncio.run(run_dev(DevConfig.from_env())))

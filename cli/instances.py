@@ -1,0 +1,131 @@
+"""Instance commands: `up` (allocate and follow), `ls`, `down` (terminate and wait until gone)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.client import Api
+from cli.output import fail, money, print_attempt, ssh_command, table
+from providers import registry
+
+TERMINAL = {"ready", "failed", "terminated"}
+
+
+def _poll_interval() -> float:
+    return float(os.environ.get("GPUPROV_POLL_INTERVAL", "1.0"))
+
+
+def follow(api: Api, instance_id: str, until: set[str], on_attempt: bool = True) -> dict[str, Any]:
+    """Poll the instance, printing every status/phase transition (the recorded events, so a
+    phase shorter than the poll interval is still shown) and new attempts, until `until`."""
+    last_event = 0
+    shown: dict[int, str] = {}  # attempt seq -> outcome already printed
+    start = time.monotonic()
+    while True:
+        inst: dict[str, Any] = api.call("GET", f"/instances/{instance_id}")
+        for ev in inst.get("events", []):
+            if ev["id"] > last_event:
+                typer.echo(f"[{time.monotonic() - start:6.1f}s] {ev['status']:<12} phase {ev['phase']}")
+                last_event = ev["id"]
+        if on_attempt:
+            for a in inst["attempts"]:
+                if shown.get(a["seq"]) != a["outcome"]:
+                    print_attempt(a)
+                    shown[a["seq"]] = a["outcome"]
+        if inst["status"] in until:
+            return inst
+        time.sleep(_poll_interval())
+
+
+def read_ssh_key(path: Path | None) -> str:
+    ssh_dir = Path.home() / ".ssh"
+    candidates = [path] if path else [ssh_dir / "id_ed25519.pub", ssh_dir / "id_rsa.pub"]
+    for p in candidates:
+        if p is not None and p.is_file():
+            return p.read_text().strip()
+    if path:
+        raise fail(f"SSH public key {path} not found")
+    raise fail("no SSH public key in ~/.ssh (id_ed25519.pub, id_rsa.pub): pass --ssh-key PATH, "
+               "or create one with `ssh-keygen -t ed25519`")
+
+
+def cloud_help() -> str:
+    return f"cloud id: {', '.join(registry.known())}"
+
+
+def up(
+    cloud: Annotated[str, typer.Option("--cloud", help=cloud_help())],
+    gpu: Annotated[str | None, typer.Option(help="GPU name, e.g. H100, A10")] = None,
+    gpu_count: Annotated[int | None, typer.Option("--gpu-count", min=1)] = None,
+    region: Annotated[str | None, typer.Option()] = None,
+    spot: Annotated[bool, typer.Option("--spot", help="spot/preemptible only")] = False,
+    port: Annotated[list[int] | None, typer.Option("--port", help="open this port (repeatable)")] = None,
+    image: Annotated[str | None, typer.Option()] = None,
+    no_k3s: Annotated[bool, typer.Option("--no-k3s", help="skip installing k3s")] = False,
+    ssh_key: Annotated[Path | None, typer.Option(
+        "--ssh-key", help="public key (default ~/.ssh/id_ed25519.pub, then id_rsa.pub)")] = None,
+    name: Annotated[str | None, typer.Option()] = None,
+    project: Annotated[str, typer.Option()] = "default",
+    detach: Annotated[bool, typer.Option("--detach", help="return once accepted")] = False,
+) -> None:
+    """Allocate a machine and follow it until it is ready (or failed)."""
+    api = Api()
+    body = {"cloud": cloud, "gpu": gpu, "gpu_count": gpu_count, "region": region, "spot": spot or None,
+            "ports": port or [], "image": image, "k3s": not no_k3s,
+            "ssh_public_keys": [read_ssh_key(ssh_key)], "name": name, "project": project}
+    accepted = api.call("POST", "/instances", json={k: v for k, v in body.items() if v is not None})
+    iid = accepted["id"]
+    typer.echo(f"allocation {iid} accepted on {cloud}")
+    if detach:
+        return
+    try:
+        inst = follow(api, iid, TERMINAL)
+    except KeyboardInterrupt:
+        typer.echo(f"\nstill provisioning in the background; `gpuprov down {iid}` stops it")
+        raise typer.Exit(130) from None
+    if inst["status"] != "ready":
+        raise fail(f"allocation {iid} {inst['status']}: {inst.get('error') or 'no reason recorded'}")
+    gpus = ", ".join(g.get("name", "?") for g in inst["gpus"]) or "none"
+    typer.echo(f"ready: {inst['instance_type']} in {inst['region']} at {money(inst['price_per_hour'])}; "
+               f"GPUs: {gpus}")
+    if inst.get("note"):
+        typer.echo(f"note: {inst['note']}")
+    cmd = ssh_command(inst)
+    if cmd:
+        typer.secho(cmd, bold=True)
+
+
+def list_instances(
+    all_: Annotated[bool, typer.Option("--all", "-a", help="include terminated")] = False,
+) -> None:
+    """List instances."""
+    rows = []
+    for i in Api().items("/instances"):
+        if i["status"] == "terminated" and not all_:
+            continue
+        rows.append([i["id"], i["name"] or "-", i["cloud"], i["status"], i["phase"],
+                     i["instance_type"] or "-", i["region"] or "-", money(i["price_per_hour"]),
+                     ssh_command(i) or "-"])
+    if not rows:
+        typer.echo("no instances")
+        return
+    table(rows, ["ID", "NAME", "CLOUD", "STATUS", "PHASE", "TYPE", "REGION", "PRICE", "SSH"])
+
+
+def down(
+    instance_id: str,
+    no_wait: Annotated[bool, typer.Option("--no-wait")] = False,
+) -> None:
+    """Terminate an instance and wait until the cloud shows it gone."""
+    api = Api()
+    api.call("POST", f"/instances/{instance_id}/terminate")
+    typer.echo(f"terminating {instance_id}")
+    if no_wait:
+        return
+    inst = follow(api, instance_id, {"terminated"}, on_attempt=False)
+    typer.echo(f"{inst['id']} terminated")

@@ -1,0 +1,91 @@
+"""Cloud ids come from the registry: /clouds lists them, request fields are checked against them
+per request, and OpenAPI shows them as an enum."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from providers import registry
+from tests.api.conftest import FakeCloud, all_items
+
+CLOUDS = "/api/compute/clouds"
+
+
+class LaterCloud(FakeCloud):
+    id = "latercloud"
+
+
+@pytest.fixture
+def later_cloud() -> Iterator[None]:
+    registry.register_for_tests(LaterCloud)
+    yield
+    registry.unregister_for_tests(LaterCloud.id)
+
+
+async def test_clouds_list_every_registered_cloud_with_capabilities_and_form(
+        client: httpx.AsyncClient) -> None:
+    clouds = {c["id"]: c for c in await all_items(client, CLOUDS)}
+    assert sorted(clouds) == registry.known()
+    fake = clouds["fakecloud"]
+    assert fake["display_name"] == "Fake Cloud" and fake["available"] is True
+    caps = fake["capabilities"]
+    assert set(caps) >= {"k3s", "k8s_api", "ports", "spot", "custom_image", "login_user", "side_resources",
+                         "regions"}
+    assert caps["regions"] == ["r1", "r2"] and caps["ports"] is False and caps["k3s"] == "none"
+    assert "default_regions" not in caps and "planning" not in caps
+    assert fake["credentials"] == [{"name": "api_key", "label": "API key", "kind": "secret", "required": True,
+                                    "default": None, "help": None}]
+    for cloud in registry.known():  # the real adapters describe themselves the same way
+        assert clouds[cloud]["capabilities"]["login_user"]
+        assert [f["name"] for f in clouds[cloud]["credentials"]] == list(
+            registry.adapter_class(cloud).credentials_model.model_fields)
+
+
+async def test_a_cloud_whose_adapter_cannot_load_is_listed_as_unavailable(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = registry.adapter_class
+
+    def adapter_class(cloud: str) -> Any:
+        if cloud == "lambda":
+            raise ImportError("No module named 'lambda_sdk'")
+        return real(cloud)
+
+    monkeypatch.setattr(registry, "adapter_class", adapter_class)
+    lam = next(c for c in await all_items(client, CLOUDS) if c["id"] == "lambda")
+    assert lam["available"] is False and "lambda_sdk" in lam["reason"] and lam["capabilities"] is None
+
+
+async def test_openapi_shows_cloud_fields_as_an_enum_of_the_registry(client: httpx.AsyncClient,
+                                                                     later_cloud: None) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    known = registry.known()
+    assert "latercloud" in known and "fakecloud" in known
+    assert schemas["ConnectionCreate"]["properties"]["provider"]["enum"] == known
+    assert schemas["InstanceCreate"]["properties"]["cloud"]["enum"] == known
+    [provider] = [p for p in spec["paths"]["/api/compute/backends/{provider}/offers"]["get"]["parameters"]
+                  if p["name"] == "provider"]
+    assert provider["schema"]["enum"] == known
+    page = spec["paths"]["/api/compute/instances"]["get"]["parameters"]
+    assert {p["name"] for p in page} >= {"limit", "cursor", "status", "project"}
+    offers = spec["paths"]["/api/compute/backends/{provider}/offers"]["get"]["responses"]["200"]
+    assert "OfferOut" in str(offers) and "Offer\"" not in str(offers)
+
+
+async def test_cloud_ids_are_checked_per_request(client: httpx.AsyncClient) -> None:
+    body = {"provider": "latercloud", "credentials": {"api_key": "k"}}
+    r = await client.post("/api/compute/connections", json=body)
+    assert r.status_code == 422 and "unknown cloud 'latercloud'" in r.text
+    registry.register_for_tests(LaterCloud)  # registered after the app was built
+    try:
+        r = await client.post("/api/compute/connections", json=body)
+        assert r.status_code == 400 and "refused the API key" in r.json()["detail"]  # got past validation
+    finally:
+        registry.unregister_for_tests(LaterCloud.id)
+    for bad in ("", "x" * 101, "Fakecloud", "nimbus"):
+        r = await client.post("/api/compute/instances", json={"cloud": bad, "ssh_public_keys": ["k"]})
+        assert r.status_code == 422 and "cloud" in r.text, bad

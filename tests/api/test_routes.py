@@ -1,0 +1,165 @@
+"""No route does synchronous database work on the event loop.
+
+Statically: a route that takes a session is a plain `def` (FastAPI runs it on its threadpool);
+an `async` route takes none and calls nothing that opens one except through `in_thread`.
+At run time: every statement the routes issue runs off the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+
+import api.routers
+from api import deps as api_deps
+from api.deps import AppDeps, get_session
+from store import repo
+from tests.api.conftest import FakeWorkflows, connect_fake
+
+DB_NAMES = {"repo", "session", "open_session", "Session", "select"}
+
+
+def app_routes() -> list[APIRoute]:
+    """The routes of every router module in api/routers (the app includes each of them)."""
+    found = []
+    for info in pkgutil.iter_modules(api.routers.__path__):
+        module = importlib.import_module(f"api.routers.{info.name}")
+        found += [r for r in module.router.routes if isinstance(r, APIRoute)]
+    return found
+
+
+def calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
+    for sub in dependant.dependencies:
+        if sub.call is not None:
+            yield sub.call
+        yield from calls(sub)
+
+
+def touches_db(fn: Callable[..., Any], module: Any, seen: set[str] | None = None) -> bool:
+    """Whether `fn` (a sync helper of `module`) reaches the database, following the module's helpers."""
+    seen = seen if seen is not None else set()
+    if fn.__name__ in seen:
+        return False
+    seen.add(fn.__name__)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in DB_NAMES:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            helper = getattr(module, node.func.id, None)
+            if inspect.isfunction(helper) and helper.__module__ == module.__name__ \
+                    and touches_db(helper, module, seen):
+                return True
+    return False
+
+
+def direct_db_calls(fn: Callable[..., Any]) -> list[str]:
+    """Calls in an async function that would run database code on the loop (not via in_thread)."""
+    module = inspect.getmodule(fn)
+    assert module is not None
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        root = func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id == "repo" and isinstance(func, ast.Attribute):
+            if "session" in inspect.signature(getattr(repo, func.attr)).parameters:
+                found.append(ast.unparse(func))  # a store query; pure helpers (repo.new_id) are fine
+        elif isinstance(root, ast.Name) and root.id in DB_NAMES:
+            found.append(ast.unparse(func))
+        elif isinstance(func, ast.Attribute) and func.attr in {"open_session", "Session"}:
+            found.append(ast.unparse(func))
+        elif isinstance(func, ast.Name):
+            helper = getattr(module, func.id, None)
+            if inspect.isfunction(helper) and not inspect.iscoroutinefunction(helper) \
+                    and helper.__module__ == module.__name__ and touches_db(helper, module):
+                found.append(func.id)
+    return found
+
+
+def test_routes_that_take_a_session_are_sync_and_async_routes_use_the_threadpool() -> None:
+    assert inspect.isgeneratorfunction(get_session)  # FastAPI enters it on the threadpool
+    checked_async = []
+    for route in app_routes():
+        endpoint = route.endpoint
+        takes_session = get_session in set(calls(route.dependant))
+        if inspect.iscoroutinefunction(endpoint):
+            assert not takes_session, f"async {route.path} takes a session"
+            assert direct_db_calls(endpoint) == [], f"async {route.path} calls the database on the loop"
+            checked_async.append(route.name)
+        else:
+            assert not inspect.isasyncgenfunction(endpoint)
+    assert {"create_connection", "delete_connection", "create_instance", "terminate_instance",
+            "list_offers"} <= set(checked_async)
+
+
+def test_the_static_check_catches_a_direct_call() -> None:
+    from api.routers import instances
+    from api.routers.instances import _connection_for
+
+    async def bad(deps: AppDeps) -> None:
+        with instances.open_session(deps) as session:
+            session.commit()
+
+    async def bad_helper(deps: AppDeps) -> None:
+        _connection_for(deps, "x")
+
+    async def bad_repo(deps: AppDeps, session: Any) -> None:
+        repo.get_instance(session, "x")
+
+    async def good(deps: AppDeps) -> None:
+        await api_deps.in_thread(instances._connection_for, deps, "x")
+        repo.new_id()
+
+    for fn in (bad, bad_helper, bad_repo, good):
+        fn.__module__ = instances.__name__
+    assert direct_db_calls(bad) == ["instances.open_session", "session.commit"]
+    assert direct_db_calls(bad_helper) == ["_connection_for"]
+    assert direct_db_calls(bad_repo) == ["repo.get_instance"]
+    assert direct_db_calls(good) == []
+
+
+async def test_no_statement_runs_on_the_event_loop(client: httpx.AsyncClient, engine: sa.Engine,
+                                                   workflows: FakeWorkflows, ssh_key: str) -> None:
+    on_loop: list[str] = []
+    loop_thread = threading.get_ident()  # the ASGI app runs on this test's loop
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if threading.get_ident() == loop_thread:
+            on_loop.append(statement.split(None, 1)[0])
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        conn = await connect_fake(client)
+        refused = {"provider": "fakecloud", "credentials": {"api_key": "bad"}}
+        assert (await client.post("/api/compute/connections", json=refused)).status_code == 400
+        assert (await client.get("/api/compute/connections")).status_code == 200
+        assert (await client.get("/api/compute/clouds")).status_code == 200
+        assert (await client.get("/api/compute/backends/fakecloud/offers")).status_code == 200
+        r = await client.post("/api/compute/instances",
+                              json={"cloud": "fakecloud", "ssh_public_keys": [ssh_key]})
+        assert r.status_code == 202, r.text
+        iid = r.json()["id"]
+        assert (await client.get("/api/compute/instances")).status_code == 200
+        assert (await client.get(f"/api/compute/instances/{iid}")).status_code == 200
+        assert (await client.post(f"/api/compute/instances/{iid}/terminate")).status_code == 202
+        assert (await client.post("/api/compute/instances/nope/terminate")).status_code == 404
+        assert (await client.delete(f"/api/compute/connections/{conn['id']}")).status_code == 204
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert on_loop == []

@@ -1,0 +1,97 @@
+"""What `gpuprov dev` derives from the registry: a token per simulated cloud, the simulation
+server's arguments, and one verified connection per simulated cloud (no process is started here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from api.app import create_app
+from api.deps import AppDeps
+from cli import dev
+from fakeclouds.facade import Facade
+from providers import registry
+from tests.api.conftest import GOOD_KEY
+from tests.cli.conftest import TOKEN, FakeInstantWorkflows
+
+
+def facade(name: str, prefix: str) -> Facade:
+    return Facade(name=name, prefix=prefix, display_name=f"{name} (simulated)",
+                  build_router=lambda engine, token: None,  # type: ignore[arg-type,return-value]
+                  credentials=lambda token: {"api_key": token})
+
+
+@pytest.fixture
+def simulated(monkeypatch: pytest.MonkeyPatch) -> dict[str, Facade]:
+    """The registry's simulated clouds, as the fakeclouds facades will declare them."""
+    facades = {"fakecloud": facade("fakecloud", "/fake/v1"), "othersim": facade("othersim", "/other/api")}
+    monkeypatch.setattr(registry, "simulated", lambda: list(facades))
+    monkeypatch.setattr(registry, "simulation", lambda cloud: facades[cloud])
+    return facades
+
+
+def test_a_token_per_simulated_cloud_kept_across_starts(tmp_path: Path) -> None:
+    first = dev.cloud_tokens(tmp_path, ["a", "b"])
+    path = tmp_path / dev.TOKENS_FILE
+    assert set(first) == {"a", "b"} and all(len(t) >= 24 for t in first.values())
+    assert first["a"] != first["b"] and (path.stat().st_mode & 0o777) == 0o600
+    assert dev.cloud_tokens(tmp_path, ["a", "b"]) == first
+    # A cloud registered since: it gets a token, the others keep theirs.
+    later = dev.cloud_tokens(tmp_path, ["a", "b", "c"])
+    assert {k: later[k] for k in ("a", "b")} == first and later["c"] not in first.values()
+    assert json.loads(path.read_text()) == later and (path.stat().st_mode & 0o777) == 0o600
+    # A cloud no longer simulated keeps its token in the file (a later start may need it again).
+    assert dev.cloud_tokens(tmp_path, ["c"]) == {"c": later["c"]}
+    assert set(json.loads(path.read_text())) == {"a", "b", "c"}
+
+
+def test_a_broken_tokens_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / dev.TOKENS_FILE).write_text("{not json")
+    with pytest.raises(dev.DevError, match="remove it to start over"):
+        dev.cloud_tokens(tmp_path, ["a"])
+
+
+def test_server_and_connections_come_from_the_facades(tmp_path: Path, simulated: dict[str, Facade]) -> None:
+    cfg = dev.DevConfig(home=tmp_path, cloud_port=9999)
+    tokens = dev.cloud_tokens(tmp_path, registry.simulated())
+    argv = dev.simulation_argv(cfg, tokens)
+    assert argv[1:3] == ["-m", "fakeclouds.server"]
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "--token"]
+    assert pairs == [f"fakecloud={tokens['fakecloud']}", f"othersim={tokens['othersim']}"]
+    bodies = dev.connection_bodies(cfg.cloud_url, tokens)
+    assert bodies["othersim"] == {"provider": "othersim", "name": "othersim (simulated)",
+                                  "credentials": {"api_key": tokens["othersim"]},
+                                  "endpoint": "http://127.0.0.1:9999/other/api"}
+
+
+@pytest.fixture
+async def api_client(engine: sa.Engine, workflows: FakeInstantWorkflows) -> AsyncIterator[httpx.AsyncClient]:
+    deps = AppDeps(engine=engine, box=workflows.box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=workflows)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)),
+                                 base_url="http://api/api/compute",
+                                 headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        yield c
+
+
+async def test_connect_simulated_connects_each_cloud_once(api_client: httpx.AsyncClient,
+                                                          simulated: dict[str, Facade],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bodies: dict[str, dict[str, Any]] = {
+        "fakecloud": dev.connection_bodies("http://sim", {"fakecloud": GOOD_KEY})["fakecloud"]}
+    await dev.connect_simulated(api_client, bodies)
+    assert "connected fakecloud (simulated) (fake-account-7)" in capsys.readouterr().out
+    await dev.connect_simulated(api_client, bodies)  # a restart: already connected
+    assert capsys.readouterr().out == ""
+    [conn] = (await api_client.get("/connections")).json()["items"]
+    assert (conn["provider"], conn["name"], conn["endpoint"]) == (
+        "fakecloud", "fakecloud (simulated)", "http://sim/fake/v1")
+    refused = dev.connection_bodies("http://sim", {"othersim": "whatever"})
+    await dev.connect_simulated(api_client, refused)  # othersim has no adapter: reported, not fatal
+    assert "could not connect othersim: provider: Value error, unknown cloud" in capsys.readouterr().out
