@@ -88,9 +88,8 @@ async def run_worker(client: Client, deps: ActivityDeps, *, task_queue: str | No
 
 async def main() -> None:
     from settings import get_settings
-    from workflows.converter import connect_client
-
     from store.migrate import upgrade
+    from workflows.converter import connect_client
 
     s = get_settings()
     upgrade()  # every replica may be the first to start; migrations take turns

@@ -36,8 +36,5 @@ def create_app(deps: AppDeps) -> FastAPI:
 
 
 def build_app() -> FastAPI:
-    from store.migrate import upgrade
-
-    deps = deps_from_settings()
-    upgrade(deps.engine)
-    return create_app(deps)
+    """The app for uvicorn (`uvicorn --factory api.app:build_app`): migrates the database first."""
+    return create_app(deps_from_settings())

@@ -128,14 +128,17 @@ def deps_from_settings() -> AppDeps:
     from settings import get_settings
     from store.db import default_engine
     from store.identity import installation_id
+    from store.migrate import upgrade
     from store.secrets import default_box
 
     s = get_settings()
+    engine = default_engine()
+    upgrade(engine)  # before reading the identity, which lives in the database
     return AppDeps(
-        engine=default_engine(),
+        engine=engine,
         box=default_box(),
         api_token=load_or_create_token(s.home, s.api_token),
-        installation_id=installation_id(s.home, s.installation_id),
+        installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
         workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue),
     )
 

@@ -108,10 +108,16 @@ class ConnectionOut(BaseModel):
 
     @classmethod
     def of(cls, row: Connection) -> ConnectionOut:
-        # TODO(merge): row.ca_bundle once store/ has the column.
         return cls(id=row.id, provider=row.provider, name=row.name, account=row.account, status=row.status,
-                   endpoint=row.endpoint, has_ca_bundle=bool(getattr(row, "ca_bundle", None)),
+                   endpoint=row.endpoint, has_ca_bundle=bool(row.ca_bundle),
                    error=row.error, created_at=aware(row.created_at))
+
+
+class ConnectionRemoval(BaseModel):
+    """A removal under way: DisconnectWorkflow deletes the connection once its machines are gone."""
+
+    id: str
+    status: str
 
 
 # --------------------------------------------------------------------------- clouds and offers

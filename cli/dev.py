@@ -149,6 +149,7 @@ def simulation_argv(cfg: DevConfig, tokens: dict[str, str]) -> list[str]:
 async def run_dev(cfg: DevConfig) -> int:
     from api.deps import load_or_create_token
     from settings import Settings
+    from store.db import make_engine
     from store.identity import installation_id
     from store.migrate import upgrade
     from store.secrets import load_or_create_key
@@ -156,9 +157,12 @@ async def run_dev(cfg: DevConfig) -> int:
     cfg.home.mkdir(parents=True, exist_ok=True)
     load_or_create_key(cfg.home)
     token = load_or_create_token(cfg.home)
-    inst_id = installation_id(cfg.home)
-    simulated = registry.simulated()
     settings = Settings(home=cfg.home)
+    engine = make_engine(settings.resolved_database_url())
+    upgrade(engine)  # the identity lives in the database: migrate before reading it
+    inst_id = installation_id(engine, settings.installation_id, legacy_home=cfg.home)
+    engine.dispose()
+    simulated = registry.simulated()
     child_env = {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
                  "GPUPROV_API_URL": cfg.api_url}
     stack = Supervisor(cfg.home, child_env, boot_timeout_s=cfg.boot_timeout_s)
@@ -182,7 +186,6 @@ async def run_dev(cfg: DevConfig) -> int:
         ], lambda: temporal_up(cfg.temporal_address))
         await stack.launch("localcloud", simulation_argv(cfg, tokens),
                            lambda: http_ok(f"{cfg.cloud_url}/_fake/health"))
-        upgrade(settings.resolved_database_url())
         await stack.launch("worker", [sys.executable, "-m", "cli", "worker"],
                            lambda: worker_polling(cfg.temporal_address, settings.task_queue))
         await stack.launch("api", [

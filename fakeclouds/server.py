@@ -75,10 +75,11 @@ def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
     return app
 
 
-def parse_tokens(text: str | None, facades: Collection[str]) -> dict[str, str]:
-    """`--token name=TOKEN,...` for any of `facades` (the registered ones)."""
+def parse_tokens(text: str | list[str] | None, facades: Collection[str]) -> dict[str, str]:
+    """`--token name=TOKEN,...` (the option may repeat) for any of `facades` (the registered ones)."""
+    texts = [text] if isinstance(text, str) else (text or [])
     tokens: dict[str, str] = {}
-    for part in filter(None, (text or "").split(",")):
+    for part in (p for t in texts for p in t.split(",") if p):
         facade, sep, token = part.partition("=")
         if not sep or facade.strip() not in facades or not token.strip():
             raise ValueError(f"--token wants facade=token pairs (facades: {', '.join(facades)}), "
@@ -257,8 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--state-dir", default=None, help="persist machines here and restore them on start")
-    parser.add_argument("--token", default=None,
-                        help="NAME=TOKEN,... for any registered facade (default: NAME-dev-token)")
+    parser.add_argument("--token", action="append", default=None,
+                        help="NAME=TOKEN (repeatable, or comma-separated) for any registered facade "
+                             "(default: NAME-dev-token)")
     parser.add_argument("--boot-delay", type=float, default=1.0)
     parser.add_argument("--terminate-delay", type=float, default=0.2)
     parser.add_argument("--log-level", default="warning")

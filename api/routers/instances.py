@@ -11,10 +11,12 @@ from api.deps import AppDeps, DepsDep, SessionDep, WorkflowUnavailable, in_threa
 from api.errors import adapter_class
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusName
+from messages.allocation import AllocateRequest, TerminateRequest
+from messages.enums import AllocationStatus, Phase
+from messages.ids import allocate_workflow_id, terminate_workflow_id
 from providers.base import LaunchRequirements, Unsupported
 from store import repo
 from store.models import Connection, Instance
-from workflows.models import AllocateRequest, TerminateRequest, allocate_workflow_id, terminate_workflow_id
 
 router = APIRouter(prefix="/instances", tags=["instances"])
 
@@ -53,8 +55,8 @@ def _mark_terminating(deps: AppDeps, instance_id: str) -> str:
     with open_session(deps) as session:
         row = _get(session, instance_id)
         previous = row.status
-        if previous != "terminated":
-            repo.update_instance(session, row.id, status="terminating")
+        if previous != AllocationStatus.TERMINATED:
+            repo.update_instance(session, row.id, status=AllocationStatus.TERMINATING)
         return previous
 
 
@@ -81,20 +83,21 @@ async def create_instance(body: InstanceCreate, deps: DepsDep) -> InstanceAccept
     workflow_id = allocate_workflow_id(allocation_id)
     request = AllocateRequest(
         allocation_id=allocation_id, connection_id=conn.id, cloud=body.cloud,
-        installation_id=deps.installation_id, project=body.project, name=body.name, gpu=body.gpu,
+        project=body.project, name=body.name, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, ports=body.ports, image=body.image,
         k3s=body.k3s, ssh_public_keys=body.ssh_public_keys)
     # The row exists before the workflow, so the list shows the request even if Temporal is slow.
     await in_thread(_record, deps, Instance(
         id=allocation_id, name=body.name, project=body.project, provider=body.cloud, connection_id=conn.id,
-        workflow_id=workflow_id, status="provisioning", phase="validate", gpu=body.gpu,
+        workflow_id=workflow_id, status=AllocationStatus.PROVISIONING, phase=Phase.VALIDATE, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot))
     try:
         await deps.workflows.start("AllocateWorkflow", request, workflow_id=workflow_id)
     except WorkflowUnavailable as e:
-        await in_thread(_update, deps, allocation_id, status="failed", phase="failed", error=str(e))
+        await in_thread(_update, deps, allocation_id, status=AllocationStatus.FAILED, phase=Phase.FAILED,
+                        error=str(e))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
-    return InstanceAccepted(id=allocation_id, status="provisioning")
+    return InstanceAccepted(id=allocation_id, status=AllocationStatus.PROVISIONING)
 
 
 @router.get("", response_model=Page[InstanceOut])
@@ -126,7 +129,7 @@ def get_instance(instance_id: str, session: SessionDep) -> InstanceOut:
 async def terminate_instance(instance_id: str, deps: DepsDep) -> InstanceAccepted:
     # Marked first: the workflow may finish (and write "terminated") before start() returns.
     previous = await in_thread(_mark_terminating, deps, instance_id)
-    if previous == "terminated":
+    if previous == AllocationStatus.TERMINATED:
         return InstanceAccepted(id=instance_id, status=previous)
     # One terminate workflow per allocation: a repeated request joins the running one.
     try:
@@ -135,4 +138,4 @@ async def terminate_instance(instance_id: str, deps: DepsDep) -> InstanceAccepte
     except WorkflowUnavailable as e:
         await in_thread(_update, deps, instance_id, status=previous)
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
-    return InstanceAccepted(id=instance_id, status="terminating")
+    return InstanceAccepted(id=instance_id, status=AllocationStatus.TERMINATING)

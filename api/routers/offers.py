@@ -30,8 +30,7 @@ def _connection(deps: AppDeps, provider: str) -> tuple[str, dict[str, object], C
         credentials = repo.credentials_of(deps.box, conn)
     except SecretError as e:
         raise HTTPException(status.HTTP_409_CONFLICT, f"{provider} connection {conn.id}: {e}") from None
-    # TODO(merge): conn.ca_bundle once store/ has the column.
-    options = ConnectionOptions(endpoint=conn.endpoint, ca_bundle=getattr(conn, "ca_bundle", None))
+    options = ConnectionOptions(endpoint=conn.endpoint, ca_bundle=conn.ca_bundle)
     return conn.id, credentials, options
 
 

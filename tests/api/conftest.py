@@ -4,7 +4,6 @@ FakeCloud adapter and a FakeWorkflows recorder in place of Temporal."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -19,12 +18,12 @@ from sqlmodel import Session
 
 from api.app import create_app
 from api.deps import AppDeps, WorkflowFailed, WorkflowUnavailable
+from messages.connection import ConnectRequest, ConnectResult
 from providers import registry
 from providers.base import (
     AuthError,
     Capabilities,
     CloudProvider,
-    ConnectionOptions,
     GpuSpec,
     InstanceRef,
     InstanceStatus,
@@ -38,7 +37,6 @@ from providers.credentials import ApiKeyCredentials
 from store import migrate, repo
 from store.db import make_engine
 from store.secrets import SecretBox
-from workflows.models import ConnectResult
 
 TOKEN = "test-token-123"
 GOOD_KEY = "fake-good-api-key-0001"
@@ -104,47 +102,27 @@ class FakeWorkflows:
         self.executes.append((workflow, arg, workflow_id))
         if self.fail_with is not None:
             raise self.fail_with
-        assert workflow == "ConnectWorkflow"
-        conn_id = arg.connection_id  # type: ignore[attr-defined]
-        # Like the real activity: database work on a thread, the cloud call on the loop.
-        cloud = await asyncio.to_thread(self._load, conn_id)
+        assert workflow == "ConnectWorkflow" and isinstance(arg, ConnectRequest)
+        # Like the real workflow: open the sealed credentials, verify, save only if they work.
+        cloud = registry.build(arg.provider, self.box.open(arg.sealed_credentials.encode()),
+                               options=arg.options, installation_id="inst0001")
         try:
             account = await cloud.verify()
         except ProviderError as e:
-            await asyncio.to_thread(self._mark, conn_id, status="failed", error=e.message)
-            return ConnectResult(connection_id=conn_id, ok=False, reason=e.message)
-        await asyncio.to_thread(self._mark, conn_id, status="connected", account=account)
-        return ConnectResult(connection_id=conn_id, ok=True, account=account)
+            return ConnectResult(connection_id=arg.connection_id, ok=False, reason=e.message)
+        await asyncio.to_thread(self._save, arg, account)
+        return ConnectResult(connection_id=arg.connection_id, ok=True, account=account)
 
-    def _load(self, conn_id: str) -> CloudProvider:
+    def _save(self, req: ConnectRequest, account: str) -> None:
         with Session(self.engine) as session:
-            row = repo.get_connection(session, conn_id)
-            assert row is not None and row.status == "pending"
-            options = ConnectionOptions(endpoint=row.endpoint, ca_bundle=getattr(row, "ca_bundle", None))
-            return registry.build(row.provider, repo.credentials_of(self.box, row), options=options,
-                                  installation_id="inst0001")
-
-    def _mark(self, conn_id: str, **outcome: Any) -> None:
-        with Session(self.engine) as session:
-            repo.mark_connection(session, conn_id, **outcome)
-
-
-def accept_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until store/ (another branch) adds `ca_bundle` to repo.add_connection, accept and drop it.
-    A no-op once the real signature has it."""
-    real = repo.add_connection
-    if "ca_bundle" in inspect.signature(real).parameters:
-        return
-
-    def add_connection(*args: Any, ca_bundle: str | None = None, **kwargs: Any) -> Any:
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(repo, "add_connection", add_connection)
+            repo.save_connection(session, connection_id=req.connection_id, provider=req.provider,
+                                 name=req.name, secret=req.sealed_credentials.encode(),
+                                 endpoint=req.options.endpoint, ca_bundle=req.options.ca_bundle,
+                                 account=account)
 
 
 @pytest.fixture(autouse=True)
 def fake_cloud(monkeypatch: pytest.MonkeyPatch) -> Any:
-    accept_ca_bundle(monkeypatch)
     registry.register_for_tests(FakeCloud)
     FakeCloud.FAIL = None
     yield FakeCloud

@@ -28,7 +28,8 @@ async def test_connect_verifies_and_never_returns_secrets(client: httpx.AsyncCli
     assert created["name"] == "Fake Cloud" and created["provider"] == "fakecloud"
     [(name, arg, wf_id)] = workflows.executes
     assert name == "ConnectWorkflow" and wf_id == f"connect-{created['id']}"
-    assert arg.model_dump() == {"connection_id": created["id"]}  # ids, never credentials
+    # The credentials travel sealed: nothing in the workflow input is the key in clear.
+    assert arg.connection_id == created["id"] and GOOD_KEY not in arg.model_dump_json()
     listed = await client.get(URL)
     assert listed.status_code == 200 and [c["id"] for c in listed.json()["items"]] == [created["id"]]
     for text in (str(created), listed.text):
@@ -67,35 +68,27 @@ async def test_temporal_down_or_workflow_failure_leaves_nothing(client: httpx.As
     assert (await client.get(URL)).json()["items"] == []
 
 
-async def test_delete(client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+async def test_delete_starts_the_disconnect_workflow(client: httpx.AsyncClient,
+                                                     workflows: FakeWorkflows) -> None:
     created = await connect_fake(client)
-    assert (await client.delete(f"{URL}/{created['id']}")).status_code == 204
-    assert (await client.get(URL)).json()["items"] == []
     r = await client.delete(f"{URL}/{created['id']}")
-    assert r.status_code == 404 and created["id"] in r.json()["detail"]
-    assert workflows.starts == []
+    assert r.status_code == 202 and r.json() == {"id": created["id"], "status": "removing"}
+    again = await client.delete(f"{URL}/{created['id']}")  # a repeated request joins the running one
+    assert again.status_code == 202
+    assert [(w, a.connection_id, i, e) for w, a, i, e in workflows.starts] == [  # type: ignore[attr-defined]
+        ("DisconnectWorkflow", created["id"], f"disconnect-{created['id']}", True)] * 2
+    r = await client.delete(f"{URL}/nosuch")
+    assert r.status_code == 404 and "nosuch" in r.json()["detail"]
 
 
-async def test_delete_terminates_live_instances_first(client: httpx.AsyncClient, workflows: FakeWorkflows,
-                                                      engine) -> None:  # type: ignore[no-untyped-def]
-    conn = await connect_fake(client)
-    with Session(engine) as s:
-        s.add(Instance(id="live1", provider="fakecloud", connection_id=conn["id"], workflow_id="w",
-                       status="ready"))
-        s.add(Instance(id="gone1", provider="fakecloud", connection_id=conn["id"], workflow_id="w",
-                       status="terminated"))
-        s.commit()
-    assert (await client.delete(f"{URL}/{conn['id']}")).status_code == 204
-    assert [(w, a.allocation_id, i, e) for w, a, i, e in workflows.starts] == [  # type: ignore[attr-defined]
-        ("TerminateWorkflow", "live1", "terminate-live1", True)]
-    [listed] = (await client.get(URL)).json()["items"]
-    assert listed["status"] == "removing"  # kept: the terminate activity still needs its credentials
-    assert (await client.get("/api/compute/backends/fakecloud/offers")).status_code == 409
-    with Session(engine) as s:
-        assert repo.get_instance(s, "live1").status == "terminating"  # type: ignore[union-attr]
-        repo.update_instance(s, "live1", status="terminated")
-    # A read never writes: the row stays `removing` until the disconnect workflow deletes it.
-    assert [c["status"] for c in (await client.get(URL)).json()["items"]] == ["removing"]
+async def test_delete_when_temporal_is_down_is_a_503_and_keeps_the_connection(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    created = await connect_fake(client)
+    workflows.fail_with = WorkflowUnavailable("Temporal at x is not reachable")
+    r = await client.delete(f"{URL}/{created['id']}")
+    assert r.status_code == 503
+    workflows.fail_with = None
+    assert [c["status"] for c in (await client.get(URL)).json()["items"]] == ["connected"]
 
 
 # --------------------------------------------------------------------------- typed credentials
@@ -146,22 +139,18 @@ def pem_certificate() -> str:
 
 
 async def test_endpoint_and_ca_bundle_are_stored_with_the_connection(
-        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[dict[str, Any]] = []
-    real = repo.add_connection
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        calls.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(repo, "add_connection", spy)
+        client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
     pem = pem_certificate()
     r = await client.post(URL, json={"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY},
                                      "endpoint": "https://fake.example/v1", "ca_bundle": pem})
     assert r.status_code == 201, r.text
-    [kwargs] = calls
-    assert kwargs["endpoint"] == "https://fake.example/v1" and kwargs["ca_bundle"] == pem
-    assert r.json()["endpoint"] == "https://fake.example/v1"
+    [(_, arg, _)] = workflows.executes
+    options = arg.options  # type: ignore[attr-defined]
+    assert options.endpoint == "https://fake.example/v1" and options.ca_bundle == pem
+    with Session(engine) as s:
+        row = s.get(Connection, r.json()["id"])
+        assert row is not None and (row.endpoint, row.ca_bundle) == ("https://fake.example/v1", pem)
+    assert r.json()["endpoint"] == "https://fake.example/v1" and r.json()["has_ca_bundle"]
 
 
 @pytest.mark.parametrize("ca_bundle", ["", "not a certificate", "-----BEGIN CERTIFICATE-----\nAAAA\n"
@@ -184,8 +173,8 @@ async def test_listing_connections_writes_nothing(client: httpx.AsyncClient, wor
         s.add(Instance(id="live1", provider="fakecloud", connection_id=conn["id"], workflow_id="w",
                        status="ready"))
         s.commit()
-    assert (await client.delete(f"{URL}/{conn['id']}")).status_code == 204
-    with Session(engine) as s:  # its instance is gone: what the old GET purged
+    with Session(engine) as s:  # being removed, its instance gone: what the old GET purged
+        repo.mark_connection(s, conn["id"], status="removing")
         repo.update_instance(s, "live1", status="terminated")
     statements: list[str] = []
 

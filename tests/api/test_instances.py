@@ -59,7 +59,7 @@ async def test_create_records_the_row_and_starts_allocate(client: httpx.AsyncCli
     [(name, req, wf_id, use_existing)] = workflows.starts
     assert (name, wf_id, use_existing) == ("AllocateWorkflow", f"allocate-{iid}", False)
     assert req.allocation_id == iid and req.connection_id == conn["id"]  # type: ignore[attr-defined]
-    assert req.installation_id == "inst0001" and req.ssh_public_keys == [ssh_key]  # type: ignore[attr-defined]
+    assert req.ssh_public_keys == [ssh_key] and "installation_id" not in req.model_dump()  # type: ignore[attr-defined]
     assert (req.gpu, req.region, req.project) == ("H100", "r2", "vision")  # type: ignore[attr-defined]
     got = (await client.get(f"{URL}/{iid}")).json()
     assert got["status"] == "provisioning" and got["phase"] == "validate" and got["ssh"] is None

@@ -21,7 +21,7 @@ from store import migrate, repo
 from store.db import make_engine
 from store.models import Attempt
 from store.secrets import SecretBox
-from tests.api.conftest import FakeCloud, FakeWorkflows, accept_ca_bundle
+from tests.api.conftest import FakeCloud, FakeWorkflows
 
 TOKEN = "cli-test-token"
 
@@ -65,7 +65,6 @@ def api(monkeypatch: pytest.MonkeyPatch, engine: sa.Engine,
         workflows: FakeInstantWorkflows) -> Iterator[TestClient]:
     registry.register_for_tests(FakeCloud)
     FakeCloud.FAIL = None
-    accept_ca_bundle(monkeypatch)
     deps = AppDeps(engine=engine, box=workflows.box, api_token=TOKEN, installation_id="inst0001",
                    workflows=workflows)
     app = create_app(deps)

@@ -24,7 +24,8 @@ from tests.cli.conftest import TOKEN, FakeInstantWorkflows
 def facade(name: str, prefix: str) -> Facade:
     return Facade(name=name, prefix=prefix, display_name=f"{name} (simulated)",
                   build_router=lambda engine, token: None,  # type: ignore[arg-type,return-value]
-                  credentials=lambda token: {"api_key": token})
+                  credentials=lambda token: {"api_key": token}, login_user="root", regions=(),
+                  instance_types=())
 
 
 @pytest.fixture

@@ -73,13 +73,13 @@ def test_clouds_lists_the_registry_with_credential_fields() -> None:
 
 def test_connect_sends_the_ca_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
-    real = repo.add_connection
+    real = repo.save_connection
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(repo, "add_connection", spy)
+    monkeypatch.setattr(repo, "save_connection", spy)
     pem = tmp_path / "ca.pem"
     pem.write_text(pem_certificate())
     r = runner.invoke(app, ["connect", "fakecloud", "-c", f"api_key={GOOD_KEY}", "--endpoint",

@@ -126,8 +126,8 @@ class Stack:
             engine.dispose()
 
 
-async def until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
+async def until(check: Any, within_s: float, what: str) -> Any:
+    deadline = time.monotonic() + within_s
     while True:
         value = await check()
         if value:
@@ -194,7 +194,8 @@ async def test_a_create_retried_on_the_other_worker_makes_one_machine(stack: Sta
     async with stack.http() as api:
         r = await api.post("/connections", json={
             "provider": "lambda", "name": "lambda (simulated)",
-            "credentials": simclouds.credentials(sim, "lambda"), "endpoint": simclouds.endpoint(sim, "lambda")})
+            "credentials": simclouds.credentials(sim, "lambda"),
+            "endpoint": simclouds.endpoint(sim, "lambda")})
         assert r.status_code == 201, r.text
 
         # The create takes effect on the cloud, then its answer is held back: the worker dies in between.
