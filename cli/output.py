@@ -36,7 +36,10 @@ def money(v: float | None) -> str:
 
 def ssh_command(inst: dict[str, Any]) -> str | None:
     ssh = inst.get("ssh")
-    return f"ssh -p {ssh['port']} {ssh['user']}@{ssh['host']}" if ssh else None
+    if not ssh:
+        return None
+    port = "" if ssh["port"] == 22 else f"-p {ssh['port']} "
+    return f"ssh {port}{ssh['user']}@{ssh['host']}"
 
 
 def print_attempt(a: dict[str, Any]) -> None:

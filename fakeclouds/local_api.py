@@ -99,21 +99,23 @@ def machine_json(m: Machine) -> dict[str, Any]:
     }
 
 
-def build_router(engine: Engine, token: str) -> APIRouter:
+def build_router(engine: Engine, token: str, facade: str = NAME) -> APIRouter:
+    """The local API for `facade`: `local` itself, or another cloud that speaks our API
+    (`functools.partial(build_router, facade=...)` as its Facade's build_router)."""
     router = APIRouter()
 
-    call = make_call(engine, NAME, token, error_response)
+    call = make_call(engine, facade, token, error_response)
 
     @router.get("/account")
     async def account(request: Request) -> Response:
-        ident = {"id": NAME, "name": f"local cloud on {socket.gethostname()}"}
+        ident = {"id": facade, "name": f"local cloud on {socket.gethostname()}"}
         return await call(request, "verify", lambda _: ident)
 
     @router.get("/offers")
     async def offers(request: Request) -> Response:
         def effect(_: CallPlan) -> dict[str, Any]:
             rows = []
-            for o in engine.offers(NAME):
+            for o in engine.offers(facade):
                 t, gpu = o["type"], o["type"].gpu
                 rows.append({
                     "instance_type": t.name, "gpu_name": gpu.name if gpu else None,
@@ -133,7 +135,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
         def effect(plan: CallPlan) -> dict[str, Any]:
             (m,) = engine.create(
-                NAME, name=body.name, instance_type=body.instance_type, region=body.region,
+                facade, name=body.name, instance_type=body.instance_type, region=body.region,
                 spot=body.spot, public_keys=body.ssh_public_keys, labels=body.labels,
                 user_data=body.user_data, ports=body.ports,
                 stuck=plan.stuck_booting, die_after_boot=plan.die_after_boot,
@@ -151,18 +153,18 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             labels[k] = v
 
         def effect(_: CallPlan) -> dict[str, Any]:
-            found = [m for m in engine.live(NAME) if (name is None or m.name == name)
+            found = [m for m in engine.live(facade) if (name is None or m.name == name)
                      and all(m.labels.get(k) == v for k, v in labels.items())]
             return {"machines": [machine_json(m) for m in found]}
         return await call(request, "list", effect)
 
     @router.get("/machines/{machine_id}")
     async def get(request: Request, machine_id: str) -> Response:
-        return await call(request, "get", lambda _: machine_json(engine.get(NAME, machine_id)))
+        return await call(request, "get", lambda _: machine_json(engine.get(facade, machine_id)))
 
     @router.delete("/machines/{machine_id}")
     async def delete(request: Request, machine_id: str) -> Response:
-        return await call(request, "terminate", lambda _: machine_json(engine.terminate(NAME, machine_id)),
+        return await call(request, "terminate", lambda _: machine_json(engine.terminate(facade, machine_id)),
                           status=202)
 
     return router

@@ -32,9 +32,10 @@ def alive(pid: int) -> bool:
 
 
 class DevRun:
-    def __init__(self, home: Path, ports: dict[str, int]) -> None:
+    def __init__(self, home: Path, ports: dict[str, int], extra_env: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
         env.update(GPUPROV_HOME=str(home), PYTHONUNBUFFERED="1", **{k: str(v) for k, v in ports.items()})
+        env.update(extra_env or {})
         self.proc = subprocess.Popen([sys.executable, "-m", "cli", "dev"], env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []

@@ -1,10 +1,8 @@
 """POST /connections through a real Temporal dev server and the real worker (in-process):
-the API stores the pending row, ConnectWorkflow's activity verifies it and records the outcome."""
+ConnectWorkflow's activities verify the sealed credentials and save the connection only if they work."""
 
 from __future__ import annotations
 
-import ast
-import inspect
 import uuid
 from collections.abc import AsyncIterator
 
@@ -20,22 +18,7 @@ from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, TOKEN
 from worker import build_worker
 
-
-def _activities_ported() -> bool:
-    """The real activity builds the adapter; until activities/ (another branch) calls the v2
-    `registry.build(..., options=ConnectionOptions(...))` instead of `endpoint=`, this cannot run.
-    Drops out after the merge."""
-    tree = ast.parse(inspect.getsource(ActivityDeps))
-    return not any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                   and node.func.attr == "build" and any(k.arg == "endpoint" for k in node.keywords)
-                   for node in ast.walk(tree))
-
-
-_ACTIVITIES_PORTED = _activities_ported()
-
-pytestmark = [pytest.mark.devserver,
-              pytest.mark.skipif(not _ACTIVITIES_PORTED,
-                                 reason="activities/ not yet on registry.build(options=)")]
+pytestmark = pytest.mark.devserver
 
 
 @pytest.fixture

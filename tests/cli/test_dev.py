@@ -8,21 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fakeclouds.facade import Facade
 from providers import registry
 from tests.devrun import DevRun, alive, dev_ports
 
-
-def _facades_ready() -> bool:
-    """The v2 fakeclouds (another branch) export a Facade per simulated cloud; drops out after the merge."""
-    try:
-        return all(isinstance(registry.simulation(c), Facade) for c in registry.simulated())
-    except Exception:  # noqa: BLE001 — not there yet
-        return False
-
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not _facades_ready(), reason="fakeclouds facades not yet v2 Facade objects")]
+pytestmark = pytest.mark.slow
 
 
 def test_dev_starts_connects_stops_and_restarts(tmp_path: Path) -> None:

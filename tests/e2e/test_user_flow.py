@@ -37,12 +37,16 @@ def gpuprov(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess
                           timeout=timeout)
 
 
-def openssh(private: Path, port: int, user: str, command: str) -> subprocess.CompletedProcess[str]:
+SSH_LINE = re.compile(r"ssh (?:-p (\d+) )?(\w+)@(127\.[\d.]+)")
+
+
+def openssh(private: Path, port: int, user: str, command: str,
+            host: str = "127.0.0.1") -> subprocess.CompletedProcess[str]:
     assert SSH, "the OpenSSH client is required (Debian package openssh-client)"
     return subprocess.run(
         [SSH, "-i", str(private), "-p", str(port), "-o", "StrictHostKeyChecking=no",
          "-o", "UserKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-         "-o", "LogLevel=ERROR", f"{user}@127.0.0.1", command],
+         "-o", "LogLevel=ERROR", f"{user}@{host}", command],
         capture_output=True, text=True, timeout=30)
 
 
@@ -70,18 +74,19 @@ def test_up_ssh_ls_offers_restart_down(tmp_path: Path) -> None:
         ls = gpuprov(env, "ls")
         assert ls.returncode == 0 and "ready" in ls.stdout and "local" in ls.stdout, ls.stdout
         instance_id = httpx.get(f"{env['GPUPROV_API_URL']}/api/compute/instances",
-                                headers={"Authorization": f"Bearer {token}"}).json()[0]["id"]
+                                headers={"Authorization": f"Bearer {token}"}).json()["items"][0]["id"]
 
         offers = gpuprov(env, "offers", "--cloud", "lambda")
         assert offers.returncode == 0, offers.stderr
         assert "gpu_1x_a10" in offers.stdout and "A10" in offers.stdout, offers.stdout
 
-        # A Lambda machine (simulated): the user's key reaches it through cloud-init.
+        # A Lambda machine (simulated): SSH on port 22 at its own address, as on real Lambda; the
+        # user's key reaches it through cloud-init.
         up_l = gpuprov(env, "up", "--cloud", "lambda", "--gpu", "A10", "--no-k3s", "--ssh-key", str(public))
         assert up_l.returncode == 0, up_l.stdout + up_l.stderr
-        ml = re.search(r"ssh -p (\d+) (\w+)@127\.0\.0\.1", up_l.stdout)
-        assert ml, up_l.stdout
-        gpus = openssh(private, int(ml.group(1)), ml.group(2), "nvidia-smi -L")
+        ml = SSH_LINE.search(up_l.stdout)
+        assert ml and ml.group(1) is None and ml.group(3) != "127.0.0.1", up_l.stdout  # port 22: no -p
+        gpus = openssh(private, 22, ml.group(2), "nvidia-smi -L", host=ml.group(3))
         assert gpus.returncode == 0 and "A10" in gpus.stdout, gpus.stdout + gpus.stderr
     finally:
         assert run.interrupt() == 0, "\n".join(run.lines)

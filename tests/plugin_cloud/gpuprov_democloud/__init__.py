@@ -1,0 +1,11 @@
+"""A cloud added from outside gpuprov: one adapter module, one simulation facade module and one
+registry entry (the `gpuprov.clouds` entry point in this package's metadata names ENTRY).
+
+tests/test_new_cloud.py installs it by putting this folder and a `.dist-info` on PYTHONPATH and
+checks it appears in `make run`, the API's cloud enum, the CLI and the conformance suite with no
+other edit anywhere.
+"""
+
+from providers.registry import CloudEntry
+
+ENTRY = CloudEntry("democloud", "gpuprov_democloud.adapter:DemoProvider", "gpuprov_democloud.facade")

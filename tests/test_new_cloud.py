@@ -1,0 +1,102 @@
+"""A new cloud is one adapter, one simulation facade and one registry entry — nothing else.
+
+tests/plugin_cloud/ is such a cloud, packaged as a separate distribution would be (its registry
+entry is a `gpuprov.clouds` entry point). With that folder on PYTHONPATH and no other edit, it
+appears in the API's cloud enum, in `make run` (served, connected, offered), in the CLI, and the
+conformance suite runs every check against it and passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.devrun import DevRun, dev_ports
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = ROOT / "tests" / "plugin_cloud"
+
+
+def plugin_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
+    paths = [str(PLUGIN), str(ROOT), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+def run_python(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], env=plugin_env(), cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_without_the_plugin_the_cloud_does_not_exist() -> None:
+    from providers import registry
+
+    assert "democloud" not in registry.known()  # so everything below is the plugin's doing
+
+
+def test_the_api_enum_lists_the_new_cloud() -> None:
+    schema = json.loads(run_python(
+        "import json; from api.app import create_app; from api.deps import AppDeps;"
+        "print(json.dumps(create_app(AppDeps(engine=None, box=None, api_token='t', installation_id='i',"
+        " workflows=None)).openapi()))"))
+    enums: list[list[str]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("enum"), list):
+                enums.append(node["enum"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    cloud_enums = [e for e in enums if "lambda" in e]
+    assert cloud_enums and all("democloud" in e for e in cloud_enums), cloud_enums
+
+
+def test_make_run_serves_and_connects_it_and_the_cli_shows_it(tmp_path: Path) -> None:
+    ports = dev_ports()
+    run = DevRun(tmp_path / "home", ports, extra_env={"PYTHONPATH": plugin_env()["PYTHONPATH"]})
+    try:
+        token = run.wait_for(r"API token\s+(\S+)").group(1)
+        api = f"http://127.0.0.1:{ports['GPUPROV_API_PORT']}/api/compute"
+        headers = {"Authorization": f"Bearer {token}"}
+        conns = httpx.get(f"{api}/connections", headers=headers, timeout=30).json()["items"]
+        assert {c["provider"]: c["status"] for c in conns}.get("democloud") == "connected", conns
+
+        cli_env = {**plugin_env(), "GPUPROV_API_URL": api.removesuffix("/api/compute"),
+                   "GPUPROV_TOKEN": token}
+        clouds = subprocess.run([sys.executable, "-m", "cli", "clouds"], env=cli_env, cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+        assert clouds.returncode == 0 and "democloud" in clouds.stdout, clouds.stdout + clouds.stderr
+        offers = subprocess.run([sys.executable, "-m", "cli", "offers", "--cloud", "democloud"], env=cli_env,
+                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert offers.returncode == 0 and "demo-l4" in offers.stdout, offers.stdout + offers.stderr
+    finally:
+        assert run.interrupt() == 0
+
+
+def test_the_conformance_suite_runs_every_check_against_it() -> None:
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/conformance/test_conformance.py", "-k", "democloud"],
+                         env=plugin_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    from tests.conformance import checks
+
+    summary = out.stdout.strip().splitlines()[-1]
+    assert out.returncode == 0, out.stdout[-3000:]
+    passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
+    assert passed >= len(checks.ALL_CHECKS) and "skipped" not in summary, summary
