@@ -9,12 +9,13 @@ against the registry when the request arrives, and OpenAPI shows them as an enum
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import asyncssh
 from cryptography import x509
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from messages.enums import AllocationStatus
 from providers import registry
 from providers.base import Capabilities, CloudProvider, Offer
 from store.models import Attempt, Connection, Instance, InstanceEvent
@@ -38,7 +39,7 @@ def _cloud_enum(schema: dict[str, Any]) -> None:
 CloudId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_cloud_enum),
                     AfterValidator(_known_cloud)]
 
-InstanceStatusName = Literal["provisioning", "ready", "failed", "terminating", "terminated"]
+InstanceStatusName = AllocationStatus  # the `?status=` filter: one of the enum's values
 
 
 def aware(ts: datetime | None) -> datetime | None:

@@ -20,6 +20,7 @@ import typer
 
 from cli.output import reason
 from cli.supervise import DevError, Supervisor, http_ok, temporal_up, worker_polling
+from messages.enums import ConnectionStatus
 from providers import registry
 
 TOKENS_FILE = "cloud-tokens.json"
@@ -121,7 +122,8 @@ async def _all_items(client: httpx.AsyncClient, path: str) -> list[dict[str, Any
 
 async def connect_simulated(c: httpx.AsyncClient, bodies: dict[str, dict[str, Any]]) -> None:
     """Connect each cloud of `bodies` not yet connected, through the API (so each is verified)."""
-    have = {x["provider"] for x in await _all_items(c, "/connections") if x["status"] == "connected"}
+    have = {x["provider"] for x in await _all_items(c, "/connections")
+            if x["status"] == ConnectionStatus.CONNECTED}
     for cloud, body in bodies.items():
         if cloud in have:
             continue

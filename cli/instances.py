@@ -11,16 +11,19 @@ import typer
 
 from cli.client import Api
 from cli.output import fail, money, print_attempt, ssh_command, table
+from messages.enums import AllocationStatus
 from providers import registry
 
-TERMINAL = {"ready", "failed", "terminated"}
+READY, TERMINATED = AllocationStatus.READY, AllocationStatus.TERMINATED
+TERMINAL = {READY, AllocationStatus.FAILED, TERMINATED}
 
 
 def _poll_interval() -> float:
     return float(os.environ.get("GPUPROV_POLL_INTERVAL", "1.0"))
 
 
-def follow(api: Api, instance_id: str, until: set[str], on_attempt: bool = True) -> dict[str, Any]:
+def follow(api: Api, instance_id: str, until: set[AllocationStatus],
+           on_attempt: bool = True) -> dict[str, Any]:
     """Poll the instance, printing every status/phase transition (the recorded events, so a
     phase shorter than the poll interval is still shown) and new attempts, until `until`."""
     last_event = 0
@@ -88,7 +91,7 @@ def up(
     except KeyboardInterrupt:
         typer.echo(f"\nstill provisioning in the background; `gpuprov down {iid}` stops it")
         raise typer.Exit(130) from None
-    if inst["status"] != "ready":
+    if inst["status"] != READY:
         raise fail(f"allocation {iid} {inst['status']}: {inst.get('error') or 'no reason recorded'}")
     gpus = ", ".join(g.get("name", "?") for g in inst["gpus"]) or "none"
     typer.echo(f"ready: {inst['instance_type']} in {inst['region']} at {money(inst['price_per_hour'])}; "
@@ -106,7 +109,7 @@ def list_instances(
     """List instances."""
     rows = []
     for i in Api().items("/instances"):
-        if i["status"] == "terminated" and not all_:
+        if i["status"] == TERMINATED and not all_:
             continue
         rows.append([i["id"], i["name"] or "-", i["cloud"], i["status"], i["phase"],
                      i["instance_type"] or "-", i["region"] or "-", money(i["price_per_hour"]),
@@ -127,5 +130,5 @@ def down(
     typer.echo(f"terminating {instance_id}")
     if no_wait:
         return
-    inst = follow(api, instance_id, {"terminated"}, on_attempt=False)
+    inst = follow(api, instance_id, {TERMINATED}, on_attempt=False)
     typer.echo(f"{inst['id']} terminated")

@@ -9,6 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
+from messages.enums import AllocationStatus, ConnectionStatus
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -32,7 +34,7 @@ class Connection(SQLModel, table=True):
     endpoint: str | None = None  # API endpoint override (simulated clouds, private endpoints)
     ca_bundle: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # PEM for that endpoint
     account: str | None = None  # identity returned by verify()
-    status: str = "connected"  # messages.enums.ConnectionStatus
+    status: str = ConnectionStatus.CONNECTED
     error: str | None = None  # why it is being removed
     secret: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
@@ -47,7 +49,7 @@ class Instance(SQLModel, table=True):
     provider: str = Field(index=True)
     connection_id: str
     workflow_id: str
-    status: str = Field(default="provisioning", index=True)  # messages.enums.AllocationStatus
+    status: str = Field(default=AllocationStatus.PROVISIONING, index=True)
     phase: str = "validate"
     # what was asked
     gpu: str | None = None
@@ -83,7 +85,7 @@ class Attempt(SQLModel, table=True):
     region: str
     spot: bool = False
     price_per_hour: float
-    outcome: str  # messages.enums.AttemptOutcome
+    outcome: str  # an AttemptOutcome
     reason: str | None = None
     at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
