@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import asyncssh
 import sqlalchemy as sa
@@ -17,6 +19,8 @@ from sqlmodel import Session
 
 from store.models import Installation, SshIdentity
 from store.secrets import SecretBox
+
+M = TypeVar("M", Installation, SshIdentity)
 
 _ID_RE = re.compile(r"^[a-z0-9]{4,16}$")
 LEGACY_FILE = "installation-id"  # where gpuprov kept it before it moved into the database
@@ -37,16 +41,8 @@ def installation_id(engine: sa.Engine, configured: str | None = None, legacy_hom
         raise IdentityError(f"GPUPROV_INSTALLATION_ID must be 4-16 characters of [a-z0-9], "
                             f"got {configured!r}")
     with Session(engine) as session:
-        row = session.get(Installation, "default")
-        if row is None:
-            seed = configured or _legacy(legacy_home) or uuid.uuid4().hex[:8]
-            session.add(Installation(installation_id=seed))
-            try:
-                session.commit()
-            except sa.exc.IntegrityError:  # another process won the race; use theirs
-                session.rollback()
-            row = session.get(Installation, "default")
-            assert row is not None
+        row = _once(session, Installation, lambda: Installation(
+            installation_id=configured or _legacy(legacy_home) or uuid.uuid4().hex[:8]))
     if configured is not None and configured != row.installation_id:
         raise IdentityError(
             f"GPUPROV_INSTALLATION_ID={configured} but this deployment's database says "
@@ -67,18 +63,25 @@ def _legacy(home: Path | None) -> str | None:
 
 def ssh_identity(session: Session, box: SecretBox) -> tuple[str, str]:
     """(public_key, private_key) in OpenSSH format; created and stored on first use."""
-    row = session.get(SshIdentity, "default")
-    if row is None:
+    def make() -> SshIdentity:
         key = asyncssh.generate_private_key("ssh-ed25519", comment="gpuprov")
-        row = SshIdentity(
-            public_key=key.export_public_key().decode().strip(),
-            private_key=box.seal_text(key.export_private_key().decode()),
-        )
-        session.add(row)
+        return SshIdentity(public_key=key.export_public_key().decode().strip(),
+                           private_key=box.seal_text(key.export_private_key().decode()))
+
+    row = _once(session, SshIdentity, make)
+    return row.public_key, box.open_text(row.private_key)
+
+
+def _once(session: Session, model: type[M], make: Callable[[], M]) -> M:
+    """The model's one row (id "default"), inserted from `make()` by whichever process gets there
+    first: a loser of the race reads the winner's row."""
+    row = session.get(model, "default")
+    if row is None:
+        session.add(make())
         try:
             session.commit()
-        except sa.exc.IntegrityError:  # another process won the race; use theirs
+        except sa.exc.IntegrityError:
             session.rollback()
-            row = session.get(SshIdentity, "default")
-            assert row is not None
-    return row.public_key, box.open_text(row.private_key)
+        row = session.get(model, "default")
+        assert row is not None
+    return row
