@@ -23,12 +23,15 @@ from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
-from workflows.allocate import AllocateWorkflow
+from workflows.allocation import AllocationWorkflow
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
-from workflows.terminate import TerminateWorkflow
+from workflows.legacy.allocate import AllocateWorkflow
+from workflows.legacy.terminate import TerminateWorkflow
 
-WORKFLOWS: list[type] = [AllocateWorkflow, TerminateWorkflow, ConnectWorkflow, DisconnectWorkflow]
+# AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
+WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, AllocateWorkflow,
+                         TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
 # are shared): the messages, the contract's models, pydantic. Everything with I/O stays out.
@@ -45,6 +48,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         cloud.validate_request, cloud.plan_offers, cloud.create_instance, cloud.wait_running,
         cloud.terminate_and_verify,
         conns.verify_credentials, conns.save_connection, conns.begin_disconnect, conns.delete_connection,
+        conns.terminate_allocation,
         ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus,
         records.record_allocation, records.record_status, records.load_instance,
         records.await_allocate_closed,

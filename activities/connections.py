@@ -6,10 +6,11 @@ from __future__ import annotations
 from sqlmodel import col, select
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
-from activities.deps import ActivityDeps
+from activities.deps import ActivityDeps, heartbeating
 from messages import activities as acts
-from messages.activities import ConnectionIdInput, LiveAllocations
+from messages.activities import ConnectionIdInput, LiveAllocation, LiveAllocations, TerminateAllocationInput
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import ConnectionStatus, ErrorKind
 from providers import registry
@@ -62,13 +63,27 @@ class ConnectionActivities:
         with session_scope(self.deps.engine) as session:
             row = session.get(Connection, inp.connection_id)
             if row is None:
-                return LiveAllocations(allocation_ids=[])
+                return LiveAllocations(allocations=[])
             live = repo.live_instances(session, inp.connection_id)
             row.status = ConnectionStatus.REMOVING
             row.error = f"terminating {len(live)} instance(s) before removal" if live else None
             session.add(row)
             session.commit()
-            return LiveAllocations(allocation_ids=[i.id for i in live])
+            return LiveAllocations(allocations=[LiveAllocation(allocation_id=i.id, workflow_id=i.workflow_id)
+                                                for i in live])
+
+    @activity.defn(name=acts.TERMINATE_ALLOCATION.name)
+    async def terminate_allocation(self, inp: TerminateAllocationInput) -> None:
+        """The allocation's `terminate` update, waited for: it returns once the cloud shows the
+        machine gone. A closed workflow has nothing left to terminate."""
+        if self.deps.client is None:
+            raise RuntimeError("ActivityDeps.client is required for terminate_allocation")
+        handle = self.deps.client.get_workflow_handle(inp.workflow_id)
+        try:
+            await heartbeating(handle.execute_update("terminate"), inp.heartbeat_every_s, "terminating")
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
 
     @activity.defn(name=acts.DELETE_CONNECTION.name)
     def delete_connection(self, inp: ConnectionIdInput) -> None:

@@ -17,7 +17,7 @@ from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.activities import AllocationIdInput, InstanceRecord, RecordAllocationInput, RecordStatusInput
 from messages.enums import AllocationStatus
-from messages.ids import allocate_workflow_id
+from messages.ids import allocate_workflow_id, allocation_workflow_id
 from providers.base import InstanceRef
 from store import repo
 from store.db import session_scope
@@ -37,8 +37,10 @@ class RecordActivities:
         with session_scope(self.deps.engine) as session:
             row = session.get(Instance, req.allocation_id)
             if row is None:
+                # The workflow writes its own row when the API did not (or died before it could).
+                workflow_id = activity.info().workflow_id or allocation_workflow_id(req.allocation_id)
                 row = Instance(id=req.allocation_id, provider=req.cloud, connection_id=req.connection_id,
-                               workflow_id=allocate_workflow_id(req.allocation_id))
+                               workflow_id=workflow_id)
             before = (row.status, row.phase)
             # The request, as asked (the API may have inserted these already).
             row.name, row.project = req.name or row.name, req.project
@@ -57,6 +59,9 @@ class RecordActivities:
             row.gpus_found = [g.model_dump() for g in st.gpus] if ready else row.gpus_found
             if ready and row.ready_at is None:
                 row.ready_at = now
+            gone = inp.status in (AllocationStatus.TERMINATED, AllocationStatus.LOST)
+            if gone and row.terminated_at is None:
+                row.terminated_at = now  # the cloud shows the machine gone
             row.updated_at = now
             session.add(row)
             session.flush()

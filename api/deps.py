@@ -51,6 +51,10 @@ class WorkflowGateway(Protocol):
     async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
                       execution_timeout_s: float, result_type: type | None = None) -> Any: ...
 
+    async def request_update(self, workflow_id: str, update: str) -> bool:
+        """Send an update and return once the workflow accepted it; False if it already closed."""
+        ...
+
 
 class TemporalGateway:
     """WorkflowGateway over a real Temporal client, connected on first use (the API may
@@ -104,6 +108,20 @@ class TemporalGateway:
             raise WorkflowFailed(getattr(cause, "message", None) or str(cause or e)) from e
         except RPCError as e:
             raise WorkflowUnavailable(f"could not run {workflow}: {e.message}") from e
+
+    async def request_update(self, workflow_id: str, update: str) -> bool:
+        from temporalio.client import WorkflowUpdateStage
+        from temporalio.service import RPCError, RPCStatusCode
+
+        client = await self.client()
+        try:
+            await client.get_workflow_handle(workflow_id).start_update(
+                update, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:  # closed (or never started): nothing to update
+                return False
+            raise WorkflowUnavailable(f"could not send {update} to {workflow_id}: {e.message}") from e
+        return True
 
 
 # --------------------------------------------------------------------------- deps

@@ -120,8 +120,20 @@ class ConnectionIdInput(BaseModel):
     connection_id: str
 
 
+class LiveAllocation(BaseModel):
+    allocation_id: str
+    workflow_id: str
+
+
 class LiveAllocations(BaseModel):
-    allocation_ids: list[str]
+    allocations: list[LiveAllocation]
+
+
+class TerminateAllocationInput(BaseModel):
+    """Terminate an allocation through its workflow's `terminate` update (waits until gone)."""
+
+    workflow_id: str
+    heartbeat_every_s: float = 5.0
 
 
 # --------------------------------------------------------------------------- references
@@ -154,9 +166,11 @@ BEGIN_DISCONNECT: ActivityRef[ConnectionIdInput, LiveAllocations] = ActivityRef(
     "begin_disconnect", ConnectionIdInput, LiveAllocations)
 DELETE_CONNECTION: ActivityRef[ConnectionIdInput, None] = ActivityRef(
     "delete_connection", ConnectionIdInput, None)
+TERMINATE_ALLOCATION: ActivityRef[TerminateAllocationInput, None] = ActivityRef(
+    "terminate_allocation", TerminateAllocationInput, None)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING, TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS,
     SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS, RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE,
-    AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT, DELETE_CONNECTION,
+    AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT, DELETE_CONNECTION, TERMINATE_ALLOCATION,
 )

@@ -24,6 +24,9 @@ class Timing(BaseModel):
     ssh_timeout_s: float = Field(default=600.0, gt=0)  # running -> SSH answers
     k3s_timeout_s: float = Field(default=900.0, gt=0)
     max_retry_interval_s: float = Field(default=30.0, gt=0)
+    # A watched machine's workflow starts afresh (continue-as-new) this often, so the history of a
+    # machine that lives for months stays small; sooner if Temporal suggests it.
+    continue_as_new_after_s: float = Field(default=86400.0, gt=0)
 
 
 class AllocateRequest(BaseModel):
@@ -73,6 +76,20 @@ class AllocationState(BaseModel):
     gpus: list[GpuInfo] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     error: str | None = None
+
+
+class AllocationInput(BaseModel):
+    """AllocationWorkflow's input: the request, and the state carried across continue-as-new
+    (None on the first run: allocate first)."""
+
+    request: AllocateRequest
+    state: AllocationState | None = None
+
+
+class MachineLost(BaseModel):
+    """The watch's report: the cloud shows the machine gone, preempted or broken."""
+
+    reason: str
 
 
 class TerminateRequest(BaseModel):

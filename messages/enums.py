@@ -14,6 +14,7 @@ class AllocationStatus(StrEnum):
     TERMINATING = "terminating"  # a machine may still exist; it is being removed
     TERMINATED = "terminated"  # the cloud shows it gone
     FAILED = "failed"  # never became ready; anything it made is gone
+    LOST = "lost"  # the cloud reported it gone, preempted or broken after ready; cleaned up
 
     @property
     def live(self) -> bool:
@@ -35,6 +36,7 @@ class Phase(StrEnum):
     FAILED = "failed"
     TERMINATING = "terminating"
     TERMINATED = "terminated"
+    LOST = "lost"
 
 
 class AttemptOutcome(StrEnum):

@@ -1,12 +1,33 @@
-"""Workflow ids and the task queue: derived from ids gpuprov generates, never from user text."""
+"""Workflow ids, idempotency keys and the task queue: derived from ids gpuprov generates, never
+from user text."""
 
 from __future__ import annotations
 
+import re
+
 TASK_QUEUE = "gpuprov"
+
+_KEY_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def attempt_key(allocation_id: str, seq: int) -> str:
+    """The idempotency key of attempt `seq`: from the allocation id and attempt, never a run id.
+    It becomes the cloud-side name, tag and client token of what the attempt creates."""
+    base = _KEY_UNSAFE.sub("-", allocation_id.lower()).strip("-")[:50] or "x"
+    return f"gp-{base}-a{seq}"
+
+
+def allocation_workflow_id(allocation_id: str) -> str:
+    """The one long-lived workflow of an allocation (workflows/allocation.py)."""
+    return f"allocation-{allocation_id}"
+
+
+LEGACY_ALLOCATE_PREFIX = "allocate-"
 
 
 def allocate_workflow_id(allocation_id: str) -> str:
-    return f"allocate-{allocation_id}"
+    """The legacy AllocateWorkflow's id (allocations started before AllocationWorkflow)."""
+    return f"{LEGACY_ALLOCATE_PREFIX}{allocation_id}"
 
 
 def terminate_workflow_id(allocation_id: str) -> str:

@@ -14,11 +14,12 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from messages import activities as acts
-from messages.activities import ConnectionIdInput
+from messages.activities import ConnectionIdInput, LiveAllocation, TerminateAllocationInput
 from messages.allocation import TerminateRequest
 from messages.connection import DisconnectRequest, DisconnectResult
+from messages.ids import LEGACY_ALLOCATE_PREFIX
 from workflows.calls import call
-from workflows.terminate import TerminateWorkflow
+from workflows.legacy.terminate import TerminateWorkflow
 
 
 @workflow.defn(name="DisconnectWorkflow")
@@ -29,13 +30,22 @@ class DisconnectWorkflow:
         ids = ConnectionIdInput(connection_id=req.connection_id)
         live = await call(acts.BEGIN_DISCONNECT, ids, start_to_close_timeout=timedelta(seconds=30),
                           retry_policy=forever)
-        # Child ids are derived from this workflow's: a user's own terminate of the same allocation
-        # may run at the same time, and terminating twice is harmless (gone is success).
-        await asyncio.gather(*(
-            workflow.execute_child_workflow(
-                TerminateWorkflow.run, TerminateRequest(allocation_id=aid, timing=req.timing),
-                id=f"{workflow.info().workflow_id}-terminate-{aid}")
-            for aid in live.allocation_ids))
+        await asyncio.gather(*(self._terminate(a, req) for a in live.allocations))
         await call(acts.DELETE_CONNECTION, ids, start_to_close_timeout=timedelta(seconds=30),
                    retry_policy=forever)
-        return DisconnectResult(connection_id=req.connection_id, terminated=live.allocation_ids)
+        return DisconnectResult(connection_id=req.connection_id,
+                                terminated=[a.allocation_id for a in live.allocations])
+
+    @staticmethod
+    async def _terminate(alloc: LiveAllocation, req: DisconnectRequest) -> None:
+        """Each allocation ends when the cloud shows its machine gone (terminating twice is harmless)."""
+        if alloc.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX):
+            # Started by an earlier gpuprov: its TerminateWorkflow, as a child.
+            await workflow.execute_child_workflow(
+                TerminateWorkflow.run, TerminateRequest(allocation_id=alloc.allocation_id, timing=req.timing),
+                id=f"{workflow.info().workflow_id}-terminate-{alloc.allocation_id}")
+            return
+        await call(acts.TERMINATE_ALLOCATION, TerminateAllocationInput(workflow_id=alloc.workflow_id),
+                   start_to_close_timeout=timedelta(seconds=req.timing.boot_timeout_s),
+                   heartbeat_timeout=timedelta(seconds=req.timing.heartbeat_timeout_s),
+                   retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=req.timing.max_retry_interval_s)))

@@ -1,4 +1,4 @@
-"""Instances: validate, record, start AllocateWorkflow; reads come from the SQL projection."""
+"""Instances: validate, record, start AllocationWorkflow; reads come from the SQL projection."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from api.deps import AppDeps, DepsDep, SessionDep, WorkflowUnavailable, in_threa
 from api.errors import adapter_class
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusName
-from messages.allocation import AllocateRequest, TerminateRequest
+from messages.allocation import AllocateRequest, AllocationInput, TerminateRequest
 from messages.enums import AllocationStatus, Phase
-from messages.ids import allocate_workflow_id, terminate_workflow_id
+from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
 from providers.base import LaunchRequirements, Unsupported
 from store import repo
 from store.models import Connection, Instance
@@ -50,14 +50,15 @@ def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
         repo.update_instance(session, instance_id, **fields)
 
 
-def _mark_terminating(deps: AppDeps, instance_id: str) -> str:
-    """Mark the instance terminating unless it is terminated (404 if unknown); its status before."""
+def _mark_terminating(deps: AppDeps, instance_id: str) -> tuple[str, str]:
+    """Mark the instance terminating while a machine may exist (404 if unknown); its status
+    before, and its workflow id."""
     with open_session(deps) as session:
         row = _get(session, instance_id)
         previous = row.status
-        if previous != AllocationStatus.TERMINATED:
+        if AllocationStatus(previous).live:
             repo.update_instance(session, row.id, status=AllocationStatus.TERMINATING)
-        return previous
+        return previous, row.workflow_id
 
 
 # --------------------------------------------------------------------------- routes
@@ -80,7 +81,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep) -> InstanceAccept
                             f"(gpuprov connect {body.cloud} --credential ...)")
 
     allocation_id = repo.new_id()
-    workflow_id = allocate_workflow_id(allocation_id)
+    workflow_id = allocation_workflow_id(allocation_id)
     request = AllocateRequest(
         allocation_id=allocation_id, connection_id=conn.id, cloud=body.cloud,
         project=body.project, name=body.name, gpu=body.gpu,
@@ -92,7 +93,8 @@ async def create_instance(body: InstanceCreate, deps: DepsDep) -> InstanceAccept
         workflow_id=workflow_id, status=AllocationStatus.PROVISIONING, phase=Phase.VALIDATE, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot))
     try:
-        await deps.workflows.start("AllocateWorkflow", request, workflow_id=workflow_id)
+        await deps.workflows.start("AllocationWorkflow", AllocationInput(request=request),
+                                   workflow_id=workflow_id)
     except WorkflowUnavailable as e:
         await in_thread(_update, deps, allocation_id, status=AllocationStatus.FAILED, phase=Phase.FAILED,
                         error=str(e))
@@ -127,14 +129,18 @@ def get_instance(instance_id: str, session: SessionDep) -> InstanceOut:
 @router.post("/{instance_id}/terminate", status_code=status.HTTP_202_ACCEPTED,
              response_model=InstanceAccepted, responses={404: {"description": "unknown"}})
 async def terminate_instance(instance_id: str, deps: DepsDep) -> InstanceAccepted:
-    # Marked first: the workflow may finish (and write "terminated") before start() returns.
-    previous = await in_thread(_mark_terminating, deps, instance_id)
-    if previous == AllocationStatus.TERMINATED:
-        return InstanceAccepted(id=instance_id, status=previous)
-    # One terminate workflow per allocation: a repeated request joins the running one.
+    # Marked first: the workflow may finish (and write "terminated") before the call returns.
+    previous, workflow_id = await in_thread(_mark_terminating, deps, instance_id)
+    if not AllocationStatus(previous).live:
+        return InstanceAccepted(id=instance_id, status=previous)  # nothing is on the cloud
     try:
-        await deps.workflows.start("TerminateWorkflow", TerminateRequest(allocation_id=instance_id),
-                                   workflow_id=terminate_workflow_id(instance_id), use_existing=True)
+        if workflow_id.startswith(LEGACY_ALLOCATE_PREFIX):
+            # Started by an earlier gpuprov: one TerminateWorkflow, a repeated request joins it.
+            await deps.workflows.start("TerminateWorkflow", TerminateRequest(allocation_id=instance_id),
+                                       workflow_id=terminate_workflow_id(instance_id), use_existing=True)
+        else:
+            # The allocation's own `terminate` update: idempotent, it ends when the cloud shows it gone.
+            await deps.workflows.request_update(workflow_id, "terminate")
     except WorkflowUnavailable as e:
         await in_thread(_update, deps, instance_id, status=previous)
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None

@@ -89,6 +89,8 @@ class FakeWorkflows:
     box: SecretBox
     starts: list[tuple[str, BaseModel, str, bool]] = field(default_factory=list)
     executes: list[tuple[str, BaseModel, str]] = field(default_factory=list)
+    updates: list[tuple[str, str]] = field(default_factory=list)
+    closed: set[str] = field(default_factory=set)  # workflow ids whose run has ended
     fail_with: Exception | None = None
 
     async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
@@ -96,6 +98,12 @@ class FakeWorkflows:
         if self.fail_with is not None:
             raise self.fail_with
         self.starts.append((workflow, arg, workflow_id, use_existing))
+
+    async def request_update(self, workflow_id: str, update: str) -> bool:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.updates.append((workflow_id, update))
+        return workflow_id not in self.closed
 
     async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
                       execution_timeout_s: float, result_type: type | None = None) -> Any:

@@ -5,11 +5,12 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlmodel import Session
 
 from api.deps import WorkflowUnavailable
 from store import repo
-from store.models import Attempt
+from store.models import Attempt, Instance
 from tests.api.conftest import FakeWorkflows, connect_fake
 
 URL = "/api/compute/instances"
@@ -57,10 +58,11 @@ async def test_create_records_the_row_and_starts_allocate(client: httpx.AsyncCli
     iid = r.json()["id"]
     assert re.fullmatch(r"[a-z0-9]{1,12}", iid) and r.json()["status"] == "provisioning"
     [(name, req, wf_id, use_existing)] = workflows.starts
-    assert (name, wf_id, use_existing) == ("AllocateWorkflow", f"allocate-{iid}", False)
-    assert req.allocation_id == iid and req.connection_id == conn["id"]  # type: ignore[attr-defined]
-    assert req.ssh_public_keys == [ssh_key] and "installation_id" not in req.model_dump()  # type: ignore[attr-defined]
-    assert (req.gpu, req.region, req.project) == ("H100", "r2", "vision")  # type: ignore[attr-defined]
+    assert (name, wf_id, use_existing) == ("AllocationWorkflow", f"allocation-{iid}", False)
+    asked = req.request  # type: ignore[attr-defined]
+    assert asked.allocation_id == iid and asked.connection_id == conn["id"]
+    assert asked.ssh_public_keys == [ssh_key] and "installation_id" not in asked.model_dump()
+    assert (asked.gpu, asked.region, asked.project) == ("H100", "r2", "vision")
     got = (await client.get(f"{URL}/{iid}")).json()
     assert got["status"] == "provisioning" and got["phase"] == "validate" and got["ssh"] is None
     assert got["requested"] == {"gpu": "H100", "gpu_count": 1, "region": "r2", "spot": None}
@@ -102,13 +104,26 @@ async def test_terminate_is_idempotent(client: httpx.AsyncClient, workflows: Fak
     for _ in range(2):
         r = await client.post(f"{URL}/{iid}/terminate")
         assert r.status_code == 202 and r.json() == {"id": iid, "status": "terminating"}
-    assert [(w, i, e) for w, _, i, e in workflows.starts[1:]] == [
-        ("TerminateWorkflow", f"terminate-{iid}", True)] * 2
+    # The allocation's own `terminate` update, idempotent on the workflow's side.
+    assert workflows.updates == [(f"allocation-{iid}", "terminate")] * 2
     with Session(engine) as s:
         repo.update_instance(s, iid, status="terminated")
     r = await client.post(f"{URL}/{iid}/terminate")
-    assert r.status_code == 202 and r.json()["status"] == "terminated" and len(workflows.starts) == 3
+    assert r.status_code == 202 and r.json()["status"] == "terminated" and len(workflows.updates) == 2
     assert (await client.post(f"{URL}/nope/terminate")).status_code == 404
+
+
+async def test_terminate_of_a_legacy_allocation_starts_its_terminate_workflow(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
+    """Rows of allocations an earlier gpuprov started still point at AllocateWorkflow."""
+    conn = await connect_fake(client)
+    with Session(engine) as s:
+        s.add(Instance(id="old1", provider="fakecloud", connection_id=conn["id"], workflow_id="allocate-old1",
+                       status="ready"))
+        s.commit()
+    assert (await client.post(f"{URL}/old1/terminate")).status_code == 202
+    assert [(w, i, e) for w, _, i, e in workflows.starts] == [("TerminateWorkflow", "terminate-old1", True)]
+    assert workflows.updates == []
 
 
 async def test_temporal_down_marks_the_row_failed(client: httpx.AsyncClient, workflows: FakeWorkflows,

@@ -32,9 +32,9 @@ class FakeInstantWorkflows(FakeWorkflows):
     async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
                     use_existing: bool = False) -> None:
         await super().start(workflow, arg, workflow_id=workflow_id, use_existing=use_existing)
-        iid = arg.allocation_id  # type: ignore[attr-defined]
         with Session(self.engine) as s:
-            if workflow == "AllocateWorkflow":
+            if workflow == "AllocationWorkflow":
+                iid = arg.request.allocation_id  # type: ignore[attr-defined]
                 for seq, outcome, reason in [(1, "capacity", "sold out in r1"), (2, "created", None)]:
                     repo.record_attempt(s, Attempt(instance_id=iid, seq=seq, provider="fakecloud",
                                                    instance_type="gpu.a10", region=f"r{seq}",
@@ -43,8 +43,16 @@ class FakeInstantWorkflows(FakeWorkflows):
                                      ssh_port=2201, ssh_user="ubuntu", instance_type="gpu.a10",
                                      offer_region="r2", price_per_hour=0.75,
                                      gpus_found=[{"index": 0, "name": "NVIDIA A10"}])
-            elif workflow == "TerminateWorkflow":
+
+    async def request_update(self, workflow_id: str, update: str) -> bool:
+        """The allocation's `terminate` update: the machine is gone at once."""
+        accepted = await super().request_update(workflow_id, update)
+        if accepted and update == "terminate":
+            with Session(self.engine) as s:
+                iid = workflow_id.removeprefix("allocation-")
                 repo.update_instance(s, iid, status="terminated", phase="terminated")
+            self.closed.add(workflow_id)
+        return accepted
 
 
 @pytest.fixture

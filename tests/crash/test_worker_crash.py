@@ -12,12 +12,12 @@ import pytest
 from temporalio.client import Client
 
 from fakeclouds.server import FakeCloudServer
-from messages.allocation import AllocateRequest, AllocationState, TerminateRequest, TerminateResult, Timing
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
-from messages.ids import allocate_workflow_id, terminate_workflow_id
+from messages.ids import allocation_workflow_id, attempt_key
 from tests import simclouds
 from tests.crash.conftest import TASK_QUEUE, WorkerProcess, machines_of
-from workflows.allocate import attempt_key
+from tests.workflows.conftest import settled, terminate
 
 pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
@@ -41,13 +41,14 @@ async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: Wo
     key = attempt_key(allocation_id, 1)
     req = AllocateRequest(allocation_id=allocation_id, connection_id=conn, cloud="local",
                           ssh_public_keys=[USER_KEY], timing=TIMING)
-    handle = await client.start_workflow("AllocateWorkflow", req, id=allocate_workflow_id(allocation_id),
-                                         task_queue=TASK_QUEUE, result_type=AllocationState)
+    handle = await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+                                         id=allocation_workflow_id(allocation_id), task_queue=TASK_QUEUE,
+                                         result_type=AllocationState)
     await until(lambda: crash_when(key))
     worker.kill()
     sim.admin.clear_faults()
     worker.start()
-    state = await asyncio.wait_for(handle.result(), 60)
+    state = await asyncio.wait_for(settled(handle), 90)
     assert state.phase == Phase.READY
     made = machines_of(sim, key)
     assert len(made) == 1, made  # the retry found the machine; it did not make a second one
@@ -57,10 +58,8 @@ async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: Wo
 
 async def terminate_and_check_nothing_left(client: Client, sim: FakeCloudServer, allocation_id: str,
                                            installation: str) -> None:
-    result = await client.execute_workflow(
-        "TerminateWorkflow", TerminateRequest(allocation_id=allocation_id, timing=TIMING),
-        id=terminate_workflow_id(allocation_id), task_queue=TASK_QUEUE, result_type=TerminateResult)
-    assert result.terminated
+    state = await terminate(client, allocation_id)
+    assert state.phase == Phase.TERMINATED
     assert all(m["status"] == "terminated" for m in sim.admin.machines())
     async with simclouds.provider(sim, "local", installation_id=installation) as p:
         assert await p.list_owned() == []

@@ -33,6 +33,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from fakeclouds.server import FakeCloudServer
+from messages.ids import allocation_workflow_id
 from store.db import make_engine
 from tests import simclouds
 
@@ -215,7 +216,7 @@ async def test_a_create_retried_on_the_other_worker_makes_one_machine(stack: Sta
             return len(ours()) == 1
 
         await until(accepted, 60, "the cloud to accept the create")
-        handle = stack.client.get_workflow_handle(f"allocate-{allocation_id}")
+        handle = stack.client.get_workflow_handle(allocation_workflow_id(allocation_id))
         pending = (await handle.describe()).raw_description.pending_activities
         creating = [a for a in pending if a.activity_type.name == "create_instance"]
         assert creating and creating[0].last_worker_identity, pending

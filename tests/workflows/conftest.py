@@ -11,12 +11,12 @@ import asyncssh
 import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from activities.deps import ActivityDeps
-from messages.allocation import AllocateRequest, AllocationState, Timing
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
-from messages.ids import allocate_workflow_id
+from messages.ids import allocation_workflow_id
 from providers import registry
 from store import repo
 from store.secrets import SecretBox
@@ -81,8 +81,28 @@ def make_request(fake_connection: str) -> Any:
 
 
 async def start_allocate(client: Client, req: AllocateRequest) -> WorkflowHandle[Any, AllocationState]:
-    return await client.start_workflow("AllocateWorkflow", req, id=allocate_workflow_id(req.allocation_id),
-                                       task_queue=TASK_QUEUE, result_type=AllocationState)
+    return await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+                                       id=allocation_workflow_id(req.allocation_id), task_queue=TASK_QUEUE,
+                                       result_type=AllocationState)
+
+
+async def settled(handle: WorkflowHandle[Any, AllocationState]) -> AllocationState:
+    """The state once the allocation is ready; if the workflow closes instead, its result (which
+    raises WorkflowFailureError when it failed)."""
+    async with asyncio.timeout(60):
+        while True:
+            if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+                return await handle.result()
+            st = await handle.query("state", result_type=AllocationState)
+            if st.phase == Phase.READY:
+                return st
+            await asyncio.sleep(0.1)
+
+
+async def terminate(client: Client, allocation_id: str) -> AllocationState:
+    """The allocation's `terminate` update: returns once the cloud shows the machine gone."""
+    handle = client.get_workflow_handle(allocation_workflow_id(allocation_id))
+    return await handle.execute_update("terminate", result_type=AllocationState)
 
 
 async def wait_phase(handle: WorkflowHandle[Any, Any], phase: Phase) -> AllocationState:

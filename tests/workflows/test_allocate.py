@@ -13,14 +13,14 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from activities.deps import ActivityDeps
 from messages.allocation import AllocationState
 from messages.enums import Phase
+from messages.ids import attempt_key
 from providers.credentials import ApiKeyCredentials
 from store import repo
 from store.db import session_scope
 from store.models import Instance
 from tests.fakes import FakeCloud, FakeInMemoryProvider
-from tests.workflows.conftest import INSTALLATION, start_allocate, wait_phase
+from tests.workflows.conftest import INSTALLATION, settled, start_allocate, wait_phase
 from workflows import search_attributes as sa_keys
-from workflows.allocate import attempt_key
 
 pytestmark = pytest.mark.devserver
 
@@ -41,7 +41,7 @@ async def test_happy_path_ready_with_gpus(temporal_client: Client, fake_cloud: F
                                           db_engine: sa.Engine) -> None:
     req = make_request(gpu="a10", gpu_count=2)
     handle = await start_allocate(temporal_client, req)
-    st = await handle.result()
+    st = await settled(handle)
 
     assert st.phase == Phase.READY
     assert st.offer is not None and st.offer.instance_type == "gpu.2x"
@@ -64,7 +64,7 @@ async def test_happy_path_ready_with_gpus(temporal_client: Client, fake_cloud: F
 
 async def test_cpu_machine_has_no_gpus_and_that_is_a_fact(temporal_client: Client, fake_cloud: FakeCloud,
                                                           make_request: Any) -> None:
-    st = await (await start_allocate(temporal_client, make_request())).result()  # cheapest: cpu.small
+    st = await settled(await start_allocate(temporal_client, make_request()))  # cheapest: cpu.small
     assert st.phase == Phase.READY and st.offer is not None and st.offer.gpu is None
     assert st.gpus == []
 
@@ -74,7 +74,7 @@ async def test_capacity_fails_over_and_records_reasons(temporal_client: Client, 
     # gpu.1x@r1 (cheapest) has no capacity in region r1: gpu.2x@r1 is skipped, r2 is next.
     fake_cloud.add_fault("create", "capacity", scope="fake/r1")
     req = make_request(gpu="a10")
-    st = await (await start_allocate(temporal_client, req)).result()
+    st = await settled(await start_allocate(temporal_client, req))
 
     assert st.phase == Phase.READY
     assert [(a.offer.instance_type, a.offer.region, a.outcome) for a in st.attempts] == [
@@ -94,7 +94,7 @@ async def test_capacity_everywhere_fails_with_the_history(temporal_client: Clien
     req = make_request(gpu="a10", gpu_count=1)
     handle = await start_allocate(temporal_client, req)
     with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
+        await settled(handle)
     assert isinstance(info.value.cause, ApplicationError) and info.value.cause.type == "NoCapacity"
     st = await handle.query("state", result_type=AllocationState)
     assert [a.outcome for a in st.attempts] == ["capacity", "capacity"]
@@ -108,7 +108,7 @@ async def test_failure_after_create_compensates(temporal_client: Client, fake_cl
     req = make_request()
     handle = await start_allocate(temporal_client, req)
     with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
+        await settled(handle)
     assert isinstance(info.value.cause, ApplicationError) and info.value.cause.type == "InstanceFailed"
     assert await owned() == []
     assert len(fake_cloud.machines) == 1  # it was made, then torn down
@@ -121,7 +121,7 @@ async def test_failure_after_create_compensates(temporal_client: Client, fake_cl
 async def test_lost_create_response_makes_one_machine(temporal_client: Client, fake_cloud: FakeCloud,
                                                       make_request: Any) -> None:
     fake_cloud.add_fault("create", "lose_response")
-    st = await (await start_allocate(temporal_client, make_request())).result()
+    st = await settled(await start_allocate(temporal_client, make_request()))
     assert st.phase == Phase.READY
     assert fake_cloud.create_calls == 2 and len(fake_cloud.machines) == 1
 
@@ -131,7 +131,7 @@ async def test_bad_request_fails_validation_with_the_reason(temporal_client: Cli
     req = make_request(region="mars-1")
     handle = await start_allocate(temporal_client, req)
     with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
+        await settled(handle)
     cause = info.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "Unsupported" and cause.non_retryable
     assert "no region 'mars-1'" in cause.message
@@ -155,7 +155,7 @@ async def test_cancel_at_every_phase_leaves_nothing(temporal_client: Client, fak
     await wait_phase(handle, phase)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
+        await settled(handle)
     assert isinstance(info.value.cause, CancelledError)
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
     assert await owned() == []
@@ -171,12 +171,12 @@ async def test_one_adapter_per_connection_serves_every_activity(
     """Clients that live: the adapter (and its HTTP pool and TLS context) is built once per
     connection per worker, not per activity."""
     first = make_request()
-    await (await start_allocate(temporal_client, first)).result()
+    await settled(await start_allocate(temporal_client, first))
     builds = activity_deps.providers.builds
     assert builds >= 1
     for _ in range(3):  # ~15 more cloud activities on the same connection
         again = make_request(connection_id=first.connection_id)
-        await (await start_allocate(temporal_client, again)).result()
+        await settled(await start_allocate(temporal_client, again))
     assert activity_deps.providers.builds == builds
 
 

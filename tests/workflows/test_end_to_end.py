@@ -17,8 +17,7 @@ from messages.allocation import AllocationState
 from messages.enums import Phase
 from store.secrets import SecretBox
 from tests import simclouds
-from tests.workflows.conftest import INSTALLATION, start_allocate
-from tests.workflows.test_terminate_connect import terminate
+from tests.workflows.conftest import INSTALLATION, settled, start_allocate, terminate
 
 pytestmark = pytest.mark.devserver
 
@@ -48,7 +47,7 @@ async def test_allocate_then_terminate_on_the_simulated_clouds(temporal_client: 
     # k3s on: skipped with a note on local; over SSH on Lambda (its simulated image has k3s).
     req = make_request(cloud=cloud, connection_id=connect_sim(cloud), k3s=True,
                        gpu=None if cloud == "local" else "a10")
-    st = await (await start_allocate(temporal_client, req)).result()
+    st = await settled(await start_allocate(temporal_client, req))
 
     assert st.phase == Phase.READY and st.host is not None and st.host.startswith("127.")
     if cloud == "local":
@@ -84,7 +83,7 @@ async def test_k3s_failure_compensates_with_the_reason(temporal_client: Any, wf_
             break
         await asyncio.sleep(0.02)
     with pytest.raises(WorkflowFailureError) as info:
-        await handle.result()
+        await settled(handle)
     assert "k3s" in str(info.value.cause)
     st = await handle.query("state", result_type=AllocationState)
     assert st.attempts[-1].outcome == "failed" and "k3s" in (st.attempts[-1].reason or "")

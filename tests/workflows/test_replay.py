@@ -14,38 +14,37 @@ from temporalio.worker import Replayer
 
 from messages.enums import Phase
 from tests.fakes import FakeCloud
-from tests.workflows.conftest import TASK_QUEUE, start_allocate, wait_phase
-from tests.workflows.test_terminate_connect import terminate
+from tests.workflows.conftest import TASK_QUEUE, settled, start_allocate, terminate, wait_phase
 from worker import WORKFLOWS, workflow_runner
 from workflows.converter import DATA_CONVERTER
 
 pytestmark = pytest.mark.devserver
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-CURRENT = HISTORIES / "v2"  # what GPUPROV_RECORD_HISTORIES=1 rewrites; older versions stay as they are
+CURRENT = HISTORIES / "v3"  # what GPUPROV_RECORD_HISTORIES=1 rewrites; older versions stay as they are
 
 
 async def test_histories_replay_deterministically(temporal_client: Client, fake_cloud: FakeCloud,
                                                   make_request: Any) -> None:
     ready = make_request(gpu="a10")
     fake_cloud.add_fault("create", "capacity", scope="fake/r1")
-    await (await start_allocate(temporal_client, ready)).result()
+    await settled(await start_allocate(temporal_client, ready))
 
     fake_cloud.add_fault("create", "die_at_boot")
     with pytest.raises(WorkflowFailureError):
-        await (await start_allocate(temporal_client, make_request())).result()
+        await settled(await start_allocate(temporal_client, make_request()))
 
     fake_cloud.boot_delay = 30
     cancelled = await start_allocate(temporal_client, make_request())
     await wait_phase(cancelled, Phase.WAIT_RUNNING)
-    await terminate(temporal_client, cancelled.id.removeprefix("allocate-"))
+    await terminate(temporal_client, cancelled.id.removeprefix("allocation-"))
     await terminate(temporal_client, ready.allocation_id)
 
     listed = temporal_client.list_workflows(f"TaskQueue = '{TASK_QUEUE}'")
     histories = [await temporal_client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
                  async for w in listed]
     types = {h.events[0].workflow_execution_started_event_attributes.workflow_type.name for h in histories}
-    assert {"AllocateWorkflow", "TerminateWorkflow"} <= types and len(histories) >= 5
+    assert types == {"AllocationWorkflow"} and len(histories) >= 3
 
     assert await replay_failures(histories) == {}
     if os.environ.get("GPUPROV_RECORD_HISTORIES"):
@@ -76,7 +75,7 @@ async def test_committed_histories_replay_against_current_code() -> None:
     """Histories recorded by an earlier version: a change that breaks running workflows fails here."""
     histories = committed_histories()
     types = {h.events[0].workflow_execution_started_event_attributes.workflow_type.name for h in histories}
-    assert {"AllocateWorkflow", "TerminateWorkflow"} <= types
+    assert {"AllocateWorkflow", "TerminateWorkflow", "AllocationWorkflow"} <= types
     assert await replay_failures(histories) == {}
 
 

@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
-from messages.allocation import TerminateRequest, TerminateResult
+from messages.allocation import AllocationState, MachineLost, TerminateRequest, TerminateResult
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
 from messages.enums import Phase
+from messages.ids import allocate_workflow_id, terminate_workflow_id
 from store import repo
 from store.models import Connection, Instance
 from store.secrets import SecretBox
 from tests.fakes import FakeCloud
-from tests.workflows.conftest import FAST, TASK_QUEUE, start_allocate, wait_phase
+from tests.workflows.conftest import FAST, TASK_QUEUE, settled, start_allocate, terminate, wait_phase
 from tests.workflows.test_allocate import owned
 
 pytestmark = pytest.mark.devserver
-
-
-async def terminate(client: Client, allocation_id: str) -> TerminateResult:
-    return await client.execute_workflow("TerminateWorkflow", TerminateRequest(allocation_id=allocation_id,
-                                                                              timing=FAST),
-                                         id=f"terminate-{allocation_id}", task_queue=TASK_QUEUE,
-                                         result_type=TerminateResult)
 
 
 def instance(engine: sa.Engine, allocation_id: str) -> Instance:
@@ -39,42 +35,93 @@ def instance(engine: sa.Engine, allocation_id: str) -> Instance:
 async def test_terminate_a_ready_machine_waits_until_gone(temporal_client: Client, fake_cloud: FakeCloud,
                                                          make_request: Any, db_engine: sa.Engine) -> None:
     req = make_request()
-    await (await start_allocate(temporal_client, req)).result()
+    handle = await start_allocate(temporal_client, req)
+    await settled(handle)
     assert len(await owned()) == 1
 
-    result = await terminate(temporal_client, req.allocation_id)
+    first, second = await asyncio.gather(terminate(temporal_client, req.allocation_id),
+                                         terminate(temporal_client, req.allocation_id))
 
-    assert result.terminated
+    assert first.phase == second.phase == Phase.TERMINATED  # both callers waited for the one teardown
     assert await owned() == []
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
     row = instance(db_engine, req.allocation_id)
     assert (row.status, row.phase) == ("terminated", "terminated") and row.terminated_at is not None
+    with pytest.raises(RPCError):  # closed: the API treats this as "nothing left to terminate"
+        await terminate(temporal_client, req.allocation_id)
 
 
-async def test_terminate_while_allocating_cancels_and_compensates(temporal_client: Client,
-                                                                  fake_cloud: FakeCloud, make_request: Any,
-                                                                  db_engine: sa.Engine) -> None:
+async def test_terminate_while_allocating_stops_and_compensates(temporal_client: Client,
+                                                                fake_cloud: FakeCloud, make_request: Any,
+                                                                db_engine: sa.Engine) -> None:
     fake_cloud.boot_delay = 30
     req = make_request()
     handle = await start_allocate(temporal_client, req)
     await wait_phase(handle, Phase.WAIT_RUNNING)
 
-    await terminate(temporal_client, req.allocation_id)
+    st = await terminate(temporal_client, req.allocation_id)
 
-    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert st.phase == Phase.TERMINATED and st.attempts[-1].outcome == "cancelled" and st.error is None
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
     assert await owned() == [] and len(fake_cloud.machines) == 1
     assert instance(db_engine, req.allocation_id).status == "terminated"
 
 
 async def test_terminate_finds_the_machine_by_key_when_the_ref_was_never_recorded(
         temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
-    # The create answer is delayed: cancel lands while the cloud already made the machine.
+    # The create answer is delayed: the terminate lands while the cloud already made the machine.
     fake_cloud.add_fault("create", "latency", when="after", seconds=3)
     req = make_request()
     handle = await start_allocate(temporal_client, req)
     await wait_phase(handle, Phase.CREATE)
-    await terminate(temporal_client, req.allocation_id)
-    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    st = await terminate(temporal_client, req.allocation_id)
+    assert st.phase == Phase.TERMINATED and st.ref is None
     assert await owned() == [] and len(fake_cloud.machines) == 1
+
+
+async def test_a_lost_machine_is_recorded_with_the_reason_and_cleaned_up(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    req = make_request()
+    handle = await start_allocate(temporal_client, req)
+    await settled(handle)
+    await handle.signal("machine_lost", MachineLost(reason="preempted by the cloud"))
+    st = await handle.result()
+    assert st.phase == Phase.LOST and st.error == "preempted by the cloud"
+    assert await owned() == []  # a broken machine still bills: it is terminated too
+    row = instance(db_engine, req.allocation_id)
+    assert (row.status, row.error) == ("lost", "preempted by the cloud")
+
+
+async def test_a_long_lived_machine_continues_as_new_and_keeps_its_state(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any) -> None:
+    req = make_request(timing=FAST.model_copy(update={"continue_as_new_after_s": 0.5}))
+    handle = await start_allocate(temporal_client, req)
+    ready = await settled(handle)
+    first_run = (await handle.describe()).run_id
+    async with asyncio.timeout(30):
+        while True:
+            if (await handle.describe()).run_id != first_run:
+                break
+            await asyncio.sleep(0.1)
+    latest = temporal_client.get_workflow_handle(handle.id, result_type=AllocationState)
+    carried = await latest.query("state", result_type=AllocationState)
+    assert carried.ref == ready.ref and carried.phase == Phase.READY and carried.attempts == ready.attempts
+    st = await terminate(temporal_client, req.allocation_id)  # the fresh run still owns the machine
+    assert st.phase == Phase.TERMINATED and await owned() == []
+
+
+async def test_legacy_allocations_still_finish_as_they_began(temporal_client: Client, fake_cloud: FakeCloud,
+                                                             make_request: Any) -> None:
+    """An AllocateWorkflow started by an earlier gpuprov runs to ready; its TerminateWorkflow ends it."""
+    req = make_request()
+    st = await temporal_client.execute_workflow("AllocateWorkflow", req,
+                                                id=allocate_workflow_id(req.allocation_id),
+                                                task_queue=TASK_QUEUE, result_type=AllocationState)
+    assert st.phase == Phase.READY and len(await owned()) == 1
+    result = await temporal_client.execute_workflow(
+        "TerminateWorkflow", TerminateRequest(allocation_id=req.allocation_id, timing=FAST),
+        id=terminate_workflow_id(req.allocation_id), task_queue=TASK_QUEUE, result_type=TerminateResult)
+    assert result.terminated and await owned() == []
 
 
 def connect_request(box: SecretBox, api_key: str) -> ConnectRequest:
@@ -125,7 +172,7 @@ async def test_disconnect_terminates_live_instances_then_deletes_the_connection(
         temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, fake_connection: str,
         db_engine: sa.Engine) -> None:
     req = make_request()
-    await (await start_allocate(temporal_client, req)).result()
+    await settled(await start_allocate(temporal_client, req))
     assert len(await owned()) == 1
 
     result = await temporal_client.execute_workflow(

@@ -6,6 +6,7 @@ import pytest
 
 from activities.errors import to_application_error
 from activities.ssh import parse_nvidia_smi
+from messages.ids import attempt_key
 from providers.base import (
     AuthError,
     CapacityError,
@@ -16,7 +17,7 @@ from providers.base import (
     RateLimited,
     Transient,
 )
-from workflows.allocate import attempt_key, in_scope
+from workflows.legacy.allocate import in_scope
 from workflows.search_attributes import dev_server_args
 
 

@@ -9,7 +9,6 @@ create is issued) and waits until the cloud shows it gone, then fails.
 from __future__ import annotations
 
 import asyncio
-import re
 from datetime import timedelta
 
 from temporalio import workflow
@@ -29,18 +28,11 @@ from messages.activities import (
 )
 from messages.allocation import AllocateRequest, AllocationState, AttemptRecord, Timing
 from messages.enums import AllocationStatus, AttemptOutcome, ErrorKind, Phase
+from messages.ids import attempt_key
 from providers.base import Capabilities, Offer, OfferQuery
 from workflows import search_attributes as sa
 from workflows.calls import call
 from workflows.failures import failure_kind, failure_reason
-
-_KEY_UNSAFE = re.compile(r"[^a-z0-9-]+")
-
-
-def attempt_key(allocation_id: str, seq: int) -> str:
-    """The idempotency key of attempt `seq`: from the allocation id and attempt, never a run id."""
-    base = _KEY_UNSAFE.sub("-", allocation_id.lower()).strip("-")[:50] or "x"
-    return f"gp-{base}-a{seq}"
 
 
 def in_scope(offer: Offer, scope: str) -> bool:

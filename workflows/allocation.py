@@ -1,0 +1,358 @@
+"""AllocationWorkflow: one machine's whole life in one workflow.
+
+    allocate ─► ready ─► watch ─┬─► terminate (update) ─► terminated
+        │                      ├─► machine lost (signal from the watch) ─► lost
+        │                      └─► continue-as-new (same allocation, fresh history)
+        └─► failed (capacity everywhere, an error, or a terminate while allocating)
+
+Allocate is validate → plan → for each ranked offer: create → wait running → ports → SSH → k3s →
+GPU check → ready. Capacity and quota errors fail over to the next offer outside the failed scope.
+Any other failure, a terminate or a cancel terminates what the attempt made (by ref, else by key;
+the compensation is in place before the create is issued) and waits until the cloud shows it gone.
+
+`terminate` is an update: idempotent (every caller waits for the same teardown) and it returns
+only once the cloud shows the machine gone. The shape of temporalio's ClusterManagerWorkflow sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, is_cancelled_exception
+
+from messages import activities as acts
+from messages.activities import (
+    CloudTarget,
+    CreateInput,
+    PlanInput,
+    RecordAllocationInput,
+    SshTarget,
+    TerminateInput,
+    ValidateInput,
+    WaitRunningInput,
+)
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState, AttemptRecord, MachineLost
+from messages.enums import AllocationStatus, AttemptOutcome, ErrorKind, Phase
+from messages.ids import attempt_key
+from providers.base import Capabilities, Offer, OfferQuery
+from workflows import search_attributes as sa
+from workflows.calls import call
+from workflows.failures import failure_kind, failure_reason
+
+
+class _Stop(Exception):
+    """Raised inside allocate when a terminate or a cancel arrived: compensate, then stop."""
+
+
+def _retry(max_interval_s: float, attempts: int = 0) -> RetryPolicy:
+    return RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                       maximum_interval=timedelta(seconds=max_interval_s), maximum_attempts=attempts)
+
+
+def in_scope(offer: Offer, scope: str) -> bool:
+    """Does a failed scope ("provider", "provider/region", "provider/region/zone", or a bare
+    region/zone) cover `offer`?"""
+    path = [offer.provider, offer.region, offer.zone or ""]
+    parts = scope.split("/")
+    return parts == path[: len(parts)] or scope in (offer.region, offer.zone)
+
+
+@workflow.defn(name="AllocationWorkflow")
+class AllocationWorkflow:
+    @workflow.init
+    def __init__(self, inp: AllocationInput) -> None:
+        self._req: AllocateRequest = inp.request
+        self._state = inp.state or AllocationState(allocation_id=inp.request.allocation_id,
+                                                   phase=Phase.VALIDATE)
+        self._target = CloudTarget(connection_id=self._req.connection_id, cloud=self._req.cloud)
+        self._t = self._req.timing
+        self._hb = timedelta(seconds=self._t.heartbeat_timeout_s)
+        self._hb_every = max(0.2, self._t.heartbeat_timeout_s / 4)
+        self._terminate_requested = False
+        self._lost: str | None = None
+        self._closed = False
+        self._compensating = False  # a teardown is under way: let it finish, never cancel it
+        self._allocating: asyncio.Task[bool] | None = None
+
+    # ------------------------------------------------------------------ the entity's interface
+
+    @workflow.query(name="state")
+    def state(self) -> AllocationState:
+        return self._state
+
+    @workflow.update(name="terminate")
+    async def terminate(self) -> AllocationState:
+        """Remove the machine; returns once the cloud shows it gone. Any number of callers."""
+        self._terminate_requested = True
+        if self._allocating is not None and not self._allocating.done() and not self._compensating:
+            self._allocating.cancel()  # the in-flight activity is cancelled; allocate compensates
+        await workflow.wait_condition(lambda: self._closed)
+        return self._state
+
+    @workflow.signal(name="machine_lost")
+    def machine_lost(self, report: MachineLost) -> None:
+        if self._state.phase == Phase.READY and self._lost is None:
+            self._lost = report.reason
+
+    # ------------------------------------------------------------------ the life
+
+    @workflow.run
+    async def run(self, inp: AllocationInput) -> AllocationState:
+        try:
+            if inp.state is None:
+                workflow.upsert_search_attributes([
+                    sa.PROVIDER.value_set(self._req.cloud), sa.PROJECT.value_set(self._req.project),
+                    sa.INSTANCE_ID.value_set(self._req.allocation_id)])
+                self._allocating = asyncio.create_task(self._allocate())
+                try:
+                    await self._allocating
+                except asyncio.CancelledError:
+                    if not self._terminate_requested:
+                        raise  # the workflow itself was cancelled (Web UI): compensation already ran
+            if self._state.phase == Phase.READY:
+                await self._watch()
+        finally:
+            self._closed = True
+        return self._state
+
+    async def _watch(self) -> None:
+        """Ready: wait for a terminate, a lost machine, or the time to start a fresh history."""
+        renew = False
+        try:
+            await workflow.wait_condition(
+                lambda: self._terminate_requested or self._lost is not None
+                or workflow.info().is_continue_as_new_suggested(),
+                timeout=timedelta(seconds=self._t.continue_as_new_after_s))
+        except TimeoutError:
+            renew = True
+        except asyncio.CancelledError:
+            await self._teardown(AllocationStatus.TERMINATED, Phase.TERMINATED)  # a cancel is a terminate
+            raise
+        if self._terminate_requested:
+            await self._teardown(AllocationStatus.TERMINATED, Phase.TERMINATED)
+        elif self._lost is not None:
+            self._state.error = self._lost
+            await self._teardown(AllocationStatus.LOST, Phase.LOST)
+        elif renew or workflow.info().is_continue_as_new_suggested():
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            workflow.continue_as_new(AllocationInput(request=self._req, state=self._state))
+
+    async def _teardown(self, status: AllocationStatus, phase: Phase) -> None:
+        """Terminate the machine and wait until the cloud shows it gone; shielded from cancels."""
+        async def teardown() -> None:
+            await self._phase(Phase.TERMINATING, AllocationStatus.TERMINATING)
+            await self._terminate_and_verify(self._state.attempts[-1].key)
+            self._state.ref = None
+            await self._phase(phase, status)
+
+        await asyncio.shield(asyncio.ensure_future(teardown()))
+
+    # ------------------------------------------------------------------ allocate
+
+    async def _allocate(self) -> bool:
+        """Run allocate to ready (True), or fail and compensate (False, or raise the failure)."""
+        try:
+            caps = await self._validate()
+            offers = await self._plan()
+        except (Exception, asyncio.CancelledError) as e:
+            await self._fail(e)  # nothing was created yet: nothing to compensate
+            return self._end(e)
+
+        failed_scopes: list[str] = []
+        for offer in offers:
+            if any(in_scope(offer, s) for s in failed_scopes):
+                continue
+            key = attempt_key(self._req.allocation_id, len(self._state.attempts) + 1)
+            try:
+                await self._launch(offer, key, caps)
+                return True
+            except ActivityError as e:
+                kind = failure_kind(e)
+                if kind is None or not kind.fails_over or self._state.ref is not None:
+                    await self._compensate(key, e)
+                    return self._end(e)
+                scope = self._scope_of(e) or f"{offer.provider}/{offer.region}"
+                failed_scopes.append(scope)
+                outcome = AttemptOutcome.CAPACITY if kind == ErrorKind.CAPACITY else AttemptOutcome.QUOTA
+                self._attempt_done(outcome, f"{failure_reason(e)} (scope {scope})")
+                await self._record(AllocationStatus.PROVISIONING)
+            except (Exception, asyncio.CancelledError) as e:
+                await self._compensate(key, e)
+                return self._end(e)
+
+        tried = "; ".join(f"{a.offer.instance_type}@{a.offer.region}: {a.outcome}"
+                          for a in self._state.attempts)
+        err = ApplicationError(f"no offer could be launched ({tried or 'none matched'})",
+                               type=ErrorKind.NO_CAPACITY, non_retryable=True)
+        await self._fail(err)
+        raise err
+
+    async def _validate(self) -> Capabilities:
+        await self._advance(Phase.VALIDATE)
+        return await call(acts.VALIDATE_REQUEST, ValidateInput(request=self._req),
+                          start_to_close_timeout=timedelta(seconds=30),
+                          retry_policy=_retry(self._t.max_retry_interval_s, 5))
+
+    async def _plan(self) -> list[Offer]:
+        await self._advance(Phase.PLAN)
+        req = self._req
+        # Spot only when asked for: a user who did not say --spot does not expect preemption.
+        query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot))
+        offers = await call(acts.PLAN_OFFERS, PlanInput(target=self._target, query=query),
+                            start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
+                            heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 8))
+        if not offers:
+            raise ApplicationError(f"no {req.cloud} offer matches the request", type=ErrorKind.NO_OFFERS,
+                                   non_retryable=True)
+        return offers
+
+    async def _launch(self, offer: Offer, key: str, caps: Capabilities) -> None:
+        req, st, t = self._req, self._state, self._t
+        # Compensation is registered before the create: the attempt (and its key) is recorded,
+        # and any failure from here on terminates by key.
+        st.attempts.append(AttemptRecord(seq=len(st.attempts) + 1, offer=offer, key=key,
+                                         outcome=AttemptOutcome.CREATING))
+        st.offer, st.ref, st.host = offer, None, None
+        await self._advance(Phase.CREATE)
+        wait_cancel = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        st.ref = await call(
+            acts.CREATE_INSTANCE,
+            CreateInput(target=self._target, offer=offer, key=key, allocation_id=req.allocation_id,
+                        ssh_public_keys=req.ssh_public_keys, image=req.image, ports=req.ports,
+                        heartbeat_every_s=self._hb_every),
+            start_to_close_timeout=timedelta(seconds=t.call_timeout_s), heartbeat_timeout=self._hb,
+            retry_policy=_retry(t.max_retry_interval_s, 8), cancellation_type=wait_cancel)
+        self._attempt_done(AttemptOutcome.CREATED)
+
+        await self._advance(Phase.WAIT_RUNNING)
+        status = await call(
+            acts.WAIT_RUNNING,
+            WaitRunningInput(target=self._target, ref=st.ref, poll_interval_s=t.poll_interval_s,
+                             heartbeat_every_s=self._hb_every),
+            start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=self._hb,
+            retry_policy=_retry(t.max_retry_interval_s, 20), cancellation_type=wait_cancel)
+        st.host, st.ssh_port, st.ssh_user = status.host, status.ssh_port, status.ssh_user
+
+        if req.ports:
+            # Adapters open ports at create (LaunchSpec.ports); this phase records that they did.
+            await self._advance(Phase.PORTS)
+            st.notes.append(f"ports {', '.join(map(str, req.ports))} opened at create")
+
+        assert st.host is not None
+        ssh = SshTarget(host=st.host, port=st.ssh_port or 22, user=st.ssh_user or caps.login_user,
+                        poll_interval_s=t.poll_interval_s)
+        await self._advance(Phase.SSH)
+        await call(acts.WAIT_SSH, ssh, start_to_close_timeout=timedelta(seconds=t.ssh_timeout_s),
+                   heartbeat_timeout=self._hb,
+                   retry_policy=_retry(t.max_retry_interval_s, 2))  # it polls inside; a retry covers a crash
+
+        await self._advance(Phase.K3S)
+        if not req.k3s:
+            st.notes.append("k3s skipped: not requested")
+        elif caps.k3s == "none":
+            st.notes.append(f"k3s skipped: {caps.k3s_reason or caps.display_name + ' cannot host k3s'}")
+        else:
+            await call(acts.INSTALL_K3S, ssh, start_to_close_timeout=timedelta(seconds=t.k3s_timeout_s),
+                       heartbeat_timeout=self._hb, retry_policy=_retry(t.max_retry_interval_s, 3))
+
+        await self._advance(Phase.GPU_CHECK)
+        st.gpus = await call(acts.PROBE_GPUS, ssh, start_to_close_timeout=timedelta(seconds=60),
+                             heartbeat_timeout=self._hb, retry_policy=_retry(t.max_retry_interval_s, 3))
+        expected = offer.gpu.count if offer.gpu else 0
+        if expected and len(st.gpus) != expected:
+            st.notes.append(f"offer promised {expected} GPU(s); nvidia-smi shows {len(st.gpus)}")
+
+        await self._advance(Phase.READY, AllocationStatus.READY)
+
+    # ------------------------------------------------------------------ failure paths
+
+    async def _compensate(self, key: str, err: BaseException) -> None:
+        """Terminate whatever this attempt made (by ref, else by key) and verify it is gone.
+        Shielded: a terminate or cancel must not interrupt the teardown it asked for."""
+        self._compensating = True
+        stopped = self._stopping(err)
+        self._attempt_done(AttemptOutcome.CANCELLED if stopped else AttemptOutcome.FAILED,
+                           None if stopped else failure_reason(err))
+        self._state.error = self._error_of(err)
+
+        async def compensate() -> None:
+            # "terminating" until the cloud shows the machine gone; only then "failed" or "terminated"
+            await self._phase(Phase.COMPENSATING, AllocationStatus.TERMINATING)
+            await self._terminate_and_verify(key)
+            self._state.ref = None
+            await self._phase(*self._end_status())
+
+        await asyncio.shield(asyncio.ensure_future(compensate()))
+
+    async def _fail(self, err: BaseException) -> None:
+        self._state.error = self._error_of(err)
+        await asyncio.shield(asyncio.ensure_future(self._phase(*self._end_status())))
+
+    def _error_of(self, err: BaseException) -> str | None:
+        if self._terminate_requested:
+            return None  # the user asked for it: not an error
+        return "cancelled" if self._stopping(err) else failure_reason(err)
+
+    def _end_status(self) -> tuple[Phase, AllocationStatus]:
+        if self._terminate_requested:
+            return Phase.TERMINATED, AllocationStatus.TERMINATED  # the user asked: not a failure
+        return Phase.FAILED, AllocationStatus.FAILED
+
+    def _end(self, err: BaseException) -> bool:
+        """After compensation: a terminate ends allocate quietly; a cancel stays a cancel; any other
+        failure fails the workflow with the reason (visible as Failed in the Web UI)."""
+        if self._terminate_requested:
+            return False
+        if self._stopping(err):
+            raise CancelledError("allocation cancelled")  # a fresh one: the workflow closes as Canceled
+        if isinstance(err, ApplicationError):
+            raise ApplicationError(err.message, type=err.type, non_retryable=True)
+        kind = failure_kind(err) or ErrorKind.ALLOCATION_FAILED
+        raise ApplicationError(failure_reason(err), type=kind, non_retryable=True)
+
+    def _stopping(self, err: BaseException) -> bool:
+        return isinstance(err, _Stop) or is_cancelled_exception(err) or self._terminate_requested
+
+    async def _terminate_and_verify(self, key: str) -> None:
+        await call(acts.TERMINATE_AND_VERIFY,
+                   TerminateInput(target=self._target, key=key, ref=self._state.ref,
+                                  poll_interval_s=self._t.poll_interval_s, heartbeat_every_s=self._hb_every),
+                   start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s),
+                   heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s))
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _attempt_done(self, outcome: AttemptOutcome, reason: str | None = None) -> None:
+        # A created attempt that fails later is "failed"/"cancelled": the outcome is the attempt's end.
+        last = self._state.attempts[-1] if self._state.attempts else None
+        if last is not None and last.outcome in (AttemptOutcome.CREATING, AttemptOutcome.CREATED):
+            last.outcome, last.reason = outcome, reason
+
+    @staticmethod
+    def _scope_of(err: ActivityError) -> str | None:
+        cause = err.cause
+        if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
+            scope = cause.details[0].get("scope")
+            return str(scope) if scope else None
+        return None
+
+    async def _advance(self, phase: Phase, status: AllocationStatus = AllocationStatus.PROVISIONING) -> None:
+        """Enter the next phase of the happy path, unless a terminate or cancel arrived meanwhile
+        (an activity that completes despite a cancel request returns normally)."""
+        if self._terminate_requested or workflow.cancellation_reason() is not None:
+            raise _Stop("allocation stopped")
+        await self._phase(phase, status)
+
+    async def _phase(self, phase: Phase, status: AllocationStatus = AllocationStatus.PROVISIONING) -> None:
+        self._state.phase = phase
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
+        await self._record(status)
+
+    async def _record(self, status: AllocationStatus) -> None:
+        await call(acts.RECORD_ALLOCATION,
+                   RecordAllocationInput(request=self._req, state=self._state, status=status),
+                   start_to_close_timeout=timedelta(seconds=30),
+                   retry_policy=_retry(self._t.max_retry_interval_s))
