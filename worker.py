@@ -45,7 +45,8 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
     conns = ConnectionActivities(deps)
     return [
-        cloud.validate_request, cloud.plan_offers, cloud.create_instance, cloud.wait_running,
+        cloud.validate_allocation, cloud.plan_allocation, cloud.validate_request, cloud.plan_offers,
+        cloud.create_instance, cloud.wait_running,
         cloud.terminate_and_verify,
         conns.verify_credentials, conns.save_connection, conns.begin_disconnect, conns.delete_connection,
         conns.terminate_allocation,

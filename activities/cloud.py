@@ -8,9 +8,19 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deps import ActivityDeps, heartbeating
-from activities.errors import provider_errors
+from activities.errors import provider_errors, to_application_error
 from messages import activities as acts
-from messages.activities import CreateInput, PlanInput, TerminateInput, ValidateInput, WaitRunningInput
+from messages.activities import (
+    CreateInput,
+    LegacyPlanInput,
+    PlanInput,
+    PlanResult,
+    TerminateInput,
+    ValidateInput,
+    ValidateResult,
+    WaitRunningInput,
+)
+from messages.allocation import AllocateRequest, CloudTarget
 from messages.enums import ConnectionStatus, ErrorKind
 from providers import registry
 from providers.base import (
@@ -22,6 +32,7 @@ from providers.base import (
     LaunchSpec,
     Offer,
     Ownership,
+    ProviderError,
     rank_offers,
 )
 
@@ -33,15 +44,33 @@ class CloudActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
 
+    @activity.defn(name=acts.VALIDATE_ALLOCATION.name)
+    def validate_allocation(self, inp: ValidateInput) -> ValidateResult:
+        """Each target's capabilities; refuse (with every cloud's reason) when none can do it."""
+        req, caps, skipped = inp.request, {}, []
+        for target in req.all_targets():
+            try:
+                caps[target.cloud] = self._validate(req, target)
+            except ApplicationError as e:
+                skipped.append(f"{target.cloud} ({target.connection_id}): {e.message}")
+        if not caps:
+            raise ApplicationError("no cloud can serve this request: " + "; ".join(skipped),
+                                   type=ErrorKind.UNSUPPORTED, non_retryable=True)
+        return ValidateResult(capabilities=caps, skipped=skipped)
+
     @activity.defn(name=acts.VALIDATE_REQUEST.name)
     def validate_request(self, inp: ValidateInput) -> Capabilities:
+        """The legacy AllocateWorkflow's validate: one cloud."""
+        return self._validate(inp.request, CloudTarget(connection_id=inp.request.connection_id,
+                                                       cloud=inp.request.cloud))
+
+    def _validate(self, req: AllocateRequest, target: CloudTarget) -> Capabilities:
         """Refuse what this cloud cannot do, with its reason, before any planning."""
-        req = inp.request
         with provider_errors():
-            caps = registry.capabilities(req.cloud)
-        conn = self.deps.load_connection(req.connection_id)
-        if conn.provider != req.cloud:
-            raise ApplicationError(f"connection {conn.id!r} is for {conn.provider!r}, not {req.cloud!r}",
+            caps = registry.capabilities(target.cloud)
+        conn = self.deps.load_connection(target.connection_id)
+        if conn.provider != target.cloud:
+            raise ApplicationError(f"connection {conn.id!r} is for {conn.provider!r}, not {target.cloud!r}",
                                    type=ErrorKind.INVALID_REQUEST, non_retryable=True)
         if conn.status == ConnectionStatus.REMOVING:
             raise ApplicationError(f"connection {conn.id!r} is being removed", type=ErrorKind.INVALID_REQUEST,
@@ -51,8 +80,38 @@ class CloudActivities:
                                           region=req.region, k3s=req.k3s))
         return caps
 
+    @activity.defn(name=acts.PLAN_ALLOCATION.name)
+    async def plan_allocation(self, inp: PlanInput) -> PlanResult:
+        """Offers from every target at once, merged cheapest first, each naming its connection.
+        A target that fails is reported, not fatal, while another answered."""
+        async def offers_of(target: CloudTarget) -> list[Offer]:
+            p = await self.deps.provider(target)
+            found = await p.offers(inp.query)
+            return [o.model_copy(update={"connection_id": target.connection_id}) for o in found]
+
+        answers = await heartbeating(
+            asyncio.gather(*(offers_of(t) for t in inp.targets), return_exceptions=True), 1.0, "planning")
+        offers: list[Offer] = []
+        failures: list[str] = []
+        errors: list[BaseException] = []
+        for target, answer in zip(inp.targets, answers, strict=True):
+            if isinstance(answer, BaseException):
+                errors.append(answer)
+                known = isinstance(answer, ProviderError | ApplicationError)
+                reason = str(getattr(answer, "message", "")) if known else repr(answer)
+                failures.append(f"{target.cloud} ({target.connection_id}): {reason}")
+            else:
+                offers += answer
+        if errors and not offers:
+            first = errors[0]
+            if isinstance(first, ProviderError):
+                raise to_application_error(first)  # Temporal retries what is worth retrying
+            raise first
+        return PlanResult(offers=rank_offers(offers, inp.query), failures=failures)
+
     @activity.defn(name=acts.PLAN_OFFERS.name)
-    async def plan_offers(self, inp: PlanInput) -> list[Offer]:
+    async def plan_offers(self, inp: LegacyPlanInput) -> list[Offer]:
+        """The legacy AllocateWorkflow's plan: one cloud."""
         with provider_errors():
             p = await self.deps.provider(inp.target)
             offers = await heartbeating(p.offers(inp.query), 1.0, "listing offers")

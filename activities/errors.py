@@ -14,7 +14,7 @@ from providers.base import CapacityError, ProviderError, QuotaError, RateLimited
 
 def to_application_error(e: ProviderError) -> ApplicationError:
     kind = ErrorKind(e.kind)
-    scope = e.scope if isinstance(e, CapacityError | QuotaError) else None
+    scope = e.scope.model_dump() if isinstance(e, CapacityError | QuotaError) else None
     details = {"kind": kind.value, "message": e.message, "scope": scope}
     if isinstance(e, RateLimited):
         return ApplicationError(e.message, details, type=kind,

@@ -44,6 +44,8 @@ class RecordActivities:
             before = (row.status, row.phase)
             # The request, as asked (the API may have inserted these already).
             row.name, row.project = req.name or row.name, req.project
+            if st.target is not None:  # where the current attempt runs: planning may cross clouds
+                row.provider, row.connection_id = st.target.cloud, st.target.connection_id
             row.gpu, row.gpu_count, row.region, row.spot = req.gpu, req.gpu_count, req.region, req.spot
             # The outcome so far.
             row.status, row.phase, row.error = inp.status, st.phase.value, st.error

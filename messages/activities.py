@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
-from messages.allocation import AllocateRequest, AllocationState, GpuInfo
+from messages.allocation import AllocateRequest, AllocationState, CloudTarget, GpuInfo
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
 from providers.base import Capabilities, InstanceRef, InstanceStatus, Offer, OfferQuery
@@ -32,20 +32,30 @@ class ActivityRef(Generic[I, O]):
 # --------------------------------------------------------------------------- inputs and outputs
 
 
-class CloudTarget(BaseModel):
-    """Which account to talk to: the connection row holds options and encrypted credentials."""
-
-    connection_id: str
-    cloud: str
-
-
 class ValidateInput(BaseModel):
     request: AllocateRequest
 
 
+class ValidateResult(BaseModel):
+    capabilities: dict[str, Capabilities]  # of each target's cloud that can serve the request
+    skipped: list[str] = Field(default_factory=list)  # targets that cannot, with the reason
+
+
 class PlanInput(BaseModel):
+    targets: list[CloudTarget]
+    query: OfferQuery
+
+
+class LegacyPlanInput(BaseModel):
+    """plan_offers' input for AllocateWorkflow runs started before cross-cloud planning."""
+
     target: CloudTarget
     query: OfferQuery
+
+
+class PlanResult(BaseModel):
+    offers: list[Offer]  # from every target that answered, each with its connection_id, cheapest first
+    failures: list[str] = Field(default_factory=list)  # targets that did not answer, with the reason
 
 
 class CreateInput(BaseModel):
@@ -138,9 +148,14 @@ class TerminateAllocationInput(BaseModel):
 
 # --------------------------------------------------------------------------- references
 
+VALIDATE_ALLOCATION: ActivityRef[ValidateInput, ValidateResult] = ActivityRef(
+    "validate_allocation", ValidateInput, ValidateResult)
+PLAN_ALLOCATION: ActivityRef[PlanInput, PlanResult] = ActivityRef("plan_allocation", PlanInput, PlanResult)
+# What the legacy AllocateWorkflow calls (same names and types as when those runs began).
 VALIDATE_REQUEST: ActivityRef[ValidateInput, Capabilities] = ActivityRef(
     "validate_request", ValidateInput, Capabilities)
-PLAN_OFFERS: ActivityRef[PlanInput, list[Offer]] = ActivityRef("plan_offers", PlanInput, list[Offer])
+PLAN_OFFERS: ActivityRef[LegacyPlanInput, list[Offer]] = ActivityRef(
+    "plan_offers", LegacyPlanInput, list[Offer])
 CREATE_INSTANCE: ActivityRef[CreateInput, InstanceRef] = ActivityRef(
     "create_instance", CreateInput, InstanceRef)
 WAIT_RUNNING: ActivityRef[WaitRunningInput, InstanceStatus] = ActivityRef(
@@ -170,7 +185,8 @@ TERMINATE_ALLOCATION: ActivityRef[TerminateAllocationInput, None] = ActivityRef(
     "terminate_allocation", TerminateAllocationInput, None)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
-    VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING, TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS,
-    SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS, RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE,
-    AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT, DELETE_CONNECTION, TERMINATE_ALLOCATION,
+    VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
+    TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
+    RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE, AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT,
+    DELETE_CONNECTION, TERMINATE_ALLOCATION,
 )

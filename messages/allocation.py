@@ -29,10 +29,23 @@ class Timing(BaseModel):
     continue_as_new_after_s: float = Field(default=86400.0, gt=0)
 
 
+class CloudTarget(BaseModel):
+    """Which account to talk to: the connection row holds options and encrypted credentials."""
+
+    connection_id: str
+    cloud: str
+
+
 class AllocateRequest(BaseModel):
+    """What a user asked for. `targets` are every connection planning may use (resolved by the API
+    from `cloud`, `clouds` or `connection_id`, or every connected cloud); `connection_id` and
+    `cloud` name the first of them (and are all that allocations started before had)."""
+
     allocation_id: str
     connection_id: str
     cloud: str
+    targets: list[CloudTarget] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)  # e.g. a cloud skipped because it needs a region
     project: str = "default"
     name: str | None = None
     gpu: str | None = None
@@ -44,6 +57,9 @@ class AllocateRequest(BaseModel):
     k3s: bool = True
     ssh_public_keys: list[str] = Field(min_length=1)
     timing: Timing = Field(default_factory=Timing)
+
+    def all_targets(self) -> list[CloudTarget]:
+        return self.targets or [CloudTarget(connection_id=self.connection_id, cloud=self.cloud)]
 
 
 class AttemptRecord(BaseModel):
@@ -68,6 +84,7 @@ class AllocationState(BaseModel):
     allocation_id: str
     phase: Phase
     attempts: list[AttemptRecord] = Field(default_factory=list)
+    target: CloudTarget | None = None  # the connection of the current (last) attempt
     ref: InstanceRef | None = None
     offer: Offer | None = None
     host: str | None = None

@@ -36,20 +36,51 @@ class ProviderError(Exception):
         return type(self).__name__
 
 
-class CapacityError(ProviderError):
-    """The cloud has no capacity for this offer in `scope` (a zone, region or the provider)."""
+class FailureScope(BaseModel):
+    """What a capacity or quota failure names, and so what failover skips: every field set must
+    match an offer for the failure to cover it. `lambda/us-east-1/gpu_1x_a10` blocks that type in
+    that region only; `lambda` blocks the whole cloud. The connection is filled in by the
+    activity (two connections of one cloud have separate quotas)."""
 
-    def __init__(self, message: str, scope: str) -> None:
+    provider: str
+    connection_id: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> FailureScope:
+        """From "provider[/region[/zone]]", the short form adapters may use."""
+        parts = (text.split("/") + [None, None])[:3]
+        return cls(provider=str(parts[0]), region=parts[1] or None, zone=parts[2] or None)
+
+    def covers(self, offer: Offer) -> bool:
+        return all(mine is None or mine == theirs for mine, theirs in (
+            (self.provider, offer.provider), (self.connection_id, offer.connection_id),
+            (self.region, offer.region), (self.zone, offer.zone), (self.instance_type, offer.instance_type)))
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.provider, self.region, self.zone, self.instance_type) if p)
+
+
+def _scope(scope: FailureScope | str) -> FailureScope:
+    return scope if isinstance(scope, FailureScope) else FailureScope.parse(scope)
+
+
+class CapacityError(ProviderError):
+    """The cloud has no capacity for this offer in `scope` (a zone, region, type or the provider)."""
+
+    def __init__(self, message: str, scope: FailureScope | str) -> None:
         super().__init__(message)
-        self.scope = scope
+        self.scope = _scope(scope)
 
 
 class QuotaError(ProviderError):
     """The account's quota is exhausted in `scope`. Failover, like capacity."""
 
-    def __init__(self, message: str, scope: str) -> None:
+    def __init__(self, message: str, scope: FailureScope | str) -> None:
         super().__init__(message)
-        self.scope = scope
+        self.scope = _scope(scope)
 
 
 class RateLimited(ProviderError):
@@ -108,6 +139,7 @@ class Offer(BaseModel):
     price_per_hour: float  # USD
     spot: bool = False
     available: bool = True
+    connection_id: str | None = None  # which connection offered it (set by the planner, not the adapter)
 
 
 class OfferQuery(BaseModel):
@@ -216,6 +248,7 @@ class Capabilities(BaseModel):
     login_user: str = "root"
     side_resources: list[str] = Field(default_factory=list)  # per-machine resources terminate removes
     regions: list[str] = Field(default_factory=list)  # empty: any region the cloud names
+    region_required: bool = False  # planning across clouds skips it (with a note) when none is given
 
     def check(self, req: LaunchRequirements) -> None:
         """Raise Unsupported with the cloud's reason when `req` cannot be met here."""
@@ -263,6 +296,10 @@ class CloudProvider(abc.ABC):
     id: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     credentials_model: ClassVar[type[Credentials]]
+    # Clouds without an idempotency token: how long after a create was sent it may still land.
+    # A create whose outcome is unknown is not re-issued before this has passed (≥ the request
+    # timeout); 0 for clouds that refuse a second create under the same key themselves.
+    create_in_flight_s: ClassVar[float] = 0.0
 
     def __init__(self, credentials: Credentials, *, options: ConnectionOptions | None = None,
                  installation_id: str) -> None:

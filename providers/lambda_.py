@@ -19,6 +19,7 @@ from providers import rest
 from providers.base import (
     Capabilities,
     CapacityError,
+    FailureScope,
     GpuSpec,
     InstanceRef,
     InstanceState,
@@ -95,6 +96,9 @@ class LambdaProvider(rest.RestCloudProvider):
     credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
+    # No idempotency token: a launch whose answer was lost may still land this long after it was
+    # sent (the request timeout is 30 s; the margin covers a slow backend). [guess: undocumented]
+    create_in_flight_s: ClassVar[float] = 90.0
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",
         k3s="ssh",
@@ -216,7 +220,8 @@ class LambdaProvider(rest.RestCloudProvider):
             body["user_data"] = user_data
         try:
             data = await self._data("POST", "/instance-operations/launch", json=body,
-                                    scope=f"{self.id}/{offer.region}")
+                                    scope=FailureScope(provider=self.id, region=offer.region,
+                                                       instance_type=offer.instance_type))
         except (CapacityError, QuotaError, InvalidRequest):
             # Definitely not launched: drop the key now rather than leave it for terminate.
             # (Transient/RateLimited may have launched; the retry reuses the key.)

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from providers import rest
 from providers.base import (
     Capabilities,
+    FailureScope,
     GpuSpec,
     InstanceRef,
     InstanceState,
@@ -141,7 +142,8 @@ class LocalProvider(rest.RestCloudProvider):
             },
             "ports": spec.ports,
         }
-        resp = await self._call("POST", "/machines", json=payload, scope=f"{self.id}/{offer.region}",
+        scope = FailureScope(provider=self.id, region=offer.region, instance_type=offer.instance_type)
+        resp = await self._call("POST", "/machines", json=payload, scope=scope,
                                 allow=(409,))
         if resp.status_code == 409:
             # A concurrent/earlier create won the name: that machine is ours.

@@ -23,6 +23,7 @@ from providers.base import (
     AuthError,
     CapacityError,
     CloudProvider,
+    FailureScope,
     InvalidRequest,
     ProviderError,
     QuotaError,
@@ -124,7 +125,7 @@ def graphql_error_fields(errors: list[Any]) -> tuple[str, str]:
     return code, str(first.get("message") or "")[:500]
 
 
-def map_response_error(resp: httpx.Response, *, provider: str, scope: str | None = None,
+def map_response_error(resp: httpx.Response, *, provider: str, scope: FailureScope | str | None = None,
                        codes: Mapping[str, ErrorKind] | None = None) -> ProviderError:
     """The taxonomy error for a failed response. The cloud's error code wins over the status
     (a 503 `insufficient_capacity` is capacity, not a transient 5xx)."""
@@ -133,7 +134,7 @@ def map_response_error(resp: httpx.Response, *, provider: str, scope: str | None
                      codes=codes, retry_after=resp.headers.get("Retry-After"))
 
 
-def map_error(*, provider: str, code: str, message: str, status: int, scope: str | None = None,
+def map_error(*, provider: str, code: str, message: str, status: int, scope: FailureScope | str | None = None,
               codes: Mapping[str, ErrorKind] | None = None, retry_after: str | None = None) -> ProviderError:
     """The taxonomy error for a cloud's (code, message, status): the code's kind from `codes`,
     else the status's (429 rate limit, 401/403 auth, 5xx/408 transient, other 4xx invalid)."""
@@ -172,7 +173,7 @@ def map_transport_error(exc: httpx.HTTPError, *, provider: str) -> ProviderError
 
 
 async def request(client: httpx.AsyncClient, method: str, url: str, *, provider: str,
-                  scope: str | None = None, codes: Mapping[str, ErrorKind] | None = None,
+                  scope: FailureScope | str | None = None, codes: Mapping[str, ErrorKind] | None = None,
                   allow: Collection[int] = (), **kwargs: Any) -> httpx.Response:
     """Send one request. 2xx and statuses in `allow` (e.g. 404 for "gone") are returned;
     anything else raises the mapped ProviderError."""
@@ -240,7 +241,7 @@ class RestCloudProvider(CloudProvider):
                                        ca_bundle=self.options.ca_bundle, transport=self._transport)
         return self._client
 
-    async def _call(self, method: str, path: str, *, scope: str | None = None,
+    async def _call(self, method: str, path: str, *, scope: FailureScope | str | None = None,
                     allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
         return await request(self._http(), method, path, provider=self.id, scope=scope,
                              codes=self.error_codes, allow=allow, **kwargs)
@@ -249,7 +250,7 @@ class RestCloudProvider(CloudProvider):
         return json_body(resp, provider=self.id)
 
     async def _graphql(self, path: str, query: str, variables: Mapping[str, Any] | None = None, *,
-                       scope: str | None = None) -> Any:
+                       scope: FailureScope | str | None = None) -> Any:
         """POST a GraphQL query; `data`, or the mapped error when `errors` come back (even in a 200)."""
         payload = {"query": query, "variables": dict(variables or {})}
         resp = await self._call("POST", path, scope=scope, json=payload)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
-from providers.base import CloudProvider, ProviderError, Transient
+from providers.base import CloudProvider, FailureScope, ProviderError, Transient
 from providers.rest import ErrorKind, map_error
 
 T = TypeVar("T")
@@ -50,7 +50,8 @@ class SdkCloudProvider(CloudProvider):
         cloud's answer (those become Transient: a dropped connection, a timeout)."""
         return None
 
-    async def _sdk(self, fn: Callable[..., T], *args: Any, scope: str | None = None, **kwargs: Any) -> T:
+    async def _sdk(self, fn: Callable[..., T], *args: Any, scope: FailureScope | str | None = None,
+                   **kwargs: Any) -> T:
         """Run one blocking SDK call on the shared pool; its failure as a taxonomy error."""
         loop = asyncio.get_running_loop()
         try:
@@ -60,7 +61,7 @@ class SdkCloudProvider(CloudProvider):
         except Exception as exc:  # noqa: BLE001 — every SDK failure is mapped, none escapes raw
             raise self._map(exc, scope) from None
 
-    def _map(self, exc: Exception, scope: str | None) -> ProviderError:
+    def _map(self, exc: Exception, scope: FailureScope | str | None) -> ProviderError:
         err = self.sdk_error(exc)
         if err is None:
             return Transient(f"{self.id}: {type(exc).__name__}: {str(exc)[:300]}")

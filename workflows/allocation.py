@@ -25,7 +25,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 from messages import activities as acts
 from messages.activities import (
-    CloudTarget,
     CreateInput,
     PlanInput,
     RecordAllocationInput,
@@ -34,10 +33,17 @@ from messages.activities import (
     ValidateInput,
     WaitRunningInput,
 )
-from messages.allocation import AllocateRequest, AllocationInput, AllocationState, AttemptRecord, MachineLost
+from messages.allocation import (
+    AllocateRequest,
+    AllocationInput,
+    AllocationState,
+    AttemptRecord,
+    CloudTarget,
+    MachineLost,
+)
 from messages.enums import AllocationStatus, AttemptOutcome, ErrorKind, Phase
 from messages.ids import attempt_key
-from providers.base import Capabilities, Offer, OfferQuery
+from providers.base import Capabilities, FailureScope, Offer, OfferQuery
 from workflows import search_attributes as sa
 from workflows.calls import call
 from workflows.failures import failure_kind, failure_reason
@@ -52,14 +58,6 @@ def _retry(max_interval_s: float, attempts: int = 0) -> RetryPolicy:
                        maximum_interval=timedelta(seconds=max_interval_s), maximum_attempts=attempts)
 
 
-def in_scope(offer: Offer, scope: str) -> bool:
-    """Does a failed scope ("provider", "provider/region", "provider/region/zone", or a bare
-    region/zone) cover `offer`?"""
-    path = [offer.provider, offer.region, offer.zone or ""]
-    parts = scope.split("/")
-    return parts == path[: len(parts)] or scope in (offer.region, offer.zone)
-
-
 @workflow.defn(name="AllocationWorkflow")
 class AllocationWorkflow:
     @workflow.init
@@ -67,7 +65,7 @@ class AllocationWorkflow:
         self._req: AllocateRequest = inp.request
         self._state = inp.state or AllocationState(allocation_id=inp.request.allocation_id,
                                                    phase=Phase.VALIDATE)
-        self._target = CloudTarget(connection_id=self._req.connection_id, cloud=self._req.cloud)
+        self._caps: dict[str, Capabilities] = {}  # of each cloud that can serve the request
         self._t = self._req.timing
         self._hb = timedelta(seconds=self._t.heartbeat_timeout_s)
         self._hb_every = max(0.2, self._t.heartbeat_timeout_s / 4)
@@ -155,26 +153,26 @@ class AllocationWorkflow:
     async def _allocate(self) -> bool:
         """Run allocate to ready (True), or fail and compensate (False, or raise the failure)."""
         try:
-            caps = await self._validate()
+            await self._validate()
             offers = await self._plan()
         except (Exception, asyncio.CancelledError) as e:
             await self._fail(e)  # nothing was created yet: nothing to compensate
             return self._end(e)
 
-        failed_scopes: list[str] = []
+        failed_scopes: list[FailureScope] = []
         for offer in offers:
-            if any(in_scope(offer, s) for s in failed_scopes):
+            if any(s.covers(offer) for s in failed_scopes):
                 continue
             key = attempt_key(self._req.allocation_id, len(self._state.attempts) + 1)
             try:
-                await self._launch(offer, key, caps)
+                await self._launch(offer, key)
                 return True
             except ActivityError as e:
                 kind = failure_kind(e)
                 if kind is None or not kind.fails_over or self._state.ref is not None:
                     await self._compensate(key, e)
                     return self._end(e)
-                scope = self._scope_of(e) or f"{offer.provider}/{offer.region}"
+                scope = self._scope_of(e, offer)
                 failed_scopes.append(scope)
                 outcome = AttemptOutcome.CAPACITY if kind == ErrorKind.CAPACITY else AttemptOutcome.QUOTA
                 self._attempt_done(outcome, f"{failure_reason(e)} (scope {scope})")
@@ -183,34 +181,43 @@ class AllocationWorkflow:
                 await self._compensate(key, e)
                 return self._end(e)
 
-        tried = "; ".join(f"{a.offer.instance_type}@{a.offer.region}: {a.outcome}"
-                          for a in self._state.attempts)
+        tried = "; ".join(f"{a.offer.provider} {a.offer.instance_type}@{a.offer.region}: {a.outcome}"
+                          + (f" ({a.reason})" if a.reason else "") for a in self._state.attempts)
         err = ApplicationError(f"no offer could be launched ({tried or 'none matched'})",
                                type=ErrorKind.NO_CAPACITY, non_retryable=True)
         await self._fail(err)
         raise err
 
-    async def _validate(self) -> Capabilities:
+    async def _validate(self) -> None:
         await self._advance(Phase.VALIDATE)
-        return await call(acts.VALIDATE_REQUEST, ValidateInput(request=self._req),
-                          start_to_close_timeout=timedelta(seconds=30),
-                          retry_policy=_retry(self._t.max_retry_interval_s, 5))
+        self._state.notes += self._req.notes
+        result = await call(acts.VALIDATE_ALLOCATION, ValidateInput(request=self._req),
+                            start_to_close_timeout=timedelta(seconds=30),
+                            retry_policy=_retry(self._t.max_retry_interval_s, 5))
+        self._caps = result.capabilities
+        self._state.notes += [f"skipped {s}" for s in result.skipped]
 
     async def _plan(self) -> list[Offer]:
         await self._advance(Phase.PLAN)
         req = self._req
         # Spot only when asked for: a user who did not say --spot does not expect preemption.
         query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot))
-        offers = await call(acts.PLAN_OFFERS, PlanInput(target=self._target, query=query),
-                            start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
-                            heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 8))
-        if not offers:
-            raise ApplicationError(f"no {req.cloud} offer matches the request", type=ErrorKind.NO_OFFERS,
+        targets = [t for t in req.all_targets() if t.cloud in self._caps]
+        plan = await call(acts.PLAN_ALLOCATION, PlanInput(targets=targets, query=query),
+                          start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
+                          heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 8))
+        self._state.notes += [f"no offers from {f}" for f in plan.failures]
+        if not plan.offers:
+            clouds = ", ".join(sorted({t.cloud for t in targets}))
+            raise ApplicationError(f"no offer of {clouds} matches the request", type=ErrorKind.NO_OFFERS,
                                    non_retryable=True)
-        return offers
+        return plan.offers
 
-    async def _launch(self, offer: Offer, key: str, caps: Capabilities) -> None:
+    async def _launch(self, offer: Offer, key: str) -> None:
         req, st, t = self._req, self._state, self._t
+        caps = self._caps[offer.provider]
+        st.target = CloudTarget(connection_id=offer.connection_id or req.connection_id, cloud=offer.provider)
+        workflow.upsert_search_attributes([sa.PROVIDER.value_set(offer.provider)])
         # Compensation is registered before the create: the attempt (and its key) is recorded,
         # and any failure from here on terminates by key.
         st.attempts.append(AttemptRecord(seq=len(st.attempts) + 1, offer=offer, key=key,
@@ -220,7 +227,7 @@ class AllocationWorkflow:
         wait_cancel = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         st.ref = await call(
             acts.CREATE_INSTANCE,
-            CreateInput(target=self._target, offer=offer, key=key, allocation_id=req.allocation_id,
+            CreateInput(target=st.target, offer=offer, key=key, allocation_id=req.allocation_id,
                         ssh_public_keys=req.ssh_public_keys, image=req.image, ports=req.ports,
                         heartbeat_every_s=self._hb_every),
             start_to_close_timeout=timedelta(seconds=t.call_timeout_s), heartbeat_timeout=self._hb,
@@ -230,7 +237,7 @@ class AllocationWorkflow:
         await self._advance(Phase.WAIT_RUNNING)
         status = await call(
             acts.WAIT_RUNNING,
-            WaitRunningInput(target=self._target, ref=st.ref, poll_interval_s=t.poll_interval_s,
+            WaitRunningInput(target=st.target, ref=st.ref, poll_interval_s=t.poll_interval_s,
                              heartbeat_every_s=self._hb_every),
             start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=self._hb,
             retry_policy=_retry(t.max_retry_interval_s, 20), cancellation_type=wait_cancel)
@@ -317,8 +324,9 @@ class AllocationWorkflow:
         return isinstance(err, _Stop) or is_cancelled_exception(err) or self._terminate_requested
 
     async def _terminate_and_verify(self, key: str) -> None:
+        assert self._state.target is not None  # set with the attempt whose key this is
         await call(acts.TERMINATE_AND_VERIFY,
-                   TerminateInput(target=self._target, key=key, ref=self._state.ref,
+                   TerminateInput(target=self._state.target, key=key, ref=self._state.ref,
                                   poll_interval_s=self._t.poll_interval_s, heartbeat_every_s=self._hb_every),
                    start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s),
                    heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s))
@@ -332,12 +340,15 @@ class AllocationWorkflow:
             last.outcome, last.reason = outcome, reason
 
     @staticmethod
-    def _scope_of(err: ActivityError) -> str | None:
+    def _scope_of(err: ActivityError, offer: Offer) -> FailureScope:
+        """What the failure names, on the offer's connection (another connection's quota is its own);
+        the offer's region when the cloud named nothing narrower."""
         cause = err.cause
         if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-            scope = cause.details[0].get("scope")
-            return str(scope) if scope else None
-        return None
+            named = cause.details[0].get("scope")
+            if isinstance(named, dict):
+                return FailureScope.model_validate({**named, "connection_id": offer.connection_id})
+        return FailureScope(provider=offer.provider, connection_id=offer.connection_id, region=offer.region)
 
     async def _advance(self, phase: Phase, status: AllocationStatus = AllocationStatus.PROVISIONING) -> None:
         """Enter the next phase of the happy path, unless a terminate or cancel arrived meanwhile

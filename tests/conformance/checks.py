@@ -201,11 +201,15 @@ async def check_capacity_and_quota(h: Harness) -> None:
         await h.add_fault("create", "capacity")
         with pytest.raises(CapacityError) as cap:
             await p.create(offer, h.spec())
-        assert cap.value.scope == f"{p.id}/{offer.region}"
+        # The failure names what it blocks: this type in this region, nothing wider.
+        scope = cap.value.scope
+        assert (scope.provider, scope.region) == (p.id, offer.region), scope
+        assert scope.instance_type in (None, offer.instance_type), scope
+        assert scope.covers(offer), scope
         await h.add_fault("create", "quota")
         with pytest.raises(QuotaError) as quota:
             await p.create(offer, h.spec())
-        assert quota.value.scope.startswith(p.id)
+        assert quota.value.scope.provider == p.id
         assert await h.machine_ids() == before, "a refused create must leave nothing behind"
 
 

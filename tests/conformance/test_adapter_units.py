@@ -247,5 +247,5 @@ async def test_lambda_refused_launch_removes_the_key_it_registered() -> None:
     async with lam(handler) as p:
         with pytest.raises(CapacityError) as exc:
             await p.create(OFFER, spec())
-    assert exc.value.scope == "lambda/us-east-1"
+    assert str(exc.value.scope) == "lambda/us-east-1/gpu_1x_a10"  # that type, that region only
     assert calls[-1] == "DELETE /api/v1/ssh-keys/key-5"

@@ -146,7 +146,7 @@ async def test_graphql_errors_inside_a_200_map_to_the_taxonomy() -> None:
     p = oauth_provider(FakeTokenServer())
     with pytest.raises(CapacityError) as exc:
         await p.gpu_types()
-    assert exc.value.scope == "fake-oauth/r1" and "no capacity in r1" in exc.value.message
+    assert str(exc.value.scope) == "fake-oauth/r1" and "no capacity in r1" in exc.value.message
     await p.aclose()
 
 
@@ -261,7 +261,7 @@ async def test_sdk_errors_map_by_table(fault: FakeSdkFault, kind: type[Exception
     with pytest.raises(kind) as exc:
         await p._sdk(p.blocking_call, 0.0, fault, scope="fake-sdk/r1/z1")
     if isinstance(exc.value, CapacityError | QuotaError):
-        assert exc.value.scope == "fake-sdk/r1/z1"
+        assert str(exc.value.scope) == "fake-sdk/r1/z1"
     if isinstance(exc.value, RateLimited):
         assert exc.value.retry_after == 4
 

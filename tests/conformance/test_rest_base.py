@@ -68,9 +68,9 @@ async def test_status_and_code_mapping(resp: httpx.Response, kind: type[Provider
 async def test_capacity_and_quota_carry_the_scope() -> None:
     with pytest.raises(CapacityError) as cap:
         await call(err(503, "insufficient_capacity"))
-    assert cap.value.scope == "demo/r1"
+    assert str(cap.value.scope) == "demo/r1"
     no_scope = _http.map_response_error(err(403, "quota_exceeded"), provider="demo", codes=CODES)
-    assert isinstance(no_scope, QuotaError) and no_scope.scope == "demo"
+    assert isinstance(no_scope, QuotaError) and str(no_scope.scope) == "demo"
 
 
 @pytest.mark.parametrize(("header", "expected"), [

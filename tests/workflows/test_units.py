@@ -10,6 +10,7 @@ from messages.ids import attempt_key
 from providers.base import (
     AuthError,
     CapacityError,
+    FailureScope,
     GpuSpec,
     LaunchSpec,
     Offer,
@@ -39,7 +40,25 @@ def test_attempt_keys_are_valid_stable_and_distinct_per_attempt() -> None:
         LaunchSpec(key=key, owner=Ownership(installation_id="i", allocation_id="a"), ssh_public_keys=["k"])
 
 
-def test_failed_scope_covers_provider_region_zone() -> None:
+def test_a_structured_scope_blocks_only_what_it_names() -> None:
+    def offer(**kw: object) -> Offer:
+        fields: dict[str, object] = dict(provider="aws", instance_type="p5", vcpus=1, memory_gib=1,
+                                         region="us-east-1", zone="us-east-1a", price_per_hour=1,
+                                         connection_id="c1")
+        return Offer.model_validate({**fields, **kw})
+
+    p5_east = FailureScope(provider="aws", region="us-east-1", instance_type="p5")
+    assert p5_east.covers(offer()) and p5_east.covers(offer(zone="us-east-1b"))
+    assert not p5_east.covers(offer(instance_type="g5"))  # another type in that region is still tried
+    assert not p5_east.covers(offer(region="us-west-2"))
+    on_c1 = FailureScope(provider="aws", connection_id="c1")
+    assert on_c1.covers(offer()) and not on_c1.covers(offer(connection_id="c2"))  # a second account
+    assert FailureScope.parse("aws/us-east-1/us-east-1a").covers(offer())
+    assert not FailureScope.parse("aws/us-east-1/us-east-1b").covers(offer())
+    assert str(p5_east) == "aws/us-east-1/p5"
+
+
+def test_legacy_failed_scope_covers_provider_region_zone() -> None:
     o = Offer(provider="aws", instance_type="p5", gpu=GpuSpec(name="H100", count=8), vcpus=1, memory_gib=1,
               region="us-east-1", zone="us-east-1a", price_per_hour=1)
     assert all(in_scope(o, s) for s in ["aws", "aws/us-east-1", "aws/us-east-1/us-east-1a", "us-east-1a"])
@@ -48,7 +67,9 @@ def test_failed_scope_covers_provider_region_zone() -> None:
 
 def test_provider_errors_map_to_retry_decisions() -> None:
     cap = to_application_error(CapacityError("none left", scope="aws/us-east-1"))
-    assert cap.type == "CapacityError" and cap.non_retryable and cap.details[0]["scope"] == "aws/us-east-1"
+    assert cap.type == "CapacityError" and cap.non_retryable
+    named = FailureScope.model_validate(cap.details[0]["scope"])
+    assert named == FailureScope(provider="aws", region="us-east-1")
     assert to_application_error(AuthError("bad key")).non_retryable
     assert not to_application_error(Transient("503")).non_retryable
     rl = to_application_error(RateLimited("slow down", retry_after=7))

@@ -19,7 +19,7 @@ from messages import activities as acts
 from messages.activities import (
     CloudTarget,
     CreateInput,
-    PlanInput,
+    LegacyPlanInput,
     RecordAllocationInput,
     SshTarget,
     TerminateInput,
@@ -131,7 +131,7 @@ class AllocateWorkflow:
         # Spot only when asked for: a user who did not say --spot does not expect preemption.
         query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot))
         offers = await call(
-            acts.PLAN_OFFERS, PlanInput(target=self._target, query=query),
+            acts.PLAN_OFFERS, LegacyPlanInput(target=self._target, query=query),
             start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
             retry_policy=_Retry.calls(self._t))
         if not offers:
