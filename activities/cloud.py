@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -25,6 +26,7 @@ from messages.enums import ConnectionStatus, ErrorKind
 from providers import registry
 from providers.base import (
     Capabilities,
+    CloudProvider,
     InstanceRef,
     InstanceState,
     InstanceStatus,
@@ -120,7 +122,12 @@ class CloudActivities:
     @activity.defn(name=acts.CREATE_INSTANCE.name)
     async def create_instance(self, inp: CreateInput) -> InstanceRef:
         """Find-or-create by key. The installation's key is always added so gpuprov can log in,
-        and the owner tag is this deployment's installation id."""
+        and the owner tag is this deployment's installation id.
+
+        On a cloud without an idempotency token, a retry (after a timeout, a lost answer or a
+        crash, on any worker) never launches while an earlier attempt's launch may still land:
+        it looks the key up until the cloud's in-flight window after that launch was sent has
+        passed. When it was sent is kept in the heartbeat details, which outlive the attempt."""
         public = await self.deps.blocking(self.deps.public_key)
         spec = LaunchSpec(
             key=inp.key,
@@ -130,9 +137,31 @@ class CloudActivities:
             image=inp.image, ports=inp.ports)
         with provider_errors():
             p = await self.deps.provider(inp.target)
-            await heartbeating(p.prepare(inp.offer.region), inp.heartbeat_every_s, "preparing region")
-            return await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s,
-                                      f"creating {spec.key}")
+            await heartbeating(p.prepare(inp.offer.region), inp.heartbeat_every_s, {"stage": "preparing"})
+            window = type(p).capabilities.create_in_flight_s
+            if window > 0 and activity.info().attempt > 1:
+                found = await self._await_in_flight(p, inp, window)
+                if found is not None:
+                    return found
+            # Recorded before the launch: if this attempt dies, the next one knows it may have landed.
+            sent = {"stage": "sent", "sent_at": time.time()}
+            return await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s, sent)
+
+    @staticmethod
+    async def _await_in_flight(p: CloudProvider, inp: CreateInput, window: float) -> InstanceRef | None:
+        """The machine an earlier attempt launched, once it lands; None when the window has passed
+        without it (then launching is safe). With no record of when the earlier launch was sent
+        (its worker died before reporting), the window runs from now: the safe side."""
+        previous = activity.info().heartbeat_details
+        last = previous[-1] if previous and isinstance(previous[-1], dict) else {}
+        if last.get("stage") == "preparing":
+            return None  # the earlier attempt never got as far as launching
+        sent_at = float(last.get("sent_at") or time.time())
+        while True:
+            found = await heartbeating(p.find(inp.key), inp.heartbeat_every_s, {**last, "stage": "waiting"})
+            if found is not None or time.time() >= sent_at + window:
+                return found
+            await asyncio.sleep(inp.poll_interval_s)
 
     @activity.defn(name=acts.WAIT_RUNNING.name)
     async def wait_running(self, inp: WaitRunningInput) -> InstanceStatus:

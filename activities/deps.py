@@ -151,7 +151,7 @@ class ActivityDeps:
         return self._ssh_key
 
 
-async def heartbeating(aw: Awaitable[T], every_s: float, detail: str) -> T:
+async def heartbeating(aw: Awaitable[T], every_s: float, detail: object) -> T:
     """Await `aw`, heartbeating meanwhile, so a dead worker is noticed and a cancel arrives."""
     task = asyncio.ensure_future(aw)
     try:

@@ -70,6 +70,7 @@ class CreateInput(BaseModel):
     image: str | None = None
     ports: list[int] = Field(default_factory=list)
     heartbeat_every_s: float = 1.0
+    poll_interval_s: float = 2.0  # looking up a launch that may still land (clouds without a token)
 
 
 class WaitRunningInput(BaseModel):

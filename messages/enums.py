@@ -46,6 +46,7 @@ class AttemptOutcome(StrEnum):
     CREATED = "created"
     CAPACITY = "capacity"
     QUOTA = "quota"
+    BOOT_TIMEOUT = "boot_timeout"  # not running within the cloud's boot timeout: torn down, next offer
     FAILED = "failed"
     CANCELLED = "cancelled"
 

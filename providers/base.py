@@ -249,6 +249,13 @@ class Capabilities(BaseModel):
     side_resources: list[str] = Field(default_factory=list)  # per-machine resources terminate removes
     regions: list[str] = Field(default_factory=list)  # empty: any region the cloud names
     region_required: bool = False  # planning across clouds skips it (with a note) when none is given
+    # Clouds without an idempotency token: how long after a create was sent it may still land. A
+    # create whose outcome is unknown is not re-issued before this has passed (≥ the adapter's
+    # request timeout); 0 for clouds that refuse a second create under the same key themselves.
+    create_in_flight_s: float = Field(default=0.0, ge=0)
+    # How long a machine may take from accepted to running before the attempt is given up (torn
+    # down, and the next offer tried); None: the request's Timing.boot_timeout_s.
+    boot_timeout_s: float | None = Field(default=None, gt=0)
 
     def check(self, req: LaunchRequirements) -> None:
         """Raise Unsupported with the cloud's reason when `req` cannot be met here."""
@@ -296,10 +303,6 @@ class CloudProvider(abc.ABC):
     id: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     credentials_model: ClassVar[type[Credentials]]
-    # Clouds without an idempotency token: how long after a create was sent it may still land.
-    # A create whose outcome is unknown is not re-issued before this has passed (≥ the request
-    # timeout); 0 for clouds that refuse a second create under the same key themselves.
-    create_in_flight_s: ClassVar[float] = 0.0
 
     def __init__(self, credentials: Credentials, *, options: ConnectionOptions | None = None,
                  installation_id: str) -> None:

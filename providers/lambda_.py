@@ -96,9 +96,6 @@ class LambdaProvider(rest.RestCloudProvider):
     credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    # No idempotency token: a launch whose answer was lost may still land this long after it was
-    # sent (the request timeout is 30 s; the margin covers a slow backend). [guess: undocumented]
-    create_in_flight_s: ClassVar[float] = 90.0
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",
         k3s="ssh",
@@ -109,6 +106,10 @@ class LambdaProvider(rest.RestCloudProvider):
         login_user="ubuntu",
         side_resources=["ssh-key"],
         regions=REGIONS,
+        # No idempotency token: a launch whose answer was lost may still land this long after it
+        # was sent (the request timeout is 30 s; the margin covers a slow backend). [guess]
+        create_in_flight_s=90.0,
+        boot_timeout_s=1200.0,  # Lambda documents boots of "a few minutes"; 20 min is a broken boot
     )
 
     # ------------------------------------------------------------------ plumbing

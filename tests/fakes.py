@@ -49,7 +49,7 @@ FAKE_OFFERS = [
 @dataclass
 class FakeFault:
     op: str  # create|get|terminate|offers|verify|list
-    kind: str  # capacity|quota|transient|auth|lose_response|latency|die_at_boot
+    kind: str  # capacity|quota|transient|auth|lose_response|latency|die_at_boot|lands_late|stuck_booting
     times: int = 1  # -1: forever
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -74,6 +74,7 @@ class FakeCloud:
         self.ssh_delay = 0.0  # running -> SSH server accepting
         self.gpu_probe_delay = 0.0
         self.create_calls = 0
+        self.pending: list[asyncio.Task[None]] = []  # creates that land later (fault lands_late)
         self._ids = itertools.count(1)
         self._host_key = asyncssh.generate_private_key("ssh-ed25519")
 
@@ -84,6 +85,8 @@ class FakeCloud:
         return [m for m in self.machines.values() if m.state != InstanceState.TERMINATED]
 
     async def reset(self) -> None:
+        for task in self.pending:
+            task.cancel()
         for m in self.machines.values():
             await self._stop_ssh(m)
         self.__init__()  # type: ignore[misc]
@@ -201,7 +204,17 @@ class FakeInMemoryProvider(CloudProvider):
         ref = InstanceRef(provider=self.id, instance_id=f"m{next(cloud._ids)}", key=spec.key,
                           region=offer.region)
         boot_at = time.monotonic() + cloud.boot_delay
-        cloud.machines[ref.instance_id] = FakeMachine(ref=ref, spec=spec, offer=offer, boot_at=boot_at)
+        machine = FakeMachine(ref=ref, spec=spec, offer=offer, boot_at=boot_at)
+        if fault is not None and fault.kind == "lands_late":
+            # The request timed out on our side, but the cloud still acts on it a little later.
+            async def land() -> None:
+                await asyncio.sleep(fault.params["seconds"])
+                cloud.machines[ref.instance_id] = machine
+            cloud.pending.append(asyncio.get_running_loop().create_task(land()))
+            raise Transient("fake: timed out waiting for the answer")
+        if fault is not None and fault.kind == "stuck_booting":
+            machine.boot_at = float("inf")
+        cloud.machines[ref.instance_id] = machine
         if fault is not None and fault.kind == "die_at_boot":
             cloud.machines[ref.instance_id].dies_at_boot = True
         if fault is not None and fault.kind == "lose_response":

@@ -21,7 +21,13 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    is_cancelled_exception,
+)
+from temporalio.exceptions import TimeoutError as ActivityTimeout  # not the builtin wait_condition raises
 
 from messages import activities as acts
 from messages.activities import (
@@ -51,6 +57,10 @@ from workflows.failures import failure_kind, failure_reason
 
 class _Stop(Exception):
     """Raised inside allocate when a terminate or a cancel arrived: compensate, then stop."""
+
+
+def _timed_out(err: ActivityError) -> bool:
+    return isinstance(err.cause, ActivityTimeout)
 
 
 def _retry(max_interval_s: float, attempts: int = 0) -> RetryPolicy:
@@ -168,6 +178,15 @@ class AllocationWorkflow:
                 await self._launch(offer, key)
                 return True
             except ActivityError as e:
+                if self._state.phase == Phase.WAIT_RUNNING and _timed_out(e):
+                    # A boot that never finishes: tear this machine down and try the next offer.
+                    failed_scopes.append(FailureScope(
+                        provider=offer.provider, connection_id=offer.connection_id, region=offer.region,
+                        instance_type=offer.instance_type))
+                    self._attempt_done(AttemptOutcome.BOOT_TIMEOUT,
+                                       f"not running after {self._boot_timeout(offer):g}s")
+                    await self._release_attempt(key)
+                    continue
                 kind = failure_kind(e)
                 if kind is None or not kind.fails_over or self._state.ref is not None:
                     await self._compensate(key, e)
@@ -229,8 +248,10 @@ class AllocationWorkflow:
             acts.CREATE_INSTANCE,
             CreateInput(target=st.target, offer=offer, key=key, allocation_id=req.allocation_id,
                         ssh_public_keys=req.ssh_public_keys, image=req.image, ports=req.ports,
-                        heartbeat_every_s=self._hb_every),
-            start_to_close_timeout=timedelta(seconds=t.call_timeout_s), heartbeat_timeout=self._hb,
+                        heartbeat_every_s=self._hb_every, poll_interval_s=t.poll_interval_s),
+            # A retry may first wait out the cloud's in-flight window (clouds without a token).
+            start_to_close_timeout=timedelta(seconds=t.call_timeout_s + caps.create_in_flight_s),
+            heartbeat_timeout=self._hb,
             retry_policy=_retry(t.max_retry_interval_s, 8), cancellation_type=wait_cancel)
         self._attempt_done(AttemptOutcome.CREATED)
 
@@ -239,7 +260,9 @@ class AllocationWorkflow:
             acts.WAIT_RUNNING,
             WaitRunningInput(target=st.target, ref=st.ref, poll_interval_s=t.poll_interval_s,
                              heartbeat_every_s=self._hb_every),
-            start_to_close_timeout=timedelta(seconds=t.boot_timeout_s), heartbeat_timeout=self._hb,
+            # One bound for the whole wait, retries included: past it, the next offer is tried.
+            schedule_to_close_timeout=timedelta(seconds=self._boot_timeout(offer)),
+            heartbeat_timeout=self._hb,
             retry_policy=_retry(t.max_retry_interval_s, 20), cancellation_type=wait_cancel)
         st.host, st.ssh_port, st.ssh_user = status.host, status.ssh_port, status.ssh_user
 
@@ -277,22 +300,28 @@ class AllocationWorkflow:
     # ------------------------------------------------------------------ failure paths
 
     async def _compensate(self, key: str, err: BaseException) -> None:
-        """Terminate whatever this attempt made (by ref, else by key) and verify it is gone.
-        Shielded: a terminate or cancel must not interrupt the teardown it asked for."""
+        """Terminate whatever this attempt made (by ref, else by key), verify it is gone, end."""
         self._compensating = True
         stopped = self._stopping(err)
         self._attempt_done(AttemptOutcome.CANCELLED if stopped else AttemptOutcome.FAILED,
                            None if stopped else failure_reason(err))
         self._state.error = self._error_of(err)
+        await self._release_attempt(key)
+        # "terminating" until the cloud shows the machine gone; only then "failed" or "terminated"
+        await asyncio.shield(asyncio.ensure_future(self._phase(*self._end_status())))
 
-        async def compensate() -> None:
-            # "terminating" until the cloud shows the machine gone; only then "failed" or "terminated"
+    async def _release_attempt(self, key: str) -> None:
+        """Tear down what the attempt under `key` made. Shielded: a terminate or cancel must not
+        interrupt the teardown it asked for."""
+        async def release() -> None:
             await self._phase(Phase.COMPENSATING, AllocationStatus.TERMINATING)
             await self._terminate_and_verify(key)
             self._state.ref = None
-            await self._phase(*self._end_status())
 
-        await asyncio.shield(asyncio.ensure_future(compensate()))
+        await asyncio.shield(asyncio.ensure_future(release()))
+
+    def _boot_timeout(self, offer: Offer) -> float:
+        return self._caps[offer.provider].boot_timeout_s or self._t.boot_timeout_s
 
     async def _fail(self, err: BaseException) -> None:
         self._state.error = self._error_of(err)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -198,3 +199,54 @@ async def test_a_changed_connection_gets_a_new_adapter() -> None:
     c = cache.get(moved, build)
     assert len({id(a), id(b), id(c)}) == 3 and built == [b"sealed-1", b"sealed-2", b"sealed-2"]
     await cache.aclose()
+
+
+@pytest.fixture
+def fake_capabilities(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Set capability fields of the fake cloud for one test (the worker reads them per allocation)."""
+    def set_caps(**fields: Any) -> None:
+        monkeypatch.setattr(FakeInMemoryProvider, "capabilities",
+                            FakeInMemoryProvider.capabilities.model_copy(update=fields))
+    return set_caps
+
+
+async def test_a_boot_that_never_finishes_fails_over_to_the_next_offer(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, fake_capabilities: Any) -> None:
+    fake_capabilities(boot_timeout_s=3)
+    fake_cloud.add_fault("create", "stuck_booting")  # the first machine stays pending for ever
+    req = make_request(gpu="a10", gpu_count=1)
+    st = await settled(await start_allocate(temporal_client, req))
+
+    assert st.phase == Phase.READY
+    assert [(a.offer.region, a.outcome) for a in st.attempts] == [("r1", "boot_timeout"), ("r2", "created")]
+    assert "not running after 3s" in (st.attempts[0].reason or "")
+    stuck = next(m for m in fake_cloud.machines.values() if m.offer.region == "r1")
+    assert stuck.state == "terminated"  # torn down, not left billing
+    assert [r.region for r in await owned()] == ["r2"]
+
+
+@pytest.mark.parametrize("window", [0.0, 15.0])
+async def test_a_create_that_lands_late_is_found_not_launched_again(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, fake_capabilities: Any,
+        window: float) -> None:
+    """The create's answer never comes (a timeout), yet the cloud makes the machine 3 s later. A
+    cloud without an idempotency token gets a second machine from a naive retry (window 0: the
+    check below proves it can tell); with the cloud's in-flight window the retry waits and finds it."""
+    fake_capabilities(create_in_flight_s=window)
+    fake_cloud.add_fault("create", "lands_late", seconds=3)
+    req = make_request()
+    st = await settled(await start_allocate(temporal_client, req))
+
+    def made() -> list[Any]:
+        return [m for m in fake_cloud.machines.values() if m.spec.owner.allocation_id == req.allocation_id]
+
+    if window == 0:
+        # What the window prevents: the late one lands beside the retry's, unknown to the workflow.
+        async with asyncio.timeout(30):
+            while True:
+                if len(made()) == 2:
+                    break
+                await asyncio.sleep(0.1)
+        return
+    assert st.phase == Phase.READY and len(made()) == 1 and st.ref is not None
+    assert st.ref.instance_id == made()[0].ref.instance_id

@@ -1,0 +1,92 @@
+"""A Lambda launch that takes effect 40 s after it was sent — longer than the adapter's 30 s request
+timeout — with and without the worker killed meanwhile. Lambda has no idempotency token, so a naive
+retry looks the name up, finds nothing yet, and launches a second machine. The create activity's
+retry instead waits out Lambda's in-flight window, finds the first launch when it lands, and the
+allocation ends with one machine; after terminate, none."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import asyncssh
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
+from temporalio.client import Client, WorkflowHandle
+
+from fakeclouds.server import FakeCloudServer
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
+from messages.enums import Phase
+from messages.ids import allocation_workflow_id
+from store.secrets import SecretBox
+from tests import simclouds
+from tests.crash.conftest import TASK_QUEUE, WorkerProcess
+from tests.workflows.conftest import settled, terminate
+
+pytestmark = [pytest.mark.devserver, pytest.mark.slow]
+
+TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.5, call_timeout_s=60, boot_timeout_s=60,
+                ssh_timeout_s=30, max_retry_interval_s=1)
+DELAY_S = 40  # the launch takes effect this long after it was sent
+USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+
+@pytest.fixture
+def lambda_connection(sim: FakeCloudServer, db_engine: sa.Engine, secret_box: SecretBox) -> str:
+    with Session(db_engine) as s:
+        return simclouds.add_connection(s, secret_box, sim, "lambda")
+
+
+def ours(sim: FakeCloudServer, installation: str, allocation_id: str) -> list[dict[str, Any]]:
+    """Every machine the simulated Lambda made for this allocation (terminated ones too)."""
+    prefix = f"gpuprov-{installation}-gp-{allocation_id}-"
+    return [m for m in sim.admin.machines() if str(m.get("name") or "").startswith(prefix)]
+
+
+async def start(client: Client, connection: str) -> tuple[str, WorkflowHandle[Any, AllocationState]]:
+    allocation_id = f"slow-{uuid.uuid4().hex[:8]}"
+    req = AllocateRequest(allocation_id=allocation_id, connection_id=connection, cloud="lambda", gpu="a10",
+                          k3s=False, ssh_public_keys=[USER_KEY], timing=TIMING)
+    handle = await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+                                         id=allocation_workflow_id(allocation_id), task_queue=TASK_QUEUE,
+                                         result_type=AllocationState)
+    return allocation_id, handle
+
+
+async def launch_sent(handle: WorkflowHandle[Any, AllocationState]) -> None:
+    """Until the create activity has reported (heartbeat) that its launch request went out."""
+    async with asyncio.timeout(30):
+        while True:
+            pending = (await handle.describe()).raw_description.pending_activities
+            details = [a.heartbeat_details for a in pending if a.activity_type.name == "create_instance"]
+            if details and details[0].payloads and b'"sent"' in details[0].payloads[0].data:
+                return
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("kill_worker", [False, True], ids=["no-crash", "worker-killed"])
+async def test_a_slow_launch_makes_one_machine(temporal_client: Client, sim: FakeCloudServer,
+                                               worker_process: WorkerProcess, lambda_connection: str,
+                                               installation: str, kill_worker: bool) -> None:
+    sim.admin.add_fault("lambda", "create", "latency", when="before", seconds=DELAY_S)
+    loop = asyncio.get_running_loop()
+    allocation_id, handle = await start(temporal_client, lambda_connection)
+    lands_by = loop.time() + DELAY_S + 5  # the simulation acts on the first launch by then, at the latest
+    if kill_worker:
+        await launch_sent(handle)
+        worker_process.kill()  # the answer is lost with the worker; the launch is still in flight
+        worker_process.start()
+
+    state = await asyncio.wait_for(settled(handle), 180)
+
+    assert state.phase == Phase.READY, state
+    # Count only once the first launch has surely landed: a duplicate appears no earlier.
+    await asyncio.sleep(max(0.0, lands_by - loop.time()))
+    made = ours(sim, installation, allocation_id)
+    assert len(made) == 1, made  # the retry found the slow launch; it did not launch again
+    assert state.ref is not None and state.ref.instance_id == made[0]["id"]
+
+    assert (await terminate(temporal_client, allocation_id)).phase == Phase.TERMINATED
+    assert all(m["status"] == "terminated" for m in ours(sim, installation, allocation_id))
