@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     task_queue: str = "gpuprov"
     installation_id: str | None = None  # default: read/generated at home/installation-id
     api_url: str = "http://127.0.0.1:8000"
+    watch_interval_s: float = 60.0  # how often each connection's machines are checked for losses
 
     def resolved_database_url(self) -> str:
         if self.database_url:

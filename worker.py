@@ -23,15 +23,17 @@ from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
+from activities.watch import WatchActivities, start_all_watches
 from workflows.allocation import AllocationWorkflow
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
+from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
-WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, AllocateWorkflow,
-                         TerminateWorkflow]
+WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
+                         AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
 # are shared): the messages, the contract's models, pydantic. Everything with I/O stays out.
@@ -49,7 +51,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         cloud.create_instance, cloud.wait_running,
         cloud.terminate_and_verify,
         conns.verify_credentials, conns.save_connection, conns.begin_disconnect, conns.delete_connection,
-        conns.terminate_allocation,
+        conns.terminate_allocation, conns.start_watch, WatchActivities(deps).watch_connection,
         ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus,
         records.record_allocation, records.record_status, records.load_instance,
         records.await_allocate_closed,
@@ -99,13 +101,16 @@ async def main() -> None:
     s = get_settings()
     upgrade()  # every replica may be the first to start; migrations take turns
     client = await connect_client(s.temporal_address, s.temporal_namespace)
-    worker = build_worker(client, ActivityDeps.from_settings(), task_queue=s.task_queue)
+    worker_deps = ActivityDeps.from_settings()
+    worker = build_worker(client, worker_deps, task_queue=s.task_queue)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         log.info("worker running on %s, task queue %s", s.temporal_address, s.task_queue)
+        watched = await start_all_watches(client, worker_deps, s.task_queue)
+        log.info("watching %d connection(s) every %gs", watched, s.watch_interval_s)
         await stop.wait()
         log.info("shutting down")
     # leaving the context manager calls worker.shutdown(): in-flight activities get the grace period

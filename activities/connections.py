@@ -9,6 +9,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.deps import ActivityDeps, heartbeating
+from activities.watch import start_watch
 from messages import activities as acts
 from messages.activities import ConnectionIdInput, LiveAllocation, LiveAllocations, TerminateAllocationInput
 from messages.connection import ConnectRequest, ConnectResult
@@ -56,6 +57,13 @@ class ConnectionActivities:
                                  name=req.name,
                                  secret=req.sealed_credentials.encode(), endpoint=req.options.endpoint,
                                  ca_bundle=req.options.ca_bundle, account=req.account)
+
+    @activity.defn(name=acts.START_WATCH.name)
+    async def start_watch(self, inp: ConnectionIdInput) -> None:
+        """The new connection's watch (it ends by itself once the connection is removed)."""
+        assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
+        await start_watch(self.deps.client, activity.info().task_queue, inp.connection_id,
+                          self.deps.watch_interval_s)
 
     @activity.defn(name=acts.BEGIN_DISCONNECT.name)
     def begin_disconnect(self, inp: ConnectionIdInput) -> LiveAllocations:

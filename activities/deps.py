@@ -84,6 +84,7 @@ class ActivityDeps:
     box: SecretBox
     installation_id: str
     client: Client | None = None  # set by build_worker
+    watch_interval_s: float = 60.0  # each connection's watch lists its machines this often
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
@@ -107,7 +108,8 @@ class ActivityDeps:
         s = get_settings()
         engine = default_engine()
         return cls(engine=engine, box=default_box(),
-                   installation_id=installation_id(engine, s.installation_id, legacy_home=s.home))
+                   installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
+                   watch_interval_s=s.watch_interval_s)
 
     def load_connection(self, connection_id: str) -> Connection:
         with session_scope(self.engine) as session:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from messages.allocation import AllocateRequest, AllocationState, CloudTarget, GpuInfo
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
+from messages.watch import WatchInput, WatchReport
 from providers.base import Capabilities, InstanceRef, InstanceStatus, Offer, OfferQuery
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 — the conventional name of an input type
@@ -184,10 +185,13 @@ DELETE_CONNECTION: ActivityRef[ConnectionIdInput, None] = ActivityRef(
     "delete_connection", ConnectionIdInput, None)
 TERMINATE_ALLOCATION: ActivityRef[TerminateAllocationInput, None] = ActivityRef(
     "terminate_allocation", TerminateAllocationInput, None)
+WATCH_CONNECTION: ActivityRef[WatchInput, WatchReport] = ActivityRef(
+    "watch_connection", WatchInput, WatchReport)
+START_WATCH: ActivityRef[ConnectionIdInput, None] = ActivityRef("start_watch", ConnectionIdInput, None)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
     RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE, AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT,
-    DELETE_CONNECTION, TERMINATE_ALLOCATION,
+    DELETE_CONNECTION, TERMINATE_ALLOCATION, WATCH_CONNECTION, START_WATCH,
 )

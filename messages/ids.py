@@ -40,3 +40,7 @@ def connect_workflow_id(connection_id: str) -> str:
 
 def disconnect_workflow_id(connection_id: str) -> str:
     return f"disconnect-{connection_id}"
+
+
+def watch_workflow_id(connection_id: str) -> str:
+    return f"watch-{connection_id}"

@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from messages import activities as acts
+from messages.activities import ConnectionIdInput
 from messages.connection import ConnectRequest, ConnectResult
 from workflows.calls import call
 from workflows.failures import failure_reason
@@ -32,6 +33,10 @@ class ConnectWorkflow:
             return ConnectResult(connection_id=req.connection_id, ok=False, reason=failure_reason(e))
         if result.ok:
             await call(acts.SAVE_CONNECTION, req.model_copy(update={"account": result.account}),
+                       start_to_close_timeout=timedelta(seconds=30),
+                       retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)))
+            # From now on a machine this connection holds is watched for losses.
+            await call(acts.START_WATCH, ConnectionIdInput(connection_id=req.connection_id),
                        start_to_close_timeout=timedelta(seconds=30),
                        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)))
         return result

@@ -154,6 +154,11 @@ async def test_cancel_at_every_phase_leaves_nothing(temporal_client: Client, fak
     req = make_request(gpu="a10")
     handle = await start_allocate(temporal_client, req)
     await wait_phase(handle, phase)
+    async with asyncio.timeout(30):  # in CREATE: once the cloud has acted on it, answer still held back
+        while True:
+            if fake_cloud.machines:
+                break
+            await asyncio.sleep(0.05)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as info:
         await settled(handle)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,15 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from activities.watch import start_watch
 from fakeclouds.server import FakeCloudServer
 from messages.allocation import AllocationState
 from messages.enums import Phase
+from messages.ids import watch_workflow_id
+from store.models import Instance
 from store.secrets import SecretBox
 from tests import simclouds
-from tests.workflows.conftest import INSTALLATION, settled, start_allocate, terminate
+from tests.workflows.conftest import INSTALLATION, TASK_QUEUE, settled, start_allocate, terminate
 
 pytestmark = pytest.mark.devserver
 
@@ -88,3 +92,29 @@ async def test_k3s_failure_compensates_with_the_reason(temporal_client: Any, wf_
     st = await handle.query("state", result_type=AllocationState)
     assert st.attempts[-1].outcome == "failed" and "k3s" in (st.attempts[-1].reason or "")
     assert await owned(sim, "lambda") == []
+
+
+async def test_a_machine_killed_while_ready_is_shown_lost_within_two_watch_intervals(
+        temporal_client: Any, wf_worker: None, sim: FakeCloudServer, connect_sim: Any, make_request: Any,
+        db_engine: sa.Engine) -> None:
+    interval = 3.0
+    connection = connect_sim("local")
+    await start_watch(temporal_client, TASK_QUEUE, connection, interval)
+    req = make_request(cloud="local", connection_id=connection)
+    handle = await start_allocate(temporal_client, req)
+    st = await settled(handle)
+    assert st.ref is not None
+
+    killed_at = datetime.now(UTC)
+    sim.admin.kill(st.ref.instance_id)  # the cloud now reports it broken (status error); it still bills
+
+    final = await asyncio.wait_for(handle.result(), 60)
+    assert final.phase == Phase.LOST and "error" in (final.error or ""), final
+    signalled = [e.event_time.ToDatetime(tzinfo=UTC) async for e in handle.fetch_history_events()
+                 if e.HasField("workflow_execution_signaled_event_attributes")]
+    assert len(signalled) == 1 and (signalled[0] - killed_at).total_seconds() <= 2 * interval, signalled
+    with Session(db_engine) as s:
+        row = s.get(Instance, req.allocation_id)
+        assert row is not None and row.status == "lost" and row.error == final.error
+    assert await owned(sim, "local") == []  # the broken machine was terminated: nothing bills
+    await temporal_client.get_workflow_handle(watch_workflow_id(connection)).signal("stop")

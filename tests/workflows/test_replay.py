@@ -44,7 +44,7 @@ async def test_histories_replay_deterministically(temporal_client: Client, fake_
     histories = [await temporal_client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
                  async for w in listed]
     types = {h.events[0].workflow_execution_started_event_attributes.workflow_type.name for h in histories}
-    assert types == {"AllocationWorkflow"} and len(histories) >= 3
+    assert "AllocationWorkflow" in types and len(histories) >= 3
 
     assert await replay_failures(histories) == {}
     if os.environ.get("GPUPROV_RECORD_HISTORIES"):

@@ -74,6 +74,11 @@ async def test_terminate_finds_the_machine_by_key_when_the_ref_was_never_recorde
     req = make_request()
     handle = await start_allocate(temporal_client, req)
     await wait_phase(handle, Phase.CREATE)
+    async with asyncio.timeout(30):  # the cloud has made it; its answer is still held back
+        while True:
+            if fake_cloud.machines:
+                break
+            await asyncio.sleep(0.05)
     st = await terminate(temporal_client, req.allocation_id)
     assert st.phase == Phase.TERMINATED and st.ref is None
     assert await owned() == [] and len(fake_cloud.machines) == 1

@@ -1,0 +1,108 @@
+"""The watch's one activity: ask the cloud about every ready machine of a connection, and tell the
+allocation of each one the cloud reports gone, stopped or broken (its `machine_lost` signal)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlmodel import col, select
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.deps import ActivityDeps, heartbeating
+from messages import activities as acts
+from messages.allocation import CloudTarget, MachineLost
+from messages.enums import AllocationStatus
+from messages.ids import LEGACY_ALLOCATE_PREFIX, watch_workflow_id
+from messages.watch import WatchInput, WatchReport, WatchRequest
+from providers.base import InstanceRef, InstanceState, InstanceStatus, ProviderError
+from store.db import session_scope
+from store.models import Connection, Instance
+
+# What the cloud may say about a machine that is not lost.
+_ALIVE = (InstanceState.RUNNING, InstanceState.PENDING)
+
+
+def lost_reason(instance_id: str, st: InstanceStatus | None) -> str | None:
+    """Why a ready machine counts as lost, or None while the cloud shows it alive."""
+    if st is None:
+        return f"the cloud no longer lists machine {instance_id}"
+    if st.state in _ALIVE:
+        return None
+    word = f" ({st.detail})" if st.detail and st.detail != st.state.value else ""
+    return f"the cloud reports machine {instance_id} {st.state.value}{word}"
+
+
+class WatchActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    def _ready_on(self, connection_id: str) -> tuple[Connection | None, list[Instance]]:
+        with session_scope(self.deps.engine) as session:
+            conn = session.get(Connection, connection_id)
+            rows = list(session.exec(select(Instance).where(
+                Instance.connection_id == connection_id, Instance.status == AllocationStatus.READY,
+                col(Instance.cloud_instance_id).is_not(None))).all())
+        return conn, rows
+
+    @activity.defn(name=acts.WATCH_CONNECTION.name)
+    async def watch_connection(self, inp: WatchInput) -> WatchReport:
+        conn, rows = await self.deps.blocking(self._ready_on, inp.connection_id)
+        if conn is None:
+            return WatchReport(connection_found=False)
+        # Allocations started by an earlier gpuprov closed at ready: nothing listens to them.
+        rows = [r for r in rows if not r.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX)]
+        if not rows:
+            return WatchReport()
+        p = await self.deps.provider(CloudTarget(connection_id=conn.id, cloud=conn.provider))
+
+        async def status(row: Instance) -> InstanceStatus | None:
+            assert row.cloud_instance_id is not None and row.key is not None
+            return await p.get(InstanceRef(provider=row.provider, instance_id=row.cloud_instance_id,
+                                           key=row.key, region=row.offer_region))
+
+        answers = await heartbeating(asyncio.gather(*(status(r) for r in rows), return_exceptions=True),
+                                     5.0, "listing machines")
+        report = WatchReport()
+        for row, answer in zip(rows, answers, strict=True):
+            if isinstance(answer, ProviderError):
+                continue  # no answer about this one: ask again next round
+            if isinstance(answer, BaseException):
+                raise answer
+            reason = lost_reason(str(row.cloud_instance_id), answer)
+            if reason is not None and await self._tell(row.workflow_id, reason):
+                report.lost[row.id] = reason
+        return report
+
+    async def _tell(self, workflow_id: str, reason: str) -> bool:
+        assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
+        try:
+            handle = self.deps.client.get_workflow_handle(workflow_id)
+            await handle.signal("machine_lost", MachineLost(reason=reason))
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return False  # the allocation already closed
+            raise
+        return True
+
+
+async def start_watch(client: Client, task_queue: str, connection_id: str, interval_s: float) -> None:
+    """The connection's watch, started unless it runs already (any number of callers)."""
+    request = WatchRequest(connection_id=connection_id, interval_s=interval_s)
+    running = WorkflowIDConflictPolicy.USE_EXISTING
+    await client.start_workflow("WatchWorkflow", request, id=watch_workflow_id(connection_id),
+                                task_queue=task_queue, id_conflict_policy=running)
+
+
+async def start_all_watches(client: Client, deps: ActivityDeps, task_queue: str) -> int:
+    """A watch for every connection (a worker's start: connections saved before watches existed)."""
+    def ids() -> list[str]:
+        with session_scope(deps.engine) as session:
+            return list(session.exec(select(Connection.id)).all())
+
+    connection_ids = await deps.blocking(ids)
+    for connection_id in connection_ids:
+        await start_watch(client, task_queue, connection_id, deps.watch_interval_s)
+    return len(connection_ids)
