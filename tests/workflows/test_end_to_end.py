@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
+from temporalio.client import WorkflowFailureError
 
 from activities.watch import start_watch
 from fakeclouds.server import FakeCloudServer
-from messages.allocation import AllocationState
+from messages.allocation import AllocationState, CloudTarget
 from messages.enums import Phase
 from messages.ids import watch_workflow_id
+from providers.base import OfferQuery
 from store.models import Instance
 from store.secrets import SecretBox
 from tests import simclouds
@@ -118,3 +120,40 @@ async def test_a_machine_killed_while_ready_is_shown_lost_within_two_watch_inter
         assert row is not None and row.status == "lost" and row.error == final.error
     assert await owned(sim, "local") == []  # the broken machine was terminated: nothing bills
     await temporal_client.get_workflow_handle(watch_workflow_id(connection)).signal("stop")
+
+
+async def test_across_clouds_capacity_everywhere_on_one_lands_on_the_next(
+        temporal_client: Any, wf_worker: None, sim: FakeCloudServer, connect_sim: Any,
+        make_request: Any) -> None:
+    """clouds local + lambda, every local create refused for capacity: each local offer is tried once
+    (a capacity error blocks only that type in that region), then Lambda's cheapest offer lands."""
+    local, lam = connect_sim("local"), connect_sim("lambda")
+    targets = [CloudTarget(connection_id=local, cloud="local"),
+               CloudTarget(connection_id=lam, cloud="lambda")]
+    sim.admin.add_fault("local", "create", "capacity", times=-1)
+    try:
+        req = make_request(cloud="local", connection_id=local, targets=targets)
+        st = await settled(await start_allocate(temporal_client, req))
+        assert st.phase == Phase.READY and st.offer is not None and st.offer.provider == "lambda"
+        local_tries = [a for a in st.attempts if a.offer.provider == "local"]
+        assert local_tries and all(a.outcome == "capacity" and a.reason for a in local_tries)
+        tried = {(a.offer.instance_type, a.offer.region) for a in local_tries}
+        assert len(tried) == len(local_tries)  # each local type/region once, none skipped wholesale
+        async with simclouds.provider(sim, "lambda", installation_id=INSTALLATION) as p:
+            cheapest = (await p.offers(OfferQuery(spot=False)))[0]
+        assert (st.offer.instance_type, st.offer.region) == (cheapest.instance_type, cheapest.region)
+        assert st.attempts[-1].outcome == "created" and st.target == targets[1]
+        await terminate(temporal_client, req.allocation_id)
+
+        sim.admin.add_fault("lambda", "create", "capacity", times=-1)
+        both = make_request(cloud="local", connection_id=local, targets=targets)
+        with pytest.raises(WorkflowFailureError) as info:
+            await settled(await start_allocate(temporal_client, both))
+        message = str(info.value.cause)
+        assert "local" in message and "lambda" in message and "capacity" in message, message
+        state = await temporal_client.get_workflow_handle(f"allocation-{both.allocation_id}").query(
+            "state", result_type=AllocationState)
+        assert {a.offer.provider for a in state.attempts} == {"local", "lambda"}
+        assert all(a.outcome == "capacity" and a.reason for a in state.attempts)
+    finally:
+        sim.admin.clear_faults()
