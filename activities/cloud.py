@@ -49,6 +49,7 @@ class CloudActivities:
     @activity.defn(name=acts.VALIDATE_ALLOCATION.name)
     def validate_allocation(self, inp: ValidateInput) -> ValidateResult:
         """Each target's capabilities; refuse (with every cloud's reason) when none can do it."""
+        self.deps.write_marks_sync(inp)
         req, caps, skipped = inp.request, {}, []
         for target in req.all_targets():
             try:
@@ -86,6 +87,7 @@ class CloudActivities:
     async def plan_allocation(self, inp: PlanInput) -> PlanResult:
         """Offers from every target at once, merged cheapest first, each naming its connection.
         A target that fails is reported, not fatal, while another answered."""
+        await self.deps.write_marks(inp)
         async def offers_of(target: CloudTarget) -> list[Offer]:
             p = await self.deps.provider(target)
             found = await p.offers(inp.query)
@@ -128,6 +130,7 @@ class CloudActivities:
         crash, on any worker) never launches while an earlier attempt's launch may still land:
         it looks the key up until the cloud's in-flight window after that launch was sent has
         passed. When it was sent is kept in the heartbeat details, which outlive the attempt."""
+        await self.deps.write_marks(inp)
         public = await self.deps.blocking(self.deps.public_key)
         spec = LaunchSpec(
             key=inp.key,
@@ -165,6 +168,7 @@ class CloudActivities:
 
     @activity.defn(name=acts.WAIT_RUNNING.name)
     async def wait_running(self, inp: WaitRunningInput) -> InstanceStatus:
+        await self.deps.write_marks(inp)
         with provider_errors():
             p = await self.deps.provider(inp.target)
             while True:
@@ -184,6 +188,7 @@ class CloudActivities:
     async def terminate_and_verify(self, inp: TerminateInput) -> None:
         """Terminate by ref, or by key when the create answer was lost; return once the
         provider shows the machine gone (not when the delete was accepted)."""
+        await self.deps.write_marks(inp)
         with provider_errors():
             p = await self.deps.provider(inp.target)
             activity.heartbeat("finding")

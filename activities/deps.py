@@ -19,10 +19,11 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import provider_errors
-from messages.activities import CloudTarget
+from messages.activities import CloudTarget, Marked
 from messages.enums import ErrorKind
 from providers import registry
 from providers.base import CloudProvider, ConnectionOptions
+from store import repo
 from store.db import session_scope
 from store.identity import ssh_identity
 from store.models import Connection
@@ -110,6 +111,17 @@ class ActivityDeps:
         return cls(engine=engine, box=default_box(),
                    installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
                    watch_interval_s=s.watch_interval_s)
+
+    async def write_marks(self, inp: Marked) -> None:
+        """The allocation's pending phase marks, as events, before the activity's own work."""
+        if inp.marks:
+            await self.blocking(self.write_marks_sync, inp)
+
+    def write_marks_sync(self, inp: Marked) -> None:
+        if inp.marks:
+            with session_scope(self.engine) as session:
+                marks = [(m.status.value, m.phase.value) for m in inp.marks]
+                repo.mark_phases(session, inp.allocation_id, marks)
 
     def load_connection(self, connection_id: str) -> Connection:
         with session_scope(self.engine) as session:

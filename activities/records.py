@@ -35,6 +35,7 @@ class RecordActivities:
         req, st = inp.request, inp.state
         now = utcnow()
         with session_scope(self.deps.engine) as session:
+            repo.mark_phases(session, req.allocation_id, [(m.status.value, m.phase.value) for m in inp.marks])
             row = session.get(Instance, req.allocation_id)
             if row is None:
                 # The workflow writes its own row when the API did not (or died before it could).

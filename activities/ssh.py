@@ -71,6 +71,7 @@ class SshActivities:
     @activity.defn(name=acts.WAIT_SSH.name)
     async def wait_ssh(self, t: SshTarget) -> None:
         """Return once a login with the installation's key runs a command."""
+        await self.deps.write_marks(t)
         while True:
             try:
                 # bounded, and heartbeating meanwhile: a slow handshake on a loaded host is not a dead worker
@@ -84,6 +85,7 @@ class SshActivities:
 
     @activity.defn(name=acts.INSTALL_K3S.name)
     async def install_k3s(self, t: SshTarget) -> None:
+        await self.deps.write_marks(t)
         result = await heartbeating(self._run(t, f"bash -c {shlex.quote(K3S_SCRIPT)}"), 1.0, "k3s")
         if result.exit_status != 0:
             raise ApplicationError(f"k3s install failed (exit {result.exit_status}): "
@@ -92,6 +94,7 @@ class SshActivities:
     @activity.defn(name=acts.PROBE_GPUS.name)
     async def probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
         """The GPUs nvidia-smi sees. No nvidia-smi is a fact ([]), not a failure."""
+        await self.deps.write_marks(t)
         result = await heartbeating(self._run(t, NVIDIA_SMI), 1.0, "nvidia-smi")
         if result.exit_status == 127:
             return []

@@ -33,7 +33,22 @@ class ActivityRef(Generic[I, O]):
 # --------------------------------------------------------------------------- inputs and outputs
 
 
-class ValidateInput(BaseModel):
+class PhaseMark(BaseModel):
+    """A phase the allocation entered, written (as a status/phase event) by the next activity it
+    calls, so phases cost no activity of their own and `gpuprov up` still sees every one."""
+
+    status: AllocationStatus
+    phase: Phase
+
+
+class Marked(BaseModel):
+    """Inputs of activities that write the allocation's pending phase marks before their work."""
+
+    allocation_id: str = ""
+    marks: list[PhaseMark] = Field(default_factory=list)
+
+
+class ValidateInput(Marked):
     request: AllocateRequest
 
 
@@ -42,7 +57,7 @@ class ValidateResult(BaseModel):
     skipped: list[str] = Field(default_factory=list)  # targets that cannot, with the reason
 
 
-class PlanInput(BaseModel):
+class PlanInput(Marked):
     targets: list[CloudTarget]
     query: OfferQuery
 
@@ -59,7 +74,7 @@ class PlanResult(BaseModel):
     failures: list[str] = Field(default_factory=list)  # targets that did not answer, with the reason
 
 
-class CreateInput(BaseModel):
+class CreateInput(Marked):
     """What to launch. The activity makes the LaunchSpec: it adds the installation's own public
     key and the owner tag (the deployment's installation id, from the database)."""
 
@@ -74,21 +89,21 @@ class CreateInput(BaseModel):
     poll_interval_s: float = 2.0  # looking up a launch that may still land (clouds without a token)
 
 
-class WaitRunningInput(BaseModel):
+class WaitRunningInput(Marked):
     target: CloudTarget
     ref: InstanceRef
     poll_interval_s: float = 2.0
     heartbeat_every_s: float = 1.0
 
 
-class SshTarget(BaseModel):
+class SshTarget(Marked):
     host: str
     port: int = 22
     user: str = "root"
     poll_interval_s: float = 2.0
 
 
-class TerminateInput(BaseModel):
+class TerminateInput(Marked):
     target: CloudTarget
     key: str
     ref: InstanceRef | None = None  # None when the create answer was lost: find by key
@@ -96,8 +111,9 @@ class TerminateInput(BaseModel):
     heartbeat_every_s: float = 1.0
 
 
-class RecordAllocationInput(BaseModel):
-    """A snapshot of the allocate workflow; the activity upserts the Instance row and attempts."""
+class RecordAllocationInput(Marked):
+    """A snapshot of the allocate workflow; the activity upserts the Instance row and attempts
+    (after writing any pending phase marks as events)."""
 
     request: AllocateRequest
     state: AllocationState

@@ -163,3 +163,18 @@ def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -
     if commit:
         session.commit()
     return row
+
+
+def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]]) -> None:
+    """Move the row through (status, phase) marks in order, one event per change, and commit.
+    A retried call changes nothing (each mark equal to the row's state is skipped)."""
+    row = session.get(Instance, instance_id)
+    if row is None or not marks:
+        return
+    for status, phase in marks:
+        if (row.status, row.phase) != (status, phase):
+            session.add(InstanceEvent(instance_id=instance_id, status=status, phase=phase))
+            row.status, row.phase = status, phase
+    row.updated_at = utcnow()
+    session.add(row)
+    session.commit()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -32,6 +33,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout  # not the bui
 from messages import activities as acts
 from messages.activities import (
     CreateInput,
+    PhaseMark,
     PlanInput,
     RecordAllocationInput,
     SshTarget,
@@ -82,6 +84,7 @@ class AllocationWorkflow:
         self._terminate_requested = False
         self._lost: str | None = None
         self._closed = False
+        self._marks: list[PhaseMark] = []  # phases entered since the last activity (it records them)
         self._compensating = False  # a teardown is under way: let it finish, never cancel it
         self._allocating: asyncio.Task[bool] | None = None
 
@@ -114,6 +117,7 @@ class AllocationWorkflow:
                 workflow.upsert_search_attributes([
                     sa.PROVIDER.value_set(self._req.cloud), sa.PROJECT.value_set(self._req.project),
                     sa.INSTANCE_ID.value_set(self._req.allocation_id)])
+                await self._record(AllocationStatus.PROVISIONING)  # the row exists from the start
                 self._allocating = asyncio.create_task(self._allocate())
                 try:
                     await self._allocating
@@ -210,7 +214,7 @@ class AllocationWorkflow:
     async def _validate(self) -> None:
         await self._advance(Phase.VALIDATE)
         self._state.notes += self._req.notes
-        result = await call(acts.VALIDATE_ALLOCATION, ValidateInput(request=self._req),
+        result = await call(acts.VALIDATE_ALLOCATION, ValidateInput(request=self._req, **self._marked()),
                             start_to_close_timeout=timedelta(seconds=30),
                             retry_policy=_retry(self._t.max_retry_interval_s, 5))
         self._caps = result.capabilities
@@ -222,7 +226,7 @@ class AllocationWorkflow:
         # Spot only when asked for: a user who did not say --spot does not expect preemption.
         query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot))
         targets = [t for t in req.all_targets() if t.cloud in self._caps]
-        plan = await call(acts.PLAN_ALLOCATION, PlanInput(targets=targets, query=query),
+        plan = await call(acts.PLAN_ALLOCATION, PlanInput(targets=targets, query=query, **self._marked()),
                           start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
                           heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 8))
         self._state.notes += [f"no offers from {f}" for f in plan.failures]
@@ -246,20 +250,21 @@ class AllocationWorkflow:
         wait_cancel = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         st.ref = await call(
             acts.CREATE_INSTANCE,
-            CreateInput(target=st.target, offer=offer, key=key, allocation_id=req.allocation_id,
-                        ssh_public_keys=req.ssh_public_keys, image=req.image, ports=req.ports,
-                        heartbeat_every_s=self._hb_every, poll_interval_s=t.poll_interval_s),
+            CreateInput(target=st.target, offer=offer, key=key, ssh_public_keys=req.ssh_public_keys,
+                        image=req.image, ports=req.ports, heartbeat_every_s=self._hb_every,
+                        poll_interval_s=t.poll_interval_s, **self._marked()),
             # A retry may first wait out the cloud's in-flight window (clouds without a token).
             start_to_close_timeout=timedelta(seconds=t.call_timeout_s + caps.create_in_flight_s),
             heartbeat_timeout=self._hb,
             retry_policy=_retry(t.max_retry_interval_s, 8), cancellation_type=wait_cancel)
         self._attempt_done(AttemptOutcome.CREATED)
+        await self._record(AllocationStatus.PROVISIONING)  # the machine's id, for the watch and the sweep
 
         await self._advance(Phase.WAIT_RUNNING)
         status = await call(
             acts.WAIT_RUNNING,
             WaitRunningInput(target=st.target, ref=st.ref, poll_interval_s=t.poll_interval_s,
-                             heartbeat_every_s=self._hb_every),
+                             heartbeat_every_s=self._hb_every, **self._marked()),
             # One bound for the whole wait, retries included: past it, the next offer is tried.
             schedule_to_close_timeout=timedelta(seconds=self._boot_timeout(offer)),
             heartbeat_timeout=self._hb,
@@ -275,7 +280,8 @@ class AllocationWorkflow:
         ssh = SshTarget(host=st.host, port=st.ssh_port or 22, user=st.ssh_user or caps.login_user,
                         poll_interval_s=t.poll_interval_s)
         await self._advance(Phase.SSH)
-        await call(acts.WAIT_SSH, ssh, start_to_close_timeout=timedelta(seconds=t.ssh_timeout_s),
+        await call(acts.WAIT_SSH, ssh.model_copy(update=self._marked()),
+                   start_to_close_timeout=timedelta(seconds=t.ssh_timeout_s),
                    heartbeat_timeout=self._hb,
                    retry_policy=_retry(t.max_retry_interval_s, 2))  # it polls inside; a retry covers a crash
 
@@ -285,11 +291,13 @@ class AllocationWorkflow:
         elif caps.k3s == "none":
             st.notes.append(f"k3s skipped: {caps.k3s_reason or caps.display_name + ' cannot host k3s'}")
         else:
-            await call(acts.INSTALL_K3S, ssh, start_to_close_timeout=timedelta(seconds=t.k3s_timeout_s),
+            await call(acts.INSTALL_K3S, ssh.model_copy(update=self._marked()),
+                       start_to_close_timeout=timedelta(seconds=t.k3s_timeout_s),
                        heartbeat_timeout=self._hb, retry_policy=_retry(t.max_retry_interval_s, 3))
 
         await self._advance(Phase.GPU_CHECK)
-        st.gpus = await call(acts.PROBE_GPUS, ssh, start_to_close_timeout=timedelta(seconds=60),
+        st.gpus = await call(acts.PROBE_GPUS, ssh.model_copy(update=self._marked()),
+                             start_to_close_timeout=timedelta(seconds=60),
                              heartbeat_timeout=self._hb, retry_policy=_retry(t.max_retry_interval_s, 3))
         expected = offer.gpu.count if offer.gpu else 0
         if expected and len(st.gpus) != expected:
@@ -355,7 +363,7 @@ class AllocationWorkflow:
     async def _terminate_and_verify(self, key: str) -> None:
         assert self._state.target is not None  # set with the attempt whose key this is
         await call(acts.TERMINATE_AND_VERIFY,
-                   TerminateInput(target=self._state.target, key=key, ref=self._state.ref,
+                   TerminateInput(target=self._state.target, key=key, ref=self._state.ref, **self._marked(),
                                   poll_interval_s=self._t.poll_interval_s, heartbeat_every_s=self._hb_every),
                    start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s),
                    heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s))
@@ -381,10 +389,20 @@ class AllocationWorkflow:
 
     async def _advance(self, phase: Phase, status: AllocationStatus = AllocationStatus.PROVISIONING) -> None:
         """Enter the next phase of the happy path, unless a terminate or cancel arrived meanwhile
-        (an activity that completes despite a cancel request returns normally)."""
+        (an activity that completes despite a cancel request returns normally). The phase is
+        recorded by the next activity the workflow calls; reaching ready is recorded at once."""
         if self._terminate_requested or workflow.cancellation_reason() is not None:
             raise _Stop("allocation stopped")
-        await self._phase(phase, status)
+        self._state.phase = phase
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
+        self._marks.append(PhaseMark(status=status, phase=phase))
+        if status == AllocationStatus.READY:
+            await self._record(status)
+
+    def _marked(self) -> dict[str, Any]:
+        """The pending phase marks, handed to the next activity (which writes them first)."""
+        marks, self._marks = self._marks, []
+        return {"allocation_id": self._req.allocation_id, "marks": marks}
 
     async def _phase(self, phase: Phase, status: AllocationStatus = AllocationStatus.PROVISIONING) -> None:
         self._state.phase = phase
@@ -393,6 +411,7 @@ class AllocationWorkflow:
 
     async def _record(self, status: AllocationStatus) -> None:
         await call(acts.RECORD_ALLOCATION,
-                   RecordAllocationInput(request=self._req, state=self._state, status=status),
+                   RecordAllocationInput(request=self._req, state=self._state, status=status,
+                                         **self._marked()),
                    start_to_close_timeout=timedelta(seconds=30),
                    retry_policy=_retry(self._t.max_retry_interval_s))

@@ -255,3 +255,20 @@ async def test_a_create_that_lands_late_is_found_not_launched_again(
         return
     assert st.phase == Phase.READY and len(made()) == 1 and st.ref is not None
     assert st.ref.instance_id == made()[0].ref.instance_id
+
+
+async def test_every_phase_is_recorded_in_order_without_an_activity_each(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    req = make_request(gpu="a10")
+    handle = await start_allocate(temporal_client, req)
+    await settled(handle)
+    with session_scope(db_engine) as s:
+        events = [(e.status, e.phase) for e in repo.events_of(s, req.allocation_id)]
+    assert [p for _, p in events] == ["validate", "plan", "create", "wait_running", "ssh", "k3s", "gpu_check",
+                                      "ready"]
+    assert events[-1] == ("ready", "ready") and {s for s, _ in events[:-1]} == {"provisioning"}
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 async for e in handle.fetch_history_events()
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    # The row at the start, the machine's id after create, ready: phases ride on the other activities.
+    assert scheduled.count("record_allocation") == 3, scheduled
