@@ -63,6 +63,7 @@ class LocalProvider(rest.RestCloudProvider):
         custom_image=False,
         login_user="gpuprov",
         regions=["local-1", "local-2"],
+        boot_timeout_s=300.0,  # our machines boot in about a second: minutes mean a broken boot
     )
 
     # ------------------------------------------------------------------ plumbing
