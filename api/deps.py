@@ -42,14 +42,23 @@ class WorkflowFailed(Exception):
 
 
 class WorkflowGateway(Protocol):
-    """The two things the API does with Temporal. Workflows are addressed by name, so the API
-    never imports workflow code (the worker owns it)."""
+    """The things the API does with Temporal. Workflows are addressed by name, so the API never
+    imports workflow code (the worker owns it)."""
 
     async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                    use_existing: bool = False) -> None: ...
+                    use_existing: bool = False, once: bool = False) -> bool:
+        """Start `workflow` as `workflow_id`. `use_existing`: a running run of that id is joined
+        (its input stands) instead of refused. `once`: also joins a running run, and an id whose run
+        has closed is never run again — nothing starts and the answer is False. True: a run of that
+        id is open (this call's or the one it joined)."""
+        ...
 
     async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                      execution_timeout_s: float, result_type: type | None = None) -> Any: ...
+                      execution_timeout_s: float, result_type: type | None = None,
+                      attach: bool = False) -> Any:
+        """Start and wait for the result. `attach`: a running run of that id is joined and its
+        result returned (a retried request waits for the first one's answer)."""
+        ...
 
     async def request_update(self, workflow_id: str, update: str) -> bool:
         """Send an update and return once the workflow accepted it; False if it already closed."""
@@ -77,28 +86,39 @@ class TemporalGateway:
             return self._client
 
     async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                    use_existing: bool = False) -> None:
-        from temporalio.common import WorkflowIDConflictPolicy
+                    use_existing: bool = False, once: bool = False) -> bool:
+        from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+        from temporalio.exceptions import WorkflowAlreadyStartedError
         from temporalio.service import RPCError
 
         client = await self.client()
-        policy = WorkflowIDConflictPolicy.USE_EXISTING if use_existing else WorkflowIDConflictPolicy.FAIL
+        joins = use_existing or once
+        policy = WorkflowIDConflictPolicy.USE_EXISTING if joins else WorkflowIDConflictPolicy.FAIL
+        reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE if once else WorkflowIDReusePolicy.ALLOW_DUPLICATE
         try:
             await client.start_workflow(workflow, arg, id=workflow_id, task_queue=self.task_queue,
-                                        id_conflict_policy=policy)
+                                        id_conflict_policy=policy, id_reuse_policy=reuse)
+        except WorkflowAlreadyStartedError:
+            if once:
+                return False  # it ran and closed: it is not run again
+            raise
         except RPCError as e:
             raise WorkflowUnavailable(f"could not start {workflow}: {e.message}") from e
+        return True
 
     async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                      execution_timeout_s: float, result_type: type | None = None) -> Any:
+                      execution_timeout_s: float, result_type: type | None = None,
+                      attach: bool = False) -> Any:
         from temporalio.client import WorkflowFailureError
+        from temporalio.common import WorkflowIDConflictPolicy
         from temporalio.exceptions import TimeoutError as TemporalTimeout
         from temporalio.service import RPCError
 
         client = await self.client()
+        policy = WorkflowIDConflictPolicy.USE_EXISTING if attach else WorkflowIDConflictPolicy.FAIL
         try:
             return await client.execute_workflow(
-                workflow, arg, id=workflow_id, task_queue=self.task_queue,
+                workflow, arg, id=workflow_id, task_queue=self.task_queue, id_conflict_policy=policy,
                 execution_timeout=timedelta(seconds=execution_timeout_s), result_type=result_type)
         except WorkflowFailureError as e:
             cause = e.cause

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import asyncssh
 from cryptography import x509
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from messages.enums import AllocationStatus
 from providers import registry
@@ -38,6 +38,10 @@ def _cloud_enum(schema: dict[str, Any]) -> None:
 # A cloud id of the registry: validated per request (clouds registered later count), an enum in OpenAPI.
 CloudId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_cloud_enum),
                     AfterValidator(_known_cloud)]
+
+# A project is an identifier (it becomes a search attribute and scopes idempotency keys), not free text.
+PROJECT_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+Project = Annotated[str, Field(pattern=PROJECT_PATTERN, description="a slug: a-z, 0-9 and -, up to 63")]
 
 InstanceStatusName = AllocationStatus  # the `?status=` filter: one of the enum's values
 
@@ -210,7 +214,13 @@ class OfferOut(BaseModel):
 
 
 class InstanceCreate(Strict):
-    cloud: CloudId
+    """Where planning may look: `connection_id` (that connection), `cloud` (every connected
+    connection of it), `clouds` (every connected connection of those), or none of them (every
+    connected cloud). At most one of the three."""
+
+    cloud: CloudId | None = None
+    clouds: list[CloudId] | None = Field(None, min_length=1, max_length=50)
+    connection_id: Annotated[str, Field(min_length=1, max_length=100)] | None = None
     gpu: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     gpu_count: Annotated[int, Field(ge=1, le=64)] | None = None
     region: Annotated[str, Field(min_length=1, max_length=64)] | None = None
@@ -220,7 +230,20 @@ class InstanceCreate(Strict):
     k3s: bool = True
     ssh_public_keys: list[str] = Field(min_length=1, max_length=20)
     name: Annotated[str, Field(min_length=1, max_length=63)] | None = None
-    project: Annotated[str, Field(min_length=1, max_length=63)] = "default"
+    project: Project = "default"
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> InstanceCreate:
+        given = [n for n in ("cloud", "clouds", "connection_id") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of cloud, clouds and connection_id "
+                             f"(got {' and '.join(given)})")
+        return self
+
+    @field_validator("clouds")
+    @classmethod
+    def _distinct_clouds(cls, clouds: list[str] | None) -> list[str] | None:
+        return list(dict.fromkeys(clouds)) if clouds is not None else None
 
     @field_validator("ssh_public_keys")
     @classmethod

@@ -5,6 +5,8 @@ token from GPUPROV_TOKEN, else GPUPROV_API_TOKEN, else $GPUPROV_HOME/api-token (
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +16,11 @@ from cli.output import fail, reason
 
 API_PREFIX = "/api/compute"
 PAGE_LIMIT = 200  # the API's maximum: fewest round trips when reading a whole list
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)  # a keyed create whose answer was lost is sent again, this often
+
+
+def new_idempotency_key() -> str:
+    return f"gpuprov-cli-{uuid.uuid4()}"
 
 
 def token() -> str:
@@ -40,12 +47,23 @@ class Api:
         self.url = (url or os.environ.get("GPUPROV_API_URL") or Settings().api_url).rstrip("/")
         self._client = http_client(self.url, api_token or token())
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            r = self._client.request(method, API_PREFIX + path, **kwargs)
-        except httpx.TransportError as e:
-            raise fail(f"cannot reach the gpuprov API at {self.url} ({e.__class__.__name__}) — "
-                       "is `gpuprov dev` running? (GPUPROV_API_URL sets the address)") from None
+    def call(self, method: str, path: str, *, idempotency_key: str | None = None, **kwargs: Any) -> Any:
+        """One request. With `idempotency_key` (a create), a request whose answer was lost on the way
+        (the connection dropped, the API restarted) is sent again with the same key: the API answers
+        with what the first one made, so nothing is made twice."""
+        if idempotency_key is not None:
+            kwargs["headers"] = {**kwargs.get("headers", {}), "Idempotency-Key": idempotency_key}
+        delays = list(RETRY_DELAYS_S) if idempotency_key is not None else []
+        while True:
+            try:
+                r = self._client.request(method, API_PREFIX + path, **kwargs)
+                break
+            except httpx.TransportError as e:
+                if delays:
+                    time.sleep(delays.pop(0))
+                    continue
+                raise fail(f"cannot reach the gpuprov API at {self.url} ({e.__class__.__name__}) — "
+                           "is `gpuprov dev` running? (GPUPROV_API_URL sets the address)") from None
         if r.status_code == 401:
             raise fail("the API refused the token (GPUPROV_TOKEN / $GPUPROV_HOME/api-token)")
         if r.status_code >= 400:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.client import Api
+from cli.client import Api, new_idempotency_key
 from cli.output import fail, table
 from providers import registry
 
@@ -35,7 +35,8 @@ def connect(
             body["ca_bundle"] = ca_bundle.read_text()
         except OSError as e:
             raise fail(f"cannot read --ca-bundle {ca_bundle}: {e.strerror}") from None
-    conn = Api().call("POST", "/connections", json={k: v for k, v in body.items() if v is not None})
+    conn = Api().call("POST", "/connections", json={k: v for k, v in body.items() if v is not None},
+                      idempotency_key=new_idempotency_key())
     typer.echo(f"connected {conn['provider']} as {conn['account']} "
                f"(connection {conn['id']}, {conn['name']!r})")
 

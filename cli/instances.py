@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.client import Api
+from cli.client import Api, new_idempotency_key
 from cli.output import fail, money, print_attempt, ssh_command, table
 from messages.enums import AllocationStatus
 from providers import registry
@@ -62,7 +62,10 @@ def cloud_help() -> str:
 
 
 def up(
-    cloud: Annotated[str, typer.Option("--cloud", help=cloud_help())],
+    cloud: Annotated[list[str] | None, typer.Option(
+        "--cloud", help=f"{cloud_help()} (repeatable; default: every connected cloud)")] = None,
+    connection: Annotated[str | None, typer.Option(
+        "--connection", help="this connection only (an id from `gpuprov connections`)")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU name, e.g. H100, A10")] = None,
     gpu_count: Annotated[int | None, typer.Option("--gpu-count", min=1)] = None,
     region: Annotated[str | None, typer.Option()] = None,
@@ -76,14 +79,27 @@ def up(
     project: Annotated[str, typer.Option()] = "default",
     detach: Annotated[bool, typer.Option("--detach", help="return once accepted")] = False,
 ) -> None:
-    """Allocate a machine and follow it until it is ready (or failed)."""
+    """Allocate a machine on the cheapest offer of the clouds allowed (every connected cloud unless
+    --cloud or --connection says otherwise) and follow it until it is ready (or failed)."""
+    if connection and cloud:
+        raise fail("give --cloud or --connection, not both")
+    clouds = list(dict.fromkeys(cloud or []))
     api = Api()
-    body = {"cloud": cloud, "gpu": gpu, "gpu_count": gpu_count, "region": region, "spot": spot or None,
-            "ports": port or [], "image": image, "k3s": not no_k3s,
-            "ssh_public_keys": [read_ssh_key(ssh_key)], "name": name, "project": project}
-    accepted = api.call("POST", "/instances", json={k: v for k, v in body.items() if v is not None})
+    body: dict[str, Any] = {
+        "gpu": gpu, "gpu_count": gpu_count, "region": region, "spot": spot or None, "ports": port or [],
+        "image": image, "k3s": not no_k3s, "ssh_public_keys": [read_ssh_key(ssh_key)], "name": name,
+        "project": project, "connection_id": connection}
+    if len(clouds) == 1:
+        body["cloud"] = clouds[0]
+    elif clouds:
+        body["clouds"] = clouds
+    # One key per `up`: if the answer is lost and the request sent again, it is the same allocation.
+    accepted = api.call("POST", "/instances", json={k: v for k, v in body.items() if v is not None},
+                        idempotency_key=new_idempotency_key())
     iid = accepted["id"]
-    typer.echo(f"allocation {iid} accepted on {cloud}")
+    where = (f"connection {connection}" if connection else ", ".join(clouds) if clouds
+             else "every connected cloud")
+    typer.echo(f"allocation {iid} accepted on {where}")
     if detach:
         return
     try:

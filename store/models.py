@@ -100,6 +100,20 @@ class InstanceEvent(SQLModel, table=True):
     at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class IdempotencyRecord(SQLModel, table=True):
+    """One Idempotency-Key as first used: the request it came with (a fingerprint) and the resource
+    it names. A retry with the same key and body finds that resource; another body is refused. The
+    primary key makes the claim race-safe: of two concurrent first uses, one inserts, the other reads."""
+
+    __tablename__ = "idempotency_key"
+
+    scope: str = Field(primary_key=True)  # "<kind>:<project>", e.g. "instances:default"
+    key_hash: str = Field(primary_key=True)  # sha256 of the key (the key itself is not kept)
+    fingerprint: str  # of the request body
+    resource_id: str  # derived from (kind, project, key): the same on every retry
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class SshIdentity(SQLModel, table=True):
     """The installation's own SSH key pair, added to every machine so activities can log in."""
 

@@ -7,13 +7,14 @@ writes. Credentials go in and out only through a SecretBox: the row holds cipher
 from __future__ import annotations
 
 import secrets as _random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from messages.enums import AllocationStatus, ConnectionStatus
-from store.models import Attempt, Connection, Instance, InstanceEvent, utcnow
+from store.models import Attempt, Connection, IdempotencyRecord, Instance, InstanceEvent, utcnow
 from store.secrets import SecretBox
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -75,6 +76,15 @@ def connection_for(session: Session, provider: str) -> Connection | None:
     return session.exec(stmt).first()
 
 
+def connected(session: Session, providers: Collection[str] | None = None) -> Sequence[Connection]:
+    """Connected connections (of `providers`, or of every cloud), newest first (the order in which
+    `connection_for` prefers them)."""
+    stmt = select(Connection).where(Connection.status == ConnectionStatus.CONNECTED)
+    if providers is not None:
+        stmt = stmt.where(col(Connection.provider).in_(list(providers)))
+    return session.exec(stmt.order_by(col(Connection.created_at).desc(), col(Connection.id).desc())).all()
+
+
 def mark_connection(session: Session, connection_id: str, *, status: str, account: str | None = None,
                     error: str | None = None) -> Connection | None:
     """Record a verification outcome (ConnectWorkflow's activity) and commit."""
@@ -118,6 +128,20 @@ def live_instances(session: Session, connection_id: str) -> list[Instance]:
 
 def get_instance(session: Session, instance_id: str) -> Instance | None:
     return session.get(Instance, instance_id)
+
+
+def insert_instance_if_absent(session: Session, row: Instance) -> bool:
+    """Insert `row` unless its id exists (the allocation's workflow may have written it first:
+    whichever comes first wins, the other completes it) and commit. True if this call inserted it."""
+    if session.get(Instance, row.id) is not None:
+        return False
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:  # written concurrently by the workflow's record activity
+        session.rollback()
+        return False
+    return True
 
 
 def update_instance(session: Session, instance_id: str, **fields: Any) -> Instance | None:
@@ -178,3 +202,29 @@ def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, s
     row.updated_at = utcnow()
     session.add(row)
     session.commit()
+
+
+# --------------------------------------------------------------------------- idempotency keys
+
+
+def find_idempotency_key(session: Session, scope: str, key_hash: str) -> IdempotencyRecord | None:
+    return session.get(IdempotencyRecord, (scope, key_hash))
+
+
+def claim_idempotency_key(session: Session, *, scope: str, key_hash: str, fingerprint: str,
+                          resource_id: str) -> IdempotencyRecord:
+    """Record the first use of a key and commit; when it was used before (or a concurrent request
+    won the race), the record as first written. The caller compares fingerprints."""
+    found = session.get(IdempotencyRecord, (scope, key_hash))
+    if found is not None:
+        return found
+    row = IdempotencyRecord(scope=scope, key_hash=key_hash, fingerprint=fingerprint, resource_id=resource_id)
+    session.add(row)
+    try:
+        session.commit()
+        return row
+    except IntegrityError:  # a concurrent first use committed before us: read the winner's row
+        session.rollback()
+    winner = session.get(IdempotencyRecord, (scope, key_hash), populate_existing=True)
+    assert winner is not None, "an idempotency key's record vanished"
+    return winner

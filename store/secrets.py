@@ -6,6 +6,8 @@ first use with mode 0600. Plaintext secrets exist only in memory, inside activit
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,13 @@ def load_or_create_key(home: Path, configured: str | None = None) -> bytes:
 class SecretBox:
     def __init__(self, key: bytes) -> None:
         self._fernet = Fernet(key)
+        # A separate key for digests, derived from the secret key: the same on every replica.
+        self._mac_key = hashlib.sha256(b"gpuprov-digest\0" + key).digest()
+
+    def digest(self, data: bytes) -> str:
+        """A keyed digest (HMAC-SHA256) of `data`: compares requests that hold secrets without
+        storing anything a guess could be checked against."""
+        return hmac.new(self._mac_key, data, hashlib.sha256).hexdigest()
 
     def seal(self, data: dict[str, Any]) -> bytes:
         return self._fernet.encrypt(json.dumps(data, sort_keys=True).encode())

@@ -7,6 +7,7 @@ import logging
 from fastapi import APIRouter, HTTPException, status
 from sqlmodel import select
 
+from api import idempotency as idem
 from api.deps import (
     AppDeps,
     DepsDep,
@@ -44,27 +45,50 @@ def _saved(deps: AppDeps, connection_id: str) -> Connection | None:
 # --------------------------------------------------------------------------- routes
 
 
+# Connections belong to no project yet: every key is scoped to this one.
+CONNECTIONS_PROJECT = "default"
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ConnectionOut,
-             responses={400: {"description": "verification failed"}, 422: {"description": "bad request"},
+             responses={400: {"description": "verification failed"},
+                        422: {"description": "bad request, or an Idempotency-Key reused with another "
+                                             "request"},
                         503: {"description": "Temporal unreachable"},
                         504: {"description": "no answer in time"}})
-async def create_connection(body: ConnectionCreate, deps: DepsDep) -> ConnectionOut:
-    """Verify the credentials in ConnectWorkflow, which saves the connection only if they work."""
+async def create_connection(body: ConnectionCreate, deps: DepsDep,
+                            idempotency_key: idem.IdempotencyKey = None) -> ConnectionOut:
+    """Verify the credentials in ConnectWorkflow, which saves the connection only if they work.
+    With an Idempotency-Key the connection id derives from the key: a retry joins the first
+    attempt's verification, or answers with the connection it saved."""
     cls = adapter_class(body.provider)
     try:
         # Typed credentials: unknown, missing or mistyped fields are named (never their values).
         credentials = cls.parse_credentials(body.credentials)
     except InvalidRequest as e:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, e.message) from None
+    key = idempotency_key
+    if key is None:
+        connection_id = repo.new_id()
+    else:
+        connection_id = idem.derived_id("connection", CONNECTIONS_PROJECT, key)
+        # Keyed (HMAC), not a bare hash: the body holds credentials, and the record must not let
+        # anyone with the database check a guess against them.
+        fingerprint = deps.box.digest(idem.canonical(body.model_dump(mode="json")))
+        await in_thread(idem.claim, deps, idem.scope_of("connections", CONNECTIONS_PROJECT), key,
+                        fingerprint, connection_id)
+        saved = await in_thread(_saved, deps, connection_id)
+        if saved is not None:  # a previous attempt verified and saved it
+            return ConnectionOut.of(saved)
     # Sealed here, opened only by the worker's activity: no credential in clear in workflow history.
     sealed = deps.box.seal(credentials.reveal()).decode()
-    request = ConnectRequest(connection_id=repo.new_id(), provider=body.provider,
+    request = ConnectRequest(connection_id=connection_id, provider=body.provider,
                              name=body.name or cls.capabilities.display_name, sealed_credentials=sealed,
                              options=ConnectionOptions(endpoint=body.endpoint, ca_bundle=body.ca_bundle))
     try:
+        # Keyed: a retry attaches to the first attempt's run (still verifying) and gets its answer.
         result: ConnectResult = await deps.workflows.execute(
             "ConnectWorkflow", request, workflow_id=connect_workflow_id(request.connection_id),
-            execution_timeout_s=deps.connect_timeout_s, result_type=ConnectResult)
+            execution_timeout_s=deps.connect_timeout_s, result_type=ConnectResult, attach=key is not None)
     except WorkflowUnavailable as e:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
     except WorkflowFailed as e:

@@ -1,18 +1,25 @@
-"""Instances: validate, record, start AllocationWorkflow; reads come from the SQL projection."""
+"""Instances: resolve where planning may look, start AllocationWorkflow, record the row; reads come
+from the SQL projection.
+
+Rows cannot diverge from workflows: the row is written only after its workflow started (if the API
+dies in between, the workflow's own record writes it), and a terminate is sent to the workflow
+before anything is written (the workflow records `terminating` itself)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlmodel import Session, select
 
+from api import idempotency as idem
 from api.deps import AppDeps, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import adapter_class
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusName
-from messages.allocation import AllocateRequest, AllocationInput, TerminateRequest
-from messages.enums import AllocationStatus, Phase
+from messages.allocation import AllocateRequest, AllocationInput, CloudTarget, TerminateRequest
+from messages.enums import AllocationStatus, ConnectionStatus, Phase
 from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
 from providers.base import LaunchRequirements, Unsupported
 from store import repo
@@ -31,18 +38,92 @@ def _get(session: Session, instance_id: str) -> Instance:
     return row
 
 
+# --------------------------------------------------------------------------- planning targets
+
+
+@dataclass
+class Targets:
+    """The connections planning may use, and why any named or connected cloud was left out."""
+
+    targets: list[CloudTarget]
+    notes: list[str] = field(default_factory=list)
+
+
+def refusal(cloud: str, body: InstanceCreate) -> str | None:
+    """Why `cloud` cannot serve the request (its own words), or None."""
+    try:
+        caps = adapter_class(cloud).capabilities
+    except HTTPException as e:  # its adapter cannot load in this installation
+        return str(e.detail)
+    try:
+        caps.check(LaunchRequirements(spot=body.spot, ports=body.ports, image=body.image, region=body.region,
+                                      k3s=body.k3s))
+    except Unsupported as e:
+        return e.message
+    if caps.region_required and body.region is None:
+        return f"{caps.display_name} needs a region"
+    return None
+
+
+def _candidates(session: Session, body: InstanceCreate) -> tuple[list[str] | None, list[Connection]]:
+    """The clouds the request named (None: it named none) and the connections they may use."""
+    if body.connection_id is not None:
+        conn = repo.get_connection(session, body.connection_id)
+        if conn is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {body.connection_id!r}")
+        if conn.status != ConnectionStatus.CONNECTED:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"connection {conn.id!r} is {conn.status}: it takes no new allocations")
+        return [conn.provider], [conn]
+    named = [body.cloud] if body.cloud is not None else body.clouds
+    return named, list(repo.connected(session, named))
+
+
+def resolve(deps: AppDeps, body: InstanceCreate) -> Targets:
+    """Every connection planning may use, checked against each cloud's capabilities before any
+    workflow exists. A cloud that refuses is skipped with its reason as a note, unless it was the
+    only one named (then the request is a 422 with that reason). Sync: call through `in_thread`."""
+    with open_session(deps) as session:
+        named, conns = _candidates(session, body)
+    clouds = list(named) if named is not None else sorted({c.provider for c in conns})
+    reasons = {cloud: why for cloud in clouds if (why := refusal(cloud, body)) is not None}
+    if named is not None and len(named) == 1 and reasons:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, reasons[named[0]])
+    if not conns:
+        if named is None:
+            raise HTTPException(status.HTTP_409_CONFLICT, "no cloud connected: connect one first "
+                                                          "(gpuprov connect <cloud> --credential ...)")
+        if len(named) == 1:
+            raise HTTPException(status.HTTP_409_CONFLICT,
+                                f"no {named[0]} connection: connect {named[0]} first "
+                                f"(gpuprov connect {named[0]} --credential ...)")
+        raise HTTPException(status.HTTP_409_CONFLICT, f"none of {', '.join(named)} is connected: "
+                                                      "connect one first (gpuprov connect <cloud> ...)")
+    connected = {c.provider for c in conns}
+    for cloud in clouds:
+        if cloud not in connected and cloud not in reasons:
+            reasons[cloud] = "not connected"
+    targets = [CloudTarget(connection_id=c.id, cloud=c.provider) for c in conns if c.provider not in reasons]
+    if not targets:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "no cloud can serve this request: "
+                            + "; ".join(f"{cloud}: {why}" for cloud, why in reasons.items()))
+    return Targets(targets=targets, notes=[f"skipped {cloud}: {why}" for cloud, why in reasons.items()])
+
+
 # --------------------------------------------------------------------------- database work (sync)
 
 
-def _connection_for(deps: AppDeps, cloud: str) -> Connection | None:
+def _instance(deps: AppDeps, instance_id: str) -> Instance | None:
     with open_session(deps) as session:
-        return repo.connection_for(session, cloud)
+        return repo.get_instance(session, instance_id)
 
 
-def _record(deps: AppDeps, row: Instance) -> None:
+def _record_if_absent(deps: AppDeps, row: Instance) -> str:
+    """Insert the row unless the workflow's own record wrote it first; the row's status now."""
     with open_session(deps) as session:
-        session.add(row)
-        session.commit()
+        repo.insert_instance_if_absent(session, row)
+        current = repo.get_instance(session, row.id)
+        return current.status if current is not None else row.status
 
 
 def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
@@ -50,56 +131,66 @@ def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
         repo.update_instance(session, instance_id, **fields)
 
 
-def _mark_terminating(deps: AppDeps, instance_id: str) -> tuple[str, str]:
-    """Mark the instance terminating while a machine may exist (404 if unknown); its status
-    before, and its workflow id."""
-    with open_session(deps) as session:
-        row = _get(session, instance_id)
-        previous = row.status
-        if AllocationStatus(previous).live:
-            repo.update_instance(session, row.id, status=AllocationStatus.TERMINATING)
-        return previous, row.workflow_id
+def _mark_terminating(deps: AppDeps, instance_id: str) -> None:
+    """For legacy rows only: their TerminateWorkflow does not record `terminating` itself."""
+    _update(deps, instance_id, status=AllocationStatus.TERMINATING)
 
 
 # --------------------------------------------------------------------------- routes
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=InstanceAccepted,
-             responses={409: {"description": "cloud not connected"}, 422: {"description": "invalid"}})
-async def create_instance(body: InstanceCreate, deps: DepsDep) -> InstanceAccepted:
+             responses={404: {"description": "unknown connection_id"},
+                        409: {"description": "not connected, or an allocation whose key ended unrecorded"},
+                        422: {"description": "invalid, refused by every candidate cloud, or an "
+                                             "Idempotency-Key reused with another request"},
+                        503: {"description": "Temporal unreachable: nothing was started or recorded"}})
+async def create_instance(body: InstanceCreate, deps: DepsDep,
+                          idempotency_key: idem.IdempotencyKey = None) -> InstanceAccepted:
+    """Allocate a machine on the cheapest offer of every connection the request allows. With an
+    Idempotency-Key the allocation id derives from the key: a retry answers with the same id (and
+    its status now) and starts nothing twice."""
+    key = idempotency_key
+    scope = idem.scope_of("instances", body.project)
+    fingerprint = idem.fingerprint(body.model_dump(mode="json"))
+    if key is None:
+        allocation_id = repo.new_id()
+    else:
+        allocation_id = idem.derived_id("instance", body.project, key)
+        if await in_thread(idem.check, deps, scope, key, fingerprint):
+            row = await in_thread(_instance, deps, allocation_id)
+            if row is not None:  # its workflow started (the row comes after the start): answer again
+                return InstanceAccepted(id=row.id, status=row.status)
     # Everything that can be refused is refused here, before a workflow (or a cloud call) exists.
-    caps = adapter_class(body.cloud).capabilities
-    try:
-        caps.check(LaunchRequirements(spot=body.spot, ports=body.ports, image=body.image,
-                                      region=body.region, k3s=body.k3s))
-    except Unsupported as e:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, e.message) from None
-    conn = await in_thread(_connection_for, deps, body.cloud)
-    if conn is None:
-        raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"no {body.cloud} connection: connect {body.cloud} first "
-                            f"(gpuprov connect {body.cloud} --credential ...)")
-
-    allocation_id = repo.new_id()
-    workflow_id = allocation_workflow_id(allocation_id)
+    plan = await in_thread(resolve, deps, body)
+    if key is not None:
+        await in_thread(idem.claim, deps, scope, key, fingerprint, allocation_id)
+    first = plan.targets[0]
     request = AllocateRequest(
-        allocation_id=allocation_id, connection_id=conn.id, cloud=body.cloud,
-        project=body.project, name=body.name, gpu=body.gpu,
+        allocation_id=allocation_id, connection_id=first.connection_id, cloud=first.cloud,
+        targets=plan.targets, notes=plan.notes, project=body.project, name=body.name, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, ports=body.ports, image=body.image,
         k3s=body.k3s, ssh_public_keys=body.ssh_public_keys)
-    # The row exists before the workflow, so the list shows the request even if Temporal is slow.
-    await in_thread(_record, deps, Instance(
-        id=allocation_id, name=body.name, project=body.project, provider=body.cloud, connection_id=conn.id,
-        workflow_id=workflow_id, status=AllocationStatus.PROVISIONING, phase=Phase.VALIDATE, gpu=body.gpu,
-        gpu_count=body.gpu_count, region=body.region, spot=body.spot))
+    workflow_id = allocation_workflow_id(allocation_id)
     try:
-        await deps.workflows.start("AllocationWorkflow", AllocationInput(request=request),
-                                   workflow_id=workflow_id)
+        # Once per id: a retry joins the run the first attempt started; an id that ran never runs again.
+        running = await deps.workflows.start("AllocationWorkflow", AllocationInput(request=request),
+                                             workflow_id=workflow_id, once=True)
     except WorkflowUnavailable as e:
-        await in_thread(_update, deps, allocation_id, status=AllocationStatus.FAILED, phase=Phase.FAILED,
-                        error=str(e))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
-    return InstanceAccepted(id=allocation_id, status=AllocationStatus.PROVISIONING)
+    if not running:  # it ran and closed; its own record wrote the row unless it never got that far
+        row = await in_thread(_instance, deps, allocation_id)
+        if row is None:
+            raise HTTPException(status.HTTP_409_CONFLICT,
+                                f"allocation {allocation_id} ended before it recorded anything")
+        return InstanceAccepted(id=row.id, status=row.status)
+    # After the start: the list shows the request at once, even before the worker picks it up.
+    current = await in_thread(_record_if_absent, deps, Instance(
+        id=allocation_id, name=body.name, project=body.project, provider=first.cloud,
+        connection_id=first.connection_id, workflow_id=workflow_id, status=AllocationStatus.PROVISIONING,
+        phase=Phase.VALIDATE, gpu=body.gpu, gpu_count=body.gpu_count, region=body.region, spot=body.spot,
+        note="; ".join(plan.notes) or None))
+    return InstanceAccepted(id=allocation_id, status=current)
 
 
 @router.get("", response_model=Page[InstanceOut])
@@ -127,21 +218,32 @@ def get_instance(instance_id: str, session: SessionDep) -> InstanceOut:
 
 
 @router.post("/{instance_id}/terminate", status_code=status.HTTP_202_ACCEPTED,
-             response_model=InstanceAccepted, responses={404: {"description": "unknown"}})
+             response_model=InstanceAccepted,
+             responses={404: {"description": "unknown"}, 503: {"description": "Temporal unreachable"}})
 async def terminate_instance(instance_id: str, deps: DepsDep) -> InstanceAccepted:
-    # Marked first: the workflow may finish (and write "terminated") before the call returns.
-    previous, workflow_id = await in_thread(_mark_terminating, deps, instance_id)
-    if not AllocationStatus(previous).live:
-        return InstanceAccepted(id=instance_id, status=previous)  # nothing is on the cloud
+    """Terminate: the allocation's `terminate` update, which ends once the cloud shows the machine
+    gone. Idempotent: a repeated request is accepted again and joins the same teardown."""
+    row = await in_thread(_instance, deps, instance_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {instance_id!r}")
+    if not AllocationStatus(row.status).live:
+        return InstanceAccepted(id=instance_id, status=row.status)  # nothing is on the cloud
+    legacy, previous = row.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX), row.status
     try:
-        if workflow_id.startswith(LEGACY_ALLOCATE_PREFIX):
+        if legacy:
             # Started by an earlier gpuprov: one TerminateWorkflow, a repeated request joins it.
+            # Its row is marked here (that workflow does not record `terminating` itself).
+            await in_thread(_mark_terminating, deps, instance_id)
             await deps.workflows.start("TerminateWorkflow", TerminateRequest(allocation_id=instance_id),
                                        workflow_id=terminate_workflow_id(instance_id), use_existing=True)
-        else:
-            # The allocation's own `terminate` update: idempotent, it ends when the cloud shows it gone.
-            await deps.workflows.request_update(workflow_id, "terminate")
+        # The update first, and nothing written here: the workflow records `terminating` itself, so
+        # an API that dies now leaves nothing claiming a teardown that was never asked for.
+        elif not await deps.workflows.request_update(row.workflow_id, "terminate"):
+            ended = await in_thread(_instance, deps, instance_id)  # its run has closed: as it ended
+            return InstanceAccepted(id=instance_id,
+                                    status=ended.status if ended else AllocationStatus.TERMINATED)
     except WorkflowUnavailable as e:
-        await in_thread(_update, deps, instance_id, status=previous)
+        if legacy:
+            await in_thread(_update, deps, instance_id, status=previous)
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
     return InstanceAccepted(id=instance_id, status=AllocationStatus.TERMINATING)

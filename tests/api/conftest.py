@@ -81,23 +81,54 @@ class FakeCloud(CloudProvider):
 
 
 @dataclass
+class Start:
+    workflow: str
+    arg: BaseModel
+    workflow_id: str
+    use_existing: bool
+    once: bool
+
+
+@dataclass
 class FakeWorkflows:
-    """Records every start/execute. ConnectWorkflow is simulated like its activity: decrypt,
-    verify, record the outcome on the row."""
+    """Temporal's id rules in memory: a start of an id that is running fails, or joins it
+    (use_existing/once); an id whose run closed starts again, unless `once`. Every call is recorded
+    (`starts`); `runs` holds the runs actually started. ConnectWorkflow is simulated like its
+    activity: decrypt, verify, record the outcome on the row."""
 
     engine: sa.Engine
     box: SecretBox
-    starts: list[tuple[str, BaseModel, str, bool]] = field(default_factory=list)
+    starts: list[Start] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)  # workflow ids, one per run started
     executes: list[tuple[str, BaseModel, str]] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)  # ConnectWorkflow answers, by workflow id
     updates: list[tuple[str, str]] = field(default_factory=list)
     closed: set[str] = field(default_factory=set)  # workflow ids whose run has ended
     fail_with: Exception | None = None
 
     async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                    use_existing: bool = False) -> None:
+                    use_existing: bool = False, once: bool = False) -> bool:
         if self.fail_with is not None:
             raise self.fail_with
-        self.starts.append((workflow, arg, workflow_id, use_existing))
+        self.starts.append(Start(workflow, arg, workflow_id, use_existing, once))
+        if workflow_id in self.runs:
+            if workflow_id in self.closed:
+                if once:
+                    return False
+            elif use_existing or once:
+                return True
+            else:
+                raise RuntimeError(f"workflow {workflow_id} is already running")
+        self.runs.append(workflow_id)
+        self.closed.discard(workflow_id)
+        await self.started(workflow, arg, workflow_id)
+        return True
+
+    async def started(self, workflow: str, arg: BaseModel, workflow_id: str) -> None:
+        """A run began (subclasses play what its first activities write)."""
+
+    def starts_of(self, workflow: str) -> list[Start]:
+        return [s for s in self.starts if s.workflow == workflow]
 
     async def request_update(self, workflow_id: str, update: str) -> bool:
         if self.fail_with is not None:
@@ -106,20 +137,28 @@ class FakeWorkflows:
         return workflow_id not in self.closed
 
     async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                      execution_timeout_s: float, result_type: type | None = None) -> Any:
+                      execution_timeout_s: float, result_type: type | None = None,
+                      attach: bool = False) -> Any:
         self.executes.append((workflow, arg, workflow_id))
         if self.fail_with is not None:
             raise self.fail_with
         assert workflow == "ConnectWorkflow" and isinstance(arg, ConnectRequest)
+        if attach and workflow_id in self.results and workflow_id not in self.closed:
+            return self.results[workflow_id]  # a run still open (a test put it there): joined
+        self.runs.append(workflow_id)
         # Like the real workflow: open the sealed credentials, verify, save only if they work.
         cloud = registry.build(arg.provider, self.box.open(arg.sealed_credentials.encode()),
                                options=arg.options, installation_id="inst0001")
         try:
             account = await cloud.verify()
         except ProviderError as e:
-            return ConnectResult(connection_id=arg.connection_id, ok=False, reason=e.message)
-        await asyncio.to_thread(self._save, arg, account)
-        return ConnectResult(connection_id=arg.connection_id, ok=True, account=account)
+            result = ConnectResult(connection_id=arg.connection_id, ok=False, reason=e.message)
+        else:
+            await asyncio.to_thread(self._save, arg, account)
+            result = ConnectResult(connection_id=arg.connection_id, ok=True, account=account)
+        self.results[workflow_id] = result
+        self.closed.add(workflow_id)
+        return result
 
     def _save(self, req: ConnectRequest, account: str) -> None:
         with Session(self.engine) as session:
@@ -191,5 +230,5 @@ async def all_items(client: httpx.AsyncClient, url: str, **params: Any) -> list[
             return items
 
 
-__all__ = ["FakeCloud", "FakeWorkflows", "WorkflowFailed", "WorkflowUnavailable", "all_items",
+__all__ = ["FakeCloud", "FakeWorkflows", "Start", "WorkflowFailed", "WorkflowUnavailable", "all_items",
            "connect_fake"]

@@ -75,7 +75,8 @@ async def test_delete_starts_the_disconnect_workflow(client: httpx.AsyncClient,
     assert r.status_code == 202 and r.json() == {"id": created["id"], "status": "removing"}
     again = await client.delete(f"{URL}/{created['id']}")  # a repeated request joins the running one
     assert again.status_code == 202
-    assert [(w, a.connection_id, i, e) for w, a, i, e in workflows.starts] == [  # type: ignore[attr-defined]
+    assert [(s.workflow, s.arg.connection_id, s.workflow_id, s.use_existing)  # type: ignore[attr-defined]
+            for s in workflows.starts] == [
         ("DisconnectWorkflow", created["id"], f"disconnect-{created['id']}", True)] * 2
     r = await client.delete(f"{URL}/nosuch")
     assert r.status_code == 404 and "nosuch" in r.json()["detail"]

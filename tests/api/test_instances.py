@@ -6,7 +6,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from api.deps import WorkflowUnavailable
 from store import repo
@@ -30,6 +30,13 @@ def body(ssh_key: str, **extra: Any) -> dict[str, Any]:
     ({"gpu_count": 0}, "greater than or equal to 1"),
     ({"ports": [70000]}, "less than or equal to 65535"),
     ({"gpu_cout": 2}, "Extra inputs are not permitted"),
+    ({"project": "Vision"}, "should match pattern"),  # an identifier, not free text
+    ({"project": "a b"}, "should match pattern"),
+    ({"project": "-x"}, "should match pattern"),
+    ({"clouds": ["fakecloud"]}, "at most one of cloud, clouds and connection_id"),
+    ({"connection_id": "c1"}, "at most one of cloud, clouds and connection_id"),
+    ({"cloud": None, "clouds": []}, "at least 1 item"),
+    ({"cloud": None, "clouds": ["nimbus"]}, "unknown cloud 'nimbus'"),
 ])
 async def test_invalid_requests_are_422_before_any_workflow(
         client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str, extra: dict[str, Any],
@@ -49,18 +56,29 @@ async def test_not_connected_is_409(client: httpx.AsyncClient, workflows: FakeWo
     assert workflows.starts == []
 
 
-async def test_create_records_the_row_and_starts_allocate(client: httpx.AsyncClient, workflows: FakeWorkflows,
-                                                          ssh_key: str) -> None:
+async def test_create_starts_allocate_then_records_the_row(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str, engine: sa.Engine) -> None:
     conn = await connect_fake(client)
+    rows_at_start: list[int] = []
+
+    async def started(workflow: str, arg: Any, workflow_id: str) -> None:
+        with Session(engine) as s:
+            rows_at_start.append(len(s.exec(select(Instance)).all()))
+
+    workflows.started = started  # type: ignore[method-assign]
     r = await client.post(URL, json=body(ssh_key, gpu="H100", gpu_count=1, region="r2", name="train",
                                          project="vision"))
     assert r.status_code == 202, r.text
     iid = r.json()["id"]
     assert re.fullmatch(r"[a-z0-9]{1,12}", iid) and r.json()["status"] == "provisioning"
-    [(name, req, wf_id, use_existing)] = workflows.starts
-    assert (name, wf_id, use_existing) == ("AllocationWorkflow", f"allocation-{iid}", False)
-    asked = req.request  # type: ignore[attr-defined]
+    [start] = workflows.starts
+    # Once per id: a retry joins the run, an id that ran never runs again.
+    assert (start.workflow, start.workflow_id, start.once) == (
+        "AllocationWorkflow", f"allocation-{iid}", True)
+    assert rows_at_start == [0]  # the row comes after the workflow, never before
+    asked = start.arg.request  # type: ignore[attr-defined]
     assert asked.allocation_id == iid and asked.connection_id == conn["id"]
+    assert [(t.connection_id, t.cloud) for t in asked.targets] == [(conn["id"], "fakecloud")]
     assert asked.ssh_public_keys == [ssh_key] and "installation_id" not in asked.model_dump()
     assert (asked.gpu, asked.region, asked.project) == ("H100", "r2", "vision")
     got = (await client.get(f"{URL}/{iid}")).json()
@@ -106,6 +124,8 @@ async def test_terminate_is_idempotent(client: httpx.AsyncClient, workflows: Fak
         assert r.status_code == 202 and r.json() == {"id": iid, "status": "terminating"}
     # The allocation's own `terminate` update, idempotent on the workflow's side.
     assert workflows.updates == [(f"allocation-{iid}", "terminate")] * 2
+    # The route wrote nothing: the workflow records `terminating` itself when it begins the teardown.
+    assert (await client.get(f"{URL}/{iid}")).json()["status"] == "provisioning"
     with Session(engine) as s:
         repo.update_instance(s, iid, status="terminated")
     r = await client.post(f"{URL}/{iid}/terminate")
@@ -122,15 +142,59 @@ async def test_terminate_of_a_legacy_allocation_starts_its_terminate_workflow(
                        status="ready"))
         s.commit()
     assert (await client.post(f"{URL}/old1/terminate")).status_code == 202
-    assert [(w, i, e) for w, _, i, e in workflows.starts] == [("TerminateWorkflow", "terminate-old1", True)]
+    assert [(s.workflow, s.workflow_id, s.use_existing) for s in workflows.starts] == [
+        ("TerminateWorkflow", "terminate-old1", True)]
     assert workflows.updates == []
+    # Its TerminateWorkflow does not record `terminating` itself: for legacy rows the route does.
+    assert (await client.get(f"{URL}/old1")).json()["status"] == "terminating"
 
 
-async def test_temporal_down_marks_the_row_failed(client: httpx.AsyncClient, workflows: FakeWorkflows,
-                                                  ssh_key: str) -> None:
+async def test_terminate_sends_the_update_before_any_row_write(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str, engine: sa.Engine) -> None:
+    await connect_fake(client)
+    iid = (await client.post(URL, json=body(ssh_key))).json()["id"]
+    with Session(engine) as s:
+        repo.update_instance(s, iid, status="ready", phase="ready")
+    writes: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith(("UPDATE", "INSERT", "DELETE")):
+            writes.append(statement.split("SET")[0].strip())
+
+    seen_at_update: list[list[str]] = []
+    real_update = workflows.request_update
+
+    async def request_update(workflow_id: str, update: str) -> bool:
+        seen_at_update.append(list(writes))
+        return await real_update(workflow_id, update)
+
+    workflows.request_update = request_update  # type: ignore[method-assign]
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        r = await client.post(f"{URL}/{iid}/terminate")
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert r.status_code == 202 and r.json()["status"] == "terminating"
+    assert seen_at_update == [[]] and writes == []  # the update first; no row write at all
+    # Temporal unreachable: a 503, and the row still says what the workflow last recorded.
+    workflows.fail_with = WorkflowUnavailable("Temporal at x is not reachable")
+    assert (await client.post(f"{URL}/{iid}/terminate")).status_code == 503
+    assert (await client.get(f"{URL}/{iid}")).json()["status"] == "ready"
+
+
+async def test_terminate_of_a_closed_run_answers_with_the_row(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str) -> None:
+    await connect_fake(client)
+    iid = (await client.post(URL, json=body(ssh_key))).json()["id"]
+    workflows.closed.add(f"allocation-{iid}")
+    r = await client.post(f"{URL}/{iid}/terminate")
+    assert r.status_code == 202 and r.json() == {"id": iid, "status": "provisioning"}
+
+
+async def test_temporal_down_is_a_503_and_records_nothing(client: httpx.AsyncClient, workflows: FakeWorkflows,
+                                                          ssh_key: str) -> None:
     await connect_fake(client)
     workflows.fail_with = WorkflowUnavailable("Temporal at 127.0.0.1:7233 is not reachable")
     r = await client.post(URL, json=body(ssh_key))
     assert r.status_code == 503 and "not reachable" in r.json()["detail"]
-    [row] = (await client.get(URL)).json()["items"]
-    assert row["status"] == "failed" and "not reachable" in row["error"]
+    assert (await client.get(URL)).json()["items"] == []  # no row without a workflow

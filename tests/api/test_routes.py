@@ -110,26 +110,26 @@ def test_routes_that_take_a_session_are_sync_and_async_routes_use_the_threadpool
 
 def test_the_static_check_catches_a_direct_call() -> None:
     from api.routers import instances
-    from api.routers.instances import _connection_for
+    from api.routers.instances import _instance
 
     async def bad(deps: AppDeps) -> None:
         with instances.open_session(deps) as session:
             session.commit()
 
     async def bad_helper(deps: AppDeps) -> None:
-        _connection_for(deps, "x")
+        _instance(deps, "x")
 
     async def bad_repo(deps: AppDeps, session: Any) -> None:
         repo.get_instance(session, "x")
 
     async def good(deps: AppDeps) -> None:
-        await api_deps.in_thread(instances._connection_for, deps, "x")
+        await api_deps.in_thread(instances._instance, deps, "x")
         repo.new_id()
 
     for fn in (bad, bad_helper, bad_repo, good):
         fn.__module__ = instances.__name__
     assert direct_db_calls(bad) == ["instances.open_session", "session.commit"]
-    assert direct_db_calls(bad_helper) == ["_connection_for"]
+    assert direct_db_calls(bad_helper) == ["_instance"]
     assert direct_db_calls(bad_repo) == ["repo.get_instance"]
     assert direct_db_calls(good) == []
 

@@ -3,13 +3,18 @@ ConnectWorkflow's activities verify the sealed credentials and save the connecti
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
+from pydantic import BaseModel
+from temporalio import workflow
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from activities.deps import ActivityDeps
 from api.app import create_app
@@ -47,3 +52,76 @@ async def test_connect_through_temporal(real_client: httpx.AsyncClient) -> None:
     assert r.status_code == 400 and "refused the API key" in r.json()["detail"], r.text
     listed = (await real_client.get("/api/compute/connections")).json()["items"]
     assert [c["status"] for c in listed] == ["connected"]  # the failed one was removed
+
+
+# --------------------------------------------------------------------------- the gateway's id rules
+
+
+class Note(BaseModel):
+    text: str
+
+
+@workflow.defn(name="HoldWorkflow", sandboxed=False)
+class HoldWorkflow:
+    """Runs until signalled, then returns its input's text: which run answered is visible."""
+
+    def __init__(self) -> None:
+        self._go = False
+
+    @workflow.run
+    async def run(self, note: Note) -> str:
+        await workflow.wait_condition(lambda: self._go)
+        return note.text
+
+    @workflow.signal
+    def go(self) -> None:
+        self._go = True
+
+
+@pytest.fixture
+async def hold(temporal_client: Client) -> AsyncIterator[TemporalGateway]:
+    queue = f"gateway-test-{uuid.uuid4().hex[:8]}"
+    gateway = TemporalGateway("unused", "default", queue)
+    gateway._client = temporal_client
+    async with Worker(temporal_client, task_queue=queue, workflows=[HoldWorkflow]):
+        yield gateway
+
+
+async def test_start_once_joins_a_running_run_and_never_reruns_a_closed_one(
+        hold: TemporalGateway, temporal_client: Client) -> None:
+    wid = f"hold-{uuid.uuid4().hex[:8]}"
+    assert await hold.start("HoldWorkflow", Note(text="first"), workflow_id=wid, once=True)
+    first_run = (await temporal_client.get_workflow_handle(wid).describe()).run_id
+    assert await hold.start("HoldWorkflow", Note(text="second"), workflow_id=wid, once=True)  # joined
+    handle = temporal_client.get_workflow_handle(wid)
+    assert (await handle.describe()).run_id == first_run
+    await handle.signal(HoldWorkflow.go)
+    assert await handle.result() == "first"  # the retry's input did not replace the first one
+    # Closed: a start with `once` starts nothing (an allocation id never provisions twice).
+    assert await hold.start("HoldWorkflow", Note(text="third"), workflow_id=wid, once=True) is False
+    assert (await handle.describe()).run_id == first_run
+
+
+async def test_execute_attach_answers_with_the_running_runs_result(
+        hold: TemporalGateway, temporal_client: Client) -> None:
+    wid = f"hold-{uuid.uuid4().hex[:8]}"
+    assert await hold.start("HoldWorkflow", Note(text="first attempt"), workflow_id=wid)
+    attached = asyncio.Event()
+
+    class Spy:
+        """The client, telling when execute's start has answered (the retry then waits on a run)."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(temporal_client, name)
+
+        async def execute_workflow(self, *args: Any, **kwargs: Any) -> Any:
+            handle = await temporal_client.start_workflow(*args, **kwargs)
+            attached.set()
+            return await handle.result()
+
+    hold._client = Spy()
+    waiting = asyncio.create_task(hold.execute("HoldWorkflow", Note(text="retry"), workflow_id=wid,
+                                               execution_timeout_s=30, result_type=str, attach=True))
+    await asyncio.wait_for(attached.wait(), 30)
+    await temporal_client.get_workflow_handle(wid).signal(HoldWorkflow.go)
+    assert await asyncio.wait_for(waiting, 30) == "first attempt"

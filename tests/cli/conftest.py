@@ -19,7 +19,7 @@ from api.deps import AppDeps
 from providers import registry
 from store import migrate, repo
 from store.db import make_engine
-from store.models import Attempt
+from store.models import Attempt, Instance
 from store.secrets import SecretBox
 from tests.api.conftest import FakeCloud, FakeWorkflows
 
@@ -27,22 +27,26 @@ TOKEN = "cli-test-token"
 
 
 class FakeInstantWorkflows(FakeWorkflows):
-    """Allocate makes the machine ready at once (after one capacity failover); terminate ends it."""
+    """Allocate makes the machine ready at once (after one capacity failover), writing its row as
+    the workflow's own record does; terminate ends it."""
 
-    async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                    use_existing: bool = False) -> None:
-        await super().start(workflow, arg, workflow_id=workflow_id, use_existing=use_existing)
+    async def started(self, workflow: str, arg: BaseModel, workflow_id: str) -> None:
+        if workflow != "AllocationWorkflow":
+            return
+        req = arg.request  # type: ignore[attr-defined]
+        iid = req.allocation_id
         with Session(self.engine) as s:
-            if workflow == "AllocationWorkflow":
-                iid = arg.request.allocation_id  # type: ignore[attr-defined]
-                for seq, outcome, reason in [(1, "capacity", "sold out in r1"), (2, "created", None)]:
-                    repo.record_attempt(s, Attempt(instance_id=iid, seq=seq, provider="fakecloud",
-                                                   instance_type="gpu.a10", region=f"r{seq}",
-                                                   price_per_hour=0.75, outcome=outcome, reason=reason))
-                repo.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1",
-                                     ssh_port=2201, ssh_user="ubuntu", instance_type="gpu.a10",
-                                     offer_region="r2", price_per_hour=0.75,
-                                     gpus_found=[{"index": 0, "name": "NVIDIA A10"}])
+            repo.insert_instance_if_absent(s, Instance(
+                id=iid, project=req.project, name=req.name, provider=req.cloud,
+                connection_id=req.connection_id, workflow_id=workflow_id, note="; ".join(req.notes) or None))
+            for seq, outcome, reason in [(1, "capacity", "sold out in r1"), (2, "created", None)]:
+                repo.record_attempt(s, Attempt(instance_id=iid, seq=seq, provider="fakecloud",
+                                               instance_type="gpu.a10", region=f"r{seq}",
+                                               price_per_hour=0.75, outcome=outcome, reason=reason))
+            repo.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1",
+                                 ssh_port=2201, ssh_user="ubuntu", instance_type="gpu.a10",
+                                 offer_region="r2", price_per_hour=0.75,
+                                 gpus_found=[{"index": 0, "name": "NVIDIA A10"}])
 
     async def request_update(self, workflow_id: str, update: str) -> bool:
         """The allocation's `terminate` update: the machine is gone at once."""
