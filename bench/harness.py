@@ -25,8 +25,9 @@ from activities.deps import ActivityDeps
 from bench.procs import pid_with_arg
 from bench.worker_proc import KEY_ENV
 from fakeclouds.server import FakeCloudProcess, start_subprocess
-from messages.allocation import AllocateRequest, Timing
-from messages.ids import allocate_workflow_id
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
+from messages.enums import Phase
+from messages.ids import allocation_workflow_id
 from providers import registry
 from store import migrate, repo
 from store.db import make_engine, session_scope
@@ -65,8 +66,12 @@ class Bench:
         """Run one allocation to ready on the simulated Lambda; return its wall time in seconds."""
         req = self.request(allocation_id, timing, **fields)
         t0 = time.perf_counter()
-        await self.client.execute_workflow("AllocateWorkflow", req, id=allocate_workflow_id(allocation_id),
-                                           task_queue=task_queue)
+        handle = await self.client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+                                                  id=allocation_workflow_id(allocation_id),
+                                                  task_queue=task_queue)
+        state = await handle.execute_update("ready", result_type=AllocationState)  # a long poll, no polling
+        if state.phase != Phase.READY:
+            raise RuntimeError(f"allocation {allocation_id} ended {state.phase}: {state.error}")
         return time.perf_counter() - t0
 
     @asynccontextmanager

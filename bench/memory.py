@@ -17,8 +17,8 @@ from temporalio.service import RPCError
 
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import cpu_snapshot, cpu_used, rss_kb
-from messages.allocation import Timing
-from messages.ids import allocate_workflow_id
+from messages.allocation import AllocationInput, Timing
+from messages.ids import allocation_workflow_id
 
 TIMING = Timing()  # production: 2 s poll, 30 s heartbeat timeout
 NEVER_BOOTS_S = 24 * 3600.0
@@ -45,8 +45,8 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, timeout_s: fl
         b.cloud.admin.configure(boot_delay=NEVER_BOOTS_S)
         try:
             handles = [await b.client.start_workflow(
-                "AllocateWorkflow", b.request(f"rss{i}", TIMING, **PLACEMENT),
-                id=allocate_workflow_id(f"rss{i}"), task_queue=queue) for i in range(m)]
+                "AllocationWorkflow", AllocationInput(request=b.request(f"rss{i}", TIMING, **PLACEMENT)),
+                id=allocation_workflow_id(f"rss{i}"), task_queue=queue) for i in range(m)]
             pending, deadline = list(handles), time.monotonic() + timeout_s
             while pending:
                 if time.monotonic() > deadline:

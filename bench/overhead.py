@@ -1,4 +1,4 @@
-"""(a) Orchestration overhead: one allocation through AllocateWorkflow on the simulated Lambda
+"""(a) Orchestration overhead: one allocation through AllocationWorkflow on the simulated Lambda
 with a fixed latency on every API call, divided by the same work done directly in sequence
 with the same adapter (offers -> create -> poll get until running -> SSH -> nvidia-smi)."""
 

@@ -17,7 +17,7 @@ from bench.bare import BareWorkflow
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import cpu_snapshot, cpu_used
 from messages.allocation import Timing
-from messages.ids import allocate_workflow_id
+from messages.ids import allocation_workflow_id
 
 # Production heartbeat timeout (a loaded 2-core box needs its slack); faster polling.
 TIMING = Timing(poll_interval_s=0.2, max_retry_interval_s=2)
@@ -35,7 +35,7 @@ async def run(b: Bench, *, concurrency: int) -> dict[str, Any]:
                                       for i in range(concurrency)), return_exceptions=True)
     alloc_s, alloc_cpu = time.perf_counter() - t0, cpu_used(cpu0, pids)
     failed = sum(isinstance(o, BaseException) for o in outcomes)
-    histories = [await b.client.get_workflow_handle(allocate_workflow_id(f"tp{i}")).fetch_history()
+    histories = [await b.client.get_workflow_handle(allocation_workflow_id(f"tp{i}")).fetch_history()
                  for i in range(concurrency)]
     n_act = activity_count(histories[0])
 

@@ -103,6 +103,14 @@ class AllocationWorkflow:
         await workflow.wait_condition(lambda: self._closed)
         return self._state
 
+    @workflow.update(name="ready")
+    async def ready(self) -> AllocationState:
+        """Wait until the allocation is ready or has ended (failed, terminated, lost): a client's
+        long poll instead of polling the `state` query."""
+        ended = (Phase.READY, Phase.FAILED, Phase.TERMINATED, Phase.LOST)
+        await workflow.wait_condition(lambda: self._state.phase in ended or self._closed)
+        return self._state
+
     @workflow.signal(name="machine_lost")
     def machine_lost(self, report: MachineLost) -> None:
         if self._state.phase == Phase.READY and self._lost is None:
