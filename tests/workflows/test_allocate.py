@@ -272,3 +272,16 @@ async def test_every_phase_is_recorded_in_order_without_an_activity_each(
                  if e.HasField("activity_task_scheduled_event_attributes")]
     # The row at the start, the machine's id after create, ready: phases ride on the other activities.
     assert scheduled.count("record_allocation") == 3, scheduled
+
+
+async def test_the_ready_update_answers_once_ready_or_ended(temporal_client: Client, fake_cloud: FakeCloud,
+                                                            make_request: Any) -> None:
+    """A client's long poll: no polling of the state query."""
+    ok = await start_allocate(temporal_client, make_request())
+    st = await ok.execute_update("ready", result_type=AllocationState)
+    assert st.phase == Phase.READY and st.ref is not None
+
+    fake_cloud.add_fault("create", "die_at_boot")
+    failing = await start_allocate(temporal_client, make_request())
+    st = await failing.execute_update("ready", result_type=AllocationState)
+    assert st.phase == Phase.FAILED and "failed" in (st.error or "")
