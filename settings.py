@@ -24,6 +24,8 @@ class Settings(BaseSettings):
     installation_id: str | None = None  # default: read/generated at home/installation-id
     api_url: str = "http://127.0.0.1:8000"
     watch_interval_s: float = 60.0  # how often each connection's machines are checked for losses
+    sweep_interval_s: float = 300.0  # how often the Schedule `gpuprov-sweep` starts a sweep
+    sweep_grace_s: float = 600.0  # an orphan/duplicate is removed this long after first seen, not before
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -14,7 +14,19 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleHandle,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -23,16 +35,21 @@ from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
+from activities.sweep import SweepActivities
 from activities.watch import WatchActivities, start_all_watches
+from messages.ids import SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
+from messages.sweep import SweepInput
 from workflows.allocation import AllocationWorkflow
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
+from workflows.sweep import SweepWorkflow
 from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
+                         SweepWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -45,7 +62,7 @@ log = logging.getLogger("gpuprov.worker")
 
 def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
-    conns = ConnectionActivities(deps)
+    conns, sweep = ConnectionActivities(deps), SweepActivities(deps)
     return [
         cloud.validate_allocation, cloud.plan_allocation, cloud.validate_request, cloud.plan_offers,
         cloud.create_instance, cloud.wait_running,
@@ -55,6 +72,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus,
         records.record_allocation, records.record_status, records.load_instance,
         records.await_allocate_closed,
+        sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
     ]
 
 
@@ -93,6 +111,75 @@ async def run_worker(client: Client, deps: ActivityDeps, *, task_queue: str | No
     await build_worker(client, deps, task_queue=task_queue).run()
 
 
+# --------------------------------------------------------------------------- the sweep's Schedule
+
+
+def sweep_schedule(*, task_queue: str, interval_s: float, grace_s: float) -> Schedule:
+    """Every `interval_s`, one SweepWorkflow run; a run still going when the next is due makes it skip."""
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            SweepWorkflow.run, SweepInput(grace_s=grace_s), id=SWEEP_WORKFLOW_ID, task_queue=task_queue,
+            execution_timeout=timedelta(hours=2)),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+
+
+async def ensure_sweep_schedule(client: Client, *, task_queue: str, interval_s: float, grace_s: float,
+                                schedule_id: str = SWEEP_SCHEDULE_ID) -> ScheduleHandle:
+    """The sweep's Schedule, created once by whichever worker starts first (a second start, on any
+    replica, finds it); updated when this worker's interval, grace period or task queue differ."""
+    wanted = sweep_schedule(task_queue=task_queue, interval_s=interval_s, grace_s=grace_s)
+    try:
+        return await client.create_schedule(schedule_id, wanted)
+    except ScheduleAlreadyRunningError:
+        pass
+    handle = client.get_schedule_handle(schedule_id)
+
+    async def update(current: ScheduleUpdateInput) -> ScheduleUpdate | None:
+        if await _same_sweep_schedule(client, current.description.schedule, wanted):
+            return None
+        log.info("updating schedule %s: every %ss, grace %ss, task queue %s", schedule_id, interval_s,
+                 grace_s, task_queue)
+        wanted.state = current.description.schedule.state  # an operator's pause (and note) stays
+        return ScheduleUpdate(schedule=wanted)
+
+    await handle.update(update)
+    return handle
+
+
+async def _same_sweep_schedule(client: Client, have: Schedule, want: Schedule) -> bool:
+    action, wanted = have.action, want.action
+    start = ScheduleActionStartWorkflow
+    if not (isinstance(action, start) and isinstance(wanted, start)):
+        return False
+    if (action.workflow, action.task_queue, action.id) != (wanted.workflow, wanted.task_queue, wanted.id):
+        return False
+    if [i.every for i in have.spec.intervals] != [i.every for i in want.spec.intervals]:
+        return False
+    try:
+        args = await client.data_converter.decode(list(action.args), [SweepInput])  # type: ignore[arg-type]
+    except Exception:
+        return False  # an input this version cannot read: replace it
+    return args == list(wanted.args)
+
+
+async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
+                started: asyncio.Event | None = None) -> None:
+    """Keep the sweep's Schedule, then run the worker until `stop` is set (`started` is set once it
+    runs). `s`: the Settings."""
+    await ensure_sweep_schedule(client, task_queue=s.task_queue, interval_s=s.sweep_interval_s,
+                                grace_s=s.sweep_grace_s)
+    async with build_worker(client, deps, task_queue=s.task_queue):
+        log.info("worker running on %s, task queue %s", s.temporal_address, s.task_queue)
+        watched = await start_all_watches(client, deps, s.task_queue)
+        log.info("watching %d connection(s) every %gs", watched, deps.watch_interval_s)
+        if started is not None:
+            started.set()
+        await stop.wait()
+        log.info("shutting down")
+    # leaving the context manager calls worker.shutdown(): in-flight activities get the grace period
+
+
 async def main() -> None:
     from settings import get_settings
     from store.migrate import upgrade
@@ -101,19 +188,11 @@ async def main() -> None:
     s = get_settings()
     upgrade()  # every replica may be the first to start; migrations take turns
     client = await connect_client(s.temporal_address, s.temporal_namespace)
-    worker_deps = ActivityDeps.from_settings()
-    worker = build_worker(client, worker_deps, task_queue=s.task_queue)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with worker:
-        log.info("worker running on %s, task queue %s", s.temporal_address, s.task_queue)
-        watched = await start_all_watches(client, worker_deps, s.task_queue)
-        log.info("watching %d connection(s) every %gs", watched, s.watch_interval_s)
-        await stop.wait()
-        log.info("shutting down")
-    # leaving the context manager calls worker.shutdown(): in-flight activities get the grace period
+    await serve(client, ActivityDeps.from_settings(), s, stop)
 
 
 if __name__ == "__main__":

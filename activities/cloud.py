@@ -186,21 +186,50 @@ class CloudActivities:
 
     @activity.defn(name=acts.TERMINATE_AND_VERIFY.name)
     async def terminate_and_verify(self, inp: TerminateInput) -> None:
-        """Terminate by ref, or by key when the create answer was lost; return once the
-        provider shows the machine gone (not when the delete was accepted)."""
+        """Terminate by key: the ref and every machine the cloud shows under the key (a duplicate
+        that slipped through, a machine whose create answer was lost); return once the provider
+        shows each gone (not when the delete was accepted), then release the key's side resources
+        (also those of a launch that never happened)."""
         await self.deps.write_marks(inp)
         with provider_errors():
             p = await self.deps.provider(inp.target)
-            activity.heartbeat("finding")
-            ref = inp.ref or await p.find(inp.key)
-            if ref is None:
-                return  # nothing was ever made under this key
-            polls = 0
-            while True:
-                if polls % _TERMINATE_REISSUE_POLLS == 0:
-                    await p.terminate(ref)
-                st = await heartbeating(p.get(ref), inp.heartbeat_every_s, "waiting for gone")
-                if st is None or st.state == InstanceState.TERMINATED:
-                    return
-                polls += 1
-                await asyncio.sleep(inp.poll_interval_s)
+            await terminate_key(p, inp.key, [inp.ref] if inp.ref else [],
+                                poll_interval_s=inp.poll_interval_s, heartbeat_every_s=inp.heartbeat_every_s)
+
+
+async def terminate_key(p: CloudProvider, key: str, refs: list[InstanceRef], *, poll_interval_s: float,
+                        heartbeat_every_s: float) -> None:
+    """Terminate `refs` and everything `find_all(key)` shows, until the cloud lists nothing under
+    the key that is not seen gone; then `release(key)`."""
+    gone: set[str] = set()
+    while True:
+        found = await heartbeating(p.find_all(key), heartbeat_every_s, f"finding {key}")
+        pending = {r.instance_id: r for r in [*refs, *found] if r.instance_id not in gone}
+        if not pending:
+            break
+        await terminate_refs(p, list(pending.values()), poll_interval_s=poll_interval_s,
+                             heartbeat_every_s=heartbeat_every_s)
+        gone |= set(pending)
+        refs = []
+    await heartbeating(p.release(key), heartbeat_every_s, f"releasing {key}")
+
+
+async def terminate_refs(p: CloudProvider, refs: list[InstanceRef], *, poll_interval_s: float,
+                         heartbeat_every_s: float) -> None:
+    """Terminate each of `refs` and return once the cloud shows every one gone (the delete is
+    re-issued now and then while a machine still shows alive)."""
+    async def one(ref: InstanceRef) -> None:
+        polls = 0
+        while True:
+            if polls % _TERMINATE_REISSUE_POLLS == 0:
+                await p.terminate(ref)
+            st = await heartbeating(p.get(ref), heartbeat_every_s, f"waiting for {ref.instance_id} gone")
+            if st is None or st.state == InstanceState.TERMINATED:
+                return
+            polls += 1
+            await asyncio.sleep(poll_interval_s)
+
+    # Each runs to its end (gone or failed) before the first failure, if any, is raised.
+    for outcome in await asyncio.gather(*(one(r) for r in refs), return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome

@@ -69,6 +69,10 @@ class FakeCloudAdmin:
         """The machine dies now: SSH stops, status error (it still bills until terminated)."""
         return self._request("POST", f"/machines/{machine_id}/die")
 
+    def side_resources(self) -> Any:
+        """Account-level resources that outlive machines: `{facade, kind, id, name}` (Lambda's SSH keys)."""
+        return self._request("GET", "/side-resources", pick=lambda b: b["side_resources"])
+
     # -- knobs
     def set_stock(self, instance_type: str, region: str, count: int, facade: str | None = None) -> Any:
         """`facade` is needed only when several facades sell a type of that name."""

@@ -91,6 +91,13 @@ def build_router(engine: Engine) -> APIRouter:
             return _error(exc)
         return JSONResponse(admin_machine_json(engine, m))
 
+    @router.get("/side-resources")
+    async def side_resources() -> dict[str, Any]:
+        """Account-level resources that outlive machines (today: Lambda's SSH key objects)."""
+        rows = [{"facade": f, "kind": "ssh-key", "id": k["id"], "name": k["name"]}
+                for f, keys in engine.ssh_keys.items() for k in keys.values()]
+        return {"side_resources": rows}
+
     @router.get("/stock")
     async def get_stock() -> dict[str, Any]:
         rows = [{"facade": f, "instance_type": t, "region": r, "count": n}

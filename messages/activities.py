@@ -16,6 +16,16 @@ from pydantic import BaseModel, Field
 from messages.allocation import AllocateRequest, AllocationState, CloudTarget, GpuInfo
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
+from messages.sweep import (
+    JudgeInput,
+    Judgements,
+    ListOwnedInput,
+    OwnedMachines,
+    RemoveInput,
+    RemoveResult,
+    SweepTargets,
+    SweepTargetsInput,
+)
 from messages.watch import WatchInput, WatchReport
 from providers.base import Capabilities, InstanceRef, InstanceStatus, Offer, OfferQuery
 
@@ -205,9 +215,19 @@ WATCH_CONNECTION: ActivityRef[WatchInput, WatchReport] = ActivityRef(
     "watch_connection", WatchInput, WatchReport)
 START_WATCH: ActivityRef[ConnectionIdInput, None] = ActivityRef("start_watch", ConnectionIdInput, None)
 
+# The sweep (workflows/sweep.py, activities/sweep.py).
+SWEEP_TARGETS: ActivityRef[SweepTargetsInput, SweepTargets] = ActivityRef(
+    "sweep_targets", SweepTargetsInput, SweepTargets)
+LIST_OWNED: ActivityRef[ListOwnedInput, OwnedMachines] = ActivityRef(
+    "list_owned", ListOwnedInput, OwnedMachines)
+JUDGE_MACHINES: ActivityRef[JudgeInput, Judgements] = ActivityRef("judge_machines", JudgeInput, Judgements)
+SWEEP_REMOVE: ActivityRef[RemoveInput, RemoveResult] = ActivityRef(
+    "sweep_remove", RemoveInput, RemoveResult)
+
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
     RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE, AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT,
     DELETE_CONNECTION, TERMINATE_ALLOCATION, WATCH_CONNECTION, START_WATCH,
+    SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
 )

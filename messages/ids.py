@@ -17,6 +17,17 @@ def attempt_key(allocation_id: str, seq: int) -> str:
     return f"gp-{base}-a{seq}"
 
 
+_ATTEMPT_KEY = re.compile(r"^gp-([a-z0-9][a-z0-9-]*)-a([0-9]+)$")
+
+
+def allocation_of_key(key: str) -> str | None:
+    """The allocation id in an attempt key: `attempt_key`'s inverse, `gp-<allocation>-a<seq>` ->
+    `<allocation>`; None for a key not made by `attempt_key`. Exact for every allocation id
+    `attempt_key` leaves unchanged (lowercase [a-z0-9-], at most 50 chars: those gpuprov makes)."""
+    m = _ATTEMPT_KEY.match(key)
+    return m.group(1) if m else None
+
+
 def allocation_workflow_id(allocation_id: str) -> str:
     """The one long-lived workflow of an allocation (workflows/allocation.py)."""
     return f"allocation-{allocation_id}"
@@ -44,3 +55,9 @@ def disconnect_workflow_id(connection_id: str) -> str:
 
 def watch_workflow_id(connection_id: str) -> str:
     return f"watch-{connection_id}"
+
+
+# The Temporal Schedule that starts SweepWorkflow, and its runs' workflow id (the schedule appends
+# the scheduled time to it).
+SWEEP_SCHEDULE_ID = "gpuprov-sweep"
+SWEEP_WORKFLOW_ID = "gpuprov-sweep"

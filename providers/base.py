@@ -295,9 +295,11 @@ class ConnectionOptions(BaseModel):
 class CloudProvider(abc.ABC):
     """One cloud. Construct with validated credentials (`credentials_model`) and connection options.
 
-    Subclasses set `id`, `capabilities` and `credentials_model`, and implement the six primitives.
-    All are async and raise only ProviderError subclasses. One instance serves many concurrent
-    activities of one worker process (clients and their connection pools live as long as it).
+    Subclasses set `id`, `capabilities` and `credentials_model`, and implement the six primitives;
+    `find_all(key)` and `release(key)` (terminate-by-key) have defaults an adapter overrides where
+    its cloud allows duplicate names or keeps per-key side resources. All are async and raise only
+    ProviderError subclasses. One instance serves many concurrent activities of one worker
+    process (clients and their connection pools live as long as it).
     """
 
     id: ClassVar[str]
@@ -355,6 +357,21 @@ class CloudProvider(abc.ABC):
             if ref.key == key:
                 return ref
         return None
+
+    # Terminate-by-key (activities/cloud.py, terminate_and_verify): every machine `find_all(key)`
+    # returns is terminated and seen gone, then `release(key)` removes what the key left beside them.
+
+    async def find_all(self, key: str) -> list[InstanceRef]:
+        """Every machine of ours carrying `key` that is not gone. More than one where the cloud does
+        not enforce unique names and two creates raced (Lambda); terminate-by-key removes them all.
+        Default: `list_owned()` filtered by key; override with a cheaper lookup where there is one."""
+        return [ref for ref in await self.list_owned() if ref.key == key]
+
+    async def release(self, key: str) -> None:  # noqa: B027 — optional hook
+        """Remove the per-key side resources (e.g. Lambda's SSH key object named like the machine)
+        that remain once no machine carries `key` — also those a create registered before a launch
+        that never happened. Called only after every machine of `key` is gone; idempotent: nothing
+        left is success. Default: nothing to release."""
 
     async def aclose(self) -> None:  # noqa: B027 — optional hook
         """Release HTTP clients and the like."""

@@ -4,7 +4,7 @@ Lambda has no idempotency key, no tags and does not enforce unique instance name
 name carries everything: `gpuprov-<installation>-<key>` is both the ownership mark (prefix)
 and the idempotency key (create lists instances and looks for it before launching). Each
 machine gets its own SSH key object named like the instance: a side resource that terminate
-removes.
+removes, and `release(key)` too when no machine was ever launched with it.
 """
 
 from __future__ import annotations
@@ -255,7 +255,12 @@ class LambdaProvider(rest.RestCloudProvider):
                                 json={"instance_ids": [ref.instance_id]}, allow=(400, 404))
         if not resp.is_success and rest.error_code(resp) != NOT_FOUND:
             raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
-        await self._delete_ssh_key(self._name(ref.key))
+        # The SSH key object belongs to the name: it goes with the last machine that carries it
+        # (a duplicate's terminate leaves it to the twin; release() removes it after both).
+        name = self._name(ref.key)
+        others = [i for i in await self._instances() if str(i.get("id")) != ref.instance_id]
+        if not any(i.get("name") == name for i in others):
+            await self._delete_ssh_key(name)
 
     async def list_owned(self) -> list[InstanceRef]:
         instances = await self._instances()
@@ -270,3 +275,14 @@ class LambdaProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "instance"):
             return self._ref(found, key=key)
 
+    async def find_all(self, key: str) -> list[InstanceRef]:
+        # Lambda does not enforce unique names: two creates that raced past the lookup made two.
+        name = self._name(key)
+        instances = await self._instances()
+        with rest.parsing(self.id, "instances"):
+            return [self._ref(i, key=key) for i in instances if i.get("name") == name]
+
+    async def release(self, key: str) -> None:
+        # The SSH key object is registered before the launch: a launch that failed (5xx, a lost
+        # answer, a worker that gave up) leaves it with no machine whose terminate would remove it.
+        await self._delete_ssh_key(self._name(key))

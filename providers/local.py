@@ -187,6 +187,11 @@ class LocalProvider(rest.RestCloudProvider):
                     if (m.get("labels") or {}).get(LABEL_INSTALLATION) == self.installation_id
                     and m.get("status") != "terminated"]
 
+    async def find_all(self, key: str) -> list[InstanceRef]:
+        # Names are unique among live machines: at most one (no side resources: release is a no-op).
+        found = await self.find(key)
+        return [found] if found is not None else []
+
     async def find(self, key: str) -> InstanceRef | None:
         m = await self._lookup(key)
         if m is None or (m.get("labels") or {}).get(LABEL_INSTALLATION) != self.installation_id:

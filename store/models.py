@@ -121,3 +121,37 @@ class SshIdentity(SQLModel, table=True):
     public_key: str
     private_key: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))  # encrypted
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class SweepSighting(SQLModel, table=True):
+    """A machine the sweep judged an orphan or a duplicate, since when: it is removed only once the
+    grace period has passed since `first_seen`, so a create in flight is never swept. Dropped when
+    the machine is judged its allocation's again, is removed, or is no longer listed."""
+
+    provider: str = Field(primary_key=True)
+    instance_id: str = Field(primary_key=True)
+    key: str
+    connection_id: str
+    allocation_id: str | None = None
+    verdict: str  # a messages.sweep.Verdict
+    reason: str
+    first_seen: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    last_seen: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+
+
+class SweepAction(SQLModel, table=True):
+    """What a sweep removed: one row per machine per sweep run (a retried removal adds none)."""
+
+    __table_args__ = (sa.UniqueConstraint("sweep_id", "provider", "instance_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: str = Field(index=True)  # the SweepWorkflow run
+    provider: str
+    instance_id: str
+    key: str
+    connection_id: str
+    allocation_id: str | None = Field(default=None, index=True)
+    verdict: str  # orphan | duplicate
+    reason: str
+    first_seen: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))

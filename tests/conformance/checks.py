@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
+from messages.ids import allocation_of_key, attempt_key
+from providers import registry
 from providers.base import (
     AuthError,
     CapacityError,
@@ -23,6 +27,7 @@ from providers.base import (
     LaunchRequirements,
     Offer,
     OfferQuery,
+    Ownership,
     QuotaError,
     RateLimited,
     Transient,
@@ -260,6 +265,94 @@ async def check_unsupported(h: Harness) -> None:
             assert await h.machine_ids() == before
 
 
+async def side_resources_of(h: Harness, key: str) -> list[dict[str, Any]]:
+    """The simulated account's side resources (e.g. Lambda SSH key objects) whose name carries `key`."""
+    rows = await h.admin_do("side_resources")
+    return [r for r in rows if r["facade"] == h.cloud and key in r["name"]]
+
+
+async def terminate_by_key(p: CloudProvider, key: str) -> None:
+    """What terminate_and_verify does with the primitives: terminate every machine find_all shows
+    under the key, wait until each is gone, then release the key's side resources."""
+    found = await p.find_all(key)
+    for ref in found:
+        await p.terminate(ref)
+    for ref in found:
+        await wait_for(p, ref, _gone, WAIT_GONE)
+    assert await p.find_all(key) == [], "find_all still lists machines seen gone"
+    await p.release(key)
+
+
+async def check_find_all_and_terminate_by_key(h: Harness) -> None:
+    """Two creates racing past the lookup under one key: two machines where the cloud allows
+    duplicate names, else one. find_all finds every one; terminate-by-key removes them all."""
+    async with h.provider() as p:
+        offer = await cheapest(p)
+        spec = h.spec()
+        before = await h.machine_ids()
+        # Each create's launch waits a second before it takes effect, so both lookups find nothing.
+        await h.add_fault("create", "latency", times=2, seconds=1.0)
+        refs: list[InstanceRef] = []
+        try:
+            refs += await asyncio.gather(p.create(offer, spec), p.create(offer, spec))
+            made = await h.machine_ids() - before
+            unique = registry.simulation(h.cloud).names.unique
+            assert len(made) == (1 if unique else 2), f"racing creates made {len(made)} machines"
+            assert {r.instance_id for r in refs} == made
+            found = await p.find_all(spec.key)
+            assert {r.instance_id for r in found} == made, "find_all must find every machine of the key"
+            assert all(r.key == spec.key for r in found)
+            assert await p.find_all(h.spec().key) == []
+            await terminate_by_key(p, spec.key)
+            assert [r for r in await p.list_owned() if r.key == spec.key] == []
+            assert await side_resources_of(h, spec.key) == []
+        finally:
+            await _terminate_all(p, refs)  # whatever an assertion above left
+
+
+async def check_release(h: Harness) -> None:
+    """No side resource outlives terminate-by-key: neither a machine's, nor those a create made
+    before a launch that never happened (a 5xx after the side resources were registered)."""
+    async with h.provider() as p:
+        offer = await cheapest(p)
+        spec = h.spec()
+        ref = await p.create(offer, spec)
+        await p.terminate(ref)
+        await wait_for(p, ref, _gone, WAIT_GONE)
+        await p.release(spec.key)
+        assert await side_resources_of(h, spec.key) == []
+
+        failed = h.spec()
+        before = await h.machine_ids()
+        await h.add_fault("create", "server_error", status=503)
+        with pytest.raises(Transient):
+            await p.create(offer, failed)
+        assert await h.machine_ids() == before, "the launch was refused: nothing was made"
+        if type(p).capabilities.side_resources:
+            # The leak this guards against: the side resources exist, no machine carries the key.
+            assert await side_resources_of(h, failed.key), "expected the create's side resources"
+        await terminate_by_key(p, failed.key)
+        assert await side_resources_of(h, failed.key) == [], "release left a side resource"
+        await p.release(failed.key)  # nothing left: success
+
+
+async def check_list_owned_without_allocation(h: Harness) -> None:
+    """The sweep's input: list_owned lists a machine whose allocation no database knows, under a key
+    that names that allocation (messages.ids.allocation_of_key)."""
+    async with h.provider() as p:
+        allocation = f"zz{uuid.uuid4().hex[:8]}"
+        key = attempt_key(allocation, 1)
+        spec = h.spec(key).model_copy(
+            update={"owner": Ownership(installation_id=p.installation_id, allocation_id=allocation)})
+        ref = await p.create(await cheapest(p), spec)
+        try:
+            listed = [r for r in await p.list_owned() if r.instance_id == ref.instance_id]
+            assert len(listed) == 1 and listed[0].key == key
+            assert allocation_of_key(listed[0].key) == allocation
+        finally:
+            await p.terminate(ref)
+
+
 ALL_CHECKS: list[Check] = [
     check_verify,
     check_offers,
@@ -270,4 +363,7 @@ ALL_CHECKS: list[Check] = [
     check_rate_limit,
     check_server_error,
     check_unsupported,
+    check_find_all_and_terminate_by_key,
+    check_release,
+    check_list_owned_without_allocation,
 ]

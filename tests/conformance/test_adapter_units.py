@@ -158,6 +158,8 @@ async def test_lambda_terminate_gone_is_success_and_deletes_the_key() -> None:
         calls.append(f"{req.method} {req.url.path}")
         if req.url.path.endswith("/terminate"):
             return lambda_err(404, "global/object-does-not-exist")
+        if req.url.path.endswith("/instances"):
+            return data([])
         if req.method == "GET":
             return data([{"id": "key-7", "name": "gpuprov-inst0001-alloc-1-a0"},
                          {"id": "key-8", "name": "other"}])
@@ -165,6 +167,32 @@ async def test_lambda_terminate_gone_is_success_and_deletes_the_key() -> None:
 
     async with lam(handler) as p:
         await p.terminate(spec_ref())
+    assert calls[-1] == "DELETE /api/v1/ssh-keys/key-7"
+
+
+async def test_lambda_terminate_leaves_the_key_to_a_twin_and_release_removes_it() -> None:
+    """Lambda names are not unique: the SSH key object goes with the last machine of the name."""
+    calls: list[str] = []
+    name = "gpuprov-inst0001-alloc-1-a0"
+    twins = [{"id": "i-1", "name": name, "status": "terminating"},
+             {"id": "i-2", "name": name, "status": "active"},
+             {"id": "i-3", "name": "gpuprov-inst0001-other", "status": "active"}]
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(f"{req.method} {req.url.path}")
+        if req.url.path.endswith("/terminate"):
+            return data({"terminated_instances": []})
+        if req.url.path.endswith("/instances"):
+            return data(twins)
+        if req.method == "GET":
+            return data([{"id": "key-7", "name": name}])
+        return data({})
+
+    async with lam(handler) as p:
+        assert [r.instance_id for r in await p.find_all("alloc-1-a0")] == ["i-1", "i-2"]
+        await p.terminate(spec_ref())
+        assert not any(c.startswith("DELETE") for c in calls), "the twin i-2 still carries the name"
+        await p.release("alloc-1-a0")
     assert calls[-1] == "DELETE /api/v1/ssh-keys/key-7"
 
 

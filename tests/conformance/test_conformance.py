@@ -48,3 +48,39 @@ async def test_suite_catches_a_double_creating_adapter(fake_server: Any) -> None
             await checks.check_create_idempotent(h)
     finally:
         await h.admin_do("reset")
+
+
+class LeakyFakeLambdaProvider(LambdaProvider):
+    """Broken on purpose: the contract's default release (nothing), so a launch that never
+    happened leaves its SSH key object behind."""
+
+    async def release(self, key: str) -> None:
+        return None
+
+
+class FindOneFakeLambdaProvider(LambdaProvider):
+    """Broken on purpose: find_all sees only the first machine of a name."""
+
+    async def find_all(self, key: str) -> list[InstanceRef]:
+        found = await self.find(key)
+        return [found] if found else []
+
+
+@pytest.mark.parametrize(("cls", "check", "message"), [
+    (LeakyFakeLambdaProvider, checks.check_release, "expected the create's side resources|release left"),
+    (FindOneFakeLambdaProvider, checks.check_find_all_and_terminate_by_key, "find_all must find every"),
+], ids=["leaky-release", "find-one"])
+async def test_suite_catches_terminate_by_key_bugs(fake_server: Any, cls: type[LambdaProvider],
+                                                   check: checks.Check, message: str) -> None:
+    h = make_harness("lambda", fake_server, provider_cls=cls)
+    await h.admin_do("clear_faults")
+    try:
+        with pytest.raises(AssertionError, match=message):
+            await check(h)
+    finally:
+        await h.admin_do("reset")
+        # what the broken adapter left: the simulated account's SSH keys outlive a reset
+        async with make_harness("lambda", fake_server).provider(installation_id=h.installation_id) as p:
+            for r in await fake_server.admin.aio.side_resources():
+                if h.installation_id in r["name"]:
+                    await p._call("DELETE", f"/ssh-keys/{r['id']}", allow=(404,))

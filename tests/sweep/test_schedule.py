@@ -1,0 +1,96 @@
+"""The worker keeps one Temporal Schedule, `gpuprov-sweep`, and what it starts sweeps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleHandle
+
+from activities.deps import ActivityDeps
+from fakeclouds.server import FakeCloudServer
+from messages.ids import SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
+from messages.sweep import SweepInput
+from settings import Settings
+from store.models import SweepAction
+from tests.sweep.conftest import TASK_QUEUE, actions, alive, eventually, plant
+from worker import serve
+
+pytestmark = pytest.mark.devserver
+
+
+@asynccontextmanager
+async def worker_started(client: Client, deps: ActivityDeps, **settings: Any) -> AsyncIterator[None]:
+    """What `python worker.py` does after connecting (worker.main -> serve), until the block ends."""
+    stop, started = asyncio.Event(), asyncio.Event()
+    s = Settings(task_queue=TASK_QUEUE, **settings)
+    task = asyncio.create_task(serve(client, deps, s, stop, started))
+    try:
+        async with asyncio.timeout(60):
+            waiting = asyncio.create_task(started.wait())
+            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+        if task.done():
+            task.result()  # serve failed: raise why
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+async def described(handle: ScheduleHandle) -> tuple[timedelta, SweepInput, str]:
+    schedule = (await handle.describe()).schedule
+    action = schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    assert (action.workflow, action.id) == ("SweepWorkflow", SWEEP_WORKFLOW_ID)
+    [inp] = await handle._client.data_converter.decode(list(action.args), [SweepInput])  # type: ignore[arg-type]
+    [interval] = schedule.spec.intervals
+    return interval.every, inp, action.task_queue
+
+
+async def schedules_named(client: Client, schedule_id: str) -> list[str]:
+    return [s.id async for s in await client.list_schedules() if s.id == schedule_id]
+
+
+async def test_the_worker_keeps_one_sweep_schedule_that_sweeps(
+        temporal_client: Client, sweep_deps: ActivityDeps, sim: FakeCloudServer,
+        connect: Callable[[str], str], sweep_engine: sa.Engine) -> None:
+    handle = temporal_client.get_schedule_handle(SWEEP_SCHEDULE_ID)
+    try:
+        async with worker_started(temporal_client, sweep_deps, sweep_interval_s=3600, sweep_grace_s=900):
+            every, inp, queue = await described(handle)
+            assert (every, inp.grace_s, queue) == (timedelta(hours=1), 900, TASK_QUEUE)
+        assert await eventually(lambda: schedules_named(temporal_client, SWEEP_SCHEDULE_ID), within=60)
+        await handle.pause(note="an operator's pause")
+
+        # A second start (another replica, or a restart with new settings): the same one schedule,
+        # updated to its interval and grace period, still paused; unpaused, it sweeps every second.
+        grace = 2.0
+        async with worker_started(temporal_client, sweep_deps, sweep_interval_s=1, sweep_grace_s=grace):
+            every, inp, queue = await described(handle)
+            assert (every, inp.grace_s, queue) == (timedelta(seconds=1), grace, TASK_QUEUE)
+            assert (await handle.describe()).schedule.state.paused
+            assert await schedules_named(temporal_client, SWEEP_SCHEDULE_ID) == [SWEEP_SCHEDULE_ID]
+            await handle.unpause()
+
+            connect("local")
+            ref = await plant(sim, "local")  # an orphan: our tag, no allocation
+
+            async def removed() -> list[SweepAction]:
+                return [a for a in actions(sweep_engine) if a.instance_id == ref.instance_id]
+
+            [action] = await eventually(removed, within=120)
+        assert not await alive(sim, ref.instance_id)
+        assert action.sweep_id.startswith(SWEEP_WORKFLOW_ID) and action.verdict == "orphan"
+        assert action.first_seen is not None
+        waited = action.at.replace(tzinfo=UTC) - action.first_seen.replace(tzinfo=UTC)
+        assert waited >= timedelta(seconds=grace)
+        assert (await handle.describe()).info.num_actions >= 2
+        assert action.at.replace(tzinfo=UTC) <= datetime.now(UTC)
+    finally:
+        await handle.delete()
