@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from datetime import datetime
 
+from sqlmodel import Session
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -37,6 +40,8 @@ from providers.base import (
     ProviderError,
     rank_offers,
 )
+from store import repo
+from store.db import session_scope
 
 # Re-issue the delete every this many polls while the cloud still shows the machine alive.
 _TERMINATE_REISSUE_POLLS = 10
@@ -126,10 +131,11 @@ class CloudActivities:
         """Find-or-create by key. The installation's key is always added so gpuprov can log in,
         and the owner tag is this deployment's installation id.
 
-        On a cloud without an idempotency token, a retry (after a timeout, a lost answer or a
-        crash, on any worker) never launches while an earlier attempt's launch may still land:
-        it looks the key up until the cloud's in-flight window after that launch was sent has
-        passed. When it was sent is kept in the heartbeat details, which outlive the attempt."""
+        On a cloud without an idempotency token (`create_in_flight_s` > 0), a create whose answer
+        never came (a timeout, a dropped connection, a crash — on any worker) may still land: no
+        attempt launches again until that launch shows up or the cloud's in-flight window after it
+        was sent has passed. When it was sent and whether its answer came is kept in the database
+        (written before the request goes out), not in memory or heartbeats that a crash can lose."""
         await self.deps.write_marks(inp)
         public = await self.deps.blocking(self.deps.public_key)
         spec = LaunchSpec(
@@ -140,29 +146,41 @@ class CloudActivities:
             image=inp.image, ports=inp.ports)
         with provider_errors():
             p = await self.deps.provider(inp.target)
-            await heartbeating(p.prepare(inp.offer.region), inp.heartbeat_every_s, {"stage": "preparing"})
+            await heartbeating(p.prepare(inp.offer.region), inp.heartbeat_every_s, "preparing")
             window = type(p).capabilities.create_in_flight_s
-            if window > 0 and activity.info().attempt > 1:
-                found = await self._await_in_flight(p, inp, window)
-                if found is not None:
-                    return found
-            # Recorded before the launch: if this attempt dies, the next one knows it may have landed.
-            sent = {"stage": "sent", "sent_at": time.time()}
-            return await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s, sent)
+            if window <= 0:
+                return await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s, "creating")
+            found = await self._await_in_flight(p, inp, window)
+            if found is not None:
+                return found
+            await self.deps.blocking(self._sends, repo.create_sent, inp.key)
+            try:
+                ref = await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s, "creating")
+            except ProviderError as e:
+                if not e.in_doubt:  # the cloud answered: whatever it refused is not in flight
+                    await self.deps.blocking(self._sends, repo.create_answered, inp.key)
+                raise
+            await self.deps.blocking(self._sends, repo.create_answered, inp.key)
+            return ref
 
-    @staticmethod
-    async def _await_in_flight(p: CloudProvider, inp: CreateInput, window: float) -> InstanceRef | None:
-        """The machine an earlier attempt launched, once it lands; None when the window has passed
-        without it (then launching is safe). With no record of when the earlier launch was sent
-        (its worker died before reporting), the window runs from now: the safe side."""
-        previous = activity.info().heartbeat_details
-        last = previous[-1] if previous and isinstance(previous[-1], dict) else {}
-        if last.get("stage") == "preparing":
-            return None  # the earlier attempt never got as far as launching
-        sent_at = float(last.get("sent_at") or time.time())
+    def _sends(self, record: Callable[[Session, str], object], key: str) -> None:
+        with session_scope(self.deps.engine) as session:
+            record(session, key)
+
+    async def _await_in_flight(self, p: CloudProvider, inp: CreateInput, window: float) -> InstanceRef | None:
+        """The machine an unanswered earlier launch made, once it lands; None when none is in
+        doubt, or the window after it was sent has passed without it (launching is safe then)."""
+        def since() -> datetime | None:
+            with session_scope(self.deps.engine) as session:
+                return repo.create_in_flight_since(session, inp.key)
+
+        sent_at = await self.deps.blocking(since)
+        if sent_at is None:
+            return None
+        deadline = sent_at.timestamp() + window
         while True:
-            found = await heartbeating(p.find(inp.key), inp.heartbeat_every_s, {**last, "stage": "waiting"})
-            if found is not None or time.time() >= sent_at + window:
+            found = await heartbeating(p.find(inp.key), inp.heartbeat_every_s, "awaiting an earlier launch")
+            if found is not None or time.time() >= deadline:
                 return found
             await asyncio.sleep(inp.poll_interval_s)
 

@@ -23,13 +23,16 @@ from providers.gpus import same_gpu
 
 
 class ProviderError(Exception):
-    """Base of every error an adapter raises. `retryable` tells the workflow layer."""
+    """Base of every error an adapter raises. `retryable` tells the workflow layer; `in_doubt`
+    says the request may have taken effect all the same (no answer came: a timeout, a dropped
+    connection, a gateway's 502/504), which matters for a create on a cloud without a token."""
 
     retryable: ClassVar[bool] = True
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, in_doubt: bool = False) -> None:
         super().__init__(message)
         self.message = message
+        self.in_doubt = in_doubt
 
     @property
     def kind(self) -> str:

@@ -158,7 +158,8 @@ def map_error(*, provider: str, code: str, message: str, status: int, scope: Fai
     if kind == "auth":
         return AuthError(text)
     if kind == "transient":
-        return Transient(text)
+        # A gateway's 502/504 or a 408: the request may have reached the cloud and acted.
+        return Transient(text, in_doubt=status in (408, 502, 504))
     return InvalidRequest(text)
 
 
@@ -166,10 +167,12 @@ def map_transport_error(exc: httpx.HTTPError, *, provider: str) -> ProviderError
     """Timeouts, refused/dropped connections and protocol errors are all worth retrying.
     Only the exception type goes into the message: the request (and its headers) stays out."""
     if isinstance(exc, httpx.TimeoutException):
-        return Transient(f"{provider}: timed out ({type(exc).__name__})")
+        return Transient(f"{provider}: timed out ({type(exc).__name__})", in_doubt=True)
     if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
         return InvalidRequest(f"{provider}: bad endpoint URL ({type(exc).__name__})")
-    return Transient(f"{provider}: connection failed ({type(exc).__name__}: {exc})")
+    if isinstance(exc, httpx.ConnectError):
+        return Transient(f"{provider}: connection failed ({type(exc).__name__}: {exc})")  # never sent
+    return Transient(f"{provider}: connection failed ({type(exc).__name__}: {exc})", in_doubt=True)
 
 
 async def request(client: httpx.AsyncClient, method: str, url: str, *, provider: str,

@@ -63,7 +63,7 @@ class SdkCloudProvider(CloudProvider):
 
     def _map(self, exc: Exception, scope: FailureScope | str | None) -> ProviderError:
         err = self.sdk_error(exc)
-        if err is None:
-            return Transient(f"{self.id}: {type(exc).__name__}: {str(exc)[:300]}")
+        if err is None:  # not the cloud's answer: it may have acted on the request all the same
+            return Transient(f"{self.id}: {type(exc).__name__}: {str(exc)[:300]}", in_doubt=True)
         return map_error(provider=self.id, code=err.code, message=err.message, status=err.status,
                          scope=scope, codes=self.error_codes, retry_after=err.retry_after)

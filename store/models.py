@@ -155,3 +155,13 @@ class SweepAction(SQLModel, table=True):
     reason: str
     first_seen: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
     at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class CreateSend(SQLModel, table=True):
+    """The last create sent under an attempt key (clouds without an idempotency token): a retry,
+    on any worker, does not launch again while `answered_at` is empty and the cloud's in-flight
+    window after `sent_at` has not passed (activities/cloud.py)."""
+
+    key: str = Field(primary_key=True)
+    sent_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    answered_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import secrets as _random
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from messages.enums import AllocationStatus, ConnectionStatus
-from store.models import Attempt, Connection, IdempotencyRecord, Instance, InstanceEvent, utcnow
+from store.models import Attempt, Connection, CreateSend, IdempotencyRecord, Instance, InstanceEvent, utcnow
 from store.secrets import SecretBox
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -228,3 +229,32 @@ def claim_idempotency_key(session: Session, *, scope: str, key_hash: str, finger
     winner = session.get(IdempotencyRecord, (scope, key_hash), populate_existing=True)
     assert winner is not None, "an idempotency key's record vanished"
     return winner
+
+
+# --------------------------------------------------------------------------- creates in flight
+
+
+def create_sent(session: Session, key: str) -> None:
+    """A create under `key` is about to be sent (commits before the request goes out)."""
+    row = session.get(CreateSend, key) or CreateSend(key=key, sent_at=utcnow())
+    row.sent_at, row.answered_at = utcnow(), None
+    session.add(row)
+    session.commit()
+
+
+def create_answered(session: Session, key: str) -> None:
+    """The cloud answered that create (success or a definite refusal): nothing is in flight."""
+    row = session.get(CreateSend, key)
+    if row is not None:
+        row.answered_at = utcnow()
+        session.add(row)
+        session.commit()
+
+
+def create_in_flight_since(session: Session, key: str) -> datetime | None:
+    """When the unanswered create under `key` was sent; None when none is in doubt."""
+    row = session.get(CreateSend, key)
+    if row is None or row.answered_at is not None:
+        return None
+    sent = row.sent_at
+    return sent if sent.tzinfo is not None else sent.replace(tzinfo=UTC)  # SQLite drops the zone

@@ -211,14 +211,14 @@ class FakeInMemoryProvider(CloudProvider):
                 await asyncio.sleep(fault.params["seconds"])
                 cloud.machines[ref.instance_id] = machine
             cloud.pending.append(asyncio.get_running_loop().create_task(land()))
-            raise Transient("fake: timed out waiting for the answer")
+            raise Transient("fake: timed out waiting for the answer", in_doubt=True)
         if fault is not None and fault.kind == "stuck_booting":
             machine.boot_at = float("inf")
         cloud.machines[ref.instance_id] = machine
         if fault is not None and fault.kind == "die_at_boot":
             cloud.machines[ref.instance_id].dies_at_boot = True
         if fault is not None and fault.kind == "lose_response":
-            raise Transient("fake: connection reset after create")
+            raise Transient("fake: connection reset after create", in_doubt=True)
         if fault is not None and fault.kind == "latency":  # when="after": the create took effect
             await asyncio.sleep(fault.params["seconds"])
         return ref
