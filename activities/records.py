@@ -35,7 +35,9 @@ class RecordActivities:
         req, st = inp.request, inp.state
         now = utcnow()
         with session_scope(self.deps.engine) as session:
-            repo.mark_phases(session, req.allocation_id, [(m.status.value, m.phase.value) for m in inp.marks])
+            # One transaction with the snapshot below: no reader sees `ready` before the address.
+            marks = [(m.status.value, m.phase.value) for m in inp.marks]
+            repo.mark_phases(session, req.allocation_id, marks, commit=False)
             row = session.get(Instance, req.allocation_id)
             if row is None:
                 # The workflow writes its own row when the API did not (or died before it could).

@@ -190,8 +190,10 @@ def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -
     return row
 
 
-def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]]) -> None:
-    """Move the row through (status, phase) marks in order, one event per change, and commit.
+def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]], *,
+                commit: bool = True) -> None:
+    """Move the row through (status, phase) marks in order, one event per change, and commit
+    (`commit=False`: the caller commits, with whatever else belongs in the same transaction).
     A retried call changes nothing (each mark equal to the row's state is skipped)."""
     row = session.get(Instance, instance_id)
     if row is None or not marks:
@@ -202,7 +204,8 @@ def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, s
             row.status, row.phase = status, phase
     row.updated_at = utcnow()
     session.add(row)
-    session.commit()
+    if commit:
+        session.commit()
 
 
 # --------------------------------------------------------------------------- idempotency keys

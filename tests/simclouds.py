@@ -15,8 +15,11 @@ from store.secrets import SecretBox
 
 
 class SimServer(Protocol):
-    url: str
-    tokens: dict[str, str]
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def tokens(self) -> dict[str, str]: ...
 
 
 def endpoint(server: SimServer, cloud: str) -> str:

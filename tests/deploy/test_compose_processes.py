@@ -8,20 +8,15 @@ the database), so the allocation ends with exactly one machine and every resourc
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import secrets
-import signal
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncssh
 import httpx
@@ -36,23 +31,17 @@ from fakeclouds.server import FakeCloudServer
 from messages.ids import allocation_workflow_id
 from store.db import make_engine
 from tests import simclouds
+from tests.processes import Process, free_port, fresh_postgres_database, until
 
 pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 # Compose host names and what stands in for them here.
 COMPOSE_HOSTS = {"postgresql:5432", "temporal:7233"}
 
 
 def compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def argv_of(command: list[str], port: int | None = None) -> list[str]:
@@ -71,45 +60,12 @@ def argv_of(command: list[str], port: int | None = None) -> list[str]:
 @pytest.fixture(scope="module")
 def app_database() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for the app (the compose `postgresql` service's role)."""
-    base = os.environ.get("GPUPROV_TEST_POSTGRES_URL", DEFAULT_PG)
-    name = f"gpuprov_compose_{uuid.uuid4().hex[:10]}"
-    admin = make_engine(base).execution_options(isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    parts = urlsplit(base)
-    try:
-        yield urlunsplit(parts._replace(path=f"/{name}"))
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-class Service:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name, self.argv, self.env, self.log = name, argv, env, log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+    with fresh_postgres_database("gpuprov_compose") as url:
+        yield url
 
 
 class Stack:
-    def __init__(self, client: Client, api_url: str, token: str, workers: list[Service], api: Service,
+    def __init__(self, client: Client, api_url: str, token: str, workers: list[Process], api: Process,
                  database_url: str) -> None:
         self.client, self.api_url, self.token = client, api_url, token
         self.workers, self.api, self.database_url = workers, api, database_url
@@ -125,17 +81,6 @@ class Stack:
                 return str(conn.execute(sa.text("SELECT installation_id FROM installation")).scalar_one())
         finally:
             engine.dispose()
-
-
-async def until(check: Any, within_s: float, what: str) -> Any:
-    deadline = time.monotonic() + within_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -169,10 +114,10 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         base = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
         return {**base, **shared, **overrides, "GPUPROV_HOME": str(tmp_path / home)}
 
-    workers = [Service(f"worker-{i}", argv_of(services["worker"]["command"]), env(f"worker-{i}"),
+    workers = [Process(f"worker-{i}", argv_of(services["worker"]["command"]), env(f"worker-{i}"),
                        tmp_path / f"worker-{i}.log") for i in range(services["worker"]["deploy"]["replicas"])]
     port = free_port()
-    api = Service("api", argv_of(services["api"]["command"], port), env("api"), tmp_path / "api.log")
+    api = Process("api", argv_of(services["api"]["command"], port), env("api"), tmp_path / "api.log")
     s = Stack(temporal_env.client, f"http://127.0.0.1:{port}", token, workers, api, app_database)
 
     async def api_up() -> bool:

@@ -18,17 +18,13 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import signal
-import socket
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncssh
 import httpx
@@ -44,83 +40,19 @@ from fakeclouds.server import FakeCloudProcess, start_subprocess
 from messages.ids import allocation_workflow_id
 from store.db import make_engine
 from tests import simclouds
+from tests.processes import Process, free_port, fresh_postgres_database, until
 
 pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 CLIENTS, FIRST_WAVE = 20, 5
 API_APP = "gpuprov-api"  # the API's PostgreSQL application_name: its lock waits are visible
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def until(check: Callable[[], Awaitable[Any]], within_s: float, what: str) -> Any:
-    deadline = time.monotonic() + within_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within_s:g}s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
-class Process:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name, self.argv, self.env, self.log = name, argv, env, log
-        self.proc = self._spawn()
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        with self.log.open("ab") as out:
-            return subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-
-    def restart(self) -> None:
-        self.kill()
-        self.proc = self._spawn()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def pause(self) -> None:
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.resume()
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:]) if self.log.exists() else ""
-
-
 @pytest.fixture
 def app_database() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for the app."""
-    base = os.environ.get("GPUPROV_TEST_POSTGRES_URL", DEFAULT_PG)
-    name = f"gpuprov_kill_{uuid.uuid4().hex[:10]}"
-    admin = make_engine(base).execution_options(isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_postgres_database("gpuprov_kill") as url:
+        yield url
 
 
 @pytest.fixture
