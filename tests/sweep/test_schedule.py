@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleHandle
+from temporalio.service import RPCError
 
 from activities.deps import ActivityDeps
 from fakeclouds.server import FakeCloudServer
@@ -67,6 +69,14 @@ async def test_the_worker_keeps_one_sweep_schedule_that_sweeps(
             assert (every, inp.grace_s, queue) == (timedelta(hours=1), 900, TASK_QUEUE)
         assert await eventually(lambda: schedules_named(temporal_client, SWEEP_SCHEDULE_ID), within=60)
         await handle.pause(note="an operator's pause")
+        # The session's dev server is shared: worker processes of earlier tests (crash, deploy,
+        # lifecycle) kept this same schedule on their own task queues, and an interval schedule fires
+        # on wall-clock multiples of its interval. A run it started then waits for a worker that is
+        # gone, and with overlap SKIP every later run is skipped. Clear such runs while paused.
+        for running in (await handle.describe()).info.running_actions:
+            with contextlib.suppress(RPCError):  # it may have ended meanwhile
+                await temporal_client.get_workflow_handle(running.workflow_id).terminate(
+                    "a sweep left running by an earlier test's worker")
 
         # A second start (another replica, or a restart with new settings): the same one schedule,
         # updated to its interval and grace period, still paused; unpaused, it sweeps every second.
