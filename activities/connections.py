@@ -73,10 +73,9 @@ class ConnectionActivities:
             if row is None:
                 return LiveAllocations(allocations=[])
             live = repo.live_instances(session, inp.connection_id)
-            row.status = ConnectionStatus.REMOVING
-            row.error = f"terminating {len(live)} instance(s) before removal" if live else None
-            session.add(row)
-            session.commit()
+            why = f"terminating {len(live)} instance(s) before removal" if live else None
+            repo.mark_connection(session, row.id, status=ConnectionStatus.REMOVING, account=row.account,
+                                 error=why)
             return LiveAllocations(allocations=[LiveAllocation(allocation_id=i.id, workflow_id=i.workflow_id)
                                                 for i in live])
 

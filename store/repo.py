@@ -88,7 +88,7 @@ def connected(session: Session, providers: Collection[str] | None = None) -> Seq
 
 def mark_connection(session: Session, connection_id: str, *, status: str, account: str | None = None,
                     error: str | None = None) -> Connection | None:
-    """Record a verification outcome (ConnectWorkflow's activity) and commit."""
+    """Set a connection's status (e.g. `removing`), account and error, and commit."""
     row = session.get(Connection, connection_id)
     if row is None:
         return None
