@@ -56,7 +56,8 @@ class ConnectionActivities:
             repo.save_connection(session, connection_id=req.connection_id, provider=req.provider,
                                  name=req.name,
                                  secret=req.sealed_credentials.encode(), endpoint=req.options.endpoint,
-                                 ca_bundle=req.options.ca_bundle, account=req.account)
+                                 ca_bundle=req.options.ca_bundle, account=req.account,
+                                 project=req.project)
 
     @activity.defn(name=acts.START_WATCH.name)
     async def start_watch(self, inp: ConnectionIdInput) -> None:

@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 
 from api.deps import AppDeps, deps_from_settings, require_token
 from api.errors import request_validation_handler
-from api.routers import clouds, connections, instances, offers
+from api.routers import clouds, connections, instances, offers, projects
 
 API_PREFIX = "/api/compute"
 
@@ -18,7 +18,9 @@ def create_app(deps: AppDeps) -> FastAPI:
         title="gpuprov",
         version="0.2.0",
         description="GPU provisioning across clouds on Temporal workflows. "
-                    "Every /api/compute route needs `Authorization: Bearer <token>`. "
+                    "Every /api route needs `Authorization: Bearer <token>`: the installation's admin "
+                    "token (any project, chosen with `X-Project`, default `default`) or a project token "
+                    "(its own project only; another project's objects answer 404). "
                     "Every list is paginated: `?limit=1..200&cursor=<next_cursor of the previous page>` "
                     "answers `{items, next_cursor}`; a null `next_cursor` marks the last page.",
     )
@@ -26,6 +28,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.add_exception_handler(RequestValidationError, request_validation_handler)
     for module in (clouds, connections, offers, instances):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
+    app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -18,7 +18,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from messages.enums import AllocationStatus
 from providers import registry
 from providers.base import Capabilities, CloudProvider, Offer
-from store.models import Attempt, Connection, Instance, InstanceEvent
+from store.models import ApiToken, Attempt, Connection, Instance, InstanceEvent
+from store.models import Project as ProjectRow
 
 Name = Annotated[str, Field(min_length=1, max_length=100)]
 MAX_CA_BUNDLE = 64_000  # characters of PEM: a private CA chain, not a system trust store
@@ -55,6 +56,45 @@ def aware(ts: datetime | None) -> datetime | None:
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- projects and tokens
+
+
+class ProjectCreate(Strict):
+    id: Project
+
+
+class ProjectOut(BaseModel):
+    id: str
+    created_at: datetime | None
+
+    @classmethod
+    def of(cls, row: ProjectRow) -> ProjectOut:
+        return cls(id=row.id, created_at=aware(row.created_at))
+
+
+class TokenCreate(Strict):
+    label: Name | None = Field(None, description="what the token is for, e.g. `ci`")
+
+
+class TokenOut(BaseModel):
+    """A project token as listed: never its value (only its hash is kept)."""
+
+    id: str
+    project: str
+    label: str | None
+    created_at: datetime | None
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, row: ApiToken) -> TokenOut:
+        return cls(id=row.id, project=row.project, label=row.label, created_at=aware(row.created_at),
+                   revoked_at=aware(row.revoked_at))
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the token: shown this once, not kept (only its hash is)")
 
 
 # --------------------------------------------------------------------------- connections
@@ -102,6 +142,7 @@ class ConnectionOut(BaseModel):
     """A connection as shown to users: never its credentials."""
 
     id: str
+    project: str
     provider: str
     name: str
     account: str | None
@@ -113,7 +154,8 @@ class ConnectionOut(BaseModel):
 
     @classmethod
     def of(cls, row: Connection) -> ConnectionOut:
-        return cls(id=row.id, provider=row.provider, name=row.name, account=row.account, status=row.status,
+        return cls(id=row.id, project=row.project, provider=row.provider, name=row.name, account=row.account,
+                   status=row.status,
                    endpoint=row.endpoint, has_ca_bundle=bool(row.ca_bundle),
                    error=row.error, created_at=aware(row.created_at))
 
@@ -230,7 +272,6 @@ class InstanceCreate(Strict):
     k3s: bool = True
     ssh_public_keys: list[str] = Field(min_length=1, max_length=20)
     name: Annotated[str, Field(min_length=1, max_length=63)] | None = None
-    project: Project = "default"
 
     @model_validator(mode="after")
     def _one_selector(self) -> InstanceCreate:

@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Annotated
 
 import typer
 
-from cli import clouds, connections, dev, instances
+from cli import client, clouds, connections, dev, instances, projects
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Provision GPU machines across clouds (Temporal workflows underneath).")
+
+
+
+@app.callback()
+def _options(project: Annotated[str | None, typer.Option(
+        "--project", envvar=client.PROJECT_ENV,
+        help="work in this project (default: the token's own; `default` for the admin token)")] = None,
+             ) -> None:
+    client.use_project(project)
+
 
 app.command()(instances.up)
 app.command("ls")(instances.list_instances)
@@ -23,6 +34,7 @@ app.command()(instances.down)
 app.command()(connections.connect)
 app.command()(connections.connections)
 app.command()(clouds.clouds)
+app.add_typer(projects.app, name="project")
 
 
 @app.command()

@@ -15,6 +15,13 @@ import httpx
 from cli.output import fail, reason
 
 API_PREFIX = "/api/compute"
+PROJECT_ENV = "GPUPROV_PROJECT"
+_project: str | None = None  # `gpuprov --project P ...`: set by the command line's callback
+
+
+def use_project(project: str | None) -> None:
+    global _project
+    _project = project
 PAGE_LIMIT = 200  # the API's maximum: fewest round trips when reading a whole list
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)  # a keyed create whose answer was lost is sent again, this often
 
@@ -46,8 +53,14 @@ class Api:
 
         self.url = (url or os.environ.get("GPUPROV_API_URL") or Settings().api_url).rstrip("/")
         self._client = http_client(self.url, api_token or token())
+        # The project to work in: --project, else GPUPROV_PROJECT, else the token's own (or, for the
+        # admin token, `default`).
+        self.project = _project or os.environ.get(PROJECT_ENV) or None
+        if self.project:
+            self._client.headers["X-Project"] = self.project
 
-    def call(self, method: str, path: str, *, idempotency_key: str | None = None, **kwargs: Any) -> Any:
+    def call(self, method: str, path: str, *, idempotency_key: str | None = None, prefix: str = API_PREFIX,
+             **kwargs: Any) -> Any:
         """One request. With `idempotency_key` (a create), a request whose answer was lost on the way
         (the connection dropped, the API restarted) is sent again with the same key: the API answers
         with what the first one made, so nothing is made twice."""
@@ -56,7 +69,7 @@ class Api:
         delays = list(RETRY_DELAYS_S) if idempotency_key is not None else []
         while True:
             try:
-                r = self._client.request(method, API_PREFIX + path, **kwargs)
+                r = self._client.request(method, prefix + path, **kwargs)
                 break
             except httpx.TransportError as e:
                 if delays:
@@ -74,16 +87,18 @@ class Api:
             raise fail(f"{why} (HTTP {r.status_code})")
         return r.json() if r.content else None
 
-    def pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[list[dict[str, Any]]]:
+    def pages(self, path: str, params: dict[str, Any] | None = None,
+              prefix: str = API_PREFIX) -> Iterator[list[dict[str, Any]]]:
         """The pages of a list, following `next_cursor` until the last one."""
         query: dict[str, Any] = {**(params or {}), "limit": PAGE_LIMIT}
         while True:
-            page = self.call("GET", path, params=query)
+            page = self.call("GET", path, params=query, prefix=prefix)
             yield page["items"]
             if not page.get("next_cursor"):
                 return
             query["cursor"] = page["next_cursor"]
 
-    def items(self, path: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def items(self, path: str, params: dict[str, Any] | None = None,
+              prefix: str = API_PREFIX) -> list[dict[str, Any]]:
         """A whole list: every page."""
-        return [item for page in self.pages(path, params) for item in page]
+        return [item for page in self.pages(path, params, prefix) for item in page]

@@ -16,6 +16,7 @@ class ConnectRequest(BaseModel):
     connection_id: str  # chosen by the API before the workflow starts
     provider: str
     name: str
+    project: str = "default"  # the project the connection will belong to
     sealed_credentials: str  # Fernet token of the credentials dict
     options: ConnectionOptions = ConnectionOptions()
     account: str | None = None  # set by the workflow from verify's answer before saving

@@ -25,10 +25,33 @@ class Installation(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class Project(SQLModel, table=True):
+    """A tenant: every connection, instance and (later) fleet and workload belongs to one, and a
+    project token sees only its own. `default` always exists (migration 0007)."""
+
+    id: str = Field(primary_key=True)  # a slug (api/schemas.py PROJECT_PATTERN)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class ApiToken(SQLModel, table=True):
+    """A project's API token. Only its hash is kept (tokens are 256-bit random, so a plain SHA-256
+    is enough: nothing to guess); the token itself is shown once, when made."""
+
+    __tablename__ = "api_token"
+
+    id: str = Field(primary_key=True)  # public: names the token in lists and revocation
+    project: str = Field(foreign_key="project.id", index=True)
+    token_hash: str = Field(unique=True)
+    label: str | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    revoked_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class Connection(SQLModel, table=True):
     """A verified cloud account. `secret` is the encrypted credentials dict."""
 
     id: str = Field(primary_key=True)
+    project: str = Field(default="default", index=True)
     provider: str = Field(index=True)
     name: str
     endpoint: str | None = None  # API endpoint override (simulated clouds, private endpoints)
@@ -45,7 +68,7 @@ class Instance(SQLModel, table=True):
 
     id: str = Field(primary_key=True)
     name: str | None = None
-    project: str = "default"
+    project: str = Field(default="default", index=True)
     provider: str = Field(index=True)
     connection_id: str
     workflow_id: str

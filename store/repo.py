@@ -6,6 +6,7 @@ writes. Credentials go in and out only through a SecretBox: the row holds cipher
 
 from __future__ import annotations
 
+import hashlib
 import secrets as _random
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
@@ -15,10 +16,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from messages.enums import AllocationStatus, ConnectionStatus
-from store.models import Attempt, Connection, CreateSend, IdempotencyRecord, Instance, InstanceEvent, utcnow
+from store.models import (
+    ApiToken,
+    Attempt,
+    Connection,
+    CreateSend,
+    IdempotencyRecord,
+    Instance,
+    InstanceEvent,
+    Project,
+    utcnow,
+)
 from store.secrets import SecretBox
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+DEFAULT_PROJECT = "default"  # exists in every database (migration 0007)
 
 # Instance statuses while a cloud machine may exist (or be about to).
 LIVE_STATUSES = frozenset(s.value for s in AllocationStatus if s.live)
@@ -35,20 +47,21 @@ def new_id(length: int = 10) -> str:
 
 def add_connection(session: Session, box: SecretBox, *, provider: str, name: str,
                    credentials: dict[str, Any], endpoint: str | None = None, ca_bundle: str | None = None,
-                   account: str | None = None) -> Connection:
+                   account: str | None = None, project: str = DEFAULT_PROJECT) -> Connection:
     """Insert a connection with encrypted credentials and commit it (tests, bench; the service
     saves verified connections through `save_connection`)."""
     return save_connection(session, connection_id=new_id(), provider=provider, name=name,
                            secret=box.seal(credentials), endpoint=endpoint, ca_bundle=ca_bundle,
-                           account=account)
+                           account=account, project=project)
 
 
 def save_connection(session: Session, *, connection_id: str, provider: str, name: str, secret: bytes,
-                    endpoint: str | None, ca_bundle: str | None, account: str | None) -> Connection:
+                    endpoint: str | None, ca_bundle: str | None, account: str | None,
+                    project: str = DEFAULT_PROJECT) -> Connection:
     """Insert a verified connection, once: a retried save finds the row and leaves it."""
     row = session.get(Connection, connection_id)
     if row is None:
-        row = Connection(id=connection_id, provider=provider, name=name, endpoint=endpoint,
+        row = Connection(id=connection_id, project=project, provider=provider, name=name, endpoint=endpoint,
                          ca_bundle=ca_bundle, account=account, status=ConnectionStatus.CONNECTED,
                          secret=secret)
         session.add(row)
@@ -69,18 +82,21 @@ def get_connection(session: Session, connection_id: str) -> Connection | None:
     return session.get(Connection, connection_id)
 
 
-def connection_for(session: Session, provider: str) -> Connection | None:
-    """The newest connected connection of `provider`, or None."""
+def connection_for(session: Session, provider: str, project: str = DEFAULT_PROJECT) -> Connection | None:
+    """The newest connected connection of `provider` in `project`, or None."""
     stmt = (select(Connection)
-            .where(Connection.provider == provider, Connection.status == ConnectionStatus.CONNECTED)
+            .where(Connection.provider == provider, Connection.project == project,
+                   Connection.status == ConnectionStatus.CONNECTED)
             .order_by(col(Connection.created_at).desc(), col(Connection.id).desc()))
     return session.exec(stmt).first()
 
 
-def connected(session: Session, providers: Collection[str] | None = None) -> Sequence[Connection]:
-    """Connected connections (of `providers`, or of every cloud), newest first (the order in which
-    `connection_for` prefers them)."""
-    stmt = select(Connection).where(Connection.status == ConnectionStatus.CONNECTED)
+def connected(session: Session, providers: Collection[str] | None = None,
+              project: str = DEFAULT_PROJECT) -> Sequence[Connection]:
+    """Connected connections of `project` (of `providers`, or of every cloud), newest first (the
+    order in which `connection_for` prefers them)."""
+    stmt = select(Connection).where(Connection.status == ConnectionStatus.CONNECTED,
+                                    Connection.project == project)
     if providers is not None:
         stmt = stmt.where(col(Connection.provider).in_(list(providers)))
     return session.exec(stmt.order_by(col(Connection.created_at).desc(), col(Connection.id).desc())).all()
@@ -261,3 +277,57 @@ def create_in_flight_since(session: Session, key: str) -> datetime | None:
         return None
     sent = row.sent_at
     return sent if sent.tzinfo is not None else sent.replace(tzinfo=UTC)  # SQLite drops the zone
+
+
+# --------------------------------------------------------------------------- projects and tokens
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def get_project(session: Session, project: str) -> Project | None:
+    return session.get(Project, project)
+
+
+def add_project(session: Session, project: str) -> Project | None:
+    """Create a project and commit; None when it exists already."""
+    if session.get(Project, project) is not None:
+        return None
+    row = Project(id=project)
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:  # created concurrently
+        session.rollback()
+        return None
+    return row
+
+
+def add_token(session: Session, project: str, label: str | None) -> tuple[ApiToken, str]:
+    """A new token of `project` (committed) and its value, which is not kept: shown once."""
+    value = "gpt_" + _random.token_urlsafe(32)
+    row = ApiToken(id=new_id(), project=project, token_hash=token_hash(value), label=label)
+    session.add(row)
+    session.commit()
+    return row, value
+
+
+def project_of_token(session: Session, token: str) -> str | None:
+    """The project of a live (unrevoked) token, or None."""
+    row = session.exec(select(ApiToken).where(ApiToken.token_hash == token_hash(token))).first()
+    if row is None or row.revoked_at is not None:
+        return None
+    return row.project
+
+
+def revoke_token(session: Session, project: str, token_id: str) -> ApiToken | None:
+    """Revoke a token of `project` and commit (a revoked one stays revoked); None if it has none such."""
+    row = session.get(ApiToken, token_id)
+    if row is None or row.project != project:
+        return None
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+        session.add(row)
+        session.commit()
+    return row

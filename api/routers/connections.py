@@ -10,6 +10,7 @@ from sqlmodel import select
 from api import idempotency as idem
 from api.deps import (
     AppDeps,
+    CallerDep,
     DepsDep,
     SessionDep,
     WorkflowFailed,
@@ -37,16 +38,14 @@ KEYSET = Keyset("connections", Connection.created_at, Connection.id, descending=
 # --------------------------------------------------------------------------- database work (sync)
 
 
-def _saved(deps: AppDeps, connection_id: str) -> Connection | None:
+def _saved(deps: AppDeps, project: str, connection_id: str) -> Connection | None:
+    """The project's connection of that id; None for an unknown id or another project's."""
     with open_session(deps) as session:
-        return session.get(Connection, connection_id)
+        row = session.get(Connection, connection_id)
+    return row if row is not None and row.project == project else None
 
 
 # --------------------------------------------------------------------------- routes
-
-
-# Connections belong to no project yet: every key is scoped to this one.
-CONNECTIONS_PROJECT = "default"
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ConnectionOut,
@@ -55,7 +54,7 @@ CONNECTIONS_PROJECT = "default"
                                              "request"},
                         503: {"description": "Temporal unreachable"},
                         504: {"description": "no answer in time"}})
-async def create_connection(body: ConnectionCreate, deps: DepsDep,
+async def create_connection(body: ConnectionCreate, deps: DepsDep, caller: CallerDep,
                             idempotency_key: idem.IdempotencyKey = None) -> ConnectionOut:
     """Verify the credentials in ConnectWorkflow, which saves the connection only if they work.
     With an Idempotency-Key the connection id derives from the key: a retry joins the first
@@ -70,19 +69,20 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep,
     if key is None:
         connection_id = repo.new_id()
     else:
-        connection_id = idem.derived_id("connection", CONNECTIONS_PROJECT, key)
+        connection_id = idem.derived_id("connection", caller.project, key)
         # Keyed (HMAC), not a bare hash: the body holds credentials, and the record must not let
         # anyone with the database check a guess against them.
         fingerprint = deps.box.digest(idem.canonical(body.model_dump(mode="json")))
-        await in_thread(idem.claim, deps, idem.scope_of("connections", CONNECTIONS_PROJECT), key,
+        await in_thread(idem.claim, deps, idem.scope_of("connections", caller.project), key,
                         fingerprint, connection_id)
-        saved = await in_thread(_saved, deps, connection_id)
+        saved = await in_thread(_saved, deps, caller.project, connection_id)
         if saved is not None:  # a previous attempt verified and saved it
             return ConnectionOut.of(saved)
     # Sealed here, opened only by the worker's activity: no credential in clear in workflow history.
     sealed = deps.box.seal(credentials.reveal()).decode()
     request = ConnectRequest(connection_id=connection_id, provider=body.provider,
-                             name=body.name or cls.capabilities.display_name, sealed_credentials=sealed,
+                             name=body.name or cls.capabilities.display_name, project=caller.project,
+                             sealed_credentials=sealed,
                              options=ConnectionOptions(endpoint=body.endpoint, ca_bundle=body.ca_bundle))
     try:
         # Keyed: a retry attaches to the first attempt's run (still verifying) and gets its answer.
@@ -94,7 +94,7 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep,
     except WorkflowFailed as e:
         code = status.HTTP_504_GATEWAY_TIMEOUT if e.timed_out else status.HTTP_400_BAD_REQUEST
         raise HTTPException(code, f"could not verify {body.provider}: {e.message}") from None
-    saved = await in_thread(_saved, deps, request.connection_id) if result.ok else None
+    saved = await in_thread(_saved, deps, caller.project, request.connection_id) if result.ok else None
     if saved is None:
         reason = result.reason or "verification failed"
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"could not verify {body.provider}: {reason}")
@@ -103,19 +103,21 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep,
 
 
 @router.get("", response_model=Page[ConnectionOut])
-def list_connections(session: SessionDep, page: PageDep) -> Page[ConnectionOut]:
-    """Connections, oldest first. A read: it writes nothing (DisconnectWorkflow deletes removed ones)."""
-    rows, following = KEYSET.fetch(session, select(Connection), page)
+def list_connections(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[ConnectionOut]:
+    """The project's connections, oldest first. A read: it writes nothing (DisconnectWorkflow deletes
+    removed ones)."""
+    rows, following = KEYSET.fetch(session, select(Connection).where(Connection.project == caller.project),
+                                   page)
     return Page(items=[ConnectionOut.of(c) for c in rows], next_cursor=following)
 
 
 @router.delete("/{connection_id}", status_code=status.HTTP_202_ACCEPTED, response_model=ConnectionRemoval,
                responses={404: {"description": "unknown connection"},
                           503: {"description": "Temporal unreachable"}})
-async def delete_connection(connection_id: str, deps: DepsDep) -> ConnectionRemoval:
+async def delete_connection(connection_id: str, deps: DepsDep, caller: CallerDep) -> ConnectionRemoval:
     """Remove a connection: DisconnectWorkflow terminates its live instances (each verified gone),
     then deletes it. Until then it is listed as `removing` and no new allocation uses it."""
-    if await in_thread(_saved, deps, connection_id) is None:
+    if await in_thread(_saved, deps, caller.project, connection_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {connection_id!r}")
     try:
         # One disconnect per connection: a repeated request joins the running one.

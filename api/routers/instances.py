@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from sqlmodel import Session, select
 
 from api import idempotency as idem
-from api.deps import AppDeps, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import adapter_class
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusName
@@ -31,9 +31,10 @@ router = APIRouter(prefix="/instances", tags=["instances"])
 KEYSET = Keyset("instances", Instance.created_at, Instance.id, descending=True)
 
 
-def _get(session: Session, instance_id: str) -> Instance:
+def _get(session: Session, project: str, instance_id: str) -> Instance:
+    """The project's instance of that id: another project's answers the same 404 as an unknown id."""
     row = repo.get_instance(session, instance_id)
-    if row is None:
+    if row is None or row.project != project:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {instance_id!r}")
     return row
 
@@ -65,26 +66,27 @@ def refusal(cloud: str, body: InstanceCreate) -> str | None:
     return None
 
 
-def _candidates(session: Session, body: InstanceCreate) -> tuple[list[str] | None, list[Connection]]:
-    """The clouds the request named (None: it named none) and the connections they may use."""
+def _candidates(session: Session, project: str,
+                body: InstanceCreate) -> tuple[list[str] | None, list[Connection]]:
+    """The clouds the request named (None: it named none) and the project's connections they may use."""
     if body.connection_id is not None:
         conn = repo.get_connection(session, body.connection_id)
-        if conn is None:
+        if conn is None or conn.project != project:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {body.connection_id!r}")
         if conn.status != ConnectionStatus.CONNECTED:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                                 f"connection {conn.id!r} is {conn.status}: it takes no new allocations")
         return [conn.provider], [conn]
     named = [body.cloud] if body.cloud is not None else body.clouds
-    return named, list(repo.connected(session, named))
+    return named, list(repo.connected(session, named, project))
 
 
-def resolve(deps: AppDeps, body: InstanceCreate) -> Targets:
+def resolve(deps: AppDeps, project: str, body: InstanceCreate) -> Targets:
     """Every connection planning may use, checked against each cloud's capabilities before any
     workflow exists. A cloud that refuses is skipped with its reason as a note, unless it was the
     only one named (then the request is a 422 with that reason). Sync: call through `in_thread`."""
     with open_session(deps) as session:
-        named, conns = _candidates(session, body)
+        named, conns = _candidates(session, project, body)
     clouds = list(named) if named is not None else sorted({c.provider for c in conns})
     reasons = {cloud: why for cloud in clouds if (why := refusal(cloud, body)) is not None}
     if named is not None and len(named) == 1 and reasons:
@@ -113,9 +115,11 @@ def resolve(deps: AppDeps, body: InstanceCreate) -> Targets:
 # --------------------------------------------------------------------------- database work (sync)
 
 
-def _instance(deps: AppDeps, instance_id: str) -> Instance | None:
+def _instance(deps: AppDeps, project: str, instance_id: str) -> Instance | None:
+    """The project's instance of that id; None for an unknown id or another project's."""
     with open_session(deps) as session:
-        return repo.get_instance(session, instance_id)
+        row = repo.get_instance(session, instance_id)
+    return row if row is not None and row.project == project else None
 
 
 def _record_if_absent(deps: AppDeps, row: Instance) -> str:
@@ -145,30 +149,31 @@ def _mark_terminating(deps: AppDeps, instance_id: str) -> None:
                         422: {"description": "invalid, refused by every candidate cloud, or an "
                                              "Idempotency-Key reused with another request"},
                         503: {"description": "Temporal unreachable: nothing was started or recorded"}})
-async def create_instance(body: InstanceCreate, deps: DepsDep,
+async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep,
                           idempotency_key: idem.IdempotencyKey = None) -> InstanceAccepted:
     """Allocate a machine on the cheapest offer of every connection the request allows. With an
     Idempotency-Key the allocation id derives from the key: a retry answers with the same id (and
     its status now) and starts nothing twice."""
     key = idempotency_key
-    scope = idem.scope_of("instances", body.project)
+    project = caller.project
+    scope = idem.scope_of("instances", project)
     fingerprint = idem.fingerprint(body.model_dump(mode="json"))
     if key is None:
         allocation_id = repo.new_id()
     else:
-        allocation_id = idem.derived_id("instance", body.project, key)
+        allocation_id = idem.derived_id("instance", project, key)
         if await in_thread(idem.check, deps, scope, key, fingerprint):
-            row = await in_thread(_instance, deps, allocation_id)
+            row = await in_thread(_instance, deps, project, allocation_id)
             if row is not None:  # its workflow started (the row comes after the start): answer again
                 return InstanceAccepted(id=row.id, status=row.status)
     # Everything that can be refused is refused here, before a workflow (or a cloud call) exists.
-    plan = await in_thread(resolve, deps, body)
+    plan = await in_thread(resolve, deps, project, body)
     if key is not None:
         await in_thread(idem.claim, deps, scope, key, fingerprint, allocation_id)
     first = plan.targets[0]
     request = AllocateRequest(
         allocation_id=allocation_id, connection_id=first.connection_id, cloud=first.cloud,
-        targets=plan.targets, notes=plan.notes, project=body.project, name=body.name, gpu=body.gpu,
+        targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, ports=body.ports, image=body.image,
         k3s=body.k3s, ssh_public_keys=body.ssh_public_keys)
     workflow_id = allocation_workflow_id(allocation_id)
@@ -179,14 +184,14 @@ async def create_instance(body: InstanceCreate, deps: DepsDep,
     except WorkflowUnavailable as e:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
     if not running:  # it ran and closed; its own record wrote the row unless it never got that far
-        row = await in_thread(_instance, deps, allocation_id)
+        row = await in_thread(_instance, deps, project, allocation_id)
         if row is None:
             raise HTTPException(status.HTTP_409_CONFLICT,
                                 f"allocation {allocation_id} ended before it recorded anything")
         return InstanceAccepted(id=row.id, status=row.status)
     # After the start: the list shows the request at once, even before the worker picks it up.
     current = await in_thread(_record_if_absent, deps, Instance(
-        id=allocation_id, name=body.name, project=body.project, provider=first.cloud,
+        id=allocation_id, name=body.name, project=project, provider=first.cloud,
         connection_id=first.connection_id, workflow_id=workflow_id, status=AllocationStatus.PROVISIONING,
         phase=Phase.VALIDATE, gpu=body.gpu, gpu_count=body.gpu_count, region=body.region, spot=body.spot,
         note="; ".join(plan.notes) or None))
@@ -196,14 +201,12 @@ async def create_instance(body: InstanceCreate, deps: DepsDep,
 @router.get("", response_model=Page[InstanceOut])
 def list_instances(
     session: SessionDep,
+    caller: CallerDep,
     page: PageDep,
-    project: Annotated[str | None, Query(min_length=1, max_length=63)] = None,
     status_: Annotated[InstanceStatusName | None, Query(alias="status")] = None,
 ) -> Page[InstanceOut]:
-    """Instances, newest first (without attempts and events: GET one for those)."""
-    stmt = select(Instance)
-    if project is not None:
-        stmt = stmt.where(Instance.project == project)
+    """The project's instances, newest first (without attempts and events: GET one for those)."""
+    stmt = select(Instance).where(Instance.project == caller.project)
     if status_ is not None:
         stmt = stmt.where(Instance.status == status_)
     rows, following = KEYSET.fetch(session, stmt, page)
@@ -211,8 +214,8 @@ def list_instances(
 
 
 @router.get("/{instance_id}", response_model=InstanceOut, responses={404: {"description": "unknown"}})
-def get_instance(instance_id: str, session: SessionDep) -> InstanceOut:
-    row = _get(session, instance_id)
+def get_instance(instance_id: str, session: SessionDep, caller: CallerDep) -> InstanceOut:
+    row = _get(session, caller.project, instance_id)
     return InstanceOut.of(row, list(repo.attempts_of(session, instance_id)),
                           list(repo.events_of(session, instance_id)))
 
@@ -220,10 +223,10 @@ def get_instance(instance_id: str, session: SessionDep) -> InstanceOut:
 @router.post("/{instance_id}/terminate", status_code=status.HTTP_202_ACCEPTED,
              response_model=InstanceAccepted,
              responses={404: {"description": "unknown"}, 503: {"description": "Temporal unreachable"}})
-async def terminate_instance(instance_id: str, deps: DepsDep) -> InstanceAccepted:
+async def terminate_instance(instance_id: str, deps: DepsDep, caller: CallerDep) -> InstanceAccepted:
     """Terminate: the allocation's `terminate` update, which ends once the cloud shows the machine
     gone. Idempotent: a repeated request is accepted again and joins the same teardown."""
-    row = await in_thread(_instance, deps, instance_id)
+    row = await in_thread(_instance, deps, caller.project, instance_id)
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {instance_id!r}")
     if not AllocationStatus(row.status).live:
@@ -239,7 +242,8 @@ async def terminate_instance(instance_id: str, deps: DepsDep) -> InstanceAccepte
         # The update first, and nothing written here: the workflow records `terminating` itself, so
         # an API that dies now leaves nothing claiming a teardown that was never asked for.
         elif not await deps.workflows.request_update(row.workflow_id, "terminate"):
-            ended = await in_thread(_instance, deps, instance_id)  # its run has closed: as it ended
+            # its run has closed: as it ended
+            ended = await in_thread(_instance, deps, caller.project, instance_id)
             return InstanceAccepted(id=instance_id,
                                     status=ended.status if ended else AllocationStatus.TERMINATED)
     except WorkflowUnavailable as e:

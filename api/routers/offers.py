@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
-from api.deps import AppDeps, DepsDep, in_thread, open_session
+from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
 from api.pagination import Page, PageDep, offset_page
 from api.schemas import CloudId, OfferOut
@@ -18,10 +18,11 @@ from store.secrets import SecretError
 router = APIRouter(prefix="/backends", tags=["offers"])
 
 
-def _connection(deps: AppDeps, provider: str) -> tuple[str, dict[str, object], ConnectionOptions]:
-    """The connection's id, decrypted credentials and options (409 when there is none)."""
+def _connection(deps: AppDeps, project: str,
+                provider: str) -> tuple[str, dict[str, object], ConnectionOptions]:
+    """The project's connection's id, decrypted credentials and options (409 when there is none)."""
     with open_session(deps) as session:
-        conn = repo.connection_for(session, provider)
+        conn = repo.connection_for(session, provider, project)
     if conn is None:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"no {provider} connection: connect {provider} first "
@@ -40,6 +41,7 @@ def _connection(deps: AppDeps, provider: str) -> tuple[str, dict[str, object], C
 async def list_offers(
     provider: Annotated[CloudId, Path()],
     deps: DepsDep,
+    caller: CallerDep,
     page: PageDep,
     spot: bool | None = None,
     gpu: Annotated[str | None, Query(min_length=1, max_length=40)] = None,
@@ -48,7 +50,7 @@ async def list_offers(
 ) -> Page[OfferOut]:
     """Live offers, cheapest first. Computed per request: pages are slices of that one answer."""
     adapter_class(provider)  # an adapter that cannot load here -> 422 with the reason
-    conn_id, credentials, options = await in_thread(_connection, deps, provider)
+    conn_id, credentials, options = await in_thread(_connection, deps, caller.project, provider)
     query = OfferQuery(gpu=gpu, gpu_count=gpu_count, region=region, spot=spot)
     try:
         async with registry.build(provider, credentials, options=options,

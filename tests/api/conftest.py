@@ -165,7 +165,7 @@ class FakeWorkflows:
             repo.save_connection(session, connection_id=req.connection_id, provider=req.provider,
                                  name=req.name, secret=req.sealed_credentials.encode(),
                                  endpoint=req.options.endpoint, ca_bundle=req.options.ca_bundle,
-                                 account=account)
+                                 account=account, project=req.project)
 
 
 @pytest.fixture(autouse=True)
@@ -209,12 +209,24 @@ def ssh_key() -> str:
     return asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 
 
-async def connect_fake(client: httpx.AsyncClient) -> dict[str, Any]:
-    r = await client.post("/api/compute/connections",
+async def connect_fake(client: httpx.AsyncClient, project: str | None = None) -> dict[str, Any]:
+    """Connect the fake cloud (in `project`: the admin token's X-Project; default: `default`)."""
+    headers = {"X-Project": project} if project else {}
+    r = await client.post("/api/compute/connections", headers=headers,
                           json={"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY}})
     assert r.status_code == 201, r.text
     body: dict[str, Any] = r.json()
     return body
+
+
+async def make_project(client: httpx.AsyncClient, project: str) -> str:
+    """Create `project` with the admin token; a new token of it."""
+    r = await client.post("/api/projects", json={"id": project})
+    assert r.status_code == 201, r.text
+    r = await client.post(f"/api/projects/{project}/tokens", json={"label": "test"})
+    assert r.status_code == 201, r.text
+    token: str = r.json()["token"]
+    return token
 
 
 async def all_items(client: httpx.AsyncClient, url: str, **params: Any) -> list[dict[str, Any]]:

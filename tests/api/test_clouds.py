@@ -74,7 +74,7 @@ async def test_openapi_shows_cloud_fields_as_an_enum_of_the_registry(client: htt
                   if p["name"] == "provider"]
     assert provider["schema"]["enum"] == known
     page = spec["paths"]["/api/compute/instances"]["get"]["parameters"]
-    assert {p["name"] for p in page} >= {"limit", "cursor", "status", "project"}
+    assert {p["name"] for p in page} >= {"limit", "cursor", "status", "X-Project"}
     offers = spec["paths"]["/api/compute/backends/{provider}/offers"]["get"]["responses"]["200"]
     assert "OfferOut" in str(offers) and "Offer\"" not in str(offers)
 

@@ -16,7 +16,7 @@ from api.deps import WorkflowUnavailable
 from api.routers import instances
 from messages.connection import ConnectResult
 from store.models import Connection, IdempotencyRecord, Instance
-from tests.api.conftest import GOOD_KEY, FakeWorkflows, connect_fake
+from tests.api.conftest import GOOD_KEY, FakeWorkflows, connect_fake, make_project
 
 URL = "/api/compute/instances"
 CONNECTIONS = "/api/compute/connections"
@@ -54,7 +54,10 @@ async def test_the_same_key_twice_gives_the_same_allocation_and_one_start(
     assert len(iid) == 12 and iid.isalnum() and iid[0].isalpha()
     # Another key, or the same key in another project, is another allocation.
     other = await client.post(URL, json=body(ssh_key, gpu="A10"), **keyed("order-43"))
-    elsewhere = await client.post(URL, json=body(ssh_key, gpu="A10", project="vision"), **keyed("order-42"))
+    await make_project(client, "vision")
+    await connect_fake(client, "vision")
+    elsewhere = await client.post(URL, json=body(ssh_key, gpu="A10"),
+                                  headers={"X-Project": "vision", "Idempotency-Key": "order-42"})
     assert len({iid, other.json()["id"], elsewhere.json()["id"]}) == 3
     # Without a key, every request is a new allocation.
     plain = [(await client.post(URL, json=body(ssh_key))).json()["id"] for _ in range(2)]

@@ -1,0 +1,78 @@
+"""Projects and their API tokens. The admin token makes projects and tokens; a project token sees
+only its own project, and another project answers 404 exactly like one that does not exist."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, status
+from sqlmodel import Session, select
+
+from api.deps import Caller, CallerDep, SessionDep, no_project, require_admin
+from api.pagination import Keyset, Page, PageDep
+from api.schemas import ProjectCreate, ProjectOut, TokenCreate, TokenCreated, TokenOut
+from store import repo
+from store.models import ApiToken, Project
+
+router = APIRouter(prefix="/projects", tags=["projects"])
+
+PROJECTS = Keyset("projects", Project.created_at, Project.id, descending=False)
+TOKENS = Keyset("tokens", ApiToken.created_at, ApiToken.id, descending=False)
+Responses = dict[int | str, dict[str, Any]]
+ADMIN_ONLY: Responses = {403: {"description": "a project token: this needs the admin token"}}
+UNKNOWN: Responses = {404: {"description": "no such project (or another project's, for a project token)"}}
+
+
+def _visible(session: Session, caller: Caller, project: str) -> None:
+    """404 unless the caller may see `project`: the admin token any existing one, a project token its own."""
+    if (not caller.admin and project != caller.project) or repo.get_project(session, project) is None:
+        raise no_project(project)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ProjectOut,
+             responses={**ADMIN_ONLY, 409: {"description": "the project exists"}})
+def create_project(body: ProjectCreate, session: SessionDep, caller: CallerDep) -> ProjectOut:
+    require_admin(caller)
+    row = repo.add_project(session, body.id)
+    if row is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"project {body.id!r} exists")
+    return ProjectOut.of(row)
+
+
+@router.get("", response_model=Page[ProjectOut])
+def list_projects(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[ProjectOut]:
+    """Every project for the admin token; a project token's own project for it."""
+    stmt = select(Project)
+    if not caller.admin:
+        stmt = stmt.where(Project.id == caller.project)
+    rows, following = PROJECTS.fetch(session, stmt, page)
+    return Page(items=[ProjectOut.of(p) for p in rows], next_cursor=following)
+
+
+@router.post("/{project}/tokens", status_code=status.HTTP_201_CREATED, response_model=TokenCreated,
+             responses={**ADMIN_ONLY, **UNKNOWN})
+def create_token(project: str, body: TokenCreate, session: SessionDep, caller: CallerDep) -> TokenCreated:
+    """A new token of the project: its value is in this answer only (the database keeps its hash)."""
+    _visible(session, caller, project)
+    require_admin(caller)
+    row, value = repo.add_token(session, project, body.label)
+    return TokenCreated(**TokenOut.of(row).model_dump(), token=value)
+
+
+@router.get("/{project}/tokens", response_model=Page[TokenOut], responses=UNKNOWN)
+def list_tokens(project: str, session: SessionDep, caller: CallerDep, page: PageDep) -> Page[TokenOut]:
+    """The project's tokens, revoked ones included (with `revoked_at`); never their values."""
+    _visible(session, caller, project)
+    rows, following = TOKENS.fetch(session, select(ApiToken).where(ApiToken.project == project), page)
+    return Page(items=[TokenOut.of(t) for t in rows], next_cursor=following)
+
+
+@router.delete("/{project}/tokens/{token_id}", response_model=TokenOut,
+               responses={404: {"description": "no such project or token"}})
+def revoke_token(project: str, token_id: str, session: SessionDep, caller: CallerDep) -> TokenOut:
+    """Revoke a token: it is refused from the next request on. Revoking twice answers the same."""
+    _visible(session, caller, project)
+    row = repo.revoke_token(session, project, token_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no token {token_id!r} in project {project!r}")
+    return TokenOut.of(row)
