@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,10 +13,27 @@ from cli.output import fail, table
 from providers import registry
 
 
+def credential_value(key: str, value: str) -> str:
+    """A credential's value as given: `@FILE` reads a file, `env:NAME` an environment variable, so a
+    secret need not be typed on the command line (where `ps` and shell history see it)."""
+    if value.startswith("@"):
+        try:
+            return Path(value[1:]).expanduser().read_text().strip()
+        except OSError as e:
+            raise fail(f"cannot read --credential {key}=@{value[1:]}: {e.strerror}") from None
+    if value.startswith("env:"):
+        name = value[4:]
+        if name not in os.environ:
+            raise fail(f"--credential {key}=env:{name}: {name} is not set")
+        return os.environ[name]
+    return value
+
+
 def connect(
     provider: Annotated[str, typer.Argument(help=f"cloud id: {', '.join(registry.known())}")],
     credential: Annotated[list[str] | None, typer.Option(
-        "--credential", "-c", help="KEY=VALUE (repeatable); `gpuprov clouds` lists each cloud's keys",
+        "--credential", "-c", help="KEY=VALUE, KEY=@FILE or KEY=env:VAR (repeatable; prefer the last two "
+                                   "for secrets); `gpuprov clouds` lists each cloud's keys",
     )] = None,
     endpoint: Annotated[str | None, typer.Option(help="API endpoint override")] = None,
     ca_bundle: Annotated[Path | None, typer.Option(
@@ -28,7 +46,7 @@ def connect(
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise fail(f"--credential wants KEY=VALUE, got {item.split('=')[0]!r}...")
-        creds[key] = value
+        creds[key] = credential_value(key, value)
     body: dict[str, Any] = {"provider": provider, "credentials": creds, "endpoint": endpoint, "name": name}
     if ca_bundle is not None:
         try:

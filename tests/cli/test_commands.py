@@ -86,3 +86,18 @@ def test_bad_token_and_unreachable_api_are_clear(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("GPUPROV_API_URL", "http://127.0.0.1:9")
     r = runner.invoke(app, ["ls"])
     assert r.exit_code == 1 and "cannot reach the gpuprov API at http://127.0.0.1:9" in r.output
+
+
+def test_connect_reads_secrets_from_a_file_or_the_environment(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "key"
+    secret.write_text(GOOD_KEY + "\n")
+    r = runner.invoke(app, ["connect", "fakecloud", "-c", f"api_key=@{secret}"])
+    assert r.exit_code == 0 and "connected fakecloud" in r.output, r.output
+    monkeypatch.setenv("FAKE_CLOUD_KEY", GOOD_KEY)
+    r = runner.invoke(app, ["connect", "fakecloud", "-c", "api_key=env:FAKE_CLOUD_KEY"])
+    assert r.exit_code == 0 and "connected fakecloud" in r.output, r.output
+    r = runner.invoke(app, ["connect", "fakecloud", "-c", "api_key=env:NOT_SET_ANYWHERE"])
+    assert r.exit_code == 1 and "NOT_SET_ANYWHERE is not set" in r.output
+    r = runner.invoke(app, ["connect", "fakecloud", "-c", f"api_key=@{tmp_path / 'missing'}"])
+    assert r.exit_code == 1 and "cannot read" in r.output
