@@ -46,7 +46,9 @@ def judge(ref: InstanceRef, allocation_id: str | None, row: Instance | None) -> 
     - the row is live and records this machine (`cloud_instance_id`), or records none yet and this
       machine carries its latest attempt's key (a create in flight): kept;
     - the row is live and records another machine, or this one carries an earlier attempt's key:
-      a duplicate (also a twin under the latest key where the cloud allows duplicate names).
+      a duplicate (also a twin under the latest key where the cloud allows duplicate names);
+    - a side resource (a security group, NIC, ...): kept while its allocation is live on its key,
+      else an orphan.
     """
     if allocation_id is None:
         return Verdict.ORPHAN, f"its key {ref.key!r} names no allocation"
@@ -55,6 +57,11 @@ def judge(ref: InstanceRef, allocation_id: str | None, row: Instance | None) -> 
     status = AllocationStatus(row.status)
     if not status.live:
         return Verdict.ORPHAN, f"allocation {allocation_id} is {status.value}"
+    if not ref.is_machine:
+        if ref.key == row.key:
+            return Verdict.KEEP, f"a {ref.kind} of allocation {allocation_id}'s latest attempt"
+        return Verdict.ORPHAN, (f"a {ref.kind} of attempt key {ref.key}; allocation {allocation_id} is "
+                                f"{status.value} on {row.key}")
     if row.cloud_instance_id is not None:
         if row.cloud_instance_id == ref.instance_id and row.provider == ref.provider:
             return Verdict.KEEP, f"the machine allocation {allocation_id} records"
@@ -122,11 +129,16 @@ class SweepActivities:
             return result
         with provider_errors():
             p = await self.deps.provider(m.target)
-            await terminate_refs(p, [m.ref], poll_interval_s=inp.poll_interval_s,
-                                 heartbeat_every_s=inp.heartbeat_every_s)
+            if m.ref.is_machine:
+                await terminate_refs(p, [m.ref], poll_interval_s=inp.poll_interval_s,
+                                     heartbeat_every_s=inp.heartbeat_every_s)
+            # A side resource goes with its key's: released once no machine carries the key (a
+            # machine still there is swept as a machine, and its terminate takes its side resources).
             left = await heartbeating(p.find_all(m.ref.key), inp.heartbeat_every_s, "finding twins")
             if not left:
                 await heartbeating(p.release(m.ref.key), inp.heartbeat_every_s, "releasing")
+            elif not m.ref.is_machine:
+                return result
         await heartbeating(self.deps.blocking(self._record, inp.sweep_id, again), inp.heartbeat_every_s,
                            "recording")
         return result.model_copy(update={"removed": True})

@@ -203,13 +203,26 @@ class LaunchSpec(BaseModel):
         return v
 
 
+MACHINE = "machine"
+
+
 class InstanceRef(BaseModel):
-    """Enough to find a machine again: the cloud's id plus our key."""
+    """Enough to find a machine again: the cloud's id plus our key.
+
+    `list_owned` also reports per-machine side resources (a security group, firewall rule, NIC,
+    public IP) that carry our tag and key: `kind` names them (`security-group`, ...), and such a ref
+    is never a machine — `find`/`find_all` skip it, and the sweep removes one whose allocation is
+    over through `release(key)` once no machine carries the key."""
 
     provider: str
     instance_id: str
     key: str
     region: str | None = None
+    kind: str = MACHINE
+
+    @property
+    def is_machine(self) -> bool:
+        return self.kind == MACHINE
 
 
 class InstanceState(StrEnum):
@@ -352,12 +365,13 @@ class CloudProvider(abc.ABC):
 
     @abc.abstractmethod
     async def list_owned(self) -> list[InstanceRef]:
-        """Everything billable carrying this installation's ownership tag."""
+        """Everything billable carrying this installation's ownership tag: machines, and side resources
+        (`kind` other than "machine") whose machine is gone or was never made."""
 
     async def find(self, key: str) -> InstanceRef | None:
         """The machine made under `key`, if any (compensation uses this when create's answer was lost)."""
         for ref in await self.list_owned():
-            if ref.key == key:
+            if ref.key == key and ref.is_machine:
                 return ref
         return None
 
@@ -368,7 +382,7 @@ class CloudProvider(abc.ABC):
         """Every machine of ours carrying `key` that is not gone. More than one where the cloud does
         not enforce unique names and two creates raced (Lambda); terminate-by-key removes them all.
         Default: `list_owned()` filtered by key; override with a cheaper lookup where there is one."""
-        return [ref for ref in await self.list_owned() if ref.key == key]
+        return [ref for ref in await self.list_owned() if ref.key == key and ref.is_machine]
 
     async def release(self, key: str) -> None:  # noqa: B027 — optional hook
         """Remove the per-key side resources (e.g. Lambda's SSH key object named like the machine)

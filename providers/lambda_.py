@@ -265,7 +265,16 @@ class LambdaProvider(rest.RestCloudProvider):
     async def list_owned(self) -> list[InstanceRef]:
         instances = await self._instances()
         with rest.parsing(self.id, "instances"):
-            return [self._ref(i) for i in instances if str(i.get("name") or "").startswith(self._prefix)]
+            machines = [self._ref(i) for i in instances if str(i.get("name") or "").startswith(self._prefix)]
+        # An SSH key object named like a machine that is not there: left by a launch that never
+        # happened (or a terminate cut short). It is ours, so it is listed, for the sweep to release.
+        names = {str(i.get("name") or "") for i in instances}
+        with rest.parsing(self.id, "ssh-keys"):
+            leftovers = [InstanceRef(provider=self.id, instance_id=str(k["id"]), kind="ssh-key",
+                                     key=str(k["name"]).removeprefix(self._prefix))
+                         for k in await self._ssh_keys()
+                         if str(k.get("name") or "").startswith(self._prefix) and k.get("name") not in names]
+        return machines + leftovers
 
     async def find(self, key: str) -> InstanceRef | None:
         # By the full name, so keys shortened to fit Lambda's 64 chars are found too.

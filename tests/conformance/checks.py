@@ -336,6 +336,25 @@ async def check_release(h: Harness) -> None:
         await p.release(failed.key)  # nothing left: success
 
 
+async def check_list_owned_reports_leftover_side_resources(h: Harness) -> None:
+    """A side resource whose machine never came (a launch refused after it was made) is listed by
+    list_owned — as a side resource, never as a machine — so the sweep can release it."""
+    if not registry.capabilities(h.cloud).side_resources:
+        return  # nothing but machines to list (local); the machine checks cover it
+    async with h.provider() as p:
+        failed = h.spec()
+        await h.add_fault("create", "server_error", status=503)
+        with pytest.raises(Transient):
+            await p.create(await cheapest(p), failed)
+        try:
+            listed = [r for r in await p.list_owned() if r.key == failed.key]
+            assert listed and not any(r.is_machine for r in listed), f"expected side resources: {listed}"
+            assert await p.find_all(failed.key) == [] and await p.find(failed.key) is None
+        finally:
+            await p.release(failed.key)
+        assert [r for r in await p.list_owned() if r.key == failed.key] == []
+
+
 async def check_list_owned_without_allocation(h: Harness) -> None:
     """The sweep's input: list_owned lists a machine whose allocation no database knows, under a key
     that names that allocation (messages.ids.allocation_of_key)."""
@@ -366,4 +385,5 @@ ALL_CHECKS: list[Check] = [
     check_find_all_and_terminate_by_key,
     check_release,
     check_list_owned_without_allocation,
+    check_list_owned_reports_leftover_side_resources,
 ]

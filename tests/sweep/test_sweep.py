@@ -16,6 +16,7 @@ from messages.allocation import AllocateRequest, AllocationInput, AllocationStat
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
 from messages.sweep import SweepSummary, Verdict
+from providers.base import Transient
 from store import repo
 from store.secrets import SecretBox
 from tests import simclouds
@@ -211,3 +212,23 @@ async def test_a_connection_that_does_not_answer_is_reported_and_the_rest_swept(
 
     assert summary.listed == [good] and len(summary.failures) == 1 and bad in summary.failures[0]
     assert [r.machine.ref.instance_id for r in summary.removed] == [ref.instance_id]
+
+
+async def test_a_side_resource_left_without_its_machine_is_released(
+        temporal_client: Client, sweep_worker: None, sim: FakeCloudServer, connect: Any,
+        sweep_engine: sa.Engine) -> None:
+    connect("lambda")
+    # A launch refused after its SSH key object was registered: the key object stays, no machine.
+    await sim.admin.aio.add_fault("lambda", "create", "server_error", status=503)
+    allocation = new_allocation_id()
+    with pytest.raises(Transient):
+        await plant(sim, "lambda", allocation)
+    key = attempt_key(allocation, 1)
+    [left] = await ssh_key_objects(sim, key)
+
+    summary = await sweep(temporal_client, grace_s=0)
+
+    [done] = [r for r in summary.removed if r.machine.ref.key == key]
+    assert (done.verdict, done.machine.ref.kind, done.allocation_id) == (Verdict.ORPHAN, "ssh-key", allocation)
+    assert await ssh_key_objects(sim, key) == []
+    assert [a.instance_id for a in actions(sweep_engine)] == [done.machine.ref.instance_id] == [left["id"]]

@@ -23,8 +23,9 @@ def test_allocation_of_key_refuses_other_keys(key: str) -> None:
     assert allocation_of_key(key) is None
 
 
-def ref(instance_id: str = "m1", key: str = "gp-alloc1-a2", provider: str = "local") -> InstanceRef:
-    return InstanceRef(provider=provider, instance_id=instance_id, key=key)
+def ref(instance_id: str = "m1", key: str = "gp-alloc1-a2", provider: str = "local",
+        kind: str = "machine") -> InstanceRef:
+    return InstanceRef(provider=provider, instance_id=instance_id, key=key, kind=kind)
 
 
 def row(status: str, key: str | None = "gp-alloc1-a2", cloud_instance_id: str | None = "m1",
@@ -49,6 +50,14 @@ def row(status: str, key: str | None = "gp-alloc1-a2", cloud_instance_id: str | 
     (ref(key="gp-alloc1-a1"), "alloc1", row("provisioning", cloud_instance_id=None), Verdict.DUPLICATE,
      "on attempt key gp-alloc1-a2"),
     (ref("m1", provider="lambda"), "alloc1", row("ready"), Verdict.DUPLICATE, "not this one"),
+    # side resources: kept while the allocation is live on their key, else orphans
+    (ref("sg-1", kind="security-group"), "alloc1", row("ready"), Verdict.KEEP, "a security-group of"),
+    (ref("sg-1", kind="security-group"), "alloc1", row("provisioning", cloud_instance_id=None),
+     Verdict.KEEP, "latest attempt"),
+    (ref("sg-1", key="gp-alloc1-a1", kind="security-group"), "alloc1", row("ready"), Verdict.ORPHAN,
+     "of attempt key gp-alloc1-a1"),
+    (ref("sg-1", kind="security-group"), "alloc1", row("terminated"), Verdict.ORPHAN, "is terminated"),
+    (ref("sg-1", key="conf-1", kind="nic"), None, None, Verdict.ORPHAN, "names no allocation"),
 ])
 def test_judge(machine: InstanceRef, allocation: str | None, record: Instance | None, verdict: Verdict,
                says: str) -> None:
