@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import lru_cache
@@ -48,7 +49,7 @@ def home_value(home: Path, name: str, make: Callable[[], str]) -> str:
     """
     path = home / name
     if not path.exists():
-        home.mkdir(parents=True, exist_ok=True)
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=home, prefix=f".{name}.")  # mode 0600
         try:
             with os.fdopen(fd, "w") as f:
@@ -59,3 +60,53 @@ def home_value(home: Path, name: str, make: Callable[[], str]) -> str:
         finally:
             os.unlink(tmp)
     return path.read_text().strip()
+
+
+# Files and directories under GPUPROV_HOME are the service user's only: keys, tokens, databases
+# and logs hold secrets or what they protect. Every process that writes there calls these first.
+PRIVATE_UMASK = 0o077
+# What gpuprov itself keeps in its home (tightened when an older, looser home is adopted).
+OWN_ENTRIES = ("api-token", "secret.key", "installation-id", "cloud-tokens.json", "gpuprov.db",
+               "gpuprov.db-wal", "gpuprov.db-shm", "temporal.db", "temporal.db-wal", "temporal.db-shm",
+               "logs", "localcloud")
+
+
+def private_files() -> None:
+    """From now on this process and its children create files 0600 and directories 0700."""
+    os.umask(PRIVATE_UMASK)
+
+
+def private_home(home: Path) -> Path:
+    """`home`, created 0700. A looser one (made by an older gpuprov) is tightened, and so are the
+    entries gpuprov keeps in it; stderr says so, once, since the next start finds it tight."""
+    private_files()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    was = home.stat().st_mode & 0o777
+    if was & PRIVATE_UMASK:
+        try:
+            home.chmod(0o700)
+            for name in OWN_ENTRIES:
+                _owner_only(home / name)
+        except OSError as e:
+            print(f"gpuprov: warning: {home} is readable by others (mode {was:o}) and could not be "
+                  f"made 0700: {e.strerror}", file=sys.stderr)
+        else:
+            print(f"gpuprov: made {home} private (mode 700, was {was:o}); its files are owner-only now",
+                  file=sys.stderr)
+    return home
+
+
+def _owner_only(path: Path) -> None:
+    """Strip group/other bits from `path` and, for a directory, everything in it (links untouched)."""
+    if path.is_symlink() or not path.exists():
+        return
+    paths = [path]
+    if path.is_dir():  # os.walk does not follow links to directories
+        for top, dirs, files in os.walk(path):
+            paths += [Path(top, n) for n in dirs + files]
+    for p in paths:
+        try:
+            if not p.is_symlink():
+                p.chmod(p.stat().st_mode & 0o700)
+        except FileNotFoundError:  # removed while we walk (a WAL checkpoint, a log rotation)
+            pass

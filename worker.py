@@ -181,11 +181,12 @@ async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
 
 
 async def main() -> None:
-    from settings import get_settings
+    from settings import get_settings, private_home
     from store.migrate import upgrade
     from workflows.converter import connect_client
 
     s = get_settings()
+    private_home(s.home)
     upgrade()  # every replica may be the first to start; migrations take turns
     client = await connect_client(s.temporal_address, s.temporal_namespace)
     stop = asyncio.Event()

@@ -40,4 +40,7 @@ def create_app(deps: AppDeps) -> FastAPI:
 
 def build_app() -> FastAPI:
     """The app for uvicorn (`uvicorn --factory api.app:build_app`): migrates the database first."""
+    from settings import get_settings, private_home
+
+    private_home(get_settings().home)  # before the database, token or key is written there
     return create_app(deps_from_settings())

@@ -41,9 +41,11 @@ app.add_typer(projects.app, name="project")
 def worker() -> None:
     """Run the Temporal worker (migrates the database first)."""
     import worker as worker_module
+    from settings import get_settings, private_home
     from store.migrate import upgrade
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    private_home(get_settings().home)
     upgrade()
     try:
         asyncio.run(worker_module.main())
@@ -55,4 +57,7 @@ app.command()(dev.dev)
 
 
 def main() -> None:
+    from settings import private_files
+
+    private_files()  # whatever a command writes (dev's home, the worker's database) is the user's only
     app()

@@ -138,11 +138,11 @@ async def connect_simulated(c: httpx.AsyncClient, bodies: dict[str, dict[str, An
             typer.secho(f"  could not connect {cloud}: {why}", fg=typer.colors.YELLOW)
 
 
-def simulation_argv(cfg: DevConfig, tokens: dict[str, str]) -> list[str]:
-    """The simulation server, serving every simulated cloud with its token (`--token cloud=token` each)."""
-    token_args = [arg for cloud, tok in tokens.items() for arg in ("--token", f"{cloud}={tok}")]
+def simulation_argv(cfg: DevConfig) -> list[str]:
+    """The simulation server, serving every simulated cloud with its token from cloud-tokens.json
+    (by file: an argument would show the tokens to every local user in the process list)."""
     return [sys.executable, "-m", "fakeclouds.server", "--host", cfg.host, "--port", str(cfg.cloud_port),
-            "--state-dir", str(cfg.home / "localcloud"), *token_args]
+            "--state-dir", str(cfg.home / "localcloud"), "--tokens-file", str(cfg.home / TOKENS_FILE)]
 
 
 # --------------------------------------------------------------------------- the supervisor
@@ -150,13 +150,13 @@ def simulation_argv(cfg: DevConfig, tokens: dict[str, str]) -> list[str]:
 
 async def run_dev(cfg: DevConfig) -> int:
     from api.deps import load_or_create_token
-    from settings import Settings
+    from settings import Settings, private_home
     from store.db import make_engine
     from store.identity import installation_id
     from store.migrate import upgrade
     from store.secrets import load_or_create_key
 
-    cfg.home.mkdir(parents=True, exist_ok=True)
+    private_home(cfg.home)  # before anything is written there; every child inherits the umask
     load_or_create_key(cfg.home)
     token = load_or_create_token(cfg.home)
     settings = Settings(home=cfg.home)
@@ -186,7 +186,7 @@ async def run_dev(cfg: DevConfig) -> int:
             "--ip", cfg.host, "--port", str(cfg.temporal_port), "--ui-port", str(cfg.ui_port),
             "--ui-disable-news-fetch", "--log-level", "warn", *dev_server_args(),
         ], lambda: temporal_up(cfg.temporal_address))
-        await stack.launch("localcloud", simulation_argv(cfg, tokens),
+        await stack.launch("localcloud", simulation_argv(cfg),
                            lambda: http_ok(f"{cfg.cloud_url}/_fake/health"))
         await stack.launch("worker", [sys.executable, "-m", "cli", "worker"],
                            lambda: worker_polling(cfg.temporal_address, settings.task_queue))

@@ -419,7 +419,7 @@ class Engine:
         for tool, script in tools.items():
             path = home / "bin" / tool
             path.write_text(script)
-            path.chmod(0o755)
+            path.chmod(0o700)  # run as the service's own user: nobody else's to read
 
     def _spawn(self, m: Machine, coro: Any) -> None:
         self._cancel(m)
@@ -499,7 +499,7 @@ class Engine:
         for i, text in enumerate(cloudinit.parse(m.user_data).scripts):
             script = home / f".user-data-{i}"
             script.write_text(text)
-            script.chmod(0o755)
+            script.chmod(0o700)  # run as the service's own user: nobody else's to read
             server = self._ssh.get(m.id)
             env = server._env() if server else {"HOME": str(home)}
             log_file = (home / "cloud-init-output.log").open("ab")

@@ -1,12 +1,14 @@
 """One process serving every simulated cloud, plus helpers to run it from tests.
 
     python -m fakeclouds.server --port 8765 --state-dir .gpuprov/fakeclouds \
-        --token NAME=TOKEN,... --boot-delay 1
+        --tokens-file .gpuprov/cloud-tokens.json --boot-delay 1
 
 serves every facade the cloud registry lists (providers/registry.py), each under its prefix, and
 prints its URL (one line on stdout) once it accepts connections. A facade's token defaults to
-`<name>-dev-token`. SIGTERM/SIGINT stop it cleanly; with --state-dir machines come back (same SSH
-addresses, ports and host keys) on restart.
+`<name>-dev-token`; real ones come from --tokens-file (a JSON object, facade to token: what
+`gpuprov dev` keeps), since a --token NAME=TOKEN argument is visible to every local user.
+SIGTERM/SIGINT stop it cleanly; with --state-dir machines come back (same SSH addresses, ports and
+host keys) on restart.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable
@@ -30,7 +34,7 @@ from fastapi import FastAPI
 from fakeclouds import admin_api
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.engine import ADMIN_PREFIX, Engine
-from fakeclouds.facade import Facade
+from fakeclouds.facade import Facade, registered
 
 T = TypeVar("T")
 
@@ -82,10 +86,23 @@ def parse_tokens(text: str | list[str] | None, facades: Collection[str]) -> dict
     for part in (p for t in texts for p in t.split(",") if p):
         facade, sep, token = part.partition("=")
         if not sep or facade.strip() not in facades or not token.strip():
-            raise ValueError(f"--token wants facade=token pairs (facades: {', '.join(facades)}), "
-                             f"got {part!r}")
+            # Name the facade, never the value: without "=" the whole part may be a token.
+            got = f"a token for {facade.strip()!r}" if sep else "an entry without '='"
+            raise ValueError(f"--token wants facade=token pairs (facades: {', '.join(facades)}), got {got}")
         tokens[facade.strip()] = token.strip()
     return tokens
+
+
+def read_tokens_file(path: str | Path, facades: Collection[str]) -> dict[str, str]:
+    """The tokens of `facades` in a JSON object of facade to token. Entries for other facades are
+    skipped: `gpuprov dev` keeps the token of a cloud no longer simulated for when it comes back."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--tokens-file {path}: cannot read a JSON object ({type(e).__name__})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) and v for v in data.values()):
+        raise ValueError(f"--tokens-file {path}: wants a JSON object of facade name to non-empty token")
+    return {name: token for name, token in data.items() if name in facades}
 
 
 # --------------------------------------------------------------------------- in-thread server (tests)
@@ -205,25 +222,30 @@ def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot
                      terminate_delay: float = 0.05, tokens: dict[str, str] | None = None,
                      startup_timeout: float = 20) -> FakeCloudProcess:
     """Start `python -m fakeclouds.server` and wait until it prints its URL. Only the `tokens` given
-    are passed; the process gives every other facade `<name>-dev-token` (so does `.tokens`)."""
-    from fakeclouds.facade import registered
-
+    are passed (by a private file, removed once the server has read it); the process gives every
+    other facade `<name>-dev-token` (so does `.tokens`)."""
     given, tokens = tokens or {}, with_defaults([f.name for f in registered()], tokens)
     root = Path(__file__).resolve().parent.parent
     argv = [sys.executable, "-m", "fakeclouds.server", "--port", str(port), "--boot-delay", str(boot_delay),
-            "--terminate-delay", str(terminate_delay),
-            "--token", ",".join(f"{k}={v}" for k, v in given.items())]
+            "--terminate-delay", str(terminate_delay)]
+    fd, tokens_file = tempfile.mkstemp(prefix="fakeclouds-tokens-", suffix=".json")  # mode 0600
+    with os.fdopen(fd, "w") as f:
+        json.dump(given, f)
+    argv += ["--tokens-file", tokens_file]
     if state_dir is not None:
         argv += ["--state-dir", str(state_dir)]
     pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": pythonpath}
-    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    stdout = proc.stdout
-    url: list[str] = []
-    reader = threading.Thread(target=lambda: url.append(stdout.readline().strip()), daemon=True)
-    reader.start()
-    reader.join(startup_timeout)
+    try:
+        proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        stdout = proc.stdout
+        url: list[str] = []
+        reader = threading.Thread(target=lambda: url.append(stdout.readline().strip()), daemon=True)
+        reader.start()
+        reader.join(startup_timeout)
+    finally:
+        os.unlink(tokens_file)  # read before the URL is printed
     if not url or not url[0].startswith("http"):
         proc.kill()
         proc.wait()
@@ -234,8 +256,14 @@ def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot
 # --------------------------------------------------------------------------- CLI
 
 
-async def _serve(args: argparse.Namespace, engine: Engine) -> None:
-    app = build_app(engine, parse_tokens(args.token, engine.facades))
+def tokens_of(args: argparse.Namespace, facades: Collection[str]) -> dict[str, str]:
+    """--tokens-file, then --token on top (ValueError with the reason when either is malformed)."""
+    from_file = read_tokens_file(args.tokens_file, facades) if args.tokens_file else {}
+    return {**from_file, **parse_tokens(args.token, facades)}
+
+
+async def _serve(args: argparse.Namespace, engine: Engine, tokens: dict[str, str]) -> None:
+    app = build_app(engine, tokens)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                            access_log=False, lifespan="on", timeout_graceful_shutdown=2))
     task = asyncio.create_task(server.serve())
@@ -258,20 +286,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--state-dir", default=None, help="persist machines here and restore them on start")
+    parser.add_argument("--tokens-file", default=None,
+                        help="JSON object of facade NAME to TOKEN (entries for other facades are skipped)")
     parser.add_argument("--token", action="append", default=None,
                         help="NAME=TOKEN (repeatable, or comma-separated) for any registered facade "
-                             "(default: NAME-dev-token)")
+                             "(default: NAME-dev-token). Visible in the process list: for real "
+                             "secrets use --tokens-file")
     parser.add_argument("--boot-delay", type=float, default=1.0)
     parser.add_argument("--terminate-delay", type=float, default=0.2)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    engine = Engine(boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
-                    state_dir=args.state_dir)
     try:
-        parse_tokens(args.token, engine.facades)
+        tokens = tokens_of(args, [f.name for f in registered()])  # the engine's facades
     except ValueError as exc:
         parser.error(str(exc))
-    asyncio.run(_serve(args, engine))
+    os.umask(0o077)  # the state dir holds host keys and machines' disks: the owner's only
+    engine = Engine(boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
+                    state_dir=args.state_dir)
+    asyncio.run(_serve(args, engine, tokens))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def default_engine() -> sa.Engine:
     from settings import get_settings
 
     s = get_settings()
-    s.home.mkdir(parents=True, exist_ok=True)
+    s.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     return make_engine(s.resolved_database_url())
 
 

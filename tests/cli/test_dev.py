@@ -1,5 +1,6 @@
 """`gpuprov dev` end to end on free ports: starts every child, connects the simulated clouds
-through the real ConnectWorkflow, stops everything on SIGINT, and keeps state across restarts."""
+through the real ConnectWorkflow, stops everything on SIGINT, and keeps state across restarts;
+its home is its user's only and no process shows a secret on its command line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 
 from providers import registry
-from tests.devrun import DevRun, alive, dev_ports
+from tests.devrun import DevRun, alive, assert_private, dev_ports
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +33,25 @@ def test_dev_starts_connects_stops_and_restarts(tmp_path: Path) -> None:
         conns = httpx.get(f"{api}/api/compute/connections", headers=headers).json()["items"]
         assert sorted((c["provider"], c["name"], c["status"]) for c in conns) == sorted(
             (cloud, registry.simulation(cloud).display_name, "connected") for cloud in registry.simulated())
+        # Every child has written its state (the worker ran ConnectWorkflow, each cloud verified the
+        # tokens it read from cloud-tokens.json): all of it private, no secret in any argv.
+        assert_private(run, home)
     finally:
         code = run.interrupt()
     assert code == 0, "\n".join(run.lines)
     assert "stopped" in run.lines
     assert [p for p in pids if alive(p)] == []
 
+    # A home an older gpuprov left readable by others is made private on the next start.
+    home.chmod(0o755)
+    (home / "logs" / "api.log").chmod(0o644)
     # Restart on the same home: same token, the connections are not made twice.
     again = DevRun(home, ports)
     try:
         assert again.wait_for(r"API token\s+(\S+)").group(1) == token
+        assert [line for line in again.lines if "private" in line] == [
+            f"gpuprov: made {home} private (mode 700, was 755); its files are owner-only now"]
+        assert_private(again, home)
         conns = httpx.get(f"{api}/api/compute/connections", headers=headers).json()["items"]
         assert len(conns) == len(registry.simulated())
         assert not any("connected " in line for line in again.lines)

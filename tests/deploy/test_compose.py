@@ -1,10 +1,12 @@
 """The production stack file: the services the design names, one shared configuration, commands
-that name things that exist, an image that copies every package and runs as a non-root user.
+that name things that exist, an image that copies every package and runs as a non-root user,
+nothing published beyond the host's loopback, no secret on a command line.
 (tests/deploy/test_compose_processes.py runs those commands.)"""
 
 from __future__ import annotations
 
 import importlib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -45,10 +47,74 @@ def test_the_api_command_names_an_app_factory_that_exists() -> None:
     assert callable(getattr(importlib.import_module(module), attr))
 
 
-def test_temporal_frontend_and_web_ui_are_not_published_on_every_interface() -> None:
+LOOPBACK = {"127.0.0.1", "::1", "[::1]", "localhost"}
+
+
+def public_ports(service: dict[str, Any]) -> list[str]:
+    """The service's published ports that bind beyond the host's loopback: a short form without a
+    host IP ("8000:8000", "8000") or with a non-loopback one, a long form without a loopback
+    `host_ip`, or the host's network itself."""
+    found = ["network_mode: host"] if service.get("network_mode") == "host" else []
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            if port.get("published") is not None and port.get("host_ip") not in LOOPBACK:
+                found.append(str(port))
+            continue
+        spec = str(port).split("/")[0]  # "127.0.0.1:8000:8000/tcp"
+        host = spec.rsplit(":", 2)[0] if spec.count(":") >= 2 else None
+        if host not in LOOPBACK:
+            found.append(str(port))
+    return found
+
+
+# An argument naming a secret, interpolating a variable (the environment is where secrets go),
+# or a long random-looking literal.
+SECRET_WORD = re.compile(r"token|secret|passw|pwd|api[-_]?key|credential|private", re.I)
+RANDOM_LITERAL = re.compile(r"^(?=.*\d)(?=.*[A-Za-z])[A-Za-z0-9_\-+/=]{24,}$")
+
+
+def secret_looking(argv: Any) -> list[str]:
+    args = argv.split() if isinstance(argv, str) else [str(a) for a in argv or []]
+    return [a for a in args if SECRET_WORD.search(a) or "$" in a or RANDOM_LITERAL.match(a)]
+
+
+def commands(service: dict[str, Any]) -> list[Any]:
+    """Every argv compose runs for the service: its command, entrypoint and health check."""
+    return [service.get("command"), service.get("entrypoint"), (service.get("healthcheck") or {}).get("test")]
+
+
+def test_the_checks_below_catch_what_they_look_for() -> None:
+    assert public_ports({"ports": ["8000:8000", "8000", "0.0.0.0:1:1", "127.0.0.1:2:2", "[::1]:3:3/tcp",
+                                   {"target": 80, "published": 8080},
+                                   {"target": 81, "published": 8081, "host_ip": "127.0.0.1"}]}) == [
+        "8000:8000", "8000", "0.0.0.0:1:1", str({"target": 80, "published": 8080})]
+    assert public_ports({"network_mode": "host"}) == ["network_mode: host"]
+    assert secret_looking(["x", "--token", "${GPUPROV_API_TOKEN}", "Z-W-ia7vvBsNCu5mlChD9fI47UFHj-vU"]) == [
+        "--token", "${GPUPROV_API_TOKEN}", "Z-W-ia7vvBsNCu5mlChD9fI47UFHj-vU"]
+    assert secret_looking("psql postgresql://u:pw@db/x --password") == ["--password"]
+    assert secret_looking(["uvicorn", "--factory", "api.app:build_app", "--port", "8000"]) == []
+
+
+def test_nothing_is_published_beyond_the_hosts_loopback() -> None:
+    # Temporal's frontend and Web UI have no auth at all; the API's token is better not sent over
+    # a public interface in clear: a TLS proxy on the host publishes it (README: Security boundary).
     services = load()["services"]
-    for name in ("temporal", "temporal-ui"):
-        assert all(str(p).startswith("127.0.0.1:") for p in services[name].get("ports", [])), name
+    assert {name: public_ports(s) for name, s in services.items() if public_ports(s)} == {}
+    assert {name for name, s in services.items() if s.get("ports")} >= {"temporal", "temporal-ui", "api"}
+
+
+def test_no_secret_on_any_command_line() -> None:
+    """Secrets reach the processes by environment (from .env); an argv is readable by every local user."""
+    services = load()["services"]
+    found = {name: secret_looking(argv) for name, s in services.items() for argv in commands(s)
+             if secret_looking(argv)}
+    assert found == {}
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for line in dockerfile.splitlines():
+        if line.startswith(("CMD", "ENTRYPOINT")):
+            assert secret_looking(line.split(maxsplit=1)[1]) == [], line
+        if line.startswith("ENV"):  # an image's ENV is readable by anyone who can pull it
+            assert not SECRET_WORD.search(line), line
 
 
 def test_secrets_are_required_not_defaulted() -> None:

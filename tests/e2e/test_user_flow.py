@@ -15,7 +15,7 @@ import asyncssh
 import httpx
 import pytest
 
-from tests.devrun import DevRun, dev_ports
+from tests.devrun import DevRun, assert_private, dev_ports
 
 pytestmark = pytest.mark.slow
 
@@ -88,6 +88,8 @@ def test_up_ssh_ls_offers_restart_down(tmp_path: Path) -> None:
         assert ml and ml.group(1) is None and ml.group(3) != "127.0.0.1", up_l.stdout  # port 22: no -p
         gpus = openssh(private, 22, ml.group(2), "nvidia-smi -L", host=ml.group(3))
         assert gpus.returncode == 0 and "A10" in gpus.stdout, gpus.stdout + gpus.stderr
+        # Two machines' disks, host keys and cloud-init logs now exist too: all private.
+        assert_private(run, home)
     finally:
         assert run.interrupt() == 0, "\n".join(run.lines)
 

@@ -23,6 +23,7 @@ def test_own_process_survives_crash_and_clean_restart(tmp_path: Path, pubkey: st
     state = tmp_path / "cloud"
     cloud = start_subprocess(state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
     headers = {"Authorization": "Bearer t0k"}
+    assert "t0k" not in " ".join(map(str, cloud.proc.args))  # given by a file, not the command line
     try:
         r = httpx.post(f"{cloud.url}/local/v1/machines", headers=headers, json={
             "name": "keep", "instance_type": "cpu-small", "region": "local-1", "ssh_public_keys": [pubkey]})
