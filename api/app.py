@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 
 from api.deps import AppDeps, deps_from_settings, require_token
 from api.errors import request_validation_handler
-from api.routers import clouds, connections, instances, offers
+from api.routers import clouds, codec, connections, instances, offers
 
 API_PREFIX = "/api/compute"
 
@@ -26,6 +26,9 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.add_exception_handler(RequestValidationError, request_validation_handler)
     for module in (clouds, connections, offers, instances):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
+    # The Temporal Web UI's codec endpoint: its own auth (bearer or session cookie) and CORS.
+    app.include_router(codec.router, prefix=codec.PREFIX)
+    app.add_middleware(codec.CodecCors, origins=deps.codec_cors_origins)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -69,8 +69,9 @@ class TemporalGateway:
     """WorkflowGateway over a real Temporal client, connected on first use (the API may
     start before Temporal answers)."""
 
-    def __init__(self, address: str, namespace: str, task_queue: str) -> None:
+    def __init__(self, address: str, namespace: str, task_queue: str, *, keys: Sequence[bytes]) -> None:
         self.address, self.namespace, self.task_queue = address, namespace, task_queue
+        self.keys = keys  # the payload codec's: the secret store's keyring, as the worker's
         self._client: Any = None
         self._lock = asyncio.Lock()
 
@@ -80,7 +81,7 @@ class TemporalGateway:
                 from workflows.converter import connect_client
 
                 try:
-                    self._client = await connect_client(self.address, self.namespace)
+                    self._client = await connect_client(self.address, self.namespace, keys=self.keys)
                 except Exception as e:  # noqa: BLE001 — any connect failure means "unavailable"
                     raise WorkflowUnavailable(f"Temporal at {self.address} is not reachable: {e}") from e
             return self._client
@@ -155,6 +156,8 @@ class AppDeps:
     installation_id: str
     workflows: WorkflowGateway
     connect_timeout_s: float = 60.0
+    codec_cors_origins: tuple[str, ...] = ("http://127.0.0.1:8233",)  # the Temporal Web UI's
+    codec_session_ttl_s: float = 12 * 3600
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:
@@ -172,12 +175,15 @@ def deps_from_settings() -> AppDeps:
     s = get_settings()
     engine = default_engine()
     upgrade(engine)  # before reading the identity, which lives in the database
+    box = default_box()
     return AppDeps(
         engine=engine,
-        box=default_box(),
+        box=box,
         api_token=load_or_create_token(s.home, s.api_token),
         installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
-        workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue),
+        workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue, keys=box.keys),
+        codec_cors_origins=tuple(o.strip() for o in s.codec_cors_origins.split(",") if o.strip()),
+        codec_session_ttl_s=s.codec_session_ttl_s,
     )
 
 
