@@ -173,7 +173,7 @@ class SessionOut(BaseModel):
 
 @router.post("/session", response_model=SessionOut, dependencies=[Depends(require_token)],
              responses={401: {"description": "missing or invalid bearer token"}})
-def open_session(request: Request, response: Response, deps: DepsDep) -> SessionOut:
+def start_session(request: Request, response: Response, deps: DepsDep) -> SessionOut:
     """Trade the bearer token (in the Authorization header, never a URL) for a codec session cookie."""
     expires = int(time.time() + deps.codec_session_ttl_s)
     response.set_cookie(COOKIE, session_value(deps, expires), max_age=int(deps.codec_session_ttl_s),
@@ -182,7 +182,7 @@ def open_session(request: Request, response: Response, deps: DepsDep) -> Session
 
 
 @router.delete("/session", status_code=status.HTTP_204_NO_CONTENT)
-def close_session(response: Response) -> None:
+def end_session(response: Response) -> None:
     """Forget the session cookie in this browser."""
     response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
 

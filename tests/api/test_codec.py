@@ -4,6 +4,7 @@ CORS for the UI's origin only."""
 from __future__ import annotations
 
 import base64
+import json
 import time
 from typing import Any
 
@@ -168,3 +169,20 @@ async def test_the_session_page_needs_no_auth_and_holds_no_secret(anonymous: htt
     assert "script-src 'nonce-" in r.headers["content-security-policy"]
     r = await anonymous.delete("/codec/session")
     assert r.status_code == 204 and codec.COOKIE in r.headers["set-cookie"]
+
+
+async def test_malformed_bodies_get_a_reason_never_a_5xx(client: httpx.AsyncClient) -> None:
+    from tests.api.test_fuzz import BAD_BODIES
+
+    shapes = [*BAD_BODIES, {"payloads": [None]}, {"payloads": [{"metadata": {"encoding": 7}}]},
+              {"payloads": [{"metadata": {"encoding": "YmluYXJ5L2VuY3J5cHRlZA=="}, "data": "AAAA"}]},
+              {"payloads": [{"data": "\udcff"}]}]
+    for route in ("/codec/decode", "/codec/encode"):
+        for bad in shapes:
+            if isinstance(bad, bytes | str):
+                r = await client.post(route, content=bad, headers={"Content-Type": "application/json"})
+            else:
+                r = await client.post(route, content=json.dumps(bad).encode())
+            # (encoding a well-formed payload whose bytes are nonsense is fine: 200)
+            assert r.status_code == 200 or (400 <= r.status_code < 500 and r.json()["detail"]), \
+                (route, bad, r.status_code, r.text)
