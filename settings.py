@@ -18,12 +18,15 @@ class Settings(BaseSettings):
     home: Path = Path(".gpuprov")
     database_url: str | None = None  # default: sqlite under home
     secret_key: str | None = None  # Fernet key; default: read/generated at home/secret.key
+    previous_secret_keys: str | None = None  # older Fernet keys, comma-separated: still decrypt
     api_token: str | None = None  # default: read/generated at home/api-token
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
     task_queue: str = "gpuprov"
     installation_id: str | None = None  # default: read/generated at home/installation-id
     api_url: str = "http://127.0.0.1:8000"
+    codec_cors_origins: str = "http://127.0.0.1:8233"  # Web UI origins that may call /codec (comma-separated)
+    codec_session_ttl_s: float = 12 * 3600  # how long a /codec/session cookie stays valid
     watch_interval_s: float = 60.0  # how often each connection's machines are checked for losses
     sweep_interval_s: float = 300.0  # how often the Schedule `gpuprov-sweep` starts a sweep
     sweep_grace_s: float = 600.0  # an orphan/duplicate is removed this long after first seen, not before

@@ -188,12 +188,14 @@ async def main() -> None:
     s = get_settings()
     private_home(s.home)
     upgrade()  # every replica may be the first to start; migrations take turns
-    client = await connect_client(s.temporal_address, s.temporal_namespace)
+    deps = ActivityDeps.from_settings()
+    # The payload codec's keys are the secret store's: the API, reading the same store, decodes them.
+    client = await connect_client(s.temporal_address, s.temporal_namespace, keys=deps.box.keys)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serve(client, ActivityDeps.from_settings(), s, stop)
+    await serve(client, deps, s, stop)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 
 from api.deps import AppDeps, deps_from_settings, require_token
 from api.errors import request_validation_handler
-from api.routers import clouds, connections, instances, offers, projects
+from api.routers import clouds, codec, connections, instances, offers, projects
 
 API_PREFIX = "/api/compute"
 
@@ -29,6 +29,9 @@ def create_app(deps: AppDeps) -> FastAPI:
     for module in (clouds, connections, offers, instances):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
+    # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.
+    app.include_router(codec.router, prefix=codec.PREFIX)
+    app.add_middleware(codec.CodecCors, origins=deps.codec_cors_origins)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

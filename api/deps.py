@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -71,8 +71,9 @@ class TemporalGateway:
     """WorkflowGateway over a real Temporal client, connected on first use (the API may
     start before Temporal answers)."""
 
-    def __init__(self, address: str, namespace: str, task_queue: str) -> None:
+    def __init__(self, address: str, namespace: str, task_queue: str, *, keys: Sequence[bytes]) -> None:
         self.address, self.namespace, self.task_queue = address, namespace, task_queue
+        self.keys = keys  # the payload codec's: the secret store's keyring, as the worker's
         self._client: Any = None
         self._lock = asyncio.Lock()
 
@@ -82,7 +83,7 @@ class TemporalGateway:
                 from workflows.converter import connect_client
 
                 try:
-                    self._client = await connect_client(self.address, self.namespace)
+                    self._client = await connect_client(self.address, self.namespace, keys=self.keys)
                 except Exception as e:  # noqa: BLE001 — any connect failure means "unavailable"
                     raise WorkflowUnavailable(f"Temporal at {self.address} is not reachable: {e}") from e
             return self._client
@@ -157,6 +158,8 @@ class AppDeps:
     installation_id: str
     workflows: WorkflowGateway
     connect_timeout_s: float = 60.0
+    codec_cors_origins: tuple[str, ...] = ("http://127.0.0.1:8233",)  # the Temporal Web UI's
+    codec_session_ttl_s: float = 12 * 3600
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:
@@ -174,12 +177,15 @@ def deps_from_settings() -> AppDeps:
     s = get_settings()
     engine = default_engine()
     upgrade(engine)  # before reading the identity, which lives in the database
+    box = default_box()
     return AppDeps(
         engine=engine,
-        box=default_box(),
+        box=box,
         api_token=load_or_create_token(s.home, s.api_token),
         installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
-        workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue),
+        workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue, keys=box.keys),
+        codec_cors_origins=tuple(o.strip() for o in s.codec_cors_origins.split(",") if o.strip()),
+        codec_session_ttl_s=s.codec_session_ttl_s,
     )
 
 
@@ -288,6 +294,18 @@ CallerDep = Annotated[Caller, Depends(current_caller)]
 def require_token(caller: CallerDep) -> None:
     """Router-wide: every route authenticates, whether or not it reads the caller (FastAPI runs
     `current_caller` once per request however many times it is named)."""
+
+
+def require_admin_token(creds: BearerDep, deps: DepsDep) -> None:
+    """The installation's admin token, whatever the project (the codec endpoint: it decodes every
+    project's payloads). 401 without a valid token, 403 for a project token."""
+    if creds is None:
+        raise _unauthorized()
+    if is_admin_token(deps, creds.credentials):
+        return
+    if token_project(deps, creds.credentials) is None:
+        raise _unauthorized()
+    raise HTTPException(status.HTTP_403_FORBIDDEN, "this needs the installation's admin token")
 
 
 def require_admin(caller: Caller) -> None:

@@ -33,7 +33,7 @@ from store import migrate, repo
 from store.db import make_engine, session_scope
 from store.secrets import SecretBox
 from workflows import search_attributes
-from workflows.converter import DATA_CONVERTER
+from workflows.converter import data_converter
 
 ROOT = Path(__file__).resolve().parent.parent
 # A git worktree has no .venv of its own: GPUPROV_TEMPORAL_BIN points at another checkout's CLI.
@@ -104,8 +104,9 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
     with tempfile.TemporaryDirectory(prefix="gpuprov-bench-") as tmp:
         home = Path(tmp)
         temporal_db = str(home / "temporal.db")
+        fernet_key = Fernet.generate_key()  # the secret store's and the payload codec's
         env = await WorkflowEnvironment.start_local(
-            data_converter=DATA_CONVERTER,
+            data_converter=data_converter([fernet_key]),
             dev_server_existing_path=TEMPORAL_BIN,
             dev_server_database_filename=temporal_db,
             search_attributes=search_attributes.ALL,
@@ -115,7 +116,6 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
         db = home / "gpuprov.db"
         engine = make_engine(f"sqlite:///{db}")
         migrate.upgrade(engine)
-        fernet_key = Fernet.generate_key()
         box = SecretBox(fernet_key)
         deps = ActivityDeps(engine=engine, box=box, installation_id=INSTALLATION, client=env.client)
         deps.public_key()  # create the SSH identity now, not raced by the worker's first activities

@@ -31,10 +31,10 @@ LIMITS: dict[str, Any] = {"max_concurrent_activities": 400, "max_concurrent_work
 
 
 async def main(args: argparse.Namespace) -> None:
-    client = await connect_client(args.target)
+    key = os.environ[KEY_ENV].encode()
+    client = await connect_client(args.target, keys=[key])  # the harness's client encrypts with it too
     if args.kind == "gpuprov":
-        deps = ActivityDeps(engine=make_engine(f"sqlite:///{args.db}"),
-                            box=SecretBox(os.environ[KEY_ENV].encode()),
+        deps = ActivityDeps(engine=make_engine(f"sqlite:///{args.db}"), box=SecretBox(key),
                             installation_id=args.installation, client=client)
         w = worker_module.build_worker(client, deps, task_queue=args.task_queue, **LIMITS)
     else:

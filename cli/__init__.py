@@ -53,6 +53,19 @@ def worker() -> None:
         pass
 
 
+@app.command()
+def rekey() -> None:
+    """Re-encrypt the database's secrets with the current secret key (after a rotation; see README)."""
+    from store.db import default_engine
+    from store.migrate import upgrade
+    from store.rekey import reseal_all
+    from store.secrets import default_box
+
+    engine = default_engine()
+    upgrade(engine)
+    typer.echo(f"resealed {reseal_all(engine, default_box())} secret(s) with the current key")
+
+
 app.command()(dev.dev)
 
 

@@ -56,6 +56,14 @@ class DevConfig:
         return f"http://{self.host}:{self.api_port}"
 
     @property
+    def ui_url(self) -> str:
+        return f"http://{self.host}:{self.ui_port}"
+
+    @property
+    def codec_url(self) -> str:
+        return f"{self.api_url}/codec"
+
+    @property
     def cloud_url(self) -> str:
         return f"http://{self.host}:{self.cloud_port}"
 
@@ -166,7 +174,7 @@ async def run_dev(cfg: DevConfig) -> int:
     engine.dispose()
     simulated = registry.simulated()
     child_env = {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
-                 "GPUPROV_API_URL": cfg.api_url}
+                 "GPUPROV_API_URL": cfg.api_url, "GPUPROV_CODEC_CORS_ORIGINS": cfg.ui_url}
     stack = Supervisor(cfg.home, child_env, boot_timeout_s=cfg.boot_timeout_s)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -185,6 +193,9 @@ async def run_dev(cfg: DevConfig) -> int:
             "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=NORMAL",
             "--ip", cfg.host, "--port", str(cfg.temporal_port), "--ui-port", str(cfg.ui_port),
             "--ui-disable-news-fetch", "--log-level", "warn", *dev_server_args(),
+            # The UI decodes payloads through the API's codec endpoint (no secret on this line: the
+            # browser authenticates with a session cookie, see README "Payload encryption").
+            "--ui-codec-endpoint", cfg.codec_url,
         ], lambda: temporal_up(cfg.temporal_address))
         await stack.launch("localcloud", simulation_argv(cfg),
                            lambda: http_ok(f"{cfg.cloud_url}/_fake/health"))
@@ -207,7 +218,7 @@ async def run_dev(cfg: DevConfig) -> int:
     example = f"gpuprov up --cloud {simulated[0]}" if simulated else "gpuprov connect <cloud> -c KEY=VALUE"
     typer.echo(f"""
   API          {cfg.api_url}   (docs {cfg.api_url}/docs)
-  Web UI       http://{cfg.host}:{cfg.ui_port}   (Temporal)
+  Web UI       {cfg.ui_url}   (Temporal; to decode payloads, open {cfg.codec_url}/ once)
   clouds       {cfg.cloud_url}   (simulated: {', '.join(simulated) or 'none'})
   logs         {cfg.home / 'logs'}
   API token    {token}

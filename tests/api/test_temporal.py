@@ -30,7 +30,7 @@ pytestmark = pytest.mark.devserver
 async def real_client(engine: sa.Engine, box: SecretBox,
                       temporal_client: Client) -> AsyncIterator[httpx.AsyncClient]:
     queue = f"api-test-{uuid.uuid4().hex[:8]}"
-    gateway = TemporalGateway("unused", "default", queue)
+    gateway = TemporalGateway("unused", "default", queue, keys=box.keys)
     gateway._client = temporal_client  # the session's dev server, already connected
     deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001", workflows=gateway,
                    connect_timeout_s=30)
@@ -79,9 +79,9 @@ class HoldWorkflow:
 
 
 @pytest.fixture
-async def hold(temporal_client: Client) -> AsyncIterator[TemporalGateway]:
+async def hold(temporal_client: Client, box: SecretBox) -> AsyncIterator[TemporalGateway]:
     queue = f"gateway-test-{uuid.uuid4().hex[:8]}"
-    gateway = TemporalGateway("unused", "default", queue)
+    gateway = TemporalGateway("unused", "default", queue, keys=box.keys)
     gateway._client = temporal_client
     async with Worker(temporal_client, task_queue=queue, workflows=[HoldWorkflow]):
         yield gateway

@@ -13,10 +13,11 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
 from messages.enums import Phase
+from tests.conftest import TEST_SECRET_KEY
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import TASK_QUEUE, settled, start_allocate, terminate, wait_phase
 from worker import WORKFLOWS, workflow_runner
-from workflows.converter import DATA_CONVERTER
+from workflows.converter import data_converter
 
 pytestmark = pytest.mark.devserver
 
@@ -58,7 +59,9 @@ async def test_histories_replay_deterministically(temporal_client: Client, fake_
 
 async def replay_failures(histories: list[WorkflowHistory],
                           workflows: list[type] = WORKFLOWS) -> dict[str, str]:
-    replayer = Replayer(workflows=workflows, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
+    # The codec's converter, as the worker's: encrypted histories decode, older plain ones pass through.
+    replayer = Replayer(workflows=workflows, data_converter=data_converter([TEST_SECRET_KEY]),
+                        workflow_runner=workflow_runner())
     failures = {}
     for history in histories:
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
