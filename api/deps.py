@@ -155,6 +155,9 @@ class AppDeps:
     installation_id: str
     workflows: WorkflowGateway
     connect_timeout_s: float = 60.0
+    # URL prefixes a connection's endpoint may use besides its cloud's documented hosts
+    # (GPUPROV_ALLOWED_ENDPOINTS; providers/endpoints.py).
+    allowed_endpoints: tuple[str, ...] = ()
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:
@@ -178,6 +181,7 @@ def deps_from_settings() -> AppDeps:
         api_token=load_or_create_token(s.home, s.api_token),
         installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
         workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue),
+        allowed_endpoints=s.allowed_endpoint_prefixes(),
     )
 
 
