@@ -30,6 +30,14 @@ class Settings(BaseSettings):
     watch_interval_s: float = 60.0  # how often each connection's machines are checked for losses
     sweep_interval_s: float = 300.0  # how often the Schedule `gpuprov-sweep` starts a sweep
     sweep_grace_s: float = 600.0  # an orphan/duplicate is removed this long after first seen, not before
+    # Comma-separated URL prefixes a connection's endpoint may point under, besides each cloud's
+    # documented API hosts (providers/endpoints.py). `make run` sets it to its simulated clouds.
+    allowed_endpoints: str = ""
+
+    def allowed_endpoint_prefixes(self) -> tuple[str, ...]:
+        from providers.endpoints import parse_prefixes
+
+        return parse_prefixes(self.allowed_endpoints)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -36,7 +36,8 @@ class ConnectionActivities:
             raise ApplicationError(str(e), type=ErrorKind.SECRET_ERROR, non_retryable=True) from None
         try:
             adapter = registry.build(req.provider, credentials, options=req.options,
-                                     installation_id=self.deps.installation_id)
+                                     installation_id=self.deps.installation_id,
+                                     allowed_endpoints=self.deps.allowed_endpoints)
         except ProviderError as e:
             return ConnectResult(connection_id=req.connection_id, ok=False, reason=e.message)
         try:

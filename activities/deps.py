@@ -86,6 +86,9 @@ class ActivityDeps:
     installation_id: str
     client: Client | None = None  # set by build_worker
     watch_interval_s: float = 60.0  # each connection's watch lists its machines this often
+    # URL prefixes a stored connection's endpoint may use besides its cloud's documented hosts
+    # (GPUPROV_ALLOWED_ENDPOINTS): checked again here, where adapters are built, not only by the API.
+    allowed_endpoints: list[str] = field(default_factory=list)
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
@@ -110,7 +113,7 @@ class ActivityDeps:
         engine = default_engine()
         return cls(engine=engine, box=default_box(),
                    installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
-                   watch_interval_s=s.watch_interval_s)
+                   watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()))
 
     async def write_marks(self, inp: Marked) -> None:
         """The allocation's pending phase marks, as events, before the activity's own work."""
@@ -149,7 +152,8 @@ class ActivityDeps:
         with provider_errors():
             return registry.build(row.provider, credentials,
                                   options=ConnectionOptions(endpoint=row.endpoint, ca_bundle=row.ca_bundle),
-                                  installation_id=self.installation_id)
+                                  installation_id=self.installation_id,
+                                  allowed_endpoints=self.allowed_endpoints)
 
     def public_key(self) -> str:
         if self._public_key is None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-import asyncssh
 from cryptography import x509
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from messages.enums import AllocationStatus
-from providers import registry
+from providers import endpoints, registry, ssh_keys
 from providers.base import Capabilities, CloudProvider, Offer
 from store.models import ApiToken, Attempt, Connection, Instance, InstanceEvent
 from store.models import Project as ProjectRow
@@ -110,7 +109,9 @@ class ConnectionCreate(Strict):
     credentials: dict[CredentialName, Any] = Field(
         default_factory=dict, max_length=50,
         description="fields of the cloud's credential form (GET /api/compute/clouds)")
-    endpoint: Annotated[str, Field(pattern=r"^https?://\S+$", max_length=2000)] | None = None
+    endpoint: Annotated[str, Field(max_length=2000, description=(
+        "API base URL: https on one of the cloud's documented API hosts, or under a prefix the "
+        "administrator allows (GPUPROV_ALLOWED_ENDPOINTS); no user:pass@, query or fragment"))] | None = None
     ca_bundle: Annotated[str, Field(min_length=1, max_length=MAX_CA_BUNDLE)] | None = Field(
         None, description="PEM certificates to trust for the endpoint, besides the system's")
 
@@ -125,6 +126,18 @@ class ConnectionCreate(Strict):
             if isinstance(value, str) and len(value) > MAX_CREDENTIAL_VALUE:
                 raise ValueError(f"credentials.{name} is longer than {MAX_CREDENTIAL_VALUE} characters")
         return credentials
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_shape(cls, url: str | None) -> str | None:
+        """The rules of every endpoint; which hosts are allowed is the route's check (it needs the
+        administrator's setting), done again wherever an adapter is built."""
+        if url is not None:
+            try:
+                endpoints.parse(url)
+            except endpoints.EndpointError as e:
+                raise ValueError(f"endpoint {e}") from None
+        return url
 
     @field_validator("ca_bundle")
     @classmethod
@@ -289,13 +302,14 @@ class InstanceCreate(Strict):
     @field_validator("ssh_public_keys")
     @classmethod
     def _openssh_keys(cls, keys: list[str]) -> list[str]:
+        """One OpenSSH public key line per entry, passed on re-serialised from the parsed key
+        (providers/ssh_keys.py): never the user's text, never a private key."""
         cleaned = []
         for i, key in enumerate(keys):
             try:
-                asyncssh.import_public_key(key.strip())
-            except (asyncssh.KeyImportError, ValueError, TypeError) as e:
-                raise ValueError(f"ssh_public_keys[{i}] is not an OpenSSH public key: {e}") from None
-            cleaned.append(key.strip())
+                cleaned.append(ssh_keys.public_key_line(key))
+            except ssh_keys.KeyRefused as e:
+                raise ValueError(f"ssh_public_keys[{i}]: {e}") from None
         return cleaned
 
     @field_validator("ports")

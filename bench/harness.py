@@ -81,7 +81,10 @@ class Bench:
                 "--target", self.client.service_client.config.target_host,
                 "--db", str(self._db), "--installation", INSTALLATION]
         pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": pythonpath, KEY_ENV: self._fernet_key.decode()}
+        env = {**os.environ, "PYTHONPATH": pythonpath, KEY_ENV: self._fernet_key.decode(),
+               # like `make run`: the worker may call the simulated clouds, nothing else on loopback
+               "GPUPROV_ALLOWED_ENDPOINTS": ",".join(self.cloud.url + registry.simulation(c).prefix
+                                                     for c in registry.simulated())}
         proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
         assert proc.stdout is not None
         try:

@@ -26,7 +26,8 @@ async def direct_once(b: Bench, n: int) -> float:
     # One adapter for the whole sequence, as a worker keeps one per connection.
     async with registry.build("lambda", sim.credentials(b.cloud.tokens["lambda"]),
                               options=ConnectionOptions(endpoint=b.cloud.url + sim.prefix),
-                              installation_id=INSTALLATION) as p:
+                              installation_id=INSTALLATION,
+                              allowed_endpoints=[b.cloud.url + sim.prefix]) as p:
         offer = (await p.offers(OfferQuery()))[0]
         owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{n}")
         spec = LaunchSpec(key=f"direct-{n}", owner=owner,

@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 import worker as worker_module
 from activities.deps import ActivityDeps
 from bench.bare import BareWorkflow, trivial
+from providers.endpoints import parse_prefixes
 from store.db import make_engine
 from store.secrets import SecretBox
 from workflows.converter import connect_client
@@ -37,6 +38,8 @@ async def main(args: argparse.Namespace) -> None:
         deps = ActivityDeps(engine=make_engine(f"sqlite:///{args.db}"), box=SecretBox(key),
                             installation_id=args.installation, client=client)
         w = worker_module.build_worker(client, deps, task_queue=args.task_queue, **LIMITS)
+        # The simulated cloud's endpoints, as the harness passes them (the same list the worker uses).
+        deps.allowed_endpoints.extend(parse_prefixes(os.environ.get("GPUPROV_ALLOWED_ENDPOINTS", "")))
     else:
         w = Worker(client, task_queue=args.task_queue, workflows=[BareWorkflow], activities=[trivial],
                    workflow_runner=worker_module.workflow_runner(), **LIMITS)

@@ -106,13 +106,21 @@ def cloud_tokens(home: Path, clouds: list[str]) -> dict[str, str]:
     return {c: tokens[c] for c in clouds}
 
 
+def simulated_endpoints(cloud_url: str, clouds: list[str]) -> dict[str, str]:
+    """Where each simulated cloud is served: its connection's endpoint, and the only prefixes the
+    worker and the API allow besides documented hosts (GPUPROV_ALLOWED_ENDPOINTS) — never a whole
+    loopback port (the API, Temporal and PostgreSQL listen there too)."""
+    return {cloud: cloud_url + registry.simulation(cloud).prefix for cloud in clouds}
+
+
 def connection_bodies(cloud_url: str, tokens: dict[str, str]) -> dict[str, dict[str, Any]]:
     """POST /connections bodies for every simulated cloud, from its facade in the registry."""
     bodies = {}
+    endpoints = simulated_endpoints(cloud_url, list(tokens))
     for cloud, token in tokens.items():
         facade = registry.simulation(cloud)
         bodies[cloud] = {"provider": cloud, "name": facade.display_name,
-                         "credentials": facade.credentials(token), "endpoint": cloud_url + facade.prefix}
+                         "credentials": facade.credentials(token), "endpoint": endpoints[cloud]}
     return bodies
 
 
@@ -156,6 +164,13 @@ def simulation_argv(cfg: DevConfig) -> list[str]:
 # --------------------------------------------------------------------------- the supervisor
 
 
+def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
+    """What every child is started with, beside this process's environment."""
+    return {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
+            "GPUPROV_API_URL": cfg.api_url, "GPUPROV_CODEC_CORS_ORIGINS": cfg.ui_url,
+            "GPUPROV_ALLOWED_ENDPOINTS": ",".join(simulated_endpoints(cfg.cloud_url, simulated).values())}
+
+
 async def run_dev(cfg: DevConfig) -> int:
     from api.deps import load_or_create_token
     from settings import Settings, private_home
@@ -173,9 +188,7 @@ async def run_dev(cfg: DevConfig) -> int:
     inst_id = installation_id(engine, settings.installation_id, legacy_home=cfg.home)
     engine.dispose()
     simulated = registry.simulated()
-    child_env = {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
-                 "GPUPROV_API_URL": cfg.api_url, "GPUPROV_CODEC_CORS_ORIGINS": cfg.ui_url}
-    stack = Supervisor(cfg.home, child_env, boot_timeout_s=cfg.boot_timeout_s)
+    stack = Supervisor(cfg.home, child_env(cfg, simulated), boot_timeout_s=cfg.boot_timeout_s)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stack.stop_requested.set)

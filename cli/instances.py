@@ -12,7 +12,7 @@ import typer
 from cli.client import Api, new_idempotency_key
 from cli.output import fail, money, print_attempt, ssh_command, table
 from messages.enums import AllocationStatus
-from providers import registry
+from providers import registry, ssh_keys
 
 READY, TERMINATED = AllocationStatus.READY, AllocationStatus.TERMINATED
 TERMINAL = {READY, AllocationStatus.FAILED, TERMINATED}
@@ -46,11 +46,18 @@ def follow(api: Api, instance_id: str, until: set[AllocationStatus],
 
 
 def read_ssh_key(path: Path | None) -> str:
+    """The public key line of `path` (default ~/.ssh/id_ed25519.pub, id_rsa.pub), checked here: a
+    private key given by mistake (`--ssh-key ~/.ssh/id_ed25519`) never leaves this machine."""
     ssh_dir = Path.home() / ".ssh"
     candidates = [path] if path else [ssh_dir / "id_ed25519.pub", ssh_dir / "id_rsa.pub"]
     for p in candidates:
         if p is not None and p.is_file():
-            return p.read_text().strip()
+            with p.open(errors="replace") as f:
+                text = f.read(ssh_keys.MAX_ENTRY + 1)
+            try:
+                return ssh_keys.public_key_line(text)
+            except ssh_keys.KeyRefused as e:
+                raise fail(f"--ssh-key {p}: {e}") from None
     if path:
         raise fail(f"SSH public key {path} not found")
     raise fail("no SSH public key in ~/.ssh (id_ed25519.pub, id_rsa.pub): pass --ssh-key PATH, "

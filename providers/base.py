@@ -321,6 +321,10 @@ class CloudProvider(abc.ABC):
     id: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     credentials_model: ClassVar[type[Credentials]]
+    # The hosts of the cloud's public API, as its documentation names them (lower case, no scheme or
+    # port). A connection's `endpoint` may point at one of them over https; anything else only under
+    # a prefix the administrator allows (providers/endpoints.py). Empty: no public API (a simulation).
+    api_hosts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, credentials: Credentials, *, options: ConnectionOptions | None = None,
                  installation_id: str) -> None:

@@ -15,6 +15,8 @@ from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Any, ClassVar
 
+import yaml
+
 from providers import rest
 from providers.base import (
     Capabilities,
@@ -81,7 +83,10 @@ def merge_user_data(extra_keys: list[str], user_data: str | None) -> str | None:
     Unconfirmed: that Lambda's launch honours `user_data` (PROVIDER-APIS.md)."""
     if not extra_keys:
         return user_data
-    keys_part = "#cloud-config\nssh_authorized_keys:\n" + "".join(f"  - {k.strip()}\n" for k in extra_keys)
+    # Dumped, never formatted: each key is one YAML string whatever it holds, so no key text can
+    # add a directive (a "key" with a line break and `runcmd:` stays inside its own string).
+    keys_part = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in extra_keys]},
+                                                   default_flow_style=False, width=1 << 20)
     if not user_data:
         return keys_part
     msg = MIMEMultipart()
@@ -95,6 +100,9 @@ class LambdaProvider(rest.RestCloudProvider):
     id: ClassVar[str] = "lambda"
     credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
+    # Lambda's OpenAPI (1.8.3 and 1.10) `servers`: cloud.lambda.ai is production, cloud.lambdalabs.com
+    # the deprecated secondary (research/provider-facts.md, "A. Lambda Cloud").
+    api_hosts: ClassVar[tuple[str, ...]] = ("cloud.lambda.ai", "cloud.lambdalabs.com")
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",

@@ -52,6 +52,9 @@ class LocalProvider(rest.RestCloudProvider):
     id: ClassVar[str] = "local"
     credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
+    # No public API: the local cloud is only ever our own simulation, reached where the administrator
+    # (or `make run`) allows it (GPUPROV_ALLOWED_ENDPOINTS).
+    api_hosts: ClassVar[tuple[str, ...]] = ()
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="local cloud",

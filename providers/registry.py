@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from providers import endpoints
 from providers.base import Capabilities, CloudProvider, ConnectionOptions, InvalidRequest
 
 if TYPE_CHECKING:  # the simulation is only imported where it runs (server, dev, tests)
@@ -90,10 +91,13 @@ def capabilities(cloud: str) -> Capabilities:
 
 
 def build(cloud: str, credentials: Mapping[str, Any], *, options: ConnectionOptions | None = None,
-          installation_id: str) -> CloudProvider:
+          installation_id: str, allowed_endpoints: Collection[str] = ()) -> CloudProvider:
     """An adapter for `cloud` with `credentials` validated against its typed model (InvalidRequest
-    naming the field — never its value — when they do not fit)."""
+    naming the field — never its value — when they do not fit). The options' endpoint is checked
+    here too (providers/endpoints.py; `allowed_endpoints`: the administrator's prefixes), so a
+    connection stored before a rule existed, or one whose prefix was since removed, calls nothing."""
     cls = adapter_class(cloud)
+    endpoints.check(cls, options.endpoint if options else None, allowed_endpoints)
     return cls(cls.parse_credentials(credentials), options=options or ConnectionOptions(),
                installation_id=installation_id)
 

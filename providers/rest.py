@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import functools
+import logging
 import ssl
 import time
 from collections.abc import Collection, Iterator, Mapping
@@ -36,6 +37,24 @@ ErrorKind = Literal["capacity", "quota", "auth", "rate_limit", "invalid", "trans
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_AFTER = 1.0
+
+
+def redacted(url: httpx.URL) -> str:
+    """`url` as logs may show it: no user:pass@ and no query (either may carry a secret)."""
+    port = f":{url.port}" if url.port is not None else ""
+    host = f"[{url.host}]" if ":" in url.host else url.host  # an IPv6 literal
+    return f"{url.scheme}://{host}{port}{url.path}"
+
+
+def _redact_urls(record: logging.LogRecord) -> bool:
+    # httpx logs every request's URL at INFO ("HTTP Request: GET <url> ..."): whatever URL an
+    # adapter was given, the log line gets it without userinfo or query.
+    if isinstance(record.args, tuple) and any(isinstance(a, httpx.URL) for a in record.args):
+        record.args = tuple(redacted(a) if isinstance(a, httpx.URL) else a for a in record.args)
+    return True
+
+
+logging.getLogger("httpx").addFilter(_redact_urls)
 
 
 @functools.cache
@@ -93,27 +112,61 @@ def parse_retry_after(value: str | None, default: float = DEFAULT_RETRY_AFTER) -
     return max(0.0, seconds)
 
 
+MAX_CODE = 100
+MAX_MESSAGE = 300
+
+
+def clean(text: object, limit: int = MAX_MESSAGE) -> str:
+    """`text` fit to quote from a cloud's answer: control characters (terminal escapes, line breaks
+    that forge log lines) become spaces, runs of space collapse, and it is cut to `limit` chars."""
+    out = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+    return out if len(out) <= limit else out[:limit - 1] + "…"
+
+
+def describe_body(resp: httpx.Response) -> str:
+    """What came back, described and never quoted: a body that is not the cloud's error JSON may be
+    anything (a proxy's page, another service's answer) and must not reach users or logs."""
+    try:
+        host = resp.request.url.host  # never its userinfo, path or query
+    except RuntimeError:  # a response made without a request (tests)
+        host = "the endpoint"
+    if resp.is_redirect:
+        return f"HTTP {resp.status_code} from {host}: a redirect (not followed)"
+    size = f"body of {len(resp.content)} bytes"
+    try:
+        resp.json()
+    except ValueError:
+        return f"HTTP {resp.status_code} from {host}: non-JSON {size}"
+    return f"HTTP {resp.status_code} from {host}: JSON {size} without an error message"
+
+
 def error_fields(resp: httpx.Response) -> tuple[str, str]:
     """(code, message) from the common shapes: `{"error": {"code", "message"}}`,
     `{"error": "code", "message"}`, `{"errors": [{"message", "extensions": {"code"}}]}` (GraphQL),
-    `{"code", "message"}`; falls back to a bounded slice of the raw text."""
+    `{"code", "message"}`. Only those known fields are quoted, cleaned and bounded; any other body
+    is described (status, host, size), never quoted."""
     try:
         body = resp.json()
     except ValueError:
-        return "", resp.text[:200]
-    if not isinstance(body, dict):
-        return "", str(body)[:200]
-    err = body.get("error")
-    if isinstance(err, dict):
-        return str(err.get("code") or ""), str(err.get("message") or "")
-    if isinstance(err, str):
-        return err, str(body.get("message") or body.get("error_description") or "")
-    errors = body.get("errors")
-    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
-        return graphql_error_fields(errors)
-    if "code" in body or "message" in body:
-        return str(body.get("code") or ""), str(body.get("message") or "")
-    return "", str(body)[:200]
+        return "", describe_body(resp)
+    code: object = ""
+    message: object = ""
+    if isinstance(body, dict):
+        err = body.get("error")
+        errors = body.get("errors")
+        if isinstance(err, dict):
+            code, message = err.get("code"), err.get("message")
+        elif isinstance(err, str):
+            code, message = err, body.get("message") or body.get("error_description")
+        elif isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            return graphql_error_fields(errors)
+        else:
+            code, message = body.get("code"), body.get("message")
+    code = clean(code, MAX_CODE) if isinstance(code, str | int) and not isinstance(code, bool) else ""
+    message = clean(message) if isinstance(message, str) else ""
+    if not code and not message:
+        return "", describe_body(resp)
+    return code, message
 
 
 def graphql_error_fields(errors: list[Any]) -> tuple[str, str]:
@@ -121,8 +174,10 @@ def graphql_error_fields(errors: list[Any]) -> tuple[str, str]:
     first: dict[str, Any] = errors[0] if errors and isinstance(errors[0], dict) else {}
     ext = first.get("extensions")
     ext = ext if isinstance(ext, dict) else {}
-    code = str(ext.get("code") or first.get("code") or "")
-    return code, str(first.get("message") or "")[:500]
+    code = ext.get("code") or first.get("code")
+    message = first.get("message")
+    return (clean(code, MAX_CODE) if isinstance(code, str | int) and not isinstance(code, bool) else "",
+            clean(message) if isinstance(message, str) else "")
 
 
 def map_response_error(resp: httpx.Response, *, provider: str, scope: FailureScope | str | None = None,
@@ -211,7 +266,9 @@ def parsing(provider: str, what: str) -> Iterator[None]:
     try:
         yield
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise Transient(f"{provider}: unexpected {what} response ({type(exc).__name__}: {exc})") from None
+        # The exception's text may quote a value of the body (int("<anything>")): cleaned, bounded.
+        raise Transient(f"{provider}: unexpected {what} response ({type(exc).__name__}: "
+                        f"{clean(exc, 120)})") from None
 
 
 class RestCloudProvider(CloudProvider):

@@ -4,7 +4,9 @@ Every simulated cloud is found through the registry, so a new cloud needs nothin
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlmodel import Session
 
@@ -12,6 +14,9 @@ from providers import registry
 from providers.base import CloudProvider, ConnectionOptions
 from store import repo
 from store.secrets import SecretBox
+
+if TYPE_CHECKING:
+    from activities.deps import ActivityDeps
 
 
 class SimServer(Protocol):
@@ -26,6 +31,28 @@ def endpoint(server: SimServer, cloud: str) -> str:
     return server.url + registry.simulation(cloud).prefix
 
 
+def endpoints(server: SimServer) -> list[str]:
+    """Every simulated cloud's endpoint on `server`: what `make run` puts in GPUPROV_ALLOWED_ENDPOINTS."""
+    return [endpoint(server, cloud) for cloud in registry.simulated()]
+
+
+def allowed_env(server: SimServer) -> dict[str, str]:
+    """The setting for worker and API processes that use connections to `server`."""
+    return {"GPUPROV_ALLOWED_ENDPOINTS": ",".join(endpoints(server))}
+
+
+@contextlib.contextmanager
+def allowed(deps: ActivityDeps, server: SimServer) -> Iterator[None]:
+    """An in-process worker's ActivityDeps allows `server`'s clouds while the block runs."""
+    added = [e for e in endpoints(server) if e not in deps.allowed_endpoints]
+    deps.allowed_endpoints.extend(added)
+    try:
+        yield
+    finally:
+        for e in added:
+            deps.allowed_endpoints.remove(e)
+
+
 def credentials(server: SimServer, cloud: str, token: str | None = None) -> dict[str, Any]:
     return registry.simulation(cloud).credentials(token or server.tokens[cloud])
 
@@ -34,7 +61,7 @@ def provider(server: SimServer, cloud: str, *, installation_id: str,
              token: str | None = None) -> CloudProvider:
     return registry.build(cloud, credentials(server, cloud, token),
                           options=ConnectionOptions(endpoint=endpoint(server, cloud)),
-                          installation_id=installation_id)
+                          installation_id=installation_id, allowed_endpoints=endpoints(server))
 
 
 def add_connection(session: Session, box: SecretBox, server: SimServer, cloud: str) -> str:

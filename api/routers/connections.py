@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from fastapi import APIRouter, HTTPException, status
+from fastapi.exceptions import RequestValidationError
 from sqlmodel import select
 
 from api import idempotency as idem
@@ -24,6 +25,7 @@ from api.schemas import ConnectionCreate, ConnectionOut, ConnectionRemoval
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest
 from messages.enums import ConnectionStatus
 from messages.ids import connect_workflow_id, disconnect_workflow_id
+from providers import endpoints
 from providers.base import ConnectionOptions, InvalidRequest
 from store import repo
 from store.models import Connection
@@ -65,6 +67,12 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep, caller: Calle
         credentials = cls.parse_credentials(body.credentials)
     except InvalidRequest as e:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, e.message) from None
+    try:
+        # Before any workflow: the worker would refuse it too, but nothing should start or be stored.
+        endpoints.check(cls, body.endpoint, deps.allowed_endpoints)
+    except InvalidRequest as e:
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "endpoint"),
+                                       "msg": e.message}]) from None
     key = idempotency_key
     if key is None:
         connection_id = repo.new_id()

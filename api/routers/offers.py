@@ -54,7 +54,8 @@ async def list_offers(
     query = OfferQuery(gpu=gpu, gpu_count=gpu_count, region=region, spot=spot)
     try:
         async with registry.build(provider, credentials, options=options,
-                                  installation_id=deps.installation_id) as cloud:
+                                  installation_id=deps.installation_id,
+                                  allowed_endpoints=deps.allowed_endpoints) as cloud:
             found = await cloud.offers(query)
     except ProviderError as e:
         raise provider_http_error(provider, e) from None

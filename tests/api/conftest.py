@@ -46,6 +46,7 @@ class FakeCloud(CloudProvider):
     """In-memory cloud: api_key GOOD_KEY verifies; offers come from OFFERS unless FAIL is set."""
 
     id = "fakecloud"
+    api_hosts = ("fake.example",)  # its "documented" API host: endpoints there need no setting
     capabilities = Capabilities(display_name="Fake Cloud", regions=["r1", "r2"], spot=False, ports=False,
                                 ports_reason="--port needs a firewall API; Fake Cloud has none")
     credentials_model = ApiKeyCredentials
@@ -105,6 +106,7 @@ class FakeWorkflows:
     updates: list[tuple[str, str]] = field(default_factory=list)
     closed: set[str] = field(default_factory=set)  # workflow ids whose run has ended
     fail_with: Exception | None = None
+    allowed_endpoints: tuple[str, ...] = ()  # the worker's GPUPROV_ALLOWED_ENDPOINTS
 
     async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
                     use_existing: bool = False, once: bool = False) -> bool:
@@ -147,9 +149,10 @@ class FakeWorkflows:
             return self.results[workflow_id]  # a run still open (a test put it there): joined
         self.runs.append(workflow_id)
         # Like the real workflow: open the sealed credentials, verify, save only if they work.
-        cloud = registry.build(arg.provider, self.box.open(arg.sealed_credentials.encode()),
-                               options=arg.options, installation_id="inst0001")
         try:
+            cloud = registry.build(arg.provider, self.box.open(arg.sealed_credentials.encode()),
+                                   options=arg.options, installation_id="inst0001",
+                                   allowed_endpoints=self.allowed_endpoints)
             account = await cloud.verify()
         except ProviderError as e:
             result = ConnectResult(connection_id=arg.connection_id, ok=False, reason=e.message)

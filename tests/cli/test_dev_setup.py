@@ -17,6 +17,7 @@ from api.deps import AppDeps
 from cli import dev
 from fakeclouds.facade import Facade
 from providers import registry
+from providers.endpoints import parse_prefixes
 from tests.api.conftest import GOOD_KEY
 from tests.cli.conftest import TOKEN, FakeInstantWorkflows
 
@@ -72,10 +73,23 @@ def test_server_and_connections_come_from_the_facades(tmp_path: Path, simulated:
                                   "endpoint": "http://127.0.0.1:9999/other/api"}
 
 
+def test_the_worker_and_api_allow_exactly_the_simulated_clouds(tmp_path: Path,
+                                                              simulated: dict[str, Facade]) -> None:
+    cfg = dev.DevConfig(home=tmp_path, api_port=8111, temporal_port=7222, cloud_port=9999)
+    env = dev.child_env(cfg, registry.simulated())
+    # Each simulated cloud's own prefix: not the whole port, and never the API's or Temporal's.
+    assert env["GPUPROV_ALLOWED_ENDPOINTS"] == "http://127.0.0.1:9999/fake/v1,http://127.0.0.1:9999/other/api"
+    assert parse_prefixes(env["GPUPROV_ALLOWED_ENDPOINTS"]) == (
+        "http://127.0.0.1:9999/fake/v1", "http://127.0.0.1:9999/other/api")
+    assert [b["endpoint"] for b in dev.connection_bodies(cfg.cloud_url, {"fakecloud": "t"}).values()] == [
+        "http://127.0.0.1:9999/fake/v1"]
+
+
 @pytest.fixture
 async def api_client(engine: sa.Engine, workflows: FakeInstantWorkflows) -> AsyncIterator[httpx.AsyncClient]:
     deps = AppDeps(engine=engine, box=workflows.box, api_token=TOKEN, installation_id="inst0001",
-                   workflows=workflows)
+                   workflows=workflows, allowed_endpoints=("http://sim/fake/v1",))
+    workflows.allowed_endpoints = deps.allowed_endpoints  # the worker's setting: the same list
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)),
                                  base_url="http://api/api/compute",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as c:

@@ -3,12 +3,15 @@ edge answers, driven through httpx.MockTransport."""
 
 from __future__ import annotations
 
+import email
 import json
 from collections.abc import Callable
 
 import httpx
 import pytest
+import yaml
 
+from fakeclouds import cloudinit
 from providers.base import (
     CapacityError,
     ConnectionOptions,
@@ -101,11 +104,35 @@ def test_merge_user_data() -> None:
     assert merge_user_data([], None) is None
     assert merge_user_data([], "#!/bin/sh\n") == "#!/bin/sh\n"
     only_keys = merge_user_data(["ssh-ed25519 BBB b"], None)
-    assert only_keys is not None and only_keys.startswith("#cloud-config")
-    assert "  - ssh-ed25519 BBB b" in only_keys
+    assert only_keys is not None and only_keys.startswith("#cloud-config\n")
+    assert yaml.safe_load(only_keys) == {"ssh_authorized_keys": ["ssh-ed25519 BBB b"]}
     both = merge_user_data(["ssh-ed25519 BBB b"], "#!/bin/sh\necho hi\n")
     assert both is not None and "multipart/mixed" in both
     assert "text/cloud-config" in both and "text/x-shellscript" in both and "echo hi" in both
+
+
+@pytest.mark.parametrize("forged", [
+    "ssh-ed25519 BBB b\nruncmd:\n  - touch /tmp/pwned",
+    "ssh-ed25519 BBB b\n  - extra-key\nruncmd: [touch /tmp/pwned]",
+    "ssh-ed25519 BBB b\r\nbootcmd:\r\n  - id",
+    "ssh-ed25519 BBB b\n#cloud-config\nruncmd: [id]\n...\n--- {runcmd: [id]}",
+    "'quoted' \"and\" {flow: [x]} & *alias !!python/object:os.system",
+])
+def test_a_key_list_cannot_add_a_cloud_init_directive(forged: str) -> None:
+    """The writer is safe whatever the API let through (or a workflow started before it checked):
+    every key is one YAML string, and the document has no key but ssh_authorized_keys."""
+    for user_data in (None, "#cloud-config\npackages: [htop]\n"):
+        merged = merge_user_data(["ssh-ed25519 AAA a", forged], user_data)
+        assert merged is not None
+        if user_data is None:
+            parts = [merged]
+        else:
+            msg = email.message_from_string(merged)
+            parts = [p.get_payload() for p in msg.walk() if not p.is_multipart()]
+        docs = [yaml.safe_load(p) for p in parts]
+        assert docs[0] == {"ssh_authorized_keys": ["ssh-ed25519 AAA a", forged.strip()]}
+        assert all(set(d) <= {"ssh_authorized_keys", "packages"} for d in docs)
+        assert cloudinit.parse(merged).authorized_keys[:2] == ["ssh-ed25519 AAA a", forged.strip()]
 
 
 def test_missing_credentials_are_refused_naming_the_field() -> None:

@@ -126,7 +126,8 @@ def test_malformed_bodies() -> None:
         with _http.parsing("demo", "offers"):
             empty: dict[str, int] = {}
             empty["missing"]  # noqa: B018 — the KeyError is the point
-    assert _http.error_fields(httpx.Response(500, text="oops")) == ("", "oops")
+    assert _http.error_fields(httpx.Response(500, text="oops")) == (
+        "", "HTTP 500 from the endpoint: non-JSON body of 4 bytes")
     flat = httpx.Response(400, json={"error": "bad_thing", "message": "m"})
     assert _http.error_fields(flat) == ("bad_thing", "m")
 
@@ -136,3 +137,66 @@ def test_graphql_and_flat_error_shapes() -> None:
                                                 "extensions": {"code": "NO_CAPACITY"}}]})
     assert _http.error_fields(gql) == ("NO_CAPACITY", "no GPUs")
     assert _http.error_fields(httpx.Response(422, json={"code": "bad", "message": "why"})) == ("bad", "why")
+
+
+# --------------------------------------------------------------------------- foreign answers
+
+
+FOREIGN_PAGE = "<html><body>INTERNAL-ADMIN-PAGE secret=hunter2 " + "x" * 50_000 + "</body></html>"
+
+
+@pytest.mark.parametrize("resp", [
+    httpx.Response(500, text=FOREIGN_PAGE, headers={"Content-Type": "text/html"}),
+    httpx.Response(400, text=FOREIGN_PAGE),
+    httpx.Response(401, text=FOREIGN_PAGE),
+    httpx.Response(502, json=["INTERNAL-ADMIN-PAGE secret=hunter2"]),  # JSON, but no error shape
+    httpx.Response(404, json={"detail": "INTERNAL-ADMIN-PAGE secret=hunter2"}),
+    httpx.Response(500, json={"error": {"code": {"INTERNAL-ADMIN-PAGE": 1}, "message": ["secret=hunter2"]}}),
+])
+async def test_a_foreign_body_is_described_never_quoted(resp: httpx.Response) -> None:
+    with pytest.raises(ProviderError) as e:
+        await call(resp)
+    assert "INTERNAL-ADMIN-PAGE" not in e.value.message and "hunter2" not in e.value.message
+    assert f"HTTP {resp.status_code} from cloud.test: " in e.value.message
+    assert "body of" in e.value.message and len(e.value.message) < 200
+
+
+async def test_a_redirect_is_not_followed_nor_its_target_shown() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(302, headers={"Location": "http://169.254.169.254/latest/meta-data/"})
+
+    async with client(handler) as c:
+        with pytest.raises(InvalidRequest) as e:
+            await _http.request(c, "GET", "/things", provider="demo")
+    assert seen == ["http://cloud.test/api/v1/things"]  # one request: the redirect was not followed
+    assert "redirect (not followed)" in e.value.message and "169.254" not in e.value.message
+
+
+async def test_the_clouds_own_error_fields_are_quoted_bounded_and_cleaned() -> None:
+    message = "no capacity\x1b[2J\r\nFAKE LOG LINE " + "y" * 2_000
+    with pytest.raises(CapacityError) as e:
+        await call(err(400, "insufficient_capacity\n", message))
+    text = e.value.message
+    assert text.startswith("demo: insufficient_capacity: no capacity [2J FAKE LOG LINE yyy")
+    assert "\x1b" not in text and "\n" not in text and "\r" not in text
+    assert len(text) <= len("demo: insufficient_capacity: ") + _http.MAX_MESSAGE
+
+
+def test_a_parsing_surprise_quotes_at_most_a_bounded_clean_slice() -> None:
+    with pytest.raises(Transient) as e:
+        with _http.parsing("demo", "offers"):
+            int("\x1b[31m" + "9" * 10_000 + "z")
+    assert "\x1b" not in e.value.message and len(e.value.message) < 200
+
+
+async def test_request_urls_are_logged_without_userinfo_or_query(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="httpx")
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json={}))
+    async with httpx.AsyncClient(transport=transport) as c:
+        await c.get("http://admin:s3cretpass@cloud.test:8443/api/v1/things?token=abc123")
+    [line] = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert "http://cloud.test:8443/api/v1/things" in line
+    assert "s3cretpass" not in line and "admin" not in line and "abc123" not in line

@@ -59,8 +59,9 @@ async def sim() -> AsyncIterator[FakeCloudServer]:
 
 @pytest.fixture
 def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path,
-                   secret_key: bytes, db_engine: sa.Engine) -> Iterator[WorkerProcess]:
+                   secret_key: bytes, db_engine: sa.Engine, sim: FakeCloudServer) -> Iterator[WorkerProcess]:
     env = {**os.environ,
+           **simclouds.allowed_env(sim),
            "GPUPROV_HOME": str(tmp_path / "home"),
            "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
            "GPUPROV_SECRET_KEY": secret_key.decode(),

@@ -90,7 +90,8 @@ async def sim() -> AsyncIterator[FakeCloudServer]:
 
 
 @pytest.fixture
-async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: Path) -> AsyncIterator[Stack]:
+async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: Path,
+                sim: FakeCloudServer) -> AsyncIterator[Stack]:
     spec = compose()
     services = spec["services"]
     token = secrets.token_urlsafe(16)
@@ -104,6 +105,7 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         "GPUPROV_SECRET_KEY": Fernet.generate_key().decode(),  # what .env would provide
         "GPUPROV_API_TOKEN": token,
         "GPUPROV_TASK_QUEUE": f"compose-{uuid.uuid4().hex[:8]}",
+        **simclouds.allowed_env(sim),  # the simulated cloud stands in for a cloud's documented host
         "PYTHONPATH": str(ROOT),
     }
     assert set(overrides) - {"GPUPROV_TASK_QUEUE", "PYTHONPATH"} <= set(shared)

@@ -115,9 +115,11 @@ class Stack:
 
 
 @pytest.fixture
-async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: Path) -> AsyncIterator[Stack]:
+async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: Path,
+                sim: FakeCloudProcess) -> AsyncIterator[Stack]:
     token, queue, port = secrets.token_urlsafe(16), f"kill-{uuid.uuid4().hex[:8]}", free_port()
     shared = {
+        **simclouds.allowed_env(sim),
         "GPUPROV_DATABASE_URL": app_database,
         "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
         "GPUPROV_SECRET_KEY": Fernet.generate_key().decode(),

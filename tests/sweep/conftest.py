@@ -56,9 +56,10 @@ async def sweep_worker(temporal_client: Client, sweep_deps: ActivityDeps) -> Asy
 
 
 @pytest.fixture(scope="session")
-async def sim_server() -> AsyncIterator[FakeCloudServer]:
+async def sim_server(sweep_deps: ActivityDeps) -> AsyncIterator[FakeCloudServer]:
     async with FakeCloudServer(boot_delay=0.3, terminate_delay=0.05) as server:
-        yield server
+        with simclouds.allowed(sweep_deps, server):
+            yield server
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import WorkflowFailureError
 
+from activities.deps import ActivityDeps
 from activities.watch import start_watch
 from fakeclouds.server import FakeCloudServer
 from messages.allocation import AllocationState, CloudTarget
@@ -28,9 +29,10 @@ from tests.workflows.conftest import INSTALLATION, TASK_QUEUE, settled, start_al
 pytestmark = pytest.mark.devserver
 
 @pytest.fixture(scope="module")
-async def sim() -> AsyncIterator[FakeCloudServer]:
+async def sim(activity_deps: ActivityDeps) -> AsyncIterator[FakeCloudServer]:
     async with FakeCloudServer(boot_delay=0.3, terminate_delay=0.05) as server:
-        yield server
+        with simclouds.allowed(activity_deps, server):
+            yield server
 
 
 @pytest.fixture
