@@ -214,9 +214,17 @@ _bearer = HTTPBearer(auto_error=False, description="the token printed by `gpupro
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def require_token(creds: BearerDep, deps: DepsDep) -> None:
-    given = creds.credentials.encode() if creds else b""
+UNAUTHORIZED = "missing or invalid bearer token"
+
+
+def token_is_valid(deps: AppDeps, token: str) -> bool:
+    """Whether `token` may use the API: the one place tokens are checked (the edge guard, before any
+    body is read, and `require_token`). Sync: it may look tokens up in the database."""
     # compare_digest: the time taken does not reveal how much of the token matched.
-    if not creds or not hmac.compare_digest(given, deps.api_token.encode()):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or invalid bearer token",
+    return bool(token) and hmac.compare_digest(token.encode(), deps.api_token.encode())
+
+
+def require_token(creds: BearerDep, deps: DepsDep) -> None:
+    if not creds or not token_is_valid(deps, creds.credentials):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED,
                             headers={"WWW-Authenticate": "Bearer"})

@@ -28,10 +28,11 @@ app.command()(clouds.clouds)
 @app.command()
 def worker() -> None:
     """Run the Temporal worker (migrates the database first)."""
+    import logsafe
     import worker as worker_module
     from store.migrate import upgrade
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsafe.configure(logging.INFO)  # exception messages withheld: they may hold input
     upgrade()
     try:
         asyncio.run(worker_module.main())

@@ -17,7 +17,7 @@ from api.deps import (
     in_thread,
     open_session,
 )
-from api.errors import adapter_class
+from api.errors import adapter_class, shown
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import ConnectionCreate, ConnectionOut, ConnectionRemoval
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest
@@ -67,6 +67,7 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep,
     except InvalidRequest as e:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, e.message) from None
     key = idempotency_key
+    scope, fingerprint = idem.scope_of("connections", CONNECTIONS_PROJECT), ""
     if key is None:
         connection_id = repo.new_id()
     else:
@@ -74,8 +75,7 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep,
         # Keyed (HMAC), not a bare hash: the body holds credentials, and the record must not let
         # anyone with the database check a guess against them.
         fingerprint = deps.box.digest(idem.canonical(body.model_dump(mode="json")))
-        await in_thread(idem.claim, deps, idem.scope_of("connections", CONNECTIONS_PROJECT), key,
-                        fingerprint, connection_id)
+        await in_thread(idem.claim, deps, scope, key, fingerprint, connection_id)
         saved = await in_thread(_saved, deps, connection_id)
         if saved is not None:  # a previous attempt verified and saved it
             return ConnectionOut.of(saved)
@@ -96,6 +96,8 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep,
         raise HTTPException(code, f"could not verify {body.provider}: {e.message}") from None
     saved = await in_thread(_saved, deps, request.connection_id) if result.ok else None
     if saved is None:
+        if key is not None and not result.ok:  # refused: nothing was made, so the key stays unused
+            await in_thread(idem.release, deps, scope, key, fingerprint)
         reason = result.reason or "verification failed"
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"could not verify {body.provider}: {reason}")
     log.info("connected %s (connection %s)", saved.provider, saved.id)
@@ -116,7 +118,7 @@ async def delete_connection(connection_id: str, deps: DepsDep) -> ConnectionRemo
     """Remove a connection: DisconnectWorkflow terminates its live instances (each verified gone),
     then deletes it. Until then it is listed as `removing` and no new allocation uses it."""
     if await in_thread(_saved, deps, connection_id) is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {connection_id!r}")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {shown(connection_id)}")
     try:
         # One disconnect per connection: a repeated request joins the running one.
         await deps.workflows.start("DisconnectWorkflow", DisconnectRequest(connection_id=connection_id),
