@@ -11,7 +11,7 @@ COPY api api
 COPY store store
 COPY fakeclouds fakeclouds
 COPY cli cli
-COPY worker.py settings.py ./
+COPY worker.py settings.py logsafe.py ./
 RUN pip install --no-cache-dir .
 # A non-root user that owns its (0700) home: the service writes nothing anywhere else.
 RUN useradd --system --create-home --home-dir /var/lib/gpuprov gpuprov \

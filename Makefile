@@ -20,7 +20,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy providers messages activities workflows api store fakeclouds cli bench worker.py settings.py
+	$(BIN)/mypy providers messages activities workflows api store fakeclouds cli bench worker.py settings.py logsafe.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

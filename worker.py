@@ -30,6 +30,7 @@ from temporalio.client import (
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+import logsafe
 from activities.cloud import CloudActivities
 from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
@@ -199,5 +200,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsafe.configure(logging.INFO)  # exception messages withheld: they may hold input
     asyncio.run(main())

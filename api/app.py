@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
 
-from api.deps import AppDeps, deps_from_settings, require_token
+import logsafe
+from api.deps import AppDeps, deps_from_settings, require_token, token_is_valid
 from api.errors import request_validation_handler
+from api.guard import EdgeGuard
 from api.routers import clouds, codec, connections, instances, offers, projects
 
 API_PREFIX = "/api/compute"
@@ -26,6 +30,8 @@ def create_app(deps: AppDeps) -> FastAPI:
     )
     app.state.deps = deps
     app.add_exception_handler(RequestValidationError, request_validation_handler)
+    # Added last of the middlewares: the outermost, so it decides before any other reads the body.
+    app.add_middleware(EdgeGuard, token_ok=partial(token_is_valid, deps))
     for module in (clouds, connections, offers, instances):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
@@ -45,5 +51,6 @@ def build_app() -> FastAPI:
     """The app for uvicorn (`uvicorn --factory api.app:build_app`): migrates the database first."""
     from settings import get_settings, private_home
 
+    logsafe.configure_uvicorn()  # uvicorn has set up its logging by now
     private_home(get_settings().home)  # before the database, token or key is written there
     return create_app(deps_from_settings())

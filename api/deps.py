@@ -252,13 +252,17 @@ def is_admin_token(deps: AppDeps, token: str) -> bool:
 
 
 def token_is_valid(deps: AppDeps, token: str) -> bool:
-    """Whether `token` is the admin token or a live project token. Sync: call from the threadpool."""
-    return is_admin_token(deps, token) or token_project(deps, token) is not None
+    """Whether `token` may use the API: the admin token or a live project token. The one place tokens
+    are checked (the edge guard, before any body is read, and `current_caller`). Sync: it may look
+    tokens up in the database, so call it from the threadpool."""
+    return bool(token) and (is_admin_token(deps, token) or token_project(deps, token) is not None)
+
+
+UNAUTHORIZED = "missing or invalid bearer token"
 
 
 def _unauthorized() -> HTTPException:
-    return HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or invalid bearer token",
-                         headers={"WWW-Authenticate": "Bearer"})
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
 
 
 def no_project(project: str) -> HTTPException:

@@ -79,3 +79,10 @@ def claim(deps: AppDeps, scope: str, key: str, fingerprint_: str, resource_id: s
     if record.fingerprint != fingerprint_:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, REUSED)
     return record.resource_id
+
+
+def release(deps: AppDeps, scope: str, key: str, fingerprint_: str) -> None:
+    """A keyed request that ended in a 4xx having made nothing leaves no record: a retry, with this
+    body or a corrected one, is a first use again. Sync: call through `in_thread`."""
+    with open_session(deps) as session:
+        repo.release_idempotency_key(session, scope=scope, key_hash=key_hash(key), fingerprint=fingerprint_)

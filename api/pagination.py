@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 from sqlmodel.sql.expression import SelectOfScalar
 
+from api import strict_json
+
 T = TypeVar("T")
 Row = TypeVar("Row")
 
@@ -65,8 +67,9 @@ def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
     """The position inside `cursor`; HTTP 422 when it is not a cursor of list `kind`."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        payload = json.loads(raw)
-    except (binascii.Error, ValueError):
+        # Strict: a forged cursor's NaN or lone surrogate would otherwise reach the database (a 500).
+        payload = strict_json.loads(raw, root="cursor")
+    except (binascii.Error, ValueError, RecursionError):
         raise bad_cursor("not a cursor this API issued (pass next_cursor back unchanged)") from None
     if not isinstance(payload, dict) or payload.get("v") != _CURSOR_VERSION:
         raise bad_cursor("not a cursor this API issued (pass next_cursor back unchanged)")

@@ -8,26 +8,44 @@ against the registry when the request arrives, and OpenAPI shows them as an enum
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from cryptography import x509
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from api.errors import shown
+from api.strict_json import loc_part
 from messages.enums import AllocationStatus
 from providers import endpoints, registry, ssh_keys
 from providers.base import Capabilities, CloudProvider, Offer
 from store.models import ApiToken, Attempt, Connection, Instance, InstanceEvent
 from store.models import Project as ProjectRow
 
-Name = Annotated[str, Field(min_length=1, max_length=100)]
+# Characters that act on a terminal or reorder what it shows: C0/C1 controls (ESC sequences, \r,
+# \x9b CSI), format characters (bidi overrides U+202A-202E and U+2066-2069, zero-width characters),
+# surrogates, and the line/paragraph separators. Names are printed by the CLI and the Web UI.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _printable(value: str) -> str:
+    for i, ch in enumerate(value):
+        if unicodedata.category(ch) in _UNPRINTABLE:
+            raise ValueError(f"must not contain control or formatting characters "
+                             f"(U+{ord(ch):04X} at position {i})")
+    return value
+
+
+Printable = AfterValidator(_printable)  # for every free-text name or label a request gives
+Name = Annotated[str, Field(min_length=1, max_length=100), Printable]
 MAX_CA_BUNDLE = 64_000  # characters of PEM: a private CA chain, not a system trust store
 
 
 def _known_cloud(value: str) -> str:
     known = registry.known()
     if value not in known:
-        raise ValueError(f"unknown cloud {value!r}; known: {', '.join(known)}")
+        raise ValueError(f"unknown cloud {shown(value)}; known: {', '.join(known)}")
     return value
 
 
@@ -99,7 +117,7 @@ class TokenCreated(TokenOut):
 # --------------------------------------------------------------------------- connections
 
 
-CredentialName = Annotated[str, Field(min_length=1, max_length=100)]
+CredentialName = Annotated[str, Field(min_length=1, max_length=100), Printable]
 MAX_CREDENTIAL_VALUE = 64_000
 
 
@@ -120,7 +138,8 @@ class ConnectionCreate(Strict):
     def _scalar_values(cls, credentials: dict[str, Any]) -> dict[str, Any]:
         """The cloud's credentials model (providers/credentials.py) decides names and types when the
         request is handled; here only the shape and size, naming the field and never its value."""
-        for name, value in credentials.items():
+        for key, value in credentials.items():
+            name = loc_part(key)
             if not isinstance(value, str | bool | int | float):
                 raise ValueError(f"credentials.{name} must be a string, a number or true/false")
             if isinstance(value, str) and len(value) > MAX_CREDENTIAL_VALUE:
@@ -275,16 +294,16 @@ class InstanceCreate(Strict):
 
     cloud: CloudId | None = None
     clouds: list[CloudId] | None = Field(None, min_length=1, max_length=50)
-    connection_id: Annotated[str, Field(min_length=1, max_length=100)] | None = None
-    gpu: Annotated[str, Field(min_length=1, max_length=40)] | None = None
+    connection_id: Annotated[str, Field(min_length=1, max_length=100), Printable] | None = None
+    gpu: Annotated[str, Field(min_length=1, max_length=40), Printable] | None = None
     gpu_count: Annotated[int, Field(ge=1, le=64)] | None = None
-    region: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    region: Annotated[str, Field(min_length=1, max_length=64), Printable] | None = None
     spot: bool | None = None
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list, max_length=32)
-    image: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+    image: Annotated[str, Field(min_length=1, max_length=500), Printable] | None = None
     k3s: bool = True
     ssh_public_keys: list[str] = Field(min_length=1, max_length=20)
-    name: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=63), Printable] | None = None
 
     @model_validator(mode="after")
     def _one_selector(self) -> InstanceCreate:

@@ -40,11 +40,12 @@ app.add_typer(projects.app, name="project")
 @app.command()
 def worker() -> None:
     """Run the Temporal worker (migrates the database first)."""
+    import logsafe
     import worker as worker_module
     from settings import get_settings, private_home
     from store.migrate import upgrade
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsafe.configure(logging.INFO)  # exception messages withheld: they may hold input
     private_home(get_settings().home)
     upgrade()
     try:

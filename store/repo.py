@@ -250,6 +250,14 @@ def claim_idempotency_key(session: Session, *, scope: str, key_hash: str, finger
     return winner
 
 
+def release_idempotency_key(session: Session, *, scope: str, key_hash: str, fingerprint: str) -> None:
+    """Forget a key's use whose request made nothing (its record, if it is still that request's)."""
+    found = session.get(IdempotencyRecord, (scope, key_hash))
+    if found is not None and found.fingerprint == fingerprint:
+        session.delete(found)
+        session.commit()
+
+
 # --------------------------------------------------------------------------- creates in flight
 
 

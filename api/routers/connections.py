@@ -19,7 +19,7 @@ from api.deps import (
     in_thread,
     open_session,
 )
-from api.errors import adapter_class
+from api.errors import adapter_class, shown
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import ConnectionCreate, ConnectionOut, ConnectionRemoval
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest
@@ -74,6 +74,7 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep, caller: Calle
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "endpoint"),
                                        "msg": e.message}]) from None
     key = idempotency_key
+    scope, fingerprint = idem.scope_of("connections", caller.project), ""
     if key is None:
         connection_id = repo.new_id()
     else:
@@ -81,8 +82,7 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep, caller: Calle
         # Keyed (HMAC), not a bare hash: the body holds credentials, and the record must not let
         # anyone with the database check a guess against them.
         fingerprint = deps.box.digest(idem.canonical(body.model_dump(mode="json")))
-        await in_thread(idem.claim, deps, idem.scope_of("connections", caller.project), key,
-                        fingerprint, connection_id)
+        await in_thread(idem.claim, deps, scope, key, fingerprint, connection_id)
         saved = await in_thread(_saved, deps, caller.project, connection_id)
         if saved is not None:  # a previous attempt verified and saved it
             return ConnectionOut.of(saved)
@@ -104,6 +104,8 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep, caller: Calle
         raise HTTPException(code, f"could not verify {body.provider}: {e.message}") from None
     saved = await in_thread(_saved, deps, caller.project, request.connection_id) if result.ok else None
     if saved is None:
+        if key is not None and not result.ok:  # refused: nothing was made, so the key stays unused
+            await in_thread(idem.release, deps, scope, key, fingerprint)
         reason = result.reason or "verification failed"
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"could not verify {body.provider}: {reason}")
     log.info("connected %s (connection %s)", saved.provider, saved.id)
@@ -126,7 +128,7 @@ async def delete_connection(connection_id: str, deps: DepsDep, caller: CallerDep
     """Remove a connection: DisconnectWorkflow terminates its live instances (each verified gone),
     then deletes it. Until then it is listed as `removing` and no new allocation uses it."""
     if await in_thread(_saved, deps, caller.project, connection_id) is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {connection_id!r}")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {shown(connection_id)}")
     try:
         # One disconnect per connection: a repeated request joins the running one.
         await deps.workflows.start("DisconnectWorkflow", DisconnectRequest(connection_id=connection_id),

@@ -15,7 +15,7 @@ from sqlmodel import Session, select
 
 from api import idempotency as idem
 from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
-from api.errors import adapter_class
+from api.errors import adapter_class, shown
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusName
 from messages.allocation import AllocateRequest, AllocationInput, CloudTarget, TerminateRequest
@@ -35,7 +35,7 @@ def _get(session: Session, project: str, instance_id: str) -> Instance:
     """The project's instance of that id: another project's answers the same 404 as an unknown id."""
     row = repo.get_instance(session, instance_id)
     if row is None or row.project != project:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {instance_id!r}")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {shown(instance_id)}")
     return row
 
 
@@ -72,7 +72,7 @@ def _candidates(session: Session, project: str,
     if body.connection_id is not None:
         conn = repo.get_connection(session, body.connection_id)
         if conn is None or conn.project != project:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {body.connection_id!r}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {shown(body.connection_id)}")
         if conn.status != ConnectionStatus.CONNECTED:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                                 f"connection {conn.id!r} is {conn.status}: it takes no new allocations")
@@ -228,7 +228,7 @@ async def terminate_instance(instance_id: str, deps: DepsDep, caller: CallerDep)
     gone. Idempotent: a repeated request is accepted again and joins the same teardown."""
     row = await in_thread(_instance, deps, caller.project, instance_id)
     if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {instance_id!r}")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {shown(instance_id)}")
     if not AllocationStatus(row.status).live:
         return InstanceAccepted(id=instance_id, status=row.status)  # nothing is on the cloud
     legacy, previous = row.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX), row.status
