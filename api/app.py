@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from fastapi import Depends, FastAPI
-from fastapi.exceptions import RequestValidationError
 
 from api.deps import AppDeps, deps_from_settings, require_token
-from api.errors import request_validation_handler
+from api.errors import install_error_handlers
+from api.openapi import install_openapi
 from api.routers import clouds, connections, instances, offers
 
 API_PREFIX = "/api/compute"
@@ -20,10 +20,13 @@ def create_app(deps: AppDeps) -> FastAPI:
         description="GPU provisioning across clouds on Temporal workflows. "
                     "Every /api/compute route needs `Authorization: Bearer <token>`. "
                     "Every list is paginated: `?limit=1..200&cursor=<next_cursor of the previous page>` "
-                    "answers `{items, next_cursor}`; a null `next_cursor` marks the last page.",
+                    "answers `{items, next_cursor}`; a null `next_cursor` marks the last page. "
+                    "Every error answers `{detail, errors?}` (ErrorOut): `detail` says why; "
+                    "`errors` lists the invalid fields of a 422.",
     )
     app.state.deps = deps
-    app.add_exception_handler(RequestValidationError, request_validation_handler)
+    install_error_handlers(app)
+    install_openapi(app)  # built on first use: it covers every route, also those added below
     for module in (clouds, connections, offers, instances):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
 
