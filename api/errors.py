@@ -57,6 +57,7 @@ def provider_http_error(cloud: str, e: ProviderError) -> HTTPException:
 MAX_FIELD_ERRORS = 20  # a body with thousands of unknown keys still gets a short answer
 MAX_SUMMARISED = 5  # field errors spelled out in `detail`
 MAX_TEXT = 200  # characters of one loc part or message: a key name can be as long as the body
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 class FieldError(BaseModel):
@@ -108,12 +109,15 @@ def _where(loc: list[str | int]) -> str:
 def summary(fields: list[FieldError], total: int) -> str:
     """The `detail` of a validation error: "body.cloud: unknown cloud ...; query.limit: ..."."""
     parts = [f"{_where(f.loc)}: {f.msg}" if f.loc else f.msg for f in fields[:MAX_SUMMARISED]]
+    if not parts:
+        return "invalid request"
     more = total - len(parts)
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "") if parts else "invalid request"
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def error_response(status_code: int, detail: str, *, errors: list[FieldError] | None = None,
                    headers: dict[str, str] | None = None) -> Response:
+    """The one shape (no body where HTTP allows none: 204, 304)."""
     if not is_body_allowed_for_status_code(status_code):
         return Response(status_code=status_code, headers=headers)
     body = ErrorOut(detail=_safe_detail(detail), errors=errors).model_dump(mode="json", exclude_none=True)
@@ -130,9 +134,6 @@ async def request_validation_handler(request: Request, exc: Exception) -> Respon
     raw = exc.errors()
     fields = validation_errors(raw)
     return error_response(status.HTTP_422_UNPROCESSABLE_CONTENT, summary(fields, len(raw)), errors=fields)
-
-
-HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def allowed_methods(request: Request) -> list[str]:

@@ -38,10 +38,12 @@ RULE_DESCRIPTIONS = {
     413: "request body too large",
     422: "invalid request: `detail` says why, `errors` names each invalid field",
 }
+# Required: a 401 without WWW-Authenticate breaks RFC 9110, and a 429 without Retry-After leaves
+# the client guessing (schemathesis's response_headers_conformance holds every answer to these).
 HEADERS: dict[int, dict[str, Any]] = {
-    401: {"WWW-Authenticate": {"description": "the scheme to authenticate with",
+    401: {"WWW-Authenticate": {"description": "the scheme to authenticate with", "required": True,
                                "schema": {"type": "string"}}},
-    429: {"Retry-After": {"description": "seconds to wait before trying again",
+    429: {"Retry-After": {"description": "seconds to wait before trying again", "required": True,
                           "schema": {"type": "string"}}},
 }
 
@@ -75,10 +77,9 @@ def complete(spec: dict[str, Any]) -> dict[str, Any]:
     """Add the rule statuses and the ErrorOut schema to every operation of `spec` (in place;
     running it again changes nothing)."""
     components = spec.setdefault("components", {}).setdefault("schemas", {})
-    components.update(ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
-                      .pop("$defs", {}))
-    components["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
-    components["ErrorOut"].pop("$defs", None)
+    error_out = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(error_out.pop("$defs", {}))  # FieldError
+    components["ErrorOut"] = error_out
     for path, item in spec.get("paths", {}).items():
         for method in METHODS:
             operation = item.get(method)

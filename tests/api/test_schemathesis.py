@@ -28,7 +28,6 @@ from schemathesis.checks import (
 
 from api.app import create_app
 from api.deps import AppDeps
-from api.errors import error_response, summary, validation_errors
 from messages.connection import ConnectResult
 from providers import registry
 from store.secrets import SecretBox
@@ -167,46 +166,3 @@ def test_every_secured_operation_refuses_a_missing_or_wrong_token(fuzz_app: Any)
                     assert r.headers["www-authenticate"] == "Bearer"
                     checked += 1
     assert checked >= 27  # 9 operations x 3 ways of getting the token wrong, at least
-
-
-def test_validation_errors_name_the_field_and_never_echo_the_value(fuzz_app: Any) -> None:
-    secret = "s3cr3t-value-never-echoed"
-    with TestClient(fuzz_app) as client:
-        r = client.post("/api/compute/connections", headers=AUTH,
-                        json={"provider": FakeCloud.id, "credentials": {"api_key": [secret]},
-                              "extra": secret})
-    assert r.status_code == 422 and secret not in r.text
-    body = r.json()
-    assert set(body) == {"detail", "errors"}
-    assert {tuple(e["loc"]) for e in body["errors"]} == {("body", "credentials"), ("body", "extra")}
-    assert all(set(e) == {"loc", "msg", "type"} for e in body["errors"])
-    assert "body.credentials: credentials.api_key must be a string, a number or true/false" in body["detail"]
-    assert "body.extra: Extra inputs are not permitted" in body["detail"]
-
-
-def test_a_key_name_is_bounded_in_the_answer(fuzz_app: Any) -> None:
-    """Unknown key names are named in `loc`: cut short (the body could be a 1 MB key)."""
-    with TestClient(fuzz_app) as client:
-        r = client.post("/api/compute/instances", headers={**AUTH, "Content-Type": "application/json"},
-                        content=b'{"x' + b"k" * 5000 + b'": 1}')
-    assert r.status_code == 422, r.text
-    assert ["body", "x" + "k" * 199 + "…"] in [e["loc"] for e in r.json()["errors"]]
-    assert len(r.text) < 3000
-
-
-def test_field_errors_are_encodable_whatever_the_key() -> None:
-    """A lone surrogate or a control character in a key name is escaped, never a 500 on encoding."""
-    fields = validation_errors([{"loc": ("body", "a\ud800", "b\x1b[31m", 3), "msg": "Value error, bad",
-                                 "type": "value_error", "input": "secret"}])
-    assert fields[0].loc == ["body", "a\\ud800", "b\\x1b[31m", 3] and fields[0].msg == "bad"
-    assert summary(fields, 1) == "body.a\\ud800.b\\x1b[31m[3]: bad"
-    assert b"secret" not in error_response(422, summary(fields, 1), errors=fields).body
-
-
-def test_a_405_lists_every_method_of_the_path(fuzz_app: Any) -> None:
-    with TestClient(fuzz_app, headers=AUTH) as client:
-        for path, allowed in [("/api/compute/connections", "GET, POST"),
-                              ("/api/compute/instances", "GET, POST"), ("/api/compute/instances/x", "GET")]:
-            r = client.request("PUT", path)
-            assert r.status_code == 405 and r.headers["allow"] == allowed, (path, r.headers)
-            assert r.json() == {"detail": "Method Not Allowed"}
