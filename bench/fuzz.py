@@ -1,7 +1,7 @@
 """`make fuzz` (`python -m bench.fuzz`): schemathesis against a running `make run`, with more
 examples than `make test` runs in process (tests/api/test_schemathesis.py).
 
-    --max-examples N   cases per operation and phase (default 300)
+    --max-examples N   cases per operation (default 300; coverage and stateful cases come on top)
     --seed N           reproduce an earlier run
     ARGS after `--`    passed to `schemathesis run` as they are (e.g. `-- --phases fuzzing`)
 
