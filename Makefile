@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# schemathesis against a running `make run` (README, Testing).
+FUZZ_ARGS ?= --max-examples 300
+fuzz: $(STAMP)
+	$(BIN)/python -m bench.fuzz $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV)

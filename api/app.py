@@ -6,12 +6,12 @@ from __future__ import annotations
 from functools import partial
 
 from fastapi import Depends, FastAPI
-from fastapi.exceptions import RequestValidationError
 
 import logsafe
 from api.deps import AppDeps, deps_from_settings, require_token, token_is_valid
-from api.errors import request_validation_handler
+from api.errors import install_error_handlers
 from api.guard import EdgeGuard
+from api.openapi import install_openapi
 from api.routers import clouds, codec, connections, instances, offers, projects
 
 API_PREFIX = "/api/compute"
@@ -26,18 +26,21 @@ def create_app(deps: AppDeps) -> FastAPI:
                     "token (any project, chosen with `X-Project`, default `default`) or a project token "
                     "(its own project only; another project's objects answer 404). "
                     "Every list is paginated: `?limit=1..200&cursor=<next_cursor of the previous page>` "
-                    "answers `{items, next_cursor}`; a null `next_cursor` marks the last page.",
+                    "answers `{items, next_cursor}`; a null `next_cursor` marks the last page. "
+                    "Every error answers `{detail, errors?}` (ErrorOut): `detail` says why; "
+                    "`errors` lists the invalid fields of a 422.",
     )
     app.state.deps = deps
-    app.add_exception_handler(RequestValidationError, request_validation_handler)
-    # Added last of the middlewares: the outermost, so it decides before any other reads the body.
-    app.add_middleware(EdgeGuard, token_ok=partial(token_is_valid, deps))
+    install_error_handlers(app)
+    install_openapi(app)  # built on first use: it covers every route, also those added below
     for module in (clouds, connections, offers, instances):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.
     app.include_router(codec.router, prefix=codec.PREFIX)
     app.add_middleware(codec.CodecCors, origins=deps.codec_cors_origins)
+    # Added last of the middlewares: the outermost, so it decides before any other reads the body.
+    app.add_middleware(EdgeGuard, token_ok=partial(token_is_valid, deps))
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

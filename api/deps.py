@@ -67,6 +67,9 @@ class WorkflowGateway(Protocol):
         ...
 
 
+UPDATE_RETRY_DELAYS_S = (0.2, 0.5, 1.0)  # an update whose workflow task failed is sent again, after these
+
+
 class TemporalGateway:
     """WorkflowGateway over a real Temporal client, connected on first use (the API may
     start before Temporal answers)."""
@@ -137,14 +140,21 @@ class TemporalGateway:
         from temporalio.service import RPCError, RPCStatusCode
 
         client = await self.client()
-        try:
-            await client.get_workflow_handle(workflow_id).start_update(
-                update, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:  # closed (or never started): nothing to update
-                return False
-            raise WorkflowUnavailable(f"could not send {update} to {workflow_id}: {e.message}") from e
-        return True
+        for delay in (*UPDATE_RETRY_DELAYS_S, None):
+            try:
+                await client.get_workflow_handle(workflow_id).start_update(
+                    update, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+                return True
+            except RPCError as e:
+                if e.status == RPCStatusCode.NOT_FOUND:  # closed (or never started): nothing to update
+                    return False
+                # WorkflowNotReady: the workflow task carrying the update failed — typically it raced
+                # the workflow's own next step (UnhandledCommand) — so the update was not accepted
+                # and sending it again is safe. `make fuzz` hit it on terminates right after a create.
+                if e.status != RPCStatusCode.FAILED_PRECONDITION or delay is None:
+                    raise WorkflowUnavailable(f"could not send {update} to {workflow_id}: {e.message}") from e
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 # --------------------------------------------------------------------------- deps

@@ -1,4 +1,5 @@
-"""Turning provider and registry errors into HTTP answers with the reason in `detail`."""
+"""One error shape for every non-2xx answer (`ErrorOut`), and turning provider and registry errors
+into HTTP answers with the reason in `detail`."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import re
 from typing import Any
 
 from fastapi import HTTPException, Request, status
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.utils import is_body_allowed_for_status_code
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api.strict_json import loc_part
 from providers import registry
@@ -52,15 +56,6 @@ def provider_http_error(cloud: str, e: ProviderError) -> HTTPException:
     return HTTPException(status.HTTP_502_BAD_GATEWAY, reason)
 
 
-def validation_errors(errors: Any) -> list[dict[str, Any]]:
-    """Request validation errors as (type, loc, msg): never the `input`, which may be a secret
-    (a credential value of the wrong type) — the field path and the message say what is wrong.
-    A key in `loc` that does not look like a field name is not shown either (an unknown key is input:
-    a 100 MB one would be echoed whole)."""
-    return [{"type": e.get("type"), "loc": [loc_part(p) for p in e.get("loc", ())], "msg": e.get("msg")}
-            for e in errors]
-
-
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -70,7 +65,116 @@ def shown(value: str) -> str:
     return repr(value) if _ID.match(value) else "(value not shown: not an id)"
 
 
-async def request_validation_handler(request: Request, exc: Exception) -> JSONResponse:
+MAX_FIELD_ERRORS = 20  # a body with thousands of unknown keys still gets a short answer
+MAX_SUMMARISED = 5  # field errors spelled out in `detail`
+MAX_TEXT = 500  # characters of one loc part or message (our messages; keys are shown only when field-like)
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+class FieldError(BaseModel):
+    """One invalid field: where (`loc`, e.g. ["body", "ssh_public_keys", 0]) and why. Never its value."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorOut(BaseModel):
+    """Every non-2xx answer. `detail`: a sentence saying why (for a validation error, a summary of
+    the field errors); `errors`: the invalid fields, on validation errors only."""
+
+    detail: str = Field(description="why the request failed, for people")
+    errors: list[FieldError] | None = Field(None, description="the invalid fields (validation errors only)")
+
+
+def _safe(text: str) -> str:
+    """Printable, encodable and bounded: a lone surrogate in a key name would otherwise fail the
+    UTF-8 encoding of the answer (a 500), and a 1 MB key name would be echoed whole."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
+def _message(msg: Any) -> str:
+    text = str(msg or "invalid")
+    # pydantic prefixes a validator's own words; the field path already says it is about a value.
+    return _safe(text.removeprefix("Value error, "))
+
+
+def validation_errors(errors: Any) -> list[FieldError]:
+    """Request validation errors as (loc, msg, type): never the `input` nor `ctx`, which may hold a
+    secret (a credential value of the wrong type) — the field path and the message say what is wrong."""
+    # A key that does not look like a field name is not shown either (loc_part): an unknown key is input.
+    return [FieldError(loc=[p if isinstance(p, int) else _safe(str(loc_part(p))) for p in e.get("loc", ())],
+                       msg=_message(e.get("msg")), type=_safe(str(e.get("type") or "invalid")))
+            for e in list(errors)[:MAX_FIELD_ERRORS]]
+
+
+def _where(loc: list[str | int]) -> str:
+    """["body", "ssh_public_keys", 0] -> "body.ssh_public_keys[0]"."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def summary(fields: list[FieldError], total: int) -> str:
+    """The `detail` of a validation error: "body.cloud: unknown cloud ...; query.limit: ..."."""
+    parts = [f"{_where(f.loc)}: {f.msg}" if f.loc else f.msg for f in fields[:MAX_SUMMARISED]]
+    if not parts:
+        return "invalid request"
+    more = total - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def error_response(status_code: int, detail: str, *, errors: list[FieldError] | None = None,
+                   headers: dict[str, str] | None = None) -> Response:
+    """The one shape (no body where HTTP allows none: 204, 304)."""
+    if not is_body_allowed_for_status_code(status_code):
+        return Response(status_code=status_code, headers=headers)
+    body = ErrorOut(detail=_safe_detail(detail), errors=errors).model_dump(mode="json", exclude_none=True)
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def _safe_detail(detail: str) -> str:
+    # Not cut to MAX_TEXT: a refusal listing every cloud's reason is long, and it is our own text.
+    return detail.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+async def request_validation_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-                        content=jsonable_encoder({"detail": validation_errors(exc.errors())}))
+    raw = exc.errors()
+    fields = validation_errors(raw)
+    return error_response(status.HTTP_422_UNPROCESSABLE_CONTENT, summary(fields, len(raw)), errors=fields)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path. Starlette's 405 names only the first route
+    whose path matched (`Allow: POST` where GET is served too)."""
+    routes = request.app.router.routes
+    return [m for m in HTTP_METHODS
+            if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+
+
+async def http_exception_handler(request: Request, exc: Exception) -> Response:
+    """HTTPException (ours and Starlette's 404/405) in the one shape, keeping its headers
+    (WWW-Authenticate, Retry-After), with an Allow header that lists every method of the path."""
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return error_response(exc.status_code, detail, headers=headers or None)
+
+
+async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
+    """A bug: the one shape and no internals. Starlette raises the exception on after this answer,
+    so the server still logs it (and tests still see it)."""
+    return error_response(status.HTTP_500_INTERNAL_SERVER_ERROR, "internal error")
+
+
+def install_error_handlers(app: Any) -> None:
+    """Every error the app answers, in the ErrorOut shape."""
+    app.add_exception_handler(RequestValidationError, request_validation_handler)
+    app.add_exception_handler(StarletteHTTPException, http_exception_handler)
+    app.add_exception_handler(Exception, unexpected_error_handler)

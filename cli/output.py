@@ -14,7 +14,8 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def reason(detail: Any) -> str:
-    """FastAPI's `detail`: a string, or a list of validation errors with their field paths."""
+    """The API's `detail`: a sentence (a 422's names each field). A list of validation errors is the
+    shape of servers before ErrorOut, still read so a newer CLI explains an older server's refusal."""
     if isinstance(detail, list):
         parts = []
         for err in detail:

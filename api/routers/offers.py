@@ -36,7 +36,9 @@ def _connection(deps: AppDeps, project: str,
 
 
 @router.get("/{provider}/offers", response_model=Page[OfferOut],
-            responses={409: {"description": "not connected"}, 422: {"description": "unknown cloud"},
+            responses={409: {"description": "not connected, or the cloud refused the stored credentials"},
+                       422: {"description": "unknown cloud, or a query the cloud refused"},
+                       429: {"description": "the cloud asked to slow down (Retry-After)"},
                        502: {"description": "the cloud failed"}})
 async def list_offers(
     provider: Annotated[CloudId, Path()],

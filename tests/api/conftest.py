@@ -92,10 +92,11 @@ class Start:
 
 @dataclass
 class FakeWorkflows:
-    """Temporal's id rules in memory: a start of an id that is running fails, or joins it
-    (use_existing/once); an id whose run closed starts again, unless `once`. Every call is recorded
-    (`starts`); `runs` holds the runs actually started. ConnectWorkflow is simulated like its
-    activity: decrypt, verify, record the outcome on the row."""
+    """A recording fake in place of Temporal: it records every call (`starts`, `executes`,
+    `updates`; `runs` holds the runs actually started) and runs no workflow. Temporal's id rules in
+    memory: a start of an id that is running fails, or joins it (use_existing/once); an id whose run
+    closed starts again, unless `once`. ConnectWorkflow is simulated like its activity: decrypt,
+    verify, record the outcome on the row."""
 
     engine: sa.Engine
     box: SecretBox

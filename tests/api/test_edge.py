@@ -113,7 +113,7 @@ async def test_a_422_never_echoes_the_body(client: httpx.AsyncClient) -> None:
         r = await client.post(path, json=body)
         assert r.status_code == 422, r.text[:300]
         assert "ECHO-" not in r.text and len(r.content) < 2000, r.text[:300]
-        assert all("<key>" in e["loc"] for e in r.json()["detail"] if e["type"] != "value_error")
+        assert all("<key>" in e["loc"] for e in r.json()["errors"] if e["type"] != "value_error")
 
 
 # --------------------------------------------------------------------------- strict JSON
@@ -209,7 +209,7 @@ async def test_control_and_bidi_characters_in_names_are_refused(
     for path, body, loc in requests:
         r = await client.post(path, json=body, headers={"Idempotency-Key": f"names-{loc[-1]}"})
         assert r.status_code == 422, (body, r.text)
-        errors = r.json()["detail"]
+        errors = r.json()["errors"]
         assert any(e["loc"] == loc and "control or formatting characters" in e["msg"] for e in errors), errors
     assert stored(engine) == before and len(workflows.starts) == starts
     assert conn["name"] == "Fake Cloud"

@@ -86,7 +86,7 @@ async def test_other_endpoints_are_a_422_naming_the_field_before_any_workflow(
         admin_client: httpx.AsyncClient, workflows: FakeWorkflows, endpoint: str, reason: str) -> None:
     r = await admin_client.post(URL, json=connect(endpoint))
     assert r.status_code == 422, r.text
-    [error] = r.json()["detail"]
+    [error] = r.json()["errors"]
     assert error["loc"] == ["body", "endpoint"] and reason in error["msg"], error
     assert "s3cretpass" not in r.text and "admin:" not in r.text and "/admin" not in r.text
     assert workflows.executes == [] and (await admin_client.get(URL)).json()["items"] == []
@@ -95,7 +95,7 @@ async def test_other_endpoints_are_a_422_naming_the_field_before_any_workflow(
 async def test_the_refusal_lists_the_clouds_documented_hosts(admin_client: httpx.AsyncClient) -> None:
     r = await admin_client.post(URL, json=connect("https://api.evil.example/api/v1", provider="lambda"))
     assert r.status_code == 422
-    msg = r.json()["detail"][0]["msg"]
+    msg = r.json()["errors"][0]["msg"]
     assert "https://cloud.lambda.ai, https://cloud.lambdalabs.com" in msg
     assert "GPUPROV_ALLOWED_ENDPOINTS (1 prefix(es) the administrator allows)" in msg
     assert "evil" not in msg

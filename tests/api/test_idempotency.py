@@ -116,7 +116,8 @@ async def test_a_bad_key_is_a_422(client: httpx.AsyncClient, workflows: FakeWork
                          (CONNECTIONS, {"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY}})]:
         r = await client.post(url, json=payload, **keyed(key))
         assert r.status_code == 422, (url, key, r.text)
-        assert r.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
+        assert r.json()["errors"][0]["loc"] == ["header", "Idempotency-Key"]
+        assert r.json()["detail"].startswith("header.Idempotency-Key: ")
     assert workflows.starts == [] and len(workflows.executes) == 1  # the connect_fake above
 
 

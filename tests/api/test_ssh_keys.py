@@ -53,7 +53,7 @@ async def test_a_private_key_is_refused_naming_its_entry_and_never_echoed(
     secret = PRIVATE_KEYS[kind]()
     r = await client.post(URL, json={"cloud": "fakecloud", "ssh_public_keys": [ssh_key, secret]})
     assert r.status_code == 422, r.text
-    [error] = r.json()["detail"]
+    [error] = r.json()["errors"]
     assert error["loc"] == ["body", "ssh_public_keys"]
     assert "ssh_public_keys[1]: this is a private key — paste the .pub file" in error["msg"]
     body_lines = [line for line in secret.splitlines()[1:-1] if len(line) > 8]
@@ -84,7 +84,7 @@ async def test_a_bad_entry_is_a_422_with_nothing_stored_and_no_workflow(
     entry = entry.format(key=bare, blob=bare.split()[1])
     r = await client.post(URL, json={"cloud": "fakecloud", "ssh_public_keys": [entry]})
     assert r.status_code == 422, r.text[:500]
-    assert reason in r.json()["detail"][0]["msg"]
+    assert reason in r.json()["errors"][0]["msg"]
     assert len(r.text) < 1_000  # the entry is not echoed (the 200 kB one least of all)
     await nothing_stored(client, workflows, engine)
 

@@ -65,6 +65,14 @@ def test_up_refused_by_capabilities_shows_the_cloud_reason(key_file: Path) -> No
     assert r.exit_code == 1 and "not found" in r.output
 
 
+def test_a_refused_field_is_named_in_the_error(key_file: Path) -> None:
+    """A 422's `detail` summarises its field errors: the CLI prints which field and why."""
+    _connect()
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--gpu-count", "65", "--ssh-key", str(key_file)])
+    assert r.exit_code == 1
+    assert "error: body.gpu_count: Input should be less than or equal to 64 (HTTP 422)" in r.output
+
+
 def test_down_waits_until_terminated(key_file: Path) -> None:
     _connect()
     r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--ssh-key", str(key_file), "--detach"])

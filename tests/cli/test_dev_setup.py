@@ -110,4 +110,4 @@ async def test_connect_simulated_connects_each_cloud_once(api_client: httpx.Asyn
         "fakecloud", "fakecloud (simulated)", "http://sim/fake/v1")
     refused = dev.connection_bodies("http://sim", {"othersim": "whatever"})
     await dev.connect_simulated(api_client, refused)  # othersim has no adapter: reported, not fatal
-    assert "could not connect othersim: provider: Value error, unknown cloud" in capsys.readouterr().out
+    assert "could not connect othersim: body.provider: unknown cloud 'othersim'" in capsys.readouterr().out

@@ -1,0 +1,150 @@
+"""OpenAPI that lists every status each route can answer, every error in the one `ErrorOut` shape.
+
+FastAPI documents what a route declares, plus a 422 in its own list shape that our answers do not
+use. The statuses that come from the app's rules rather than from a route's code are added here to
+every route, so routes added later get them too:
+
+- 401 on every path under a secured prefix (or declaring a security scheme): the token check;
+- 400, 413 and 422 where there is a body (not UTF-8 JSON, which FastAPI answers with a 400; too
+  large; invalid), 422 where there are parameters;
+- 404 where the path has a parameter: an unknown id, or a value that routes nowhere; and where
+  the request names a project (`X-Project`): one that does not exist, or another project's.
+
+What a route's own code raises (409, 429, 502, 503, 504, ...) is its `responses=`; here each such
+answer gets the ErrorOut schema. Where an answer under P carries an `id`, the operations on
+P/{param} get an OpenAPI link from it (clients and schemathesis's stateful phase follow them).
+tests/api/test_schemathesis.py holds the result against what the app really answers.
+"""
+
+from __future__ import annotations
+
+import re
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.errors import ErrorOut
+from api.guard import CODEC_OPEN
+
+SECURED_PREFIXES = ("/api/", "/codec/")
+ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorOut"}
+# FastAPI's own 422 shape, replaced by ErrorOut (dropped from the components once nothing uses it).
+FASTAPI_422 = ("HTTPValidationError", "ValidationError")
+METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+RULE_DESCRIPTIONS = {
+    400: "the body could not be read (not UTF-8 JSON)",
+    401: "missing or invalid bearer token",
+    404: "no such object (or a path that routes nowhere)",
+    413: "request body too large",
+    422: "invalid request: `detail` says why, `errors` names each invalid field",
+}
+# Required: a 401 without WWW-Authenticate breaks RFC 9110, and a 429 without Retry-After leaves
+# the client guessing (schemathesis's response_headers_conformance holds every answer to these).
+HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"description": "the scheme to authenticate with", "required": True,
+                               "schema": {"type": "string"}}},
+    429: {"Retry-After": {"description": "seconds to wait before trying again", "required": True,
+                          "schema": {"type": "string"}}},
+}
+
+
+def rule_statuses(path: str, method: str, operation: dict[str, Any]) -> set[int]:
+    """The error statuses the app's own rules give `operation`, whatever the route's code does."""
+    codes: set[int] = set()
+    open_ = (method.upper(), path) in CODEC_OPEN  # the codec's token page and logout
+    if (path.startswith(SECURED_PREFIXES) and not open_) or operation.get("security"):
+        codes.add(401)
+    if "requestBody" in operation:
+        codes |= {400, 413, 422}
+    if operation.get("parameters"):
+        codes.add(422)
+    params = operation.get("parameters", [])
+    if any(p.get("in") == "path" or p.get("name") == "X-Project" for p in params):
+        codes.add(404)
+    return codes
+
+
+def _error_response(code: int, existing: dict[str, Any] | None) -> dict[str, Any]:
+    response = dict(existing or {})
+    described = response.get("description")
+    if not described or described == "Validation Error":  # FastAPI's default 422 text
+        response["description"] = RULE_DESCRIPTIONS.get(code) or HTTPStatus(code).phrase
+    response["content"] = {"application/json": {"schema": ERROR_SCHEMA}}
+    if code in HEADERS:
+        response["headers"] = {**HEADERS[code], **response.get("headers", {})}
+    return response
+
+
+def complete(spec: dict[str, Any]) -> dict[str, Any]:
+    """Add the rule statuses and the ErrorOut schema to every operation of `spec` (in place;
+    running it again changes nothing)."""
+    components = spec.setdefault("components", {}).setdefault("schemas", {})
+    error_out = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(error_out.pop("$defs", {}))  # FieldError
+    components["ErrorOut"] = error_out
+    for path, item in spec.get("paths", {}).items():
+        for method in METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            responses = operation.setdefault("responses", {})
+            for code in rule_statuses(path, method, operation):
+                responses.setdefault(str(code), {})
+            for key in list(responses):
+                if key.isdigit() and int(key) >= 400:
+                    responses[key] = _error_response(int(key), responses[key])
+            operation["responses"] = dict(sorted(responses.items()))
+    add_links(spec)
+    text = str(spec.get("paths"))
+    for name in FASTAPI_422:
+        if f"#/components/schemas/{name}'" not in text:
+            components.pop(name, None)
+    return spec
+
+
+def _schema_of(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref", "")
+    if ref.startswith("#/components/schemas/"):
+        found: dict[str, Any] = spec["components"]["schemas"].get(ref.rsplit("/", 1)[1], {})
+        return found
+    return schema
+
+
+def add_links(spec: dict[str, Any]) -> None:
+    """A 2xx answer with an `id`, at path P, links to every operation on P/{param}...: the id
+    it answered is that parameter."""
+    paths = spec.get("paths", {})
+    for path, item in paths.items():
+        children = [(child, m.group(1)) for child in paths
+                    if (m := re.match(re.escape(path) + r"/\{([^}/]+)\}", child))]
+        if not children:
+            continue
+        for method in METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            for code, response in operation.get("responses", {}).items():
+                schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+                if not code.startswith("2") or "id" not in _schema_of(spec, schema).get("properties", {}):
+                    continue
+                links = response.setdefault("links", {})
+                for child, param in children:
+                    for child_method in METHODS:
+                        target = paths[child].get(child_method, {}).get("operationId")
+                        if target:
+                            links[target] = {"operationId": target,
+                                             "parameters": {param: "$response.body#/id"}}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Make `app.openapi()` (and /openapi.json) answer the completed document."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = complete(generate())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend it

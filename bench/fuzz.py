@@ -1,0 +1,67 @@
+"""`make fuzz` (`python -m bench.fuzz`): schemathesis against a running `make run`, with more
+examples than `make test` runs in process (tests/api/test_schemathesis.py).
+
+    --max-examples N   cases per operation (default 300; coverage and stateful cases come on top)
+    --seed N           reproduce an earlier run
+    ARGS after `--`    passed to `schemathesis run` as they are (e.g. `-- --phases fuzzing`)
+
+The API from GPUPROV_API_URL (default: where `gpuprov dev` listens, GPUPROV_API_PORT); the token as
+the CLI finds it (GPUPROV_TOKEN, else $GPUPROV_HOME/api-token), handed to schemathesis in its
+environment, never on a command line. Every default check runs but one (bench/schemathesis.toml);
+bench/fuzz_hooks.py keeps the connections it creates on the simulated clouds and leaves the ones
+there before in place. It creates real (simulated) allocations: fuzz a throwaway GPUPROV_HOME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import typer
+
+from bench.fuzz_hooks import KEEP
+from cli.client import token
+from cli.dev import DevConfig
+
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "schemathesis.toml"
+
+
+def command(url: str, args: argparse.Namespace, extra: list[str]) -> list[str]:
+    argv = [str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(CONFIG), "run",
+            f"{url}/openapi.json", "--max-examples", str(args.max_examples)]
+    if args.seed is not None:
+        argv += ["--seed", str(args.seed)]
+    return argv + extra
+
+
+def main(argv: list[str]) -> int:
+    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="python -m bench.fuzz", description=__doc__.splitlines()[0])
+    parser.add_argument("--max-examples", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(ours)
+    url = (os.environ.get("GPUPROV_API_URL") or DevConfig.from_env().api_url).rstrip("/")
+    try:
+        secret = token()
+    except typer.Exit as e:  # no token: the CLI's message is printed already
+        return e.exit_code
+    env = {**os.environ, "GPUPROV_FUZZ_TOKEN": secret, KEEP: ",".join(connection_ids(url, secret)),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
+    return subprocess.call(command(url, args, extra), env=env)
+
+
+def connection_ids(url: str, secret: str) -> list[str]:
+    """The connections there before the fuzz (one page of the maximum size is plenty here)."""
+    r = httpx.get(f"{url}/api/compute/connections", params={"limit": 200}, timeout=30,
+                  headers={"Authorization": f"Bearer {secret}"})
+    r.raise_for_status()
+    return [c["id"] for c in r.json()["items"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,59 @@
+"""schemathesis hooks for `make fuzz` (bench/fuzz.py loads them), applied to every request sent.
+
+- Fuzzed connections stay on this machine. A created connection makes the worker call its endpoint;
+  a made-up endpoint — or none, which means the cloud's real API — would send the fuzzer's requests
+  off this machine. So every POST /connections body is pointed at the simulation server `make run`
+  started (a closed loopback port for a cloud it does not simulate).
+- Allocations get past validation: random text is never an OpenSSH key, so a list of strings in
+  `ssh_public_keys` becomes that many copies of one valid key. Other shapes stay as generated.
+- The connections that were there before (`make run`'s, named by bench/fuzz.py in
+  GPUPROV_FUZZ_KEEP_CONNECTIONS) stay: the stateful phase finds their ids in GET /connections, and
+  deleting them would leave every later allocation a 409. A DELETE of one is sent for an unknown id.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+import asyncssh
+import schemathesis
+
+from cli.dev import DevConfig
+from providers import registry
+from providers.base import InvalidRequest
+
+CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens, a connect fails at once
+KEEP = "GPUPROV_FUZZ_KEEP_CONNECTIONS"
+
+
+def safe_endpoint(provider: object) -> str:
+    """The simulation of `provider` that `make run` serves, else a port where nothing answers."""
+    if not isinstance(provider, str):
+        return CLOSED
+    try:
+        facade = registry.simulation(provider)
+    except (InvalidRequest, KeyError, ImportError):
+        return CLOSED
+    return DevConfig.from_env().cloud_url + facade.prefix
+
+
+@cache
+def ssh_key() -> str:
+    return str(asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip())
+
+
+@schemathesis.hook
+def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    body, method, path = case.body, case.operation.method.upper(), case.operation.path
+    params = case.path_parameters or {}
+    if method == "DELETE" and params.get("connection_id") in os.environ.get(KEEP, "").split(","):
+        params["connection_id"] = "kept-by-fuzz"
+    if method != "POST" or not isinstance(body, dict):
+        return
+    if path.endswith("/connections"):
+        body["endpoint"] = safe_endpoint(body.get("provider"))
+    keys = body.get("ssh_public_keys")
+    if path.endswith("/instances") and isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+        body["ssh_public_keys"] = [ssh_key()] * len(keys)
