@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from providers import registry
+from tests import audit
 from tests.devrun import DevRun, alive, assert_private, dev_ports
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,8 @@ def test_dev_starts_connects_stops_and_restarts(tmp_path: Path) -> None:
         # Every child has written its state (the worker ran ConnectWorkflow, each cloud verified the
         # tokens it read from cloud-tokens.json): all of it private, no secret in any argv.
         assert_private(run, home)
+        # The security audit's reproductions (tests/audit.py), against this running `make run`.
+        assert [f"{c.name}: {c.seen}" for c in audit.run(api, token, home) if not c.ok] == []
     finally:
         code = run.interrupt()
     assert code == 0, "\n".join(run.lines)
