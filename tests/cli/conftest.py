@@ -4,8 +4,10 @@ API tests' FakeCloud and a FakeWorkflows that plays the workflows' record writes
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import asyncssh
 import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
@@ -89,3 +91,11 @@ def api(monkeypatch: pytest.MonkeyPatch, engine: sa.Engine,
     monkeypatch.setenv("GPUPROV_POLL_INTERVAL", "0.01")
     yield TestClient(app)
     registry.unregister_for_tests(FakeCloud.id)
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    """A public key file, as `gpuprov up --ssh-key` reads one."""
+    path = tmp_path / "id_ed25519.pub"
+    path.write_text(asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode())
+    return path

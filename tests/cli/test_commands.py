@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import asyncssh
 import pytest
 from typer.testing import CliRunner
 
@@ -10,13 +9,6 @@ from cli import app
 from tests.api.conftest import GOOD_KEY
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "id_ed25519.pub"
-    path.write_text(asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode())
-    return path
 
 
 def _connect() -> None:
