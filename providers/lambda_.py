@@ -38,7 +38,7 @@ from providers.base import (
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
 
-DEFAULT_ENDPOINT = "https://cloud.lambdalabs.com/api/v1"
+DEFAULT_ENDPOINT = "https://cloud.lambda.ai/api/v1"  # OpenAPI 1.10 production (lambdalabs.com: deprecated)
 NAME_MAX = 64
 NOT_FOUND = "global/object-does-not-exist"
 
