@@ -43,6 +43,7 @@ from providers import gcp_catalog as catalog
 from providers.base import (
     AuthError,
     Capabilities,
+    CapacityError,
     FailureScope,
     GpuSpec,
     InstanceRef,
@@ -511,7 +512,7 @@ class GcpProvider(SdkCloudProvider):
             zone = scope.rpartition("/")[2]
             accelerators[zone] = {a.name: int(a.maximum_cards_per_instance) for a in listed.accelerator_types}
         out: list[Offer] = []
-        for scope, listed in machine_pager:
+        for scope, listed in sorted(machine_pager, key=lambda item: item[0]):  # proto maps have no order
             zone = scope.rpartition("/")[2]
             region = catalog_region(zone)
             if (query.region and region != query.region) or region not in catalog.HOSTS:
@@ -582,13 +583,23 @@ class GcpProvider(SdkCloudProvider):
         )
         await self._ensure_firewall(name, spec)
         body = self._instance(spec, name, zone, machine, accelerator, count, image, offer.spot)
+        try:
+            return await self._launch(spec.key, zone, name, body, offer.instance_type, scope)
+        except (CapacityError, QuotaError, InvalidRequest):
+            # Definitely not launched: the firewall rule goes now (the workflow moves on to the next
+            # offer under a new key). Transient failures keep it: the insert may have landed.
+            if not await self.find_all(spec.key):
+                await self._delete_firewall(spec.key)
+            raise
+
+    async def _launch(
+        self, key: str, zone: str, name: str, body: Any, instance_type: str, scope: FailureScope
+    ) -> InstanceRef:
         after = ""
         while True:
-            op = await self._sdk(
-                self._insert, zone, body, self._request_id(spec.key, zone, after), scope=scope
-            )
+            op = await self._sdk(self._insert, zone, body, self._request_id(key, zone, after), scope=scope)
             if op is None:  # the name is taken in this zone: ours from an earlier try, or refused
-                return await self._adopt(zone, name, spec.key, offer.instance_type)
+                return await self._adopt(zone, name, key, instance_type)
             done = await self._wait(op, zone=zone, within=INSERT_WAIT_S)
             if done is None:
                 raise Transient(
@@ -596,7 +607,7 @@ class GcpProvider(SdkCloudProvider):
                 )
             error = self._op_error(done, scope)
             if error is None:  # made now, or by an earlier try whose requestId this was
-                return await self._adopt(zone, name, spec.key, offer.instance_type)
+                return await self._adopt(zone, name, key, instance_type)
             if not isinstance(error, Transient) or after:
                 raise error
             # The requestId now answers this failed operation for good: one more try under a new one

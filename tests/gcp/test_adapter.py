@@ -164,9 +164,8 @@ async def test_capacity_names_the_zone_and_the_request_id_keeps_answering_it(
             await p.create(offer, spec("gcp-full-1"))
         ref = await p.create(next_zone, spec("gcp-full-2"))
         await p.terminate(ref)
-        # The refused creates left their firewall rule (made before the insert): release removes it.
-        assert [r.kind for r in await p.list_owned() if r.key == "gcp-full-1"] == ["firewall-rule"]
-        await p.release("gcp-full-1")
+        # A refused create made nothing that stays: its firewall rule went with the refusal.
+        assert [r for r in await p.list_owned() if r.key == "gcp-full-1"] == []
         assert await p.list_owned() == []
 
 
