@@ -236,3 +236,19 @@ def test_list_filters(flt: str, hit: bool) -> None:
 def test_unsupported_filters_are_refused(flt: str) -> None:
     with pytest.raises(Invalid):
         gcp_filter.parse(flt)
+
+
+def test_the_api_refuses_an_allocation_without_a_region_before_any_workflow() -> None:
+    import asyncssh
+
+    from api.routers.instances import refusal
+    from api.schemas import InstanceCreate
+
+    key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    body = InstanceCreate(cloud="gcp", gpu="l4", ssh_public_keys=[key])
+    assert refusal("gcp", body) == "Google Compute Engine needs a region"
+    assert (
+        refusal("gcp", body.model_copy(update={"region": "us-central1", "ports": [8080], "spot": True}))
+        is None
+    )
+    assert "no region" in str(refusal("gcp", body.model_copy(update={"region": "mars-north1"})))
