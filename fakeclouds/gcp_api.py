@@ -13,8 +13,8 @@ Modelled, as Compute Engine does it:
   quarter of the boot delay later, a delete's once the machine is gone. Capacity and quota
   failures are not HTTP errors: the insert answers 200 and its operation ends DONE with
   `error.errors[0].code` ZONE_RESOURCE_POOL_EXHAUSTED (httpErrorStatusCode 503) or QUOTA_EXCEEDED (403).
-- `requestId` (insert, delete): a UUID; the same id again answers the first request's operation
-  (also a failed one) and does nothing else; malformed or the zero UUID is 400.
+- `requestId` (insert, delete): a UUID; the same id again, within 60 minutes, answers the first
+  request's operation (also a failed one) and does nothing else; malformed or the zero UUID is 400.
 - Names: `[a-z]([-a-z0-9]{0,61}[a-z0-9])?`, unique per zone: a second instance under a taken name is
   409 `alreadyExists` (whatever its parameters). Firewall names alike, unique per project.
 - Rate limiting: 403 with reason `rateLimitExceeded` (domain usageLimits).

@@ -18,6 +18,9 @@ from typing import Any
 from fakeclouds.engine import TERMINATED, Engine
 
 API = "https://www.googleapis.com/compute/v1"
+# How long operations (and the requestIds that name them) are kept. Google's APIs promise to
+# recognise a repeated request id for "at least 60 minutes" [unconfirmed for Compute Engine].
+RETENTION_S = 3600.0
 
 
 def rfc3339(ts: float) -> str:
@@ -117,6 +120,10 @@ class GcpState:
         tmp.replace(self.path)
 
     def add(self, op: Operation, request_id: str | None) -> Operation:
+        expired = {n for n, o in self.operations.items() if op.inserted_at - o.inserted_at > RETENTION_S}
+        if expired:
+            self.operations = {n: o for n, o in self.operations.items() if n not in expired}
+            self.request_ids = {r: n for r, n in self.request_ids.items() if n not in expired}
         self.operations[op.name] = op
         if request_id:
             self.request_ids[f"{op.project}/{request_id}"] = op.name

@@ -632,6 +632,9 @@ class GcpProvider(SdkCloudProvider):
                 value="\n".join(f"{self.capabilities.login_user}:{k.strip()}" for k in spec.ssh_public_keys),
             )
         ]
+        # Keys in metadata are ignored where OS Login is on; the instance turns it off for itself
+        # (an organisation policy that enforces OS Login still wins: then SSH with these keys fails).
+        metadata.append(compute.Items(key="enable-oslogin", value="FALSE"))
         if spec.user_data:
             metadata.append(compute.Items(key="user-data", value=spec.user_data))  # cloud-init reads it
         scheduling = compute.Scheduling(

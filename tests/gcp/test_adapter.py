@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from providers.base import (
     Transient,
 )
 from providers.gcp import GcpProvider, instance_name
+from tests.conformance import checks
+from tests.conformance.conftest import make_harness
 from tests.gcp.test_simulation import insert, instance, wait
 
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
@@ -243,3 +246,31 @@ async def test_bad_credentials_fail_verify_in_the_clouds_words(
             await p.verify()
     async with provider() as p:
         assert PROJECT in await p.verify()
+
+
+class RandomNameFakeGcpProvider(GcpProvider):
+    """Broken on purpose: neither the name nor the requestId follows from the key."""
+
+    def _name(self, key: str) -> str:
+        return instance_name(self.installation_id, f"{key}-{uuid.uuid4().hex[:6]}")
+
+    def _request_id(self, key: str, zone: str, after: str = "") -> str:
+        return str(uuid.uuid4())
+
+
+class NoRequestIdFakeGcpProvider(GcpProvider):
+    """Broken on purpose: a fresh requestId every try; only the name is left to guard."""
+
+    def _request_id(self, key: str, zone: str, after: str = "") -> str:
+        return str(uuid.uuid4())
+
+
+async def test_the_conformance_check_catches_an_adapter_without_its_keys(sim_clean: FakeCloudServer) -> None:
+    broken = make_harness("gcp", sim_clean, provider_cls=RandomNameFakeGcpProvider)
+    with pytest.raises(AssertionError, match="same key twice made 2 machines"):
+        await checks.check_create_idempotent(broken)
+    sim_clean.admin.reset()
+    # The name alone still guards a lost answer: the retry's insert is 409 and the machine is adopted.
+    await checks.check_create_idempotent(
+        make_harness("gcp", sim_clean, provider_cls=NoRequestIdFakeGcpProvider)
+    )

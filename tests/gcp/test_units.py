@@ -252,3 +252,36 @@ def test_the_api_refuses_an_allocation_without_a_region_before_any_workflow() ->
         is None
     )
     assert "no region" in str(refusal("gcp", body.model_copy(update={"region": "mars-north1"})))
+
+
+def test_importing_the_adapter_does_not_import_the_sdk() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, providers.gcp; print(sorted(m for m in sys.modules if m.startswith('google')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_operations_and_their_request_ids_are_kept_an_hour(tmp_path: Any) -> None:
+    from fakeclouds.gcp_state import RETENTION_S, GcpState, Operation
+
+    def op(name: str, at: float) -> Operation:
+        return Operation(
+            name=name,
+            project="p",
+            zone="z",
+            operation_type="insert",
+            target_link="t",
+            user="u",
+            inserted_at=at,
+            done_at=at,
+        )
+
+    st = GcpState(tmp_path / "gcp.json")
+    st.add(op("old", 0.0), "11111111-1111-4111-8111-111111111111")
+    st.add(op("recent", RETENTION_S - 1), "22222222-2222-4222-8222-222222222222")
+    assert st.by_request("p", "11111111-1111-4111-8111-111111111111") is not None
+    st.add(op("new", RETENTION_S + 1), None)
+    assert st.by_request("p", "11111111-1111-4111-8111-111111111111") is None
+    assert sorted(GcpState(tmp_path / "gcp.json").operations) == ["new", "recent"]  # persisted
