@@ -40,7 +40,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             out.append(("op", m.group("op")))
         elif m.group("dq") is not None or m.group("sq") is not None:
             raw = m.group("dq") if m.group("dq") is not None else m.group("sq")
-            out.append(("str", re.sub(r"\\(.)", r"\1", raw)))
+            out.append(("str", re.sub(r"\\([\"'])", r"\1", raw)))  # \" and \' only: regexes keep theirs
         else:
             word = m.group("word")
             out.append(("op", word) if word in ("eq", "ne") else ("word", word))

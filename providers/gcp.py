@@ -448,7 +448,7 @@ class GcpProvider(SdkCloudProvider):
             return None
 
     def _firewalls(self) -> list[Any]:
-        prefix = re.escape(f"gpuprov-{self.installation_id}-")
+        prefix = f"gpuprov-{self.installation_id}-"  # [a-z0-9-]: nothing to escape in a regex
         return list(
             self._call(
                 "FirewallsClient",

@@ -7,21 +7,22 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from temporalio.client import Client
 
+from activities.deps import ActivityDeps
 from fakeclouds.gcp_api import FACADE
 from fakeclouds.server import FakeCloudServer
 from providers.base import ConnectionOptions
 from providers.gcp import GcpProvider
+from store.secrets import SecretBox
 from tests import simclouds
+from worker import build_worker
 
-# The AllocationWorkflow fixtures, for the end-to-end test (a worker on the workflow tests' queue).
-from tests.workflows.conftest import (  # noqa: F401
-    activity_deps,
-    fake_connection,
-    fake_registered,
-    make_request,
-    wf_worker,
-)
+# The end-to-end tests' own worker: a task queue and installation of their own, so it runs beside
+# the workflow tests' worker in one session (two workers may not share a queue in one process).
+TASK_QUEUE = "gpuprov-gcp-tests"
+INSTALLATION = "gcpwf001"
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +66,14 @@ def sdk(sim: FakeCloudServer) -> Callable[[str], Any]:
         )
 
     return client
+
+
+@pytest.fixture(scope="session")
+async def gcp_worker(
+    db_engine: sa.Engine, secret_box: SecretBox, temporal_client: Client
+) -> AsyncIterator[None]:
+    deps = ActivityDeps(
+        engine=db_engine, box=secret_box, installation_id=INSTALLATION, client=temporal_client
+    )
+    async with build_worker(temporal_client, deps, task_queue=TASK_QUEUE):
+        yield

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,16 +18,44 @@ import pytest
 import sqlalchemy as sa
 from google.cloud import compute_v1
 from sqlmodel import Session
+from temporalio.client import Client, WorkflowHandle
 
 from fakeclouds.gcp_auth import PROJECT
 from fakeclouds.server import FakeCloudServer
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
+from messages.ids import allocation_workflow_id
 from providers.gcp import instance_name
 from store.secrets import SecretBox
 from tests import simclouds
-from tests.workflows.conftest import INSTALLATION, settled, start_allocate, terminate
+from tests.gcp.conftest import INSTALLATION, TASK_QUEUE
+from tests.workflows.conftest import FAST, settled, terminate
 
 pytestmark = pytest.mark.devserver
+USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+
+def make_request(connection_id: str, **kw: Any) -> AllocateRequest:
+    fields: dict[str, Any] = dict(
+        allocation_id=f"gcp-{uuid.uuid4().hex[:8]}",
+        connection_id=connection_id,
+        cloud="gcp",
+        region="us-central1",
+        ssh_public_keys=[USER_KEY],
+        k3s=False,
+        timing=FAST,
+    )
+    return AllocateRequest(**{**fields, **kw})
+
+
+async def start_allocate(client: Client, req: AllocateRequest) -> WorkflowHandle[Any, AllocationState]:
+    return await client.start_workflow(
+        "AllocationWorkflow",
+        AllocationInput(request=req),
+        id=allocation_workflow_id(req.allocation_id),
+        task_queue=TASK_QUEUE,
+        result_type=AllocationState,
+    )
 
 
 @pytest.fixture
@@ -88,18 +117,15 @@ def openssh(private_key: Path, host: str, command: str) -> subprocess.CompletedP
 
 async def test_allocate_then_terminate_on_simulated_compute_engine(
     temporal_client: Any,
-    wf_worker: None,
+    gcp_worker: None,
     sim_clean: FakeCloudServer,
     gcp_connection: str,
-    make_request: Any,
     sdk: Callable[[str], Any],
     user_key: tuple[Path, str],
 ) -> None:
     private, public = user_key
     req = make_request(
-        cloud="gcp",
-        connection_id=gcp_connection,
-        region="us-central1",
+        gcp_connection,
         gpu="l4",
         ports=[8080],
         k3s=True,
@@ -139,17 +165,16 @@ async def test_allocate_then_terminate_on_simulated_compute_engine(
 
 async def test_capacity_in_one_zone_fails_over_to_the_next_zone(
     temporal_client: Any,
-    wf_worker: None,
+    gcp_worker: None,
     sim_clean: FakeCloudServer,
     gcp_connection: str,
-    make_request: Any,
     sdk: Callable[[str], Any],
 ) -> None:
     shape = "n1-standard-4+nvidia-tesla-t4:1"  # the cheapest T4, same price in every zone of the region
     full = ["us-central1-a", "us-central1-b", "us-central1-c"]
     for zone in full:
         sim_clean.admin.set_stock(shape, zone, 0)
-    req = make_request(cloud="gcp", connection_id=gcp_connection, region="us-central1", gpu="t4")
+    req = make_request(gcp_connection, gpu="t4")
     st = await settled(await start_allocate(temporal_client, req))
 
     assert st.phase == Phase.READY
