@@ -25,7 +25,8 @@ def offers(
         typer.echo("no matching offers")
         return
     rows = [[o["instance_type"], gpu_label(o.get("gpu")), str(o["vcpus"]), f"{o['memory_gib']:g}GB",
-             o["region"], money(o["price_per_hour"]), "spot" if o["spot"] else "",
+             o.get("zone") or o["region"],  # a zone (us-central1-a) names its region too
+             money(o["price_per_hour"]), "spot" if o["spot"] else "",
              "" if o["available"] else "no"] for o in found]
     table(rows, ["TYPE", "GPU", "VCPUS", "RAM", "REGION", "PRICE", "SPOT", "AVAIL"])
 

@@ -250,7 +250,7 @@ class Engine:
                 parse_public_key(key)
             except ValueError as exc:
                 raise Invalid(str(exc)) from exc
-        self._check_name(facade, name)
+        self._check_name(facade, name, region)
         for port in ports or []:
             if not 1 <= port <= 65535:
                 raise Invalid(f"port {port} out of range")
@@ -284,7 +284,7 @@ class Engine:
         self.save()
         return made
 
-    def _check_name(self, facade: str, name: str | None) -> None:
+    def _check_name(self, facade: str, name: str | None, region: str) -> None:
         rule = self.facade(facade).names
         problem = rule.problem(name)
         if problem is not None:
@@ -292,7 +292,8 @@ class Engine:
         if not rule.unique or not name:
             return
         for m in self.machines.values():
-            if m.facade == facade and m.name == name and m.status != TERMINATED:
+            if m.facade == facade and m.name == name and m.status != TERMINATED \
+                    and (not rule.per_region or m.region == region):
                 raise NameConflict(f"a machine named {name!r} already exists ({m.id})")
 
     def get(self, facade: str, machine_id: str) -> Machine:

@@ -33,6 +33,7 @@ class NameRule:
     max_length: int
     pattern: str | None = None  # must match in full; None: any characters
     hint: str | None = None  # the refusal message when the name breaks the rule
+    per_region: bool = False  # unique within a region only (GCP: names are unique per zone)
 
     def problem(self, name: str | None) -> str | None:
         """Why `name` is refused (uniqueness aside), or None."""
@@ -76,6 +77,9 @@ class Facade:
     # run their real code path. None: the API reports host and port, machines share 127.0.0.1
     # on random ports.
     ssh_port: int | None = None
+    # Account-level side resources the facade keeps outside the engine (firewall rules, security
+    # groups), for the admin API's /side-resources: rows of {"facade", "kind", "id", "name"}.
+    side_resources: Callable[[Engine], list[dict[str, Any]]] | None = None
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)

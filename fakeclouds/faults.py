@@ -18,7 +18,8 @@ from fakeclouds.errors import Invalid, LostResponse, NoCapacity, QuotaExceeded, 
 
 KINDS = ("capacity", "quota", "rate_limit", "server_error", "latency", "lose_response",
          "stuck_booting", "die_after_boot")
-OPS = ("create", "get", "list", "terminate", "offers", "verify", "ssh_keys", "*")
+# side_resources: calls on per-machine side resources a facade keeps (firewall rules, security groups).
+OPS = ("create", "get", "list", "terminate", "offers", "verify", "ssh_keys", "side_resources", "*")
 _CREATE_ONLY = {"capacity", "quota", "stuck_booting", "die_after_boot"}
 _REFUSALS = {"capacity", "quota", "rate_limit", "server_error"}
 _ids = itertools.count(1)

@@ -127,7 +127,7 @@ def test_admin_refuses_bad_rules(admin: FakeCloudAdmin) -> None:
             admin.add_fault("local", "create", **kwargs)  # type: ignore[arg-type]
         assert err.value.status == 400
     with pytest.raises(FakeCloudAdminError):
-        admin.add_fault("gcp", "create", "capacity")
+        admin.add_fault("no-such-cloud", "create", "capacity")
     with pytest.raises(FakeCloudAdminError) as err:
         admin.kill("no-such-machine")
     assert err.value.status == 404

@@ -1,0 +1,807 @@
+"""Google Compute Engine, on the official SDK (google-cloud-compute, its REST transport).
+
+Credentials: a project id and a service-account key (JSON); the project id is filled from the key
+when left empty. The SDK signs its own JWT with the key (self-signed JWT access) and never calls
+the key's token_uri. A connection's `endpoint` becomes `client_options.api_endpoint` of every client.
+
+Identity and idempotency: the instance name is `gpuprov-<installation>-<key>` (shortened with a
+hash when longer than 63 characters), unique per zone, and the insert carries a `requestId` derived
+from the key and zone, so a retried insert answers the first one's operation; a name already taken
+in the zone (409 alreadyExists) is adopted when its labels say it is ours under this key. Labels
+`gpuprov-installation` / `gpuprov-key` / `gpuprov-allocation` mark ownership.
+
+Operations: insert/delete answer an Operation. The SDK's own waiting (`ExtendedOperation.result()`)
+polls through a separate operations client built without our client_options (it would call the
+real endpoint), and raises only when `httpErrorStatusCode` is set, so the adapter polls with its own
+Zone/GlobalOperationsClient and reads `error.errors[0].code` itself. Errors map by that code, or by
+`errors[0].reason` of an HTTP error (a 403 may be `rateLimitExceeded`), never by exception class.
+
+Side resource: one firewall rule per machine, named like it, targeting the machine's network tag,
+allowing tcp/22 and the requested ports. Firewall rules carry no labels in Compute Engine v1, so
+ownership is in the name prefix and the description (`gpuprov installation=... key=...`). terminate
+deletes it once the instance is gone; release(key) deletes one left without an instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import re
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import SecretStr, field_validator, model_validator
+
+from providers import gcp_catalog as catalog
+from providers.base import (
+    AuthError,
+    Capabilities,
+    CapacityError,
+    FailureScope,
+    GpuSpec,
+    InstanceRef,
+    InstanceState,
+    InstanceStatus,
+    InvalidRequest,
+    LaunchRequirements,
+    LaunchSpec,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    QuotaError,
+    Transient,
+    rank_offers,
+)
+from providers.credentials import Credentials, field
+from providers.rest import ErrorKind, map_error
+from providers.sdk import SdkCloudProvider, SdkError
+
+NAME_MAX = 63
+_NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+OWNER_LABEL, KEY_LABEL, ALLOCATION_LABEL = "gpuprov-installation", "gpuprov-key", "gpuprov-allocation"
+_DESCRIPTION = re.compile(r"^gpuprov installation=(\S+) key=(\S+)")
+# Canonical's Ubuntu 22.04 with the NVIDIA driver, so nvidia-smi works at first boot. The family
+# name follows Canonical's published pattern [unconfirmed: check `gcloud compute images list
+# --project ubuntu-os-accelerator-images` before relying on it].
+DEFAULT_IMAGE = (
+    "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2204-amd64-with-nvidia-550"
+)
+_IMAGE = re.compile(
+    r"(?:https://www\.googleapis\.com/compute/v1/)?projects/[a-z][-a-z0-9]{4,28}[a-z0-9]"
+    r"/global/images/(?:family/)?[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+)
+BOOT_DISK_GB = 50
+CALL_TIMEOUT = 30.0  # seconds, one HTTP call (the SDK's retry layer is off: retry=None)
+INSERT_WAIT_S = 90.0  # an insert's operation; past it the create is in doubt and retried (same requestId)
+TERMINATE_WAIT_S = 8.0  # a delete's operation inside terminate (called without heartbeats)
+FIREWALL_WAIT_S = 20.0
+_REQUEST_NS = uuid.UUID("3c1f7e52-5a4e-4c55-9d49-6a0c2b7f0e11")  # our requestIds' UUIDv5 namespace
+
+_CODES: dict[str, ErrorKind] = {
+    # in an operation's error.errors[0].code
+    "ZONE_RESOURCE_POOL_EXHAUSTED": "capacity",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": "capacity",
+    "QUOTA_EXCEEDED": "quota",
+    "RESOURCE_OPERATION_RATE_EXCEEDED": "rate_limit",
+    "INTERNAL_ERROR": "transient",
+    # in an HTTP error's errors[0].reason
+    "quotaExceeded": "quota",
+    "rateLimitExceeded": "rate_limit",
+    "userRateLimitExceeded": "rate_limit",
+    "authError": "auth",
+    "forbidden": "auth",
+    "accessNotConfigured": "auth",
+    "invalid": "invalid",
+    "badRequest": "invalid",
+    "notFound": "invalid",
+    "alreadyExists": "invalid",
+    "backendError": "transient",
+    "internalError": "transient",
+    "resourceNotReady": "transient",
+}
+_RATE_LIMITS = {code for code, kind in _CODES.items() if kind == "rate_limit"}
+
+_STATES = {
+    "PROVISIONING": InstanceState.PENDING,
+    "STAGING": InstanceState.PENDING,
+    "PENDING": InstanceState.PENDING,
+    "REPAIRING": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    # We never stop instances: STOPPING is our delete under way (or someone else's stop).
+    "STOPPING": InstanceState.TERMINATING,
+    "DEPROVISIONING": InstanceState.TERMINATING,
+    "PENDING_STOP": InstanceState.STOPPING,
+    "SUSPENDING": InstanceState.STOPPING,
+    "SUSPENDED": InstanceState.STOPPED,
+    "STOPPED": InstanceState.STOPPED,
+    # Compute Engine's TERMINATED is "stopped" (host error, preemption): the instance and its disk
+    # still exist and bill until deleted, so it is a broken machine of ours, not a gone one.
+    "TERMINATED": InstanceState.ERROR,
+}
+
+# Compute Engine regions with GPUs (the API refuses a create without a zone; gpuprov asks for a
+# region and picks the zones). Offers exist where the price table (gcp_catalog) has prices.
+REGIONS = [
+    "us-central1",
+    "us-east1",
+    "us-east4",
+    "us-east5",
+    "us-south1",
+    "us-west1",
+    "us-west2",
+    "us-west3",
+    "us-west4",
+    "northamerica-northeast1",
+    "southamerica-east1",
+    "europe-west1",
+    "europe-west2",
+    "europe-west3",
+    "europe-west4",
+    "europe-west6",
+    "europe-west8",
+    "europe-west9",
+    "europe-north1",
+    "europe-central2",
+    "me-west1",
+    "asia-east1",
+    "asia-northeast1",
+    "asia-northeast3",
+    "asia-south1",
+    "asia-southeast1",
+    "australia-southeast1",
+]
+
+
+@functools.cache
+def _compute() -> Any:
+    """google.cloud.compute_v1, imported on first use (importing providers.gcp stays cheap)."""
+    from google.cloud import compute_v1
+
+    return compute_v1
+
+
+def _secret(value: object) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value or "")
+
+
+def _key_json(text: str) -> dict[str, Any] | None:
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+class GcpCredentials(Credentials):
+    """The connect form's GCP fields: project id (optional) and the service-account key file."""
+
+    project_id: str = field(
+        "GCP Project ID",
+        default="",
+        max_length=30,
+        validate_default=True,
+        help="Filled from the key when left empty",
+    )
+    service_account_key: SecretStr = field(
+        "Service Account Key",
+        "file",
+        min_length=2,
+        max_length=20_000,
+        help="The service account's JSON key file",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _project_from_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not str(data.get("project_id") or "").strip():
+            info = _key_json(_secret(data.get("service_account_key")))
+            if info and isinstance(info.get("project_id"), str):
+                data = {**data, "project_id": info["project_id"]}
+        return data
+
+    @field_validator("project_id")
+    @classmethod
+    def _project_shape(cls, v: str) -> str:
+        if not v:
+            raise ValueError("required (the key names no project)")
+        if not _PROJECT.fullmatch(v):
+            raise ValueError("must be 6-30 characters of [a-z0-9-], starting with a letter")
+        return v
+
+    @field_validator("service_account_key")
+    @classmethod
+    def _key_shape(cls, v: SecretStr) -> SecretStr:
+        info = _key_json(v.get_secret_value())
+        if info is None:
+            raise ValueError("must be the JSON key file of a service account")
+        if info.get("type") != "service_account":
+            raise ValueError("must be a service-account key (its type is not service_account)")
+        missing = [k for k in ("client_email", "private_key", "private_key_id") if not info.get(k)]
+        if missing:
+            raise ValueError(f"the key lacks {', '.join(missing)}")
+        return v
+
+    def key_info(self) -> dict[str, Any]:
+        info = _key_json(self.service_account_key.get_secret_value())
+        assert info is not None  # validated
+        return info
+
+
+def instance_name(installation_id: str, key: str) -> str:
+    """`gpuprov-<installation>-<key>` as a Compute Engine name: at most 63 characters of
+    [-a-z0-9], ending alphanumeric. Too long (or ending in '-'): head + hash, the same every time."""
+    prefix = f"gpuprov-{installation_id}-"
+    name = prefix + key
+    if len(name) > NAME_MAX or not _NAME.fullmatch(name):
+        room = NAME_MAX - len(prefix) - 9  # "-" + 8 hex chars
+        if room < 1:
+            raise InvalidRequest("installation id too long for a Compute Engine name")
+        name = f"{prefix}{key[:room].rstrip('-')}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    if not _NAME.fullmatch(name):
+        raise InvalidRequest("installation id is not usable in a Compute Engine name ([a-z0-9-])")
+    return name
+
+
+def label_value(text: str) -> str:
+    """A label value: at most 63 of [a-z0-9_-]."""
+    return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
+
+
+def _ca_file(pem: str) -> str:
+    """A CA file for requests (it takes a path): the system's roots plus `pem`, written once."""
+    import certifi
+
+    digest = hashlib.sha256(pem.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"gpuprov-ca-{digest}.pem"
+    if not path.exists():
+        tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+        tmp.write_text(Path(certifi.where()).read_text() + "\n" + pem)
+        tmp.replace(path)
+    return str(path)
+
+
+class GcpProvider(SdkCloudProvider):
+    id: ClassVar[str] = "gcp"
+    credentials_model: ClassVar[type[GcpCredentials]] = GcpCredentials
+    error_codes: ClassVar[Mapping[str, ErrorKind]] = _CODES
+    api_hosts: ClassVar[tuple[str, ...]] = ("compute.googleapis.com",)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Google Compute Engine",
+        k3s="cloud-init",
+        k8s_api=True,
+        ports=True,
+        spot=True,
+        custom_image=True,
+        login_user="ubuntu",
+        side_resources=["firewall-rule"],
+        regions=REGIONS,
+        region_required=True,
+        create_in_flight_s=0.0,  # requestId + a name unique per zone: a second insert cannot make another
+    )
+
+    def __init__(self, credentials: Any, **kwargs: Any) -> None:
+        super().__init__(credentials, **kwargs)
+        creds: GcpCredentials = self.credentials  # type: ignore[assignment]
+        self.project = creds.project_id
+        self._info = creds.key_info()
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._where: dict[str, tuple[str, str]] = {}  # instance id -> (zone, name), learned as we go
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _client(self, kind: str) -> Any:
+        """A cached SDK client (e.g. "InstancesClient"), built on first use (in a pool thread)."""
+        with self._lock:
+            client = self._clients.get(kind)
+            if client is not None:
+                return client
+            compute = _compute()
+            if "credentials" not in self._clients:
+                from google.oauth2 import service_account
+
+                try:
+                    self._clients["credentials"] = service_account.Credentials.from_service_account_info(
+                        self._info
+                    )
+                except (ValueError, KeyError) as exc:
+                    raise AuthError(
+                        f"{self.id}: the service-account key cannot be used ({type(exc).__name__})"
+                    ) from None
+            options = {"api_endpoint": self.options.endpoint.rstrip("/")} if self.options.endpoint else None
+            client = getattr(compute, kind)(credentials=self._clients["credentials"], client_options=options)
+            if self.options.ca_bundle:
+                client._transport._session.verify = _ca_file(self.options.ca_bundle)  # requests takes a path
+            self._clients[kind] = client
+            return client
+
+    def _call(self, kind: str, method: str, **request: Any) -> Any:
+        """One SDK call, blocking (run through self._sdk): no SDK retries, a bounded timeout."""
+        return getattr(self._client(kind), method)(**request, retry=None, timeout=CALL_TIMEOUT)
+
+    def sdk_error(self, exc: Exception) -> SdkError | None:
+        from google.api_core import exceptions as api_exceptions
+        from google.auth import exceptions as auth_exceptions
+
+        if isinstance(exc, api_exceptions.GoogleAPICallError):
+            first = exc.errors[0] if exc.errors and isinstance(exc.errors[0], dict) else {}
+            reason = str(first.get("reason") or "")
+            message = str(first.get("message") or exc.message)
+            status = int(exc.code or 500) if isinstance(exc.code, int) else 500
+            headers = getattr(exc.response, "headers", None) or {}
+            retry_after = headers.get("Retry-After")
+            if retry_after is None and (reason in _RATE_LIMITS or status == 429):
+                # Compute Engine sends none: its per-minute quotas refill at the next minute.
+                retry_after = str(max(1, 60 - int(time.time()) % 60))
+            return SdkError(reason or str(status), message[:500], status, retry_after)
+        if isinstance(exc, auth_exceptions.RefreshError | auth_exceptions.MalformedError):
+            return SdkError("authError", f"credentials refused: {exc}"[:300], 401)
+        return None
+
+    def _name(self, key: str) -> str:
+        return instance_name(self.installation_id, key)
+
+    def _request_id(self, key: str, zone: str, after: str = "") -> str:
+        return str(uuid.uuid5(_REQUEST_NS, f"{self.project}/{self.installation_id}/{key}/{zone}/{after}"))
+
+    def _op_error(self, op: Any, scope: FailureScope) -> ProviderError | None:
+        """The taxonomy error of a DONE operation that failed (whatever httpErrorStatusCode says)."""
+        errors = list(op.error.errors) if op.error else []
+        if not errors:
+            return None
+        code, message = str(errors[0].code or ""), str(errors[0].message or "")
+        status = int(op.http_error_status_code or 0) or 400
+        if self.error_codes.get(code) == "quota":
+            # "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 1.0 globally." blocks every region.
+            where = (
+                FailureScope(provider=self.id)
+                if "globally" in message or "ALL_REGIONS" in message
+                else FailureScope(provider=self.id, region=scope.region)
+            )
+            return QuotaError(f"{self.id}: {code}: {message}", scope=where)
+        return map_error(
+            provider=self.id, code=code, message=message, status=status, scope=scope, codes=self.error_codes
+        )
+
+    async def _wait(self, op: Any, *, zone: str | None, within: float) -> Any | None:
+        """Poll our own operations client until `op` is DONE; None if it is not within `within` s."""
+        compute = _compute()
+        deadline = time.monotonic() + within
+        pause = 0.05
+        while op.status != compute.Operation.Status.DONE:
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            if zone:
+                op = await self._sdk(
+                    self._call,
+                    "ZoneOperationsClient",
+                    "get",
+                    project=self.project,
+                    zone=zone,
+                    operation=op.name,
+                )
+            else:
+                op = await self._sdk(
+                    self._call, "GlobalOperationsClient", "get", project=self.project, operation=op.name
+                )
+        return op
+
+    # ------------------------------------------------------------------ blocking helpers (pool threads)
+
+    def _get_instance(self, zone: str, name: str) -> Any | None:
+        from google.api_core import exceptions as api_exceptions
+
+        try:
+            return self._call("InstancesClient", "get", project=self.project, zone=zone, instance=name)
+        except api_exceptions.NotFound:
+            return None
+
+    def _instances(self, flt: str) -> list[tuple[str, Any]]:
+        """(zone, instance) for every instance matching `flt`, all zones."""
+        compute = _compute()
+        request = compute.AggregatedListInstancesRequest(project=self.project, filter=flt)
+        found = []
+        for scope, listed in self._call("InstancesClient", "aggregated_list", request=request):
+            found += [(scope.rpartition("/")[2], inst) for inst in listed.instances]
+        return found
+
+    def _insert(self, zone: str, instance: Any, request_id: str) -> Any | None:
+        """The insert's operation; None when the name is taken in the zone (409 alreadyExists)."""
+        from google.api_core import exceptions as api_exceptions
+
+        compute = _compute()
+        request = compute.InsertInstanceRequest(
+            project=self.project, zone=zone, instance_resource=instance, request_id=request_id
+        )
+        try:
+            return self._call("InstancesClient", "insert_unary", request=request)
+        except api_exceptions.Conflict:
+            return None
+
+    def _delete(self, kind: str, **where: Any) -> Any | None:
+        """A delete's operation; None when already gone (404)."""
+        from google.api_core import exceptions as api_exceptions
+
+        try:
+            return self._call(kind, "delete_unary", project=self.project, **where)
+        except api_exceptions.NotFound:
+            return None
+
+    def _insert_firewall(self, firewall: Any) -> Any | None:
+        from google.api_core import exceptions as api_exceptions
+
+        try:
+            return self._call(
+                "FirewallsClient", "insert_unary", project=self.project, firewall_resource=firewall
+            )
+        except api_exceptions.Conflict:
+            return None
+
+    def _firewalls(self) -> list[Any]:
+        prefix = f"gpuprov-{self.installation_id}-"  # [a-z0-9-]: nothing to escape in a regex
+        return list(
+            self._call(
+                "FirewallsClient",
+                "list",
+                request=_compute().ListFirewallsRequest(project=self.project, filter=f'name eq "{prefix}.*"'),
+            )
+        )
+
+    # ------------------------------------------------------------------ refs
+
+    def _ref(self, zone: str, inst: Any) -> InstanceRef:
+        self._where[str(inst.id)] = (zone, inst.name)
+        return InstanceRef(
+            provider=self.id,
+            instance_id=str(inst.id),
+            key=inst.labels.get(KEY_LABEL, ""),
+            region=catalog_region(zone),
+        )
+
+    async def _locate(self, ref: InstanceRef) -> tuple[str, Any] | None:
+        """(zone, instance) of `ref`, or None when it is gone."""
+        where = self._where.get(ref.instance_id)
+        if where is not None:
+            inst = await self._sdk(self._get_instance, *where)
+            if inst is None or str(inst.id) != ref.instance_id:
+                return None  # gone (a new machine under the name is another one)
+            return where[0], inst
+        if not ref.instance_id.isdigit():
+            return None
+        found = await self._sdk(self._instances, f"id = {ref.instance_id}")
+        if not found:
+            return None
+        self._ref(*found[0])
+        return found[0]
+
+    def _owned_filter(self, key: str | None = None) -> str:
+        flt = f'(labels.{OWNER_LABEL} = "{label_value(self.installation_id)}")'
+        return flt + (f' (labels.{KEY_LABEL} = "{label_value(key)}")' if key else "")
+
+    # ------------------------------------------------------------------ primitives
+
+    async def verify(self) -> str:
+        project = await self._sdk(self._call, "ProjectsClient", "get", project=self.project)
+        return f"Compute Engine project {project.name} as {self._info.get('client_email')}"
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        compute = _compute()
+        families = "|".join(sorted({m.split("-")[0] for r in catalog.HOSTS.values() for m in r}))
+        types_req = compute.AggregatedListMachineTypesRequest(
+            project=self.project, filter=f'name eq "({families})-.*"'
+        )
+        accel_req = compute.AggregatedListAcceleratorTypesRequest(project=self.project)
+        machine_pager, accel_pager = await asyncio.gather(
+            self._sdk(lambda: list(self._call("MachineTypesClient", "aggregated_list", request=types_req))),
+            self._sdk(
+                lambda: list(self._call("AcceleratorTypesClient", "aggregated_list", request=accel_req))
+            ),
+        )
+        accelerators: dict[str, dict[str, int]] = {}  # zone -> accelerator type -> max cards
+        for scope, listed in accel_pager:
+            zone = scope.rpartition("/")[2]
+            accelerators[zone] = {a.name: int(a.maximum_cards_per_instance) for a in listed.accelerator_types}
+        out: list[Offer] = []
+        for scope, listed in sorted(machine_pager, key=lambda item: item[0]):  # proto maps have no order
+            zone = scope.rpartition("/")[2]
+            region = catalog_region(zone)
+            if (query.region and region != query.region) or region not in catalog.HOSTS:
+                continue
+            out += self._zone_offers(region, zone, list(listed.machine_types), accelerators.get(zone, {}))
+        return rank_offers(out, query)
+
+    def _zone_offers(
+        self, region: str, zone: str, machines: list[Any], accelerators: dict[str, int]
+    ) -> list[Offer]:
+        by_name = {m.name: m for m in machines}
+        shapes: list[tuple[str, Any, str, int]] = []  # (instance type, machine, accelerator, count)
+        for m in machines:
+            for acc in m.accelerators:  # A2/G2: GPUs come with the machine type
+                shapes.append((m.name, m, acc.guest_accelerator_type, int(acc.guest_accelerator_count)))
+        for accelerator, max_cards in accelerators.items():
+            if accelerator not in catalog.N1_ATTACHABLE:
+                continue
+            for count, host in catalog.N1_HOSTS.items():
+                if count <= max_cards and host in by_name:
+                    shapes.append(
+                        (catalog.combo_type(host, accelerator, count), by_name[host], accelerator, count)
+                    )
+        offers = []
+        for instance_type, machine, accelerator, count in shapes:
+            model = catalog.GPU_MODELS.get(accelerator)
+            if model is None:
+                continue
+            gpu = GpuSpec(name=model[0], count=count, memory_gib=model[1])
+            for spot in (False, True):
+                price = catalog.price(region, machine.name, [(accelerator, count)], spot=spot)
+                if price is None:
+                    continue
+                offers.append(
+                    Offer(
+                        provider=self.id,
+                        instance_type=instance_type,
+                        gpu=gpu,
+                        vcpus=int(machine.guest_cpus),
+                        memory_gib=round(machine.memory_mb / 1024, 2),
+                        region=region,
+                        zone=zone,
+                        price_per_hour=price,
+                        spot=spot,
+                    )
+                )
+        return offers
+
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        self.capabilities.check(
+            LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image, region=offer.region)
+        )
+        if not offer.zone:
+            raise InvalidRequest(f"{self.id}: an offer must name its zone")
+        zone, name = offer.zone, self._name(spec.key)
+        try:
+            machine, accelerator, count = catalog.split_type(offer.instance_type)
+        except ValueError as exc:
+            raise InvalidRequest(f"{self.id}: {exc}") from None
+        image = spec.image or DEFAULT_IMAGE
+        if not _IMAGE.fullmatch(image):
+            raise InvalidRequest(
+                f"{self.id}: --image wants an image path, projects/PROJECT/global/images/NAME "
+                "or projects/PROJECT/global/images/family/FAMILY (or its full URL)"
+            )
+        scope = FailureScope(
+            provider=self.id, region=offer.region, zone=zone, instance_type=offer.instance_type
+        )
+        await self._ensure_firewall(name, spec)
+        body = self._instance(spec, name, zone, machine, accelerator, count, image, offer.spot)
+        try:
+            return await self._launch(spec.key, zone, name, body, offer.instance_type, scope)
+        except (CapacityError, QuotaError, InvalidRequest):
+            # Definitely not launched: the firewall rule goes now (the workflow moves on to the next
+            # offer under a new key). Transient failures keep it: the insert may have landed.
+            if not await self.find_all(spec.key):
+                await self._delete_firewall(spec.key)
+            raise
+
+    async def _launch(
+        self, key: str, zone: str, name: str, body: Any, instance_type: str, scope: FailureScope
+    ) -> InstanceRef:
+        after = ""
+        while True:
+            op = await self._sdk(self._insert, zone, body, self._request_id(key, zone, after), scope=scope)
+            if op is None:  # the name is taken in this zone: ours from an earlier try, or refused
+                return await self._adopt(zone, name, key, instance_type)
+            done = await self._wait(op, zone=zone, within=INSERT_WAIT_S)
+            if done is None:
+                raise Transient(
+                    f"{self.id}: insert of {name} still running after {INSERT_WAIT_S:g} s", in_doubt=True
+                )
+            error = self._op_error(done, scope)
+            if error is None:  # made now, or by an earlier try whose requestId this was
+                return await self._adopt(zone, name, key, instance_type)
+            if not isinstance(error, Transient) or after:
+                raise error
+            # The requestId now answers this failed operation for good: one more try under a new one
+            # (derived from the failed operation, so a retried create derives the same).
+            after = done.name
+
+    def _instance(
+        self,
+        spec: LaunchSpec,
+        name: str,
+        zone: str,
+        machine: str,
+        accelerator: str | None,
+        count: int,
+        image: str,
+        spot: bool,
+    ) -> Any:
+        compute = _compute()
+        metadata = [
+            compute.Items(
+                key="ssh-keys",
+                value="\n".join(f"{self.capabilities.login_user}:{k.strip()}" for k in spec.ssh_public_keys),
+            )
+        ]
+        # Keys in metadata are ignored where OS Login is on; the instance turns it off for itself
+        # (an organisation policy that enforces OS Login still wins: then SSH with these keys fails).
+        metadata.append(compute.Items(key="enable-oslogin", value="FALSE"))
+        if spec.user_data:
+            metadata.append(compute.Items(key="user-data", value=spec.user_data))  # cloud-init reads it
+        scheduling = compute.Scheduling(
+            on_host_maintenance="TERMINATE",
+            automatic_restart=not spot,
+            provisioning_model="SPOT" if spot else "STANDARD",
+        )
+        if spot:
+            scheduling.instance_termination_action = (
+                "DELETE"  # a preempted VM goes, it does not linger stopped
+            )
+        return compute.Instance(
+            name=name,
+            machine_type=f"zones/{zone}/machineTypes/{machine}",
+            guest_accelerators=[
+                compute.AcceleratorConfig(
+                    accelerator_type=f"zones/{zone}/acceleratorTypes/{accelerator}", accelerator_count=count
+                )
+            ]
+            if accelerator
+            else [],
+            disks=[
+                compute.AttachedDisk(
+                    boot=True,
+                    auto_delete=True,
+                    initialize_params=compute.AttachedDiskInitializeParams(
+                        source_image=image, disk_size_gb=BOOT_DISK_GB
+                    ),
+                )
+            ],
+            network_interfaces=[
+                compute.NetworkInterface(
+                    network="global/networks/default",
+                    access_configs=[compute.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")],
+                )
+            ],
+            scheduling=scheduling,
+            metadata=compute.Metadata(items=metadata),
+            tags=compute.Tags(items=[name]),
+            labels={
+                OWNER_LABEL: label_value(self.installation_id),
+                KEY_LABEL: label_value(spec.key),
+                ALLOCATION_LABEL: label_value(spec.owner.allocation_id),
+            },
+            description=f"gpuprov installation={self.installation_id} key={spec.key}",
+        )
+
+    async def _adopt(self, zone: str, name: str, key: str, instance_type: str) -> InstanceRef:
+        """The instance under `name` in `zone`, if it is ours under `key` and of `instance_type`; a
+        name taken otherwise is refused (Compute Engine's answer to a reused name is only 409)."""
+        inst = await self._sdk(self._get_instance, zone, name)
+        if inst is None:
+            raise Transient(f"{self.id}: {name} in {zone} could not be read back", in_doubt=True)
+        labels = inst.labels
+        if (labels.get(OWNER_LABEL), labels.get(KEY_LABEL)) != (
+            label_value(self.installation_id),
+            label_value(key),
+        ):
+            raise InvalidRequest(
+                f"{self.id}: an instance named {name} exists in {zone} and is not ours under this key"
+            )
+        shape = _shape(inst)
+        if shape != instance_type and inst.machine_type.rpartition("/")[2] != instance_type:
+            raise InvalidRequest(f"{self.id}: {name} exists in {zone} as {shape}, not {instance_type}")
+        return self._ref(zone, inst)
+
+    async def _ensure_firewall(self, name: str, spec: LaunchSpec) -> None:
+        compute = _compute()
+        ports = sorted({22, *spec.ports})
+        firewall = compute.Firewall(
+            name=name,
+            network="global/networks/default",
+            direction="INGRESS",
+            priority=1000,
+            source_ranges=["0.0.0.0/0"],
+            target_tags=[name],
+            allowed=[compute.Allowed(I_p_protocol="tcp", ports=[str(p) for p in ports])],
+            description=f"gpuprov installation={self.installation_id} key={spec.key} "
+            f"allocation={spec.owner.allocation_id}",
+        )
+        op = await self._sdk(self._insert_firewall, firewall)
+        if op is None:
+            return  # made by an earlier try of this create
+        done = await self._wait(op, zone=None, within=FIREWALL_WAIT_S)
+        if done is None:
+            raise Transient(f"{self.id}: firewall rule {name} still being created", in_doubt=True)
+        error = self._op_error(done, FailureScope(provider=self.id))
+        if error is not None:
+            raise error
+
+    async def _delete_firewall(self, key: str) -> None:
+        op = await self._sdk(self._delete, "FirewallsClient", firewall=self._name(key))
+        if op is not None:
+            await self._wait(op, zone=None, within=TERMINATE_WAIT_S)
+
+    async def get(self, ref: InstanceRef) -> InstanceStatus | None:
+        found = await self._locate(ref)
+        if found is None:
+            return None
+        _, inst = found
+        status = str(inst.status)
+        state = _STATES.get(status, InstanceState.ERROR)
+        host = None
+        if (
+            state == InstanceState.RUNNING
+            and inst.network_interfaces
+            and inst.network_interfaces[0].access_configs
+        ):
+            host = inst.network_interfaces[0].access_configs[0].nat_i_p or None
+        detail = f"{status}: {inst.status_message}" if inst.status_message else status
+        return InstanceStatus(
+            ref=ref,
+            state=state,
+            host=host,
+            ssh_port=22,
+            ssh_user=self.capabilities.login_user,
+            instance_type=inst.machine_type.rpartition("/")[2],
+            detail=detail,
+        )
+
+    async def terminate(self, ref: InstanceRef) -> None:
+        found = await self._locate(ref)
+        if found is not None:
+            zone, inst = found
+            op = await self._sdk(self._delete, "InstancesClient", zone=zone, instance=inst.name)
+            if op is not None and await self._wait(op, zone=zone, within=TERMINATE_WAIT_S) is None:
+                return  # still going: the firewall goes on a later call, or with release(key)
+        # The machine is gone: its firewall rule goes too, unless a twin (another zone) still uses it.
+        if not [r for r in await self.find_all(ref.key) if r.instance_id != ref.instance_id]:
+            await self._delete_firewall(ref.key)
+
+    async def list_owned(self) -> list[InstanceRef]:
+        found = await self._sdk(self._instances, self._owned_filter())
+        machines = [self._ref(zone, inst) for zone, inst in found]
+        names = {inst.name for _, inst in found}
+        leftovers = []
+        for fw in await self._sdk(self._firewalls):
+            m = _DESCRIPTION.match(fw.description or "")
+            if m is None or m.group(1) != self.installation_id or fw.name in names:
+                continue
+            leftovers.append(
+                InstanceRef(provider=self.id, instance_id=fw.name, key=m.group(2), kind="firewall-rule")
+            )
+        return machines + leftovers
+
+    async def find_all(self, key: str) -> list[InstanceRef]:
+        found = await self._sdk(self._instances, self._owned_filter(key))
+        return [self._ref(zone, inst) for zone, inst in found]
+
+    async def find(self, key: str) -> InstanceRef | None:
+        found = await self.find_all(key)
+        return found[0] if found else None
+
+    async def release(self, key: str) -> None:
+        if not await self.find_all(key):
+            await self._delete_firewall(key)
+
+
+def _shape(inst: Any) -> str:
+    """An instance's offer type: its machine type with attached GPUs (`n1-standard-4+nvidia-tesla-t4:1`)."""
+    machine = inst.machine_type.rpartition("/")[2]
+    gpus = [
+        (a.accelerator_type.rpartition("/")[2], int(a.accelerator_count)) for a in inst.guest_accelerators
+    ]
+    return catalog.combo_type(machine, *gpus[0]) if len(gpus) == 1 else machine
+
+
+def catalog_region(zone: str) -> str:
+    """A zone's region: `us-central1-a` -> `us-central1`."""
+    return zone.rsplit("-", 1)[0]
