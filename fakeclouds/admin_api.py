@@ -93,9 +93,12 @@ def build_router(engine: Engine) -> APIRouter:
 
     @router.get("/side-resources")
     async def side_resources() -> dict[str, Any]:
-        """Account-level resources that outlive machines (today: Lambda's SSH key objects)."""
+        """Account-level resources that outlive machines: Lambda's SSH key objects, and what facades list."""
         rows = [{"facade": f, "kind": "ssh-key", "id": k["id"], "name": k["name"]}
                 for f, keys in engine.ssh_keys.items() for k in keys.values()]
+        for facade in engine.facades.values():  # those a facade keeps itself (Facade.side_resources)
+            if facade.side_resources is not None:
+                rows += [{**row, "facade": facade.name} for row in facade.side_resources(engine)]
         return {"side_resources": rows}
 
     @router.get("/stock")

@@ -76,6 +76,10 @@ class Facade:
     # run their real code path. None: the API reports host and port, machines share 127.0.0.1
     # on random ports.
     ssh_port: int | None = None
+    # Account-level resources of this cloud that outlive machines (security groups, firewall rules,
+    # NICs...) for the admin API's /side-resources: rows of {"kind", "id", "name"} (more keys allowed).
+    # None: the cloud has none beyond the engine's SSH keys.
+    side_resources: Callable[[Engine], list[dict[str, str]]] | None = None
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)
