@@ -29,6 +29,7 @@ from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Any, ClassVar
 
+import yaml
 from pydantic import SecretStr
 
 from providers.aws_prices import ON_DEMAND, on_demand_price
@@ -45,6 +46,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     ProviderError,
+    QuotaError,
     Transient,
     rank_offers,
 )
@@ -118,7 +120,9 @@ class AwsCredentials(Credentials):
 def user_data(public_keys: list[str], extra: str | None) -> str:
     """cloud-init user data: every key authorized for the image's login user, then the caller's own
     user data (a MIME multipart when there is some), as cloud-init on Ubuntu AMIs reads it."""
-    keys = "#cloud-config\nssh_authorized_keys:\n" + "".join(f"  - {k.strip()}\n" for k in public_keys)
+    # Dumped, never formatted: each key stays one YAML string whatever it holds.
+    keys = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in public_keys]},
+                                              default_flow_style=False, width=1 << 20)
     if not extra:
         return keys
     msg = MIMEMultipart()
@@ -377,7 +381,10 @@ class AwsProvider(SdkCloudProvider):
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
         scope = FailureScope(provider=self.id, region=region, zone=offer.zone,
                              instance_type=offer.instance_type)
-        resp = await self._ec2(region, "run_instances", scope=scope, **params)
+        try:
+            resp = await self._ec2(region, "run_instances", scope=scope, **params)
+        except QuotaError as e:  # vCPU quotas are per region (and instance family), not per zone
+            raise QuotaError(e.message, FailureScope(provider=self.id, region=region)) from None
         return InstanceRef(provider=self.id, instance_id=str(resp["Instances"][0]["InstanceId"]),
                            key=spec.key, region=region)
 
