@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from providers.aws_prices import ON_DEMAND, on_demand_price
 from providers.base import (
     Capabilities,
+    CapacityError,
     FailureScope,
     GpuSpec,
     InstanceRef,
@@ -383,8 +384,14 @@ class AwsProvider(SdkCloudProvider):
                              instance_type=offer.instance_type)
         try:
             resp = await self._ec2(region, "run_instances", scope=scope, **params)
-        except QuotaError as e:  # vCPU quotas are per region (and instance family), not per zone
-            raise QuotaError(e.message, FailureScope(provider=self.id, region=region)) from None
+        except (CapacityError, QuotaError, InvalidRequest) as e:
+            # Definitely not launched: drop the group now rather than leave it to the sweep. (A
+            # Transient or RateLimited launch may have happened; its retry reuses the group.)
+            if not await self._instances(region, spec.key):
+                await self._delete_groups(region, spec.key, strict=False)
+            if isinstance(e, QuotaError):  # vCPU quotas are per region (and family), not per zone
+                raise QuotaError(e.message, FailureScope(provider=self.id, region=region)) from None
+            raise
         return InstanceRef(provider=self.id, instance_id=str(resp["Instances"][0]["InstanceId"]),
                            key=spec.key, region=region)
 
