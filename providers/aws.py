@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
+from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
@@ -193,9 +194,13 @@ class AwsProvider(SdkCloudProvider):
                     self._session = boto3.session.Session(aws_access_key_id=creds["access_key_id"],
                                                           aws_secret_access_key=creds["secret_access_key"])
                 if self.options.ca_bundle and self._ca_file is None:
+                    # botocore takes one CA file: the default bundle plus the connection's own.
+                    from botocore.httpsession import get_cert_path
+
+                    default = Path(get_cert_path(True)).read_text()
                     fd, self._ca_file = tempfile.mkstemp(prefix="gpuprov-aws-ca-", suffix=".pem")
                     with os.fdopen(fd, "w") as f:
-                        f.write(self.options.ca_bundle)
+                        f.write(default.rstrip("\n") + "\n" + self.options.ca_bundle)
                 config = Config(retries={"total_max_attempts": 1}, connect_timeout=10,
                                 read_timeout=self.request_timeout_s, max_pool_connections=32)
                 client = self._session.client(service, region_name=region, endpoint_url=self.options.endpoint,
