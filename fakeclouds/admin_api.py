@@ -93,13 +93,12 @@ def build_router(engine: Engine) -> APIRouter:
 
     @router.get("/side-resources")
     async def side_resources() -> dict[str, Any]:
-        """Account-level resources that outlive machines: Lambda's SSH key objects, and what each
-        facade lists through `Facade.side_resources` (e.g. GCP firewall rules)."""
+        """Account-level resources that outlive machines: Lambda's SSH key objects, and what facades list."""
         rows = [{"facade": f, "kind": "ssh-key", "id": k["id"], "name": k["name"]}
                 for f, keys in engine.ssh_keys.items() for k in keys.values()]
-        for facade in engine.facades.values():
+        for facade in engine.facades.values():  # those a facade keeps itself (Facade.side_resources)
             if facade.side_resources is not None:
-                rows += facade.side_resources(engine)
+                rows += [{**row, "facade": facade.name} for row in facade.side_resources(engine)]
         return {"side_resources": rows}
 
     @router.get("/stock")

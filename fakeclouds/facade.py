@@ -77,8 +77,9 @@ class Facade:
     # run their real code path. None: the API reports host and port, machines share 127.0.0.1
     # on random ports.
     ssh_port: int | None = None
-    # Account-level side resources the facade keeps outside the engine (firewall rules, security
-    # groups), for the admin API's /side-resources: rows of {"facade", "kind", "id", "name"}.
+    # Account-level resources of this cloud that outlive machines (security groups, firewall rules,
+    # NICs...) for the admin API's /side-resources: rows of {"kind", "id", "name"} (more keys allowed).
+    # None: the cloud has none beyond the engine's SSH keys.
     side_resources: Callable[[Engine], list[dict[str, Any]]] | None = None
 
     def region(self, name: str) -> Region | None:

@@ -37,6 +37,7 @@ class CloudEntry:
 BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("local", "providers.local:LocalProvider", "fakeclouds.local_api"),
     CloudEntry("lambda", "providers.lambda_:LambdaProvider", "fakeclouds.lambda_api"),
+    CloudEntry("aws", "providers.aws:AwsProvider", "fakeclouds.aws_api"),
     CloudEntry("gcp", "providers.gcp:GcpProvider", "fakeclouds.gcp_api"),
 )
 
