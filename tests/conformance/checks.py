@@ -355,6 +355,34 @@ async def check_list_owned_reports_leftover_side_resources(h: Harness) -> None:
         assert [r for r in await p.list_owned() if r.key == failed.key] == []
 
 
+async def check_spot(h: Harness) -> None:
+    """Where a cloud's capabilities offer spot, its spot offers are priced below on-demand for the
+    same type and place, and a spot offer launches a spot machine; a cloud without spot offers none."""
+    async with h.provider() as p:
+        spot = await p.offers(OfferQuery(spot=True))
+        if not type(p).capabilities.spot:
+            assert spot == [], "a cloud without spot must offer no spot offer"
+            return
+        assert spot, "spot is a capability: expected spot offers"
+        on_demand = {(o.instance_type, o.region, o.zone): o.price_per_hour
+                     for o in await p.offers(OfferQuery(spot=False))}
+        paired = [(o, on_demand[(o.instance_type, o.region, o.zone)]) for o in spot
+                  if (o.instance_type, o.region, o.zone) in on_demand]
+        assert paired, "no spot offer has an on-demand twin to compare prices with"
+        dearer = [(o.instance_type, o.region, o.price_per_hour, price) for o, price in paired
+                  if o.price_per_hour >= price]
+        assert dearer == [], "spot must be priced below on-demand"
+        before = await h.machine_ids()
+        ref = await p.create(min(spot, key=lambda o: o.price_per_hour), h.spec())
+        try:
+            [made] = await h.machine_ids() - before
+            machine = await h.admin_do("machine", made)
+            assert machine["spot"] is True, "a spot offer must launch a spot machine"
+        finally:
+            await p.terminate(ref)
+            await wait_for(p, ref, _gone, WAIT_GONE)
+
+
 async def check_list_owned_without_allocation(h: Harness) -> None:
     """The sweep's input: list_owned lists a machine whose allocation no database knows, under a key
     that names that allocation (messages.ids.allocation_of_key)."""
@@ -386,4 +414,5 @@ ALL_CHECKS: list[Check] = [
     check_release,
     check_list_owned_without_allocation,
     check_list_owned_reports_leftover_side_resources,
+    check_spot,
 ]
