@@ -1,6 +1,6 @@
 """`python -m bench` (or `make bench`): prints every figure, measured side by side in one run.
 
-    --latency S         fixed latency added to every simulated Lambda call for (a) (default 0.05)
+    --latency S         fixed latency added to every simulated cloud call for (a) (default 0.05)
     --rounds N          allocations per side for the overhead ratio (median; default 5)
     --concurrency N     concurrent allocations for the throughput ratio and CPU figures (default 200)
     --boot-delay S      simulated boot time (default 0.5)
@@ -17,7 +17,7 @@ import asyncio
 import sys
 
 from bench import memory, overhead, throughput
-from bench.harness import bench_stack
+from bench.harness import OVERHEAD_CLOUDS, bench_stack
 
 
 def fmt(cpu: dict[str, float], names: tuple[str, ...]) -> str:
@@ -28,10 +28,11 @@ def fmt(cpu: dict[str, float], names: tuple[str, ...]) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     async with bench_stack(boot_delay=args.boot_delay) as b:
-        o = await overhead.run(b, latency_s=args.latency, rounds=args.rounds)
-        per_call = f"{o['latency_s'] * 1000:.0f} ms per call, boot {args.boot_delay}s"
-        print(f"(a) orchestration overhead, {per_call}: "
-              f"workflow {o['workflow_s']:.3f}s / direct {o['direct_s']:.3f}s = {o['ratio']:.2f}x")
+        for cloud in OVERHEAD_CLOUDS:
+            o = await overhead.run(b, cloud=cloud, latency_s=args.latency, rounds=args.rounds)
+            per_call = f"{o['latency_s'] * 1000:.0f} ms per call, boot {args.boot_delay}s"
+            print(f"(a) orchestration overhead on {cloud}, {per_call}: "
+                  f"workflow {o['workflow_s']:.3f}s / direct {o['direct_s']:.3f}s = {o['ratio']:.2f}x")
         t = await throughput.run(b, concurrency=args.concurrency)
         print(f"(b) throughput, {t['concurrency']} concurrent: {t['allocations_per_s']:.1f} allocations/s / "
               f"{t['bare_workflows_per_s']:.1f} bare workflows/s ({t['activities_per_allocation']} trivial "

@@ -40,6 +40,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPORAL_BIN = os.environ.get("GPUPROV_TEMPORAL_BIN", str(ROOT / ".venv" / "bin" / "temporal"))
 TASK_QUEUE = "gpuprov-bench"
 INSTALLATION = "benchins"
+# The clouds (a) is measured on, each through its simulation; the other figures use Lambda.
+OVERHEAD_CLOUDS = ("lambda", "aws", "gcp")
+
+
+def region_for(cloud: str) -> str | None:
+    """Where a bench allocation on `cloud` goes: its first region where the cloud needs one."""
+    caps = registry.capabilities(cloud)
+    return caps.regions[0] if caps.region_required else None
 
 
 @dataclass
@@ -48,7 +56,7 @@ class Bench:
     cloud: FakeCloudProcess
     engine: sa.Engine
     deps: ActivityDeps  # the harness's own (direct calls in (a)); worker processes build the same
-    lambda_connection: str
+    connections: dict[str, str]  # cloud -> its connection id (OVERHEAD_CLOUDS)
     user_key: str  # a user's public key, as `gpuprov up --ssh-key` would send
     boot_delay: float
     temporal_pid: int
@@ -56,15 +64,17 @@ class Bench:
     _db: Path
     _fernet_key: bytes
 
-    def request(self, allocation_id: str, timing: Timing, **fields: object) -> AllocateRequest:
-        return AllocateRequest(allocation_id=allocation_id, connection_id=self.lambda_connection,
-                               cloud="lambda", k3s=False,
+    def request(self, allocation_id: str, timing: Timing, *, cloud: str = "lambda",
+                **fields: object) -> AllocateRequest:
+        fields.setdefault("region", region_for(cloud))
+        return AllocateRequest(allocation_id=allocation_id, connection_id=self.connections[cloud],
+                               cloud=cloud, k3s=False,
                                ssh_public_keys=[self.user_key], timing=timing, **fields)  # type: ignore[arg-type]
 
     async def allocate(self, allocation_id: str, timing: Timing, *, task_queue: str = TASK_QUEUE,
-                       **fields: object) -> float:
-        """Run one allocation to ready on the simulated Lambda; return its wall time in seconds."""
-        req = self.request(allocation_id, timing, **fields)
+                       cloud: str = "lambda", **fields: object) -> float:
+        """Run one allocation to ready on a simulated cloud (Lambda unless told); its wall time in s."""
+        req = self.request(allocation_id, timing, cloud=cloud, **fields)
         t0 = time.perf_counter()
         handle = await self.client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
                                                   id=allocation_workflow_id(allocation_id),
@@ -73,6 +83,11 @@ class Bench:
         if state.phase != Phase.READY:
             raise RuntimeError(f"allocation {allocation_id} ended {state.phase}: {state.error}")
         return time.perf_counter() - t0
+
+    async def release(self, allocation_id: str) -> None:
+        """Terminate an allocation and wait until the cloud shows its machine gone (not timed)."""
+        handle = self.client.get_workflow_handle(allocation_workflow_id(allocation_id))
+        await handle.execute_update("terminate", result_type=AllocationState)
 
     @asynccontextmanager
     async def worker_process(self, kind: str, task_queue: str) -> AsyncIterator[int]:
@@ -126,13 +141,15 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
             # The cloud runs in its own process, as a real one would be remote.
             cloud = start_subprocess(boot_delay=boot_delay, terminate_delay=0.01)
             try:
+                connections = {}
                 with session_scope(engine) as s:
-                    sim = registry.simulation("lambda")
-                    conn = repo.add_connection(s, box, provider="lambda", name="bench",
-                                               credentials=sim.credentials(cloud.tokens["lambda"]),
-                                               endpoint=cloud.url + sim.prefix)
+                    for name in OVERHEAD_CLOUDS:
+                        sim = registry.simulation(name)
+                        connections[name] = repo.add_connection(
+                            s, box, provider=name, name="bench", endpoint=cloud.url + sim.prefix,
+                            credentials=sim.credentials(cloud.tokens[name])).id
                 user_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
-                b = Bench(env.client, cloud, engine, deps, conn.id, user_key, boot_delay,
+                b = Bench(env.client, cloud, engine, deps, connections, user_key, boot_delay,
                           temporal_pid=pid_with_arg(temporal_db), worker_pid=0,
                           _db=db, _fernet_key=fernet_key)
                 async with b.worker_process("gpuprov", TASK_QUEUE) as pid:

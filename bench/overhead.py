@@ -1,6 +1,6 @@
-"""(a) Orchestration overhead: one allocation through AllocationWorkflow on the simulated Lambda
-with a fixed latency on every API call, divided by the same work done directly in sequence
-with the same adapter (offers -> create -> poll get until running -> SSH -> nvidia-smi)."""
+"""(a) Orchestration overhead: one allocation through AllocationWorkflow on a simulated cloud
+(Lambda, AWS, GCP) with a fixed latency on every API call, divided by the same work done directly
+in sequence with the same adapter (offers -> create -> poll get until running -> SSH -> nvidia-smi)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import asyncssh
 
-from bench.harness import INSTALLATION, Bench
+from bench.harness import INSTALLATION, Bench, region_for
 from messages.allocation import Timing
 from providers import registry
 from providers.base import ConnectionOptions, InstanceState, LaunchSpec, OfferQuery, Ownership
@@ -19,18 +19,19 @@ POLL_S = 0.1
 TIMING = Timing(heartbeat_timeout_s=5, poll_interval_s=POLL_S, max_retry_interval_s=1)
 
 
-async def direct_once(b: Bench, n: int) -> float:
+async def direct_once(b: Bench, cloud: str, n: int) -> float:
     """The provider calls and SSH steps an allocation makes, with no Temporal in between."""
-    sim = registry.simulation("lambda")
+    sim = registry.simulation(cloud)
     t0 = time.perf_counter()
     # One adapter for the whole sequence, as a worker keeps one per connection.
-    async with registry.build("lambda", sim.credentials(b.cloud.tokens["lambda"]),
+    async with registry.build(cloud, sim.credentials(b.cloud.tokens[cloud]),
                               options=ConnectionOptions(endpoint=b.cloud.url + sim.prefix),
                               installation_id=INSTALLATION,
                               allowed_endpoints=[b.cloud.url + sim.prefix]) as p:
-        offer = (await p.offers(OfferQuery()))[0]
-        owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{n}")
-        spec = LaunchSpec(key=f"direct-{n}", owner=owner,
+        await p.prepare(region := (await p.offers(OfferQuery(region=region_for(cloud))))[0].region)
+        offer = (await p.offers(OfferQuery(region=region)))[0]
+        owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{cloud}{n}")
+        spec = LaunchSpec(key=f"direct-{cloud}-{n}", owner=owner,
                           ssh_public_keys=[b.deps.public_key(), b.user_key])
         ref = await p.create(offer, spec)
         while True:
@@ -45,16 +46,23 @@ async def direct_once(b: Bench, n: int) -> float:
                                     client_keys=[b.deps.private_key()]) as conn:
             await conn.run("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
                            "--format=csv,noheader,nounits", check=True)
-    return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        # Not timed: the machine goes, giving its stock back for the rounds that follow.
+        await p.terminate(ref)
+        while (gone := await p.get(ref)) is not None and gone.state != InstanceState.TERMINATED:
+            await p.terminate(ref)  # clouds whose side resources go after the machine converge on repeats
+            await asyncio.sleep(POLL_S)
+    return took
 
 
-async def run(b: Bench, *, latency_s: float, rounds: int) -> dict[str, float]:
-    b.cloud.admin.add_fault("lambda", "*", "latency", times=-1, seconds=latency_s)
+async def run(b: Bench, *, cloud: str = "lambda", latency_s: float, rounds: int) -> dict[str, float]:
+    b.cloud.admin.add_fault(cloud, "*", "latency", times=-1, seconds=latency_s)
     try:
         wf, direct = [], []
         for i in range(rounds):  # interleaved so drift on a noisy machine hits both sides
-            direct.append(await direct_once(b, i))
-            wf.append(await b.allocate(f"ovh{i}", TIMING))
+            direct.append(await direct_once(b, cloud, i))
+            wf.append(await b.allocate(f"ovh{cloud}{i}", TIMING, cloud=cloud))
+            await b.release(f"ovh{cloud}{i}")
     finally:
         b.cloud.admin.clear_faults()
     return {"latency_s": latency_s, "workflow_s": statistics.median(wf),
