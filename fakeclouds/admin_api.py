@@ -93,10 +93,22 @@ def build_router(engine: Engine) -> APIRouter:
 
     @router.get("/side-resources")
     async def side_resources() -> dict[str, Any]:
-        """Account-level resources that outlive machines (today: Lambda's SSH key objects)."""
+        """Account-level resources that outlive machines: Lambda's SSH key objects, and what each
+        facade lists through its `side_resources` (e.g. Azure's NICs, public IPs, NSGs)."""
         rows = [{"facade": f, "kind": "ssh-key", "id": k["id"], "name": k["name"]}
                 for f, keys in engine.ssh_keys.items() for k in keys.values()]
+        for facade in engine.facades.values():
+            if facade.side_resources is not None:
+                rows += [{"facade": facade.name, **row} for row in facade.side_resources(engine)]
         return {"side_resources": rows}
+
+    @router.get("/tls")
+    async def tls(request: Request) -> Response:
+        """The TLS listener's URL and the CA its certificate chains to (for facades with `tls`)."""
+        info = getattr(request.app.state, "tls", None)
+        if info is None:
+            return _error(NotFound("this server has no TLS listener"))
+        return JSONResponse(info)
 
     @router.get("/stock")
     async def get_stock() -> dict[str, Any]:

@@ -37,6 +37,7 @@ class CloudEntry:
 BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("local", "providers.local:LocalProvider", "fakeclouds.local_api"),
     CloudEntry("lambda", "providers.lambda_:LambdaProvider", "fakeclouds.lambda_api"),
+    CloudEntry("azure", "providers.azure:AzureProvider", "fakeclouds.azure_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
