@@ -61,8 +61,13 @@ from providers.credentials import Credentials, field
 from providers.rest import ErrorKind
 from providers.sdk import SdkCloudProvider, SdkError
 
-DEFAULT_AUTHORITY = "login.microsoftonline.com"
-DEFAULT_ARM = "https://management.azure.com"
+DEFAULT_ARM_HOST = "management.azure.com"
+# Azure's clouds: ARM host -> its Microsoft Entra authority (public, US Government, China).
+AUTHORITIES = {
+    "management.azure.com": "login.microsoftonline.com",
+    "management.usgovcloudapi.net": "login.microsoftonline.us",
+    "management.chinacloudapi.cn": "login.chinacloudapi.cn",
+}
 SUBSCRIPTION_API_VERSION = "2022-12-01"
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"  # Ubuntu 22.04 with NVIDIA drivers and CUDA
 TAG_INSTALLATION, TAG_KEY, TAG_ALLOCATION = "gpuprov-installation", "gpuprov-key", "gpuprov-allocation"
@@ -247,7 +252,8 @@ class AzureProvider(SdkCloudProvider):
     id: ClassVar[str] = "azure"
     credentials_model: ClassVar[type[AzureCredentials]] = AzureCredentials
     error_codes: ClassVar[dict[str, ErrorKind]] = _CODES
-    api_hosts: ClassVar[tuple[str, ...]] = ("management.azure.com", "login.microsoftonline.com")
+    # A connection's endpoint names the ARM host (the Entra authority follows from it).
+    api_hosts: ClassVar[tuple[str, ...]] = tuple(AUTHORITIES)
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Microsoft Azure",
         k3s="cloud-init",
@@ -283,6 +289,25 @@ class AzureProvider(SdkCloudProvider):
     def _endpoint(self) -> str | None:
         return self.options.endpoint.rstrip("/") if self.options.endpoint else None
 
+    def _arm_host(self) -> str:
+        from urllib.parse import urlsplit
+
+        return (urlsplit(self._endpoint).hostname or "").lower() if self._endpoint else DEFAULT_ARM_HOST
+
+    def _arm_base(self) -> str:
+        """The endpoint itself when it is one of Azure's ARM hosts, else `<endpoint>/arm` (a proxy or
+        a simulation serving both halves under one base)."""
+        if self._endpoint is None:
+            return f"https://{DEFAULT_ARM_HOST}"
+        return self._endpoint if self._arm_host() in AUTHORITIES else f"{self._endpoint}/arm"
+
+    def _authority(self) -> dict[str, Any]:
+        """azure-identity's authority for the endpoint: Azure's own for its ARM hosts, else
+        `<endpoint>/login` without instance discovery (which only knows Microsoft's hosts)."""
+        if self._arm_host() in AUTHORITIES:
+            return {"authority": AUTHORITIES[self._arm_host()]}
+        return {"authority": f"{self._endpoint}/login", "disable_instance_discovery": True}
+
     def _client_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 60}
         if self._ca_file:
@@ -316,12 +341,10 @@ class AzureProvider(SdkCloudProvider):
             client_kwargs = self._client_kwargs()
             if self._ca_file:
                 cred_kwargs["connection_verify"] = self._ca_file
-            if self._endpoint:
-                cred_kwargs.update(authority=f"{self._endpoint}/login", disable_instance_discovery=True)
-                client_kwargs["base_url"] = f"{self._endpoint}/arm"
-            else:
-                cred_kwargs["authority"] = DEFAULT_AUTHORITY
-                client_kwargs["base_url"] = DEFAULT_ARM
+            cred_kwargs.update(self._authority())
+            client_kwargs["base_url"] = self._arm_base()
+            if self._arm_host() in AUTHORITIES:
+                client_kwargs["credential_scopes"] = [f"https://{self._arm_host()}/.default"]
             credential = ClientSecretCredential(
                 creds["tenant_id"], creds["client_id"], creds["client_secret"], **cred_kwargs
             )
@@ -524,10 +547,20 @@ class AzureProvider(SdkCloudProvider):
             provider=self.id, region=offer.region, zone=offer.zone, instance_type=offer.instance_type
         )
 
-        found = await self._get_or_none(c.compute.virtual_machines.get, group, name)
-        if found is not None:
-            return await self._adopt(found, offer, spec, scope)
+        try:
+            found = await self._get_or_none(c.compute.virtual_machines.get, group, name)
+            if found is not None:
+                return await self._adopt(found, offer, spec, scope)
+            return await self._launch(c, group, name, offer, spec, image, data, scope)
+        except (CapacityError, QuotaError, InvalidRequest):
+            # Definitely no machine (a Failed VM was deleted first): the workflow moves on to the next
+            # offer without a terminate for this key, so its network goes now. What a delete cannot
+            # remove yet (the VM still going) stays listed by list_owned for the sweep.
+            await self._drop_network_quietly(c, group, name)
+            raise
 
+    async def _launch(self, c: _Clients, group: str, name: str, offer: Offer, spec: LaunchSpec,
+                      image: dict[str, str], data: str, scope: FailureScope) -> InstanceRef:
         nic_id = await self._ensure_network(c, group, name, offer.region, spec)
         vm = self._vm_body(offer, spec, image, data, nic_id)
         try:
@@ -571,6 +604,12 @@ class AzureProvider(SdkCloudProvider):
                 raise CapacityError(f"{self.id}: {code}: {message}", scope)
             raise Transient(f"{self.id}: VM failed ({code or 'unknown'}): {message}; deleted, retry")
         return self._ref(vm, spec.key, offer.region)
+
+    async def _drop_network_quietly(self, c: _Clients, group: str, name: str) -> None:
+        try:
+            await self._delete_side_resources(c, group, name)
+        except ProviderError:
+            pass  # reported by list_owned; release() or the sweep finishes it
 
     async def _drop_failed(self, c: _Clients, group: str, name: str) -> None:
         """Azure may leave a VM resource behind when provisioning fails: delete it."""
