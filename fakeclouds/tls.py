@@ -29,18 +29,15 @@ class TlsFiles:
 
 def ensure(directory: str | Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> TlsFiles:
     """The CA and server certificate in `directory`/tls, made on first use. A server certificate that
-    does not name every one of `hosts` is made anew (by the same CA)."""
+    does not name every one of `hosts` is made anew by the same CA, for those hosts and the ones it
+    named (so two callers with different hosts do not take turns replacing it)."""
     root = Path(directory) / "tls"
     files = TlsFiles(root / CA_FILE, root / CERT_FILE, root / KEY_FILE)
-    if (
-        files.ca_file.exists()
-        and files.cert_file.exists()
-        and files.key_file.exists()
-        and _names(files.cert_file) >= set(hosts)
-    ):
+    named = _names(files.cert_file) if files.cert_file.exists() else set()
+    if files.ca_file.exists() and files.key_file.exists() and named >= set(hosts):
         return files
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _generate(root, files, hosts)
+    _generate(root, files, tuple(dict.fromkeys([*hosts, *sorted(named)])))
     return files
 
 

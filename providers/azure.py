@@ -11,15 +11,19 @@ Idempotency: the VM's name is derived from our key and ARM's PUT converges — a
 finds the VM (or PUTs the same parameters again) and never makes a second one. Create waits for the
 long-running operation's verdict (bounded): `(Zonal)AllocationFailed` arrives there, after the VM
 resource exists as `Failed`; the adapter deletes that VM and raises CapacityError for the zone.
-`SkuNotAvailable` (409) and `OperationNotAllowed` (409, quota) come back at once. The instance id is
-the VM's `vmId`, so a ref outlives nothing: a new VM under the same name is another machine.
+`SkuNotAvailable` (409) and `OperationNotAllowed` (409, quota) come back at once. A create refused
+for good drops the network it made (the workflow moves on without a terminate for that key). The
+instance id is the VM's `vmId`: a later VM under the same name is another machine, never this ref's.
 
 Terminate deletes the VM, waits for it to go (bounded), then the NIC, public IP and NSG in that
 order (Azure refuses to delete an NSG or an IP still attached). Called again, it converges.
 
-Pointing it elsewhere: ConnectionOptions.endpoint E makes the login authority E/login and the ARM
-base E/arm (instance discovery off, as for any private authority); `ca_bundle` is trusted besides
-the system's CAs. SDK retries are off (`retry_total=0`): Temporal owns retries.
+Pointing it elsewhere: ConnectionOptions.endpoint names ARM. One of Azure's ARM hosts (`api_hosts`:
+public, US Government, China) keeps that cloud's Entra authority; any other endpoint E (a proxy, the
+simulation) serves both halves: the authority E/login (instance discovery off, as for any private
+authority) and ARM at E/arm. `ca_bundle` is trusted besides the default CAs. SDK retries are off
+(`retry_total=0`): Temporal owns retries; long-running operations poll per Retry-After, else with a
+short backoff.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import tempfile
 import threading
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import SecretStr
@@ -121,9 +126,6 @@ _CODES: dict[str, ErrorKind] = {
     "AuthorizationFailed": "auth",
     "SubscriptionNotFound": "auth",
     "InvalidSubscriptionId": "auth",
-    "invalid_client": "auth",
-    "unauthorized_client": "auth",
-    "invalid_tenant": "auth",
     "InternalServerError": "transient",
     "InternalExecutionError": "transient",
     "ServiceUnavailable": "transient",
@@ -136,6 +138,7 @@ _CODES: dict[str, ErrorKind] = {
     "PublicIPAddressCannotBeDeleted": "transient",
     "InUseNetworkSecurityGroupCannotBeDeleted": "transient",
     "Conflict": "transient",
+    "ResourceGroupNotFound": "transient",  # deleted behind our back: prepare() makes it again
 }
 
 # Our cloud-init part: k3s at boot (the INSTALL_K3S activity then only checks it). Azure hands
@@ -315,14 +318,15 @@ class AzureProvider(SdkCloudProvider):
         return kwargs
 
     def _ca_bundle_file(self) -> str | None:
-        """The connection's CA bundle beside the system's, as a file (the SDKs take a path)."""
+        """The connection's CA bundle beside the default ones, as a file (the SDKs take a path; removed
+        by aclose). Only certificates: public, but written privately all the same (mkstemp: 0600)."""
         if not self.options.ca_bundle:
             return None
         import certifi  # requests' own bundle: what the SDK trusts by default
 
         fd, path = tempfile.mkstemp(prefix="gpuprov-ca-", suffix=".pem")
         with os.fdopen(fd, "w") as f:
-            f.write(open(certifi.where()).read() + "\n" + self.options.ca_bundle)
+            f.write(Path(certifi.where()).read_text() + "\n" + self.options.ca_bundle)
         return path
 
     def _sdk_clients(self) -> _Clients:
@@ -364,10 +368,13 @@ class AzureProvider(SdkCloudProvider):
         from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 
         if isinstance(exc, ClientAuthenticationError) and exc.response is None:
-            # The token endpoint refused (MSAL's words carry the AADSTS code) or could not be read.
+            # azure-identity wraps everything that goes wrong getting a token in this one class: Entra's
+            # refusals (their words carry an AADSTS code; an unknown tenant fails the discovery), but
+            # also a refused connection or a 5xx — those are worth retrying, not an auth failure.
             text = str(exc.message or exc)
-            status = 503 if "HTTP Error: 5" in text else 401
-            return SdkError("invalid_client" if status == 401 else "", text[:500], status)
+            if "AADSTS" in text or "Unable to get authority configuration" in text:
+                return SdkError("AuthenticationFailed", text[:500], 401)
+            return None
         if isinstance(exc, HttpResponseError) and exc.response is not None:
             error = getattr(exc, "error", None)
             code = str(getattr(error, "code", "") or "")
@@ -376,9 +383,6 @@ class AzureProvider(SdkCloudProvider):
                 code, message[:500], int(exc.status_code or 0),
                 getattr(exc.response, "headers", {}).get("Retry-After"),
             )
-        if isinstance(exc, ValueError) and "authority" in str(exc).lower():
-            # MSAL's tenant discovery failed: an unknown tenant (or authority)
-            return SdkError("invalid_tenant", str(exc)[:300], 400)
         return None
 
     def _map(self, exc: Exception, scope: FailureScope | str | None) -> ProviderError:
@@ -386,8 +390,6 @@ class AzureProvider(SdkCloudProvider):
         if err is not None and err.code == "OperationNotAllowed" and "quota" not in err.message.lower():
             # "...not allowed since the VM is marked for deletion" and the like: a passing state
             return Transient(f"{self.id}: {err.code}: {err.message}")
-        if err is not None and err.code in ("invalid_tenant",):
-            return AuthError(f"{self.id}: {err.message}")
         return super()._map(exc, scope)
 
     def _group(self, region: str) -> str:
@@ -557,6 +559,10 @@ class AzureProvider(SdkCloudProvider):
             # offer without a terminate for this key, so its network goes now. What a delete cannot
             # remove yet (the VM still going) stays listed by list_owned for the sweep.
             await self._drop_network_quietly(c, group, name)
+            raise
+        except Transient as e:
+            if "ResourceGroupNotFound" in e.message:
+                self._prepared.discard(offer.region)
             raise
 
     async def _launch(self, c: _Clients, group: str, name: str, offer: Offer, spec: LaunchSpec,

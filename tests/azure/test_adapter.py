@@ -258,6 +258,23 @@ def test_the_endpoint_names_arm_and_the_authority_follows() -> None:
     )
 
 
+async def test_an_unreachable_token_endpoint_is_transient_not_an_auth_failure() -> None:
+    """azure-identity reports a refused connection as ClientAuthenticationError: still retryable."""
+    creds = AzureProvider.parse_credentials(
+        {
+            "tenant_id": "9c3e7b1a-2f4d-4e8a-b6c0-1d5f3a7e9b20",
+            "subscription_id": "5f1c0a2e-7d4b-4c1e-9a3f-2b6d8e0c4a71",
+            "client_id": "3a8d6f2c-1b9e-4d7a-8c5f-0e2b4a6d8f13",
+            "client_secret": "s",
+        }
+    )
+    async with AzureProvider(
+        creds, options=ConnectionOptions(endpoint="https://127.0.0.1:9/azure"), installation_id="abcd1234"
+    ) as p:
+        with pytest.raises(Transient):
+            await p.verify()
+
+
 def test_vm_names_fit_azure_and_stay_stable() -> None:
     long_key = "k" * 60 + "-"
     name = vm_name("abcd1234", long_key)
