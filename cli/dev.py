@@ -37,6 +37,7 @@ class DevConfig:
     temporal_port: int = 7233
     ui_port: int = 8233
     cloud_port: int = 8765
+    cloud_tls_port: int = 8766  # the same simulated clouds over TLS (for SDKs that talk only https)
     boot_timeout_s: float = 60.0
     host: str = "127.0.0.1"
 
@@ -49,6 +50,7 @@ class DevConfig:
                    temporal_port=_env_port("GPUPROV_TEMPORAL_PORT", 7233),
                    ui_port=_env_port("GPUPROV_TEMPORAL_UI_PORT", 8233),
                    cloud_port=_env_port("GPUPROV_LOCALCLOUD_PORT", 8765),
+                   cloud_tls_port=_env_port("GPUPROV_LOCALCLOUD_TLS_PORT", 8766),
                    boot_timeout_s=float(os.environ.get("GPUPROV_DEV_BOOT_TIMEOUT", "60")))
 
     @property
@@ -66,6 +68,10 @@ class DevConfig:
     @property
     def cloud_url(self) -> str:
         return f"http://{self.host}:{self.cloud_port}"
+
+    @property
+    def cloud_tls_url(self) -> str:
+        return f"https://{self.host}:{self.cloud_tls_port}"
 
     @property
     def temporal_address(self) -> str:
@@ -106,21 +112,27 @@ def cloud_tokens(home: Path, clouds: list[str]) -> dict[str, str]:
     return {c: tokens[c] for c in clouds}
 
 
-def simulated_endpoints(cloud_url: str, clouds: list[str]) -> dict[str, str]:
+def simulated_endpoints(cloud_url: str, clouds: list[str], tls_url: str | None = None) -> dict[str, str]:
     """Where each simulated cloud is served: its connection's endpoint, and the only prefixes the
     worker and the API allow besides documented hosts (GPUPROV_ALLOWED_ENDPOINTS) — never a whole
-    loopback port (the API, Temporal and PostgreSQL listen there too)."""
-    return {cloud: cloud_url + registry.simulation(cloud).prefix for cloud in clouds}
+    loopback port (the API, Temporal and PostgreSQL listen there too). A facade whose SDK talks only
+    https (`Facade.tls`) is served on `tls_url`."""
+    return {cloud: ((tls_url or cloud_url) if registry.simulation(cloud).tls else cloud_url)
+            + registry.simulation(cloud).prefix for cloud in clouds}
 
 
-def connection_bodies(cloud_url: str, tokens: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """POST /connections bodies for every simulated cloud, from its facade in the registry."""
+def connection_bodies(cloud_url: str, tokens: dict[str, str], tls_url: str | None = None,
+                      ca_pem: str | None = None) -> dict[str, dict[str, Any]]:
+    """POST /connections bodies for every simulated cloud, from its facade in the registry (one
+    served over TLS also carries the simulation's CA as its ca_bundle)."""
     bodies = {}
-    endpoints = simulated_endpoints(cloud_url, list(tokens))
+    endpoints = simulated_endpoints(cloud_url, list(tokens), tls_url)
     for cloud, token in tokens.items():
         facade = registry.simulation(cloud)
         bodies[cloud] = {"provider": cloud, "name": facade.display_name,
                          "credentials": facade.credentials(token), "endpoint": endpoints[cloud]}
+        if facade.tls and ca_pem:
+            bodies[cloud]["ca_bundle"] = ca_pem
     return bodies
 
 
@@ -158,7 +170,8 @@ def simulation_argv(cfg: DevConfig) -> list[str]:
     """The simulation server, serving every simulated cloud with its token from cloud-tokens.json
     (by file: an argument would show the tokens to every local user in the process list)."""
     return [sys.executable, "-m", "fakeclouds.server", "--host", cfg.host, "--port", str(cfg.cloud_port),
-            "--state-dir", str(cfg.home / "localcloud"), "--tokens-file", str(cfg.home / TOKENS_FILE)]
+            "--tls-port", str(cfg.cloud_tls_port), "--state-dir", str(cfg.home / "localcloud"),
+            "--tokens-file", str(cfg.home / TOKENS_FILE)]
 
 
 # --------------------------------------------------------------------------- the supervisor
@@ -168,7 +181,8 @@ def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
     """What every child is started with, beside this process's environment."""
     return {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
             "GPUPROV_API_URL": cfg.api_url, "GPUPROV_CODEC_CORS_ORIGINS": cfg.ui_url,
-            "GPUPROV_ALLOWED_ENDPOINTS": ",".join(simulated_endpoints(cfg.cloud_url, simulated).values())}
+            "GPUPROV_ALLOWED_ENDPOINTS": ",".join(
+                simulated_endpoints(cfg.cloud_url, simulated, cfg.cloud_tls_url).values())}
 
 
 async def run_dev(cfg: DevConfig) -> int:
@@ -197,7 +211,12 @@ async def run_dev(cfg: DevConfig) -> int:
     typer.echo(f"gpuprov dev: home {cfg.home}, installation {inst_id}")
     try:
         tokens = cloud_tokens(cfg.home, simulated)
-        bodies = connection_bodies(cfg.cloud_url, tokens)  # before anything starts: facades load
+        # The simulation's TLS CA, made now in its state dir (the server reuses it), for the
+        # connections of clouds whose SDK talks only https.
+        from fakeclouds import tls
+
+        ca_pem = tls.ensure(cfg.home / "localcloud", (cfg.host,)).ca_pem
+        bodies = connection_bodies(cfg.cloud_url, tokens, cfg.cloud_tls_url, ca_pem)  # facades load
         from workflows.search_attributes import dev_server_args
 
         await stack.launch("temporal", [
@@ -232,7 +251,7 @@ async def run_dev(cfg: DevConfig) -> int:
     typer.echo(f"""
   API          {cfg.api_url}   (docs {cfg.api_url}/docs)
   Web UI       {cfg.ui_url}   (Temporal; to decode payloads, open {cfg.codec_url}/ once)
-  clouds       {cfg.cloud_url}   (simulated: {', '.join(simulated) or 'none'})
+  clouds       {cfg.cloud_url}, {cfg.cloud_tls_url}   (simulated: {', '.join(simulated) or 'none'})
   logs         {cfg.home / 'logs'}
   API token    {token}
 

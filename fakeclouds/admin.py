@@ -70,8 +70,13 @@ class FakeCloudAdmin:
         return self._request("POST", f"/machines/{machine_id}/die")
 
     def side_resources(self) -> Any:
-        """Account-level resources that outlive machines: `{facade, kind, id, name}` (Lambda's SSH keys)."""
+        """Account-level resources that outlive machines: `{facade, kind, id, name}` (Lambda's SSH keys,
+        and the rows each facade's `side_resources` lists)."""
         return self._request("GET", "/side-resources", pick=lambda b: b["side_resources"])
+
+    def tls(self) -> Any:
+        """`{url, ca_pem}` of the server's TLS listener (for facades whose SDK talks only https)."""
+        return self._request("GET", "/tls")
 
     # -- knobs
     def set_stock(self, instance_type: str, region: str, count: int, facade: str | None = None) -> Any:

@@ -101,6 +101,14 @@ def build_router(engine: Engine) -> APIRouter:
                 rows += [{**row, "facade": facade.name} for row in facade.side_resources(engine)]
         return {"side_resources": rows}
 
+    @router.get("/tls")
+    async def tls(request: Request) -> Response:
+        """The TLS listener's URL and the CA its certificate chains to (for facades with `tls`)."""
+        info = getattr(request.app.state, "tls", None)
+        if info is None:
+            return _error(NotFound("this server has no TLS listener"))
+        return JSONResponse(info)
+
     @router.get("/stock")
     async def get_stock() -> dict[str, Any]:
         rows = [{"facade": f, "instance_type": t, "region": r, "count": n}

@@ -117,6 +117,9 @@ class Engine:
         self.stock = self._default_stock()
         self.quota: dict[str, int | None] = {f: None for f in self.facades}  # max live machines
         self.ssh_keys: dict[str, dict[str, dict[str, str]]] = {f: {} for f in self.facades}
+        # Each facade's own account state (JSON-able: e.g. Azure's resource groups, NICs, operations),
+        # persisted with the machines and cleared by reset(). The facade owns its shape.
+        self.facade_state: dict[str, dict[str, Any]] = {f: {} for f in self.facades}
         self._persist = state_dir is not None
         self.root = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="fakeclouds-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -134,6 +137,8 @@ class Engine:
         self.stock.update(self._load_stock(state["stock"]))
         self.quota.update({f: n for f, n in state.get("quota", {}).items() if f in self.facades})
         self.ssh_keys.update(state.get("ssh_keys", {}))
+        saved = state.get("facade_state", {})
+        self.facade_state.update({f: d for f, d in saved.items() if f in self.facades})
         for raw in state["machines"]:
             m = Machine(**raw)
             self.machines[m.id] = m
@@ -172,6 +177,7 @@ class Engine:
             "stock": [[f, t, r, n] for (f, t, r), n in self.stock.items()],
             "quota": self.quota,
             "ssh_keys": self.ssh_keys,
+            "facade_state": self.facade_state,
         }
         tmp = self.root / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))
@@ -372,6 +378,7 @@ class Engine:
         self.machines.clear()
         self.stock = self._default_stock()
         self.quota = {f: None for f in self.facades}
+        self.facade_state = {f: {} for f in self.facades}
         self.save()
 
     # ------------------------------------------------------------------ SSH keys (Lambda's account keys)

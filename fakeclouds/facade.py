@@ -77,9 +77,12 @@ class Facade:
     # run their real code path. None: the API reports host and port, machines share 127.0.0.1
     # on random ports.
     ssh_port: int | None = None
-    # Account-level resources of this cloud that outlive machines (security groups, firewall rules,
-    # NICs...) for the admin API's /side-resources: rows of {"kind", "id", "name"} (more keys allowed).
-    # None: the cloud has none beyond the engine's SSH keys.
+    # The provider's SDK talks only https (Azure's refuses a bearer token over plain http): clients
+    # use the server's TLS listener (`FakeCloudServer.tls_url`) and trust its CA (`ca_pem`), which
+    # `make run` passes as the connection's ca_bundle.
+    tls: bool = False
+    # The provider's account-level resources beside machines (network interfaces, addresses, firewall
+    # rules, ...): rows of {"kind", "id", "name"} for the admin API's /_fake/side-resources.
     side_resources: Callable[[Engine], list[dict[str, Any]]] | None = None
 
     def region(self, name: str) -> Region | None:

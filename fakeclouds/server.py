@@ -1,10 +1,14 @@
 """One process serving every simulated cloud, plus helpers to run it from tests.
 
     python -m fakeclouds.server --port 8765 --state-dir .gpuprov/fakeclouds \
-        --tokens-file .gpuprov/cloud-tokens.json --boot-delay 1
+        --tokens-file .gpuprov/cloud-tokens.json --boot-delay 1 [--tls-port 8766]
 
 serves every facade the cloud registry lists (providers/registry.py), each under its prefix, and
-prints its URL (one line on stdout) once it accepts connections. A facade's token defaults to
+prints its URL (one line on stdout) once it accepts connections. When a facade needs TLS
+(`Facade.tls`: an SDK that talks only https) or --tls-port is given, the same app is also served
+over TLS on a second port (0 or none given: a free one), with a certificate signed by a CA kept in
+the state dir (fakeclouds/tls.py); its https URL is printed as a second line and, with the CA,
+served at /_fake/tls. A facade's token defaults to
 `<name>-dev-token`; real ones come from --tokens-file (a JSON object, facade to token: what
 `gpuprov dev` keeps), since a --token NAME=TOKEN argument is visible to every local user.
 SIGTERM/SIGINT stop it cleanly; with --state-dir machines come back (same SSH addresses, ports and
@@ -31,10 +35,11 @@ from typing import Any, TypeVar
 import uvicorn
 from fastapi import FastAPI
 
-from fakeclouds import admin_api
+from fakeclouds import admin_api, tls
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.engine import ADMIN_PREFIX, Engine
 from fakeclouds.facade import Facade, registered
+from fakeclouds.tls import TlsFiles
 
 T = TypeVar("T")
 
@@ -79,6 +84,46 @@ def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
     return app
 
 
+def needs_tls(facades: Iterable[Facade]) -> bool:
+    return any(f.tls for f in facades)
+
+
+def uvicorn_servers(app: FastAPI, host: str, port: int, tls_port: int | None, tls_files: tls.TlsFiles | None,
+                    log_level: str = "warning") -> list[uvicorn.Server]:
+    """The plain listener (which runs the app's lifespan), and the TLS one when `tls_port` is given."""
+    common: dict[str, Any] = {"log_level": log_level, "access_log": False, "timeout_graceful_shutdown": 2}
+    servers = [uvicorn.Server(uvicorn.Config(app, host=host, port=port, lifespan="on", **common))]
+    if tls_port is not None and tls_files is not None:
+        # lifespan off: the engine is started once, by the plain listener
+        servers.append(uvicorn.Server(uvicorn.Config(
+            app, host=host, port=tls_port, lifespan="off", ssl_certfile=str(tls_files.cert_file),
+            ssl_keyfile=str(tls_files.key_file), **common)))
+    return servers
+
+
+def bound_port(server: uvicorn.Server) -> int:
+    return int(server.servers[0].sockets[0].getsockname()[1])
+
+
+async def serve_all(app: FastAPI, servers: list[uvicorn.Server], host: str,
+                    tls_files: tls.TlsFiles | None) -> None:
+    """Run the plain listener, then (once it started the engine) the TLS one; publish the TLS URL
+    and CA on app.state for /_fake/tls. Returns when every listener has stopped."""
+    first = asyncio.create_task(servers[0].serve())
+    while not servers[0].started and not first.done():  # noqa: ASYNC110 — uvicorn only exposes a flag
+        await asyncio.sleep(0.01)
+    tasks = [first]
+    if len(servers) > 1 and servers[0].started and tls_files is not None:
+        tasks.append(asyncio.create_task(servers[1].serve()))
+        while not servers[1].started and not tasks[1].done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        if servers[1].started:
+            app.state.tls = {"url": f"https://{host}:{bound_port(servers[1])}", "ca_pem": tls_files.ca_pem}
+        else:  # the TLS port could not be bound: stop the plain listener too
+            servers[0].should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def parse_tokens(text: str | list[str] | None, facades: Collection[str]) -> dict[str, str]:
     """`--token name=TOKEN,...` (the option may repeat) for any of `facades` (the registered ones)."""
     texts = [text] if isinstance(text, str) else (text or [])
@@ -114,19 +159,24 @@ class FakeCloudServer:
         with FakeCloudServer(boot_delay=0.2) as cloud:
             cloud.url, cloud.tokens, cloud.admin.add_fault(...)
 
-    `engine` lives on the server's loop: inspect it read-only, or use `call(coro)`.
+    `engine` lives on the server's loop: inspect it read-only, or use `call(coro)`. `tls` (default:
+    when a facade needs it) adds the TLS listener: `tls_url`, and `ca_pem` for clients to trust.
     """
 
     def __init__(self, port: int = 0, *, host: str = "127.0.0.1", boot_delay: float = 0.2,
                  terminate_delay: float = 0.05, state_dir: str | Path | None = None,
-                 tokens: dict[str, str] | None = None, facades: Iterable[Facade] | None = None) -> None:
+                 tokens: dict[str, str] | None = None, facades: Iterable[Facade] | None = None,
+                 tls: bool | None = None, tls_port: int = 0) -> None:
         """`facades`: default every registered one. `tokens`: default `<name>-dev-token` each."""
         self.host, self.port = host, port
         self.engine = Engine(facades=facades, boot_delay=boot_delay, terminate_delay=terminate_delay,
                              state_dir=state_dir)
         self.tokens = with_defaults(self.engine.facades, tokens)
         self.app = build_app(self.engine, self.tokens)
-        self._server: uvicorn.Server | None = None
+        self._tls = needs_tls(self.engine.facades.values()) if tls is None else tls
+        self.tls_port: int | None = tls_port if self._tls else None
+        self._servers: list[uvicorn.Server] = []
+        self._tls_files: TlsFiles | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -134,29 +184,41 @@ class FakeCloudServer:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def tls_url(self) -> str | None:
+        return f"https://{self.host}:{self.tls_port}" if self.tls_port else None
+
+    @property
+    def ca_pem(self) -> str | None:
+        return self._tls_files.ca_pem if self._tls_files else None
+
+    @property
     def admin(self) -> FakeCloudAdmin:
         return FakeCloudAdmin(self.url)
 
     def start(self) -> FakeCloudServer:
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
-                                access_log=False, lifespan="on", timeout_graceful_shutdown=2)
-        server = uvicorn.Server(config)
-        self._server = server
-        self._thread = threading.Thread(target=server.run, name="fakeclouds", daemon=True)
+        files = self._tls_files = tls.ensure(self.engine.root, (self.host,)) if self._tls else None
+        self._servers = uvicorn_servers(self.app, self.host, self.port, self.tls_port, files)
+        servers = self._servers
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(serve_all(self.app, servers, self.host, files)), name="fakeclouds",
+            daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 15
-        while not server.started:
+        while not all(s.started for s in servers) or (files and not hasattr(self.app.state, "tls")):
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("fake cloud server failed to start")
             time.sleep(0.01)
-        self.port = server.servers[0].sockets[0].getsockname()[1]
+        self.port = bound_port(servers[0])
+        if len(servers) > 1:
+            self.tls_port = bound_port(servers[1])
         return self
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
+        if self._servers and self._thread is not None:
+            for server in self._servers:
+                server.should_exit = True
             self._thread.join(15)
-        self._server = self._thread = None
+        self._servers, self._thread = [], None
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 10) -> T:
         """Run a coroutine on the server's loop (e.g. engine methods) and return its result."""
@@ -182,9 +244,15 @@ class FakeCloudServer:
 class FakeCloudProcess:
     """Handle on a server running as its own process (see start_subprocess)."""
 
-    def __init__(self, proc: subprocess.Popen[str], url: str, tokens: dict[str, str]) -> None:
-        self.proc, self.url, self.tokens = proc, url, tokens
+    def __init__(self, proc: subprocess.Popen[str], url: str, tokens: dict[str, str],
+                 tls_url: str | None = None) -> None:
+        self.proc, self.url, self.tokens, self.tls_url = proc, url, tokens, tls_url
         self.port = int(url.rsplit(":", 1)[1])
+
+    @property
+    def ca_pem(self) -> str | None:
+        """The CA the TLS listener's certificate chains to (None without one)."""
+        return str(self.admin.tls()["ca_pem"]) if self.tls_url else None
 
     @property
     def pid(self) -> int:
@@ -241,16 +309,22 @@ def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot
         assert proc.stdout is not None
         stdout = proc.stdout
         url: list[str] = []
-        reader = threading.Thread(target=lambda: url.append(stdout.readline().strip()), daemon=True)
+        lines = 2 if needs_tls(registered()) else 1  # the https URL follows when TLS is served
+
+        def read() -> None:
+            for _ in range(lines):
+                url.append(stdout.readline().strip())
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         reader.join(startup_timeout)
     finally:
         os.unlink(tokens_file)  # read before the URL is printed
-    if not url or not url[0].startswith("http"):
+    if len(url) < lines or not all(u.startswith("http") for u in url):
         proc.kill()
         proc.wait()
         raise RuntimeError(f"fake cloud process did not start (exit code {proc.returncode})")
-    return FakeCloudProcess(proc, url[0], tokens)
+    return FakeCloudProcess(proc, url[0], tokens, tls_url=url[1] if lines > 1 else None)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -264,19 +338,28 @@ def tokens_of(args: argparse.Namespace, facades: Collection[str]) -> dict[str, s
 
 async def _serve(args: argparse.Namespace, engine: Engine, tokens: dict[str, str]) -> None:
     app = build_app(engine, tokens)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           access_log=False, lifespan="on", timeout_graceful_shutdown=2))
-    task = asyncio.create_task(server.serve())
-    while not server.started and not task.done():  # noqa: ASYNC110 — uvicorn only exposes a flag
+    tls_port = args.tls_port
+    if tls_port is None and needs_tls(engine.facades.values()):
+        tls_port = 0
+    files = tls.ensure(engine.root, (args.host,)) if tls_port is not None else None
+    servers = uvicorn_servers(app, args.host, args.port, tls_port, files, args.log_level)
+    task = asyncio.create_task(serve_all(app, servers, args.host, files))
+    while not all(s.started for s in servers) and not task.done():  # noqa: ASYNC110 — only a flag
         await asyncio.sleep(0.01)
-    if server.started:
+    if all(s.started for s in servers):
         # Our own handlers: uvicorn would re-raise SIGTERM after shutdown (exit code -15);
         # a clean stop should exit 0.
         loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            for server in servers:
+                server.should_exit = True
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
-        port = server.servers[0].sockets[0].getsockname()[1]
-        print(f"http://{args.host}:{port}", flush=True)
+            loop.add_signal_handler(sig, stop)
+        print(f"http://{args.host}:{bound_port(servers[0])}", flush=True)
+        if len(servers) > 1:
+            print(f"https://{args.host}:{bound_port(servers[1])}", flush=True)
     await task
 
 
@@ -292,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="NAME=TOKEN (repeatable, or comma-separated) for any registered facade "
                              "(default: NAME-dev-token). Visible in the process list: for real "
                              "secrets use --tokens-file")
+    parser.add_argument("--tls-port", type=int, default=None,
+                        help="also serve over TLS on this port (0: a free one); default: a free port "
+                             "when a facade needs TLS, else none")
     parser.add_argument("--boot-delay", type=float, default=1.0)
     parser.add_argument("--terminate-delay", type=float, default=0.2)
     parser.add_argument("--log-level", default="warning")

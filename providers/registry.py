@@ -39,6 +39,7 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("lambda", "providers.lambda_:LambdaProvider", "fakeclouds.lambda_api"),
     CloudEntry("aws", "providers.aws:AwsProvider", "fakeclouds.aws_api"),
     CloudEntry("gcp", "providers.gcp:GcpProvider", "fakeclouds.gcp_api"),
+    CloudEntry("azure", "providers.azure:AzureProvider", "fakeclouds.azure_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.

@@ -1,5 +1,6 @@
 """Adapters and connections pointed at a simulated cloud server, the way `make run` points them:
-endpoint = server URL + the facade's prefix, credentials = what the facade says its token means.
+endpoint = server URL + the facade's prefix (the TLS listener's URL, with its CA as the ca_bundle,
+for a facade whose SDK talks only https), credentials = what the facade says its token means.
 Every simulated cloud is found through the registry, so a new cloud needs nothing here."""
 
 from __future__ import annotations
@@ -26,9 +27,28 @@ class SimServer(Protocol):
     @property
     def tokens(self) -> dict[str, str]: ...
 
+    @property
+    def tls_url(self) -> str | None: ...
+
+    @property
+    def ca_pem(self) -> str | None: ...
+
 
 def endpoint(server: SimServer, cloud: str) -> str:
-    return server.url + registry.simulation(cloud).prefix
+    facade = registry.simulation(cloud)
+    base = server.tls_url if facade.tls else server.url
+    if base is None:
+        raise RuntimeError(f"{cloud}'s simulation needs the server's TLS listener (tls=True)")
+    return base + facade.prefix
+
+
+def ca_bundle(server: SimServer, cloud: str) -> str | None:
+    """The CA to trust for `cloud`'s endpoint: the server's, for a facade served over TLS."""
+    return server.ca_pem if registry.simulation(cloud).tls else None
+
+
+def options(server: SimServer, cloud: str) -> ConnectionOptions:
+    return ConnectionOptions(endpoint=endpoint(server, cloud), ca_bundle=ca_bundle(server, cloud))
 
 
 def endpoints(server: SimServer) -> list[str]:
@@ -59,11 +79,11 @@ def credentials(server: SimServer, cloud: str, token: str | None = None) -> dict
 
 def provider(server: SimServer, cloud: str, *, installation_id: str,
              token: str | None = None) -> CloudProvider:
-    return registry.build(cloud, credentials(server, cloud, token),
-                          options=ConnectionOptions(endpoint=endpoint(server, cloud)),
+    return registry.build(cloud, credentials(server, cloud, token), options=options(server, cloud),
                           installation_id=installation_id, allowed_endpoints=endpoints(server))
 
 
 def add_connection(session: Session, box: SecretBox, server: SimServer, cloud: str) -> str:
     return repo.add_connection(session, box, provider=cloud, name=cloud,
-                               credentials=credentials(server, cloud), endpoint=endpoint(server, cloud)).id
+                               credentials=credentials(server, cloud), endpoint=endpoint(server, cloud),
+                               ca_bundle=ca_bundle(server, cloud)).id

@@ -12,7 +12,7 @@ from typing import Any
 import asyncssh
 
 from providers import registry
-from providers.base import CloudProvider, ConnectionOptions, LaunchSpec, Ownership
+from providers.base import CloudProvider, LaunchSpec, Ownership
 from tests import simclouds
 
 
@@ -58,7 +58,7 @@ class Harness:
     def provider(self, *, installation_id: str | None = None, token: str | None = None) -> CloudProvider:
         cls = self.provider_cls or registry.adapter_class(self.cloud)
         creds = cls.parse_credentials(simclouds.credentials(self.server, self.cloud, token))
-        return cls(creds, options=ConnectionOptions(endpoint=simclouds.endpoint(self.server, self.cloud)),
+        return cls(creds, options=simclouds.options(self.server, self.cloud),
                    installation_id=installation_id or self.installation_id)
 
     def spec(self, key: str | None = None, *, installation_id: str | None = None,
