@@ -24,6 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.deps import ActivityDeps
 from bench.procs import pid_with_arg
 from bench.worker_proc import KEY_ENV
+from fakeclouds.connect import allowed_env, ca_bundle, endpoint
 from fakeclouds.server import FakeCloudProcess, start_subprocess
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
@@ -41,7 +42,7 @@ TEMPORAL_BIN = os.environ.get("GPUPROV_TEMPORAL_BIN", str(ROOT / ".venv" / "bin"
 TASK_QUEUE = "gpuprov-bench"
 INSTALLATION = "benchins"
 # The clouds (a) is measured on, each through its simulation; the other figures use Lambda.
-OVERHEAD_CLOUDS = ("lambda", "aws", "gcp")
+OVERHEAD_CLOUDS = ("lambda", "aws", "gcp", "azure")
 
 
 def region_for(cloud: str) -> str | None:
@@ -98,8 +99,7 @@ class Bench:
         pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": pythonpath, KEY_ENV: self._fernet_key.decode(),
                # like `make run`: the worker may call the simulated clouds, nothing else on loopback
-               "GPUPROV_ALLOWED_ENDPOINTS": ",".join(self.cloud.url + registry.simulation(c).prefix
-                                                     for c in registry.simulated())}
+               **allowed_env(self.cloud)}
         proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
         assert proc.stdout is not None
         try:
@@ -146,7 +146,8 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
                     for name in OVERHEAD_CLOUDS:
                         sim = registry.simulation(name)
                         connections[name] = repo.add_connection(
-                            s, box, provider=name, name="bench", endpoint=cloud.url + sim.prefix,
+                            s, box, provider=name, name="bench", endpoint=endpoint(cloud, name),
+                            ca_bundle=ca_bundle(cloud, name),
                             credentials=sim.credentials(cloud.tokens[name])).id
                 user_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
                 b = Bench(env.client, cloud, engine, deps, connections, user_key, boot_delay,

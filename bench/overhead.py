@@ -11,9 +11,10 @@ import time
 import asyncssh
 
 from bench.harness import INSTALLATION, Bench, region_for
+from fakeclouds.connect import endpoint, options
 from messages.allocation import Timing
 from providers import registry
-from providers.base import ConnectionOptions, InstanceState, LaunchSpec, OfferQuery, Ownership
+from providers.base import InstanceState, LaunchSpec, OfferQuery, Ownership
 
 POLL_S = 0.1
 TIMING = Timing(heartbeat_timeout_s=5, poll_interval_s=POLL_S, max_retry_interval_s=1)
@@ -25,11 +26,10 @@ async def direct_once(b: Bench, cloud: str, n: int) -> float:
     t0 = time.perf_counter()
     # One adapter for the whole sequence, as a worker keeps one per connection.
     async with registry.build(cloud, sim.credentials(b.cloud.tokens[cloud]),
-                              options=ConnectionOptions(endpoint=b.cloud.url + sim.prefix),
-                              installation_id=INSTALLATION,
-                              allowed_endpoints=[b.cloud.url + sim.prefix]) as p:
-        await p.prepare(region := (await p.offers(OfferQuery(region=region_for(cloud))))[0].region)
-        offer = (await p.offers(OfferQuery(region=region)))[0]
+                              options=options(b.cloud, cloud), installation_id=INSTALLATION,
+                              allowed_endpoints=[endpoint(b.cloud, cloud)]) as p:
+        offer = (await p.offers(OfferQuery(region=region_for(cloud))))[0]
+        await p.prepare(offer.region)  # as the workflow's create does: shared side resources first
         owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{cloud}{n}")
         spec = LaunchSpec(key=f"direct-{cloud}-{n}", owner=owner,
                           ssh_public_keys=[b.deps.public_key(), b.user_key])

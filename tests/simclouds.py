@@ -7,58 +7,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
+from fakeclouds.connect import SimServer, ca_bundle, endpoint, endpoints, options
 from providers import registry
-from providers.base import CloudProvider, ConnectionOptions
+from providers.base import CloudProvider
 from store import repo
 from store.secrets import SecretBox
 
 if TYPE_CHECKING:
     from activities.deps import ActivityDeps
-
-
-class SimServer(Protocol):
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def tokens(self) -> dict[str, str]: ...
-
-    @property
-    def tls_url(self) -> str | None: ...
-
-    @property
-    def ca_pem(self) -> str | None: ...
-
-
-def endpoint(server: SimServer, cloud: str) -> str:
-    facade = registry.simulation(cloud)
-    base = server.tls_url if facade.tls else server.url
-    if base is None:
-        raise RuntimeError(f"{cloud}'s simulation needs the server's TLS listener (tls=True)")
-    return base + facade.prefix
-
-
-def ca_bundle(server: SimServer, cloud: str) -> str | None:
-    """The CA to trust for `cloud`'s endpoint: the server's, for a facade served over TLS."""
-    return server.ca_pem if registry.simulation(cloud).tls else None
-
-
-def options(server: SimServer, cloud: str) -> ConnectionOptions:
-    return ConnectionOptions(endpoint=endpoint(server, cloud), ca_bundle=ca_bundle(server, cloud))
-
-
-def endpoints(server: SimServer) -> list[str]:
-    """Every simulated cloud's endpoint on `server`: what `make run` puts in GPUPROV_ALLOWED_ENDPOINTS."""
-    return [endpoint(server, cloud) for cloud in registry.simulated()]
-
-
-def allowed_env(server: SimServer) -> dict[str, str]:
-    """The setting for worker and API processes that use connections to `server`."""
-    return {"GPUPROV_ALLOWED_ENDPOINTS": ",".join(endpoints(server))}
 
 
 @contextlib.contextmanager

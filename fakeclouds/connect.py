@@ -1,0 +1,51 @@
+"""Where a simulated cloud is reached on a fakeclouds server, the way `make run` reaches it:
+endpoint = server URL + the facade's prefix (the TLS listener's URL, with its CA as the connection's
+ca_bundle, for a facade whose SDK talks only https). Used by the tests and the bench."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from providers import registry
+from providers.base import ConnectionOptions
+
+
+class SimServer(Protocol):
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def tokens(self) -> dict[str, str]: ...
+
+    @property
+    def tls_url(self) -> str | None: ...
+
+    @property
+    def ca_pem(self) -> str | None: ...
+
+
+def endpoint(server: SimServer, cloud: str) -> str:
+    facade = registry.simulation(cloud)
+    base = server.tls_url if facade.tls else server.url
+    if base is None:
+        raise RuntimeError(f"{cloud}'s simulation needs the server's TLS listener (tls=True)")
+    return base + facade.prefix
+
+
+def ca_bundle(server: SimServer, cloud: str) -> str | None:
+    """The CA to trust for `cloud`'s endpoint: the server's, for a facade served over TLS."""
+    return server.ca_pem if registry.simulation(cloud).tls else None
+
+
+def options(server: SimServer, cloud: str) -> ConnectionOptions:
+    return ConnectionOptions(endpoint=endpoint(server, cloud), ca_bundle=ca_bundle(server, cloud))
+
+
+def endpoints(server: SimServer) -> list[str]:
+    """Every simulated cloud's endpoint on `server`: what `make run` puts in GPUPROV_ALLOWED_ENDPOINTS."""
+    return [endpoint(server, cloud) for cloud in registry.simulated()]
+
+
+def allowed_env(server: SimServer) -> dict[str, str]:
+    """The setting for worker and API processes that use connections to `server`."""
+    return {"GPUPROV_ALLOWED_ENDPOINTS": ",".join(endpoints(server))}
