@@ -42,8 +42,10 @@ def options(server: SimServer, cloud: str) -> ConnectionOptions:
 
 
 def endpoints(server: SimServer) -> list[str]:
-    """Every simulated cloud's endpoint on `server`: what `make run` puts in GPUPROV_ALLOWED_ENDPOINTS."""
-    return [endpoint(server, cloud) for cloud in registry.simulated()]
+    """Every simulated cloud's endpoint on `server`: what `make run` puts in GPUPROV_ALLOWED_ENDPOINTS
+    (a server started without its TLS listener serves no TLS facade: those have none)."""
+    return [endpoint(server, cloud) for cloud in registry.simulated()
+            if server.tls_url is not None or not registry.simulation(cloud).tls]
 
 
 def allowed_env(server: SimServer) -> dict[str, str]:

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
-from fakeclouds.connect import SimServer, ca_bundle, endpoint, endpoints, options
+from fakeclouds.connect import SimServer, allowed_env, ca_bundle, endpoint, endpoints, options
 from providers import registry
 from providers.base import CloudProvider
 from store import repo
 from store.secrets import SecretBox
+
+__all__ = ["SimServer", "add_connection", "allowed", "allowed_env", "ca_bundle", "credentials", "endpoint",
+           "endpoints", "options", "provider"]
 
 if TYPE_CHECKING:
     from activities.deps import ActivityDeps
