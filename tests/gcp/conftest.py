@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -69,11 +69,18 @@ def sdk(sim: FakeCloudServer) -> Callable[[str], Any]:
 
 
 @pytest.fixture(scope="session")
-async def gcp_worker(
+async def gcp_worker_deps(
     db_engine: sa.Engine, secret_box: SecretBox, temporal_client: Client
-) -> AsyncIterator[None]:
+) -> AsyncIterator[ActivityDeps]:
     deps = ActivityDeps(
         engine=db_engine, box=secret_box, installation_id=INSTALLATION, client=temporal_client
     )
     async with build_worker(temporal_client, deps, task_queue=TASK_QUEUE):
+        yield deps
+
+
+@pytest.fixture
+def gcp_worker(gcp_worker_deps: ActivityDeps, sim: FakeCloudServer) -> Iterator[None]:
+    """The worker, allowed to call this module's simulated Compute Engine (as `make run` allows its own)."""
+    with simclouds.allowed(gcp_worker_deps, sim):
         yield
