@@ -25,14 +25,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from email.mime.multipart import MIMEMultipart
-from email.mime.text import MIMEText
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 from pydantic import SecretStr
 
+from providers import cloudinit
 from providers.aws_prices import ON_DEMAND, on_demand_price
 from providers.base import (
     Capabilities,
@@ -119,19 +118,14 @@ class AwsCredentials(Credentials):
     secret_access_key: SecretStr = field("Secret Access Key", "secret", min_length=1, max_length=128)
 
 
-def user_data(public_keys: list[str], extra: str | None) -> str:
-    """cloud-init user data: every key authorized for the image's login user, then the caller's own
-    user data (a MIME multipart when there is some), as cloud-init on Ubuntu AMIs reads it."""
+def user_data(public_keys: list[str], extra: str | None, *, k3s: bool = False) -> str:
+    """cloud-init user data: every key authorized for the image's login user, k3s at boot when
+    asked, then the caller's own user data (a MIME multipart when there is more than the keys), as
+    cloud-init on Ubuntu AMIs reads it."""
     # Dumped, never formatted: each key stays one YAML string whatever it holds.
     keys = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in public_keys]},
                                               default_flow_style=False, width=1 << 20)
-    if not extra:
-        return keys
-    msg = MIMEMultipart()
-    msg.attach(MIMEText(keys, "cloud-config"))
-    subtype = "cloud-config" if extra.lstrip().startswith("#cloud-config") else "x-shellscript"
-    msg.attach(MIMEText(extra, subtype))
-    return msg.as_string()
+    return cloudinit.combine(keys, cloudinit.K3S_AT_BOOT if k3s else None, extra) or keys
 
 
 def _tags(items: list[dict[str, str]] | None) -> dict[str, str]:
@@ -361,7 +355,7 @@ class AwsProvider(SdkCloudProvider):
                                                    region=offer.region))
         if spec.image and not _AMI_ID.match(spec.image):
             raise InvalidRequest(f"{self.id}: --image must be an AMI id (ami-...) of region {offer.region}")
-        data = user_data(spec.ssh_public_keys, spec.user_data)
+        data = user_data(spec.ssh_public_keys, spec.user_data, k3s=spec.k3s)
         if len(data.encode()) > USER_DATA_MAX:
             raise InvalidRequest(f"{self.id}: user data and SSH keys exceed EC2's 16 KB of user data")
         region = offer.region

@@ -35,13 +35,12 @@ import hashlib
 import os
 import tempfile
 import threading
-from email.mime.multipart import MIMEMultipart
-from email.mime.text import MIMEText
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
+from providers import cloudinit
 from providers.azure_prices import SIZES
 from providers.base import (
     AuthError,
@@ -141,14 +140,6 @@ _CODES: dict[str, ErrorKind] = {
     "ResourceGroupNotFound": "transient",  # deleted behind our back: prepare() makes it again
 }
 
-# Our cloud-init part: k3s at boot (the INSTALL_K3S activity then only checks it). Azure hands
-# osProfile.customData to cloud-init.
-K3S_AT_BOOT = """#!/bin/sh
-# gpuprov: install k3s at boot unless the image has it (INSTALL_K3S_EXEC keeps kubeconfig readable)
-if ! command -v k3s >/dev/null 2>&1; then
-  curl -sfL https://get.k3s.io | INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh -
-fi
-"""
 
 
 class AzureCredentials(Credentials):
@@ -192,17 +183,10 @@ def parse_image(urn: str) -> dict[str, str]:
     return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
 
 
-def custom_data(user_data: str | None) -> str:
-    """Base64 cloud-init for osProfile.customData: k3s at boot, then the caller's own user data
-    (MIME multipart, so cloud-init runs both)."""
-    if not user_data:
-        text = K3S_AT_BOOT
-    else:
-        msg = MIMEMultipart()
-        msg.attach(MIMEText(K3S_AT_BOOT, "x-shellscript"))
-        subtype = "cloud-config" if user_data.lstrip().startswith("#cloud-config") else "x-shellscript"
-        msg.attach(MIMEText(user_data, subtype))
-        text = msg.as_string()
+def custom_data(user_data: str | None, *, k3s: bool) -> str:
+    """Base64 cloud-init for osProfile.customData: k3s at boot (when asked), then the caller's own
+    user data (MIME multipart, so cloud-init runs both)."""
+    text = cloudinit.boot_user_data(user_data, k3s=k3s) or ""
     raw = text.encode()
     if len(raw) > MAX_CUSTOM_DATA:
         raise InvalidRequest(f"azure: user data is {len(raw)} bytes; Azure takes at most {MAX_CUSTOM_DATA}")
@@ -541,7 +525,7 @@ class AzureProvider(SdkCloudProvider):
             LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image, region=offer.region)
         )
         image = parse_image(spec.image or DEFAULT_IMAGE)
-        data = custom_data(spec.user_data)
+        data = custom_data(spec.user_data, k3s=spec.k3s)
         await self.prepare(offer.region)
         c = await self._c()
         group, name = self._group(offer.region), self._name(spec.key)

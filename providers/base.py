@@ -194,6 +194,9 @@ class LaunchSpec(BaseModel):
     image: str | None = None
     ports: list[int] = Field(default_factory=list)
     user_data: str | None = None  # cloud-init / startup script
+    # Install k3s at boot (providers/cloudinit.py): set for clouds whose k3s capability is
+    # `cloud-init` when the allocation wants k3s; others get it over SSH after boot.
+    k3s: bool = False
 
     @field_validator("key")
     @classmethod

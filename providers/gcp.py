@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from pydantic import SecretStr, field_validator, model_validator
 
+from providers import cloudinit
 from providers import gcp_catalog as catalog
 from providers.base import (
     AuthError,
@@ -635,8 +636,9 @@ class GcpProvider(SdkCloudProvider):
         # Keys in metadata are ignored where OS Login is on; the instance turns it off for itself
         # (an organisation policy that enforces OS Login still wins: then SSH with these keys fails).
         metadata.append(compute.Items(key="enable-oslogin", value="FALSE"))
-        if spec.user_data:
-            metadata.append(compute.Items(key="user-data", value=spec.user_data))  # cloud-init reads it
+        boot = cloudinit.boot_user_data(spec.user_data, k3s=spec.k3s)
+        if boot:
+            metadata.append(compute.Items(key="user-data", value=boot))  # cloud-init reads it
         scheduling = compute.Scheduling(
             on_host_maintenance="TERMINATE",
             automatic_restart=not spot,

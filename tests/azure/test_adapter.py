@@ -184,7 +184,7 @@ async def test_the_machine_runs_the_user_data_after_the_k3s_part(
     provider: AzureProvider, sim: FakeCloudServer
 ) -> None:
     offer = await cheapest(provider)
-    s = spec(provider.installation_id, user_data='#!/bin/sh\necho from-user-data > "$HOME/hello"\n')
+    s = spec(provider.installation_id, user_data='#!/bin/sh\necho from-user-data > "$HOME/hello"\n', k3s=True)
     ref = await provider.create(offer, s)
     await running(provider, ref)
     home = Path(str(sim.admin.machine(ref.instance_id)["home"]))
@@ -292,3 +292,17 @@ def test_offers_skip_sizes_without_a_price_and_cpu_sizes() -> None:
     }
     unpriced = {**cpu, "name": "Standard_NX99_v9", "capabilities": [{"name": "GPUs", "value": "1"}]}
     assert p._offers_of(cpu) == [] and p._offers_of(unpriced) == []
+
+
+async def test_no_k3s_part_unless_asked(provider: AzureProvider, sim: FakeCloudServer) -> None:
+    """`--no-k3s` (LaunchSpec.k3s false): the machine's user data holds only the caller's part."""
+    s = spec(provider.installation_id, user_data='#!/bin/sh\necho from-user-data > "$HOME/hello"\n')
+    ref = await provider.create(await cheapest(provider), s)
+    await running(provider, ref)
+    home = Path(str(sim.admin.machine(ref.instance_id)["home"]))
+    deadline = time.monotonic() + 20
+    while not (home / "hello").exists():
+        assert time.monotonic() < deadline, (home / "cloud-init-output.log").read_text()
+        await asyncio.sleep(0.05)
+    scripts = sorted(p.read_text() for p in home.glob(".user-data-*"))  # noqa: ASYNC240
+    assert scripts and not any("get.k3s.io" in t for t in scripts)

@@ -28,7 +28,7 @@ async def vm_body(p: AzureProvider, offer: Offer, key: str) -> tuple[str, str, d
     nic = await p._ensure_network(await p._c(), group, name, offer.region, s)
     from providers.azure import DEFAULT_IMAGE, custom_data, parse_image
 
-    return group, name, p._vm_body(offer, s, parse_image(DEFAULT_IMAGE), custom_data(None), nic)
+    return group, name, p._vm_body(offer, s, parse_image(DEFAULT_IMAGE), custom_data(None, k3s=True), nic)
 
 
 def test_the_sdk_refuses_a_bearer_token_over_plain_http(sim: FakeCloudServer, ca_file: Path) -> None:

@@ -304,3 +304,19 @@ async def test_lambda_refused_launch_removes_the_key_it_registered() -> None:
             await p.create(OFFER, spec())
     assert str(exc.value.scope) == "lambda/us-east-1/gpu_1x_a10"  # that type, that region only
     assert calls[-1] == "DELETE /api/v1/ssh-keys/key-5"
+
+
+def test_k3s_at_boot_only_when_asked() -> None:
+    """providers/cloudinit.py: the k3s part comes first and only with k3s=True; the caller's user
+    data follows, each part of a MIME multipart."""
+    from providers import cloudinit
+    from providers.aws import user_data as aws_user_data
+
+    assert cloudinit.boot_user_data(None, k3s=False) is None
+    assert cloudinit.boot_user_data("#!/bin/sh\necho hi\n", k3s=False) == "#!/bin/sh\necho hi\n"
+    assert cloudinit.boot_user_data(None, k3s=True) == cloudinit.K3S_AT_BOOT
+    both = cloudinit.boot_user_data("#!/bin/sh\necho hi\n", k3s=True)
+    assert both is not None and both.index("get.k3s.io") < both.index("echo hi")
+    keys = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOeV3Yb5c4qk6m0Jc8Hq3n0m2Q8m0pP2s3R1vT5xY7zA a"]
+    assert "get.k3s.io" not in aws_user_data(keys, None)
+    assert "get.k3s.io" in aws_user_data(keys, None, k3s=True)

@@ -138,6 +138,9 @@ async def test_allocate_then_terminate_on_simulated_compute_engine(
     assert st.offer is not None and st.offer.zone and st.offer.gpu is not None and st.offer.gpu.name == "L4"
     assert len(st.gpus) == st.offer.gpu.count and "L4" in st.gpus[0].name
     assert not any("k3s" in n for n in st.notes)  # installed and checked over SSH (the image ships k3s)
+    # k3s at boot (the capability is cloud-init): the instance's user data carries the k3s part.
+    [machine] = [m for m in sim_clean.admin.live_machines() if m["address"] == st.host]
+    assert "get.k3s.io" in (machine["user_data"] or "")
     key = st.attempts[-1].key
     assert ours_in_the_cloud(sdk, key) == (
         [instance_name(INSTALLATION, key)],
