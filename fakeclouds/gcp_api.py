@@ -597,28 +597,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         rows = [machine_type_json(project, zone, m.name) for m in machine_types_in(zone)]
         return [r for r in rows if keep(r)]
 
-    @router.get(BASE + "/zones/{zone}/machineTypes")
-    async def list_machine_types(request: Request, project: str, zone: str) -> Response:
-        def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "kind": "compute#machineTypeList",
-                "items": machine_types(project, zone_of(zone), request.query_params.get("filter")),
-            }
-
-        return await call(request, project, "offers", "compute.machineTypes.list", effect)
-
-    @router.get(BASE + "/aggregated/machineTypes")
-    async def aggregated_machine_types(request: Request, project: str) -> Response:
-        def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
-            flt = request.query_params.get("filter")
-            return _aggregated(
-                "compute#machineTypeAggregatedList",
-                "machineTypes",
-                {z: machine_types(project, z, flt) for z in ZONES},
-            )
-
-        return await call(request, project, "offers", "compute.machineTypes.list", effect)
-
     def accelerator_types(project: str, zone: str, flt: str | None) -> list[dict[str, Any]]:
         keep = gcp_filter.parse(flt)
         rows = [
@@ -635,27 +613,30 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         ]
         return [r for r in rows if keep(r)]
 
-    @router.get(BASE + "/zones/{zone}/acceleratorTypes")
-    async def list_accelerator_types(request: Request, project: str, zone: str) -> Response:
-        def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "kind": "compute#acceleratorTypeList",
-                "items": accelerator_types(project, zone_of(zone), request.query_params.get("filter")),
-            }
+    def catalogue_routes(collection: str, kind: str,
+                         rows: Callable[[str, str, str | None], list[dict[str, Any]]]) -> None:
+        """The zonal list and the aggregated list of one catalogue collection (machineTypes,
+        acceleratorTypes): the same rows, per zone or for every zone."""
 
-        return await call(request, project, "offers", "compute.acceleratorTypes.list", effect)
+        @router.get(BASE + "/zones/{zone}/" + collection)
+        async def listed(request: Request, project: str, zone: str) -> Response:
+            def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
+                flt = request.query_params.get("filter")
+                return {"kind": f"compute#{kind}List", "items": rows(project, zone_of(zone), flt)}
 
-    @router.get(BASE + "/aggregated/acceleratorTypes")
-    async def aggregated_accelerator_types(request: Request, project: str) -> Response:
-        def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
-            flt = request.query_params.get("filter")
-            return _aggregated(
-                "compute#acceleratorTypeAggregatedList",
-                "acceleratorTypes",
-                {z: accelerator_types(project, z, flt) for z in ZONES},
-            )
+            return await call(request, project, "offers", f"compute.{collection}.list", effect)
 
-        return await call(request, project, "offers", "compute.acceleratorTypes.list", effect)
+        @router.get(BASE + "/aggregated/" + collection)
+        async def aggregated(request: Request, project: str) -> Response:
+            def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
+                flt = request.query_params.get("filter")
+                return _aggregated(f"compute#{kind}AggregatedList", collection,
+                                   {z: rows(project, z, flt) for z in ZONES})
+
+            return await call(request, project, "offers", f"compute.{collection}.list", effect)
+
+    catalogue_routes("machineTypes", "machineType", machine_types)
+    catalogue_routes("acceleratorTypes", "acceleratorType", accelerator_types)
 
     # ------------------------------------------------------------------ instances
 

@@ -6,8 +6,6 @@ ubuntu on port 22 with their own key; terminate leaves nothing, as Azure's own S
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +25,7 @@ from messages.ids import allocation_workflow_id
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.azure.conftest import CLOUD, Sdk, ours
+from tests.openssh import openssh
 from worker import build_worker
 
 pytestmark = pytest.mark.devserver
@@ -74,34 +73,6 @@ async def settled(handle: WorkflowHandle[Any, AllocationState]) -> AllocationSta
             if st.phase == Phase.READY:
                 return st
             await asyncio.sleep(0.1)
-
-
-def openssh(key: Path, host: str, command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(key),
-            "-p",
-            "22",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "ConnectTimeout=10",
-            f"ubuntu@{host}",
-            command,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "SSH_AUTH_SOCK": ""},
-    )
 
 
 async def test_allocation_fails_over_a_full_zone_and_logs_in_with_openssh(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from providers.gcp import instance_name
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.gcp.conftest import INSTALLATION, TASK_QUEUE
+from tests.openssh import openssh
 from tests.workflows.conftest import FAST, settled, terminate
 
 pytestmark = pytest.mark.devserver
@@ -85,34 +85,6 @@ def ours_in_the_cloud(sdk: Callable[[str], Any], key: str) -> tuple[list[str], l
     ]
     firewalls = sdk("FirewallsClient").list(request=compute_v1.ListFirewallsRequest(project=PROJECT))
     return instances, [f.name for f in firewalls if f.name == instance_name(INSTALLATION, key)]
-
-
-def openssh(private_key: Path, host: str, command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(private_key),
-            "-p",
-            "22",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "ConnectTimeout=10",
-            f"ubuntu@{host}",
-            command,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 async def test_allocate_then_terminate_on_simulated_compute_engine(
