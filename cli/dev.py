@@ -40,6 +40,8 @@ class DevConfig:
     cloud_tls_port: int = 8766  # the same simulated clouds over TLS (for SDKs that talk only https)
     boot_timeout_s: float = 60.0
     host: str = "127.0.0.1"
+    # The simulated clouds' documented rate limits run at real speed (1.0); tests run them faster.
+    cloud_time_scale: float = 1.0
 
     @classmethod
     def from_env(cls) -> DevConfig:
@@ -51,7 +53,8 @@ class DevConfig:
                    ui_port=_env_port("GPUPROV_TEMPORAL_UI_PORT", 8233),
                    cloud_port=_env_port("GPUPROV_LOCALCLOUD_PORT", 8765),
                    cloud_tls_port=_env_port("GPUPROV_LOCALCLOUD_TLS_PORT", 8766),
-                   boot_timeout_s=float(os.environ.get("GPUPROV_DEV_BOOT_TIMEOUT", "60")))
+                   boot_timeout_s=float(os.environ.get("GPUPROV_DEV_BOOT_TIMEOUT", "60")),
+                   cloud_time_scale=float(os.environ.get("GPUPROV_DEV_CLOUD_TIME_SCALE", "1")))
 
     @property
     def api_url(self) -> str:
@@ -171,7 +174,7 @@ def simulation_argv(cfg: DevConfig) -> list[str]:
     (by file: an argument would show the tokens to every local user in the process list)."""
     return [sys.executable, "-m", "fakeclouds.server", "--host", cfg.host, "--port", str(cfg.cloud_port),
             "--tls-port", str(cfg.cloud_tls_port), "--state-dir", str(cfg.home / "localcloud"),
-            "--tokens-file", str(cfg.home / TOKENS_FILE)]
+            "--tokens-file", str(cfg.home / TOKENS_FILE), "--time-scale", str(cfg.cloud_time_scale)]
 
 
 # --------------------------------------------------------------------------- the supervisor

@@ -90,8 +90,10 @@ class FakeCloudAdmin:
         return self._request("GET", "/stock", pick=lambda b: b["stock"])
 
     def configure(self, *, boot_delay: float | None = None, terminate_delay: float | None = None,
-                  quota: dict[str, int | None] | None = None) -> Any:
+                  quota: dict[str, int | None] | None = None, time_scale: float | None = None) -> Any:
         body: dict[str, Any] = {}
+        if time_scale is not None:
+            body["time_scale"] = time_scale
         if boot_delay is not None:
             body["boot_delay"] = boot_delay
         if terminate_delay is not None:

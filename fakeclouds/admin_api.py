@@ -34,6 +34,7 @@ class ConfigBody(BaseModel):
     boot_delay: float | None = None
     terminate_delay: float | None = None
     quota: dict[str, int | None] | None = None  # facade -> max live machines (None: unlimited)
+    time_scale: float | None = None  # documented rate-limit windows x this (1: real speed, 0: off)
 
 
 def _error(exc: CloudError) -> JSONResponse:
@@ -127,14 +128,14 @@ def build_router(engine: Engine) -> APIRouter:
     @router.get("/config")
     async def get_config() -> dict[str, Any]:
         return {"boot_delay": engine.boot_delay, "terminate_delay": engine.terminate_delay,
-                "quota": engine.quota}
+                "quota": engine.quota, "time_scale": engine.time_scale}
 
     @router.put("/config")
     async def set_config(request: Request) -> Response:
         try:
             body = await parse_body(request, ConfigBody)
             engine.configure(boot_delay=body.boot_delay, terminate_delay=body.terminate_delay,
-                             quota=body.quota)
+                             quota=body.quota, time_scale=body.time_scale)
         except CloudError as exc:
             return _error(exc)
         return JSONResponse(await get_config())

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from fakeclouds.engine import Engine
 from fakeclouds.errors import CloudError, Invalid, Unauthorized
 from fakeclouds.faults import CallPlan
+from fakeclouds.ratelimit import identity
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -58,12 +59,21 @@ def make_call(engine: Engine, facade: str, token: str,
                    region: str | None = None) -> Response:
         try:
             check_bearer(request, token)
+            check_rate(engine, facade, request, op)
             body = await run_op(engine, facade, op, effect, region)
         except CloudError as exc:
             return error_response(exc)
         return JSONResponse(body, status_code=status)
 
     return call
+
+
+def check_rate(engine: Engine, facade: str, request: Request, op: str) -> None:
+    """Count this call against the facade's documented limits (RateLimit when over one)."""
+    limits = engine.facade(facade).rate_limits
+    if limits:
+        who = identity(request.headers.get("authorization"), request.client.host if request.client else None)
+        engine.limiter.check(facade, limits, who, op)
 
 
 async def run_op(engine: Engine, facade: str, op: str, effect: Callable[[CallPlan], Any],

@@ -32,6 +32,7 @@ from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from fakeclouds.facade import Facade, registered
 from fakeclouds.faults import FaultBook
+from fakeclouds.ratelimit import RateLimiter
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
 
 log = logging.getLogger(__name__)
@@ -105,14 +106,16 @@ def _index(facades: Iterable[Facade]) -> dict[str, Facade]:
 class Engine:
     def __init__(self, *, facades: Iterable[Facade] | None = None, boot_delay: float = 1.0,
                  terminate_delay: float = 0.2, state_dir: str | Path | None = None,
-                 loopback: LoopbackPool | None = None) -> None:
+                 loopback: LoopbackPool | None = None, time_scale: float = 1.0) -> None:
         """`facades`: the clouds to simulate (default: every one the cloud registry lists).
-        `loopback`: where machines of fixed-SSH-port clouds get their addresses (default: a random /24)."""
+        `loopback`: where machines of fixed-SSH-port clouds get their addresses (default: a random /24).
+        `time_scale`: documented rate-limit windows run this much faster (1.0: real speed; 0: off)."""
         self.facades = _index(registered() if facades is None else facades)
         self.loopback = loopback or LoopbackPool()
         self.boot_delay = boot_delay
         self.terminate_delay = terminate_delay
         self.faults = FaultBook()
+        self.limiter = RateLimiter(time_scale)
         self.machines: dict[str, Machine] = {}
         self.stock = self._default_stock()
         self.quota: dict[str, int | None] = {f: None for f in self.facades}  # max live machines
@@ -351,8 +354,12 @@ class Engine:
         self.stock[(sellers[0].name, instance_type, region)] = count
         self.save()
 
+    @property
+    def time_scale(self) -> float:
+        return self.limiter.time_scale
+
     def configure(self, *, boot_delay: float | None = None, terminate_delay: float | None = None,
-                  quota: dict[str, int | None] | None = None) -> None:
+                  quota: dict[str, int | None] | None = None, time_scale: float | None = None) -> None:
         if boot_delay is not None:
             if boot_delay < 0:
                 raise Invalid("boot_delay must be >= 0")
@@ -361,6 +368,10 @@ class Engine:
             if terminate_delay < 0:
                 raise Invalid("terminate_delay must be >= 0")
             self.terminate_delay = terminate_delay
+        if time_scale is not None:
+            if time_scale < 0:
+                raise Invalid("time_scale must be >= 0")
+            self.limiter.time_scale = time_scale
         for facade, limit in (quota or {}).items():
             if facade not in self.quota:
                 raise Invalid(f"unknown facade {facade!r}")
@@ -370,6 +381,7 @@ class Engine:
     async def reset(self) -> None:
         """A fresh cloud: terminate everything now and forget it, clear faults, restore stock and quotas."""
         self.faults.clear()
+        self.limiter.reset()
         for m in self.machines.values():
             if m.status != TERMINATED:
                 self._cancel(m)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fakeclouds.catalog import InstanceType, Region
+from fakeclouds.ratelimit import Limit
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -84,6 +85,9 @@ class Facade:
     # The provider's account-level resources beside machines (network interfaces, addresses, firewall
     # rules, ...): rows of {"kind", "id", "name"} for the admin API's /_fake/side-resources.
     side_resources: Callable[[Engine], list[dict[str, Any]]] | None = None
+    # The cloud's documented rate limits (fakeclouds/ratelimit.py), enforced on every call that goes
+    # through `common.make_call` or `common.check_rate`.
+    rate_limits: tuple[Limit, ...] = ()
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)

@@ -166,11 +166,13 @@ class FakeCloudServer:
     def __init__(self, port: int = 0, *, host: str = "127.0.0.1", boot_delay: float = 0.2,
                  terminate_delay: float = 0.05, state_dir: str | Path | None = None,
                  tokens: dict[str, str] | None = None, facades: Iterable[Facade] | None = None,
-                 tls: bool | None = None, tls_port: int = 0) -> None:
-        """`facades`: default every registered one. `tokens`: default `<name>-dev-token` each."""
+                 tls: bool | None = None, tls_port: int = 0, time_scale: float = 0.001) -> None:
+        """`facades`: default every registered one. `tokens`: default `<name>-dev-token` each.
+        `time_scale`: documented rate limits run this much faster (in-process servers serve tests:
+        a 12 s window lasts 12 ms unless a test asks for more)."""
         self.host, self.port = host, port
         self.engine = Engine(facades=facades, boot_delay=boot_delay, terminate_delay=terminate_delay,
-                             state_dir=state_dir)
+                             state_dir=state_dir, time_scale=time_scale)
         self.tokens = with_defaults(self.engine.facades, tokens)
         self.app = build_app(self.engine, self.tokens)
         self._tls = needs_tls(self.engine.facades.values()) if tls is None else tls
@@ -288,14 +290,14 @@ class FakeCloudProcess:
 
 def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot_delay: float = 0.2,
                      terminate_delay: float = 0.05, tokens: dict[str, str] | None = None,
-                     startup_timeout: float = 20) -> FakeCloudProcess:
+                     startup_timeout: float = 20, time_scale: float = 0.001) -> FakeCloudProcess:
     """Start `python -m fakeclouds.server` and wait until it prints its URL. Only the `tokens` given
     are passed (by a private file, removed once the server has read it); the process gives every
     other facade `<name>-dev-token` (so does `.tokens`)."""
     given, tokens = tokens or {}, with_defaults([f.name for f in registered()], tokens)
     root = Path(__file__).resolve().parent.parent
     argv = [sys.executable, "-m", "fakeclouds.server", "--port", str(port), "--boot-delay", str(boot_delay),
-            "--terminate-delay", str(terminate_delay)]
+            "--terminate-delay", str(terminate_delay), "--time-scale", str(time_scale)]
     fd, tokens_file = tempfile.mkstemp(prefix="fakeclouds-tokens-", suffix=".json")  # mode 0600
     with os.fdopen(fd, "w") as f:
         json.dump(given, f)
@@ -380,6 +382,8 @@ def main(argv: list[str] | None = None) -> None:
                              "when a facade needs TLS, else none")
     parser.add_argument("--boot-delay", type=float, default=1.0)
     parser.add_argument("--terminate-delay", type=float, default=0.2)
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="documented rate-limit windows x this (1: real speed, 0: limits off)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     try:
@@ -388,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(exc))
     os.umask(0o077)  # the state dir holds host keys and machines' disks: the owner's only
     engine = Engine(boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
-                    state_dir=args.state_dir)
+                    state_dir=args.state_dir, time_scale=args.time_scale)
     asyncio.run(_serve(args, engine, tokens))
 
 

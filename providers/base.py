@@ -268,6 +268,9 @@ class Capabilities(BaseModel):
     side_resources: list[str] = Field(default_factory=list)  # per-machine resources terminate removes
     regions: list[str] = Field(default_factory=list)  # empty: any region the cloud names
     region_required: bool = False  # planning across clouds skips it (with a note) when none is given
+    # Where planning looks when no --region is given (the seed's "Default when none given"): empty
+    # means every region the cloud offers. An explicit --region may still name any of `regions`.
+    default_regions: list[str] = Field(default_factory=list)
     # Clouds without an idempotency token: how long after a create was sent it may still land. A
     # create whose outcome is unknown is not re-issued before this has passed (≥ the adapter's
     # request timeout); 0 for clouds that refuse a second create under the same key themselves.
