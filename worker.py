@@ -1,4 +1,7 @@
-"""The Temporal worker: every workflow and activity on the gpuprov task queue.
+"""The Temporal worker: every workflow and activity on the gpuprov task queue, and for each cloud
+with a documented launch rate (`Capabilities.launches_per_s`: Lambda) the create activity on a queue
+of its own (`<task queue>-launch-<cloud>`) that Temporal dispatches at no more than that rate across
+every worker — each adapter also paces its own process (providers/pacing.py).
 
 `python worker.py` connects to GPUPROV_TEMPORAL_ADDRESS and runs until SIGTERM/SIGINT,
 then finishes in-flight activities (bounded) and exits.
@@ -40,7 +43,8 @@ from activities.sweep import SweepActivities
 from activities.watch import WatchActivities, start_all_watches
 from messages.ids import SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
 from messages.sweep import SweepInput
-from workflows.allocation import AllocationWorkflow
+from providers import pacing, registry
+from workflows.allocation import AllocationWorkflow, launch_task_queue
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
@@ -82,13 +86,53 @@ def workflow_runner() -> SandboxedWorkflowRunner:
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
 
 
+class GpuprovWorker(Worker):
+    """The main Worker, which also runs (and shuts down) the launch-queue Workers beside it: `async
+    with`, `run()` and `shutdown()` cover them all, so callers handle one worker."""
+
+    def __init__(self, client: Client, *, launch_workers: Sequence[Worker] = (), **config: Any) -> None:
+        super().__init__(client, **config)
+        self.launch_workers = list(launch_workers)
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(super().run()),
+                 *(asyncio.create_task(w.run()) for w in self.launch_workers)]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)  # one stopped or failed: all stop
+        finally:
+            await asyncio.gather(self.shutdown(), return_exceptions=True)
+            await asyncio.wait(tasks)
+        failed = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
+        if failed:
+            raise failed[0]  # after every worker has stopped
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(super().shutdown(), *(w.shutdown() for w in self.launch_workers))
+
+
+def launch_rates(time_scale: float | None = None) -> dict[str, float]:
+    """Cloud -> launches per second its launch queue is dispatched at, for every cloud that documents
+    a launch rate, scaled like the simulated clouds' windows (`GPUPROV_CLOUD_TIME_SCALE`; 0: none)."""
+    scale = pacing.time_scale() if time_scale is None else time_scale
+    rates = {}
+    for cloud in registry.known():
+        try:
+            rate = registry.capabilities(cloud).launches_per_s
+        except Exception:  # noqa: BLE001 — an adapter that cannot load here launches nowhere anyway
+            continue
+        if rate and scale > 0:
+            rates[cloud] = rate / scale
+    return rates
+
+
 def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None = None,
-                 workflows: Sequence[type] = WORKFLOWS, **options: Any) -> Worker:
+                 workflows: Sequence[type] = WORKFLOWS, **options: Any) -> GpuprovWorker:
     """The worker; `options` pass through to temporalio's Worker (e.g. concurrency limits)."""
     from settings import get_settings
 
     if deps.client is None:
         deps.client = client
+    queue = task_queue or get_settings().task_queue
     # Database activities are plain `def`s run on this pool (see activities/records.py).
     # The SDK flushes heartbeats every 0.8 x heartbeat timeout by default, leaving a loaded
     # worker little slack before the server declares the activity dead; flush more often.
@@ -96,9 +140,18 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
     options.setdefault("default_heartbeat_throttle_interval", timedelta(seconds=3))
     options.setdefault("activity_executor",
                        ThreadPoolExecutor(max_workers=options.get("max_concurrent_activities", 100)))
-    return Worker(
+    # Temporal's task-queue rate limit is the server's, shared by every worker polling the queue.
+    launch_workers = [
+        Worker(client, task_queue=launch_task_queue(queue, cloud),
+               activities=[CloudActivities(deps).create_instance], max_task_queue_activities_per_second=rate,
+               graceful_shutdown_timeout=timedelta(seconds=10),
+               max_heartbeat_throttle_interval=options["max_heartbeat_throttle_interval"],
+               default_heartbeat_throttle_interval=options["default_heartbeat_throttle_interval"])
+        for cloud, rate in launch_rates().items()]
+    return GpuprovWorker(
         client,
-        task_queue=task_queue or get_settings().task_queue,
+        launch_workers=launch_workers,
+        task_queue=queue,
         workflows=list(workflows),
         activities=activities_for(deps),
         workflow_runner=workflow_runner(),

@@ -184,6 +184,8 @@ def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
     """What every child is started with, beside this process's environment."""
     return {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
             "GPUPROV_API_URL": cfg.api_url, "GPUPROV_CODEC_CORS_ORIGINS": cfg.ui_url,
+            # Adapters pace their calls at the speed the simulated clouds run their rate limits.
+            "GPUPROV_CLOUD_TIME_SCALE": str(cfg.cloud_time_scale),
             "GPUPROV_ALLOWED_ENDPOINTS": ",".join(
                 simulated_endpoints(cfg.cloud_url, simulated, cfg.cloud_tls_url).values())}
 

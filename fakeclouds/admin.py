@@ -69,6 +69,10 @@ class FakeCloudAdmin:
         """The machine dies now: SSH stops, status error (it still bills until terminated)."""
         return self._request("POST", f"/machines/{machine_id}/die")
 
+    def preempt(self, machine_id: str) -> Any:
+        """The cloud takes the machine back now: it is gone (not billing), with detail `preempted`."""
+        return self._request("POST", f"/machines/{machine_id}/preempt")
+
     def side_resources(self) -> Any:
         """Account-level resources that outlive machines: `{facade, kind, id, name}` (Lambda's SSH keys,
         and the rows each facade's `side_resources` lists)."""

@@ -92,6 +92,14 @@ def build_router(engine: Engine) -> APIRouter:
             return _error(exc)
         return JSONResponse(admin_machine_json(engine, m))
 
+    @router.post("/machines/{machine_id}/preempt")
+    async def preempt(machine_id: str) -> Response:
+        try:
+            m = await engine.preempt(machine_id)
+        except CloudError as exc:
+            return _error(exc)
+        return JSONResponse(admin_machine_json(engine, m))
+
     @router.get("/side-resources")
     async def side_resources() -> dict[str, Any]:
         """Account-level resources that outlive machines: Lambda's SSH key objects, and what facades list."""

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 BIND_ATTEMPTS = 16  # addresses a new machine tries when another process holds the one it drew
 ADMIN_PREFIX = "/_fake"
 PENDING, RUNNING, TERMINATING, TERMINATED, ERROR = "pending", "running", "terminating", "terminated", "error"
+PREEMPTED = "preempted"  # Machine.detail of a machine the cloud took back (status terminated)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Machine:
     ended_at: float | None = None  # billing stops here (gone)
     stuck: bool = False  # injected: never leaves pending
     die_after_boot: float | None = None  # injected: dies this many seconds after boot
+    preempt_after: float | None = None  # injected: the cloud takes it back this many seconds after boot
     detail: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # facade-specific (e.g. ssh_key_names)
 
@@ -233,7 +235,7 @@ class Engine:
                name: str | None = None, spot: bool = False, labels: dict[str, str] | None = None,
                user_data: str | None = None, ports: list[int] | None = None, stuck: bool = False,
                die_after_boot: float | None = None, quantity: int = 1,
-               extra: dict[str, Any] | None = None) -> list[Machine]:
+               extra: dict[str, Any] | None = None, preempt_after: float | None = None) -> list[Machine]:
         """Validate, take stock, and start booting `quantity` machines. Synchronous, hence atomic."""
         cloud = self.facade(facade)
         itype = cloud.instance_type(instance_type)
@@ -284,7 +286,7 @@ class Engine:
                 price_per_hour=price,
                 created_at=now, boot_at=now + self.boot_delay, labels=dict(labels or {}),
                 user_data=user_data, ports=list(ports or []), stuck=stuck, die_after_boot=die_after_boot,
-                extra=dict(extra or {}),
+                preempt_after=preempt_after, extra=dict(extra or {}),
             )
             self.machines[mid] = m
             self._prepare_home(m, itype)
@@ -333,6 +335,17 @@ class Engine:
         if m.status != TERMINATING:
             self._cancel(m)
             await self._die(m, "killed by admin")
+        return m
+
+    async def preempt(self, machine_id: str) -> Machine:
+        """The cloud takes the machine back now: SSH stops and it is gone (billing stops, its stock
+        returns), with detail `preempted` for facades whose cloud reports preemption."""
+        m = self.machines.get(machine_id)
+        if m is None or m.status == TERMINATED:
+            raise NotFound(f"no machine {machine_id!r}")
+        self._cancel(m)
+        m.detail = PREEMPTED
+        await self._gone(m)
         return m
 
     # ------------------------------------------------------------------ admin knobs
@@ -512,6 +525,10 @@ class Engine:
         if m.die_after_boot is not None:
             await asyncio.sleep(m.die_after_boot)
             await self._die(m, "died after boot (injected)")
+        elif m.preempt_after is not None:
+            await asyncio.sleep(m.preempt_after)
+            m.detail = PREEMPTED
+            await self._gone(m)
 
     def _run_user_data(self, m: Machine) -> None:
         # Like cloud-init, run the user data's "#!" scripts once at boot (keys were added at create).

@@ -3,7 +3,9 @@
 A rule matches a call by facade and op ("*" matches any) and, for `capacity`/`quota`
 with a `region`, only calls in that region. Each match uses up one of its `times`
 (-1 = forever). Kinds that only make sense for a launch (capacity, quota,
-stuck_booting, die_after_boot) are only consumed by `create` calls.
+stuck_booting, die_after_boot, preempt) are only consumed by `create` calls.
+`preempt`: the cloud takes the machine back `seconds` after boot (it is gone, and stops
+billing; a facade whose cloud reports preemption shows it as such, e.g. Lambda's `preempted`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from typing import Any
 from fakeclouds.errors import Invalid, LostResponse, NoCapacity, QuotaExceeded, RateLimit, ServerFault
 
 KINDS = ("capacity", "quota", "rate_limit", "server_error", "latency", "lose_response",
-         "stuck_booting", "die_after_boot")
+         "stuck_booting", "die_after_boot", "preempt")
 # side_resources: calls on per-machine side resources a facade keeps (firewall rules, security groups).
 OPS = ("create", "get", "list", "terminate", "offers", "verify", "ssh_keys", "side_resources", "*")
-_CREATE_ONLY = {"capacity", "quota", "stuck_booting", "die_after_boot"}
+_CREATE_ONLY = {"capacity", "quota", "stuck_booting", "die_after_boot", "preempt"}
 _REFUSALS = {"capacity", "quota", "rate_limit", "server_error"}
 _ids = itertools.count(1)
 
@@ -34,7 +36,7 @@ class FaultRule:
     region: str | None = None  # capacity / quota: only this region
     retry_after: float = 1.0  # rate_limit
     status: int = 500  # server_error: 500 or 503
-    seconds: float = 0.0  # latency; die_after_boot: how long after boot
+    seconds: float = 0.0  # latency; die_after_boot, preempt: how long after boot
     when: str = "before"  # latency: "before" or "after" the call takes effect
     id: int = field(default_factory=lambda: next(_ids))
     hits: int = 0
@@ -94,6 +96,11 @@ class CallPlan:
     @property
     def die_after_boot(self) -> float | None:
         rules = self._of("die_after_boot")
+        return rules[0].seconds if rules else None
+
+    @property
+    def preempt_after(self) -> float | None:
+        rules = self._of("preempt")
         return rules[0].seconds if rules else None
 
     async def before(self) -> None:

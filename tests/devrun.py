@@ -37,6 +37,8 @@ class DevRun:
     def __init__(self, home: Path, ports: dict[str, int], extra_env: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
         env.update(GPUPROV_HOME=str(home), PYTHONUNBUFFERED="1", **{k: str(v) for k, v in ports.items()})
+        # The simulated clouds' documented rate limits (and the adapters' pacing) 1000x faster than real.
+        env["GPUPROV_DEV_CLOUD_TIME_SCALE"] = "0.001"
         env.update(extra_env or {})
         self.proc = subprocess.Popen([sys.executable, "-m", "cli", "dev"], env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)

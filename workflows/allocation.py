@@ -56,6 +56,16 @@ from workflows import search_attributes as sa
 from workflows.calls import call
 from workflows.failures import failure_kind, failure_reason
 
+# Clouds with a documented launch rate (Capabilities.launches_per_s) create on a task queue of their
+# own, which their workers' Worker rate-limits across every worker (worker.py). A patch: histories
+# recorded before it scheduled every create on the workflow's own queue, and replay so.
+LAUNCH_QUEUE_PATCH = "launch-task-queue"
+
+
+def launch_task_queue(task_queue: str, cloud: str) -> str:
+    """Where `cloud`'s creates run, beside the workflow's `task_queue`."""
+    return f"{task_queue}-launch-{cloud}"
+
 
 class _Stop(Exception):
     """Raised inside allocate when a terminate or a cancel arrived: compensate, then stop."""
@@ -256,6 +266,10 @@ class AllocationWorkflow:
         st.offer, st.ref, st.host = offer, None, None
         await self._advance(Phase.CREATE)
         wait_cancel = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        paced: dict[str, Any] = {}
+        if caps.launches_per_s and workflow.patched(LAUNCH_QUEUE_PATCH):
+            # Waiting there for the rate does not count against the timeouts (they start at dispatch).
+            paced["task_queue"] = launch_task_queue(workflow.info().task_queue, offer.provider)
         st.ref = await call(
             acts.CREATE_INSTANCE,
             CreateInput(target=st.target, offer=offer, key=key, ssh_public_keys=req.ssh_public_keys,
@@ -265,7 +279,7 @@ class AllocationWorkflow:
             # A retry may first wait out the cloud's in-flight window (clouds without a token).
             start_to_close_timeout=timedelta(seconds=t.call_timeout_s + caps.create_in_flight_s),
             heartbeat_timeout=self._hb,
-            retry_policy=_retry(t.max_retry_interval_s, 8), cancellation_type=wait_cancel)
+            retry_policy=_retry(t.max_retry_interval_s, 8), cancellation_type=wait_cancel, **paced)
         self._attempt_done(AttemptOutcome.CREATED)
         await self._record(AllocationStatus.PROVISIONING)  # the machine's id, for the watch and the sweep
 

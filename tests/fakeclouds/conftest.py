@@ -12,14 +12,16 @@ from fakeclouds.server import FakeCloudServer
 
 @pytest.fixture(scope="session")
 def cloud() -> Iterator[FakeCloudServer]:
-    with FakeCloudServer(boot_delay=0.1, terminate_delay=0.02) as server:
+    # Documented rate limits off: these tests speak each API by hand, call after call. Rate limits
+    # are tested where a test turns them on (configure(time_scale=...)).
+    with FakeCloudServer(boot_delay=0.1, terminate_delay=0.02, time_scale=0) as server:
         yield server
 
 
 @pytest.fixture
 def admin(cloud: FakeCloudServer) -> Iterator[FakeCloudAdmin]:
     cloud.admin.reset()
-    cloud.admin.configure(boot_delay=0.1, terminate_delay=0.02)
+    cloud.admin.configure(boot_delay=0.1, terminate_delay=0.02, time_scale=0)
     yield cloud.admin
     cloud.admin.reset()
 

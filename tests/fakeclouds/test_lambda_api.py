@@ -46,7 +46,7 @@ async def test_ssh_keys(lam: httpx.AsyncClient, pubkey: str) -> None:
     assert {k["name"] for k in keys} >= {"mine", "gen"} and all("private_key" not in k for k in keys)
     assert (await lam.delete(f"/ssh-keys/{generated['id']}")).status_code == 200
     r = await lam.delete(f"/ssh-keys/{generated['id']}")
-    assert r.status_code == 404 and _code(r) == "global/object-does-not-exist"
+    assert r.status_code == 404 and _code(r) == "global/not-found"  # v1.10's generic 404
 
 
 async def test_launch_get_list_terminate(lam: httpx.AsyncClient, pubkey: str) -> None:
@@ -54,7 +54,8 @@ async def test_launch_get_list_terminate(lam: httpx.AsyncClient, pubkey: str) ->
     assert r.status_code == 200, r.text
     (iid,) = r.json()["data"]["instance_ids"]
     booting = (await lam.get(f"/instances/{iid}")).json()["data"]
-    assert booting["status"] == "booting" and booting["ip"] is None
+    assert booting["status"] == "booting" and "ip" not in booting  # optional: absent while unknown
+    assert booting["actions"]["restart"] == {"available": False, "reason_code": "vm-has-not-launched"}
     inst = await wait_lambda(lam, iid)
     assert "x_sim_ssh_port" not in inst  # like real Lambda: SSH is on port 22 at `ip`
     ip = ipaddress.ip_address(inst["ip"])
@@ -88,7 +89,6 @@ async def test_launch_refusals(lam: httpx.AsyncClient, pubkey: str) -> None:
         {"region_name": "mars-1"},
         {"ssh_key_names": []},
         {"ssh_key_names": ["k1", "k2"]},
-        {"ssh_key_names": ["missing"]},
         {"name": "n" * 65},
         {"quantity": 0},
     ]
@@ -97,6 +97,9 @@ async def test_launch_refusals(lam: httpx.AsyncClient, pubkey: str) -> None:
         assert r.status_code == 400 and _code(r) == "global/invalid-parameters", (fields, r.text)
     r = await lam.post("/instance-operations/launch", json={"region_name": "us-east-1"})
     assert r.status_code == 400 and _code(r) == "global/invalid-parameters"
+    # An unknown key is a launch resource that does not exist (the spec lists it under 400 and 404).
+    r = await launch_lambda(lam, pubkey, ssh_key_names=["missing"])
+    assert r.status_code == 404 and _code(r) == "global/object-does-not-exist"
     assert (await lam.get("/instances")).json()["data"] == []
 
 

@@ -54,7 +54,11 @@ async def test_happy_path_ready_with_gpus(temporal_client: Client, fake_cloud: F
     machine = fake_cloud.machines[st.ref.instance_id]  # type: ignore[union-attr]
     assert len(machine.spec.ssh_public_keys) == 2 and machine.spec.owner.installation_id == INSTALLATION
 
-    r = row(db_engine, req.allocation_id)
+    # The state query shows ready as soon as the workflow enters it; the row follows once the
+    # record activity ran.
+    async with asyncio.timeout(10):
+        while (r := row(db_engine, req.allocation_id)).status != "ready":
+            await asyncio.sleep(0.05)
     assert (r.status, r.phase, r.cloud_instance_id, r.instance_type) == ("ready", "ready", st.ref.instance_id,
                                                                            "gpu.2x")
     assert r.gpus_found is not None and len(r.gpus_found) == 2 and r.ready_at is not None
