@@ -1,0 +1,78 @@
+"""Ten allocations on Lambda at once, end to end (the real AllocationWorkflow on the Temporal dev
+server, an in-process worker, the adapter, the simulated Lambda with its documented rate limits on,
+at the session's time scale): every one becomes ready, the simulation refuses no call, and the
+creates ran on Lambda's rate-limited launch queue."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities.deps import ActivityDeps
+from fakeclouds import lambda_api
+from fakeclouds.server import FakeCloudServer
+from messages import activities as acts
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
+from messages.enums import Phase
+from messages.ids import allocation_workflow_id
+from store.secrets import SecretBox
+from tests import simclouds
+from tests.lambda_.conftest import PUBLIC
+from tests.workflows.conftest import settled, terminate
+from worker import build_worker
+from workflows.allocation import launch_task_queue
+
+pytestmark = pytest.mark.devserver
+
+TASK_QUEUE = "gpuprov-lambda-tests"
+INSTALLATION = "lamtest1"
+FAST = Timing(heartbeat_timeout_s=5, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,
+              ssh_timeout_s=20, k3s_timeout_s=30, max_retry_interval_s=1)
+
+
+@pytest.fixture(scope="module")
+async def lambda_worker(temporal_client: Client, db_engine: sa.Engine, secret_box: SecretBox,
+                        lambda_sim: FakeCloudServer) -> AsyncIterator[None]:
+    deps = ActivityDeps(engine=db_engine, box=secret_box, installation_id=INSTALLATION,
+                        client=temporal_client, allowed_endpoints=simclouds.endpoints(lambda_sim))
+    async with build_worker(temporal_client, deps, task_queue=TASK_QUEUE):
+        yield
+
+
+async def test_ten_allocations_at_once_under_the_limits(temporal_client: Client, lambda_worker: None,
+                                                         sim: FakeCloudServer, db_engine: sa.Engine,
+                                                         secret_box: SecretBox) -> None:
+    with Session(db_engine) as s:
+        connection = simclouds.add_connection(s, secret_box, sim, "lambda")
+    sim.admin.set_stock("gpu_1x_a10", "us-east-1", 10)
+    requests = [AllocateRequest(allocation_id=f"lam-{uuid.uuid4().hex[:8]}", connection_id=connection,
+                                cloud="lambda", region="us-east-1", gpu="a10", k3s=False,
+                                ssh_public_keys=[PUBLIC], timing=FAST) for _ in range(10)]
+    handles = await asyncio.gather(*(
+        temporal_client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+                                       id=allocation_workflow_id(req.allocation_id), task_queue=TASK_QUEUE,
+                                       result_type=AllocationState) for req in requests))
+    states = await asyncio.gather(*(settled(h) for h in handles))
+    assert [st.phase for st in states] == [Phase.READY] * 10
+    assert len({st.ref.instance_id for st in states if st.ref}) == 10
+    assert all(len(st.attempts) == 1 for st in states), "no attempt failed (a 429 would have been retried)"
+    assert lambda_api.rate_limited(sim.engine) == 0, "the simulation refused calls for their rate"
+
+    history = await handles[0].fetch_history()
+    queues = [e.activity_task_scheduled_event_attributes.task_queue.name for e in history.events
+              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+              and e.activity_task_scheduled_event_attributes.activity_type.name == acts.CREATE_INSTANCE.name]
+    assert queues == [launch_task_queue(TASK_QUEUE, "lambda")]
+
+    done = await asyncio.gather(*(terminate(temporal_client, req.allocation_id) for req in requests))
+    assert [st.phase for st in done] == [Phase.TERMINATED] * 10
+    async with simclouds.provider(sim, "lambda", installation_id=INSTALLATION) as p:
+        assert await p.list_owned() == []
+    assert lambda_api.rate_limited(sim.engine) == 0
