@@ -30,6 +30,7 @@ from messages.allocation import AllocateRequest, AllocationInput, AllocationStat
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
 from providers import registry
+from providers.pacing import TIME_SCALE_ENV
 from store import migrate, repo
 from store.db import make_engine, session_scope
 from store.secrets import SecretBox
@@ -99,7 +100,7 @@ class Bench:
         pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": pythonpath, KEY_ENV: self._fernet_key.decode(),
                # like `make run`: the worker may call the simulated clouds, nothing else on loopback
-               **allowed_env(self.cloud)}
+               **allowed_env(self.cloud), TIME_SCALE_ENV: "0"}
         proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
         assert proc.stdout is not None
         try:
@@ -119,6 +120,7 @@ class Bench:
 
 @asynccontextmanager
 async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
+    os.environ[TIME_SCALE_ENV] = "0"  # this process's adapters (the direct side) do not pace either
     with tempfile.TemporaryDirectory(prefix="gpuprov-bench-") as tmp:
         home = Path(tmp)
         temporal_db = str(home / "temporal.db")
@@ -139,7 +141,8 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
         deps.public_key()  # create the SSH identity now, not raced by the worker's first activities
         try:
             # The cloud runs in its own process, as a real one would be remote.
-            cloud = start_subprocess(boot_delay=boot_delay, terminate_delay=0.01)
+            # Documented rate limits off (and so the adapters' pacing): the bench measures overhead.
+            cloud = start_subprocess(boot_delay=boot_delay, terminate_delay=0.01, time_scale=0)
             try:
                 connections = {}
                 with session_scope(engine) as s:

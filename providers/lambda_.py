@@ -395,8 +395,11 @@ class LambdaProvider(rest.RestCloudProvider):
         return machines + leftovers
 
     async def find(self, key: str) -> InstanceRef | None:
-        found = await self.find_all(key)
-        return found[0] if found else None
+        found = await self._named(self._name(key))
+        if not found:
+            return None
+        with rest.parsing(self.id, "instance"):
+            return self._ref(found[0], key)
 
     async def find_all(self, key: str) -> list[InstanceRef]:
         # By the full name, so keys shortened to fit Lambda's 64 chars are found too. Lambda does not

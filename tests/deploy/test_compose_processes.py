@@ -107,8 +107,10 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         "GPUPROV_TASK_QUEUE": f"compose-{uuid.uuid4().hex[:8]}",
         **simclouds.allowed_env(sim),  # the simulated cloud stands in for a cloud's documented host
         "PYTHONPATH": str(ROOT),
+        # The adapters pace at the simulation's speed (its rate limits run 1000x faster than real).
+        "GPUPROV_CLOUD_TIME_SCALE": os.environ.get("GPUPROV_CLOUD_TIME_SCALE", "0.001"),
     }
-    assert set(overrides) - {"GPUPROV_TASK_QUEUE", "PYTHONPATH"} <= set(shared)
+    assert set(overrides) - {"GPUPROV_TASK_QUEUE", "PYTHONPATH", "GPUPROV_CLOUD_TIME_SCALE"} <= set(shared)
 
     def env(home: str) -> dict[str, str]:
         # Each replica is its own container: its own (empty) home. Nothing may depend on it.
