@@ -26,6 +26,7 @@ from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import Invalid, NotFound, QuotaExceeded
 from fakeclouds.faults import CallPlan
 
+NAME = "lambda"  # the facade whose state this is (fakeclouds/lambda_api.py)
 MAX_RULES = 20  # the older docs' limit per ruleset [unconfirmed for rulesets]
 MAX_RULESETS = 50  # per account, before 400 global/quota-exceeded [unconfirmed: no number is documented]
 # What the account's global rules start as: "only ICMP and TCP/22 inbound" (older docs).
@@ -82,7 +83,7 @@ class RulesPut(BaseModel):
 
 
 def state(engine: Engine) -> dict[str, Any]:
-    return engine.facade_state["lambda"]
+    return engine.facade_state[NAME]
 
 
 def rulesets(engine: Engine) -> dict[str, dict[str, Any]]:
@@ -147,7 +148,7 @@ def add_routes(router: APIRouter, engine: Engine, call: Call, visible: Callable[
     @router.post("/firewall-rulesets")
     async def create_ruleset(request: Request) -> Response:
         def effect(_: CallPlan, body: RulesetCreate) -> dict[str, Any]:
-            if engine.facade("lambda").region(body.region) is None:
+            if engine.facade(NAME).region(body.region) is None:
                 raise Invalid(f"unknown region {body.region!r}")
             if len(rulesets(engine)) >= MAX_RULESETS:
                 raise QuotaExceeded(f"at most {MAX_RULESETS} firewall rulesets")

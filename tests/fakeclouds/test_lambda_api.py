@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import asyncssh
 import httpx
@@ -84,7 +85,7 @@ async def test_names_are_not_unique(lam: httpx.AsyncClient, pubkey: str) -> None
 
 async def test_launch_refusals(lam: httpx.AsyncClient, pubkey: str) -> None:
     await lambda_key(lam, pubkey, "k2")
-    cases = [
+    cases: list[dict[str, Any]] = [
         {"instance_type_name": "gpu_9x_nope"},
         {"region_name": "mars-1"},
         {"ssh_key_names": []},
