@@ -234,7 +234,6 @@ def _pick_region(engine: Engine, product: str, asked: str) -> str:
 def build_router(engine: Engine, token: str) -> APIRouter:
     router = APIRouter()
     call = make_call(engine, NAME, token, error_response)
-    state = engine.facade_state[NAME]
 
     @router.post("/account/token/validation")
     async def validate(request: Request) -> Response:
@@ -299,7 +298,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             return error_response(exc)
 
         def effect(plan: Any) -> dict[str, Any]:
-            if not state.get("billing_configured", True):
+            # Looked up per call: reset() replaces the facade's state.
+            if not engine.facade_state[NAME].get("billing_configured", True):
                 raise BillingNotConfigured("billing is not configured: set a recharge amount and threshold")
             if body.productName not in _TYPES:
                 raise Rejected("invalid_product", f"unknown product {body.productName!r}")
