@@ -41,6 +41,8 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("gcp", "providers.gcp:GcpProvider", "fakeclouds.gcp_api"),
     CloudEntry("azure", "providers.azure:AzureProvider", "fakeclouds.azure_api"),
     CloudEntry("runpod", "providers.runpod:RunPodProvider", "fakeclouds.runpod_api"),
+    CloudEntry("massedcompute", "providers.massedcompute:MassedComputeProvider",
+               "fakeclouds.massedcompute_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
