@@ -567,8 +567,8 @@ def _create(engine: Engine, plan: CallPlan, body: CreateBody) -> list[Machine]:
     image = body.image_name or DEFAULT_IMAGE
     if image not in IMAGES:
         raise Invalid(f"Image {image} is not available in region {env['region']}")
-    if any(not label or len(label) > 50 for label in body.labels):  # [unconfirmed] label limits
-        raise Invalid("labels must be 1-50 characters each")
+    if any(not label or len(label) > 255 for label in body.labels):  # [unconfirmed] label limits
+        raise Invalid("labels must be 1-255 characters each")
     rules = [_rule(engine, r) for r in body.security_rules]
     names = [body.name] if body.count == 1 else [f"{body.name}-{i}" for i in range(1, body.count + 1)]
     for name in names:  # all or nothing: refuse before anything is made
