@@ -43,6 +43,7 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("runpod", "providers.runpod:RunPodProvider", "fakeclouds.runpod_api"),
     CloudEntry("massedcompute", "providers.massedcompute:MassedComputeProvider",
                "fakeclouds.massedcompute_api"),
+    CloudEntry("hyperstack", "providers.hyperstack:HyperstackProvider", "fakeclouds.hyperstack_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
