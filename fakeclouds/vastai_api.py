@@ -216,6 +216,8 @@ def error_response(exc: CloudError, op: str, ask_id: int | None = None) -> Respo
             return JSONResponse({"msg": "Internal server error"}, status_code=500)
         return PlainTextResponse(f"<html><body><h1>{exc.status} Bad Gateway</h1></body></html>",
                                  status_code=exc.status, media_type="text/html")
+    if op in ("offers", "list"):  # search and the v1 list name it so (docs)
+        return _fail(400, "invalid_request", f"Error in query parameters: {exc.message}")
     extra = {"ask_id": ask_id} if ask_id is not None else {}
     return _fail(400, "invalid_args", f"Invalid args: {exc.message}", **extra)
 
@@ -353,7 +355,7 @@ def list_page(engine: Engine, request: Request) -> dict[str, Any]:
     for item in order:
         col = item.get("col") if isinstance(item, dict) else None
         if col != "id":  # the simulation keeps keyset pages on id only
-            raise Invalid(f"Error in query parameters: cannot order by {col!r} here")
+            raise Invalid(f"cannot order by {col!r} here")
         descending = item.get("dir") == "desc"
     try:
         limit = int(request.query_params.get("limit", PAGE_MAX))

@@ -29,6 +29,7 @@ import httpx
 
 from providers import rest
 from providers.base import (
+    AuthError,
     Capabilities,
     CapacityError,
     FailureScope,
@@ -259,10 +260,10 @@ class VastAIProvider(rest.RestCloudProvider):
             q["num_gpus"] = {"eq": query.gpu_count}
         resp = await self._send("POST", "/api/v0/bundles/", json=q, allow=(404,))
         if resp.status_code == 404:  # search answers a bad key 404 "Invalid user key" (docs)
-            code, message = error_fields(resp)
-            kind = "auth" if "key" in message.lower() else "invalid"
-            raise rest.map_error(provider=self.id, code=kind, message=message, status=404,
-                                 codes={"auth": "auth", "invalid": "invalid"})
+            message = error_fields(resp)[1]
+            if "user key" in message.lower():
+                raise AuthError(f"{self.id}: {message}")
+            raise InvalidRequest(f"{self.id}: offer search not found ({message})")
         body = self._body(resp)
         out: list[Offer] = []
         with rest.parsing(self.id, "offers"):
@@ -308,7 +309,10 @@ class VastAIProvider(rest.RestCloudProvider):
         if offer.spot:
             body["price"] = offer.price_per_hour  # the bid: the ask's min bid when it was offered
         scope = FailureScope(provider=self.id, region=offer.region, instance_type=offer.instance_type)
-        resp = await self._send("PUT", f"/api/v0/asks/{ask}/", json=body, scope=scope, allow=(404, 410))
+        try:
+            resp = await self._send("PUT", f"/api/v0/asks/{ask}/", json=body, scope=scope, allow=(404, 410))
+        except QuotaError as exc:  # out of credit: the whole account, not this ask
+            raise QuotaError(exc.message, FailureScope(provider=self.id)) from None
         if resp.status_code in (404, 410):  # the ask was rented by someone else meanwhile
             raise CapacityError(f"{self.id}: ask {ask} is no longer available", scope)
         answer = self._body(resp)
@@ -326,6 +330,8 @@ class VastAIProvider(rest.RestCloudProvider):
         contract = answer.get("new_contract")
         code, message = error_fields(resp)
         if contract is not None:
+            # Should this destroy fail, the instance still carries our label: a retried create finds
+            # it (stopped: the wait for running fails and tears it down), and the sweep lists it.
             try:
                 await self._destroy(str(int(contract)))
             except (ValueError, TypeError):
