@@ -44,6 +44,7 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("massedcompute", "providers.massedcompute:MassedComputeProvider",
                "fakeclouds.massedcompute_api"),
     CloudEntry("hyperstack", "providers.hyperstack:HyperstackProvider", "fakeclouds.hyperstack_api"),
+    CloudEntry("vastai", "providers.vastai:VastAIProvider", "fakeclouds.vastai_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
