@@ -40,6 +40,8 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("aws", "providers.aws:AwsProvider", "fakeclouds.aws_api"),
     CloudEntry("gcp", "providers.gcp:GcpProvider", "fakeclouds.gcp_api"),
     CloudEntry("azure", "providers.azure:AzureProvider", "fakeclouds.azure_api"),
+    CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider",
+               "fakeclouds.primeintellect_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
