@@ -45,6 +45,8 @@ BUILTIN: tuple[CloudEntry, ...] = (
                "fakeclouds.massedcompute_api"),
     CloudEntry("hyperstack", "providers.hyperstack:HyperstackProvider", "fakeclouds.hyperstack_api"),
     CloudEntry("vastai", "providers.vastai:VastAIProvider", "fakeclouds.vastai_api"),
+    CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider",
+               "fakeclouds.primeintellect_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
