@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,8 +53,6 @@ from providers.base import (
 )
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
-
-log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "https://api.primeintellect.ai/api/v1"
 NAME_MAX = 64  # [unconfirmed]: the API's limit on pod names is not published
@@ -215,6 +212,7 @@ class PrimeIntellectProvider(rest.RestCloudProvider):
         custom_image=False,
         login_user="root",  # what the pods' sshConnection names; get() reports the pod's own
         side_resources=[],
+        user_keys="ssh",  # account-level keys only: the user's are added by gpuprov over SSH
         regions=REGIONS,
         default_regions=[],  # anywhere
         # No idempotency token: a create whose answer was lost may land this long after it was sent
@@ -392,10 +390,9 @@ class PrimeIntellectProvider(rest.RestCloudProvider):
         if found:
             with rest.parsing(self.id, "pod"):
                 return self._ref(found[0], key=spec.key, region=offer.region)
+        # Only the installation's key goes on the account: the user's keys are added over SSH once
+        # the pod answers (capabilities.user_keys), never registered account-wide.
         await self._ensure_ssh_key(spec.ssh_public_keys[0])
-        if len(spec.ssh_public_keys) > 1:
-            log.warning("primeintellect: %d further SSH key(s) not installed on pod %s: keys are "
-                        "account-wide on Prime Intellect", len(spec.ssh_public_keys) - 1, name)
         scope = FailureScope(provider=self.id, region=offer.region, zone=offer.zone,
                              instance_type=offer.instance_type)
         item = await self._current_item(offer, listing, scope)
