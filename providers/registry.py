@@ -47,6 +47,7 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("vastai", "providers.vastai:VastAIProvider", "fakeclouds.vastai_api"),
     CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider",
                "fakeclouds.primeintellect_api"),
+    CloudEntry("verda", "providers.verda:VerdaProvider", "fakeclouds.verda_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
