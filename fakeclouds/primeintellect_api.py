@@ -93,13 +93,14 @@ class Listing:
 
 
 LISTINGS = (
-    Listing("runpod", "NVIDIA RTX A6000", "RTXA6000_48GB", "PCIe", Gpu("A6000", "NVIDIA RTX A6000", 49140, 1),
+    Listing("tensordock", "NVIDIA RTX A6000", "RTXA6000_48GB", "PCIe",
+            Gpu("A6000", "NVIDIA RTX A6000", 49140, 1),
             9, 50, 120, 0.49, {"US-KS-2": 4, "CA-MTL-1": 2}),
     Listing("datacrunch", "1A6000.10V", "RTXA6000_48GB", "PCIe", Gpu("A6000", "NVIDIA RTX A6000", 49140, 1),
             10, 60, 100, 0.59, {"EUR-IS-1": 2}),
-    Listing("runpod", "NVIDIA A100 80GB PCIe", "A100_80GB", "PCIe",
+    Listing("tensordock", "NVIDIA A100 80GB PCIe", "A100_80GB", "PCIe",
             Gpu("A100", "NVIDIA A100 80GB PCIe", 81920, 1), 14, 125, 120, 1.64, {"US-KS-2": 2}),
-    Listing("runpod", "NVIDIA H100 80GB HBM3", "H100_80GB", "SXM5",
+    Listing("tensordock", "NVIDIA H100 80GB HBM3", "H100_80GB", "SXM5",
             Gpu("H100", "NVIDIA H100 80GB HBM3", 81559, 1), 20, 125, 120, 2.69,
             {"CA-MTL-3": 2, "US-CA-2": 1}),
     Listing("lambdalabs", "gpu_8x_h100_sxm5", "H100_80GB", "SXM5",

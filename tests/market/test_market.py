@@ -21,7 +21,8 @@ from providers.base import (
 from providers.market import OfferCache, Source, gather_offers
 
 
-def offer(cloud: str, itype: str, price: float, region: str = "r1", gpu: str = "A100", spot: bool = False) -> Offer:
+def offer(cloud: str, itype: str, price: float, region: str = "r1", gpu: str = "A100",
+          spot: bool = False) -> Offer:
     return Offer(provider=cloud, instance_type=itype, gpu=GpuSpec(name=gpu, count=1), vcpus=8, memory_gib=64,
                  region=region, price_per_hour=price, spot=spot)
 
@@ -33,9 +34,11 @@ class FakeMarketCloud:
         self._offers, self.error, self.hang = offers, error, hang
         self.calls: list[OfferQuery] = []
         self.release = asyncio.Event()
+        self.called = asyncio.Event()
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
         self.calls.append(query)
+        self.called.set()
         if self.hang:
             await self.release.wait()
         await asyncio.sleep(0)
@@ -57,7 +60,8 @@ async def test_offers_of_every_cloud_are_merged_cheapest_first_and_each_answer_i
     broken = FakeMarketCloud([], error=QuotaError("beta-2: quota exhausted", "beta"))
     answer = await gather_offers([source("alpha-1", a), source("beta-1", b), source("beta-2", broken)],
                                  OfferQuery(gpu="a100"))
-    assert [(o.instance_type, o.connection_id) for o in answer.offers] == [("b.one", "beta-1"), ("a.big", "alpha-1")]
+    assert [(o.instance_type, o.connection_id) for o in answer.offers] == [("b.one", "beta-1"),
+                                                                           ("a.big", "alpha-1")]
     said = {c.connection_id: (c.status, c.offers) for c in answer.clouds}
     assert said == {"alpha-1": ("answered", 1), "beta-1": ("answered", 1), "beta-2": ("failed", 0)}
     assert "quota exhausted" in (answer.clouds[2].reason or "")
@@ -72,7 +76,8 @@ async def test_a_cloud_that_does_not_answer_is_reported_and_does_not_hold_the_ot
     answer = await gather_offers([source("alpha-1", fast), source("beta-1", slow)], OfferQuery(),
                                  timeout_s=0.5)
     assert [o.instance_type for o in answer.offers] == ["a.one"]
-    assert [(c.connection_id, c.status) for c in answer.clouds] == [("alpha-1", "answered"), ("beta-1", "timeout")]
+    assert [(c.connection_id, c.status) for c in answer.clouds] == [("alpha-1", "answered"),
+                                                                    ("beta-1", "timeout")]
 
 
 async def test_clouds_that_cannot_serve_the_query_are_skipped_with_the_reason() -> None:
@@ -117,8 +122,7 @@ async def test_concurrent_cold_requests_share_one_call_and_failures_are_not_cach
     cloud = FakeMarketCloud([offer("alpha", "a.one", 1.0)], hang=True)
     both = asyncio.gather(*(gather_offers([source("alpha-1", cloud)], OfferQuery(), cache=cache)
                             for _ in range(2)))
-    while not cloud.calls:
-        await asyncio.sleep(0)
+    await cloud.called.wait()
     cloud.release.set()
     one, two = await both
     assert len(cloud.calls) == 1 and one.offers == two.offers and len(one.offers) == 1
@@ -137,8 +141,7 @@ async def test_a_shared_call_that_fails_or_is_abandoned_fails_only_its_own_answe
                             error=Transient("boom") if status == "failed" else None)
     first = asyncio.ensure_future(gather_offers([source("alpha-1", cloud)], OfferQuery(), cache=cache,
                                                 timeout_s=0.3 if status == "timeout" else 30))
-    while not cloud.calls:
-        await asyncio.sleep(0)
+    await cloud.called.wait()
     second = asyncio.ensure_future(gather_offers([source("alpha-1", cloud)], OfferQuery(), cache=cache))
     if status == "failed":
         cloud.release.set()

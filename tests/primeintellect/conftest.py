@@ -69,7 +69,7 @@ def spec(p: CloudProvider, key: str | None = None, **extra: Any) -> LaunchSpec:
     return LaunchSpec(key=key, owner=Ownership(installation_id=p.installation_id, allocation_id=key), **extra)
 
 
-async def offer_of(p: CloudProvider, provider: str = "runpod", gpu: str = "a6000",
+async def offer_of(p: CloudProvider, provider: str = "tensordock", gpu: str = "a6000",
                    zone: str = "US-KS-2") -> Offer:
     found = [o for o in await p.offers(OfferQuery(gpu=gpu))
              if o.instance_type.startswith(f"{provider}__") and o.zone == zone]

@@ -28,7 +28,7 @@ from providers.primeintellect import Listing, PrimeIntellectProvider, parse_ssh_
 from tests.fakeclouds.helpers import eventually
 from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY, adapter, offer_of, spec
 
-A6000 = "pi-runpod-1xrtxa6000_48gb-pcie"
+A6000 = "pi-tensordock-1xrtxa6000_48gb-pcie"
 
 
 class SmallPages(PrimeIntellectProvider):
@@ -47,13 +47,13 @@ async def test_offers_follow_every_page(sim: FakeCloudServer, pi: PrimeIntellect
         paged = await small.offers(OfferQuery())
     assert paged == await pi.offers(OfferQuery()) and len(paged) >= 5, "2 a page: every page was read"
     cheapest = paged[0]
-    assert cheapest.instance_type == "runpod__1xRTXA6000_48GB__PCIe__NVIDIA RTX A6000"
+    assert cheapest.instance_type == "tensordock__1xRTXA6000_48GB__PCIe__NVIDIA RTX A6000"
     assert (cheapest.region, cheapest.zone, cheapest.price_per_hour) == ("canada", "CA-MTL-1", 0.49)
     assert cheapest.gpu is not None and (cheapest.gpu.name, cheapest.gpu.count, cheapest.gpu.memory_gib) == \
         ("A6000", 1, 48.0)
     assert {o.gpu.name for o in paged if o.gpu} == {"A6000", "A100", "H100"}
     assert Listing.parse(cheapest.instance_type) == \
-        Listing("runpod", 1, "RTXA6000_48GB", "PCIe", "NVIDIA RTX A6000")
+        Listing("tensordock", 1, "RTXA6000_48GB", "PCIe", "NVIDIA RTX A6000")
     eu = await pi.offers(OfferQuery(region="eu_north"))
     assert [(o.instance_type, o.zone) for o in eu] == \
         [("datacrunch__1xRTXA6000_48GB__PCIe__1A6000.10V", "EUR-IS-1")]
@@ -221,7 +221,7 @@ def answering(status: int, body: Any, headers: dict[str, str] | None = None) -> 
 ])
 async def test_create_errors_by_detail(status: int, body: Any, error: type[Exception]) -> None:
     """The POST /pods answer mapped: only `detail`'s words classify, and only a 4xx on create."""
-    item = {"cloudId": "c", "gpuType": "A100_80GB", "socket": "PCIe", "provider": "runpod", "gpuCount": 1,
+    item = {"cloudId": "c", "gpuType": "A100_80GB", "socket": "PCIe", "provider": "tensordock", "gpuCount": 1,
             "region": "united_states", "dataCenter": "US-KS-2", "stockStatus": "High", "gpuMemory": 80,
             "prices": {"onDemand": 1.0}, "vcpu": {"defaultCount": 8}, "memory": {"defaultCount": 32},
             "disk": {"defaultCount": 100}, "images": ["ubuntu_22_cuda_12"]}
@@ -248,7 +248,7 @@ async def test_create_errors_by_detail(status: int, body: Any, error: type[Excep
     assert pod.pop("name").startswith("gpuprov-abcd1234-t-")
     assert pod == {"cloudId": "c", "gpuType": "A100_80GB", "socket": "PCIe", "gpuCount": 1, "diskSize": 100,
                    "vcpus": 8, "memory": 32, "image": "ubuntu_22_cuda_12", "dataCenterId": "US-KS-2"}
-    assert sent[0]["provider"] == {"type": "runpod"}
+    assert sent[0]["provider"] == {"type": "tensordock"}
     assert "proxy page" not in str(exc.value) and "secret-key" not in str(exc.value)
     if status == 422:
         assert "body.pod.gpuCount" in str(exc.value)
@@ -305,7 +305,7 @@ async def test_list_owned_reads_every_page_and_only_ours(sim: FakeCloudServer) -
 
 
 async def test_a_listing_that_never_ends_is_transient() -> None:
-    item = {"cloudId": "c", "gpuType": "A100_80GB", "socket": "PCIe", "provider": "runpod", "gpuCount": 1,
+    item = {"cloudId": "c", "gpuType": "A100_80GB", "socket": "PCIe", "provider": "tensordock", "gpuCount": 1,
             "region": "united_states", "stockStatus": "High", "prices": {"onDemand": 1.0}}
     async with answering(200, {"items": [item], "totalCount": 10**9}) as p:
         with pytest.raises(Transient, match="did not end"):

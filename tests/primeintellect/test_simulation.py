@@ -16,13 +16,13 @@ from fakeclouds.server import FakeCloudServer
 from tests.fakeclouds.helpers import eventually
 from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY
 
-A6000 = "pi-runpod-1xrtxa6000_48gb-pcie"
+A6000 = "pi-tensordock-1xrtxa6000_48gb-pcie"
 
 
 def pod_body(name: str | None = "job-1", **pod: Any) -> dict[str, Any]:
     base = {"name": name, "cloudId": "NVIDIA RTX A6000", "gpuType": "RTXA6000_48GB", "socket": "PCIe",
             "gpuCount": 1, "dataCenterId": "US-KS-2", "image": "ubuntu_22_cuda_12"}
-    return {"pod": {**base, **pod}, "provider": {"type": "runpod"}}
+    return {"pod": {**base, **pod}, "provider": {"type": "tensordock"}}
 
 
 async def add_key(api: httpx.AsyncClient, name: str = "mine", key: str = PUBLIC_KEY) -> httpx.Response:
@@ -57,7 +57,7 @@ async def test_availability_is_paginated_and_filtered(api: httpx.AsyncClient, si
 
     item = next(i for i in everything["items"]
                 if i["cloudId"] == "NVIDIA RTX A6000" and i["dataCenter"] == "US-KS-2")
-    assert item["region"] == "united_states" and item["country"] == "US" and item["provider"] == "runpod"
+    assert item["region"] == "united_states" and item["country"] == "US" and item["provider"] == "tensordock"
     assert item["gpuType"] == "RTXA6000_48GB" and item["socket"] == "PCIe" and item["gpuCount"] == 1
     assert item["prices"]["onDemand"] == 0.49 and item["stockStatus"] == "Medium"  # 4 in stock
     assert item["vcpu"]["defaultCount"] > 0 and item["memory"]["defaultCount"] > 0
@@ -114,7 +114,7 @@ async def test_create_refusals(api: httpx.AsyncClient, sim: FakeCloudServer) -> 
     assert r.status_code == 400 and "SSH key" in r.json()["detail"], "no account key: refused"
     await add_key(api)
     r = await api.post("/pods", json={"pod": {"name": "x", "gpuType": "A100_80GB"},
-                                      "provider": {"type": "runpod"}})
+                                      "provider": {"type": "tensordock"}})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "pod", "cloudId"]
     r = await api.post("/pods", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 422
@@ -147,7 +147,7 @@ async def test_pod_lifecycle(api: httpx.AsyncClient, sim: FakeCloudServer) -> No
     pod = r.json()
     assert pod["status"] == "PROVISIONING" and pod["sshConnection"] == [None] and pod["ip"] == [None]
     assert (pod["name"], pod["gpuName"], pod["gpuCount"], pod["providerType"]) == \
-        ("job-1", "RTXA6000_48GB", 1, "runpod")
+        ("job-1", "RTXA6000_48GB", 1, "tensordock")
     st = await active(api, pod["id"])
     assert st["status"] == "ACTIVE" and st["installationProgress"] == 100
     m = re.fullmatch(r"root@127\.0\.0\.1 -p (\d+)", st["sshConnection"])
