@@ -40,6 +40,7 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("aws", "providers.aws:AwsProvider", "fakeclouds.aws_api"),
     CloudEntry("gcp", "providers.gcp:GcpProvider", "fakeclouds.gcp_api"),
     CloudEntry("azure", "providers.azure:AzureProvider", "fakeclouds.azure_api"),
+    CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider", "fakeclouds.digitalocean_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
