@@ -175,7 +175,6 @@ def size_json(engine: Engine, t: InstanceType) -> dict[str, Any]:
         # Regions where a create can succeed now: a sold-out region drops out (the size stays available).
         "regions": [r for r in t.prices if engine.in_stock(NAME, t.name, r) > 0],
         "available": True, "description": t.description,
-        "disk_info": [{"type": "local", "size": {"amount": t.storage_gib, "unit": "gib"}}],
     }
     if t.gpu:
         out["gpu_info"] = gpu_info(t)

@@ -152,7 +152,7 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         create_in_flight_s=90.0,
         boot_timeout_s=1200.0,  # GPU Droplets boot in a few minutes; 20 is a broken boot
     )
-    page_size: ClassVar[int] = PAGE_SIZE
+    page_size: int = PAGE_SIZE  # items asked per listing page (tests make it small)
 
     _key_fingerprints: dict[str, str] | None = None  # public key -> registered fingerprint, per instance
 
@@ -252,12 +252,14 @@ class DigitalOceanProvider(rest.RestCloudProvider):
 
     async def _ensure_side_resources(self, name: str, ports: list[int]) -> None:
         """The droplet's tag, then its firewall on that tag (found by name, else made)."""
-        await self._call("POST", "/tags", json={"name": name})  # creating an existing tag returns it
+        # Creating a tag that exists returns it [unconfirmed]; a refusal other than that raises.
+        await self._call("POST", "/tags", json={"name": name})
         if await self._firewalls(name):
             return
         inbound = [{"protocol": "tcp", "ports": str(p), "sources": {"addresses": ANYWHERE}}
                    for p in dict.fromkeys([22, *ports])]
-        # A cloud firewall drops whatever it does not allow, outbound too (apt, k3s, images).
+        # A cloud firewall drops whatever it does not allow, outbound too (apt, k3s, images). That
+        # cloud firewalls apply to GPU Droplets as to others is [unconfirmed].
         outbound = [{"protocol": proto, "ports": "1-65535", "destinations": {"addresses": ANYWHERE}}
                     for proto in ("tcp", "udp")]
         outbound.append({"protocol": "icmp", "destinations": {"addresses": ANYWHERE}})
@@ -272,7 +274,8 @@ class DigitalOceanProvider(rest.RestCloudProvider):
 
     async def _account_key(self, public_key: str) -> str:
         """The fingerprint of `public_key` as an account key, registered when missing. Looked up by
-        fingerprint (not by listing keys, limited to 10 per minute), once per key per adapter."""
+        fingerprint (not by listing keys, limited to 10 per minute; that the single-key GET is not
+        counted against that limit is [unconfirmed]), once per key per adapter instance."""
         known = self._key_fingerprints if self._key_fingerprints is not None else {}
         self._key_fingerprints = known
         fp = md5_fingerprint(public_key)
