@@ -45,11 +45,23 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
 
 from fakeclouds import k3s
-from fakeclouds.catalog import Gpu, InstanceType, Region
+from fakeclouds.catalog import InstanceType
 from fakeclouds.common import authorized_body, check_bearer, iso, make_call, retry_after_header
+from fakeclouds.digitalocean_catalog import (
+    IMAGES,
+    INSTANCE_TYPES,
+    REGIONS,
+    SIZES,
+    DropletCreate,
+    FirewallCreate,
+    KeyCreate,
+    Rule,
+    TagCreate,
+    gpu_info,
+    image_json,
+)
 from fakeclouds.engine import TERMINATED, TERMINATING, Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -74,44 +86,9 @@ KEY_LISTING_LIMIT = (Limit(calls=10, per_s=60, what=BURST),)  # GET /account/key
 USER_DATA_MAX = 64 * 1024
 PER_PAGE_DEFAULT, PER_PAGE_MAX = 20, 200
 CAPACITY_MESSAGE = "Size is not available in this region."
-# Documented image slugs (dstack's choice of GPU images; the OpenAPI's droplet example), with ids.
-IMAGES = {"gpu-h100x1-base": 166407044, "gpu-h100x8-base": 166407045, "gpu-amd-base": 170052513,
-          "ubuntu-24-04-x64": 162222512, "ubuntu-22-04-x64": 129211873}
 _TAG = re.compile(r"[a-zA-Z0-9_\-:]{1,255}")
 _FIREWALL_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9.-]+")
 _PORTS = re.compile(r"(\d{1,5})(?:-(\d{1,5}))?|all")
-
-REGIONS = (Region("tor1", "Toronto 1"), Region("nyc2", "New York 2"), Region("atl1", "Atlanta 1"))
-_ALL = tuple(r.name for r in REGIONS)
-
-
-def _size(slug: str, desc: str, gpu: Gpu | None, model: str | None, vcpus: int, mem_gib: int, disk: int,
-          price: float, regions: tuple[str, ...], stock: int = 4) -> InstanceType:
-    # gpu_description holds DigitalOcean's gpu_info.model (e.g. nvidia_h100).
-    return InstanceType(name=slug, description=desc, gpu_description=model, vcpus=vcpus, memory_gib=mem_gib,
-                        storage_gib=disk, gpu=gpu, prices={r: price for r in regions},
-                        default_stock={r: stock for r in regions})
-
-
-# DigitalOcean's GPU Droplet plans (slugs, specs and list prices as published on its pricing page;
-# gpu_info.model spelled as the API does: nvidia_h100 [doc], the others as gpuhunt parses them), plus
-# one Basic CPU size, so the default listing's "non-GPU only" has something to show.
-INSTANCE_TYPES = (
-    _size("s-2vcpu-4gb", "Basic", None, None, 2, 4, 80, 0.03571, _ALL, stock=8),
-    _size("gpu-4000adax1-20gb", "RTX 4000 Ada GPU - 1X", Gpu("RTX4000ADA", "NVIDIA RTX 4000 Ada Generation",
-          20475, 1), "nvidia_rtx4000_ada", 8, 32, 500, 0.76, ("tor1",)),
-    _size("gpu-6000adax1-48gb", "RTX 6000 Ada GPU - 1X", Gpu("RTX6000ADA", "NVIDIA RTX 6000 Ada Generation",
-          49140, 1), "nvidia_rtx6000_ada", 8, 64, 500, 1.57, ("tor1",)),
-    _size("gpu-l40sx1-48gb", "L40S GPU - 1X", Gpu("L40S", "NVIDIA L40S", 46068, 1), "nvidia_l40s",
-          8, 64, 500, 1.57, ("tor1",)),
-    _size("gpu-mi300x1-192gb", "MI300X GPU - 1X", Gpu("MI300X", "AMD Instinct MI300X", 196608, 1),
-          "amd_mi300x", 20, 240, 720, 1.99, ("atl1",)),
-    _size("gpu-h100x1-80gb", "H100 GPU - 1X", Gpu("H100", "NVIDIA H100 80GB HBM3", 81559, 1), "nvidia_h100",
-          20, 240, 720, 3.39, _ALL),
-    _size("gpu-h100x8-640gb", "H100 GPU - 8X", Gpu("H100", "NVIDIA H100 80GB HBM3", 81559, 8), "nvidia_h100",
-          160, 1920, 2046, 23.92, ("nyc2", "atl1"), stock=1),
-)
-_SIZES = {t.name: t for t in INSTANCE_TYPES}
 _STATUS = {"pending": "new", "running": "active", "error": "off"}
 
 
@@ -181,20 +158,8 @@ def size_json(engine: Engine, t: InstanceType) -> dict[str, Any]:
     return out
 
 
-def gpu_info(t: InstanceType) -> dict[str, Any]:
-    assert t.gpu is not None
-    return {"count": t.gpu.count, "model": t.gpu_description,
-            "vram": {"amount": t.gpu.memory_gib, "unit": "gib"}}
-
-
-def image_json(image: str | int) -> dict[str, Any]:
-    slug = image if isinstance(image, str) else next(s for s, i in IMAGES.items() if i == image)
-    return {"id": IMAGES[slug], "name": slug, "distribution": "Ubuntu", "slug": slug, "public": True,
-            "regions": list(_ALL), "type": "base", "min_disk_size": 25, "status": "available"}
-
-
 def droplet_json(engine: Engine, m: Machine) -> dict[str, Any]:
-    t = _SIZES[m.instance_type]
+    t = SIZES[m.instance_type]
     v4 = []
     if m.status != "pending" and m.address:  # addresses come with boot; a dead droplet keeps them
         octets = m.id[-4:]
@@ -211,8 +176,8 @@ def droplet_json(engine: Engine, m: Machine) -> dict[str, Any]:
         "image": image_json(m.extra["image"]), "volume_ids": [], "size": size_json(engine, t),
         "size_slug": t.name, "networks": {"v4": v4, "v6": []},
         "region": {"name": region.description, "slug": region.name, "available": True,
-                   "features": ["metadata", "install_agent"], "sizes": [s for s in _SIZES
-                                                                      if region.name in _SIZES[s].prices]},
+                   "features": ["metadata", "install_agent"], "sizes": [s for s in SIZES
+                                                                      if region.name in SIZES[s].prices]},
         "tags": [tag for tag in m.extra.get("tags", []) if tag in _state(engine)["tags"]],
         "vpc_uuid": m.extra["vpc_uuid"],
     }
@@ -284,58 +249,6 @@ def ratelimit_headers(engine: Engine, request: Request) -> dict[str, str]:
             remaining = 0
     return {"ratelimit-limit": str(hourly), "ratelimit-remaining": str(remaining),
             "ratelimit-reset": str(math.ceil(time.time() + oldest))}
-
-
-# --------------------------------------------------------------------------- request bodies
-
-
-class DropletCreate(BaseModel):
-    name: str | None = None
-    names: list[str] | None = None
-    region: str | None = None
-    size: str
-    image: str | int
-    ssh_keys: list[str | int] = Field(default_factory=list)
-    tags: list[str] | None = None
-    user_data: str | None = None
-    volumes: list[str] = Field(default_factory=list)
-    vpc_uuid: str | None = None
-    backups: bool = False
-    ipv6: bool = False
-    monitoring: bool = False
-    with_droplet_agent: bool | None = None
-
-
-class TagCreate(BaseModel):
-    name: str
-
-
-class KeyCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=255)
-    public_key: str
-
-
-class Target(BaseModel):
-    addresses: list[str] = Field(default_factory=list)
-    droplet_ids: list[int] = Field(default_factory=list)
-    load_balancer_uids: list[str] = Field(default_factory=list)
-    kubernetes_ids: list[str] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
-
-
-class Rule(BaseModel):
-    protocol: str
-    ports: str | None = None
-    sources: Target | None = None
-    destinations: Target | None = None
-
-
-class FirewallCreate(BaseModel):
-    name: str
-    inbound_rules: list[Rule] | None = None
-    outbound_rules: list[Rule] | None = None
-    droplet_ids: list[int] | None = None
-    tags: list[str] | None = None
 
 
 # --------------------------------------------------------------------------- the API
@@ -438,7 +351,7 @@ class Account:
             raise Invalid("give either name or names")
         if len(names) > 10:
             raise Invalid("at most 10 Droplets may be created at a time")
-        size = _SIZES.get(body.size)
+        size = SIZES.get(body.size)
         if size is None:
             raise Invalid("You specified an invalid size for Droplet creation.")
         region = self._region(body.region, size)
@@ -498,7 +411,7 @@ class Account:
             raise Invalid("type must be one of droplets, gpus")
         gpus = kind == "gpus"  # by default, only non-GPU Droplets are returned [doc]
         return [m for m in _droplets(self.engine)
-                if (_SIZES[m.instance_type].gpu is not None) == gpus
+                if (SIZES[m.instance_type].gpu is not None) == gpus
                 and (name is None or (m.name or "").lower() == name.lower())
                 and (tag is None or tag in m.extra.get("tags", []))]
 
