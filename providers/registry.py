@@ -48,6 +48,7 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider",
                "fakeclouds.primeintellect_api"),
     CloudEntry("verda", "providers.verda:VerdaProvider", "fakeclouds.verda_api"),
+    CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider", "fakeclouds.digitalocean_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
