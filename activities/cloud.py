@@ -12,7 +12,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deps import ActivityDeps, heartbeating
-from activities.errors import provider_errors, to_application_error
+from activities.errors import provider_errors
 from messages import activities as acts
 from messages.activities import (
     CreateInput,
@@ -40,9 +40,12 @@ from providers.base import (
     ProviderError,
     rank_offers,
 )
+from providers.market import Source, gather_offers
 from store import repo
 from store.db import session_scope
 
+# A cloud that has not listed its offers by then is reported and planning goes on without it.
+PLAN_TIMEOUT_S = 60.0
 # Re-issue the delete every this many polls while the cloud still shows the machine alive.
 _TERMINATE_REISSUE_POLLS = 10
 
@@ -90,33 +93,33 @@ class CloudActivities:
 
     @activity.defn(name=acts.PLAN_ALLOCATION.name)
     async def plan_allocation(self, inp: PlanInput) -> PlanResult:
-        """Offers from every target at once, merged cheapest first, each naming its connection.
-        A target that fails is reported, not fatal, while another answered."""
+        """Offers from every target at once (providers/market.py), merged cheapest first, each naming
+        its connection; live, no cache. A target that fails, is slow or cannot serve the query is
+        reported, not fatal, while another answered."""
         await self.deps.write_marks(inp)
-        async def offers_of(target: CloudTarget) -> list[Offer]:
-            p = await self.deps.provider(target)
-            found = await p.offers(inp.query)
-            return [o.model_copy(update={"connection_id": target.connection_id}) for o in found]
 
-        answers = await heartbeating(
-            asyncio.gather(*(offers_of(t) for t in inp.targets), return_exceptions=True), 1.0, "planning")
-        offers: list[Offer] = []
-        failures: list[str] = []
-        errors: list[BaseException] = []
-        for target, answer in zip(inp.targets, answers, strict=True):
-            if isinstance(answer, BaseException):
-                errors.append(answer)
-                known = isinstance(answer, ProviderError | ApplicationError)
-                reason = str(getattr(answer, "message", "")) if known else repr(answer)
-                failures.append(f"{target.cloud} ({target.connection_id}): {reason}")
-            else:
-                offers += answer
-        if errors and not offers:
-            first = errors[0]
-            if isinstance(first, ProviderError):
-                raise to_application_error(first)  # Temporal retries what is worth retrying
-            raise first
-        return PlanResult(offers=rank_offers(offers, inp.query), failures=failures)
+        def source(target: CloudTarget) -> Source:
+            async def adapter() -> CloudProvider:
+                return await self.deps.provider(target)
+            with provider_errors():
+                caps = registry.capabilities(target.cloud)
+            return Source(connection_id=target.connection_id, cloud=target.cloud, capabilities=caps,
+                          adapter=adapter)
+
+        answer = await heartbeating(
+            gather_offers([source(t) for t in inp.targets], inp.query, timeout_s=PLAN_TIMEOUT_S), 1.0,
+            "planning")
+        failures = [f"{a.cloud} ({a.connection_id}): {a.reason}" for a in answer.clouds
+                    if a.status != "answered"]
+        unanswered = [a for a in answer.clouds if a.status in ("failed", "timeout")]
+        if not answer.offers and unanswered:
+            # Nothing to plan from: Temporal retries the planning while asking again may help (a
+            # timeout, a 5xx); refused credentials or a bad request stop it with the reason.
+            retry = any(a.status == "timeout" or a.retryable for a in unanswered)
+            raise ApplicationError("no cloud answered with offers: " + "; ".join(failures),
+                                   type=ErrorKind.TRANSIENT if retry else unanswered[0].error,
+                                   non_retryable=not retry)
+        return PlanResult(offers=answer.offers, failures=failures)
 
     @activity.defn(name=acts.PLAN_OFFERS.name)
     async def plan_offers(self, inp: LegacyPlanInput) -> list[Offer]:

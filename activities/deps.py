@@ -5,7 +5,6 @@ TerminateWorkflow) a Temporal client."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,11 +46,7 @@ class ProviderCache:
 
     @staticmethod
     def fingerprint(row: Connection) -> str:
-        h = hashlib.sha256(row.provider.encode())
-        for part in (row.secret, (row.endpoint or "").encode(), (row.ca_bundle or "").encode()):
-            h.update(len(part).to_bytes(8, "big"))
-            h.update(part)
-        return h.hexdigest()
+        return repo.fingerprint(row)
 
     def get(self, row: Connection, build: Callable[[Connection], CloudProvider]) -> CloudProvider:
         """The cached adapter for `row`, or a new one from `build(row)` when none or stale.

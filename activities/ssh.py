@@ -51,6 +51,15 @@ def parse_nvidia_smi(text: str) -> list[GpuInfo]:
     return gpus
 
 
+def authorize_keys_command(keys: list[str]) -> str:
+    """A shell command adding each of `keys` to the login user's authorized_keys once (a retry adds
+    nothing twice). Each key is an OpenSSH line the API re-serialised from a parsed key, and is
+    still passed quoted, never spliced into the command."""
+    lines = [f"{{ grep -qxF {shlex.quote(k.strip())} ~/.ssh/authorized_keys 2>/dev/null || "
+             f"printf '%s\\n' {shlex.quote(k.strip())} >> ~/.ssh/authorized_keys; }}" for k in keys]
+    return " && ".join(["umask 077", "mkdir -p ~/.ssh", *lines])
+
+
 class SshActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
@@ -70,13 +79,15 @@ class SshActivities:
 
     @activity.defn(name=acts.WAIT_SSH.name)
     async def wait_ssh(self, t: SshTarget) -> None:
-        """Return once a login with the installation's key runs a command."""
+        """Return once a login with the installation's key runs a command — and, where the cloud
+        leaves the user's keys to gpuprov (`t.authorize_keys`), has added them."""
         await self.deps.write_marks(t)
+        command = authorize_keys_command(t.authorize_keys) if t.authorize_keys else "true"
         while True:
             try:
                 # bounded, and heartbeating meanwhile: a slow handshake on a loaded host is not a dead worker
                 async with asyncio.timeout(30):
-                    result = await heartbeating(self._run(t, "true"), 1.0, "waiting for ssh")
+                    result = await heartbeating(self._run(t, command), 1.0, "waiting for ssh")
                 if result.exit_status == 0:
                     return
             except (OSError, asyncssh.Error, TimeoutError):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from functools import partial
 
 from fastapi import Depends, FastAPI
@@ -18,7 +20,13 @@ API_PREFIX = "/api/compute"
 
 
 def create_app(deps: AppDeps) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await deps.market.aclose()  # the offers page's adapters and their HTTP pools
+
     app = FastAPI(
+        lifespan=lifespan,
         title="gpuprov",
         version="0.2.0",
         description="GPU provisioning across clouds on Temporal workflows. "

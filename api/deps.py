@@ -7,7 +7,7 @@ import asyncio
 import hmac
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, Protocol, TypeVar
@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlmodel import Session
 
+from api.market import Market
 from api.schemas import PROJECT_PATTERN
 from settings import home_value
 from store import repo
@@ -173,6 +174,9 @@ class AppDeps:
     # URL prefixes a connection's endpoint may use besides its cloud's documented hosts
     # (GPUPROV_ALLOWED_ENDPOINTS; providers/endpoints.py).
     allowed_endpoints: tuple[str, ...] = ()
+    # The cross-cloud offers page: each connection's adapter, built once per API process (its HTTP
+    # pool and TLS context reused), and a short cache of each connection's answer.
+    market: Market = field(default_factory=lambda: Market())
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:
@@ -200,6 +204,7 @@ def deps_from_settings() -> AppDeps:
         codec_cors_origins=tuple(o.strip() for o in s.codec_cors_origins.split(",") if o.strip()),
         codec_session_ttl_s=s.codec_session_ttl_s,
         allowed_endpoints=s.allowed_endpoint_prefixes(),
+        market=Market(ttl_s=s.offers_cache_ttl_s, timeout_s=s.offers_timeout_s),
     )
 
 

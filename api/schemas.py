@@ -274,6 +274,7 @@ class OfferOut(BaseModel):
     price_per_hour: float  # USD
     spot: bool
     available: bool
+    connection_id: str | None = None  # the connection that offered it (cross-cloud offers)
 
     @classmethod
     def of(cls, offer: Offer) -> OfferOut:
@@ -281,7 +282,8 @@ class OfferOut(BaseModel):
         return cls(provider=offer.provider, instance_type=offer.instance_type,
                    gpu=GpuOut(name=gpu.name, count=gpu.count, memory_gib=gpu.memory_gib) if gpu else None,
                    vcpus=offer.vcpus, memory_gib=offer.memory_gib, region=offer.region, zone=offer.zone,
-                   price_per_hour=offer.price_per_hour, spot=offer.spot, available=offer.available)
+                   price_per_hour=offer.price_per_hour, spot=offer.spot, available=offer.available,
+                   connection_id=offer.connection_id)
 
 
 # --------------------------------------------------------------------------- instances

@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import sys
 
-from bench import memory, overhead, throughput
+from bench import memory, offers, overhead, throughput
 from bench.harness import OVERHEAD_CLOUDS, bench_stack
 
 
@@ -33,6 +33,11 @@ async def main(args: argparse.Namespace) -> None:
             per_call = f"{o['latency_s'] * 1000:.0f} ms per call, boot {args.boot_delay}s"
             print(f"(a) orchestration overhead on {cloud}, {per_call}: "
                   f"workflow {o['workflow_s']:.3f}s / direct {o['direct_s']:.3f}s = {o['ratio']:.2f}x")
+        x = await offers.run(b, latency_s=args.latency, rounds=args.rounds)
+        failed = f"; no answer from {', '.join(x['failed'])}" if x["failed"] else ""
+        print(f"(e) cross-cloud offers, {len(x['clouds'])} clouds, {args.latency * 1000:.0f} ms per call: "
+              f"cold {x['cold_s']:.3f}s / slowest cloud alone {x['slowest_s']:.3f}s = {x['ratio']:.2f}x "
+              f"(goal <= 1.2); warm (cached) p50 {x['warm_p50_ms']:.2f} ms{failed}")
         t = await throughput.run(b, concurrency=args.concurrency)
         print(f"(b) throughput, {t['concurrency']} concurrent: {t['allocations_per_s']:.1f} allocations/s / "
               f"{t['bare_workflows_per_s']:.1f} bare workflows/s ({t['activities_per_allocation']} trivial "

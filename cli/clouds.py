@@ -2,33 +2,61 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from cli.client import Api
+from cli.client import PAGE_LIMIT, Api
 from cli.instances import cloud_help
 from cli.output import gpu_label, money, table
 
 
 def offers(
-    cloud: Annotated[str, typer.Option("--cloud", help=cloud_help())],
+    cloud: Annotated[str | None, typer.Option(
+        "--cloud", help=cloud_help() + " (default: every connected cloud)")] = None,
     gpu: Annotated[str | None, typer.Option()] = None,
+    gpu_count: Annotated[int | None, typer.Option("--gpu-count", min=1)] = None,
     region: Annotated[str | None, typer.Option()] = None,
     spot: Annotated[bool | None, typer.Option("--spot/--on-demand",
                                               help="only spot / only on-demand")] = None,
 ) -> None:
-    """Live offers of a connected cloud, cheapest first."""
-    params = {k: v for k, v in {"gpu": gpu, "region": region, "spot": spot}.items() if v is not None}
-    found = Api().items(f"/backends/{cloud}/offers", params)
-    if not found:
+    """Live offers, cheapest first: of every connected cloud at once, or of one (--cloud)."""
+    params = {k: v for k, v in {"gpu": gpu, "gpu_count": gpu_count, "region": region,
+                                "spot": spot}.items() if v is not None}
+    if cloud is not None:
+        found, answers = Api().items(f"/backends/{cloud}/offers", params), list[dict[str, Any]]()
+    else:
+        found, answers = _all_offers(params)
+    if found:
+        rows = [[o["provider"], o["instance_type"], gpu_label(o.get("gpu")), str(o["vcpus"]),
+                 f"{o['memory_gib']:g}GB",
+                 o.get("zone") or o["region"],  # a zone (us-central1-a) names its region too
+                 money(o["price_per_hour"]), "spot" if o["spot"] else "",
+                 "" if o["available"] else "no"] for o in found]
+        table(rows, ["CLOUD", "TYPE", "GPU", "VCPUS", "RAM", "REGION", "PRICE", "SPOT", "AVAIL"])
+    else:
         typer.echo("no matching offers")
-        return
-    rows = [[o["instance_type"], gpu_label(o.get("gpu")), str(o["vcpus"]), f"{o['memory_gib']:g}GB",
-             o.get("zone") or o["region"],  # a zone (us-central1-a) names its region too
-             money(o["price_per_hour"]), "spot" if o["spot"] else "",
-             "" if o["available"] else "no"] for o in found]
-    table(rows, ["TYPE", "GPU", "VCPUS", "RAM", "REGION", "PRICE", "SPOT", "AVAIL"])
+    for a in answers:  # which clouds answered, which did not and why
+        said = {"answered": f"{a['offers']} offers" + (" (cached)" if a["cached"] else ""),
+                "failed": f"failed: {a['reason']}", "timeout": f"no answer: {a['reason']}",
+                "skipped": f"skipped: {a['reason']}"}[a["status"]]
+        note = f" — {a['reason']}" if a["status"] == "answered" and a.get("reason") else ""
+        typer.echo(f"  {a['cloud']} ({a['connection_id']}): {said}{note}", err=True)
+
+
+def _all_offers(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every page of the cross-cloud offers, and the clouds' answers (the first page's: the answer
+    is computed once and paged)."""
+    api, query = Api(), {**params, "limit": PAGE_LIMIT}
+    items: list[dict[str, Any]] = []
+    answers: list[dict[str, Any]] | None = None
+    while True:
+        page = api.call("GET", "/offers", params=query)
+        items += page["items"]
+        answers = answers if answers is not None else page["clouds"]
+        if not page.get("next_cursor"):
+            return items, answers
+        query["cursor"] = page["next_cursor"]
 
 
 def clouds() -> None:

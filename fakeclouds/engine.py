@@ -428,6 +428,22 @@ class Engine:
         self.save()
         return {**entry, "private_key": private} if private else dict(entry)
 
+    def authorize_key(self, facade: str, machine_id: str, public_key: str) -> Machine:
+        """Let `public_key` log in to a machine that is not gone, at once and after restarts (clouds
+        that attach keys to an existing instance: Vast.ai's per-instance SSH keys)."""
+        m = self.get(facade, machine_id)
+        try:
+            parsed = parse_public_key(public_key)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from exc
+        if public_key.strip() not in m.public_keys:
+            m.public_keys.append(public_key.strip())
+            server = self._ssh.get(m.id)
+            if server is not None:  # running: its SSH server takes the key for new logins
+                server.keys.add(parsed.public_data)
+            self.save()
+        return m
+
     def delete_ssh_key(self, facade: str, key_id: str) -> None:
         if self.ssh_keys[facade].pop(key_id, None) is None:
             raise NotFound(f"no SSH key {key_id!r}")

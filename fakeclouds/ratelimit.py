@@ -76,6 +76,19 @@ class RateLimiter:
         for hits in counted:
             hits.append(now)
 
+    def usage(self, facade: str, limits: Sequence[Limit], index: int, identity: dict[str, str],
+              now: float | None = None) -> tuple[int, float]:
+        """(calls counted in window `index` of `limits` for `identity`, seconds until the oldest of
+        them leaves it; 0 when none): for clouds that report their limits in response headers."""
+        limit = limits[index]
+        hits = self._hits.get((facade, index, identity.get(limit.by, "")))
+        if not hits or self.time_scale <= 0:
+            return 0, 0.0
+        now = time.monotonic() if now is None else now
+        window = limit.per_s * self.time_scale
+        live = [t for t in hits if t > now - window]
+        return len(live), (live[0] + window - now) if live else 0.0
+
     def reset(self) -> None:
         self._hits.clear()
         self._blocked.clear()

@@ -47,10 +47,26 @@ def _set_winsize(fd: int, cols: int, rows: int) -> None:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows or 24, cols or 80, 0, 0))
 
 
+def authorized_keys_file(home: Path) -> set[bytes]:
+    """The keys in home/.ssh/authorized_keys, read at each login as sshd does (what a cloud-init
+    part, a startup script or gpuprov itself wrote there after launch); bad lines are skipped."""
+    try:
+        text = (home / ".ssh" / "authorized_keys").read_text(errors="replace")
+    except OSError:
+        return set()
+    found = set()
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            if line.strip() and not line.lstrip().startswith("#"):
+                found.add(parse_public_key(line).public_data)
+    return found
+
+
 class _Auth(asyncssh.SSHServer):
-    def __init__(self, user: str, keys: set[bytes]) -> None:
+    def __init__(self, user: str, keys: set[bytes], home: Path) -> None:
         self._user = user
         self._keys = keys
+        self._home = home
 
     def begin_auth(self, username: str) -> bool:
         return True  # always require authentication
@@ -62,7 +78,8 @@ class _Auth(asyncssh.SSHServer):
         return True
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        return username == self._user and key.public_data in self._keys
+        return username == self._user and (key.public_data in self._keys
+                                           or key.public_data in authorized_keys_file(self._home))
 
     def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
         return True  # allow `ssh -L` (hosts are required to allow TCP forwarding)
@@ -86,7 +103,7 @@ class MachineSSH:
     async def start(self, host: str, port: int = 0) -> int:
         """Listen on host:port; returns the port. OSError (e.g. EADDRINUSE, EACCES) when it cannot."""
         self._server = await asyncssh.create_server(
-            lambda: _Auth(self.user, self.keys), host, port,
+            lambda: _Auth(self.user, self.keys, self.home), host, port,
             server_host_keys=[self.host_key], process_factory=self._handle, encoding=None,
             sftp_factory=self._sftp, allow_scp=True, line_editor=False,  # bash's own PTY handles echo
             keepalive_interval=0, login_timeout=30,

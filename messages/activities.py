@@ -112,6 +112,9 @@ class SshTarget(Marked):
     port: int = 22
     user: str = "root"
     poll_interval_s: float = 2.0
+    # Public keys WAIT_SSH adds to the login user's authorized_keys once it gets in (clouds whose
+    # Capabilities.user_keys is "ssh"); parsed, re-serialised OpenSSH lines.
+    authorize_keys: list[str] = Field(default_factory=list)
 
 
 class TerminateInput(Marked):

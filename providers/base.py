@@ -266,6 +266,10 @@ class Capabilities(BaseModel):
     custom_image: bool = False
     login_user: str = "root"
     side_resources: list[str] = Field(default_factory=list)  # per-machine resources terminate removes
+    # Who puts the user's SSH keys on the machine: the cloud at launch ("cloud"), or gpuprov over SSH
+    # with its own key once the machine answers ("ssh": clouds that install only account-level keys,
+    # where registering a user's key would open every machine of the account to it).
+    user_keys: Literal["cloud", "ssh"] = "cloud"
     regions: list[str] = Field(default_factory=list)  # empty: any region the cloud names
     region_required: bool = False  # planning across clouds skips it (with a note) when none is given
     # Where planning looks when no --region is given (the seed's "Default when none given"): empty

@@ -40,6 +40,15 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("aws", "providers.aws:AwsProvider", "fakeclouds.aws_api"),
     CloudEntry("gcp", "providers.gcp:GcpProvider", "fakeclouds.gcp_api"),
     CloudEntry("azure", "providers.azure:AzureProvider", "fakeclouds.azure_api"),
+    CloudEntry("runpod", "providers.runpod:RunPodProvider", "fakeclouds.runpod_api"),
+    CloudEntry("massedcompute", "providers.massedcompute:MassedComputeProvider",
+               "fakeclouds.massedcompute_api"),
+    CloudEntry("hyperstack", "providers.hyperstack:HyperstackProvider", "fakeclouds.hyperstack_api"),
+    CloudEntry("vastai", "providers.vastai:VastAIProvider", "fakeclouds.vastai_api"),
+    CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider",
+               "fakeclouds.primeintellect_api"),
+    CloudEntry("verda", "providers.verda:VerdaProvider", "fakeclouds.verda_api"),
+    CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider", "fakeclouds.digitalocean_api"),
 )
 
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.

@@ -74,6 +74,17 @@ def credentials_of(box: SecretBox, connection: Connection) -> dict[str, Any]:
     return box.open(connection.secret)
 
 
+def fingerprint(connection: Connection) -> str:
+    """A digest of what an adapter is built from (cloud, sealed credentials, endpoint, CA): it
+    changes when the connection is re-keyed or re-pointed, so caches of the old one are dropped."""
+    h = hashlib.sha256(connection.provider.encode())
+    endpoint, ca_bundle = connection.endpoint or "", connection.ca_bundle or ""
+    for part in (connection.secret, endpoint.encode(), ca_bundle.encode()):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
 def list_connections(session: Session) -> Sequence[Connection]:
     return session.exec(select(Connection).order_by(col(Connection.created_at), col(Connection.id))).all()
 

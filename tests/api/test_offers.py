@@ -38,3 +38,37 @@ async def test_provider_errors_map_to_http_with_the_reason(client: httpx.AsyncCl
     FakeCloud.FAIL = AuthError("key revoked")
     r = await client.get(URL)
     assert r.status_code == 409 and "key revoked" in r.json()["detail"]
+
+
+ALL = "/api/compute/offers"
+
+
+async def test_cross_cloud_offers_need_a_connection(client: httpx.AsyncClient) -> None:
+    r = await client.get(ALL)
+    assert r.status_code == 409 and "no cloud connected" in r.json()["detail"]
+
+
+async def test_cross_cloud_offers_name_their_connection_and_every_clouds_answer(
+        client: httpx.AsyncClient) -> None:
+    conn = await connect_fake(client)
+    r = await client.get(ALL, params={"gpu": "h100"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [(o["provider"], o["instance_type"], o["connection_id"]) for o in body["items"]] == [
+        ("fakecloud", "gpu.h100", conn["id"])]
+    assert body["clouds"] == [{"cloud": "fakecloud", "connection_id": conn["id"], "status": "answered",
+                               "offers": 1, "reason": None, "error": None, "retryable": None, "cached": False,
+                               "seconds": body["clouds"][0]["seconds"]}]
+    # Within the cache's lifetime the same connection is not asked again, whatever the GPU filter.
+    FakeCloud.FAIL = Transient("would fail if asked")
+    again = (await client.get(ALL)).json()
+    assert again["clouds"][0]["cached"] and len(again["items"]) == 2
+
+
+async def test_a_failing_cloud_is_an_answer_not_an_error(client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    FakeCloud.FAIL = AuthError("key revoked")
+    r = await client.get(ALL)
+    assert r.status_code == 200
+    assert r.json()["items"] == []
+    assert r.json()["clouds"][0]["status"] == "failed" and "key revoked" in r.json()["clouds"][0]["reason"]

@@ -203,3 +203,24 @@ async def test_cloud_init_keys_in_lambda_user_data_can_log_in(lam: httpx.AsyncCl
 async def test_invalid_cloud_config_is_refused_at_launch(lam: httpx.AsyncClient, pubkey: str) -> None:
     r = await launch_lambda(lam, pubkey, user_data="#cloud-config\nssh_authorized_keys: [unclosed\n")
     assert r.status_code == 400 and r.json()["error"]["code"] == "global/invalid-parameters"
+
+
+async def test_keys_added_to_authorized_keys_log_in_as_with_sshd(
+        local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey, pubkey: str) -> None:
+    """What gpuprov's WAIT_SSH (activities/ssh.py authorize_keys_command) writes, run on the machine
+    itself, lets the user's key in; running it twice adds nothing; a key comment full of shell stays text."""
+    from activities.ssh import authorize_keys_command
+
+    m = await _local_machine(local, pubkey)
+    user = asyncssh.generate_private_key("ssh-ed25519", comment="me; touch pwned $(id)")
+    line = user.export_public_key().decode().strip()
+    with pytest.raises(asyncssh.PermissionDenied):
+        async with _connect(m["ssh_port"], user):
+            pass
+    async with _connect(m["ssh_port"], ssh_key) as conn:
+        for _ in range(2):
+            assert (await conn.run(authorize_keys_command([line]))).exit_status == 0
+        listed = (await conn.run("cat ~/.ssh/authorized_keys; ls")).stdout
+    assert listed.count(line) == 1 and "pwned" not in listed.replace(line, "")
+    async with _connect(m["ssh_port"], user) as conn:
+        assert (await conn.run("true")).exit_status == 0

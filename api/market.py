@@ -1,0 +1,82 @@
+"""The API process's side of the cross-cloud offers page (providers/market.py does the asking):
+one adapter per connection, built on first use and kept while the connection is unchanged (its
+HTTP pool and TLS context serve every later request), and the short per-connection offers cache."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from providers import registry
+from providers.base import (
+    Capabilities,
+    CloudProvider,
+    ConnectionOptions,
+    InvalidRequest,
+    OfferQuery,
+    ProviderError,
+)
+from providers.market import DEFAULT_TIMEOUT_S, DEFAULT_TTL_S, MarketAnswer, OfferCache, Source, gather_offers
+from store import repo
+from store.models import Connection
+from store.secrets import SecretBox, SecretError
+
+
+@dataclass
+class Market:
+    ttl_s: float = DEFAULT_TTL_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    cache: OfferCache = field(init=False)
+    _adapters: dict[str, tuple[str, CloudProvider]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.cache = OfferCache(ttl_s=self.ttl_s)
+
+    def adapter(self, conn: Connection, box: SecretBox, *, installation_id: str,
+                allowed_endpoints: Collection[str]) -> CloudProvider:
+        """The connection's adapter, rebuilt when its credentials or options changed. Raises
+        InvalidRequest when its secret cannot be opened or its cloud refuses the stored settings."""
+        fp = repo.fingerprint(conn)
+        cached = self._adapters.get(conn.id)
+        if cached is not None and cached[0] == fp:
+            return cached[1]
+        try:
+            credentials = repo.credentials_of(box, conn)
+        except SecretError as e:
+            raise InvalidRequest(f"connection {conn.id}: {e}") from None
+        adapter = registry.build(conn.provider, credentials,
+                                 options=ConnectionOptions(endpoint=conn.endpoint, ca_bundle=conn.ca_bundle),
+                                 installation_id=installation_id, allowed_endpoints=allowed_endpoints)
+        self._adapters[conn.id] = (fp, adapter)
+        # The one it replaces may serve a request in flight: it is dropped, not closed (its pool
+        # closes when collected).
+        return adapter
+
+    def sources(self, conns: Sequence[Connection], box: SecretBox, *, installation_id: str,
+                allowed_endpoints: Collection[str]) -> list[Source]:
+        def make(conn: Connection) -> Source:
+            async def adapter() -> CloudProvider:
+                return self.adapter(conn, box, installation_id=installation_id,
+                                    allowed_endpoints=allowed_endpoints)
+            try:
+                caps = registry.capabilities(conn.provider)
+            except (ProviderError, ImportError) as e:  # its adapter cannot load in this installation
+                reason = e.message if isinstance(e, ProviderError) else f"its adapter cannot load ({e})"
+
+                async def unavailable() -> CloudProvider:
+                    raise InvalidRequest(reason)
+                return Source(connection_id=conn.id, cloud=conn.provider,
+                              capabilities=Capabilities(display_name=conn.provider), adapter=unavailable)
+            return Source(connection_id=conn.id, cloud=conn.provider, capabilities=caps, adapter=adapter,
+                          fingerprint=repo.fingerprint(conn))
+        return [make(c) for c in conns]
+
+    async def offers(self, sources: Sequence[Source], query: OfferQuery) -> MarketAnswer:
+        return await gather_offers(sources, query, timeout_s=self.timeout_s,
+                                   cache=self.cache if self.ttl_s > 0 else None)
+
+    async def aclose(self) -> None:
+        adapters = [a for _, a in self._adapters.values()]
+        self._adapters.clear()
+        for adapter in adapters:
+            await adapter.aclose()

@@ -1,0 +1,195 @@
+"""Offers of many clouds at once: the cross-cloud offers page and allocation planning both ask every
+connection concurrently, each within its own timeout, and merge the answers cheapest first with a
+line per connection saying what it did (answered, failed and why, timed out, skipped).
+
+A slow or failing cloud never holds the others back: the whole answer takes at most the slowest
+answering cloud's time, and never more than `timeout_s` plus scheduling. `OfferCache` keeps each
+connection's answer for a short time (the page is refreshed often; a cloud's stock is not polled
+per keystroke); "cold" means that cache is empty. Planning asks live (no cache): an allocation
+plans from what can be launched now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel
+
+from providers.base import Capabilities, CloudProvider, Offer, OfferQuery, ProviderError, rank_offers
+from providers.rest import clean
+
+DEFAULT_TIMEOUT_S = 15.0
+DEFAULT_TTL_S = 30.0
+
+AnswerStatus = Literal["answered", "failed", "timeout", "skipped"]
+
+
+class CloudAnswer(BaseModel):
+    """What one connection said."""
+
+    cloud: str
+    connection_id: str
+    status: AnswerStatus
+    offers: int = 0  # how many of the merged offers came from it
+    reason: str | None = None  # why it failed or was skipped; the regions searched when defaulted
+    error: str | None = None  # the error's kind when it failed (CapacityError, AuthError, ...)
+    retryable: bool | None = None  # when it failed: whether asking again may help
+    cached: bool = False
+    seconds: float = 0.0  # time spent waiting for it (0 when cached or skipped)
+
+
+class MarketAnswer(BaseModel):
+    offers: list[Offer]
+    clouds: list[CloudAnswer]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One connection to ask. `fingerprint` changes when its credentials or options change, so a
+    cached answer of the old account is never served for the new one."""
+
+    connection_id: str
+    cloud: str
+    capabilities: Capabilities
+    adapter: Callable[[], Awaitable[CloudProvider]]
+    fingerprint: str = ""
+
+
+def adapter_query(query: OfferQuery) -> OfferQuery:
+    """What an adapter is asked: the query without its GPU filters, which are applied to the merged
+    answer instead — one cached answer per connection serves every GPU the page filters on."""
+    return query.model_copy(update={"gpu": None, "gpu_count": None})
+
+
+def skip_reason(caps: Capabilities, query: OfferQuery) -> str | None:
+    """Why a cloud is not asked at all for `query`, or None."""
+    if caps.region_required and query.region is None:
+        return f"{caps.display_name} needs a region (--region)"
+    if query.region is not None and caps.regions and query.region not in caps.regions:
+        return f"{caps.display_name} has no region {query.region!r}"
+    if query.spot is True and not caps.spot:
+        return f"{caps.display_name} sells no spot instances"
+    return None
+
+
+def in_default_regions(offers: list[Offer], caps: Capabilities, query: OfferQuery) -> list[Offer]:
+    """Without a --region, a cloud is searched in its default regions only (the seed's "Default
+    when none given"); with one, anywhere it names."""
+    if query.region is not None or not caps.default_regions:
+        return offers
+    return [o for o in offers if o.region in caps.default_regions]
+
+
+@dataclass
+class OfferCache:
+    """Per-connection answers, kept `ttl_s` seconds. Concurrent cold requests for one connection
+    share one call to its cloud (no stampede when the page and a planner ask at once)."""
+
+    ttl_s: float = DEFAULT_TTL_S
+    clock: Callable[[], float] = time.monotonic
+    _entries: dict[tuple[str, str, str], tuple[float, list[Offer]]] = field(default_factory=dict)
+    _inflight: dict[tuple[str, str, str], asyncio.Future[list[Offer]]] = field(default_factory=dict)
+
+    @staticmethod
+    def key(source: Source, query: OfferQuery) -> tuple[str, str, str]:
+        return source.connection_id, source.fingerprint, query.model_dump_json()
+
+    def fresh(self, key: tuple[str, str, str]) -> list[Offer] | None:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] <= self.clock():
+            self._entries.pop(key, None)
+            return None
+        return entry[1]
+
+    async def get_or_fetch(self, key: tuple[str, str, str],
+                           fetch: Callable[[], Awaitable[list[Offer]]]) -> tuple[list[Offer], bool]:
+        """(offers, whether they came from the cache)."""
+        cached = self.fresh(key)
+        if cached is not None:
+            return cached, True
+        pending = self._inflight.get(key)
+        if pending is not None:
+            await asyncio.wait({pending})  # never raises what the shared call raised
+            if not pending.cancelled():
+                return pending.result(), False  # its answer, or its error
+            # the caller that made the shared call gave up on it: make our own
+        future: asyncio.Future[list[Offer]] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            offers = await fetch()
+        except asyncio.CancelledError:
+            future.cancel()  # its caller gave up (a timeout): those sharing the call see it cancelled
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            raise
+        else:
+            self._entries[key] = (self.clock() + self.ttl_s, offers)
+            future.set_result(offers)
+            return offers, False
+        finally:
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+async def _ask(source: Source, query: OfferQuery, timeout_s: float,
+               cache: OfferCache | None) -> tuple[list[Offer], CloudAnswer]:
+    answer = CloudAnswer(cloud=source.cloud, connection_id=source.connection_id, status="answered")
+    why = skip_reason(source.capabilities, query)
+    if why is not None:
+        answer.status, answer.reason = "skipped", why
+        return [], answer
+    asked = adapter_query(query)
+
+    async def fetch() -> list[Offer]:
+        adapter = await source.adapter()
+        return await adapter.offers(asked)
+
+    started = time.monotonic()
+    try:
+        if cache is None:
+            offers, answer.cached = await asyncio.wait_for(fetch(), timeout_s), False
+        else:
+            shared = cache.get_or_fetch(cache.key(source, asked), fetch)
+            offers, answer.cached = await asyncio.wait_for(shared, timeout_s)
+    except TimeoutError:
+        answer.status, answer.reason = "timeout", f"no answer within {timeout_s:g} s"
+        return [], answer
+    except ProviderError as e:
+        answer.status, answer.reason, answer.error = "failed", e.message, e.kind
+        answer.retryable = e.retryable
+        return [], answer
+    except Exception as e:  # noqa: BLE001 — building the adapter (a sealed secret, a missing row)
+        # Reported like a cloud's failure; the planner decides from `retryable` what to do.
+        answer.status, answer.reason, answer.error = "failed", clean(e), type(e).__name__
+        answer.retryable = not getattr(e, "non_retryable", False)
+        return [], answer
+    finally:
+        answer.seconds = 0.0 if answer.cached else round(time.monotonic() - started, 3)
+    caps = source.capabilities
+    offers = in_default_regions(offers, caps, query)
+    if query.region is None and caps.default_regions:
+        answer.reason = f"default regions {', '.join(caps.default_regions)} (pass a region for others)"
+    tagged = [o.model_copy(update={"connection_id": source.connection_id}) for o in offers]
+    return tagged, answer
+
+
+async def gather_offers(sources: Sequence[Source], query: OfferQuery, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                        cache: OfferCache | None = None) -> MarketAnswer:
+    """Every source's offers matching `query`, cheapest first, and one CloudAnswer per source (in
+    the order given). Raises nothing a cloud does: failures are answers."""
+    results = await asyncio.gather(*(_ask(s, query, timeout_s, cache) for s in sources))
+    merged = rank_offers([o for offers, _ in results for o in offers], query)
+    counts: dict[str, int] = {}
+    for o in merged:
+        counts[o.connection_id or ""] = counts.get(o.connection_id or "", 0) + 1
+    answers = [a.model_copy(update={"offers": counts.get(a.connection_id, 0)}) for _, a in results]
+    return MarketAnswer(offers=merged, clouds=answers)
