@@ -32,8 +32,19 @@ def test_offers_table() -> None:
     r = runner.invoke(app, ["offers", "--cloud", "fakecloud", "--gpu", "a10"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0].split() == ["TYPE", "GPU", "VCPUS", "RAM", "REGION", "PRICE", "SPOT", "AVAIL"]
+    assert lines[0].split() == ["CLOUD", "TYPE", "GPU", "VCPUS", "RAM", "REGION", "PRICE", "SPOT", "AVAIL"]
     assert "gpu.a10" in lines[1] and "1x A10" in lines[1] and "$0.75/h" in lines[1] and len(lines) == 2
+
+
+def test_offers_without_a_cloud_asks_every_connected_cloud_and_says_what_each_answered() -> None:
+    r = runner.invoke(app, ["offers"])
+    assert r.exit_code == 1 and "no cloud connected" in r.output
+    _connect()
+    r = runner.invoke(app, ["offers", "--gpu", "h100"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split()[:2] == ["CLOUD", "TYPE"] and lines[1].split()[:2] == ["fakecloud", "gpu.h100"]
+    assert any(line.strip().startswith("fakecloud (") and "offers" in line for line in lines[2:]), r.output
 
 
 def test_up_follows_to_ready_and_prints_attempts_and_ssh(key_file: Path) -> None:

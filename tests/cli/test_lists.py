@@ -60,7 +60,7 @@ def test_offers_reads_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FakeCloud, "OFFERS", [*FakeCloud.OFFERS, *extra])
     r = runner.invoke(app, ["offers", "--cloud", "fakecloud"])
     assert r.exit_code == 0, r.output
-    assert [line.split()[0] for line in r.output.splitlines()[1:]] == [
+    assert [line.split()[1] for line in r.output.splitlines()[1:]] == [
         "gpu.t0", "gpu.t1", "gpu.t2", "gpu.a10", "gpu.h100"]
 
 

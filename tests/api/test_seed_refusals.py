@@ -1,0 +1,49 @@
+"""Every combination the clouds page's capability table marks unsupported is refused with the
+cloud's own reason before any workflow starts; every supported one is accepted (202). The table
+is tests/test_seed_capabilities.py's SEED."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from providers import registry
+from store import repo
+from store.secrets import SecretBox
+from tests.api.conftest import FakeWorkflows
+from tests.test_seed_capabilities import SEED
+
+# The user's asks the table has a column for, as the API takes them.
+ASKS: dict[str, dict[str, Any]] = {"port": {"ports": [8080]}, "spot": {"spot": True},
+                                   "image": {"image": "ubuntu-22.04"}}
+
+
+@pytest.mark.parametrize("cloud", sorted(SEED))
+async def test_unsupported_asks_are_refused_before_a_workflow_and_supported_ones_start(
+        cloud: str, client: httpx.AsyncClient, engine: sa.Engine, box: SecretBox, workflows: FakeWorkflows,
+        ssh_key: str) -> None:
+    caps, row = registry.capabilities(cloud), SEED[cloud]
+    with Session(engine) as session:  # a stored connection: refusals come before the cloud is asked
+        repo.add_connection(session, box, provider=cloud, name=cloud,
+                            credentials=registry.simulation(cloud).credentials("token-of-the-test"))
+    base: dict[str, Any] = {"cloud": cloud, "ssh_public_keys": [ssh_key]}
+    if caps.region_required:
+        base["region"] = caps.regions[0]
+    for ask, fields in ASKS.items():
+        started = len(workflows.starts)
+        r = await client.post("/api/compute/instances", json={**base, **fields})
+        if getattr(row, ask):
+            assert r.status_code == 202, (ask, r.text)
+            assert len(workflows.starts) == started + 1
+        else:
+            assert r.status_code == 422, (ask, r.text)
+            why = caps.ports_reason if ask == "port" else caps.display_name  # the cloud's own words
+            assert why and why in r.json()["detail"], (ask, r.text)
+            assert len(workflows.starts) == started, "refused before any workflow"
+    # k3s is on by default everywhere: a cloud that cannot host it still allocates (k3s skipped).
+    r = await client.post("/api/compute/instances", json={**base, "k3s": True})
+    assert r.status_code == 202, r.text

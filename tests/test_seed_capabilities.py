@@ -1,0 +1,64 @@
+"""Each cloud declares the clouds page's capability row exactly (../shared/seeds: "Capabilities",
+"At a glance"): the row is the specification, so it is written out here once more, by hand, and
+compared with what each adapter declares. Vast.ai has no row there: it gets RunPod's, plus --spot
+(an interruptible bid)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+
+from providers import registry
+
+
+class Row(NamedTuple):
+    k3s: str  # "cloud-init" (at boot: cloud-init or a startup script), "ssh", "none"
+    k8s_direct: bool  # "direct" (else an SSH tunnel, or no k3s at all)
+    port: bool
+    spot: bool
+    image: bool
+    login: str | None  # None: "dictated by the pod" / the user the API returns
+    side_resources: bool  # whether any per-VM side resource is listed
+
+
+SEED = {
+    "aws": Row("cloud-init", True, True, True, True, "ubuntu", True),
+    "gcp": Row("cloud-init", True, True, True, True, "ubuntu", True),
+    "massedcompute": Row("ssh", False, False, False, True, None, False),
+    "hyperstack": Row("cloud-init", True, True, True, True, "ubuntu", False),
+    "lambda": Row("cloud-init", True, True, False, True, "ubuntu", True),
+    "digitalocean": Row("cloud-init", True, True, False, True, "root", True),
+    "verda": Row("cloud-init", False, False, True, True, "root", True),
+    "primeintellect": Row("ssh", False, False, False, False, None, False),
+    "runpod": Row("none", False, False, False, True, "root", False),
+    "vastai": Row("none", False, False, True, True, "root", False),
+}
+
+
+@pytest.mark.parametrize("cloud", sorted(SEED))
+def test_the_adapter_declares_the_seed_row(cloud: str) -> None:
+    caps, row = registry.capabilities(cloud), SEED[cloud]
+    assert caps.k3s == row.k3s
+    assert caps.k8s_api == row.k8s_direct
+    assert (caps.ports, caps.spot, caps.custom_image) == (row.port, row.spot, row.image)
+    if row.login is not None:
+        assert caps.login_user == row.login
+    assert bool(caps.side_resources) == row.side_resources, caps.side_resources
+    if caps.k3s == "none":
+        assert caps.k3s_reason, "the note shown when the default k3s cluster is skipped"
+    if not caps.ports:
+        assert caps.ports_reason, "the cloud's own reason for refusing --port"
+
+
+def test_regions_and_defaults_follow_the_at_a_glance_table() -> None:
+    hyperstack = registry.capabilities("hyperstack")
+    assert hyperstack.regions == ["CANADA-1", "US-1", "NORWAY-1"]
+    assert hyperstack.default_regions == ["CANADA-1", "US-1"]
+    lam = registry.capabilities("lambda")
+    assert lam.default_regions and all(r.startswith("us-") for r in lam.default_regions)
+    do = registry.capabilities("digitalocean")
+    assert {"tor1", "nyc2", "atl1"} <= set(do.default_regions)
+    assert registry.capabilities("massedcompute").ports_reason == "Massed Compute has no firewall API"
+    for cloud in ("aws", "gcp"):
+        assert registry.capabilities(cloud).region_required
