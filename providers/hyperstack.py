@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import httpx
 import yaml
 
-from providers import cloudinit, rest
+from providers import cloudinit, naming, rest
 from providers.auth import HeaderKeyAuth
 from providers.base import (
     Capabilities,
@@ -106,15 +106,8 @@ def gpu_of(model: str) -> tuple[str, float | None]:
 
 
 def vm_name(installation_id: str, key: str) -> str:
-    """`gpuprov-<installation>-<key>`, at most 50 chars; a key too long is shortened deterministically
-    (head + hash), so the same key always yields the same name."""
-    prefix = f"gpuprov-{installation_id}-"
-    if len(prefix) + len(key) <= NAME_MAX:
-        return prefix + key
-    room = NAME_MAX - len(prefix) - 9  # "-" + 8 hex chars of hash
-    if room < 1:
-        raise InvalidRequest(f"hyperstack: installation id {installation_id!r} is too long for a VM name")
-    return f"{prefix}{key[:room]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars (providers/naming.py)."""
+    return naming.owned_name(installation_id, key, NAME_MAX, what="a Hyperstack VM name")
 
 
 def boot_user_data(extra_keys: list[str], spec: LaunchSpec) -> str | None:

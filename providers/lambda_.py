@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import httpx
 import yaml
 
-from providers import cloudinit, pacing, rest
+from providers import cloudinit, naming, pacing, rest
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -107,15 +107,8 @@ US_REGIONS = [r for r in REGIONS if r.startswith("us-")]
 
 
 def instance_name(installation_id: str, key: str) -> str:
-    """`gpuprov-<installation>-<key>`, at most 64 chars. A key too long for that is shortened
-    deterministically (head + hash), so the same key always yields the same name."""
-    prefix = f"gpuprov-{installation_id}-"
-    if len(prefix) + len(key) <= NAME_MAX:
-        return prefix + key
-    room = NAME_MAX - len(prefix) - 9  # "-" + 8 hex chars of hash
-    if room < 1:
-        raise InvalidRequest(f"lambda: installation id {installation_id!r} is too long for a Lambda name")
-    return f"{prefix}{key[:room]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars (providers/naming.py)."""
+    return naming.owned_name(installation_id, key, NAME_MAX, what="a Lambda Cloud instance name")
 
 
 def merge_user_data(extra_keys: list[str], user_data: str | None, *, k3s: bool = False) -> str | None:

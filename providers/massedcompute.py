@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 import httpx
 
-from providers import rest, ssh_keys
+from providers import naming, rest, ssh_keys
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -88,15 +88,8 @@ _ANY_ERROR = tuple(range(400, 600))
 
 
 def instance_name(installation_id: str, key: str) -> str:
-    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars; a key too long for that is shortened
-    deterministically (head + hash), so the same key always yields the same name."""
-    prefix = f"gpuprov-{installation_id}-"
-    if len(prefix) + len(key) <= NAME_MAX:
-        return prefix + key
-    room = NAME_MAX - len(prefix) - 9  # "-" + 8 hex chars of hash
-    if room < 1:
-        raise InvalidRequest(f"massedcompute: installation id {installation_id!r} is too long for a name")
-    return f"{prefix}{key[:room]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars (providers/naming.py)."""
+    return naming.owned_name(installation_id, key, NAME_MAX, what="a Massed Compute instance name")
 
 
 def _key_material(line: str) -> str:

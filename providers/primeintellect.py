@@ -20,7 +20,6 @@ recognised by its words (as SkyPilot does), 402 (payment required) is the accoun
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -29,7 +28,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from providers import rest
+from providers import naming, rest
 from providers.base import (
     AuthError,
     Capabilities,
@@ -87,16 +86,8 @@ _SSH = re.compile(r"^(?:ssh\s+)?(?:(?P<user>[^@\s]+)@)?(?P<host>[^\s@]+)(?:\s+-p
 
 
 def pod_name(installation_id: str, key: str) -> str:
-    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars: a key too long for that is shortened
-    deterministically (head + hash), so the same key always yields the same name."""
-    prefix = f"gpuprov-{installation_id}-"
-    if len(prefix) + len(key) <= NAME_MAX:
-        return prefix + key
-    room = NAME_MAX - len(prefix) - 9  # "-" + 8 hex chars of hash
-    if room < 1:
-        raise InvalidRequest(f"primeintellect: installation id {installation_id!r} is too long for a "
-                             "pod name")
-    return f"{prefix}{key[:room]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars (providers/naming.py)."""
+    return naming.owned_name(installation_id, key, NAME_MAX, what="a Prime Intellect pod name")
 
 
 @dataclass(frozen=True)

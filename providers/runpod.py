@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import SecretStr
 
-from providers import rest
+from providers import naming, rest
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -109,11 +109,8 @@ class RunPodCredentials(Credentials):
 
 
 def pod_name(installation_id: str, key: str) -> str:
-    """`gpuprov-<installation>-<key>`; shortened deterministically (head + hash) past 191 characters."""
-    name = f"gpuprov-{installation_id}-{key}"
-    if len(name) <= NAME_MAX:
-        return name
-    return f"{name[:NAME_MAX - 9]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars (providers/naming.py)."""
+    return naming.owned_name(installation_id, key, NAME_MAX, what="a RunPod pod name")
 
 
 def instance_type(gpu_id: str, count: int, cloud: str) -> str:

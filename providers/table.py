@@ -22,6 +22,9 @@ def row(cloud: str, caps: Capabilities) -> str:
     region = "required" if caps.region_required else "optional"
     if caps.regions:
         region += f": {', '.join(caps.regions[:4])}{', …' if len(caps.regions) > 4 else ''}"
+    if caps.default_regions:  # where planning looks when no --region is given
+        shown = caps.default_regions[:3]
+        region += f" (default {', '.join(shown)}{', …' if len(caps.default_regions) > 3 else ''})"
     k8s = "—" if caps.k3s == "none" else "direct" if caps.k8s_api else "SSH tunnel"
     cells = [caps.display_name, f"`{cloud}`", k3s, k8s, _yes(caps.ports), _yes(caps.spot),
              _yes(caps.custom_image), caps.login_user, region,

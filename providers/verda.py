@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import SecretStr
 
-from providers import cloudinit, rest
+from providers import cloudinit, naming, rest
 from providers.auth import OAuth2Error
 from providers.base import (
     Capabilities,
@@ -98,15 +98,8 @@ class VerdaCredentials(Credentials):
 
 
 def instance_name(installation_id: str, key: str) -> str:
-    """`gpuprov-<installation>-<key>`, at most 60 chars: a key too long for that is shortened
-    deterministically (head + hash), so the same key always yields the same name."""
-    prefix = f"gpuprov-{installation_id}-"
-    if len(prefix) + len(key) <= NAME_MAX:
-        return prefix + key
-    room = NAME_MAX - len(prefix) - 9  # "-" + 8 hex chars of hash
-    if room < 1:
-        raise InvalidRequest(f"verda: installation id {installation_id!r} is too long for a Verda hostname")
-    return f"{prefix}{key[:room]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    """`gpuprov-<installation>-<key>`, at most NAME_MAX chars (providers/naming.py)."""
+    return naming.owned_name(installation_id, key, NAME_MAX, what="a Verda hostname")
 
 
 def startup_script(key: str, *, k3s: bool, user_data: str | None) -> str:

@@ -142,7 +142,9 @@ async def test_across_clouds_capacity_everywhere_on_one_lands_on_the_next(
         tried = {(a.offer.instance_type, a.offer.region) for a in local_tries}
         assert len(tried) == len(local_tries)  # each local type/region once, none skipped wholesale
         async with simclouds.provider(sim, "lambda", installation_id=INSTALLATION) as p:
-            cheapest = (await p.offers(OfferQuery(spot=False)))[0]
+            # No region asked: Lambda is searched in its default regions (the US ones).
+            defaults = type(p).capabilities.default_regions
+            cheapest = [o for o in await p.offers(OfferQuery(spot=False)) if o.region in defaults][0]
         assert (st.offer.instance_type, st.offer.region) == (cheapest.instance_type, cheapest.region)
         assert st.attempts[-1].outcome == "created" and st.target == targets[1]
         await terminate(temporal_client, req.allocation_id)
