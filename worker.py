@@ -110,18 +110,19 @@ class GpuprovWorker(Worker):
         await asyncio.gather(super().shutdown(), *(w.shutdown() for w in self.launch_workers))
 
 
-def launch_rates(time_scale: float | None = None) -> dict[str, float]:
+def launch_rates(time_scale: float | None = None) -> dict[str, float | None]:
     """Cloud -> launches per second its launch queue is dispatched at, for every cloud that documents
-    a launch rate, scaled like the simulated clouds' windows (`GPUPROV_CLOUD_TIME_SCALE`; 0: none)."""
+    a launch rate, scaled like the simulated clouds' windows (`GPUPROV_CLOUD_TIME_SCALE`). At scale 0
+    (pacing off) the queue still has its worker, unlimited (None): the workflow sends creates there."""
     scale = pacing.time_scale() if time_scale is None else time_scale
-    rates = {}
+    rates: dict[str, float | None] = {}
     for cloud in registry.known():
         try:
             rate = registry.capabilities(cloud).launches_per_s
         except Exception:  # noqa: BLE001 — an adapter that cannot load here launches nowhere anyway
             continue
-        if rate and scale > 0:
-            rates[cloud] = rate / scale
+        if rate:
+            rates[cloud] = rate / scale if scale > 0 else None
     return rates
 
 

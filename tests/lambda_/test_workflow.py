@@ -76,3 +76,14 @@ async def test_ten_allocations_at_once_under_the_limits(temporal_client: Client,
     async with simclouds.provider(sim, "lambda", installation_id=INSTALLATION) as p:
         assert await p.list_owned() == []
     assert lambda_api.rate_limited(sim.engine) == 0
+
+
+def test_a_cloud_with_a_launch_rate_always_has_a_launch_queue_worker() -> None:
+    """The workflow sends such a cloud's creates to its launch queue whatever the pacing: with
+    pacing off (scale 0, the bench) the queue still has a worker, unlimited, or creates would wait
+    forever."""
+    from worker import launch_rates
+
+    assert launch_rates(0)["lambda"] is None
+    assert launch_rates(1.0)["lambda"] == pytest.approx(1 / 12)
+    assert launch_rates(0.5)["lambda"] == pytest.approx(1 / 6)
