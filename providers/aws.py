@@ -151,6 +151,7 @@ class AwsProvider(SdkCloudProvider):
     request_timeout_s: ClassVar[float] = 30.0
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="AWS EC2",
+        tagline="Broadest GPU instance selection",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

@@ -243,6 +243,7 @@ class AzureProvider(SdkCloudProvider):
     api_hosts: ClassVar[tuple[str, ...]] = tuple(AUTHORITIES)
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Microsoft Azure",
+        tagline="Enterprise-grade GPU VMs",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

@@ -257,6 +257,7 @@ class Capabilities(BaseModel):
     """Static facts about a cloud, checked before any planning."""
 
     display_name: str
+    tagline: str = ""  # one line for the connect grid (the studio seed's, where it names the cloud)
     k3s: K3sMode = "none"
     k3s_reason: str | None = None  # why k3s is "none", shown to the user
     k8s_api: bool = False

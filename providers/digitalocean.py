@@ -138,6 +138,7 @@ class DigitalOceanProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="DigitalOcean",
+        tagline="Toronto RTX Ada / L40S, US H100 / MI300X",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

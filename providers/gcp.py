@@ -276,6 +276,7 @@ class GcpProvider(SdkCloudProvider):
     api_hosts: ClassVar[tuple[str, ...]] = ("compute.googleapis.com",)
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Google Compute Engine",
+        tagline="TPUs & fast networking",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

@@ -145,6 +145,7 @@ class HyperstackProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Hyperstack",
+        tagline="Cheap 24–48 GB NVIDIA GPUs in Canada",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

@@ -139,6 +139,7 @@ class LambdaProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",
+        tagline="A second, independent US source",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,  # a per-instance firewall ruleset

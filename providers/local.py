@@ -58,6 +58,7 @@ class LocalProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="local cloud",
+        tagline="Try gpuprov without any account",
         k3s="none",
         k3s_reason="the local cloud's machines are process sandboxes on this host; k3s cannot run there",
         ports=False,

@@ -172,6 +172,7 @@ class MassedComputeProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Massed Compute",
+        tagline="Cheap 24–48 GB NVIDIA GPUs in the US",
         k3s="ssh",
         k8s_api=False,
         ports=False,

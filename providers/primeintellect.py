@@ -194,6 +194,7 @@ class PrimeIntellectProvider(rest.RestCloudProvider):
     api_hosts: ClassVar[tuple[str, ...]] = ("api.primeintellect.ai",)
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Prime Intellect",
+        tagline="Marketplace breadth across many providers",
         k3s="ssh",
         k8s_api=False,
         ports=False,

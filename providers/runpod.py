@@ -154,6 +154,7 @@ class RunPodProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="RunPod",
+        tagline="Per-second billing GPU pods",
         k3s="none",
         k3s_reason="RunPod pods are containers without systemd: k3s cannot run there (skipped)",
         k8s_api=False,

@@ -125,6 +125,7 @@ class VastAIProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Vast.ai",
+        tagline="Cheapest GPU marketplace",
         k3s="none",
         k3s_reason="Vast.ai instances are Docker containers without systemd; k3s cannot run there",
         ports=False,

@@ -198,6 +198,7 @@ class VerdaProvider(rest.RestCloudProvider):
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Verda",
+        tagline="European capacity, spot pricing",
         k3s="cloud-init",  # at boot, through the instance's startup script
         k8s_api=False,  # no firewall API to open 6443: reached through an SSH tunnel
         ports=False,
