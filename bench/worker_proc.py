@@ -37,7 +37,7 @@ async def main(args: argparse.Namespace) -> None:
     if args.kind == "gpuprov":
         deps = ActivityDeps(engine=make_engine(f"sqlite:///{args.db}"), box=SecretBox(key),
                             installation_id=args.installation, client=client)
-        w = worker_module.build_worker(client, deps, task_queue=args.task_queue, **LIMITS)
+        w: Worker = worker_module.build_worker(client, deps, task_queue=args.task_queue, **LIMITS)
         # The simulated cloud's endpoints, as the harness passes them (the same list the worker uses).
         deps.allowed_endpoints.extend(parse_prefixes(os.environ.get("GPUPROV_ALLOWED_ENDPOINTS", "")))
     else:
