@@ -36,7 +36,8 @@ class DisconnectingWorkflows(FakeWorkflows):
         if workflow == "DisconnectWorkflow":
             assert isinstance(arg, DisconnectRequest)
             conns = ConnectionActivities(activity_deps(self.engine, self.box))
-            await asyncio.to_thread(conns.begin_disconnect, ConnectionIdInput(connection_id=arg.connection_id))
+            await asyncio.to_thread(conns.begin_disconnect,
+                                    ConnectionIdInput(connection_id=arg.connection_id))
 
 
 @pytest.fixture
@@ -94,7 +95,8 @@ async def test_one_response_holds_the_whole_section(client: httpx.AsyncClient, e
     # Never checked yet: pending, nothing measured; the other project's instance does not count.
     assert {k: rows[fresh["id"]][k] for k in ("status", "checked_at", "latency_ms", "instance_count",
                                               "cost_per_hour")} == {
-        "status": "pending", "checked_at": None, "latency_ms": None, "instance_count": 1, "cost_per_hour": 9.0}
+        "status": "pending", "checked_at": None, "latency_ms": None, "instance_count": 1,
+        "cost_per_hour": 9.0}
     # Read from the database: the page started no workflow and called no cloud.
     assert workflows.starts == []
     # Paginated like every list.
@@ -111,7 +113,8 @@ async def test_a_failed_check_shows_degraded_with_its_reason(client: httpx.Async
         await health_check(engine, box, conn)
     rows = {row["id"]: row for row in (await client.get(URL)).json()["items"]}
     assert (rows[good["id"]]["status"], rows[good["id"]]["reason"]) == ("healthy", None)
-    assert (rows[revoked]["status"], rows[revoked]["reason"]) == ("degraded", "Fake Cloud refused the API key")
+    assert (rows[revoked]["status"], rows[revoked]["reason"]) == (
+        "degraded", "Fake Cloud refused the API key")
     assert rows[revoked]["checked_at"] is not None and rows[revoked]["label"] == "old key"
 
 
