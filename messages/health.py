@@ -56,8 +56,4 @@ class RecordHealthInput(BaseModel):
 
 
 class HealthSummary(BaseModel):
-    checked: list[HealthCheck] = Field(default_factory=list)
-
-    @property
-    def degraded(self) -> list[str]:
-        return [c.connection_id for c in self.checked if not c.ok]
+    checked: list[HealthCheck] = Field(default_factory=list)  # every connection's answer, in order
