@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     watch_interval_s: float = 60.0  # how often each connection's machines are checked for losses
     sweep_interval_s: float = 300.0  # how often the Schedule `gpuprov-sweep` starts a sweep
     sweep_grace_s: float = 600.0  # an orphan/duplicate is removed this long after first seen, not before
+    health_interval_s: float = 300.0  # how often the Schedule `gpuprov-health` verifies each connection
     # Comma-separated URL prefixes a connection's endpoint may point under, besides each cloud's
     # documented API hosts (providers/endpoints.py). `make run` sets it to its simulated clouds.
     allowed_endpoints: str = ""

@@ -37,16 +37,19 @@ import logsafe
 from activities.cloud import CloudActivities
 from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
+from activities.health import HealthActivities
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
 from activities.sweep import SweepActivities
 from activities.watch import WatchActivities, start_all_watches
-from messages.ids import SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
+from messages.health import HealthInput
+from messages.ids import HEALTH_SCHEDULE_ID, HEALTH_WORKFLOW_ID, SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
 from messages.sweep import SweepInput
 from providers import pacing, registry
 from workflows.allocation import AllocationWorkflow, launch_task_queue
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
+from workflows.health import HealthWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
 from workflows.sweep import SweepWorkflow
@@ -54,7 +57,7 @@ from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
-                         SweepWorkflow,
+                         SweepWorkflow, HealthWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -67,7 +70,7 @@ log = logging.getLogger("gpuprov.worker")
 
 def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
-    conns, sweep = ConnectionActivities(deps), SweepActivities(deps)
+    conns, sweep, health = ConnectionActivities(deps), SweepActivities(deps), HealthActivities(deps)
     return [
         cloud.validate_allocation, cloud.plan_allocation, cloud.validate_request, cloud.plan_offers,
         cloud.create_instance, cloud.wait_running,
@@ -78,6 +81,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         records.record_allocation, records.record_status, records.load_instance,
         records.await_allocate_closed,
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
+        health.health_targets, health.check_connection, health.record_health,
     ]
 
 
@@ -184,6 +188,14 @@ async def ensure_sweep_schedule(client: Client, *, task_queue: str, interval_s: 
     """The sweep's Schedule, created once by whichever worker starts first (a second start, on any
     replica, finds it); updated when this worker's interval, grace period or task queue differ."""
     wanted = sweep_schedule(task_queue=task_queue, interval_s=interval_s, grace_s=grace_s)
+    return await ensure_schedule(client, schedule_id, wanted, SweepInput,
+                                 f"every {interval_s}s, grace {grace_s}s, task queue {task_queue}")
+
+
+async def ensure_schedule(client: Client, schedule_id: str, wanted: Schedule, input_type: type,
+                          what: str) -> ScheduleHandle:
+    """Schedule `schedule_id` as `wanted`: created if absent; else updated when its workflow, task
+    queue, id, interval or input (an `input_type`) differ, an operator's pause (and note) kept."""
     try:
         return await client.create_schedule(schedule_id, wanted)
     except ScheduleAlreadyRunningError:
@@ -191,10 +203,9 @@ async def ensure_sweep_schedule(client: Client, *, task_queue: str, interval_s: 
     handle = client.get_schedule_handle(schedule_id)
 
     async def update(current: ScheduleUpdateInput) -> ScheduleUpdate | None:
-        if await _same_sweep_schedule(client, current.description.schedule, wanted):
+        if await _same_schedule(client, current.description.schedule, wanted, input_type):
             return None
-        log.info("updating schedule %s: every %ss, grace %ss, task queue %s", schedule_id, interval_s,
-                 grace_s, task_queue)
+        log.info("updating schedule %s: %s", schedule_id, what)
         wanted.state = current.description.schedule.state  # an operator's pause (and note) stays
         return ScheduleUpdate(schedule=wanted)
 
@@ -202,7 +213,7 @@ async def ensure_sweep_schedule(client: Client, *, task_queue: str, interval_s: 
     return handle
 
 
-async def _same_sweep_schedule(client: Client, have: Schedule, want: Schedule) -> bool:
+async def _same_schedule(client: Client, have: Schedule, want: Schedule, input_type: type) -> bool:
     action, wanted = have.action, want.action
     start = ScheduleActionStartWorkflow
     if not (isinstance(action, start) and isinstance(wanted, start)):
@@ -212,18 +223,42 @@ async def _same_sweep_schedule(client: Client, have: Schedule, want: Schedule) -
     if [i.every for i in have.spec.intervals] != [i.every for i in want.spec.intervals]:
         return False
     try:
-        args = await client.data_converter.decode(list(action.args), [SweepInput])  # type: ignore[arg-type]
+        args = await client.data_converter.decode(list(action.args), [input_type])  # type: ignore[arg-type]
     except Exception:
         return False  # an input this version cannot read: replace it
     return args == list(wanted.args)
 
 
+# --------------------------------------------------------------------------- the health check's Schedule
+
+
+def health_schedule(*, task_queue: str, interval_s: float) -> Schedule:
+    """Every `interval_s`, one HealthWorkflow run (verify each connected cloud, record the answers);
+    a run still going when the next is due makes it skip. A run is bounded (execution timeout), so
+    one left waiting for a worker that is gone does not keep skipping every later one."""
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            HealthWorkflow.run, HealthInput(), id=HEALTH_WORKFLOW_ID, task_queue=task_queue,
+            execution_timeout=timedelta(seconds=max(120.0, interval_s))),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+
+
+async def ensure_health_schedule(client: Client, *, task_queue: str, interval_s: float,
+                                 schedule_id: str = HEALTH_SCHEDULE_ID) -> ScheduleHandle:
+    """The health check's Schedule, kept like the sweep's (one, whichever worker starts first)."""
+    wanted = health_schedule(task_queue=task_queue, interval_s=interval_s)
+    return await ensure_schedule(client, schedule_id, wanted, HealthInput,
+                                 f"every {interval_s}s, task queue {task_queue}")
+
+
 async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
                 started: asyncio.Event | None = None) -> None:
-    """Keep the sweep's Schedule, then run the worker until `stop` is set (`started` is set once it
-    runs). `s`: the Settings."""
+    """Keep the sweep's and the health check's Schedules, then run the worker until `stop` is set
+    (`started` is set once it runs). `s`: the Settings."""
     await ensure_sweep_schedule(client, task_queue=s.task_queue, interval_s=s.sweep_interval_s,
                                 grace_s=s.sweep_grace_s)
+    await ensure_health_schedule(client, task_queue=s.task_queue, interval_s=s.health_interval_s)
     async with build_worker(client, deps, task_queue=s.task_queue):
         log.info("worker running on %s, task queue %s", s.temporal_address, s.task_queue)
         watched = await start_all_watches(client, deps, s.task_queue)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from messages.allocation import AllocateRequest, AllocationState, CloudTarget, GpuInfo
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
+from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
 from messages.sweep import (
     JudgeInput,
     Judgements,
@@ -228,10 +229,18 @@ JUDGE_MACHINES: ActivityRef[JudgeInput, Judgements] = ActivityRef("judge_machine
 SWEEP_REMOVE: ActivityRef[RemoveInput, RemoveResult] = ActivityRef(
     "sweep_remove", RemoveInput, RemoveResult)
 
+# The health check (workflows/health.py, activities/health.py).
+HEALTH_TARGETS: ActivityRef[HealthTargetsInput, HealthTargets] = ActivityRef(
+    "health_targets", HealthTargetsInput, HealthTargets)
+CHECK_CONNECTION: ActivityRef[CheckInput, HealthCheck] = ActivityRef(
+    "check_connection", CheckInput, HealthCheck)
+RECORD_HEALTH: ActivityRef[RecordHealthInput, None] = ActivityRef("record_health", RecordHealthInput, None)
+
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
     RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE, AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT,
     DELETE_CONNECTION, TERMINATE_ALLOCATION, WATCH_CONNECTION, START_WATCH,
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
+    HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
 )

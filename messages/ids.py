@@ -61,3 +61,7 @@ def watch_workflow_id(connection_id: str) -> str:
 # the scheduled time to it).
 SWEEP_SCHEDULE_ID = "gpuprov-sweep"
 SWEEP_WORKFLOW_ID = "gpuprov-sweep"
+
+# The Temporal Schedule that starts HealthWorkflow (workflows/health.py), and its runs' workflow id.
+HEALTH_SCHEDULE_ID = "gpuprov-health"
+HEALTH_WORKFLOW_ID = "gpuprov-health"

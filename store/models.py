@@ -61,6 +61,12 @@ class Connection(SQLModel, table=True):
     error: str | None = None  # why it is being removed
     secret: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    # The periodic health check's last answer (workflows/health.py): a HealthStatus, None until the
+    # first check; why verify failed; when it was asked; how long verify took.
+    health_status: str | None = None
+    health_reason: str | None = None
+    health_checked_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    health_latency_ms: int | None = None
 
 
 class Instance(SQLModel, table=True):

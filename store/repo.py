@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from messages.enums import AllocationStatus, ConnectionStatus
 from store.models import (
@@ -111,6 +111,42 @@ def connected(session: Session, providers: Collection[str] | None = None,
     if providers is not None:
         stmt = stmt.where(col(Connection.provider).in_(list(providers)))
     return session.exec(stmt.order_by(col(Connection.created_at).desc(), col(Connection.id).desc())).all()
+
+
+def connected_anywhere(session: Session,
+                       connection_ids: Collection[str] | None = None) -> Sequence[Connection]:
+    """Connected connections of every project (of `connection_ids`, or all), oldest first (the
+    health check's targets)."""
+    stmt = select(Connection).where(Connection.status == ConnectionStatus.CONNECTED)
+    if connection_ids is not None:
+        stmt = stmt.where(col(Connection.id).in_(list(connection_ids)))
+    return session.exec(stmt.order_by(col(Connection.created_at), col(Connection.id))).all()
+
+
+def record_health(session: Session, connection_id: str, *, status: str, reason: str | None,
+                  checked_at: datetime, latency_ms: int | None) -> Connection | None:
+    """Set a connection's last health check (not committed: the caller groups them); None when the
+    connection is gone. Its `status` (connected/removing) is not touched."""
+    row = session.get(Connection, connection_id)
+    if row is None:
+        return None
+    row.health_status, row.health_reason = status, reason
+    row.health_checked_at, row.health_latency_ms = checked_at, latency_ms
+    session.add(row)
+    return row
+
+
+def live_totals(session: Session, connection_ids: Collection[str]) -> dict[str, tuple[int, float]]:
+    """Connection id -> (how many live instances, their summed $/hr), in one query; connections
+    with none are absent. An instance whose price is not known yet adds to the count, not the sum."""
+    if not connection_ids:
+        return {}
+    total = func.coalesce(func.sum(Instance.price_per_hour), 0.0)
+    stmt = (select(Instance.connection_id, func.count(), total)
+            .where(col(Instance.connection_id).in_(list(connection_ids)),
+                   col(Instance.status).in_(list(LIVE_STATUSES)))
+            .group_by(col(Instance.connection_id)))
+    return {cid: (int(n), float(cost or 0.0)) for cid, n, cost in session.exec(stmt).all()}
 
 
 def mark_connection(session: Session, connection_id: str, *, status: str, account: str | None = None,

@@ -1,0 +1,46 @@
+"""The worker keeps one Temporal Schedule, `gpuprov-health`, that starts HealthWorkflow every
+GPUPROV_HEALTH_INTERVAL_S (a restart with another interval updates it)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleHandle
+from temporalio.service import RPCError
+
+from activities.deps import ActivityDeps
+from fakeclouds.server import FakeCloudServer
+from messages.ids import HEALTH_SCHEDULE_ID, HEALTH_WORKFLOW_ID, SWEEP_SCHEDULE_ID
+from tests.sweep.conftest import TASK_QUEUE
+from tests.sweep.test_schedule import schedules_named, worker_started
+
+pytestmark = pytest.mark.devserver
+
+
+async def described(handle: ScheduleHandle) -> tuple[str, str, str, timedelta]:
+    schedule = (await handle.describe()).schedule
+    action = schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    [interval] = schedule.spec.intervals
+    return action.workflow, action.id, action.task_queue, interval.every
+
+
+async def test_the_worker_keeps_one_health_schedule(temporal_client: Client, sweep_deps: ActivityDeps,
+                                                   sim: FakeCloudServer) -> None:
+    handle = temporal_client.get_schedule_handle(HEALTH_SCHEDULE_ID)
+    sweep_existed = bool(await schedules_named(temporal_client, SWEEP_SCHEDULE_ID))
+    try:
+        async with worker_started(temporal_client, sweep_deps, health_interval_s=3600, sweep_interval_s=3600):
+            assert await described(handle) == ("HealthWorkflow", HEALTH_WORKFLOW_ID, TASK_QUEUE,
+                                               timedelta(hours=1))
+        async with worker_started(temporal_client, sweep_deps, health_interval_s=1800, sweep_interval_s=3600):
+            assert (await described(handle))[3] == timedelta(minutes=30)
+            assert await schedules_named(temporal_client, HEALTH_SCHEDULE_ID) == [HEALTH_SCHEDULE_ID]
+    finally:
+        await handle.delete()
+        if not sweep_existed:  # the sweep's, made by these worker starts: not left firing for later tests
+            try:
+                await temporal_client.get_schedule_handle(SWEEP_SCHEDULE_ID).delete()
+            except RPCError:
+                pass

@@ -1,0 +1,63 @@
+"""HealthWorkflow: is each connected cloud still answering? Started by the Temporal Schedule
+`gpuprov-health` that the worker keeps (worker.py, every GPUPROV_HEALTH_INTERVAL_S), or by hand.
+
+    connected connections ─► verify() each, at once (an activity each, bounded by verify_timeout_s)
+                          ─► record every answer on its connection: healthy, or degraded with the
+                             reason; when it was asked; how long verify took
+
+What `GET /api/compute/providers` shows is read from those columns: no cloud is called while the
+page loads. A verify that fails, or does not answer in time, is an answer (degraded), not a
+failure of the run: one slow cloud never holds back the others' records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+from messages import activities as acts
+from messages.allocation import CloudTarget
+from messages.health import (
+    CheckInput,
+    HealthCheck,
+    HealthInput,
+    HealthSummary,
+    HealthTargetsInput,
+    RecordHealthInput,
+)
+from workflows.calls import call
+from workflows.failures import failure_reason
+
+_DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                        maximum_interval=timedelta(seconds=10), maximum_attempts=5)
+# The check catches the cloud's errors itself (they are its answer); a retry only covers a worker
+# lost mid-check.
+_CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+
+
+@workflow.defn(name="HealthWorkflow")
+class HealthWorkflow:
+    @workflow.run
+    async def run(self, inp: HealthInput) -> HealthSummary:
+        found = await call(acts.HEALTH_TARGETS, HealthTargetsInput(connection_ids=inp.connection_ids),
+                           start_to_close_timeout=timedelta(seconds=30), retry_policy=_DB_RETRY)
+        checks = await asyncio.gather(*(self._check(t, inp.verify_timeout_s) for t in found.targets))
+        if checks:
+            await call(acts.RECORD_HEALTH, RecordHealthInput(checks=list(checks)),
+                       start_to_close_timeout=timedelta(seconds=30), retry_policy=_DB_RETRY)
+        return HealthSummary(checked=list(checks))
+
+    async def _check(self, target: CloudTarget, timeout_s: float) -> HealthCheck:
+        try:
+            return await call(acts.CHECK_CONNECTION, CheckInput(target=target, timeout_s=timeout_s),
+                              # verify is bounded inside the activity; this bounds the activity itself
+                              start_to_close_timeout=timedelta(seconds=timeout_s + 15),
+                              retry_policy=_CHECK_RETRY)
+        except ActivityError as e:
+            return HealthCheck(connection_id=target.connection_id, ok=False,
+                               reason=f"health check failed: {failure_reason(e)}",
+                               checked_at=workflow.now().isoformat())
