@@ -12,6 +12,7 @@ import contextlib
 import email.utils
 import functools
 import logging
+import os
 import ssl
 import time
 from collections.abc import Collection, Iterator, Mapping
@@ -37,6 +38,18 @@ ErrorKind = Literal["capacity", "quota", "auth", "rate_limit", "invalid", "trans
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRY_AFTER = 1.0
+# Overrides every REST adapter's request timeout in this process (a slow proxy needs more; tests of
+# a launch that outlives its request use a short one). Keep it below each cloud's create_in_flight_s.
+REQUEST_TIMEOUT_ENV = "GPUPROV_CLOUD_REQUEST_TIMEOUT_S"
+
+
+def request_timeout(default: float) -> float:
+    """`GPUPROV_CLOUD_REQUEST_TIMEOUT_S` when set to a positive number, else `default`."""
+    try:
+        value = float(os.environ.get(REQUEST_TIMEOUT_ENV, ""))
+    except ValueError:
+        return default
+    return value if 0 < value < float("inf") else default
 
 
 def redacted(url: httpx.URL) -> str:
@@ -297,7 +310,8 @@ class RestCloudProvider(CloudProvider):
     def _http(self) -> httpx.AsyncClient:
         # Made lazily: a provider may be constructed outside an event loop.
         if self._client is None:
-            self._client = make_client(self.endpoint, auth=self.auth(), timeout=self.request_timeout_s,
+            timeout = request_timeout(self.request_timeout_s)
+            self._client = make_client(self.endpoint, auth=self.auth(), timeout=timeout,
                                        ca_bundle=self.options.ca_bundle, transport=self._transport)
         return self._client
 

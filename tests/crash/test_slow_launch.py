@@ -1,5 +1,6 @@
-"""A Lambda launch that takes effect 40 s after it was sent — longer than the adapter's 30 s request
-timeout — with and without the worker killed meanwhile. Lambda has no idempotency token, so a naive
+"""A Lambda launch that takes effect 6 s after it was sent — longer than the adapter's request
+timeout (3 s here, GPUPROV_CLOUD_REQUEST_TIMEOUT_S; 30 s by default) — with and without the worker
+killed meanwhile. Lambda has no idempotency token, so a naive
 retry looks the name up, finds nothing yet, and launches a second machine. The create activity's
 retry instead waits out Lambda's in-flight window, finds the first launch when it lands, and the
 allocation ends with one machine; after terminate, none."""
@@ -20,6 +21,7 @@ from fakeclouds.server import FakeCloudServer
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
+from providers.rest import REQUEST_TIMEOUT_ENV
 from store import repo
 from store.secrets import SecretBox
 from tests import simclouds
@@ -30,8 +32,15 @@ pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.5, call_timeout_s=60, boot_timeout_s=60,
                 ssh_timeout_s=30, max_retry_interval_s=1)
-DELAY_S = 40  # the launch takes effect this long after it was sent
+REQUEST_TIMEOUT_S = 3.0  # the worker's adapters give up on an answer after this
+DELAY_S = 6  # the launch takes effect this long after it was sent: after the request timed out
 USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+
+@pytest.fixture(autouse=True)
+def short_request_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the worker process starts (autouse fixtures come first): it inherits the setting."""
+    monkeypatch.setenv(REQUEST_TIMEOUT_ENV, str(REQUEST_TIMEOUT_S))
 
 
 @pytest.fixture
