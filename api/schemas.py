@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from cryptography import x509
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -61,7 +61,11 @@ CloudId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_
 PROJECT_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 Project = Annotated[str, Field(pattern=PROJECT_PATTERN, description="a slug: a-z, 0-9 and -, up to 63")]
 
-InstanceStatusName = AllocationStatus  # the `?status=` filter: one of the enum's values
+# The `?status=` filter: a status, or `active` — every status in which a machine may exist and bill
+# (provisioning, ready, terminating): the Compute page's "Active cloud instances".
+ACTIVE = "active"
+InstanceStatusFilter = Literal["active", "provisioning", "ready", "terminating", "terminated", "failed",
+                               "lost"]
 
 
 def aware(ts: datetime | None) -> datetime | None:
@@ -404,6 +408,8 @@ class InstanceOut(BaseModel):
     updated_at: datetime | None
     ready_at: datetime | None
     terminated_at: datetime | None
+    gpu_label: str | None = None  # "2× NVIDIA H100 80GB HBM3" as found, else as asked ("2× H100")
+    uptime_s: float | None = None  # since ready, while it is not ended
 
     @classmethod
     def of(cls, row: Instance, attempts: list[Attempt] | None = None,
@@ -420,5 +426,21 @@ class InstanceOut(BaseModel):
             events=[EventOut.of(e) for e in events or []],
             error=row.error, note=row.note, created_at=aware(row.created_at),
             updated_at=aware(row.updated_at), ready_at=aware(row.ready_at),
-            terminated_at=aware(row.terminated_at),
+            terminated_at=aware(row.terminated_at), gpu_label=gpu_label(row), uptime_s=uptime_s(row),
         )
+
+
+def gpu_label(row: Instance) -> str | None:
+    found = [str(g.get("name")) for g in row.gpus_found or [] if isinstance(g, dict) and g.get("name")]
+    if found:
+        return f"{len(found)}× {found[0]}"
+    if row.gpu:
+        return f"{row.gpu_count or 1}× {row.gpu}"
+    return None
+
+
+def uptime_s(row: Instance) -> float | None:
+    ready = aware(row.ready_at)
+    if ready is None or row.status not in (AllocationStatus.READY, AllocationStatus.TERMINATING):
+        return None
+    return max(0.0, round((datetime.now(UTC) - ready).total_seconds(), 1))

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from api import idempotency as idem
 from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import adapter_class, shown
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusName
+from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusFilter
 from messages.allocation import AllocateRequest, AllocationInput, CloudTarget, TerminateRequest
 from messages.enums import AllocationStatus, ConnectionStatus, Phase
 from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
@@ -203,11 +203,14 @@ def list_instances(
     session: SessionDep,
     caller: CallerDep,
     page: PageDep,
-    status_: Annotated[InstanceStatusName | None, Query(alias="status")] = None,
+    status_: Annotated[InstanceStatusFilter | None, Query(alias="status")] = None,
 ) -> Page[InstanceOut]:
-    """The project's instances, newest first (without attempts and events: GET one for those)."""
+    """The project's instances, newest first (without attempts and events: GET one for those).
+    `status=active`: every one whose machine may exist and bill (provisioning, ready, terminating)."""
     stmt = select(Instance).where(Instance.project == caller.project)
-    if status_ is not None:
+    if status_ == ACTIVE:
+        stmt = stmt.where(col(Instance.status).in_(sorted(repo.LIVE_STATUSES)))
+    elif status_ is not None:
         stmt = stmt.where(Instance.status == status_)
     rows, following = KEYSET.fetch(session, stmt, page)
     return Page(items=[InstanceOut.of(i) for i in rows], next_cursor=following)

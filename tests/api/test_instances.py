@@ -200,3 +200,28 @@ async def test_temporal_down_is_a_503_and_records_nothing(client: httpx.AsyncCli
     r = await client.post(URL, json=body(ssh_key))
     assert r.status_code == 503 and "not reachable" in r.json()["detail"]
     assert (await client.get(URL)).json()["items"] == []  # no row without a workflow
+
+
+async def test_active_instances_are_the_ones_that_may_bill_with_gpu_price_and_uptime(
+        client: httpx.AsyncClient, ssh_key: str, engine) -> None:  # type: ignore[no-untyped-def]
+    """The Compute page's "Active cloud instances" in one call: `?status=active`."""
+    from datetime import UTC, datetime, timedelta
+
+    await connect_fake(client)
+    ids = [(await client.post(URL, json=body(ssh_key, gpu="H100"))).json()["id"] for _ in range(4)]
+    ready_at = datetime.now(UTC) - timedelta(hours=2)
+    with Session(engine) as s:
+        repo.update_instance(s, ids[0], status="ready", instance_type="gpu.h100", price_per_hour=2.5,
+                             gpus_found=[{"index": i, "name": "NVIDIA H100"} for i in range(2)],
+                             ready_at=ready_at)
+        repo.update_instance(s, ids[1], status="terminating")
+        repo.update_instance(s, ids[2], status="terminated")
+        repo.update_instance(s, ids[3], status="failed")
+    active = (await client.get(URL, params={"status": "active"})).json()["items"]
+    assert {i["id"] for i in active} == {ids[0], ids[1]}
+    ready = next(i for i in active if i["id"] == ids[0])
+    assert ready["gpu_label"] == "2× NVIDIA H100" and ready["price_per_hour"] == 2.5
+    assert ready["instance_type"] == "gpu.h100" and ready["cloud"] == "fakecloud" and ready["project"]
+    assert 7000 < ready["uptime_s"] < 7200 + 600  # two hours, give or take this test's own run
+    provisioning = (await client.get(f"{URL}/{ids[1]}")).json()
+    assert provisioning["uptime_s"] is None and provisioning["gpu_label"] == "1× H100"  # as asked
