@@ -238,7 +238,8 @@ def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef) -> None:
     with session_scope(engine) as session:
         row = session.get(Instance, inp.allocation_id)
         conn = session.get(Connection, inp.target.connection_id)
-        project = row.project if row is not None else (conn.project if conn is not None else repo.DEFAULT_PROJECT)
+        project = (row.project if row is not None
+                   else conn.project if conn is not None else repo.DEFAULT_PROJECT)
         spend.open_interval(session, key=inp.key, instance_id=inp.allocation_id, project=project,
                             connection_id=inp.target.connection_id, provider=inp.target.cloud,
                             rate_per_hour=inp.offer.price_per_hour, started_at=started)

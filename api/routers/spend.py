@@ -35,7 +35,8 @@ def get_spend(session: SessionDep, caller: CallerDep,
                            days, now)
     by_project = mine.by_project
     if caller.admin:
-        by_project = spend.summarize(spend.window_intervals(session, days=days, now=now), days, now).by_project
+        everyone = spend.window_intervals(session, days=days, now=now)
+        by_project = spend.summarize(everyone, days, now).by_project
     reason = None
     if not repo.connected(session, project=caller.project):
         reason = f"no provider is connected in project {caller.project!r}"
