@@ -22,8 +22,9 @@ MANUAL = "manual"  # the job type of instances allocated by hand
 _HOUR_S = 3600.0
 
 
-def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)  # SQLite drops the zone
+def aware(t: datetime) -> datetime:
+    """`t` with its zone (UTC where SQLite dropped it)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 # --------------------------------------------------------------------------- writes
@@ -39,7 +40,7 @@ def open_interval(session: Session, *, key: str, instance_id: str, project: str,
         return False
     session.add(SpendInterval(key=key, instance_id=instance_id, project=project, connection_id=connection_id,
                               provider=provider, job_type=job_type, rate_per_hour=rate_per_hour,
-                              started_at=_aware(started_at)))
+                              started_at=aware(started_at)))
     try:
         session.commit()
     except IntegrityError:  # opened concurrently (a retried activity on another worker)
@@ -54,7 +55,7 @@ def close_interval(session: Session, key: str, ended_at: datetime) -> bool:
     row = session.exec(select(SpendInterval).where(SpendInterval.key == key)).first()
     if row is None or row.ended_at is not None:
         return False
-    end = max(_aware(ended_at), _aware(row.started_at))
+    end = max(aware(ended_at), aware(row.started_at))
     # A conditional update: of two concurrent closes, only the first sets it.
     result = session.execute(sa.update(SpendInterval)
                              .where(col(SpendInterval.key) == key, col(SpendInterval.ended_at).is_(None))
@@ -74,8 +75,8 @@ def intervals_of(session: Session, instance_id: str) -> Sequence[SpendInterval]:
 
 def overlap_hours(start: datetime, end: datetime | None, lo: datetime, hi: datetime, now: datetime) -> float:
     """Hours of [start, end) — an open interval (end None) runs until `now` — within [lo, hi)."""
-    stop = _aware(end) if end is not None else now
-    a, b = max(_aware(start), lo), min(stop, hi, now)
+    stop = aware(end) if end is not None else now
+    a, b = max(aware(start), lo), min(stop, hi, now)
     return max(0.0, (b - a).total_seconds() / _HOUR_S)
 
 
@@ -101,7 +102,7 @@ class SpendSummary:
 def summarize(intervals: Iterable[SpendInterval], days: int, now: datetime) -> SpendSummary:
     """Cost per day over the last `days` UTC days (each interval's rate × its overlap with the day;
     an open one up to `now`), and the window's cost by job type and by project."""
-    now = _aware(now)
+    now = aware(now)
     window = day_range(days, now)
     per_day: dict[date, float] = defaultdict(float)
     by_job: dict[str, float] = defaultdict(float)

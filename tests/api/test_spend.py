@@ -44,8 +44,8 @@ async def test_empty_until_a_provider_is_connected_and_spend_recorded(client: ht
     body = r.json()
     assert body["empty"] is True and "no provider is connected" in body["reason"]
     assert len(body["daily"]) == 30 and all(row["cost"] == 0 for row in body["daily"])
-    assert body["daily"][-1]["date"] == datetime.now(UTC).date().isoformat() or \
-        body["daily"][-1]["date"] == (datetime.now(UTC).date() - timedelta(days=1)).isoformat()  # midnight
+    today = datetime.now(UTC).date()
+    assert body["daily"][-1]["date"] in (today.isoformat(), (today - timedelta(days=1)).isoformat())
     assert (body["total"], body["by_job_type"], body["by_project"]) == (0, [], [])
 
     await connect_fake(client)
@@ -63,9 +63,10 @@ async def test_daily_by_job_type_and_by_project_scoped_to_the_caller(client: htt
     vision_token = await make_project(client, "vision")
     await connect_fake(client)
     await connect_fake(client, "vision")
-    # default: 2 h at $2 three days ago (22:00 → 00:00 spans into the next day), 1 h at $1.5 (training)
+    # default: 2 h at $2 from 23:00 three days ago (across midnight), 1 h at $1.5 (training)
     put(engine, "d1", project="default", rate=2.0, start=days_ago(3, 23), end=days_ago(2, 1))
-    put(engine, "d2", project="default", rate=1.5, start=days_ago(5, 8), end=days_ago(5, 9), job_type="training")
+    put(engine, "d2", project="default", rate=1.5, start=days_ago(5, 8), end=days_ago(5, 9),
+        job_type="training")
     put(engine, "old", project="default", rate=100.0, start=days_ago(40, 0), end=days_ago(40, 1))
     put(engine, "v1", project="vision", rate=10.0, start=days_ago(1, 4), end=days_ago(1, 5))
     put(engine, "v2", project="vision", rate=1.0, start=days_ago(1, 0), end=None)  # still running
@@ -74,7 +75,8 @@ async def test_daily_by_job_type_and_by_project_scoped_to_the_caller(client: htt
     assert by_date(admin) == {days_ago(3, 0).date().isoformat(): 2.0, days_ago(2, 0).date().isoformat(): 2.0,
                               days_ago(5, 0).date().isoformat(): 1.5}
     assert admin["total"] == 5.5  # the 40-day-old interval is outside the 30 days
-    assert admin["by_job_type"] == [{"job_type": "manual", "cost": 4.0}, {"job_type": "training", "cost": 1.5}]
+    assert admin["by_job_type"] == [{"job_type": "manual", "cost": 4.0},
+                                    {"job_type": "training", "cost": 1.5}]
     # every project for the admin token: vision's running machine has accrued ≥ 24 h at $1 by now
     projects = {p["project"]: p["cost"] for p in admin["by_project"]}
     assert set(projects) == {"default", "vision"} and projects["default"] == 5.5

@@ -94,7 +94,7 @@ def test_opening_is_once_per_key_and_closing_sets_the_end_once(session: Session)
     session.refresh(row)
     start, end = row.started_at, row.ended_at
     assert end is not None
-    assert (start.replace(tzinfo=UTC), end.replace(tzinfo=UTC), row.rate_per_hour) == (at(29, 1), at(29, 4), 2.0)
+    assert (spend.aware(start), spend.aware(end), row.rate_per_hour) == (at(29, 1), at(29, 4), 2.0)
     s = spend.summarize(spend.window_intervals(session, days=3, now=NOW), days=3, now=NOW)
     assert s.total == pytest.approx(6.0)
     assert spend.any_recorded(session, ["default"]) and not spend.any_recorded(session, ["vision"])
