@@ -16,13 +16,14 @@ from temporalio.testing import ActivityEnvironment
 from activities.cloud import CloudActivities, open_spend
 from activities.deps import ActivityDeps
 from messages.activities import CreateInput, TerminateInput
-from messages.allocation import CloudTarget
+from messages.allocation import CloudTarget, MachineLost
+from messages.enums import Phase
 from messages.ids import attempt_key
 from providers.base import InstanceRef
 from store import spend
 from store.models import SpendInterval, utcnow
 from tests.fakes import FAKE_OFFERS, FakeCloud
-from tests.workflows.conftest import USER_KEY, settled, start_allocate, terminate
+from tests.workflows.conftest import FAST, USER_KEY, settled, start_allocate, terminate
 
 pytestmark = pytest.mark.devserver
 
@@ -107,6 +108,30 @@ async def test_a_lost_create_answer_opens_one_interval(temporal_client: Client, 
     assert iv.ended_at is None
     await terminate(temporal_client, req.allocation_id)
     assert intervals(db_engine, req.allocation_id)[0].ended_at is not None
+
+
+async def test_a_lost_machine_closes_its_interval_once_the_cloud_shows_it_gone(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    req = make_request()
+    handle = await start_allocate(temporal_client, req)
+    await settled(handle)
+    assert intervals(db_engine, req.allocation_id)[0].ended_at is None
+    await handle.signal("machine_lost", MachineLost(reason="preempted by the cloud"))
+    assert (await handle.result()).phase == Phase.LOST
+    [iv] = intervals(db_engine, req.allocation_id)
+    assert iv.ended_at is not None
+
+
+async def test_a_boot_timeout_closes_the_stuck_attempt_and_opens_the_next(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    fake_cloud.add_fault("create", "stuck_booting")
+    req = make_request(gpu="a10", timing=FAST.model_copy(update={"boot_timeout_s": 3}))
+    await settled(await start_allocate(temporal_client, req))
+    stuck, ready = intervals(db_engine, req.allocation_id)
+    assert (stuck.key, stuck.rate_per_hour) == (attempt_key(req.allocation_id, 1), 0.5)
+    assert stuck.ended_at is not None  # torn down, no longer billing
+    assert (ready.key, ready.ended_at) == (attempt_key(req.allocation_id, 2), None)
+    await terminate(temporal_client, req.allocation_id)
 
 
 def test_a_found_machine_starts_at_the_clouds_creation_time_when_the_adapter_gives_it(
