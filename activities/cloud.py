@@ -234,7 +234,7 @@ def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef) -> None:
     the cloud's own creation time when the adapter gives one, else now (the create's answer, or the
     first sighting of a machine whose answer was lost)."""
     now = utcnow()
-    started = min(ref.created_at, now) if ref.created_at is not None else now
+    started = min(spend.aware(ref.created_at), now) if ref.created_at is not None else now
     with session_scope(engine) as session:
         row = session.get(Instance, inp.allocation_id)
         conn = session.get(Connection, inp.target.connection_id)
