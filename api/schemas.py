@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime
+from datetime import date as date_
 from typing import Annotated, Any, Literal
 
 from cryptography import x509
@@ -444,3 +445,37 @@ def uptime_s(row: Instance) -> float | None:
     if ready is None or row.status not in (AllocationStatus.READY, AllocationStatus.TERMINATING):
         return None
     return max(0.0, round((datetime.now(UTC) - ready).total_seconds(), 1))
+
+
+# --------------------------------------------------------------------------- spend (the ledger)
+
+
+class SpendDayOut(BaseModel):
+    date: date_  # a UTC day
+    cost: float = Field(description="$ accrued that day: each interval's $/hr × its hours within the day")
+
+
+class SpendJobTypeOut(BaseModel):
+    job_type: str = Field(description="the workload type the machines served; `manual`: allocated by hand")
+    cost: float
+
+
+class SpendProjectOut(BaseModel):
+    project: str
+    cost: float
+
+
+class SpendOut(BaseModel):
+    """The Cloud tab's spend card in one answer: daily totals (zero-filled), by job type, by project."""
+
+    days: int
+    currency: str = "USD"
+    daily: list[SpendDayOut] = Field(description="one row per UTC day of the window, oldest first")
+    by_job_type: list[SpendJobTypeOut] = Field(description="the window's cost per job type, largest first")
+    by_project: list[SpendProjectOut] = Field(
+        description="the window's cost per project, largest first: every project for the admin token, "
+                    "its own for a project token")
+    total: float
+    empty: bool = Field(description="true until a provider is connected and spend was recorded: the page "
+                                    "hides the card")
+    reason: str | None = Field(default=None, description="why it is empty")

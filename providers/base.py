@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
@@ -222,6 +223,9 @@ class InstanceRef(BaseModel):
     key: str
     region: str | None = None
     kind: str = MACHINE
+    # When the cloud made the machine, where its API says (the spend ledger starts there when a
+    # create's answer was lost and the machine was found later); None: not told.
+    created_at: datetime | None = None
 
     @property
     def is_machine(self) -> bool:

@@ -194,3 +194,24 @@ class CreateSend(SQLModel, table=True):
     key: str = Field(primary_key=True)
     sent_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     answered_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class SpendInterval(SQLModel, table=True):
+    """The spend ledger: one interval per allocation attempt (its key), from when the cloud accepted
+    the create (or, when that answer was lost, the cloud's creation time or when gpuprov first found
+    the machine) until the cloud shows the machine gone; `ended_at` is null while it runs. Cost is
+    `rate_per_hour` × the interval's length (store/spend.py): intervals, never per-minute rows.
+    The unique key makes opening idempotent, and closing only sets an empty `ended_at`."""
+
+    __tablename__ = "spend_interval"
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(unique=True)  # the allocation attempt's key: one interval per attempt
+    instance_id: str = Field(index=True)  # the allocation id
+    project: str = Field(index=True)
+    connection_id: str
+    provider: str
+    job_type: str = "manual"  # the workload the machine serves; `manual` when allocated by hand
+    rate_per_hour: float  # the offer's $/hr (a spot offer at its spot price)
+    started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
