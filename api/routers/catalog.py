@@ -59,8 +59,9 @@ def catalog() -> list[CatalogProviderOut]:
     registered = [_registered(key) for key in registry.known()]
     by_name = {card.name: card for card in registered}
     futures = {p.name: p for p in future.FUTURE.values() if p.key not in by_name}
+    # A seed cloud whose adapter cannot load here has no name to match: it is listed with the others.
     seeded = [by_name[name] if name in by_name else _listed(futures[name])
-              for name in connect_guide.SEED_ORDER]
+              for name in connect_guide.SEED_ORDER if name in by_name or name in futures]
     shown = {card.key for card in seeded}
     return seeded + [card for card in registered if card.key not in shown]
 

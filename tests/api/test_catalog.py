@@ -166,3 +166,20 @@ async def test_the_catalog_is_matched_before_any_providers_id_route(engine: Any,
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         r = await c.get(CATALOG)
     assert r.status_code == 200 and r.json()["items"][0]["key"] == "aws"
+
+
+async def test_a_cloud_whose_adapter_cannot_load_is_listed_unavailable(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = registry.adapter_class
+
+    def adapter_class(cloud: str) -> Any:
+        if cloud == "aws":
+            raise ImportError("No module named 'boto3'")
+        return real(cloud)
+
+    monkeypatch.setattr(registry, "adapter_class", adapter_class)
+    cards = await _catalog(client)
+    [aws] = [c for c in cards if c["key"] == "aws"]
+    assert aws["available"] is False and "boto3" in aws["reason"] and aws["credentials"] == []
+    assert [c["key"] for c in cards[:8]] == ["azure", "gcp", "runpod", "modal", "nebius", "oci", "vastai",
+                                             "ssh"]
