@@ -215,3 +215,17 @@ class SpendInterval(SQLModel, table=True):
     rate_per_hour: float  # the offer's $/hr (a spot offer at its spot price)
     started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+class BackendPick(SQLModel, table=True):
+    """The offer a project picked in a backend's offers browser: that backend's default there. A
+    request naming the backend with no GPU and no instance type plans on this type in this region."""
+
+    __tablename__ = "backend_pick"
+
+    project: str = Field(primary_key=True)
+    provider: str = Field(primary_key=True)
+    instance_type: str
+    region: str
+    spot: bool = False
+    gpu_label: str | None = None  # as the offers table showed it, e.g. "1× H100 (80GB)"
+    price_per_hour: float | None = None  # when picked
+    picked_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
