@@ -18,9 +18,9 @@ from tests.conformance.checks import WAIT_GONE, wait_for
 
 
 class ImpatientAwsProvider(AwsProvider):
-    """The real adapter with a 1 s read timeout, so a held answer is lost quickly."""
+    """The real adapter with a 2 s read timeout, so a held answer is lost quickly."""
 
-    request_timeout_s: ClassVar[float] = 1.0
+    request_timeout_s: ClassVar[float] = 2.0
 
 
 class FakeNoTokenAwsProvider(ImpatientAwsProvider):
@@ -38,13 +38,17 @@ def machines_of(sim: FakeCloudServer, key: str) -> list[dict[str, Any]]:
 
 async def lost_answer_then_retry(sim: FakeCloudServer,
                                  cls: type[AwsProvider]) -> tuple[LaunchSpec, InstanceRef]:
-    aws_api.sim_of(sim.engine).listing_delay = 5.0  # the retry's lookup cannot see the first launch
+    aws_api.sim_of(sim.engine).listing_delay = 60.0  # the retry's lookup cannot see the first launch
     async with adapter(sim, cls) as p:
         o, s = await offer(p), spec(p)
-        await sim.admin.aio.add_fault("aws", "create", "latency", when="after", seconds=2.5)
+        await sim.admin.aio.add_fault("aws", "create", "latency", when="after", seconds=6)
         with pytest.raises(Transient) as lost:
             await p.create(o, s)
         assert lost.value.in_doubt, "a timed-out launch may have happened"
+        # The retry gets the adapter's usual patience: on a loaded machine a lookup alone may take
+        # longer than the 2 s that lost the first answer (new clients, same adapter state).
+        p.request_timeout_s = AwsProvider.request_timeout_s  # type: ignore[misc]
+        p._clients.clear()
         return s, await p.create(o, s)
 
 
