@@ -53,6 +53,10 @@ def disconnect_workflow_id(connection_id: str) -> str:
     return f"disconnect-{connection_id}"
 
 
+def fleet_probe_workflow_id(fleet_id: str) -> str:
+    return f"fleet-probe-{fleet_id}"
+
+
 def watch_workflow_id(connection_id: str) -> str:
     return f"watch-{connection_id}"
 
