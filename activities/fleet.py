@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -42,11 +43,15 @@ class _Target:
     bastion: tuple[str, int, str, asyncssh.SSHKey] | None
 
 
+_VENDOR = re.compile(r"^(NVIDIA|AMD|Habana Labs|Habana|Intel)\s+", re.IGNORECASE)
+# Memory sizes and form factors: the summary gives the memory itself ("H100 80GB HBM3" -> "H100").
+_NOISE = re.compile(r"^(\d+\s*GB|HBM\d*e?|PCIe|SXM\d*|NVL|OAM)$", re.IGNORECASE)
+
+
 def _short(name: str) -> str:
-    for prefix in ("NVIDIA ", "AMD ", "Habana ", "Intel "):
-        if name.startswith(prefix):
-            return name[len(prefix):].strip()
-    return name.strip()
+    """`NVIDIA H100 80GB HBM3` -> `H100`; `NVIDIA A100-SXM4-80GB` -> `A100`."""
+    words = ["-".join(p for p in w.split("-") if not _NOISE.match(p)) for w in _VENDOR.sub("", name).split()]
+    return " ".join(w for w in words if w and not _NOISE.match(w)) or name.strip()
 
 
 def _gb(mib: int | None) -> int | None:
