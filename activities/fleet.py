@@ -21,6 +21,7 @@ from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, Host
 from store import fleets
 from store.db import session_scope
 from store.models import Fleet, FleetHost
+from store.secrets import SecretError
 
 NVIDIA_SMI = "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits"
 HL_SMI = "hl-smi --query-aip=name,memory.total --format=csv,noheader,nounits"
@@ -146,19 +147,25 @@ class FleetActivities:
                            bkey)
             return _Target(host=host.host, port=fleet.port, user=fleet.user, key=key, bastion=bastion)
 
-    def _record(self, probe: HostProbe) -> None:
+    def _record(self, probe: HostProbe, probe_id: str) -> None:
         with session_scope(self.deps.engine) as session:
-            fleets.record_probe(session, probe)
+            fleets.record_probe(session, probe, probe_id)
 
     @activity.defn(name=acts.PROBE_FLEET_HOST.name)
     async def probe_fleet_host(self, inp: FleetHostInput) -> HostProbe:
         """Log in and look; an unreachable host is an answer (with the reason), not a failure.
         The answer is stored on the host's row and returned."""
-        target = await self.deps.blocking(self._target, inp)
+        try:
+            target = await self.deps.blocking(self._target, inp)
+        except (SecretError, asyncssh.KeyImportError) as e:  # never the key itself, only why
+            probe = HostProbe(host_id=inp.host_id, reachable=False,
+                              reason=f"the saved key cannot be used: {type(e).__name__}")
+            await self.deps.blocking(self._record, probe, inp.probe_id)
+            return probe
         if target is None:
             return HostProbe(host_id=inp.host_id, reachable=False, reason="removed from the fleet")
         probe = await probe_host(inp.host_id, target, inp.connect_timeout_s)
-        await self.deps.blocking(self._record, probe)
+        await self.deps.blocking(self._record, probe, inp.probe_id)
         return probe
 
 

@@ -11,11 +11,13 @@ from pydantic import BaseModel, Field
 
 class FleetProbeRequest(BaseModel):
     fleet_id: str
+    probe_id: str  # the save that started it: answers are stored only while it is the fleet's latest
     connect_timeout_s: float = 10.0  # per SSH connection (bastion and host)
 
 
 class FleetHostInput(BaseModel):
     fleet_id: str
+    probe_id: str
     host_id: str
     connect_timeout_s: float = 10.0
 

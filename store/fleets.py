@@ -34,7 +34,7 @@ def hosts_of(session: Session, fleet_id: str) -> Sequence[FleetHost]:
 
 def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str, name: str, user: str,
                port: int, hosts: Sequence[str], private_key: str | None, bastion: Bastion | None,
-               new_host_id: Callable[[], str]) -> Fleet:
+               new_host_id: Callable[[], str], probe_id: str | None = None) -> Fleet:
     """Insert or replace a fleet's configuration and commit. `private_key` None keeps the saved key
     (and the saved bastion key when the bastion gives none). Hosts kept by name keep their last
     probe; `new_host_id` is a callable giving ids for new ones."""
@@ -44,7 +44,7 @@ def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str,
         row = Fleet(id=fleet_id, project=project, name=name, secret=box.seal_text(private_key))
     elif private_key is not None:
         row.secret = box.seal_text(private_key)
-    row.name, row.user, row.port = name, user, port
+    row.name, row.user, row.port, row.probe_id = name, user, port, probe_id
     if bastion is None:
         row.bastion_host = row.bastion_port = row.bastion_user = row.bastion_secret = None
     else:
@@ -75,11 +75,13 @@ def delete_fleet(session: Session, fleet_id: str) -> None:
     session.commit()
 
 
-def record_probe(session: Session, probe: HostProbe) -> None:
-    """Store a host's probe answer (a host removed meanwhile is skipped). Commits."""
+def record_probe(session: Session, probe: HostProbe, probe_id: str) -> bool:
+    """Store a host's answer to probe `probe_id`. Skipped (False) when the host was removed meanwhile
+    or a later save started another probe: an older probe never overwrites a newer one's answer."""
     host = session.get(FleetHost, probe.host_id)
-    if host is None:
-        return
+    fleet = session.get(Fleet, host.fleet_id) if host is not None else None
+    if host is None or fleet is None or fleet.probe_id != probe_id:
+        return False
     host.probed_at = utcnow()
     host.reachable, host.reason = probe.reachable, probe.reason
     host.gpu_vendor, host.gpu_name, host.gpu_count = probe.gpu_vendor, probe.gpu_name, probe.gpu_count
@@ -87,3 +89,4 @@ def record_probe(session: Session, probe: HostProbe) -> None:
     host.docker, host.sudo, host.tcp_forwarding = probe.docker, probe.sudo, probe.tcp_forwarding
     session.add(host)
     session.commit()
+    return True

@@ -210,6 +210,7 @@ class Fleet(SQLModel, table=True):
     bastion_port: int | None = None
     bastion_user: str | None = None
     bastion_secret: bytes | None = Field(default=None, sa_column=sa.Column(sa.LargeBinary, nullable=True))
+    probe_id: str | None = None  # the latest save's probe (workflows/fleet_probe.py): only it records
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 

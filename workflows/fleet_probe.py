@@ -29,8 +29,9 @@ class FleetProbeWorkflow:
         # Bastion and host connections, then a handful of short commands, each bounded.
         budget = timedelta(seconds=2 * req.connect_timeout_s + 120)
         probes = await asyncio.gather(*[
-            call(acts.PROBE_FLEET_HOST, FleetHostInput(fleet_id=req.fleet_id, host_id=h,
-                                                       connect_timeout_s=req.connect_timeout_s),
+            call(acts.PROBE_FLEET_HOST,
+                 FleetHostInput(fleet_id=req.fleet_id, probe_id=req.probe_id, host_id=h,
+                                connect_timeout_s=req.connect_timeout_s),
                  start_to_close_timeout=budget, retry_policy=RETRY)
             for h in hosts.host_ids])
         return FleetProbeResult(fleet_id=req.fleet_id, hosts=list(probes))

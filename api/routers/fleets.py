@@ -168,7 +168,8 @@ def _out(deps: AppDeps, project: str, fleet_id: str) -> FleetOut | None:
         return None if row is None else FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
 
 
-def _save(deps: AppDeps, project: str, fleet_id: str, body: FleetIn, *, create: bool) -> FleetOut | None:
+def _save(deps: AppDeps, project: str, fleet_id: str, body: FleetIn, *, create: bool,
+          probe_id: str) -> FleetOut | None:
     with open_session(deps) as session:
         if not create and fleets.get_fleet(session, project, fleet_id) is None:
             return None
@@ -179,7 +180,8 @@ def _save(deps: AppDeps, project: str, fleet_id: str, body: FleetIn, *, create: 
                                      private_key=b.private_key)
         row = fleets.save_fleet(session, deps.box, fleet_id=fleet_id, project=project, name=body.name,
                                 user=body.user, port=body.port, hosts=body.hosts,
-                                private_key=body.private_key, bastion=bastion, new_host_id=repo.new_id)
+                                private_key=body.private_key, bastion=bastion, new_host_id=repo.new_id,
+                                probe_id=probe_id)
         return FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
 
 
@@ -191,12 +193,14 @@ def _delete(deps: AppDeps, project: str, fleet_id: str) -> bool:
         return True
 
 
-async def _probe(deps: AppDeps, fleet_id: str) -> None:
-    """Start (or join) the fleet's probe. Temporal unreachable: the configuration is saved anyway,
-    the probe just did not start (the hosts keep their last answer); logged, not an error."""
+async def _probe(deps: AppDeps, fleet_id: str, probe_id: str) -> None:
+    """Start this save's probe (the fleet's latest: an older one still running records nothing
+    more). Temporal unreachable: the configuration is saved anyway, the probe just did not start (the
+    hosts keep their last answer); logged, not an error."""
     try:
-        await deps.workflows.start("FleetProbeWorkflow", FleetProbeRequest(fleet_id=fleet_id),
-                                   workflow_id=fleet_probe_workflow_id(fleet_id), use_existing=True)
+        request = FleetProbeRequest(fleet_id=fleet_id, probe_id=probe_id)
+        await deps.workflows.start("FleetProbeWorkflow", request,
+                                   workflow_id=fleet_probe_workflow_id(fleet_id, probe_id))
     except WorkflowUnavailable as e:
         log.warning("fleet %s saved, probe not started: %s", fleet_id, e)
 
@@ -212,11 +216,11 @@ async def create_fleet(body: FleetIn, deps: DepsDep, caller: CallerDep) -> Fleet
     """Save an SSH fleet and start probing its hosts (GET shows each host's answer once in)."""
     if body.private_key is None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "private_key is required")
-    fleet_id = repo.new_id()
-    out = await in_thread(_save, deps, caller.project, fleet_id, body, create=True)
+    fleet_id, probe_id = repo.new_id(), repo.new_id()
+    out = await in_thread(_save, deps, caller.project, fleet_id, body, create=True, probe_id=probe_id)
     assert out is not None
     log.info("fleet %s saved (%d hosts)", fleet_id, len(out.hosts))
-    await _probe(deps, fleet_id)
+    await _probe(deps, fleet_id, probe_id)
     return out
 
 
@@ -241,11 +245,12 @@ async def get_fleet(fleet_id: str, deps: DepsDep, caller: CallerDep) -> FleetOut
 async def update_fleet(fleet_id: str, body: FleetIn, deps: DepsDep, caller: CallerDep) -> FleetOut:
     """Replace the configuration (a blank or missing private_key keeps the saved one; hosts kept
     keep their last answer) and probe again."""
-    out = await in_thread(_save, deps, caller.project, fleet_id, body, create=False)
+    probe_id = repo.new_id()
+    out = await in_thread(_save, deps, caller.project, fleet_id, body, create=False, probe_id=probe_id)
     if out is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
     log.info("fleet %s updated (%d hosts)", fleet_id, len(out.hosts))
-    await _probe(deps, fleet_id)
+    await _probe(deps, fleet_id, probe_id)
     return out
 
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, select
 
 from messages.fleet import FleetProbeRequest
+from messages.ids import fleet_probe_workflow_id
 from store.models import Fleet, FleetHost
 from store.secrets import SecretBox
 from tests.api.conftest import FakeWorkflows, all_items, make_project
@@ -59,7 +60,11 @@ async def test_create_get_list_never_show_the_key(client: httpx.AsyncClient, eng
     assert sealed_key(engine, box, made["id"]).strip() == key.strip()
     # The probe started with the fleet id only.
     [start] = workflows.starts_of("FleetProbeWorkflow")
-    assert start.arg == FleetProbeRequest(fleet_id=made["id"]) and start.workflow_id.endswith(made["id"])
+    with Session(engine) as s:
+        row = s.get(Fleet, made["id"])
+        assert row is not None and row.probe_id is not None
+    assert start.arg == FleetProbeRequest(fleet_id=made["id"], probe_id=row.probe_id)
+    assert start.workflow_id == fleet_probe_workflow_id(made["id"], row.probe_id)
     got = await client.get(f"{FLEETS}/{made['id']}")
     listed = await all_items(client, FLEETS, limit=1)
     assert got.status_code == 200 and got.json() == made and listed == [made]
@@ -110,7 +115,8 @@ async def test_put_with_a_blank_key_keeps_it_and_a_new_key_replaces_it(
     other = new_key()
     r = await client.put(f"{FLEETS}/{made['id']}", json=body(other))
     assert r.status_code == 200 and sealed_key(engine, box, made["id"]).strip() == other.strip()
-    assert len(workflows.starts_of("FleetProbeWorkflow")) == 5  # POST and every PUT probe again
+    starts = workflows.starts_of("FleetProbeWorkflow")
+    assert len({s.workflow_id for s in starts}) == 5  # POST and every PUT: a probe of their own
 
 
 async def test_delete_forgets_and_another_projects_fleet_is_404(client: httpx.AsyncClient,

@@ -25,6 +25,7 @@ import asyncssh
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlmodel import Session
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -37,6 +38,7 @@ from fakeclouds.nvidia_smi import script_for
 from fakeclouds.ssh import MachineSSH, _Auth
 from messages.fleet import FleetProbeResult
 from messages.ids import fleet_probe_workflow_id
+from store.models import Fleet
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN
 from worker import workflow_runner
@@ -190,14 +192,22 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client) -> Asy
         yield c
 
 
-async def probed(client: Client, fleet_id: str) -> FleetProbeResult:
-    handle = client.get_workflow_handle(fleet_probe_workflow_id(fleet_id), result_type=FleetProbeResult)
+def probe_workflow_id(engine: sa.Engine, fleet_id: str) -> str:
+    with Session(engine) as s:
+        row = s.get(Fleet, fleet_id)
+        assert row is not None and row.probe_id is not None
+        return fleet_probe_workflow_id(fleet_id, row.probe_id)
+
+
+async def probed(client: Client, workflow_id: str) -> FleetProbeResult:
+    handle = client.get_workflow_handle(workflow_id, result_type=FleetProbeResult)
     result: FleetProbeResult = await asyncio.wait_for(handle.result(), 60)
     return result
 
 
 async def test_probe_reports_each_host_and_the_key_is_nowhere(
-        api: httpx.AsyncClient, lab: Lab, temporal_client: Client, caplog: pytest.LogCaptureFixture) -> None:
+        api: httpx.AsyncClient, lab: Lab, temporal_client: Client, engine: sa.Engine,
+        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     pem = FLEET_KEY.export_private_key().decode()
     secret_lines = [line for line in pem.splitlines() if line and not line.startswith("-----")]
@@ -213,8 +223,8 @@ async def test_probe_reports_each_host_and_the_key_is_nowhere(
         "bastion": {"host": lab.bastion_host, "port": lab.bastion_port, "user": "jump"}})
     assert r.status_code == 201, r.text
     behind = r.json()
-    await probed(temporal_client, direct["id"])
-    await probed(temporal_client, behind["id"])
+    await probed(temporal_client, probe_workflow_id(engine, direct["id"]))
+    await probed(temporal_client, probe_workflow_id(engine, behind["id"]))
 
     got = (await api.get(f"/api/compute/fleets/{direct['id']}")).json()
     a, b, down, wrong = got["hosts"]
@@ -234,7 +244,7 @@ async def test_probe_reports_each_host_and_the_key_is_nowhere(
     listed = (await api.get("/api/compute/fleets")).text
     texts = [listed, caplog.text]
     for fleet in (direct, behind):
-        handle = temporal_client.get_workflow_handle(fleet_probe_workflow_id(fleet["id"]))
+        handle = temporal_client.get_workflow_handle(probe_workflow_id(engine, fleet["id"]))
         history = await handle.fetch_history()
         texts.append(history.to_json())
     for text in texts:

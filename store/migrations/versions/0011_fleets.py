@@ -33,6 +33,7 @@ def upgrade() -> None:
         sa.Column("bastion_port", sa.Integer(), nullable=True),
         sa.Column("bastion_user", sa.String(), nullable=True),
         sa.Column("bastion_secret", sa.LargeBinary(), nullable=True),
+        sa.Column("probe_id", sa.String(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=True),
     )
     op.create_index("ix_fleet_project", "fleet", ["project"])
