@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -41,8 +42,9 @@ from providers.base import (
     rank_offers,
 )
 from providers.market import Source, gather_offers
-from store import repo
+from store import repo, spend
 from store.db import session_scope
+from store.models import Connection, Instance, utcnow
 
 # A cloud that has not listed its offers by then is reported and planning goes on without it.
 PLAN_TIMEOUT_S = 60.0
@@ -140,6 +142,13 @@ class CloudActivities:
         was sent has passed. When it was sent and whether its answer came is kept in the database
         (written before the request goes out), not in memory or heartbeats that a crash can lose."""
         await self.deps.write_marks(inp)
+        ref = await self._create(inp)
+        # The machine accrues cost from here: the ledger's interval is opened before the answer is
+        # returned (a crash before this write retries the create, which finds the machine).
+        await self.deps.blocking(open_spend, self.deps.engine, inp, ref)
+        return ref
+
+    async def _create(self, inp: CreateInput) -> InstanceRef:
         public = await self.deps.blocking(self.deps.public_key)
         spec = LaunchSpec(
             key=inp.key,
@@ -216,6 +225,30 @@ class CloudActivities:
             p = await self.deps.provider(inp.target)
             await terminate_key(p, inp.key, [inp.ref] if inp.ref else [],
                                 poll_interval_s=inp.poll_interval_s, heartbeat_every_s=inp.heartbeat_every_s)
+        # The cloud shows every machine under the key gone: the attempt stops accruing.
+        await self.deps.blocking(close_spend, self.deps.engine, inp.key)
+
+
+def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef) -> None:
+    """Open the attempt's ledger interval at the offer's price (spot at its price), unless open: from
+    the cloud's own creation time when the adapter gives one, else now (the create's answer, or the
+    first sighting of a machine whose answer was lost)."""
+    now = utcnow()
+    started = min(spend.aware(ref.created_at), now) if ref.created_at is not None else now
+    with session_scope(engine) as session:
+        row = session.get(Instance, inp.allocation_id)
+        conn = session.get(Connection, inp.target.connection_id)
+        project = (row.project if row is not None
+                   else conn.project if conn is not None else repo.DEFAULT_PROJECT)
+        spend.open_interval(session, key=inp.key, instance_id=inp.allocation_id, project=project,
+                            connection_id=inp.target.connection_id, provider=inp.target.cloud,
+                            rate_per_hour=inp.offer.price_per_hour, started_at=started)
+
+
+def close_spend(engine: sa.Engine, key: str) -> None:
+    """Close the attempt's ledger interval now, if it is open (a retried terminate changes nothing)."""
+    with session_scope(engine) as session:
+        spend.close_interval(session, key, utcnow())
 
 
 async def terminate_key(p: CloudProvider, key: str, refs: list[InstanceRef], *, poll_interval_s: float,

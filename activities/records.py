@@ -19,7 +19,7 @@ from messages.activities import AllocationIdInput, InstanceRecord, RecordAllocat
 from messages.enums import AllocationStatus
 from messages.ids import allocate_workflow_id, allocation_workflow_id
 from providers.base import InstanceRef
-from store import repo
+from store import repo, spend
 from store.db import session_scope
 from store.models import Attempt, Instance, InstanceEvent, utcnow
 
@@ -77,6 +77,15 @@ class RecordActivities:
                     instance_type=a.offer.instance_type, region=a.offer.region, spot=a.offer.spot,
                     price_per_hour=a.offer.price_per_hour, outcome=a.outcome, reason=a.reason), commit=False)
             session.commit()
+            live = inp.status not in (AllocationStatus.TERMINATED, AllocationStatus.LOST,
+                                      AllocationStatus.FAILED)
+            if st.ref is not None and st.offer is not None and st.attempts and live:
+                # The create activity opened the attempt's interval already; this only covers an
+                # allocation whose create completed before the ledger existed (a no-op otherwise).
+                spend.open_interval(session, key=st.attempts[-1].key, instance_id=req.allocation_id,
+                                    project=row.project, connection_id=row.connection_id,
+                                    provider=row.provider, rate_per_hour=st.offer.price_per_hour,
+                                    started_at=now)
 
     @activity.defn(name=acts.RECORD_STATUS.name)
     def record_status(self, inp: RecordStatusInput) -> None:

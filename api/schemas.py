@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime
+from datetime import date as date_
 from typing import Annotated, Any, Literal
 
 from cryptography import x509
@@ -18,9 +19,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from api.errors import shown
 from api.strict_json import loc_part
 from messages.enums import AllocationStatus
-from providers import endpoints, registry, ssh_keys
+from providers import endpoints, future, registry, ssh_keys
 from providers.base import Capabilities, CloudProvider, Offer
-from store.models import ApiToken, Attempt, Connection, Instance, InstanceEvent
+from store.models import ApiToken, Attempt, BackendPick, Connection, Instance, InstanceEvent
 from store.models import Project as ProjectRow
 
 # Characters that act on a terminal or reorder what it shows: C0/C1 controls (ESC sequences, \r,
@@ -45,6 +46,8 @@ MAX_CA_BUNDLE = 64_000  # characters of PEM: a private CA chain, not a system tr
 def _known_cloud(value: str) -> str:
     known = registry.known()
     if value not in known:
+        if (why := future.not_supported(value)) is not None:  # listed in the connect grid, no adapter
+            raise ValueError(why)
         raise ValueError(f"unknown cloud {shown(value)}; known: {', '.join(known)}")
     return value
 
@@ -290,6 +293,88 @@ class OfferOut(BaseModel):
                    connection_id=offer.connection_id)
 
 
+class CatalogFieldOut(CredentialFieldOut):
+    """One field of a provider's connect form, as the connect page draws it. `secret`: its value is
+    never shown back (nor pre-filled); a secret field's `default` is always null."""
+
+    secret: bool = False
+
+
+class CatalogProviderOut(BaseModel):
+    """One card of the connect grid and what its connect page shows."""
+
+    key: str = Field(description="the provider's id: `provider` of POST /api/compute/connections")
+    name: str
+    tagline: str
+    how_to_connect: str = Field(description="provider-specific setup: where to create the key")
+    billed_note: bool = Field(description="show the amber \"billed to your account\" note (all but SSH)")
+    billed_note_text: str | None
+    available: bool = Field(description="false: no adapter here yet (connecting it answers 422)")
+    reason: str | None = None  # why it is not available
+    credentials: list[CatalogFieldOut] = Field(description="the credential form, one entry per field")
+
+
+def gpu_label(gpu: GpuOut | None) -> str | None:
+    """The offers table's GPU cell: `2× H100 (80GB)`, `1× A10`; None for a CPU-only machine."""
+    if gpu is None:
+        return None
+    memory = f" ({gpu.memory_gib:g}GB)" if gpu.memory_gib else ""
+    return f"{gpu.count}× {gpu.name}{memory}"
+
+
+class BackendOfferOut(OfferOut):
+    """An offer with the offers table's columns: Instance, GPU, vCPUs, RAM, Region, $/hr (+ spot)."""
+
+    instance: str = Field(description="the instance / machine type (= instance_type)")
+    gpu_label: str | None = Field(description="`N× name (memory)`, or null for CPU-only")
+    ram: str = Field(description="system memory for people, e.g. `64 GB` (memory_gib in GiB)")
+
+    @classmethod
+    def of(cls, offer: Offer) -> BackendOfferOut:
+        base = OfferOut.of(offer)
+        return cls(**base.model_dump(), instance=base.instance_type, gpu_label=gpu_label(base.gpu),
+                   ram=f"{base.memory_gib:g} GB")
+
+
+class PickCreate(Strict):
+    """The offer picked in the offers table: the backend's default for this project from now on."""
+
+    instance_type: Annotated[str, Field(min_length=1, max_length=200), Printable]
+    region: Annotated[str, Field(min_length=1, max_length=64), Printable]
+    spot: bool = False
+    gpu: Annotated[str, Field(max_length=100), Printable] | None = Field(
+        None, description="the GPU cell as shown (display only: the offer's own is stored)")
+
+
+class PickOut(BaseModel):
+    """The backend's default offer in this project: a request naming this backend with no GPU and no
+    instance type gets this instance type in this region."""
+
+    provider: str
+    instance_type: str
+    region: str
+    spot: bool
+    gpu_label: str | None
+    price_per_hour: float | None
+    picked_at: datetime | None
+
+    @classmethod
+    def of(cls, row: BackendPick) -> PickOut:
+        return cls(provider=row.provider, instance_type=row.instance_type, region=row.region, spot=row.spot,
+                   gpu_label=row.gpu_label, price_per_hour=row.price_per_hour,
+                   picked_at=aware(row.picked_at))
+
+
+class BackendOffersPage(BaseModel):
+    """The offers browser of one backend: its title, a page of offers cheapest first, and the
+    offer picked as its default (null: none)."""
+
+    title: str = Field(description="`{Provider} — Available Instances`")
+    items: list[BackendOfferOut]
+    next_cursor: str | None = None
+    picked: PickOut | None = None
+
+
 # --------------------------------------------------------------------------- instances
 
 
@@ -426,11 +511,12 @@ class InstanceOut(BaseModel):
             events=[EventOut.of(e) for e in events or []],
             error=row.error, note=row.note, created_at=aware(row.created_at),
             updated_at=aware(row.updated_at), ready_at=aware(row.ready_at),
-            terminated_at=aware(row.terminated_at), gpu_label=gpu_label(row), uptime_s=uptime_s(row),
+            terminated_at=aware(row.terminated_at), gpu_label=instance_gpu_label(row), uptime_s=uptime_s(row),
         )
 
 
-def gpu_label(row: Instance) -> str | None:
+def instance_gpu_label(row: Instance) -> str | None:
+    """`2× NVIDIA H100` as the GPU check found them, else as asked (`1× H100`)."""
     found = [str(g.get("name")) for g in row.gpus_found or [] if isinstance(g, dict) and g.get("name")]
     if found:
         return f"{len(found)}× {found[0]}"
@@ -444,3 +530,37 @@ def uptime_s(row: Instance) -> float | None:
     if ready is None or row.status not in (AllocationStatus.READY, AllocationStatus.TERMINATING):
         return None
     return max(0.0, round((datetime.now(UTC) - ready).total_seconds(), 1))
+
+
+# --------------------------------------------------------------------------- spend (the ledger)
+
+
+class SpendDayOut(BaseModel):
+    date: date_  # a UTC day
+    cost: float = Field(description="$ accrued that day: each interval's $/hr × its hours within the day")
+
+
+class SpendJobTypeOut(BaseModel):
+    job_type: str = Field(description="the workload type the machines served; `manual`: allocated by hand")
+    cost: float
+
+
+class SpendProjectOut(BaseModel):
+    project: str
+    cost: float
+
+
+class SpendOut(BaseModel):
+    """The Cloud tab's spend card in one answer: daily totals (zero-filled), by job type, by project."""
+
+    days: int
+    currency: str = "USD"
+    daily: list[SpendDayOut] = Field(description="one row per UTC day of the window, oldest first")
+    by_job_type: list[SpendJobTypeOut] = Field(description="the window's cost per job type, largest first")
+    by_project: list[SpendProjectOut] = Field(
+        description="the window's cost per project, largest first: every project for the admin token, "
+                    "its own for a project token")
+    total: float
+    empty: bool = Field(description="true until a provider is connected and spend was recorded: the page "
+                                    "hides the card")
+    reason: str | None = Field(default=None, description="why it is empty")

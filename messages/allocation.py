@@ -52,6 +52,9 @@ class AllocateRequest(BaseModel):
     gpu_count: int | None = Field(default=None, ge=1)
     region: str | None = None
     spot: bool | None = None
+    # Only this instance type: the backend's default offer (picked in its offers browser) when the
+    # request named that backend and no GPU.
+    instance_type: str | None = None
     ports: list[int] = Field(default_factory=list)
     image: str | None = None
     k3s: bool = True

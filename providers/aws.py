@@ -152,6 +152,12 @@ class AwsProvider(SdkCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="AWS EC2",
         tagline="Broadest GPU instance selection",
+        connect_name="AWS",
+        how_to_connect=("In the AWS console open IAM → Users → (a user allowed to run, describe and terminate"
+                        " EC2 instances and manage security groups) → Security credentials → Create access "
+                        'key ("Application running outside AWS"). Paste the Access Key ID and Secret Access '
+                        "Key. GPU instance types need an EC2 vCPU quota above 0 in each region (Service "
+                        "Quotas → EC2)."),
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

@@ -244,6 +244,12 @@ class AzureProvider(SdkCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Microsoft Azure",
         tagline="Enterprise-grade GPU VMs",
+        connect_name="Azure",
+        how_to_connect=("Create an app registration: Microsoft Entra ID → App registrations → New "
+                        "registration; its Overview shows the Application (client) ID and the Directory "
+                        "(tenant) ID. Under Certificates & secrets add a client secret and copy its Value. In"
+                        " Subscriptions → (yours) → Access control (IAM) give the app the Contributor role; "
+                        "the subscription's Overview shows its Subscription ID."),
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

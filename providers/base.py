@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
@@ -151,6 +152,7 @@ class OfferQuery(BaseModel):
     region: str | None = None
     spot: bool | None = None  # None: both; True: only spot; False: only on-demand
     include_unavailable: bool = False
+    instance_type: str | None = None  # only this type (a backend's picked default offer)
 
     def matches(self, offer: Offer) -> bool:
         if not self.include_unavailable and not offer.available:
@@ -158,6 +160,8 @@ class OfferQuery(BaseModel):
         if self.spot is not None and offer.spot != self.spot:
             return False
         if self.region and offer.region != self.region:
+            return False
+        if self.instance_type and offer.instance_type != self.instance_type:
             return False
         if self.gpu:
             if offer.gpu is None or not same_gpu(self.gpu, offer.gpu.name):
@@ -222,6 +226,9 @@ class InstanceRef(BaseModel):
     key: str
     region: str | None = None
     kind: str = MACHINE
+    # When the cloud made the machine, where its API says (the spend ledger starts there when a
+    # create's answer was lost and the machine was found later); None: not told.
+    created_at: datetime | None = None
 
     @property
     def is_machine(self) -> bool:
@@ -258,6 +265,10 @@ class Capabilities(BaseModel):
 
     display_name: str
     tagline: str = ""  # one line for the connect grid (the studio seed's, where it names the cloud)
+    # The connect grid's name for it where the seed's differs from display_name ("AWS", not "AWS EC2"),
+    # and its connect page's "How to connect" text: where the credentials are made.
+    connect_name: str | None = None
+    how_to_connect: str = ""
     k3s: K3sMode = "none"
     k3s_reason: str | None = None  # why k3s is "none", shown to the user
     k8s_api: bool = False

@@ -8,7 +8,7 @@ or logged by accident shows `**********`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
@@ -51,11 +51,23 @@ class Credentials(BaseModel):
                          "help": prop.get("x-help")})
         return rows
 
+    @classmethod
+    def secret_fields(cls) -> set[str]:
+        """Fields whose value is a secret (SecretStr, also a pasted or uploaded key file): never shown
+        back, never pre-filled."""
+        return {name for name, info in cls.model_fields.items() if _holds_secret(info.annotation)}
+
+
+def _holds_secret(annotation: Any) -> bool:
+    if annotation is SecretStr:
+        return True
+    return any(_holds_secret(arg) for arg in get_args(annotation))
+
 
 class ApiKeyCredentials(Credentials):
     """One API key: what most REST clouds take."""
 
-    api_key: SecretStr = field("API key", "secret", min_length=1)
+    api_key: SecretStr = field("API Key", "secret", min_length=1)
 
 
 def describe_error(exc: ValidationError) -> str:

@@ -139,6 +139,8 @@ class DigitalOceanProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="DigitalOcean",
         tagline="Toronto RTX Ada / L40S, US H100 / MI300X",
+        how_to_connect=("In the DigitalOcean control panel open API → Tokens → Generate New Token with read "
+                        "and write scope (droplet, firewall, tag, ssh_key), and paste it here."),
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

@@ -277,6 +277,12 @@ class GcpProvider(SdkCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Google Compute Engine",
         tagline="TPUs & fast networking",
+        connect_name="GCP",
+        how_to_connect=("In the Google Cloud console open IAM & Admin → Service Accounts → Create service "
+                        "account, grant it Compute Admin (roles/compute.admin), then Keys → Add key → Create "
+                        "new key → JSON. Upload that file; the project ID is read from it when you leave the "
+                        "field empty. The Compute Engine API must be enabled and GPU quota granted in the "
+                        "regions you use."),
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

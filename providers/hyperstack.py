@@ -146,6 +146,8 @@ class HyperstackProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Hyperstack",
         tagline="Cheap 24–48 GB NVIDIA GPUs in Canada",
+        how_to_connect=("In the Hyperstack console (console.hyperstack.cloud) open API Keys → Generate New "
+                        "Key and paste it here."),
         k3s="cloud-init",
         k8s_api=True,
         ports=True,

@@ -140,6 +140,7 @@ class LambdaProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Lambda Cloud",
         tagline="A second, independent US source",
+        how_to_connect=("In the Lambda Cloud dashboard open API keys → Generate API key and paste it here."),
         k3s="cloud-init",
         k8s_api=True,
         ports=True,  # a per-instance firewall ruleset

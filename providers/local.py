@@ -59,6 +59,8 @@ class LocalProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="local cloud",
         tagline="Try gpuprov without any account",
+        how_to_connect=("The local cloud runs simulated machines on this host: `make run` connects it with "
+                        "its generated key ($GPUPROV_HOME/cloud-tokens.json). No account needed."),
         k3s="none",
         k3s_reason="the local cloud's machines are process sandboxes on this host; k3s cannot run there",
         ports=False,

@@ -173,6 +173,8 @@ class MassedComputeProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Massed Compute",
         tagline="Cheap 24–48 GB NVIDIA GPUs in the US",
+        how_to_connect=("In the Massed Compute console (vm.massedcompute.com) open Account → API Keys, create"
+                        " a key and paste it here."),
         k3s="ssh",
         k8s_api=False,
         ports=False,

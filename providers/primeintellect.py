@@ -195,6 +195,8 @@ class PrimeIntellectProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Prime Intellect",
         tagline="Marketplace breadth across many providers",
+        how_to_connect=("On app.primeintellect.ai open Settings → API Keys → Create API Key with Instances "
+                        "read and write access, and paste it here."),
         k3s="ssh",
         k8s_api=False,
         ports=False,

@@ -102,7 +102,7 @@ _TYPE = re.compile(r"(\d+)x (.+?)( \(community\))?")
 class RunPodCredentials(Credentials):
     """An API key, and whether Community Cloud hosts (third-party hardware, cheaper) may be used."""
 
-    api_key: SecretStr = field("API key", "secret", min_length=1)
+    api_key: SecretStr = field("API Key", "secret", min_length=1)
     include_community: bool = field(
         "Include Community Cloud", "toggle", default=False,
         help="Also launch on Community Cloud hosts (third-party hardware); Secure Cloud only when off.")
@@ -155,6 +155,9 @@ class RunPodProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="RunPod",
         tagline="Per-second billing GPU pods",
+        how_to_connect=("In the RunPod console open Settings → API Keys → Create API Key (read/write). Turn "
+                        "on Include Community Cloud to add cheaper, less reliable Community Cloud offers "
+                        "alongside Secure Cloud."),
         k3s="none",
         k3s_reason="RunPod pods are containers without systemd: k3s cannot run there (skipped)",
         k8s_api=False,

@@ -126,6 +126,8 @@ class VastAIProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Vast.ai",
         tagline="Cheapest GPU marketplace",
+        how_to_connect=("On console.vast.ai open Account → Keys (cloud.vast.ai/manage-keys) and create an API"
+                        " key; paste it here."),
         k3s="none",
         k3s_reason="Vast.ai instances are Docker containers without systemd; k3s cannot run there",
         ports=False,

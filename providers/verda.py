@@ -199,6 +199,8 @@ class VerdaProvider(rest.RestCloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Verda",
         tagline="European capacity, spot pricing",
+        how_to_connect=("In the Verda (DataCrunch) cloud dashboard open Keys → Cloud API credentials → "
+                        "Create: copy the client ID and client secret."),
         k3s="cloud-init",  # at boot, through the instance's startup script
         k8s_api=False,  # no firewall API to open 6443: reached through an SSH tunnel
         ports=False,

@@ -235,3 +235,36 @@ class FleetHost(SQLModel, table=True):
     docker: bool | None = None
     sudo: bool | None = None
     tcp_forwarding: bool | None = None
+class SpendInterval(SQLModel, table=True):
+    """The spend ledger: one interval per allocation attempt (its key), from when the cloud accepted
+    the create (or, when that answer was lost, the cloud's creation time or when gpuprov first found
+    the machine) until the cloud shows the machine gone; `ended_at` is null while it runs. Cost is
+    `rate_per_hour` × the interval's length (store/spend.py): intervals, never per-minute rows.
+    The unique key makes opening idempotent, and closing only sets an empty `ended_at`."""
+
+    __tablename__ = "spend_interval"
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(unique=True)  # the allocation attempt's key: one interval per attempt
+    instance_id: str = Field(index=True)  # the allocation id
+    project: str = Field(index=True)
+    connection_id: str
+    provider: str
+    job_type: str = "manual"  # the workload the machine serves; `manual` when allocated by hand
+    rate_per_hour: float  # the offer's $/hr (a spot offer at its spot price)
+    started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+class BackendPick(SQLModel, table=True):
+    """The offer a project picked in a backend's offers browser: that backend's default there. A
+    request naming the backend with no GPU and no instance type plans on this type in this region."""
+
+    __tablename__ = "backend_pick"
+
+    project: str = Field(primary_key=True)
+    provider: str = Field(primary_key=True)
+    instance_type: str
+    region: str
+    spot: bool = False
+    gpu_label: str | None = None  # as the offers table showed it, e.g. "1× H100 (80GB)"
+    price_per_hour: float | None = None  # when picked
+    picked_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))

@@ -19,6 +19,7 @@ from messages.enums import AllocationStatus, ConnectionStatus
 from store.models import (
     ApiToken,
     Attempt,
+    BackendPick,
     Connection,
     CreateSend,
     IdempotencyRecord,
@@ -385,4 +386,31 @@ def revoke_token(session: Session, project: str, token_id: str) -> ApiToken | No
         row.revoked_at = utcnow()
         session.add(row)
         session.commit()
+    return row
+
+
+# --------------------------------------------------------------------------- backend defaults (picks)
+
+
+def get_pick(session: Session, project: str, provider: str) -> BackendPick | None:
+    """The offer `project` picked as `provider`'s default, or None."""
+    return session.get(BackendPick, (project, provider))
+
+
+def save_pick(session: Session, *, project: str, provider: str, instance_type: str, region: str, spot: bool,
+              gpu_label: str | None, price_per_hour: float | None) -> BackendPick:
+    """Make this offer `provider`'s default in `project` (replacing any earlier pick) and commit."""
+    row = session.get(BackendPick, (project, provider))
+    if row is None:
+        row = BackendPick(project=project, provider=provider, instance_type=instance_type, region=region)
+    row.instance_type, row.region, row.spot = instance_type, region, spot
+    row.gpu_label, row.price_per_hour, row.picked_at = gpu_label, price_per_hour, utcnow()
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:  # a concurrent first pick inserted it: this one replaces it
+        session.rollback()
+        return save_pick(session, project=project, provider=provider, instance_type=instance_type,
+                         region=region, spot=spot, gpu_label=gpu_label, price_per_hour=price_per_hour)
+    session.refresh(row)
     return row

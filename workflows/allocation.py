@@ -242,7 +242,8 @@ class AllocationWorkflow:
         await self._advance(Phase.PLAN)
         req = self._req
         # Spot only when asked for: a user who did not say --spot does not expect preemption.
-        query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot))
+        query = OfferQuery(gpu=req.gpu, gpu_count=req.gpu_count, region=req.region, spot=bool(req.spot),
+                           instance_type=req.instance_type)
         targets = [t for t in req.all_targets() if t.cloud in self._caps]
         plan = await call(acts.PLAN_ALLOCATION, PlanInput(targets=targets, query=query, **self._marked()),
                           start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),

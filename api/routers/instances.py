@@ -112,6 +112,42 @@ def resolve(deps: AppDeps, project: str, body: InstanceCreate) -> Targets:
     return Targets(targets=targets, notes=[f"skipped {cloud}: {why}" for cloud, why in reasons.items()])
 
 
+@dataclass
+class Default:
+    """A backend's picked default offer, applied to a request that named that backend alone."""
+
+    instance_type: str | None = None
+    note: str | None = None
+
+
+def with_default(deps: AppDeps, project: str, body: InstanceCreate) -> tuple[InstanceCreate, Default]:
+    """The request with its backend's default offer applied (POST /backends/{cloud}/pick), when it
+    names one backend (`cloud`, `clouds` of one, or a `connection_id`), no GPU (nor GPU count), and
+    no region or spot setting at odds with the pick: then planning considers only the picked
+    instance type in its region. Otherwise the request as it came. Sync: call through `in_thread`."""
+    if body.gpu is not None or body.gpu_count is not None:
+        return body, Default()
+    with open_session(deps) as session:
+        if body.connection_id is not None:
+            conn = repo.get_connection(session, body.connection_id)
+            if conn is None or conn.project != project:
+                return body, Default()  # resolve() answers the 404
+            cloud = conn.provider
+        elif body.cloud is not None:
+            cloud = body.cloud
+        elif body.clouds is not None and len(body.clouds) == 1:
+            cloud = body.clouds[0]
+        else:
+            return body, Default()
+        pick = repo.get_pick(session, project, cloud)
+    if pick is None or body.region not in (None, pick.region) or body.spot not in (None, pick.spot):
+        return body, Default()
+    spot = " (spot)" if pick.spot else ""
+    note = f"{cloud} default offer: {pick.instance_type} in {pick.region}{spot}"
+    return (body.model_copy(update={"region": pick.region, "spot": pick.spot or None}),
+            Default(instance_type=pick.instance_type, note=note))
+
+
 # --------------------------------------------------------------------------- database work (sync)
 
 
@@ -166,16 +202,20 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
             row = await in_thread(_instance, deps, project, allocation_id)
             if row is not None:  # its workflow started (the row comes after the start): answer again
                 return InstanceAccepted(id=row.id, status=row.status)
+    # The backend's picked default offer (fingerprinted above as the request came, not as filled in).
+    body, default = await in_thread(with_default, deps, project, body)
     # Everything that can be refused is refused here, before a workflow (or a cloud call) exists.
     plan = await in_thread(resolve, deps, project, body)
+    if default.note is not None:
+        plan.notes.insert(0, default.note)
     if key is not None:
         await in_thread(idem.claim, deps, scope, key, fingerprint, allocation_id)
     first = plan.targets[0]
     request = AllocateRequest(
         allocation_id=allocation_id, connection_id=first.connection_id, cloud=first.cloud,
         targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
-        gpu_count=body.gpu_count, region=body.region, spot=body.spot, ports=body.ports, image=body.image,
-        k3s=body.k3s, ssh_public_keys=body.ssh_public_keys)
+        gpu_count=body.gpu_count, region=body.region, spot=body.spot, instance_type=default.instance_type,
+        ports=body.ports, image=body.image, k3s=body.k3s, ssh_public_keys=body.ssh_public_keys)
     workflow_id = allocation_workflow_id(allocation_id)
     try:
         # Once per id: a retry joins the run the first attempt started; an id that ran never runs again.

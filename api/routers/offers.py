@@ -1,22 +1,24 @@
 """Live offers (a read path: no workflow): of every connected cloud at once (`GET /offers`, the
-studio's offers browser and `gpuprov offers`), or of one cloud (`GET /backends/{cloud}/offers`)."""
+studio's offers browser and `gpuprov offers`), or of one cloud (`GET /backends/{cloud}/offers`, the
+backend's offers page), and the offer picked there as the backend's default (`POST .../pick`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel
 
 from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
-from api.pagination import Page, PageDep, offset_page
-from api.schemas import CloudId, OfferOut
-from providers import registry
-from providers.base import ConnectionOptions, OfferQuery, ProviderError
+from api.errors import shown as shown_value
+from api.pagination import PageDep, offset_page
+from api.schemas import BackendOfferOut, BackendOffersPage, CloudId, OfferOut, PickCreate, PickOut
+from providers import connect_guide, registry
+from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
 from providers.market import CloudAnswer
 from store import repo
-from store.models import Connection
+from store.models import BackendPick, Connection
 from store.secrets import SecretError
 
 router = APIRouter(tags=["offers"])
@@ -86,11 +88,46 @@ def _connection(deps: AppDeps, project: str,
     return conn.id, credentials, options
 
 
-@router.get("/backends/{provider}/offers", response_model=Page[OfferOut],
-            responses={409: {"description": "not connected, or the cloud refused the stored credentials"},
-                       422: {"description": "unknown cloud, or a query the cloud refused"},
-                       429: {"description": "the cloud asked to slow down (Retry-After)"},
-                       502: {"description": "the cloud failed"}})
+def _picked(deps: AppDeps, project: str, provider: str) -> BackendPick | None:
+    with open_session(deps) as session:
+        return repo.get_pick(session, project, provider)
+
+
+def _save_pick(deps: AppDeps, project: str, provider: str, offer: Offer) -> BackendPick:
+    with open_session(deps) as session:
+        return repo.save_pick(session, project=project, provider=provider, instance_type=offer.instance_type,
+                              region=offer.region, spot=offer.spot,
+                              gpu_label=BackendOfferOut.of(offer).gpu_label,
+                              price_per_hour=offer.price_per_hour)
+
+
+async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQuery) -> list[Offer]:
+    """The cloud's live offers for `query`, asked through the project's connection."""
+    adapter_class(provider)  # an adapter that cannot load here -> 422 with the reason
+    _, credentials, options = await in_thread(_connection, deps, project, provider)
+    try:
+        async with registry.build(provider, credentials, options=options,
+                                  installation_id=deps.installation_id,
+                                  allowed_endpoints=deps.allowed_endpoints) as cloud:
+            return await cloud.offers(query)
+    except ProviderError as e:
+        raise provider_http_error(provider, e) from None
+
+
+def title_of(provider: str) -> str:
+    """The offers page's title, `{Provider} — Available Instances` (the connect grid's name)."""
+    return f"{connect_guide.name_of(adapter_class(provider).capabilities)} — Available Instances"
+
+
+_BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"description": "not connected, or the cloud refused the stored credentials"},
+    422: {"description": "unknown cloud, or a query the cloud refused"},
+    429: {"description": "the cloud asked to slow down (Retry-After)"},
+    502: {"description": "the cloud failed"},
+}
+
+
+@router.get("/backends/{provider}/offers", response_model=BackendOffersPage, responses=_BACKEND_ERRORS)
 async def list_offers(
     provider: Annotated[CloudId, Path()],
     deps: DepsDep,
@@ -100,17 +137,37 @@ async def list_offers(
     gpu: Annotated[str | None, Query(min_length=1, max_length=40)] = None,
     region: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
     gpu_count: Annotated[int | None, Query(ge=1, le=64)] = None,
-) -> Page[OfferOut]:
-    """Live offers, cheapest first. Computed per request: pages are slices of that one answer."""
-    adapter_class(provider)  # an adapter that cannot load here -> 422 with the reason
-    conn_id, credentials, options = await in_thread(_connection, deps, caller.project, provider)
+) -> BackendOffersPage:
+    """The offers browser of one backend: its title, live offers cheapest first with the table's
+    columns (instance, GPU `N× name (memory)` or null for CPU-only, vCPUs, RAM, region, $/hr, spot),
+    and the offer picked as its default in this project (`picked`). Computed per request: pages are
+    slices of that one answer."""
     query = OfferQuery(gpu=gpu, gpu_count=gpu_count, region=region, spot=spot)
-    try:
-        async with registry.build(provider, credentials, options=options,
-                                  installation_id=deps.installation_id,
-                                  allowed_endpoints=deps.allowed_endpoints) as cloud:
-            found = await cloud.offers(query)
-    except ProviderError as e:
-        raise provider_http_error(provider, e) from None
+    found = await _live_offers(deps, caller.project, provider, query)
     fingerprint = f"{provider}|{query.model_dump_json()}"
-    return offset_page("offers", [OfferOut.of(o) for o in found], page, query=fingerprint)
+    shown = offset_page("offers", [BackendOfferOut.of(o) for o in found], page, query=fingerprint)
+    picked = await in_thread(_picked, deps, caller.project, provider)
+    return BackendOffersPage(title=title_of(provider), items=shown.items, next_cursor=shown.next_cursor,
+                             picked=PickOut.of(picked) if picked is not None else None)
+
+
+@router.post("/backends/{provider}/pick", response_model=PickOut,
+             responses={**_BACKEND_ERRORS,
+                        422: {"description": "unknown cloud, or the offer is not among its current offers"}})
+async def pick_offer(provider: Annotated[CloudId, Path()], body: PickCreate, deps: DepsDep,
+                     caller: CallerDep) -> PickOut:
+    """Make an offer of the table this backend's default in this project: a later allocation naming
+    the backend (`cloud`) with no GPU and no instance type plans on that instance type in that
+    region (and spot if it is a spot offer). The offer must be among the cloud's current offers (422
+    otherwise); its price and GPU are taken from the cloud's answer, not from the request."""
+    found = await _live_offers(deps, caller.project, provider,
+                               OfferQuery(region=body.region, spot=body.spot))
+    offer = next((o for o in found if o.instance_type == body.instance_type and o.region == body.region
+                  and o.spot == body.spot), None)
+    if offer is None:
+        kind = "spot " if body.spot else ""
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"{provider} offers no {kind}{shown_value(body.instance_type)} in "
+                            f"{shown_value(body.region)} now: pick one of GET "
+                            f"/api/compute/backends/{provider}/offers")
+    return PickOut.of(await in_thread(_save_pick, deps, caller.project, provider, offer))

@@ -25,6 +25,7 @@ from typing import Literal
 from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 from sqlmodel import select
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.deps import CallerDep, DepsDep, SessionDep
 from api.pagination import Keyset, Page, PageDep
@@ -37,6 +38,16 @@ from store import repo
 from store.models import Connection
 
 router = APIRouter(prefix="/providers", tags=["providers"])
+
+
+class _BackendId(StringConvertor):
+    """A backend id in a path: any segment but `catalog`, which is GET /providers/catalog's own (so
+    that path advertises only its GET, not this router's DELETE, when asked which methods it takes)."""
+
+    regex = "(?!catalog$)[^/]+"
+
+
+register_url_convertor("backend_id", _BackendId())
 
 # Oldest first, like the connections list (the order they were connected in).
 KEYSET = Keyset("providers", Connection.created_at, Connection.id, descending=False)
@@ -96,7 +107,8 @@ def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Pag
     return Page(items=[_row(c, totals) for c in rows], next_cursor=following)
 
 
-@router.delete("/{connection_id}", status_code=status.HTTP_202_ACCEPTED, response_model=ConnectionRemoval,
+@router.delete("/{connection_id:backend_id}", status_code=status.HTTP_202_ACCEPTED,
+               response_model=ConnectionRemoval,
                responses={404: {"description": "unknown connection"},
                           503: {"description": "Temporal unreachable"}})
 async def delete_provider(connection_id: str, deps: DepsDep, caller: CallerDep) -> ConnectionRemoval:

@@ -37,7 +37,7 @@ async def test_clouds_list_every_registered_cloud_with_capabilities_and_form(
                          "regions"}
     assert caps["regions"] == ["r1", "r2"] and caps["ports"] is False and caps["k3s"] == "none"
     assert "default_regions" not in caps and "planning" not in caps
-    assert fake["credentials"] == [{"name": "api_key", "label": "API key", "kind": "secret", "required": True,
+    assert fake["credentials"] == [{"name": "api_key", "label": "API Key", "kind": "secret", "required": True,
                                     "default": None, "help": None}]
     for cloud in registry.known():  # the real adapters describe themselves the same way
         assert clouds[cloud]["capabilities"]["login_user"]
@@ -76,7 +76,8 @@ async def test_openapi_shows_cloud_fields_as_an_enum_of_the_registry(client: htt
     page = spec["paths"]["/api/compute/instances"]["get"]["parameters"]
     assert {p["name"] for p in page} >= {"limit", "cursor", "status", "X-Project"}
     offers = spec["paths"]["/api/compute/backends/{provider}/offers"]["get"]["responses"]["200"]
-    assert "OfferOut" in str(offers) and "Offer\"" not in str(offers)
+    assert "BackendOffersPage" in str(offers) and "Offer\"" not in str(offers)
+    assert "BackendOfferOut" in str(schemas["BackendOffersPage"]) and "/Offer'" not in str(schemas)
 
 
 async def test_cloud_ids_are_checked_per_request(client: httpx.AsyncClient) -> None:

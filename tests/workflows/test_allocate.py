@@ -266,8 +266,18 @@ async def test_every_phase_is_recorded_in_order_without_an_activity_each(
     req = make_request(gpu="a10")
     handle = await start_allocate(temporal_client, req)
     await settled(handle)
-    with session_scope(db_engine) as s:
-        events = [(e.status, e.phase) for e in repo.events_of(s, req.allocation_id)]
+
+    def events_now() -> list[tuple[str, str]]:
+        with session_scope(db_engine) as s:
+            return [(e.status, e.phase) for e in repo.events_of(s, req.allocation_id)]
+
+    # The state query shows ready as soon as the workflow enters it; the last record activity
+    # writes the ready event right after: wait for it (bounded), then check the whole sequence.
+    events = events_now()
+    async with asyncio.timeout(30):
+        while not any(phase == "ready" for _, phase in events):  # noqa: ASYNC110 — DB rows
+            await asyncio.sleep(0.05)
+            events = events_now()
     assert [p for _, p in events] == ["validate", "plan", "create", "wait_running", "ssh", "k3s", "gpu_check",
                                       "ready"]
     assert events[-1] == ("ready", "ready") and {s for s, _ in events[:-1]} == {"provisioning"}

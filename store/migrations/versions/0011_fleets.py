@@ -1,7 +1,7 @@
 """fleets: SSH / on-prem fleets (sealed private key) and their hosts with each one's last probe
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0010
 Create Date: 2026-12-01
 
 Written beside other revisions on parallel branches: the merge chains them one after the other.
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011"
-down_revision: str | Sequence[str] | None = "0008"  # 0008 already merged here: one head
+down_revision: str | Sequence[str] | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

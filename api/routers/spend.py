@@ -1,0 +1,52 @@
+"""Spend: the ledger's intervals (written by the allocation's activities) summed per day, per job
+type and per project — the Cloud tab's spend card in one call."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import CallerDep, SessionDep
+from api.schemas import SpendDayOut, SpendJobTypeOut, SpendOut, SpendProjectOut
+from store import repo, spend
+from store.models import utcnow
+
+router = APIRouter(prefix="/spend", tags=["spend"])
+
+MAX_DAYS = 90
+
+
+def _cents(x: float) -> float:
+    return round(x, 6)  # sub-cent precision kept; float noise dropped
+
+
+@router.get("", response_model=SpendOut)
+def get_spend(session: SessionDep, caller: CallerDep,
+              days: Annotated[int, Query(ge=1, le=MAX_DAYS, description="the window: the last N UTC days, "
+                                                                       "today included")] = 30) -> SpendOut:
+    """Daily cost over the last `days` days (zero-filled), by job type and by project, for the caller's
+    project; `by_project` lists every project for the admin token, the own one for a project token.
+    A machine costs its offer's $/hr from when the cloud accepted the create until the cloud showed
+    it gone (a running one up to now). `empty` (with `reason`) until a provider is connected in the
+    project and spend was recorded."""
+    now = utcnow()
+    mine = spend.summarize(spend.window_intervals(session, days=days, now=now, projects=[caller.project]),
+                           days, now)
+    by_project = mine.by_project
+    if caller.admin:
+        everyone = spend.window_intervals(session, days=days, now=now)
+        by_project = spend.summarize(everyone, days, now).by_project
+    reason = None
+    if not repo.connected(session, project=caller.project):
+        reason = f"no provider is connected in project {caller.project!r}"
+    elif not spend.any_recorded(session, [caller.project]):
+        reason = f"no spend was recorded in project {caller.project!r}"
+    return SpendOut(
+        days=days,
+        daily=[SpendDayOut(date=d, cost=_cents(c)) for d, c in mine.daily],
+        by_job_type=[SpendJobTypeOut(job_type=k, cost=_cents(c))
+                     for k, c in sorted(mine.by_job_type.items(), key=lambda kv: (-kv[1], kv[0]))],
+        by_project=[SpendProjectOut(project=k, cost=_cents(c))
+                    for k, c in sorted(by_project.items(), key=lambda kv: (-kv[1], kv[0]))],
+        total=_cents(mine.total), empty=reason is not None, reason=reason)

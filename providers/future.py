@@ -1,0 +1,117 @@
+"""Providers the studio's connect grid lists that gpuprov has NO adapter for yet (Modal, Nebius, Oracle
+Cloud), and the SSH / on-prem fleet form (fleets are not connections: /api/compute/fleets keeps them).
+
+Each is a typed credentials model like an adapter's (providers/credentials.py), so the catalog shows
+its form exactly as it will be asked for, but nothing here connects, verifies or launches: a
+connection naming one is refused with "<name> is not supported yet" (api/schemas.py). When an
+adapter lands, its `CloudEntry` goes into the registry and its entry here goes away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from providers.credentials import Credentials, field
+
+
+class ModalCredentials(Credentials):
+    """A Modal API token (Settings → API Tokens) and the environment to run in. No adapter yet."""
+
+    token_id: str = field("Token ID", min_length=1, max_length=200, help="starts with ak-")
+    token_secret: SecretStr = field("Token Secret", "secret", min_length=1, max_length=200,
+                                    help="starts with as-")
+    environment: str = field("Environment", default="main", min_length=1, max_length=100)
+
+
+class NebiusCredentials(Credentials):
+    """A Nebius service account's authorized key. No adapter yet."""
+
+    service_account_id: str = field("Service Account ID", min_length=1, max_length=200)
+    public_key_id: str = field("Public Key ID", min_length=1, max_length=200)
+    private_key: SecretStr = field("Private key", "file", min_length=1, max_length=20_000,
+                                   help="the key pair's private key (.pem file)")
+
+
+class OciCredentials(Credentials):
+    """An Oracle Cloud API signing key (Profile → API keys). No adapter yet."""
+
+    user_ocid: str = field("User OCID", min_length=1, max_length=300, help="ocid1.user.oc1..…")
+    tenancy_ocid: str = field("Tenancy OCID", min_length=1, max_length=300, help="ocid1.tenancy.oc1..…")
+    fingerprint: str = field("Fingerprint", min_length=1, max_length=100,
+                             help="of the API key, aa:bb:cc:…")
+    region: str = field("Home Region", min_length=1, max_length=100, help="e.g. us-ashburn-1")
+    private_key: SecretStr = field("Private Key", "file", min_length=1, max_length=20_000,
+                                   help="the API key's private key (.pem file)")
+
+
+class SshFleetCredentials(Credentials):
+    """The SSH / on-prem form: the user's own hosts, reached with a pasted key, optionally through a
+    bastion (proxy jump) with its own host, port, user and key. A fleet, not a connection."""
+
+    ssh_user: str = field("SSH user", default="ubuntu", min_length=1, max_length=64)
+    ssh_port: int = field("SSH port", default=22, ge=1, le=65535, max_length=None)
+    private_key: SecretStr = field("Private key", "secret", min_length=1, max_length=20_000,
+                                   help="pasted (OpenSSH or PEM); kept encrypted, never shown again")
+    hosts: str = field("Hosts", min_length=1, max_length=10_000,
+                       help="one hostname or IP address per line")
+    bastion_host: str | None = field("Bastion host", default=None, max_length=255,
+                                     help="optional proxy jump")
+    bastion_port: int = field("Bastion port", default=22, ge=1, le=65535, max_length=None)
+    bastion_user: str | None = field("Bastion user", default=None, max_length=64,
+                                     help="the SSH user when empty")
+    bastion_private_key: SecretStr | None = field("Bastion private key", "secret", default=None,
+                                                  max_length=20_000, help="the hosts' key when empty")
+
+
+@dataclass(frozen=True)
+class FutureProvider:
+    """A provider the connect grid lists without an adapter here."""
+
+    key: str
+    name: str
+    tagline: str
+    how_to_connect: str
+    credentials_model: type[Credentials]
+    reason: str  # why it cannot be connected today
+    billed: bool = True  # the "billed to your account" note applies
+
+
+FUTURE: dict[str, FutureProvider] = {
+    p.key: p for p in (
+        FutureProvider(
+            "modal", "Modal", "Serverless GPUs, scale to zero",
+            "In Modal open Settings → API Tokens → New Token (or run `modal token new`): copy the Token ID "
+            "(ak-…) and Token Secret (as-…). Environment defaults to main.",
+            ModalCredentials, "Modal is not supported yet: no adapter"),
+        FutureProvider(
+            "nebius", "Nebius", "EU-based NVIDIA GPU cloud",
+            "In the Nebius console open Administration → IAM → Service accounts, create one in the editors "
+            "group, then Create authorized key: copy the service account ID and the public key ID, and "
+            "upload the private key (.pem) it downloads.",
+            NebiusCredentials, "Nebius is not supported yet: no adapter"),
+        FutureProvider(
+            "oci", "Oracle Cloud (OCI)", "Bare-metal RDMA GPU clusters",
+            "In the OCI console open Profile → My profile → API keys → Add API key → Generate API key pair: "
+            "download the private key (.pem); the configuration preview shows the User OCID, Tenancy OCID, "
+            "Fingerprint and region (your Home Region).",
+            OciCredentials, "Oracle Cloud (OCI) is not supported yet: no adapter"),
+        FutureProvider(
+            "ssh", "SSH / On-prem", "Bring your own GPU servers",
+            "Give the SSH user, port and a private key (pasted) that logs in to every host, the hosts one "
+            "per line, and a bastion (proxy jump) if the hosts are only reachable through one. Hosts need "
+            "Docker pre-installed; on GPU hosts CUDA 12.1 + the NVIDIA Container Toolkit; passwordless sudo; "
+            "AllowTcpForwarding yes in sshd_config; a firewall allowing SSH.",
+            SshFleetCredentials,
+            "SSH / On-prem fleets are saved and probed through POST /api/compute/fleets; allocating onto "
+            "their hosts (--cloud ssh) is not supported yet", billed=False),
+    )
+}
+
+
+def not_supported(key: str) -> str | None:
+    """Why `key` cannot be connected ("Modal is not supported yet: …"), or None if it is not a
+    listed future provider."""
+    found = FUTURE.get(key)
+    return found.reason if found else None

@@ -1,0 +1,143 @@
+"""The spend ledger: intervals (start, end, $/hr) written by the allocation's activities, and the
+arithmetic that turns them into daily totals and breakdowns.
+
+Writes are idempotent, so a retried activity or a crash between write and answer neither loses nor
+doubles time: an interval is opened once per attempt key (insert-if-absent on a unique key, the
+first start wins), and closing sets `ended_at` only while it is empty."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from store.models import SpendInterval
+
+MANUAL = "manual"  # the job type of instances allocated by hand
+_HOUR_S = 3600.0
+
+
+def aware(t: datetime) -> datetime:
+    """`t` with its zone (UTC where SQLite dropped it)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def open_interval(session: Session, *, key: str, instance_id: str, project: str, connection_id: str,
+                  provider: str, rate_per_hour: float, started_at: datetime,
+                  job_type: str = MANUAL) -> bool:
+    """Open the attempt `key`'s interval unless it is open (or closed) already, and commit. True if
+    this call opened it. A retry — or a later activity that found the machine — leaves the first
+    start, so no accrued time is lost or counted twice."""
+    if session.exec(select(SpendInterval.id).where(SpendInterval.key == key)).first() is not None:
+        return False
+    session.add(SpendInterval(key=key, instance_id=instance_id, project=project, connection_id=connection_id,
+                              provider=provider, job_type=job_type, rate_per_hour=rate_per_hour,
+                              started_at=aware(started_at)))
+    try:
+        session.commit()
+    except IntegrityError:  # opened concurrently (a retried activity on another worker)
+        session.rollback()
+        return False
+    return True
+
+
+def close_interval(session: Session, key: str, ended_at: datetime) -> bool:
+    """Close the attempt `key`'s interval at `ended_at` (never before its start) if it is open, and
+    commit. True if this call closed it; a second close changes nothing."""
+    row = session.exec(select(SpendInterval).where(SpendInterval.key == key)).first()
+    if row is None or row.ended_at is not None:
+        return False
+    end = max(aware(ended_at), aware(row.started_at))
+    # A conditional update: of two concurrent closes, only the first sets it.
+    result = session.execute(sa.update(SpendInterval)
+                             .where(col(SpendInterval.key) == key, col(SpendInterval.ended_at).is_(None))
+                             .values(ended_at=end))
+    session.commit()
+    return bool(getattr(result, "rowcount", 0))
+
+
+def intervals_of(session: Session, instance_id: str) -> Sequence[SpendInterval]:
+    stmt = select(SpendInterval).where(SpendInterval.instance_id == instance_id).order_by(
+        col(SpendInterval.started_at), col(SpendInterval.id))
+    return session.exec(stmt).all()
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def overlap_hours(start: datetime, end: datetime | None, lo: datetime, hi: datetime, now: datetime) -> float:
+    """Hours of [start, end) — an open interval (end None) runs until `now` — within [lo, hi)."""
+    stop = aware(end) if end is not None else now
+    a, b = max(aware(start), lo), min(stop, hi, now)
+    return max(0.0, (b - a).total_seconds() / _HOUR_S)
+
+
+def day_range(days: int, now: datetime) -> list[date]:
+    """The last `days` UTC days, oldest first, ending with today."""
+    today = now.astimezone(UTC).date()
+    return [today - timedelta(days=n) for n in range(days - 1, -1, -1)]
+
+
+def _midnight(d: date) -> datetime:
+    return datetime.combine(d, time(0), tzinfo=UTC)
+
+
+@dataclass
+class SpendSummary:
+    daily: list[tuple[date, float]]  # every day of the window, zero-filled
+    by_job_type: dict[str, float] = field(default_factory=dict)
+    by_project: dict[str, float] = field(default_factory=dict)
+    total: float = 0.0
+    intervals: int = 0  # how many intervals accrued anything in the window
+
+
+def summarize(intervals: Iterable[SpendInterval], days: int, now: datetime) -> SpendSummary:
+    """Cost per day over the last `days` UTC days (each interval's rate × its overlap with the day;
+    an open one up to `now`), and the window's cost by job type and by project."""
+    now = aware(now)
+    window = day_range(days, now)
+    per_day: dict[date, float] = defaultdict(float)
+    by_job: dict[str, float] = defaultdict(float)
+    by_project: dict[str, float] = defaultdict(float)
+    counted = 0
+    for iv in intervals:
+        accrued = 0.0
+        for d in window:
+            cost = iv.rate_per_hour * overlap_hours(iv.started_at, iv.ended_at, _midnight(d),
+                                                    _midnight(d + timedelta(days=1)), now)
+            if cost:
+                per_day[d] += cost
+                accrued += cost
+        if accrued:
+            counted += 1
+            by_job[iv.job_type] += accrued
+            by_project[iv.project] += accrued
+    return SpendSummary(daily=[(d, per_day.get(d, 0.0)) for d in window], by_job_type=dict(by_job),
+                        by_project=dict(by_project), total=sum(per_day.values()), intervals=counted)
+
+
+def window_intervals(session: Session, *, days: int, now: datetime,
+                     projects: Collection[str] | None = None) -> Sequence[SpendInterval]:
+    """The intervals that overlap the last `days` UTC days (of `projects`; None: every project)."""
+    lo = _midnight(day_range(days, now)[0])
+    stmt = select(SpendInterval).where(col(SpendInterval.started_at) < now,
+                                       sa.or_(col(SpendInterval.ended_at).is_(None),
+                                              col(SpendInterval.ended_at) > lo))
+    if projects is not None:
+        stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
+    return session.exec(stmt).all()
+
+
+def any_recorded(session: Session, projects: Collection[str] | None = None) -> bool:
+    stmt = select(SpendInterval.id)
+    if projects is not None:
+        stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
+    return session.exec(stmt.limit(1)).first() is not None

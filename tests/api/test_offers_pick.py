@@ -1,0 +1,168 @@
+"""The backend offers page (the seed's "Backend offers — browsing instance types & prices"): its title,
+the table's columns, and the picked offer, which becomes the backend's default for the project."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlmodel import Session
+
+from api.routers.offers import title_of
+from messages.allocation import AllocationInput
+from providers.base import GpuSpec, Offer, OfferQuery, rank_offers
+from store import repo
+from tests.api.conftest import FakeCloud, FakeWorkflows, connect_fake, make_project
+
+OFFERS = "/api/compute/backends/fakecloud/offers"
+PICK = "/api/compute/backends/fakecloud/pick"
+INSTANCES = "/api/compute/instances"
+
+TABLE = [
+    Offer(provider="fakecloud", instance_type="gpu.2x.h100", gpu=GpuSpec(name="H100", count=2, memory_gib=80),
+          vcpus=52, memory_gib=450, region="r2", price_per_hour=6.5),
+    Offer(provider="fakecloud", instance_type="gpu.a10", gpu=GpuSpec(name="A10", count=1), vcpus=4,
+          memory_gib=32, region="r1", price_per_hour=0.75),
+    Offer(provider="fakecloud", instance_type="cpu.large", gpu=None, vcpus=16, memory_gib=64.5, region="r1",
+          price_per_hour=0.4),
+    Offer(provider="fakecloud", instance_type="gpu.a10", gpu=GpuSpec(name="A10", count=1), vcpus=4,
+          memory_gib=32, region="r2", price_per_hour=0.3, spot=True),
+]
+
+
+@pytest.fixture(autouse=True)
+def table(fake_cloud: type[FakeCloud], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(FakeCloud, "OFFERS", TABLE)
+    yield
+
+
+async def test_the_page_has_the_title_and_the_seeds_columns(client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    r = await client.get(OFFERS)
+    assert r.status_code == 200, r.text
+    page = r.json()
+    assert page["title"] == "Fake Cloud — Available Instances" and page["picked"] is None
+    rows = {(o["instance"], o["region"], o["spot"]): o for o in page["items"]}
+    assert [o["instance"] for o in page["items"]] == ["gpu.a10", "cpu.large", "gpu.a10", "gpu.2x.h100"]
+    h100 = rows["gpu.2x.h100", "r2", False]
+    assert (h100["gpu_label"], h100["vcpus"], h100["ram"], h100["price_per_hour"]) == (
+        "2× H100 (80GB)", 52, "450 GB", 6.5)
+    assert rows["gpu.a10", "r1", False]["gpu_label"] == "1× A10"  # memory unknown: not made up
+    cpu = rows["cpu.large", "r1", False]
+    assert cpu["gpu_label"] is None and cpu["ram"] == "64.5 GB"
+    assert rows["gpu.a10", "r2", True]["spot"] is True
+    # the fields clients read before stay as they were
+    assert h100["instance_type"] == "gpu.2x.h100" and h100["gpu"] == {"name": "H100", "count": 2,
+                                                                        "memory_gib": 80.0}
+    assert h100["memory_gib"] == 450 and h100["provider"] == "fakecloud" and h100["available"] is True
+    # the Spot instances checkbox
+    spot = (await client.get(OFFERS, params={"spot": "true"})).json()["items"]
+    assert [(o["instance"], o["spot"]) for o in spot] == [("gpu.a10", True)]
+
+
+def test_the_title_names_the_provider_as_the_connect_grid_does() -> None:
+    assert title_of("aws") == "AWS — Available Instances"
+    assert title_of("vastai") == "Vast.ai — Available Instances"
+    assert title_of("lambda") == "Lambda Cloud — Available Instances"
+
+
+async def test_a_pick_is_stored_and_shown(client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    r = await client.post(PICK, json={"instance_type": "gpu.2x.h100", "region": "r2", "spot": False,
+                                      "gpu": "2× H100 (80GB)"})
+    assert r.status_code == 200, r.text
+    picked = r.json()
+    assert {k: picked[k] for k in ("provider", "instance_type", "region", "spot", "gpu_label",
+                                   "price_per_hour")} == {
+        "provider": "fakecloud", "instance_type": "gpu.2x.h100", "region": "r2", "spot": False,
+        "gpu_label": "2× H100 (80GB)", "price_per_hour": 6.5}
+    assert (await client.get(OFFERS)).json()["picked"] == picked
+    # picking again replaces it; the GPU and price come from the cloud's offer, not the request
+    r = await client.post(PICK, json={"instance_type": "gpu.a10", "region": "r2", "spot": True,
+                                      "gpu": "made up"})
+    assert r.status_code == 200, r.text
+    shown = (await client.get(OFFERS)).json()["picked"]
+    assert (shown["instance_type"], shown["region"], shown["spot"], shown["gpu_label"],
+            shown["price_per_hour"]) == ("gpu.a10", "r2", True, "1× A10", 0.3)
+
+
+@pytest.mark.parametrize("pick", [
+    {"instance_type": "gpu.9x.b200", "region": "r2"},  # no such type
+    {"instance_type": "gpu.2x.h100", "region": "r1"},  # not in that region
+    {"instance_type": "gpu.2x.h100", "region": "r2", "spot": True},  # no spot offer of it
+    {"instance_type": "gpu.a10", "region": "r2", "spot": False},  # only a spot one there
+])
+async def test_a_pick_not_among_the_current_offers_is_422_and_nothing_is_stored(
+        client: httpx.AsyncClient, pick: dict[str, Any]) -> None:
+    await connect_fake(client)
+    r = await client.post(PICK, json=pick)
+    assert r.status_code == 422, r.text
+    assert "offers no" in r.json()["detail"]
+    assert (await client.get(OFFERS)).json()["picked"] is None
+
+
+async def test_a_pick_needs_a_connection_and_a_valid_body(client: httpx.AsyncClient) -> None:
+    r = await client.post(PICK, json={"instance_type": "gpu.a10", "region": "r1"})
+    assert r.status_code == 409 and "connect fakecloud first" in r.json()["detail"]
+    await connect_fake(client)
+    r = await client.post(PICK, json={"instance_type": "gpu.a10"})
+    assert r.status_code == 422 and "region" in r.json()["detail"]
+    r = await client.post(PICK, json={"instance_type": "gpu.a10", "region": "r1", "price": 0})
+    assert r.status_code == 422 and "Extra inputs" in r.text
+    r = await client.post("/api/compute/backends/modal/pick", json={"instance_type": "a", "region": "b"})
+    assert r.status_code == 422 and "Modal is not supported yet" in r.json()["detail"]
+
+
+def _requests(workflows: FakeWorkflows) -> list[Any]:
+    return [s.arg.request for s in workflows.starts_of("AllocationWorkflow")
+            if isinstance(s.arg, AllocationInput)]
+
+
+async def test_an_allocation_naming_the_backend_without_a_gpu_gets_the_default(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str, engine: Any) -> None:
+    conn = await connect_fake(client)
+    r = await client.post(PICK, json={"instance_type": "gpu.2x.h100", "region": "r2"})
+    assert r.status_code == 200, r.text
+    for selector in ({"cloud": "fakecloud"}, {"clouds": ["fakecloud"]}, {"connection_id": conn["id"]}):
+        r = await client.post(INSTANCES, json={**selector, "ssh_public_keys": [ssh_key]})
+        assert r.status_code == 202, r.text
+        asked = _requests(workflows)[-1]
+        assert (asked.instance_type, asked.region, asked.gpu) == ("gpu.2x.h100", "r2", None), selector
+        assert "fakecloud default offer: gpu.2x.h100 in r2" in asked.notes[0]
+        with Session(engine) as s:
+            row = repo.get_instance(s, r.json()["id"])
+        assert row is not None and row.region == "r2" and "default offer" in (row.note or "")
+
+    # Anything that says otherwise is the request's own: a GPU, another region, spot, other clouds.
+    for other in ({"cloud": "fakecloud", "gpu": "A10"}, {"cloud": "fakecloud", "gpu_count": 1},
+                  {"cloud": "fakecloud", "region": "r1"}, {}):
+        r = await client.post(INSTANCES, json={**other, "ssh_public_keys": [ssh_key]})
+        assert r.status_code == 202, (other, r.text)
+        asked = _requests(workflows)[-1]
+        assert asked.instance_type is None and not any("default offer" in n for n in asked.notes), other
+
+
+async def test_the_pick_is_per_project(client: httpx.AsyncClient, workflows: FakeWorkflows,
+                                       ssh_key: str) -> None:
+    await connect_fake(client)
+    await make_project(client, "vision")
+    await connect_fake(client, "vision")
+    vision = {"X-Project": "vision"}
+    r = await client.post(PICK, json={"instance_type": "gpu.a10", "region": "r1"}, headers=vision)
+    assert r.status_code == 200, r.text
+    assert (await client.get(OFFERS, headers=vision)).json()["picked"]["instance_type"] == "gpu.a10"
+    assert (await client.get(OFFERS)).json()["picked"] is None  # default project: none
+    r = await client.post(INSTANCES, json={"cloud": "fakecloud", "ssh_public_keys": [ssh_key]})
+    assert r.status_code == 202 and _requests(workflows)[-1].instance_type is None
+    r = await client.post(INSTANCES, json={"cloud": "fakecloud", "ssh_public_keys": [ssh_key]},
+                          headers=vision)
+    assert r.status_code == 202
+    assert (_requests(workflows)[-1].instance_type, _requests(workflows)[-1].region) == ("gpu.a10", "r1")
+
+
+def test_planning_considers_only_the_picked_type() -> None:
+    query = OfferQuery(instance_type="gpu.a10", region="r1", spot=False)
+    assert [(o.instance_type, o.region) for o in rank_offers(TABLE, query)] == [("gpu.a10", "r1")]
+    assert len(rank_offers(TABLE, OfferQuery())) == len(TABLE)
