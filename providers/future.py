@@ -104,8 +104,8 @@ FUTURE: dict[str, FutureProvider] = {
             "Docker pre-installed; on GPU hosts CUDA 12.1 + the NVIDIA Container Toolkit; passwordless sudo; "
             "AllowTcpForwarding yes in sshd_config; a firewall allowing SSH.",
             SshFleetCredentials,
-            "SSH / On-prem fleets are saved and probed through POST /api/compute/fleets; allocating onto "
-            "their hosts (--cloud ssh) is not supported yet", billed=False),
+            "SSH / On-prem is not supported yet as a connection: fleets are saved and probed through "
+            "POST /api/compute/fleets; allocating onto their hosts (--cloud ssh) comes next", billed=False),
     )
 }
 
