@@ -37,6 +37,7 @@ import logsafe
 from activities.cloud import CloudActivities
 from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
+from activities.fleet import FleetActivities
 from activities.health import HealthActivities
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
@@ -49,6 +50,7 @@ from providers import pacing, registry
 from workflows.allocation import AllocationWorkflow, launch_task_queue
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
+from workflows.fleet_probe import FleetProbeWorkflow
 from workflows.health import HealthWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
@@ -57,7 +59,7 @@ from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
-                         SweepWorkflow, HealthWorkflow,
+                         SweepWorkflow, HealthWorkflow, FleetProbeWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -82,6 +84,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         records.await_allocate_closed,
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
         health.health_targets, health.check_connection, health.record_health,
+        FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,
     ]
 
 

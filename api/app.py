@@ -14,7 +14,18 @@ from api.deps import AppDeps, deps_from_settings, require_token, token_is_valid
 from api.errors import install_error_handlers
 from api.guard import EdgeGuard
 from api.openapi import install_openapi
-from api.routers import catalog, clouds, codec, connections, instances, offers, projects, providers, spend
+from api.routers import (
+    catalog,
+    clouds,
+    codec,
+    connections,
+    fleets,
+    instances,
+    offers,
+    projects,
+    providers,
+    spend,
+)
 
 API_PREFIX = "/api/compute"
 
@@ -42,7 +53,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)  # built on first use: it covers every route, also those added below
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could.
-    for module in (catalog, clouds, connections, providers, offers, instances, spend):
+    for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.

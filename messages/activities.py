@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from messages.allocation import AllocateRequest, AllocationState, CloudTarget, GpuInfo
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
+from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
 from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
 from messages.sweep import (
     JudgeInput,
@@ -236,6 +237,12 @@ CHECK_CONNECTION: ActivityRef[CheckInput, HealthCheck] = ActivityRef(
     "check_connection", CheckInput, HealthCheck)
 RECORD_HEALTH: ActivityRef[RecordHealthInput, None] = ActivityRef("record_health", RecordHealthInput, None)
 
+# SSH fleets (workflows/fleet_probe.py, activities/fleet.py).
+FLEET_HOSTS: ActivityRef[FleetProbeRequest, FleetHostIds] = ActivityRef(
+    "fleet_hosts", FleetProbeRequest, FleetHostIds)
+PROBE_FLEET_HOST: ActivityRef[FleetHostInput, HostProbe] = ActivityRef(
+    "probe_fleet_host", FleetHostInput, HostProbe)
+
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
@@ -243,4 +250,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     DELETE_CONNECTION, TERMINATE_ALLOCATION, WATCH_CONNECTION, START_WATCH,
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
+    FLEET_HOSTS, PROBE_FLEET_HOST,
 )

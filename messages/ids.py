@@ -53,6 +53,12 @@ def disconnect_workflow_id(connection_id: str) -> str:
     return f"disconnect-{connection_id}"
 
 
+def fleet_probe_workflow_id(fleet_id: str, probe_id: str) -> str:
+    """One probe of a fleet: each save (POST, PUT) starts its own, so a new configuration is always
+    probed; only the fleet's latest probe records answers (Fleet.probe_id)."""
+    return f"fleet-probe-{fleet_id}-{probe_id}"
+
+
 def watch_workflow_id(connection_id: str) -> str:
     return f"watch-{connection_id}"
 

@@ -1,5 +1,5 @@
 """Providers the studio's connect grid lists that gpuprov has NO adapter for yet (Modal, Nebius, Oracle
-Cloud), and the SSH / on-prem fleet form (fleets are not connections: another step builds them).
+Cloud), and the SSH / on-prem fleet form (fleets are not connections: /api/compute/fleets keeps them).
 
 Each is a typed credentials model like an adapter's (providers/credentials.py), so the catalog shows
 its form exactly as it will be asked for, but nothing here connects, verifies or launches: a
@@ -104,7 +104,8 @@ FUTURE: dict[str, FutureProvider] = {
             "Docker pre-installed; on GPU hosts CUDA 12.1 + the NVIDIA Container Toolkit; passwordless sudo; "
             "AllowTcpForwarding yes in sshd_config; a firewall allowing SSH.",
             SshFleetCredentials,
-            "SSH / On-prem is not supported yet: fleets are coming (POST /api/compute/fleets)", billed=False),
+            "SSH / On-prem is not supported yet as a connection: fleets are saved and probed through "
+            "POST /api/compute/fleets; allocating onto their hosts (--cloud ssh) comes next", billed=False),
     )
 }
 

@@ -196,6 +196,45 @@ class CreateSend(SQLModel, table=True):
     answered_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class Fleet(SQLModel, table=True):
+    """An SSH / on-prem fleet: hosts gpuprov logs in to with a pasted private key. `secret` is the
+    sealed private key (never returned); `bastion_secret` the bastion's own key, if it has one."""
+
+    id: str = Field(primary_key=True)
+    project: str = Field(default="default", index=True)
+    name: str
+    user: str = "ubuntu"
+    port: int = 22
+    secret: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
+    bastion_host: str | None = None
+    bastion_port: int | None = None
+    bastion_user: str | None = None
+    bastion_secret: bytes | None = Field(default=None, sa_column=sa.Column(sa.LargeBinary, nullable=True))
+    probe_id: str | None = None  # the latest save's probe (workflows/fleet_probe.py): only it records
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class FleetHost(SQLModel, table=True):
+    """One host of a fleet, with the last probe's answer (workflows/fleet_probe.py). GPU and
+    requirement columns are None until probed; `reachable` False comes with `reason`."""
+
+    __tablename__ = "fleet_host"
+
+    id: str = Field(primary_key=True)
+    fleet_id: str = Field(foreign_key="fleet.id", index=True)
+    position: int  # its place in the fleet's host list
+    host: str
+    probed_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    reachable: bool | None = None
+    reason: str | None = None
+    gpu_vendor: str | None = None
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    gpu_memory_gb: int | None = None  # per GPU
+    gpu_summary: str | None = None  # "2× H100 (80GB) · 160GB total"
+    docker: bool | None = None
+    sudo: bool | None = None
+    tcp_forwarding: bool | None = None
 class SpendInterval(SQLModel, table=True):
     """The spend ledger: one interval per allocation attempt (its key), from when the cloud accepted
     the create (or, when that answer was lost, the cloud's creation time or when gpuprov first found

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from store.models import Connection, SshIdentity
+from store.models import Connection, Fleet, SshIdentity
 from store.secrets import SecretBox
 
 
@@ -20,6 +20,12 @@ def reseal_all(engine: sa.Engine, box: SecretBox) -> int:
         for conn in session.exec(select(Connection)).all():
             conn.secret = box.reseal(conn.secret)
             session.add(conn)
+            count += 1
+        for fleet in session.exec(select(Fleet)).all():  # SSH fleets' keys (and their bastions')
+            fleet.secret = box.reseal(fleet.secret)
+            if fleet.bastion_secret is not None:
+                fleet.bastion_secret = box.reseal(fleet.bastion_secret)
+            session.add(fleet)
             count += 1
         for ident in session.exec(select(SshIdentity)).all():
             ident.private_key = box.reseal(ident.private_key)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import asyncssh
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -13,7 +14,7 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from api.deps import AppDeps
-from store.models import ApiToken, Connection, Instance
+from store.models import ApiToken, Connection, Fleet, Instance
 from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, connect_fake, make_project
 
 INSTANCES = "/api/compute/instances"
@@ -86,8 +87,15 @@ async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key
     r = await client.post(INSTANCES, json={"cloud": "fakecloud", "ssh_public_keys": [ssh_key]}, **mine)
     assert r.status_code == 202, r.text
     [tok] = (await client.get(f"/api/projects/{project}/tokens")).json()["items"]
+    fleet = await client.post("/api/compute/fleets", json=_fleet_body(), **mine)
+    assert fleet.status_code == 201, fleet.text
     return {"token": token, "project": project, "connection_id": conn["id"], "instance_id": r.json()["id"],
-            "token_id": tok["id"], "provider": "fakecloud"}
+            "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"]}
+
+
+def _fleet_body() -> dict[str, Any]:
+    key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+    return {"name": "rack", "private_key": key, "hosts": ["10.0.0.1"]}
 
 
 # A valid body for each route that takes one, so a refusal is about the project, not the body.
@@ -97,6 +105,8 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
         "/api/projects/{project}/tokens": {"label": "b"},
         "/api/compute/connections": {"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY}},
         "/api/compute/instances": {"cloud": "fakecloud", "ssh_public_keys": [ssh_key]},
+        "/api/compute/fleets": _fleet_body(),
+        "/api/compute/fleets/{fleet_id}": _fleet_body(),
     }.get(path)
 
 
@@ -109,7 +119,7 @@ async def test_every_route_answers_404_for_another_projects_object(
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
         a = await _project_with_objects(admin, "alpha", ssh_key)
         b = await _project_with_objects(admin, "beta", ssh_key)
-    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id")]
+    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id")]
     starts_before, updates_before = len(workflows.starts), len(workflows.updates)
 
     # Every operation the API publishes (its OpenAPI document): a route added later is walked too.
@@ -142,6 +152,8 @@ async def test_every_route_answers_404_for_another_projects_object(
         conn = s.get(Connection, a["connection_id"])
         inst = s.get(Instance, a["instance_id"])
         tok = s.get(ApiToken, a["token_id"])
+        fleet = s.get(Fleet, a["fleet_id"])
+    assert fleet is not None and fleet.project == "alpha" and fleet.name == "rack"
     assert conn is not None and conn.status == "connected" and conn.project == "alpha"
     assert inst is not None and inst.status == "provisioning" and inst.project == "alpha"
     assert tok is not None and tok.revoked_at is None

@@ -1,0 +1,263 @@
+"""SSH / on-prem fleets: hosts gpuprov logs in to with a pasted private key. Saving one (POST, PUT)
+starts FleetProbeWorkflow, which logs in to each host and stores what it found; GET shows each
+host's last answer. The key is sealed at once, stored encrypted and never returned or logged."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+import asyncssh
+from fastapi import APIRouter, HTTPException, status
+from pydantic import BaseModel, Field, field_validator
+from sqlmodel import select
+
+from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.errors import shown
+from api.pagination import Keyset, Page, PageDep
+from api.schemas import Name, Strict
+from messages.fleet import FleetProbeRequest
+from messages.ids import fleet_probe_workflow_id
+from store import fleets, repo
+from store.models import Fleet, FleetHost
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/fleets", tags=["fleets"])
+
+KEYSET = Keyset("fleets", Fleet.created_at, Fleet.id, descending=False)
+MAX_KEY = 20_000  # characters: an RSA-8192 OpenSSH key is well under this
+MAX_HOSTS = 256
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def parse_host(value: str) -> str:
+    """A host name (RFC 1123 labels) or an IP address; anything else (spaces, shell characters,
+    user@, :port) is refused. Returned as given (IPs in their canonical form)."""
+    text = value.strip()
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    name = text[:-1] if text.endswith(".") else text
+    if not name or len(name) > 253 or not all(_LABEL.match(label) for label in name.split(".")):
+        raise ValueError("a host must be a host name or an IP address")
+    return name
+
+
+def parse_private_key(text: str, field: str) -> str:
+    """The OpenSSH/PEM text if it is an unencrypted private key; ValueError naming `field`, never
+    quoting the text."""
+    try:
+        asyncssh.import_private_key(text)
+    except asyncssh.KeyEncryptionError:
+        raise ValueError(f"{field} is passphrase-protected: paste an unencrypted key") from None
+    except (asyncssh.KeyImportError, ValueError, TypeError):
+        raise ValueError(f"{field} is not an SSH private key") from None
+    return text.strip() + "\n"
+
+
+Host = Annotated[str, Field(min_length=1, max_length=253)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+User = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
+PrivateKey = Annotated[str, Field(max_length=MAX_KEY, description=(
+    "an OpenSSH private key, pasted; stored encrypted, never returned"))]
+
+
+class BastionIn(Strict):
+    host: Host
+    port: Port = 22
+    user: User | None = Field(None, description="default: the fleet's user")
+    private_key: PrivateKey | None = Field(None, description="default: the fleet's key")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return parse_host(value)
+
+    @field_validator("private_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        return parse_private_key(value, "bastion.private_key") if value and value.strip() else None
+
+
+class FleetIn(Strict):
+    name: Name
+    user: User = "ubuntu"
+    port: Port = 22
+    private_key: PrivateKey | None = Field(
+        None, description="required to create; on PUT, blank or missing keeps the saved key")
+    hosts: list[Host] = Field(min_length=1, max_length=MAX_HOSTS)
+    bastion: BastionIn | None = None
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, values: list[str]) -> list[str]:
+        hosts = [parse_host(v) for v in values]
+        if len(set(hosts)) != len(hosts):
+            raise ValueError("hosts must not repeat")
+        return hosts
+
+    @field_validator("private_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        return parse_private_key(value, "private_key") if value and value.strip() else None
+
+
+class BastionOut(BaseModel):
+    host: str
+    port: int
+    user: str
+    own_key: bool  # a key of its own, else the fleet's
+
+
+class FleetHostOut(BaseModel):
+    host: str
+    probed_at: datetime | None  # null: not probed yet
+    reachable: bool | None
+    reason: str | None  # why it is not reachable
+    gpu_vendor: str | None
+    gpu_name: str | None
+    gpu_count: int | None
+    gpu_memory_gb: int | None
+    gpu_summary: str | None  # "2× H100 (80GB) · 160GB total"
+    docker: bool | None
+    sudo: bool | None  # passwordless
+    tcp_forwarding: bool | None
+
+    @classmethod
+    def of(cls, h: FleetHost) -> FleetHostOut:
+        return cls(host=h.host, probed_at=h.probed_at, reachable=h.reachable, reason=h.reason,
+                   gpu_vendor=h.gpu_vendor, gpu_name=h.gpu_name, gpu_count=h.gpu_count,
+                   gpu_memory_gb=h.gpu_memory_gb, gpu_summary=h.gpu_summary, docker=h.docker, sudo=h.sudo,
+                   tcp_forwarding=h.tcp_forwarding)
+
+
+class FleetOut(BaseModel):
+    id: str
+    name: str
+    user: str
+    port: int
+    hosts: list[FleetHostOut]
+    bastion: BastionOut | None
+    created_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Fleet, hosts: list[FleetHost]) -> FleetOut:
+        bastion = None
+        if row.bastion_host:
+            bastion = BastionOut(host=row.bastion_host, port=row.bastion_port or 22,
+                                 user=row.bastion_user or row.user, own_key=row.bastion_secret is not None)
+        return cls(id=row.id, name=row.name, user=row.user, port=row.port,
+                   hosts=[FleetHostOut.of(h) for h in hosts], bastion=bastion, created_at=row.created_at)
+
+
+class FleetRemoval(BaseModel):
+    id: str
+    deleted: bool
+
+
+# --------------------------------------------------------------------------- database work (sync)
+
+
+def _out(deps: AppDeps, project: str, fleet_id: str) -> FleetOut | None:
+    with open_session(deps) as session:
+        row = fleets.get_fleet(session, project, fleet_id)
+        return None if row is None else FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
+
+
+def _save(deps: AppDeps, project: str, fleet_id: str, body: FleetIn, *, create: bool,
+          probe_id: str) -> FleetOut | None:
+    with open_session(deps) as session:
+        if not create and fleets.get_fleet(session, project, fleet_id) is None:
+            return None
+        bastion = None
+        if body.bastion is not None:
+            b = body.bastion
+            bastion = fleets.Bastion(host=b.host, port=b.port, user=b.user or body.user,
+                                     private_key=b.private_key)
+        row = fleets.save_fleet(session, deps.box, fleet_id=fleet_id, project=project, name=body.name,
+                                user=body.user, port=body.port, hosts=body.hosts,
+                                private_key=body.private_key, bastion=bastion, new_host_id=repo.new_id,
+                                probe_id=probe_id)
+        return FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
+
+
+def _delete(deps: AppDeps, project: str, fleet_id: str) -> bool:
+    with open_session(deps) as session:
+        if fleets.get_fleet(session, project, fleet_id) is None:
+            return False
+        fleets.delete_fleet(session, fleet_id)
+        return True
+
+
+async def _probe(deps: AppDeps, fleet_id: str, probe_id: str) -> None:
+    """Start this save's probe (the fleet's latest: an older one still running records nothing
+    more). Temporal unreachable: the configuration is saved anyway, the probe just did not start (the
+    hosts keep their last answer); logged, not an error."""
+    try:
+        request = FleetProbeRequest(fleet_id=fleet_id, probe_id=probe_id)
+        await deps.workflows.start("FleetProbeWorkflow", request,
+                                   workflow_id=fleet_probe_workflow_id(fleet_id, probe_id))
+    except WorkflowUnavailable as e:
+        log.warning("fleet %s saved, probe not started: %s", fleet_id, e)
+
+
+# --------------------------------------------------------------------------- routes
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "unknown fleet"}}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=FleetOut,
+             responses={422: {"description": "bad request (a host, the key...)"}})
+async def create_fleet(body: FleetIn, deps: DepsDep, caller: CallerDep) -> FleetOut:
+    """Save an SSH fleet and start probing its hosts (GET shows each host's answer once in)."""
+    if body.private_key is None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "private_key is required")
+    fleet_id, probe_id = repo.new_id(), repo.new_id()
+    out = await in_thread(_save, deps, caller.project, fleet_id, body, create=True, probe_id=probe_id)
+    assert out is not None
+    log.info("fleet %s saved (%d hosts)", fleet_id, len(out.hosts))
+    await _probe(deps, fleet_id, probe_id)
+    return out
+
+
+@router.get("", response_model=Page[FleetOut])
+def list_fleets(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[FleetOut]:
+    """The project's fleets, oldest first, each host with its last probe answer. Never a key."""
+    rows, following = KEYSET.fetch(session, select(Fleet).where(Fleet.project == caller.project), page)
+    return Page(items=[FleetOut.of(f, list(fleets.hosts_of(session, f.id))) for f in rows],
+                next_cursor=following)
+
+
+@router.get("/{fleet_id}", response_model=FleetOut, responses=NOT_FOUND)
+async def get_fleet(fleet_id: str, deps: DepsDep, caller: CallerDep) -> FleetOut:
+    out = await in_thread(_out, deps, caller.project, fleet_id)
+    if out is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
+    return out
+
+
+@router.put("/{fleet_id}", response_model=FleetOut,
+            responses={**NOT_FOUND, 422: {"description": "bad request (a host, the key...)"}})
+async def update_fleet(fleet_id: str, body: FleetIn, deps: DepsDep, caller: CallerDep) -> FleetOut:
+    """Replace the configuration (a blank or missing private_key keeps the saved one; hosts kept
+    keep their last answer) and probe again."""
+    probe_id = repo.new_id()
+    out = await in_thread(_save, deps, caller.project, fleet_id, body, create=False, probe_id=probe_id)
+    if out is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
+    log.info("fleet %s updated (%d hosts)", fleet_id, len(out.hosts))
+    await _probe(deps, fleet_id, probe_id)
+    return out
+
+
+@router.delete("/{fleet_id}", response_model=FleetRemoval, responses=NOT_FOUND)
+async def delete_fleet(fleet_id: str, deps: DepsDep, caller: CallerDep) -> FleetRemoval:
+    """Forget the fleet: its configuration and probe answers go; no host is contacted or changed."""
+    if not await in_thread(_delete, deps, caller.project, fleet_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
+    log.info("fleet %s deleted", fleet_id)
+    return FleetRemoval(id=fleet_id, deleted=True)

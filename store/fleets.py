@@ -1,0 +1,92 @@
+"""Query helpers for SSH fleets (store/models.py Fleet, FleetHost). Private keys go in and out only
+through a SecretBox: rows hold Fernet ciphertext of the OpenSSH text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlmodel import Session, col, delete, select
+
+from messages.fleet import HostProbe
+from store.models import Fleet, FleetHost, utcnow
+from store.secrets import SecretBox
+
+
+@dataclass(frozen=True)
+class Bastion:
+    host: str
+    port: int
+    user: str
+    private_key: str | None  # OpenSSH text; None: the fleet's key
+
+
+def get_fleet(session: Session, project: str, fleet_id: str) -> Fleet | None:
+    """The project's fleet of that id; None for an unknown id or another project's."""
+    row = session.get(Fleet, fleet_id)
+    return row if row is not None and row.project == project else None
+
+
+def hosts_of(session: Session, fleet_id: str) -> Sequence[FleetHost]:
+    return session.exec(select(FleetHost).where(FleetHost.fleet_id == fleet_id)
+                        .order_by(col(FleetHost.position))).all()
+
+
+def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str, name: str, user: str,
+               port: int, hosts: Sequence[str], private_key: str | None, bastion: Bastion | None,
+               new_host_id: Callable[[], str], probe_id: str | None = None) -> Fleet:
+    """Insert or replace a fleet's configuration and commit. `private_key` None keeps the saved key
+    (and the saved bastion key when the bastion gives none). Hosts kept by name keep their last
+    probe; `new_host_id` is a callable giving ids for new ones."""
+    row = session.get(Fleet, fleet_id)
+    if row is None:
+        assert private_key is not None, "a new fleet needs a key"
+        row = Fleet(id=fleet_id, project=project, name=name, secret=box.seal_text(private_key))
+    elif private_key is not None:
+        row.secret = box.seal_text(private_key)
+    row.name, row.user, row.port, row.probe_id = name, user, port, probe_id
+    if bastion is None:
+        row.bastion_host = row.bastion_port = row.bastion_user = row.bastion_secret = None
+    else:
+        row.bastion_host, row.bastion_port, row.bastion_user = bastion.host, bastion.port, bastion.user
+        row.bastion_secret = box.seal_text(bastion.private_key) if bastion.private_key else None
+    session.add(row)
+    saved = {h.host: h for h in hosts_of(session, fleet_id)}
+    for position, name_ in enumerate(hosts):
+        host = saved.pop(name_, None)
+        if host is None:
+            host = FleetHost(id=new_host_id(), fleet_id=fleet_id, position=position,
+                             host=name_)
+        host.position = position
+        session.add(host)
+    for gone in saved.values():
+        session.delete(gone)
+    session.commit()
+    session.refresh(row)
+    return row
+
+
+def delete_fleet(session: Session, fleet_id: str) -> None:
+    """Drop the configuration (hosts are not touched: gpuprov only forgets them). Commits."""
+    session.exec(delete(FleetHost).where(col(FleetHost.fleet_id) == fleet_id))  # type: ignore[call-overload]
+    row = session.get(Fleet, fleet_id)
+    if row is not None:
+        session.delete(row)
+    session.commit()
+
+
+def record_probe(session: Session, probe: HostProbe, probe_id: str) -> bool:
+    """Store a host's answer to probe `probe_id`. Skipped (False) when the host was removed meanwhile
+    or a later save started another probe: an older probe never overwrites a newer one's answer."""
+    host = session.get(FleetHost, probe.host_id)
+    fleet = session.get(Fleet, host.fleet_id) if host is not None else None
+    if host is None or fleet is None or fleet.probe_id != probe_id:
+        return False
+    host.probed_at = utcnow()
+    host.reachable, host.reason = probe.reachable, probe.reason
+    host.gpu_vendor, host.gpu_name, host.gpu_count = probe.gpu_vendor, probe.gpu_name, probe.gpu_count
+    host.gpu_memory_gb, host.gpu_summary = probe.gpu_memory_gb, probe.gpu_summary
+    host.docker, host.sudo, host.tcp_forwarding = probe.docker, probe.sudo, probe.tcp_forwarding
+    session.add(host)
+    session.commit()
+    return True
