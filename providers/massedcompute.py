@@ -164,7 +164,7 @@ def _gpu(name: str, description: str) -> GpuSpec | None:
     return GpuSpec(name=model, count=int(count.group(1)), memory_gib=memory or _GPU_MEMORY_GIB.get(model))
 
 
-class MassedComputeProvider(rest.RestCloudProvider):
+class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
     id: ClassVar[str] = "massedcompute"
     credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
@@ -199,10 +199,6 @@ class MassedComputeProvider(rest.RestCloudProvider):
             raise Transient(f"{self.id}: unexpected {what} response")
         return body
 
-    @property
-    def _prefix(self) -> str:
-        return f"gpuprov-{self.installation_id}-"
-
     def _name(self, key: str) -> str:
         return instance_name(self.installation_id, key)
 
@@ -222,8 +218,7 @@ class MassedComputeProvider(rest.RestCloudProvider):
             instances = [_scrub(i) for i in listed]
         return [i for i in instances if _state(i)[0] != InstanceState.TERMINATED]
 
-    async def _by_name(self, name: str) -> list[dict[str, Any]]:
-        return [i for i in await self._instances() if i.get("name") == name]
+    _machines = _instances  # what naming.FoundByName lists and matches names in
 
     # ------------------------------------------------------------------ SSH keys and images
 
@@ -405,18 +400,3 @@ class MassedComputeProvider(rest.RestCloudProvider):
         if rest.error_code(resp) not in _GONE_CODES:
             raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
 
-    async def list_owned(self) -> list[InstanceRef]:
-        instances = await self._instances()
-        with rest.parsing(self.id, "instances"):
-            return [self._ref(i) for i in instances if str(i.get("name") or "").startswith(self._prefix)]
-
-    async def find(self, key: str) -> InstanceRef | None:
-        found = await self.find_all(key)
-        return found[0] if found else None
-
-    async def find_all(self, key: str) -> list[InstanceRef]:
-        # By the full name (keys shortened to fit are found too); names are not known to be unique,
-        # so two creates that raced past the lookup may have made two.
-        found = await self._by_name(self._name(key))
-        with rest.parsing(self.id, "instances"):
-            return [self._ref(i, key=key) for i in found]

@@ -187,7 +187,7 @@ def detail_of(resp: httpx.Response) -> tuple[str, bool]:
     return rest.describe_body(resp), False
 
 
-class PrimeIntellectProvider(rest.RestCloudProvider):
+class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
     id: ClassVar[str] = "primeintellect"
     credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
@@ -250,9 +250,8 @@ class PrimeIntellectProvider(rest.RestCloudProvider):
     async def _json_of(self, method: str, path: str, **kwargs: Any) -> Any:
         return rest.json_body(await self._req(method, path, **kwargs), provider=self.id)
 
-    @property
-    def _prefix(self) -> str:
-        return f"gpuprov-{self.installation_id}-"
+    def _name(self, key: str) -> str:
+        return pod_name(self.installation_id, key)
 
     def _ref(self, pod: Mapping[str, Any], key: str | None = None, region: str | None = None) -> InstanceRef:
         name = str(pod.get("name") or "")
@@ -290,8 +289,7 @@ class PrimeIntellectProvider(rest.RestCloudProvider):
             if len(pods) > MAX_PAGES * self.page_size:
                 raise Transient(f"{self.id}: pod listing did not end after {MAX_PAGES} pages")
 
-    async def _by_name(self, name: str) -> list[dict[str, Any]]:
-        return [p for p in await self._pods() if p.get("name") == name]
+    _machines = _pods  # what naming.FoundByName lists and matches names in
 
     async def _ensure_ssh_key(self, public_key: str) -> None:
         """The installation's key on the account, once: matched by key type and body (any name), so a key
@@ -442,17 +440,3 @@ class PrimeIntellectProvider(rest.RestCloudProvider):
     async def terminate(self, ref: InstanceRef) -> None:
         await self._req("DELETE", f"/pods/{ref.instance_id}", allow=(404,))  # 404: already gone
 
-    async def list_owned(self) -> list[InstanceRef]:
-        pods = await self._pods()
-        with rest.parsing(self.id, "pods"):
-            return [self._ref(p) for p in pods if str(p.get("name") or "").startswith(self._prefix)]
-
-    async def find(self, key: str) -> InstanceRef | None:
-        found = await self.find_all(key)
-        return found[0] if found else None
-
-    async def find_all(self, key: str) -> list[InstanceRef]:
-        # By the full name (keys shortened to fit are found too); names are not unique, so all of them.
-        pods = await self._by_name(pod_name(self.installation_id, key))
-        with rest.parsing(self.id, "pods"):
-            return [self._ref(p, key=key) for p in pods]

@@ -145,7 +145,7 @@ def problem_fields(resp: httpx.Response) -> tuple[str, str]:
     return title, detail
 
 
-class RunPodProvider(rest.RestCloudProvider):
+class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
     id: ClassVar[str] = "runpod"
     credentials_model: ClassVar[type[RunPodCredentials]] = RunPodCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
@@ -205,10 +205,6 @@ class RunPodProvider(rest.RestCloudProvider):
     async def _get(self, path: str, **kwargs: Any) -> Any:
         return self._json(await self._call("GET", path, **kwargs))
 
-    @property
-    def _prefix(self) -> str:
-        return f"gpuprov-{self.installation_id}-"
-
     def _name(self, key: str) -> str:
         return pod_name(self.installation_id, key)
 
@@ -227,8 +223,7 @@ class RunPodProvider(rest.RestCloudProvider):
                 raise TypeError("pods is not a list")
         return [p for p in pods if isinstance(p, dict) and p.get("status") != "TERMINATED"]
 
-    async def _by_name(self, name: str) -> list[dict[str, Any]]:
-        return [p for p in await self._pods() if p.get("name") == name]
+    _machines = _pods  # what naming.FoundByName lists and matches names in
 
     # ------------------------------------------------------------------ primitives
 
@@ -364,18 +359,4 @@ class RunPodProvider(rest.RestCloudProvider):
         # 204 when deleted; 404 when it is already gone (success).
         await self._call("DELETE", f"/pods/{ref.instance_id}", allow=(404,))
 
-    async def list_owned(self) -> list[InstanceRef]:
-        pods = await self._pods()
-        with rest.parsing(self.id, "pods"):
-            return [self._ref(p) for p in pods if str(p.get("name") or "").startswith(self._prefix)]
-
-    async def find(self, key: str) -> InstanceRef | None:
-        found = await self.find_all(key)
-        return found[0] if found else None
-
-    async def find_all(self, key: str) -> list[InstanceRef]:
-        # By the exact name: names are not unique, so two creates that raced past the lookup made two.
-        pods = await self._by_name(self._name(key))
-        with rest.parsing(self.id, "pods"):
-            return [self._ref(p, key=key) for p in pods]
 
