@@ -18,6 +18,7 @@ from temporalio import activity
 from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
+from providers.ssh_login import Bastion, HostLogin, LoginFailed, failure_reason, login
 from store import fleets
 from store.db import session_scope
 from store.models import Fleet, FleetHost
@@ -33,15 +34,6 @@ COMMAND_TIMEOUT_S = 20.0
 class Gpu:
     name: str
     memory_mib: int | None
-
-
-@dataclass(frozen=True)
-class _Target:
-    host: str
-    port: int
-    user: str
-    key: asyncssh.SSHKey
-    bastion: tuple[str, int, str, asyncssh.SSHKey] | None
 
 
 _VENDOR = re.compile(r"^(NVIDIA|AMD|Habana Labs|Habana|Intel)\s+", re.IGNORECASE)
@@ -97,28 +89,6 @@ def parse_rocm_smi(text: str) -> list[Gpu]:
     return gpus
 
 
-def failure_reason(e: BaseException, where: str = "") -> str:
-    """Why a login failed, in words (never the key)."""
-    prefix = f"{where}: " if where else ""
-    if isinstance(e, ConnectionRefusedError):
-        why = "connection refused"
-    elif isinstance(e, TimeoutError):
-        why = "timed out"
-    elif isinstance(e, asyncssh.PermissionDenied):
-        why = "authentication failed (key refused)"
-    elif isinstance(e, asyncssh.HostKeyNotVerifiable):
-        why = "host key not verifiable"
-    elif isinstance(e, asyncssh.ChannelOpenError):
-        why = f"the bastion could not reach the host ({e.reason})"
-    elif isinstance(e, asyncssh.Error):
-        why = f"ssh error: {e.reason}"
-    elif isinstance(e, OSError):
-        why = e.strerror or str(e)
-    else:
-        why = str(e) or type(e).__name__
-    return prefix + why
-
-
 class FleetActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
@@ -132,7 +102,7 @@ class FleetActivities:
         """The fleet's host ids (none once the fleet is deleted)."""
         return FleetHostIds(host_ids=await self.deps.blocking(self._host_ids, req.fleet_id))
 
-    def _target(self, inp: FleetHostInput) -> _Target | None:
+    def _target(self, inp: FleetHostInput) -> HostLogin | None:
         """The host's address and the opened keys; None when the fleet or host is gone."""
         with session_scope(self.deps.engine) as session:
             fleet, host = session.get(Fleet, inp.fleet_id), session.get(FleetHost, inp.host_id)
@@ -143,9 +113,9 @@ class FleetActivities:
             if fleet.bastion_host:
                 bkey = (asyncssh.import_private_key(self.deps.box.open_text(fleet.bastion_secret))
                         if fleet.bastion_secret else key)
-                bastion = (fleet.bastion_host, fleet.bastion_port or 22, fleet.bastion_user or fleet.user,
-                           bkey)
-            return _Target(host=host.host, port=fleet.port, user=fleet.user, key=key, bastion=bastion)
+                bastion = Bastion(fleet.bastion_host, fleet.bastion_port or 22,
+                                  fleet.bastion_user or fleet.user, bkey)
+            return HostLogin(host=host.host, port=fleet.port, user=fleet.user, key=key, bastion=bastion)
 
     def _record(self, probe: HostProbe, probe_id: str) -> None:
         with session_scope(self.deps.engine) as session:
@@ -169,34 +139,15 @@ class FleetActivities:
         return probe
 
 
-async def probe_host(host_id: str, t: _Target, timeout_s: float) -> HostProbe:
-    opts: dict[str, Any] = {"known_hosts": None, "connect_timeout": timeout_s, "agent_path": None,
-                            "config": None}
-    tunnel: asyncssh.SSHClientConnection | None = None
+async def probe_host(host_id: str, t: HostLogin, timeout_s: float) -> HostProbe:
     try:
-        if t.bastion is not None:
-            bhost, bport, buser, bkey = t.bastion
+        async with login(t, timeout_s) as conn:
             try:
-                async with asyncio.timeout(timeout_s + 5):
-                    tunnel = await asyncssh.connect(bhost, port=bport, username=buser, client_keys=[bkey],
-                                                    **opts)
+                return await _inspect(host_id, conn, t.port)
             except (OSError, asyncssh.Error, TimeoutError) as e:
-                return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e, "bastion"))
-        try:
-            async with asyncio.timeout(timeout_s + 5):
-                conn = await asyncssh.connect(t.host, port=t.port, username=t.user, client_keys=[t.key],
-                                              tunnel=tunnel, **opts)
-        except (OSError, asyncssh.Error, TimeoutError) as e:
-            return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e))
-        try:
-            return await _inspect(host_id, conn, t.port)
-        except (OSError, asyncssh.Error, TimeoutError) as e:
-            return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e, "while checking"))
-        finally:
-            conn.close()
-    finally:
-        if tunnel is not None:
-            tunnel.close()
+                return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e, "while checking"))
+    except LoginFailed as e:
+        return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e.cause, e.where))
 
 
 async def _run(conn: asyncssh.SSHClientConnection, command: str) -> asyncssh.SSHCompletedProcess:
