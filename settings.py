@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     # Comma-separated URL prefixes a connection's endpoint may point under, besides each cloud's
     # documented API hosts (providers/endpoints.py). `make run` sets it to its simulated clouds.
     allowed_endpoints: str = ""
+    # The k3s installer gpuprov runs over SSH on clouds whose k3s mode is "ssh" (and SSH fleets): a
+    # mirror where get.k3s.io is out of reach.
+    k3s_install_url: str = "https://get.k3s.io"
 
     def allowed_endpoint_prefixes(self) -> tuple[str, ...]:
         from providers.endpoints import parse_prefixes

@@ -81,6 +81,12 @@ class CloudActivities:
         """Refuse what this cloud cannot do, with its reason, before any planning."""
         with provider_errors():
             caps = registry.capabilities(target.cloud)
+        if registry.is_fleet(target.cloud):
+            self.deps.load_fleet(target.connection_id)  # the fleet exists (not found: non-retryable)
+            with provider_errors():
+                caps.check(LaunchRequirements(spot=req.spot, ports=req.ports, image=req.image,
+                                              region=req.region, k3s=req.k3s))
+            return caps
         conn = self.deps.load_connection(target.connection_id)
         if conn.provider != target.cloud:
             raise ApplicationError(f"connection {conn.id!r} is for {conn.provider!r}, not {target.cloud!r}",

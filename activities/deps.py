@@ -22,7 +22,7 @@ from messages.activities import CloudTarget, Marked
 from messages.enums import ErrorKind
 from providers import registry
 from providers.base import CloudProvider, ConnectionOptions
-from store import repo
+from store import fleets, repo
 from store.db import session_scope
 from store.identity import ssh_identity
 from store.models import Connection
@@ -51,13 +51,16 @@ class ProviderCache:
     def get(self, row: Connection, build: Callable[[Connection], CloudProvider]) -> CloudProvider:
         """The cached adapter for `row`, or a new one from `build(row)` when none or stale.
         Called on the event loop only (no lock needed: nothing here awaits)."""
-        fp = self.fingerprint(row)
-        cached = self._adapters.get(row.id)
+        return self.keyed(row.id, self.fingerprint(row), lambda: build(row))
+
+    def keyed(self, key: str, fp: str, build: Callable[[], CloudProvider]) -> CloudProvider:
+        """The cached adapter under `key` (a connection or fleet id) while `fp` is unchanged."""
+        cached = self._adapters.get(key)
         if cached is not None and cached[0] == fp:
             return cached[1]
-        adapter = build(row)
+        adapter = build()
         self.builds += 1
-        self._adapters[row.id] = (fp, adapter)
+        self._adapters[key] = (fp, adapter)
         if cached is not None:
             self._retire(cached[1])
         return adapter
@@ -84,6 +87,8 @@ class ActivityDeps:
     # URL prefixes a stored connection's endpoint may use besides its cloud's documented hosts
     # (GPUPROV_ALLOWED_ENDPOINTS): checked again here, where adapters are built, not only by the API.
     allowed_endpoints: list[str] = field(default_factory=list)
+    # Where INSTALL_K3S fetches the k3s installer (GPUPROV_K3S_INSTALL_URL).
+    k3s_install_url: str = "https://get.k3s.io"
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
@@ -108,7 +113,8 @@ class ActivityDeps:
         engine = default_engine()
         return cls(engine=engine, box=default_box(),
                    installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
-                   watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()))
+                   watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()),
+                   k3s_install_url=s.k3s_install_url)
 
     async def write_marks(self, inp: Marked) -> None:
         """The allocation's pending phase marks, as events, before the activity's own work."""
@@ -129,9 +135,23 @@ class ActivityDeps:
                                    type=ErrorKind.CONNECTION_NOT_FOUND, non_retryable=True)
         return row
 
+    def load_fleet(self, fleet_id: str) -> fleets.SealedFleet:
+        with session_scope(self.engine) as session:
+            found = fleets.sealed_fleet(session, fleet_id)
+        if found is None:
+            raise ApplicationError(f"fleet {fleet_id!r} not found", type=ErrorKind.CONNECTION_NOT_FOUND,
+                                   non_retryable=True)
+        return found
+
     async def provider(self, target: CloudTarget) -> CloudProvider:
         """The adapter for `target` (decrypted credentials inside it, never logged or returned).
-        The connection row is read on a thread, heartbeating meanwhile: under load it can queue."""
+        The connection row is read on a thread, heartbeating meanwhile: under load it can queue.
+        A fleet kind's target names a fleet: its adapter is built from the Fleet row."""
+        if registry.is_fleet(target.cloud):
+            fleet = await heartbeating(self.blocking(self.load_fleet, target.connection_id), 1.0,
+                                       "loading fleet")
+            return self.providers.keyed(fleet.id, fleet.fingerprint,
+                                        lambda: self._build_fleet(target.cloud, fleet))
         row = await heartbeating(self.blocking(self.load_connection, target.connection_id), 1.0,
                                  "loading connection")
         if row.provider != target.cloud:
@@ -149,6 +169,14 @@ class ActivityDeps:
                                   options=ConnectionOptions(endpoint=row.endpoint, ca_bundle=row.ca_bundle),
                                   installation_id=self.installation_id,
                                   allowed_endpoints=self.allowed_endpoints)
+
+    def _build_fleet(self, cloud: str, fleet: fleets.SealedFleet) -> CloudProvider:
+        try:
+            credentials = fleets.open_fleet(self.box, fleet)
+        except SecretError as e:
+            raise ApplicationError(str(e), type=ErrorKind.SECRET_ERROR, non_retryable=True) from None
+        with provider_errors():
+            return registry.build(cloud, credentials, installation_id=self.installation_id)
 
     def public_key(self) -> str:
         if self._public_key is None:

@@ -18,16 +18,28 @@ from messages.enums import ErrorKind
 NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
               "--format=csv,noheader,nounits")
 
+DEFAULT_K3S_INSTALL_URL = "https://get.k3s.io"
+
 # Idempotent: an already installed k3s is only checked. INSTALL_K3S_EXEC keeps the
-# kubeconfig readable for the login user.
-K3S_SCRIPT = """set -euo pipefail
+# kubeconfig readable for the login user. The installer's URL is a setting
+# (GPUPROV_K3S_INSTALL_URL): a mirror where get.k3s.io is out of reach, a local one in tests.
+K3S_TEMPLATE = """set -euo pipefail
 if ! command -v k3s >/dev/null 2>&1; then
-  curl -sfL https://get.k3s.io -o /tmp/gpuprov-k3s-install.sh \
-    || { echo "cannot download the k3s installer from get.k3s.io" >&2; exit 3; }
-  INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh /tmp/gpuprov-k3s-install.sh
+  installer=$(mktemp)
+  curl -sfL __URL__ -o "$installer" \\
+    || { rm -f "$installer"; echo "cannot download the k3s installer from "__URL__ >&2; exit 3; }
+  INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh "$installer" || { rm -f "$installer"; exit 4; }
+  rm -f "$installer"
 fi
 k3s kubectl get nodes
 """
+
+
+def k3s_script(install_url: str = DEFAULT_K3S_INSTALL_URL) -> str:
+    return K3S_TEMPLATE.replace("__URL__", shlex.quote(install_url))
+
+
+K3S_SCRIPT = k3s_script()
 
 
 def _na(value: str) -> str | None:
@@ -97,7 +109,8 @@ class SshActivities:
     @activity.defn(name=acts.INSTALL_K3S.name)
     async def install_k3s(self, t: SshTarget) -> None:
         await self.deps.write_marks(t)
-        result = await heartbeating(self._run(t, f"bash -c {shlex.quote(K3S_SCRIPT)}"), 1.0, "k3s")
+        script = k3s_script(self.deps.k3s_install_url)
+        result = await heartbeating(self._run(t, f"bash -c {shlex.quote(script)}"), 1.0, "k3s")
         if result.exit_status != 0:
             raise ApplicationError(f"k3s install failed (exit {result.exit_status}): "
                                    f"{str(result.stderr or '')[-500:]}", type=ErrorKind.K3S_FAILED)

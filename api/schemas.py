@@ -60,6 +60,21 @@ def _cloud_enum(schema: dict[str, Any]) -> None:
 CloudId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_cloud_enum),
                     AfterValidator(_known_cloud)]
 
+
+
+def _placeable_cloud(value: str) -> str:
+    return value if registry.is_fleet(value) else _known_cloud(value)
+
+
+def _placeable_enum(schema: dict[str, Any]) -> None:
+    schema["enum"] = registry.placeable()
+
+
+# Where an allocation may be placed: a cloud of the registry, or a fleet kind (`ssh`: the project's
+# SSH fleets, which are not connections).
+PlacementId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_placeable_enum),
+                        AfterValidator(_placeable_cloud)]
+
 # A project is an identifier (it becomes a search attribute and scopes idempotency keys), not free text.
 PROJECT_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 Project = Annotated[str, Field(pattern=PROJECT_PATTERN, description="a slug: a-z, 0-9 and -, up to 63")]
@@ -380,11 +395,12 @@ class BackendOffersPage(BaseModel):
 
 class InstanceCreate(Strict):
     """Where planning may look: `connection_id` (that connection), `cloud` (every connected
-    connection of it), `clouds` (every connected connection of those), or none of them (every
-    connected cloud). At most one of the three."""
+    connection of it; `ssh`: every SSH fleet of the project), `clouds` (every connected connection
+    of those), or none of them (every connected cloud; fleets only when named). At most one of the
+    three."""
 
-    cloud: CloudId | None = None
-    clouds: list[CloudId] | None = Field(None, min_length=1, max_length=50)
+    cloud: PlacementId | None = None
+    clouds: list[PlacementId] | None = Field(None, min_length=1, max_length=50)
     connection_id: Annotated[str, Field(min_length=1, max_length=100), Printable] | None = None
     gpu: Annotated[str, Field(min_length=1, max_length=40), Printable] | None = None
     gpu_count: Annotated[int, Field(ge=1, le=64)] | None = None

@@ -21,3 +21,23 @@ fi
 echo "simulated k3s: unsupported command: $*" >&2
 exit 1
 """
+
+# A SIMULATED k3s installer, served in place of get.k3s.io (GPUPROV_K3S_INSTALL_URL) to hosts that
+# have no k3s: it writes the simulated `k3s` above and a `k3s-uninstall.sh` (which removes both, as
+# the real one removes k3s) into ~/bin, on the simulated hosts' PATH. It installs nothing real.
+UNINSTALL = """#!/bin/sh
+# SIMULATED k3s-uninstall.sh, written by gpuprov's fakeclouds: removes the simulated k3s.
+rm -f "$HOME/bin/k3s" "$HOME/bin/k3s-uninstall.sh"
+"""
+
+INSTALLER = f"""#!/bin/sh
+# SIMULATED k3s installer, served by gpuprov's tests in place of get.k3s.io: no Kubernetes is installed.
+set -e
+mkdir -p "$HOME/bin"
+cat > "$HOME/bin/k3s" <<'GPUPROV_SIMULATED_K3S'
+{SCRIPT}GPUPROV_SIMULATED_K3S
+cat > "$HOME/bin/k3s-uninstall.sh" <<'GPUPROV_SIMULATED_K3S'
+{UNINSTALL}GPUPROV_SIMULATED_K3S
+chmod 755 "$HOME/bin/k3s" "$HOME/bin/k3s-uninstall.sh"
+echo "[INFO]  simulated k3s installed"
+"""

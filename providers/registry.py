@@ -51,6 +51,13 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider", "fakeclouds.digitalocean_api"),
 )
 
+# SSH / on-prem fleets: placed on like a cloud (`--cloud ssh`), but configured as fleets
+# (/api/compute/fleets), never as connections — so not among `known()`, the connection clouds.
+# A placement target naming one carries the fleet id as its connection id (activities/deps.py).
+FLEETS: tuple[CloudEntry, ...] = (
+    CloudEntry("ssh", "providers.ssh_fleet:SshFleetProvider"),
+)
+
 # Test-only registrations (an in-memory fake adapter) go here, never into BUILTIN.
 _EXTRA: dict[str, type[CloudProvider]] = {}
 
@@ -84,8 +91,22 @@ def known() -> list[str]:
     return sorted({*_entries_by_id(), *_EXTRA})
 
 
+def fleets() -> list[str]:
+    """The fleet kinds (`--cloud` ids whose targets are fleets, not connections)."""
+    return [e.id for e in FLEETS]
+
+
+def is_fleet(cloud: str) -> bool:
+    return cloud in fleets()
+
+
+def placeable() -> list[str]:
+    """Every `--cloud` an allocation may name: the connection clouds and the fleet kinds."""
+    return sorted({*known(), *fleets()})
+
+
 def entry(cloud: str) -> CloudEntry:
-    found = _entries_by_id().get(cloud)
+    found = _entries_by_id().get(cloud) or next((e for e in FLEETS if e.id == cloud), None)
     if found is None:
         raise InvalidRequest(f"unknown cloud {cloud!r}; known: {', '.join(known())}")
     return found

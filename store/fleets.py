@@ -3,6 +3,7 @@ through a SecretBox: rows hold Fernet ciphertext of the OpenSSH text."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -90,3 +91,47 @@ def record_probe(session: Session, probe: HostProbe, probe_id: str) -> bool:
     session.add(host)
     session.commit()
     return True
+
+
+@dataclass(frozen=True)
+class SealedFleet:
+    """What the fleet adapter is built from, still sealed: read in one session, opened later."""
+
+    id: str
+    project: str
+    fingerprint: str  # changes when the key, hosts, user, port or bastion change
+    fields: dict[str, object]  # the adapter's credentials, private keys still sealed
+    sealed: dict[str, bytes]  # credential field -> sealed key text
+
+
+def sealed_fleet(session: Session, fleet_id: str) -> SealedFleet | None:
+    """The fleet as the SSH fleet adapter's credentials (providers/future.py SshFleetCredentials),
+    keys sealed; None for an unknown id."""
+    row = session.get(Fleet, fleet_id)
+    if row is None:
+        return None
+    hosts = "\n".join(h.host for h in hosts_of(session, fleet_id))
+    fields: dict[str, object] = {"ssh_user": row.user, "ssh_port": row.port, "hosts": hosts}
+    if row.bastion_host:
+        fields.update(bastion_host=row.bastion_host, bastion_port=row.bastion_port or 22,
+                      bastion_user=row.bastion_user)
+    sealed = {"private_key": row.secret}
+    if row.bastion_host and row.bastion_secret:
+        sealed["bastion_private_key"] = row.bastion_secret
+    h = hashlib.sha256()
+    for part in (row.secret, row.bastion_secret or b"", repr(sorted(fields.items())).encode()):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return SealedFleet(id=row.id, project=row.project, fingerprint=h.hexdigest(), fields=fields,
+                       sealed=sealed)
+
+
+def open_fleet(box: SecretBox, fleet: SealedFleet) -> dict[str, object]:
+    """The adapter's credentials in clear (for the adapter only: never logged, never returned)."""
+    return {**fleet.fields, **{name: box.open_text(value) for name, value in fleet.sealed.items()}}
+
+
+def fleet_ids(session: Session, project: str) -> list[str]:
+    """The project's fleets, oldest first (the order planning asks them in)."""
+    return list(session.exec(select(Fleet.id).where(Fleet.project == project)
+                             .order_by(col(Fleet.created_at), col(Fleet.id))).all())

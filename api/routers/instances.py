@@ -21,8 +21,9 @@ from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, I
 from messages.allocation import AllocateRequest, AllocationInput, CloudTarget, TerminateRequest
 from messages.enums import AllocationStatus, ConnectionStatus, Phase
 from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
+from providers import registry
 from providers.base import LaunchRequirements, Unsupported
-from store import repo
+from store import fleets, repo
 from store.models import Connection, Instance
 
 router = APIRouter(prefix="/instances", tags=["instances"])
@@ -87,11 +88,19 @@ def resolve(deps: AppDeps, project: str, body: InstanceCreate) -> Targets:
     only one named (then the request is a 422 with that reason). Sync: call through `in_thread`."""
     with open_session(deps) as session:
         named, conns = _candidates(session, project, body)
+        # A fleet kind named (`ssh`): every fleet of the project, its id as the target's connection.
+        fleet_targets = [CloudTarget(connection_id=fleet_id, cloud=kind)
+                         for kind in named or [] if registry.is_fleet(kind)
+                         for fleet_id in fleets.fleet_ids(session, project)]
     clouds = list(named) if named is not None else sorted({c.provider for c in conns})
     reasons = {cloud: why for cloud in clouds if (why := refusal(cloud, body)) is not None}
     if named is not None and len(named) == 1 and reasons:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, reasons[named[0]])
-    if not conns:
+    if not conns and not fleet_targets:
+        if named is not None and len(named) == 1 and registry.is_fleet(named[0]):
+            raise HTTPException(status.HTTP_409_CONFLICT,
+                                f"no {named[0]} fleet in this project: save one first "
+                                "(POST /api/compute/fleets)")
         if named is None:
             raise HTTPException(status.HTTP_409_CONFLICT, "no cloud connected: connect one first "
                                                           "(gpuprov connect <cloud> --credential ...)")
@@ -101,11 +110,12 @@ def resolve(deps: AppDeps, project: str, body: InstanceCreate) -> Targets:
                                 f"(gpuprov connect {named[0]} --credential ...)")
         raise HTTPException(status.HTTP_409_CONFLICT, f"none of {', '.join(named)} is connected: "
                                                       "connect one first (gpuprov connect <cloud> ...)")
-    connected = {c.provider for c in conns}
+    connected = {c.provider for c in conns} | {t.cloud for t in fleet_targets}
     for cloud in clouds:
         if cloud not in connected and cloud not in reasons:
             reasons[cloud] = "not connected"
     targets = [CloudTarget(connection_id=c.id, cloud=c.provider) for c in conns if c.provider not in reasons]
+    targets += [t for t in fleet_targets if t.cloud not in reasons]
     if not targets:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "no cloud can serve this request: "
                             + "; ".join(f"{cloud}: {why}" for cloud, why in reasons.items()))

@@ -69,7 +69,10 @@ async def test_openapi_shows_cloud_fields_as_an_enum_of_the_registry(client: htt
     instance = schemas["InstanceCreate"]["properties"]
     [cloud] = [s for s in instance["cloud"]["anyOf"] if s.get("type") == "string"]  # or null
     [clouds] = [s for s in instance["clouds"]["anyOf"] if s.get("type") == "array"]
-    assert cloud["enum"] == known and clouds["items"]["enum"] == known
+    # An allocation may also name a fleet kind (`ssh`: the project's SSH fleets, not connections).
+    placeable = registry.placeable()
+    assert set(placeable) - set(known) == set(registry.fleets())
+    assert cloud["enum"] == placeable and clouds["items"]["enum"] == placeable
     [provider] = [p for p in spec["paths"]["/api/compute/backends/{provider}/offers"]["get"]["parameters"]
                   if p["name"] == "provider"]
     assert provider["schema"]["enum"] == known

@@ -1,0 +1,227 @@
+"""Allocating onto an SSH fleet (`--cloud ssh`) end to end: `POST /api/compute/instances` starts the
+real AllocationWorkflow on the session's Temporal dev server; an in-process worker runs the real
+activities; the fleet adapter (providers/ssh_fleet.py) claims hosts that are real SSH servers
+(fakeclouds/ssh.py MachineSSH on 127.x.y.z, a simulated nvidia-smi in ~/bin). k3s goes in over SSH
+from a SIMULATED installer served on loopback (fakeclouds/k3s.py INSTALLER, GPUPROV_K3S_INSTALL_URL).
+
+Three hosts: two with H100s (one already has k3s and an authorized_keys file of its own), one where
+nothing listens. Two allocations land on the two GPU hosts, the third finds no capacity and says
+why; `down` leaves each host's files exactly as they were."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import httpx
+import pytest
+import sqlalchemy as sa
+from temporalio.client import Client
+
+from activities.deps import ActivityDeps
+from api.app import create_app
+from api.deps import AppDeps, TemporalGateway
+from fakeclouds.k3s import INSTALLER
+from fakeclouds.k3s import SCRIPT as K3S
+from fakeclouds.ssh import MachineSSH
+from providers import registry
+from providers.base import CapacityError, LaunchSpec, Offer, OfferQuery, Ownership
+from providers.ssh_fleet import SshFleetProvider
+from store.secrets import SecretBox
+from tests.api.conftest import TOKEN
+from tests.fleets.test_probe import gpu_type, make_home, snapshot
+from tests.openssh import openssh
+from worker import build_worker
+
+FLEET_KEY = asyncssh.generate_private_key("ssh-ed25519")
+USER_KEY = asyncssh.generate_private_key("ssh-ed25519")
+CLOUD = SshFleetProvider.id
+# b's own authorized_keys: the fleet's key and another of the owner's, no final newline (kept so).
+OTHER = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+
+
+class _Installer(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 — the http.server API
+        body = INSTALLER.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def k3s_url() -> Iterator[str]:
+    """The SIMULATED k3s installer on a loopback HTTP server."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Installer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/k3s-install.sh"
+    server.shutdown()
+
+
+@dataclass
+class Fleet:
+    port: int
+    a: str  # 2× H100, nothing of gpuprov's or k3s
+    b: str  # 1× H100, k3s already installed, an authorized_keys file of its own
+    down: str  # nothing listens
+    homes: dict[str, Path]
+
+    @property
+    def hosts(self) -> list[str]:
+        return [self.a, self.b, self.down]
+
+    def credentials(self) -> dict[str, Any]:
+        return {"ssh_user": "ubuntu", "ssh_port": self.port, "hosts": "\n".join(self.hosts),
+                "private_key": FLEET_KEY.export_private_key().decode()}
+
+
+@pytest.fixture
+async def fleet() -> AsyncIterator[Fleet]:
+    root = Path(tempfile.mkdtemp(prefix="fa", dir="/tmp"))
+    net = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
+    a, b, down = (f"{net}.{i}" for i in (21, 22, 23))
+    homes = {a: make_home(root, "a", gpus=gpu_type("H100", "NVIDIA H100 80GB HBM3", 81559, 2), docker=True,
+                          sudo=True),
+             b: make_home(root, "b", gpus=gpu_type("H100", "NVIDIA H100 80GB HBM3", 81559, 1), docker=True,
+                          sudo=True)}
+    (homes[b] / "bin" / "k3s").write_text(K3S)
+    (homes[b] / "bin" / "k3s").chmod(0o755)
+    (homes[b] / ".ssh").mkdir(mode=0o700)
+    fleet_public = FLEET_KEY.export_public_key().decode().strip()
+    (homes[b] / ".ssh" / "authorized_keys").write_text(f"{fleet_public} owner\n{OTHER}")
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    servers = {
+        a: MachineSSH(home=homes[a], host_key=host_key, user="ubuntu", public_keys=[fleet_public],
+                      env={"PATH": f"{homes[a] / 'bin'}:/usr/bin:/bin"}),
+        b: MachineSSH(home=homes[b], host_key=host_key, user="ubuntu", public_keys=[],  # its file only
+                      env={"PATH": f"{homes[b] / 'bin'}:/usr/bin:/bin"}),
+    }
+    port = await servers[a].start(a)
+    await servers[b].start(b, port)
+    try:
+        yield Fleet(port=port, a=a, b=b, down=down, homes=homes)
+    finally:
+        for server in servers.values():
+            await server.stop()
+
+
+@pytest.fixture
+async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client,
+              k3s_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The real app, its workflow gateway on the session's Temporal, the real worker on its own queue."""
+    queue = f"fleet-alloc-{uuid.uuid4().hex[:8]}"
+    gateway = TemporalGateway("unused", "default", queue, keys=[])
+    gateway._client = temporal_client
+    deps = ActivityDeps(engine=engine, box=box, installation_id="fleet002", client=temporal_client,
+                        k3s_install_url=k3s_url)
+    app = create_app(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="fleet002",
+                             workflows=gateway))
+    async with build_worker(temporal_client, deps, task_queue=queue), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api",
+            headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        yield c
+
+
+async def until(api: httpx.AsyncClient, instance_id: str, *statuses: str) -> dict[str, Any]:
+    async with asyncio.timeout(120):
+        while True:
+            got: dict[str, Any] = (await api.get(f"/api/compute/instances/{instance_id}")).json()
+            if got["status"] in statuses:
+                return got
+            await asyncio.sleep(0.3)
+
+
+async def up(api: httpx.AsyncClient) -> str:
+    r = await api.post("/api/compute/instances", json={
+        "cloud": CLOUD, "gpu": "H100", "ssh_public_keys": [USER_KEY.export_public_key().decode().strip()]})
+    assert r.status_code == 202, r.text
+    return str(r.json()["id"])
+
+
+async def test_up_lands_on_free_gpu_hosts_and_down_leaves_each_as_it_was(
+        api: httpx.AsyncClient, fleet: Fleet, tmp_path: Path) -> None:
+    r = await api.post("/api/compute/fleets", json={
+        "name": "rack", "port": fleet.port, "private_key": FLEET_KEY.export_private_key().decode(),
+        "hosts": fleet.hosts})
+    assert r.status_code == 201, r.text
+    before = {h: snapshot(home) for h, home in fleet.homes.items()}
+
+    first = await until(api, await up(api), "ready", "failed")
+    assert first["status"] == "ready", first
+    assert first["ssh"] == {"host": fleet.a, "port": fleet.port, "user": "ubuntu"}
+    assert first["price_per_hour"] == 0 and first["cloud"] == CLOUD
+    # The user's key logs in there with the real OpenSSH client.
+    key_file = tmp_path / "id_ed25519"
+    USER_KEY.write_private_key(str(key_file))
+    key_file.chmod(0o600)
+    login = await asyncio.to_thread(openssh, key_file, fleet.a, "cat data.txt && k3s kubectl get nodes",
+                                    port=fleet.port)
+    assert login.returncode == 0, login.stderr
+    assert "the host's own files" in login.stdout and "Ready" in login.stdout  # k3s from the installer
+
+    second = await until(api, await up(api), "ready", "failed")
+    assert second["status"] == "ready" and second["ssh"]["host"] == fleet.b, second
+    assert (await asyncio.to_thread(openssh, key_file, fleet.b, "true", port=fleet.port)).returncode == 0
+
+    third = await until(api, await up(api), "ready", "failed")
+    assert third["status"] == "failed", third
+    assert "no free GPU host" in third["error"], third["error"]
+    assert f"{fleet.a} in use" in third["error"] and f"{fleet.down} unreachable" in third["error"]
+
+    for done in (first, second):
+        r = await api.post(f"/api/compute/instances/{done['id']}/terminate")
+        assert r.status_code == 202, r.text
+    for done in (first, second):
+        assert (await until(api, done["id"], "terminated", "failed"))["status"] == "terminated"
+    # Exactly as before: keys gone (b's own file back to its bytes), k3s gone from a, kept on b
+    # (it was there before), no claim left.
+    assert {h: snapshot(home) for h, home in fleet.homes.items()} == before
+    assert not (fleet.homes[fleet.a] / ".gpuprov").exists() and not (fleet.homes[fleet.a] / ".ssh").exists()
+    out = await asyncio.to_thread(openssh, key_file, fleet.a, "true", port=fleet.port)
+    assert out.returncode != 0  # the user's key is out
+
+
+def _offer(host: str) -> Offer:
+    return Offer(provider=CLOUD, instance_type=host, vcpus=1, memory_gib=1, region="on-prem",
+                 price_per_hour=0)
+
+
+def _spec(key: str) -> LaunchSpec:
+    return LaunchSpec(key=key, owner=Ownership(installation_id="fleet003", allocation_id=key),
+                      ssh_public_keys=[USER_KEY.export_public_key().decode().strip()])
+
+
+async def test_a_retried_create_finds_its_claim_and_another_key_is_refused(fleet: Fleet) -> None:
+    p = registry.build(CLOUD, fleet.credentials(), installation_id="fleet003")
+    before = snapshot(fleet.homes[fleet.a])
+    offers = await p.offers(OfferQuery(gpu="H100"))
+    assert [(o.instance_type, o.gpu and o.gpu.count, o.price_per_hour) for o in offers] == [
+        (fleet.a, 2, 0), (fleet.b, 1, 0)]
+    ref = await p.create(_offer(fleet.a), _spec("alloc-one-1"))
+    again = await p.create(_offer(fleet.a), _spec("alloc-one-1"))  # a retry after a lost answer
+    assert again == ref and ref.instance_id == fleet.a
+    keys = (fleet.homes[fleet.a] / ".ssh" / "authorized_keys").read_text().splitlines()
+    assert len(keys) == 1 and keys[0].endswith(" gpuprov-alloc-one-1")  # added once
+    with pytest.raises(CapacityError) as refused:
+        await p.create(_offer(fleet.a), _spec("alloc-two-1"))
+    assert refused.value.scope.instance_type == fleet.a
+    assert await p.list_owned() == [ref] and await p.find("alloc-one-1") == ref
+    status = await p.get(ref)
+    assert status is not None and (status.host, status.ssh_user) == (fleet.a, "ubuntu")
+    assert [o.instance_type for o in await p.offers(OfferQuery())] == [fleet.b]
+    await p.terminate(ref)
+    await p.terminate(ref)  # already free: success
+    assert await p.get(ref) is None and await p.list_owned() == []
+    assert snapshot(fleet.homes[fleet.a]) == before
