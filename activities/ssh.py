@@ -10,10 +10,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deps import ActivityDeps, heartbeating
+from activities.errors import provider_errors
 from messages import activities as acts
 from messages.activities import SshTarget
 from messages.allocation import GpuInfo
 from messages.enums import ErrorKind
+from providers.ssh_fleet import SshFleetProvider
+from providers.ssh_login import Bastion, HostLogin, LoginFailed, login
 
 NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
               "--format=csv,noheader,nounits")
@@ -82,7 +85,23 @@ class SshActivities:
         return await asyncssh.connect(t.host, port=t.port, username=t.user, client_keys=[key],
                                       known_hosts=None, connect_timeout=10)
 
+    async def _bastion(self, t: SshTarget) -> Bastion | None:
+        """The proxy jump the machine's adapter knows (an SSH fleet's), or None."""
+        if t.via is None:
+            return None
+        with provider_errors():
+            p = await self.deps.provider(t.via)
+        return p.ssh_bastion() if isinstance(p, SshFleetProvider) else None
+
     async def _run(self, t: SshTarget, command: str) -> asyncssh.SSHCompletedProcess:
+        bastion = await self._bastion(t)
+        if bastion is not None:
+            key = await self.deps.blocking(self.deps.private_key)
+            try:
+                async with login(HostLogin(t.host, t.port, t.user, key, bastion), 10) as conn:
+                    return await conn.run(command, check=False)
+            except LoginFailed as e:
+                raise e.cause from None  # as a direct login's failure reads
         conn = await self._connect(t)
         try:
             return await conn.run(command, check=False)

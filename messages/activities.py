@@ -117,6 +117,9 @@ class SshTarget(Marked):
     # Public keys WAIT_SSH adds to the login user's authorized_keys once it gets in (clouds whose
     # Capabilities.user_keys is "ssh"); parsed, re-serialised OpenSSH lines.
     authorize_keys: list[str] = Field(default_factory=list)
+    # Where the machine came from, when its adapter knows a bastion to reach it through
+    # (Capabilities.bastion, SSH fleets); None: connect directly.
+    via: CloudTarget | None = None
 
 
 class TerminateInput(Marked):

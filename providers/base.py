@@ -282,6 +282,9 @@ class Capabilities(BaseModel):
     # with its own key once the machine answers ("ssh": clouds that install only account-level keys,
     # where registering a user's key would open every machine of the account to it).
     user_keys: Literal["cloud", "ssh"] = "cloud"
+    # The machines may be reachable only through a bastion the adapter knows (SSH fleets): gpuprov's
+    # own SSH steps then connect through the adapter's `ssh_bastion()` (activities/ssh.py).
+    bastion: bool = False
     regions: list[str] = Field(default_factory=list)  # empty: any region the cloud names
     region_required: bool = False  # planning across clouds skips it (with a note) when none is given
     # Where planning looks when no --region is given (the seed's "Default when none given"): empty

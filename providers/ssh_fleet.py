@@ -224,6 +224,7 @@ class SshFleetProvider(CloudProvider):
         login_user="ubuntu",  # the fleet's user, as `get` answers
         # The claim puts the user's keys (tagged, so `down` removes exactly them): not WAIT_SSH.
         user_keys="cloud",
+        bastion=True,  # a fleet behind a proxy jump: gpuprov's SSH steps go through it (ssh_bastion)
         regions=[REGION],
         boot_timeout_s=120.0,  # a claimed host is running at once: minutes mean it stopped answering
     )
@@ -242,10 +243,15 @@ class SshFleetProvider(CloudProvider):
         if c.get("bastion_host"):
             bastion = Bastion(c["bastion_host"], int(c.get("bastion_port") or 22),
                               c.get("bastion_user") or c["ssh_user"], bkey)
+        self.bastion = bastion
         self.user, self.port = str(c["ssh_user"]), int(c["ssh_port"])
         self.hosts = [h.strip() for h in str(c["hosts"]).splitlines() if h.strip()]
         self._logins = {h: HostLogin(host=h, port=self.port, user=self.user, key=key, bastion=bastion)
                         for h in self.hosts}
+
+    def ssh_bastion(self) -> Bastion | None:
+        """The proxy jump to the fleet's hosts, for gpuprov's own SSH steps; None: direct."""
+        return self.bastion
 
     # ------------------------------------------------------------------ plumbing
 

@@ -303,7 +303,8 @@ class AllocationWorkflow:
         assert st.host is not None
         ssh = SshTarget(host=st.host, port=st.ssh_port or 22, user=st.ssh_user or caps.login_user,
                         poll_interval_s=t.poll_interval_s,
-                        authorize_keys=req.ssh_public_keys if caps.user_keys == "ssh" else [])
+                        authorize_keys=req.ssh_public_keys if caps.user_keys == "ssh" else [],
+                        via=st.target if caps.bastion else None)
         await self._advance(Phase.SSH)
         await call(acts.WAIT_SSH, ssh.model_copy(update=self._marked()),
                    start_to_close_timeout=timedelta(seconds=t.ssh_timeout_s),

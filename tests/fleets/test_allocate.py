@@ -193,6 +193,79 @@ async def test_up_lands_on_free_gpu_hosts_and_down_leaves_each_as_it_was(
     assert out.returncode != 0  # the user's key is out
 
 
+BEHIND = "gpu-behind.invalid"  # RFC 6761: never resolves; only the bastion knows where it is
+
+
+class _Pipe(asyncssh.SSHTCPSession[bytes]):
+    """A direct-tcpip channel joined to a TCP connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.task: asyncio.Task[None] | None = None
+
+    def connection_made(self, chan: asyncssh.SSHTCPChannel[bytes]) -> None:
+        self.task = asyncio.ensure_future(self._pump(chan))
+
+    async def _pump(self, chan: asyncssh.SSHTCPChannel[bytes]) -> None:
+        while data := await self.reader.read(65536):
+            chan.write(data)
+        chan.close()
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self.writer.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.writer.close()
+        if self.task is not None:
+            self.task.cancel()
+
+
+class _Jump(asyncssh.SSHServer):
+    """A bastion that lets the fleet's key in and forwards BEHIND to the hidden host's address."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        return username == "jump" and key.public_data == FLEET_KEY.public_data
+
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> Any:
+        return self._pipe(dest_port) if dest_host == BEHIND else False
+
+    async def _pipe(self, port: int) -> _Pipe:
+        return _Pipe(*await asyncio.open_connection(self.address, port))
+
+
+async def test_a_host_behind_a_bastion_is_allocated_through_it(
+        api: httpx.AsyncClient, fleet: Fleet) -> None:
+    # Host b, named only by a name the bastion alone resolves: every SSH step must go through it.
+    jump = await asyncssh.listen(fleet.down, 0, server_factory=lambda: _Jump(fleet.b),
+                                 server_host_keys=[asyncssh.generate_private_key("ssh-ed25519")])
+    try:
+        with pytest.raises(OSError):
+            await asyncio.open_connection(BEHIND, fleet.port)
+        r = await api.post("/api/compute/fleets", json={
+            "name": "behind", "port": fleet.port, "private_key": FLEET_KEY.export_private_key().decode(),
+            "hosts": [BEHIND], "bastion": {"host": fleet.down, "port": jump.sockets[0].getsockname()[1],
+                                           "user": "jump"}})
+        assert r.status_code == 201, r.text
+        before = snapshot(fleet.homes[fleet.b])
+        got = await until(api, await up(api), "ready", "failed")
+        assert got["status"] == "ready" and got["ssh"]["host"] == BEHIND, got
+        assert [g["name"] for g in got["gpus"]] == ["NVIDIA H100 80GB HBM3"]  # nvidia-smi, via the bastion
+        assert (await api.post(f"/api/compute/instances/{got['id']}/terminate")).status_code == 202
+        assert (await until(api, got["id"], "terminated", "failed"))["status"] == "terminated"
+        assert snapshot(fleet.homes[fleet.b]) == before
+    finally:
+        jump.close()
+
+
 def _offer(host: str) -> Offer:
     return Offer(provider=CLOUD, instance_type=host, vcpus=1, memory_gib=1, region="on-prem",
                  price_per_hour=0)
