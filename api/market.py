@@ -17,7 +17,7 @@ from providers.base import (
     ProviderError,
 )
 from providers.market import DEFAULT_TIMEOUT_S, DEFAULT_TTL_S, MarketAnswer, OfferCache, Source, gather_offers
-from store import repo
+from store import fleets, repo
 from store.models import Connection
 from store.secrets import SecretBox, SecretError
 
@@ -70,6 +70,28 @@ class Market:
             return Source(connection_id=conn.id, cloud=conn.provider, capabilities=caps, adapter=adapter,
                           fingerprint=repo.fingerprint(conn))
         return [make(c) for c in conns]
+
+    def fleet_sources(self, kind: str, found: Sequence[fleets.SealedFleet], box: SecretBox, *,
+                      installation_id: str) -> list[Source]:
+        """Sources for SSH fleets (a fleet kind's adapter over each fleet's hosts), keys opened only
+        when an adapter is built, and kept while the fleet is unchanged."""
+        caps = registry.capabilities(kind)
+
+        def make(fleet: fleets.SealedFleet) -> Source:
+            async def adapter() -> CloudProvider:
+                cached = self._adapters.get(fleet.id)
+                if cached is not None and cached[0] == fleet.fingerprint:
+                    return cached[1]
+                try:
+                    credentials = fleets.open_fleet(box, fleet)
+                except SecretError as e:
+                    raise InvalidRequest(f"fleet {fleet.id}: {e}") from None
+                built = registry.build(kind, credentials, installation_id=installation_id)
+                self._adapters[fleet.id] = (fleet.fingerprint, built)
+                return built
+            return Source(connection_id=fleet.id, cloud=kind, capabilities=caps, adapter=adapter,
+                          fingerprint=fleet.fingerprint)
+        return [make(f) for f in found]
 
     async def offers(self, sources: Sequence[Source], query: OfferQuery) -> MarketAnswer:
         return await gather_offers(sources, query, timeout_s=self.timeout_s,

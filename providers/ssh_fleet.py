@@ -212,6 +212,7 @@ class SshFleetProvider(CloudProvider):
     credentials_model: ClassVar[type[SshFleetCredentials]] = SshFleetCredentials
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="SSH fleet",
+        connect_name="SSH / On-prem",  # the seed's name (its offers page: "SSH / On-prem — Available …")
         tagline="Bring your own GPU servers",
         how_to_connect="Save a fleet (POST /api/compute/fleets): SSH user, port, private key, hosts, "
                        "optional bastion. Its free GPU hosts are then offered at $0/hr.",

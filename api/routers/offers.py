@@ -13,11 +13,11 @@ from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
 from api.errors import shown as shown_value
 from api.pagination import PageDep, offset_page
-from api.schemas import BackendOfferOut, BackendOffersPage, CloudId, OfferOut, PickCreate, PickOut
+from api.schemas import BackendOfferOut, BackendOffersPage, OfferOut, PickCreate, PickOut, PlacementId
 from providers import connect_guide, registry
 from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
 from providers.market import CloudAnswer
-from store import repo
+from store import fleets, repo
 from store.models import BackendPick, Connection
 from store.secrets import SecretError
 
@@ -101,9 +101,35 @@ def _save_pick(deps: AppDeps, project: str, provider: str, offer: Offer) -> Back
                               price_per_hour=offer.price_per_hour)
 
 
+def _fleets(deps: AppDeps, project: str) -> list[fleets.SealedFleet]:
+    with open_session(deps) as session:
+        return [f for fleet_id in fleets.fleet_ids(session, project)
+                if (f := fleets.sealed_fleet(session, fleet_id)) is not None]
+
+
+async def _fleet_offers(deps: AppDeps, project: str, kind: str, query: OfferQuery) -> list[Offer]:
+    """The free hosts of every fleet of the project (each fleet asked at once, its id as the
+    offer's connection). A fleet with no free host adds none; any other failure is the answer when
+    no fleet offers anything."""
+    found = await in_thread(_fleets, deps, project)
+    if not found:
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"no {kind} fleet in this project: save one first (POST /api/compute/fleets)")
+    sources = deps.market.fleet_sources(kind, found, deps.box, installation_id=deps.installation_id)
+    answer = await deps.market.offers(sources, query)
+    failed = [a for a in answer.clouds if a.status != "answered" and a.error != "CapacityError"]
+    if not answer.offers and failed:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY,
+                            "; ".join(f"fleet {a.connection_id}: {a.reason}" for a in failed))
+    return answer.offers
+
+
 async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQuery) -> list[Offer]:
-    """The cloud's live offers for `query`, asked through the project's connection."""
+    """The cloud's live offers for `query`, asked through the project's connection (a fleet kind:
+    through every fleet of the project)."""
     adapter_class(provider)  # an adapter that cannot load here -> 422 with the reason
+    if registry.is_fleet(provider):
+        return await _fleet_offers(deps, project, provider, query)
     _, credentials, options = await in_thread(_connection, deps, project, provider)
     try:
         async with registry.build(provider, credentials, options=options,
@@ -129,7 +155,7 @@ _BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {
 
 @router.get("/backends/{provider}/offers", response_model=BackendOffersPage, responses=_BACKEND_ERRORS)
 async def list_offers(
-    provider: Annotated[CloudId, Path()],
+    provider: Annotated[PlacementId, Path()],
     deps: DepsDep,
     caller: CallerDep,
     page: PageDep,
@@ -154,7 +180,7 @@ async def list_offers(
 @router.post("/backends/{provider}/pick", response_model=PickOut,
              responses={**_BACKEND_ERRORS,
                         422: {"description": "unknown cloud, or the offer is not among its current offers"}})
-async def pick_offer(provider: Annotated[CloudId, Path()], body: PickCreate, deps: DepsDep,
+async def pick_offer(provider: Annotated[PlacementId, Path()], body: PickCreate, deps: DepsDep,
                      caller: CallerDep) -> PickOut:
     """Make an offer of the table this backend's default in this project: a later allocation naming
     the backend (`cloud`) with no GPU and no instance type plans on that instance type in that

@@ -157,6 +157,10 @@ async def test_up_lands_on_free_gpu_hosts_and_down_leaves_each_as_it_was(
         "hosts": fleet.hosts})
     assert r.status_code == 201, r.text
     before = {h: snapshot(home) for h, home in fleet.homes.items()}
+    page = (await api.get(f"/api/compute/backends/{CLOUD}/offers", params={"gpu": "H100"})).json()
+    assert page["title"] == "SSH / On-prem — Available Instances"
+    assert [(o["instance"], o["gpu_label"], o["price_per_hour"], o["region"]) for o in page["items"]] == [
+        (fleet.a, "2× H100 (80GB)", 0, "on-prem"), (fleet.b, "1× H100 (80GB)", 0, "on-prem")], page
 
     first = await until(api, await up(api), "ready", "failed")
     assert first["status"] == "ready", first
