@@ -32,8 +32,9 @@ from messages.sweep import (
     SweepTargetsInput,
     Verdict,
 )
+from providers import registry
 from providers.base import InstanceRef
-from store import repo
+from store import fleets, repo
 from store.db import session_scope
 from store.models import Connection, Instance, SweepAction, SweepSighting, utcnow
 
@@ -83,12 +84,16 @@ class SweepActivities:
 
     @activity.defn(name=acts.SWEEP_TARGETS.name)
     def sweep_targets(self, inp: SweepTargetsInput) -> SweepTargets:
-        """Every connection (or those named), removing ones included: their machines still bill."""
+        """Every connection (or those named), removing ones included: their machines still bill. And
+        every SSH fleet: a claim of ours whose allocation is over (a crash between claim and record)
+        frees its host the same way, after the same grace."""
         with session_scope(self.deps.engine) as session:
             rows = repo.list_connections(session)
+            fleet_ids = fleets.all_fleet_ids(session)
         wanted = None if inp.connection_ids is None else set(inp.connection_ids)
-        return SweepTargets(targets=[CloudTarget(connection_id=r.id, cloud=r.provider) for r in rows
-                                     if wanted is None or r.id in wanted])
+        targets = [CloudTarget(connection_id=r.id, cloud=r.provider) for r in rows]
+        targets += [CloudTarget(connection_id=f, cloud=kind) for kind in registry.fleets() for f in fleet_ids]
+        return SweepTargets(targets=[t for t in targets if wanted is None or t.connection_id in wanted])
 
     @activity.defn(name=acts.LIST_OWNED.name)
     async def list_owned(self, inp: ListOwnedInput) -> OwnedMachines:
@@ -107,7 +112,7 @@ class SweepActivities:
         with session_scope(self.deps.engine) as session:
             items = [_judge(session, m, inp.grace_s, now) for m in inp.machines]
             seen = {(m.ref.provider, m.ref.instance_id) for m in inp.machines}
-            connections = set(session.exec(select(Connection.id)).all())
+            connections = set(session.exec(select(Connection.id)).all()) | set(fleets.all_fleet_ids(session))
             for s in session.exec(select(SweepSighting)).all():
                 gone = s.connection_id in inp.listed and (s.provider, s.instance_id) not in seen
                 if gone or s.connection_id not in connections:

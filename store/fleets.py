@@ -135,3 +135,8 @@ def fleet_ids(session: Session, project: str) -> list[str]:
     """The project's fleets, oldest first (the order planning asks them in)."""
     return list(session.exec(select(Fleet.id).where(Fleet.project == project)
                              .order_by(col(Fleet.created_at), col(Fleet.id))).all())
+
+
+def all_fleet_ids(session: Session) -> list[str]:
+    """Every fleet of every project (the sweep's)."""
+    return list(session.exec(select(Fleet.id).order_by(col(Fleet.created_at), col(Fleet.id))).all())

@@ -33,6 +33,8 @@ from api.deps import AppDeps, TemporalGateway
 from fakeclouds.k3s import INSTALLER
 from fakeclouds.k3s import SCRIPT as K3S
 from fakeclouds.ssh import MachineSSH
+from messages.ids import attempt_key
+from messages.sweep import SweepInput, SweepSummary
 from providers import registry
 from providers.base import CapacityError, LaunchSpec, Offer, OfferQuery, Ownership
 from providers.ssh_fleet import SshFleetProvider
@@ -118,10 +120,14 @@ async def fleet() -> AsyncIterator[Fleet]:
 
 
 @pytest.fixture
-async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client,
-              k3s_url: str) -> AsyncIterator[httpx.AsyncClient]:
+def queue() -> str:
+    return f"fleet-alloc-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client, k3s_url: str,
+              queue: str) -> AsyncIterator[httpx.AsyncClient]:
     """The real app, its workflow gateway on the session's Temporal, the real worker on its own queue."""
-    queue = f"fleet-alloc-{uuid.uuid4().hex[:8]}"
     gateway = TemporalGateway("unused", "default", queue, keys=[])
     gateway._client = temporal_client
     deps = ActivityDeps(engine=engine, box=box, installation_id="fleet002", client=temporal_client,
@@ -270,13 +276,36 @@ async def test_a_host_behind_a_bastion_is_allocated_through_it(
         jump.close()
 
 
+async def test_the_sweep_frees_a_claim_whose_allocation_is_unknown_and_no_other(
+        api: httpx.AsyncClient, fleet: Fleet, temporal_client: Client, queue: str) -> None:
+    r = await api.post("/api/compute/fleets", json={
+        "name": "rack", "port": fleet.port, "private_key": FLEET_KEY.export_private_key().decode(),
+        "hosts": fleet.hosts})
+    assert r.status_code == 201, r.text
+    before = snapshot(fleet.homes[fleet.a])
+    # A claim of ours no allocation records (a crash between claim and record), and another
+    # installation's claim: only ours goes.
+    ours = registry.build(CLOUD, fleet.credentials(), installation_id="fleet002")
+    await ours.create(_offer(fleet.a), _spec(attempt_key(f"lost{uuid.uuid4().hex[:8]}", 1), "fleet002"))
+    theirs = registry.build(CLOUD, fleet.credentials(), installation_id="other001")
+    kept = await theirs.create(_offer(fleet.b), _spec("theirs-1", "other001"))
+    summary = await temporal_client.execute_workflow(
+        "SweepWorkflow", SweepInput(grace_s=0, connection_ids=[r.json()["id"]], poll_interval_s=0.1,
+                                    heartbeat_timeout_s=5, list_timeout_s=60, terminate_timeout_s=60,
+                                    max_retry_interval_s=1),
+        id=f"sweep-fleet-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=SweepSummary)
+    assert [(x.machine.ref.instance_id, x.removed) for x in summary.removed] == [(fleet.a, True)], summary
+    assert snapshot(fleet.homes[fleet.a]) == before
+    assert await theirs.list_owned() == [kept]
+
+
 def _offer(host: str) -> Offer:
     return Offer(provider=CLOUD, instance_type=host, vcpus=1, memory_gib=1, region="on-prem",
                  price_per_hour=0)
 
 
-def _spec(key: str) -> LaunchSpec:
-    return LaunchSpec(key=key, owner=Ownership(installation_id="fleet003", allocation_id=key),
+def _spec(key: str, installation: str = "fleet003") -> LaunchSpec:
+    return LaunchSpec(key=key, owner=Ownership(installation_id=installation, allocation_id=key),
                       ssh_public_keys=[USER_KEY.export_public_key().decode().strip()])
 
 
