@@ -65,7 +65,8 @@ def read_ssh_key(path: Path | None) -> str:
 
 
 def cloud_help() -> str:
-    return f"cloud id: {', '.join(registry.known())}"
+    fleets = "".join(f", or {kind} (your SSH fleets)" for kind in registry.fleets())
+    return f"cloud id: {', '.join(registry.known())}{fleets}"
 
 
 def up(

@@ -105,7 +105,8 @@ FUTURE: dict[str, FutureProvider] = {
             "AllowTcpForwarding yes in sshd_config; a firewall allowing SSH.",
             SshFleetCredentials,
             "SSH / On-prem is not supported yet as a connection: fleets are saved and probed through "
-            "POST /api/compute/fleets; allocating onto their hosts (--cloud ssh) comes next", billed=False),
+            "POST /api/compute/fleets, and `gpuprov up --cloud ssh` allocates onto their free hosts",
+            billed=False),
     )
 }
 

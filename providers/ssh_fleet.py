@@ -247,8 +247,7 @@ class SshFleetProvider(CloudProvider):
         self.bastion = bastion
         self.user, self.port = str(c["ssh_user"]), int(c["ssh_port"])
         self.hosts = [h.strip() for h in str(c["hosts"]).splitlines() if h.strip()]
-        self._logins = {h: HostLogin(host=h, port=self.port, user=self.user, key=key, bastion=bastion)
-                        for h in self.hosts}
+        self._key = key
 
     def ssh_bastion(self) -> Bastion | None:
         """The proxy jump to the fleet's hosts, for gpuprov's own SSH steps; None: direct."""
@@ -257,10 +256,8 @@ class SshFleetProvider(CloudProvider):
     # ------------------------------------------------------------------ plumbing
 
     def _login(self, host: str) -> HostLogin:
-        found = self._logins.get(host)
-        if found is None:
-            raise InvalidRequest(f"{host!r} is not a host of this fleet")
-        return found
+        # Also for a host removed from the fleet since its claim: it is still freed with the fleet's key.
+        return HostLogin(host=host, port=self.port, user=self.user, key=self._key, bastion=self.bastion)
 
     async def _run(self, host: str, script: str,
                    env: dict[str, str] | None = None) -> asyncssh.SSHCompletedProcess:
@@ -331,6 +328,8 @@ class SshFleetProvider(CloudProvider):
         self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
                                                    region=offer.region))
         host = offer.instance_type
+        if host not in self.hosts:
+            raise InvalidRequest(f"{host!r} is not a host of this fleet")
         lines = [authorized_line(k, spec.key) for k in spec.ssh_public_keys]
         env = {"KEY": spec.key, "INSTALLATION": spec.owner.installation_id,
                "ALLOCATION": spec.owner.allocation_id, "LINES": "\n".join(dict.fromkeys(lines))}

@@ -189,6 +189,14 @@ def _delete(deps: AppDeps, project: str, fleet_id: str) -> bool:
     with open_session(deps) as session:
         if fleets.get_fleet(session, project, fleet_id) is None:
             return False
+        # Allocations on its hosts are freed with the fleet's key: without the fleet, `down` could
+        # not remove their keys, k3s and claims. They go first.
+        live = [i.id for i in repo.live_instances(session, fleet_id)]
+        if live:
+            raise HTTPException(status.HTTP_409_CONFLICT,
+                                f"fleet {fleet_id} has live allocations ({', '.join(live)}): `gpuprov down` "
+                                "them first (removing a fleet touches no host; only their teardown frees "
+                                "the hosts they hold)")
         fleets.delete_fleet(session, fleet_id)
         return True
 
@@ -254,7 +262,8 @@ async def update_fleet(fleet_id: str, body: FleetIn, deps: DepsDep, caller: Call
     return out
 
 
-@router.delete("/{fleet_id}", response_model=FleetRemoval, responses=NOT_FOUND)
+@router.delete("/{fleet_id}", response_model=FleetRemoval,
+               responses={**NOT_FOUND, 409: {"description": "allocations still live on its hosts"}})
 async def delete_fleet(fleet_id: str, deps: DepsDep, caller: CallerDep) -> FleetRemoval:
     """Forget the fleet: its configuration and probe answers go; no host is contacted or changed."""
     if not await in_thread(_delete, deps, caller.project, fleet_id):

@@ -162,6 +162,7 @@ async def test_up_lands_on_free_gpu_hosts_and_down_leaves_each_as_it_was(
         "name": "rack", "port": fleet.port, "private_key": FLEET_KEY.export_private_key().decode(),
         "hosts": fleet.hosts})
     assert r.status_code == 201, r.text
+    fleet_id = r.json()["id"]
     before = {h: snapshot(home) for h, home in fleet.homes.items()}
     page = (await api.get(f"/api/compute/backends/{CLOUD}/offers", params={"gpu": "H100"})).json()
     assert page["title"] == "SSH / On-prem — Available Instances"
@@ -189,6 +190,9 @@ async def test_up_lands_on_free_gpu_hosts_and_down_leaves_each_as_it_was(
     assert third["status"] == "failed", third
     assert "no free GPU host" in third["error"], third["error"]
     assert f"{fleet.a} in use" in third["error"] and f"{fleet.down} unreachable" in third["error"]
+    # The fleet cannot be forgotten while its hosts are held: only their teardown frees them.
+    refused = await api.delete(f"/api/compute/fleets/{fleet_id}")
+    assert refused.status_code == 409 and first["id"] in refused.text, refused.text
 
     for done in (first, second):
         r = await api.post(f"/api/compute/instances/{done['id']}/terminate")
@@ -201,6 +205,7 @@ async def test_up_lands_on_free_gpu_hosts_and_down_leaves_each_as_it_was(
     assert not (fleet.homes[fleet.a] / ".gpuprov").exists() and not (fleet.homes[fleet.a] / ".ssh").exists()
     out = await asyncio.to_thread(openssh, key_file, fleet.a, "true", port=fleet.port)
     assert out.returncode != 0  # the user's key is out
+    assert (await api.delete(f"/api/compute/fleets/{fleet_id}")).status_code == 200
 
 
 BEHIND = "gpu-behind.invalid"  # RFC 6761: never resolves; only the bastion knows where it is
