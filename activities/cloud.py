@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.deps import ActivityDeps, heartbeating
 from activities.errors import provider_errors
+from activities.watch import start_watch
 from messages import activities as acts
 from messages.activities import (
     CreateInput,
@@ -148,6 +149,11 @@ class CloudActivities:
         was sent has passed. When it was sent and whether its answer came is kept in the database
         (written before the request goes out), not in memory or heartbeats that a crash can lose."""
         await self.deps.write_marks(inp)
+        if registry.is_fleet(inp.target.cloud) and self.deps.client is not None:
+            # A fleet is saved without a workflow of the worker's: its watch starts with its first
+            # allocation (once; a running watch is joined).
+            await start_watch(self.deps.client, activity.info().task_queue, inp.target.connection_id,
+                              self.deps.watch_interval_s)
         ref = await self._create(inp)
         # The machine accrues cost from here: the ledger's interval is opened before the answer is
         # returned (a crash before this write retries the create, which finds the machine).

@@ -18,8 +18,10 @@ from messages.enums import AllocationStatus
 from messages.ids import LEGACY_ALLOCATE_PREFIX, watch_workflow_id
 from messages.watch import WatchInput, WatchReport, WatchRequest
 from providers.base import InstanceRef, InstanceState, InstanceStatus, ProviderError
+from providers.ssh_fleet import SshFleetProvider
+from store import fleets
 from store.db import session_scope
-from store.models import Connection, Instance
+from store.models import Connection, Fleet, Instance
 
 # What the cloud may say about a machine that is not lost.
 _ALIVE = (InstanceState.RUNNING, InstanceState.PENDING)
@@ -39,24 +41,28 @@ class WatchActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
 
-    def _ready_on(self, connection_id: str) -> tuple[Connection | None, list[Instance]]:
+    def _ready_on(self, connection_id: str) -> tuple[CloudTarget | None, list[Instance]]:
+        """The connection's (or SSH fleet's) target, None when it is gone, and its ready machines."""
         with session_scope(self.deps.engine) as session:
             conn = session.get(Connection, connection_id)
+            target = (CloudTarget(connection_id=conn.id, cloud=conn.provider) if conn is not None
+                      else CloudTarget(connection_id=connection_id, cloud=SshFleetProvider.id)
+                      if session.get(Fleet, connection_id) is not None else None)
             rows = list(session.exec(select(Instance).where(
                 Instance.connection_id == connection_id, Instance.status == AllocationStatus.READY,
                 col(Instance.cloud_instance_id).is_not(None))).all())
-        return conn, rows
+        return target, rows
 
     @activity.defn(name=acts.WATCH_CONNECTION.name)
     async def watch_connection(self, inp: WatchInput) -> WatchReport:
-        conn, rows = await self.deps.blocking(self._ready_on, inp.connection_id)
-        if conn is None:
+        target, rows = await self.deps.blocking(self._ready_on, inp.connection_id)
+        if target is None:
             return WatchReport(connection_found=False)
         # Allocations started by an earlier gpuprov closed at ready: nothing listens to them.
         rows = [r for r in rows if not r.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX)]
         if not rows:
             return WatchReport()
-        p = await self.deps.provider(CloudTarget(connection_id=conn.id, cloud=conn.provider))
+        p = await self.deps.provider(target)
 
         async def status(row: Instance) -> InstanceStatus | None:
             assert row.cloud_instance_id is not None and row.key is not None
@@ -97,10 +103,11 @@ async def start_watch(client: Client, task_queue: str, connection_id: str, inter
 
 
 async def start_all_watches(client: Client, deps: ActivityDeps, task_queue: str) -> int:
-    """A watch for every connection (a worker's start: connections saved before watches existed)."""
+    """A watch for every connection and SSH fleet (a worker's start: connections saved before
+    watches existed; fleets, whose watch otherwise starts with their first allocation)."""
     def ids() -> list[str]:
         with session_scope(deps.engine) as session:
-            return list(session.exec(select(Connection.id)).all())
+            return list(session.exec(select(Connection.id)).all()) + fleets.all_fleet_ids(session)
 
     connection_ids = await deps.blocking(ids)
     for connection_id in connection_ids:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import tempfile
 import threading
 import uuid
@@ -33,7 +34,7 @@ from api.deps import AppDeps, TemporalGateway
 from fakeclouds.k3s import INSTALLER
 from fakeclouds.k3s import SCRIPT as K3S
 from fakeclouds.ssh import MachineSSH
-from messages.ids import attempt_key
+from messages.ids import attempt_key, watch_workflow_id
 from messages.sweep import SweepInput, SweepSummary
 from providers import registry
 from providers.base import CapacityError, LaunchSpec, Offer, OfferQuery, Ownership
@@ -131,7 +132,7 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client, k3s_ur
     gateway = TemporalGateway("unused", "default", queue, keys=[])
     gateway._client = temporal_client
     deps = ActivityDeps(engine=engine, box=box, installation_id="fleet002", client=temporal_client,
-                        k3s_install_url=k3s_url)
+                        k3s_install_url=k3s_url, watch_interval_s=1.0)
     app = create_app(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="fleet002",
                              workflows=gateway))
     async with build_worker(temporal_client, deps, task_queue=queue), httpx.AsyncClient(
@@ -302,6 +303,22 @@ async def test_the_sweep_frees_a_claim_whose_allocation_is_unknown_and_no_other(
     assert [(x.machine.ref.instance_id, x.removed) for x in summary.removed] == [(fleet.a, True)], summary
     assert snapshot(fleet.homes[fleet.a]) == before
     assert await theirs.list_owned() == [kept]
+
+
+async def test_a_host_whose_claim_vanishes_is_reported_lost_by_the_fleets_watch(
+        api: httpx.AsyncClient, fleet: Fleet, temporal_client: Client) -> None:
+    r = await api.post("/api/compute/fleets", json={
+        "name": "rack", "port": fleet.port, "private_key": FLEET_KEY.export_private_key().decode(),
+        "hosts": [fleet.a]})
+    assert r.status_code == 201, r.text
+    try:
+        got = await until(api, await up(api), "ready", "failed")
+        assert got["status"] == "ready", got
+        shutil.rmtree(fleet.homes[fleet.a] / ".gpuprov" / "claim")  # the host's owner took it back
+        lost = await until(api, got["id"], "lost")
+        assert "no longer lists machine" in lost["error"], lost
+    finally:
+        await temporal_client.get_workflow_handle(watch_workflow_id(r.json()["id"])).signal("stop")
 
 
 def _offer(host: str) -> Offer:
