@@ -353,3 +353,13 @@ async def test_a_retried_create_finds_its_claim_and_another_key_is_refused(fleet
     await p.terminate(ref)  # already free: success
     assert await p.get(ref) is None and await p.list_owned() == []
     assert snapshot(fleet.homes[fleet.a]) == before
+
+    # Two creates racing for one host: one claim wins, the other is told the host is in use.
+    raced = await asyncio.gather(p.create(_offer(fleet.a), _spec("race-one-1")),
+                                 p.create(_offer(fleet.a), _spec("race-two-1")), return_exceptions=True)
+    [won] = [x for x in raced if not isinstance(x, BaseException)]
+    assert [type(x) for x in raced if isinstance(x, BaseException)] == [CapacityError]
+    keys = (fleet.homes[fleet.a] / ".ssh" / "authorized_keys").read_text().splitlines()
+    assert [k.rsplit(" ", 1)[1] for k in keys] == [f"gpuprov-{won.key}"]
+    await p.terminate(won)
+    assert snapshot(fleet.homes[fleet.a]) == before
