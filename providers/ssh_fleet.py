@@ -284,6 +284,14 @@ class SshFleetProvider(CloudProvider):
     async def _claim_of(self, host: str) -> Claim | None:
         return parse_claim(str((await self._run(host, _READ_CLAIM)).stdout or ""))
 
+    async def _retrying(self, host: str, script: str, env: dict[str, str]) -> asyncssh.SSHCompletedProcess:
+        """`_run` for reads and teardown: a refused key is worth retrying too (the fleet's key may be
+        fixed with PUT /fleets/{id}); giving up would leave the host held."""
+        try:
+            return await self._run(host, script, env)
+        except AuthError as e:
+            raise Transient(e.message) from None
+
     async def _look(self, host: str) -> HostLook:
         return parse_look(host, str((await self._run(host, _LOOK)).stdout or ""))
 
@@ -348,14 +356,14 @@ class SshFleetProvider(CloudProvider):
         return self._ref(host, spec.key)
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:
-        claim = await self._claim_of(ref.instance_id)
+        claim = parse_claim(str((await self._retrying(ref.instance_id, _READ_CLAIM, {})).stdout or ""))
         if claim is None or claim.key != ref.key:
             return None
         return InstanceStatus(ref=ref, state=InstanceState.RUNNING, host=ref.instance_id, ssh_port=self.port,
                               ssh_user=self.user, instance_type=ref.instance_id, detail="claimed")
 
     async def terminate(self, ref: InstanceRef) -> None:
-        done = await self._run(ref.instance_id, _RELEASE, {"KEY": ref.key})
+        done = await self._retrying(ref.instance_id, _RELEASE, {"KEY": ref.key})
         if done.exit_status != 0:
             raise Transient(f"{ref.instance_id}: freeing the host failed (exit {done.exit_status}): "
                             f"{str(done.stderr or '')[-300:]}")
