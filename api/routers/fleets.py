@@ -185,7 +185,8 @@ def _save(deps: AppDeps, project: str, fleet_id: str, body: FleetIn, *, create: 
         return FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
 
 
-def _delete(deps: AppDeps, project: str, fleet_id: str) -> bool:
+def forget_fleet(deps: AppDeps, project: str, fleet_id: str) -> bool:
+    """Drop the project's fleet `fleet_id` (False: no such fleet here); no host is contacted."""
     with open_session(deps) as session:
         if fleets.get_fleet(session, project, fleet_id) is None:
             return False
@@ -257,7 +258,7 @@ async def update_fleet(fleet_id: str, body: FleetIn, deps: DepsDep, caller: Call
 @router.delete("/{fleet_id}", response_model=FleetRemoval, responses=NOT_FOUND)
 async def delete_fleet(fleet_id: str, deps: DepsDep, caller: CallerDep) -> FleetRemoval:
     """Forget the fleet: its configuration and probe answers go; no host is contacted or changed."""
-    if not await in_thread(_delete, deps, caller.project, fleet_id):
+    if not await in_thread(forget_fleet, deps, caller.project, fleet_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
     log.info("fleet %s deleted", fleet_id)
     return FleetRemoval(id=fleet_id, deleted=True)
