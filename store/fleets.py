@@ -32,6 +32,16 @@ def hosts_of(session: Session, fleet_id: str) -> Sequence[FleetHost]:
                         .order_by(col(FleetHost.position))).all()
 
 
+def probe_targets(session: Session, fleet_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(fleet id, its latest probe id) of every fleet of every project (or those named), oldest first:
+    what a scheduled re-probe probes. A fleet never saved through the API (no probe id) is skipped."""
+    stmt = select(Fleet).where(col(Fleet.probe_id).is_not(None))
+    if fleet_ids is not None:
+        stmt = stmt.where(col(Fleet.id).in_(list(fleet_ids)))
+    rows = session.exec(stmt.order_by(col(Fleet.created_at), col(Fleet.id))).all()
+    return [(f.id, f.probe_id) for f in rows if f.probe_id is not None]
+
+
 def hosts_by_fleet(session: Session, fleet_ids: Sequence[str]) -> dict[str, list[FleetHost]]:
     """The hosts of each fleet named, in their order: one query."""
     found: dict[str, list[FleetHost]] = {f: [] for f in fleet_ids}

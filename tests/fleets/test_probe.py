@@ -17,6 +17,7 @@ import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,18 +32,21 @@ from temporalio.worker import Worker
 
 from activities.deps import ActivityDeps
 from activities.fleet import FleetActivities
+from activities.health import HealthActivities
 from api.app import create_app
 from api.deps import AppDeps, TemporalGateway
 from fakeclouds.catalog import Gpu, InstanceType
 from fakeclouds.nvidia_smi import script_for
 from fakeclouds.ssh import MachineSSH, _Auth
 from messages.fleet import FleetProbeResult
+from messages.health import HealthInput, HealthSummary
 from messages.ids import fleet_probe_workflow_id
 from store.models import Fleet
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN
 from worker import workflow_runner
 from workflows.fleet_probe import FleetProbeWorkflow
+from workflows.health import HealthWorkflow
 
 HIDDEN = "gpu-hidden.invalid"
 
@@ -126,6 +130,8 @@ class Lab:
     homes: dict[str, Path]
     bastion_host: str
     bastion_port: int
+    root: Path  # a scratch directory for more homes
+    host_key: asyncssh.SSHKey  # the hosts' host key
 
 
 @pytest.fixture
@@ -163,7 +169,7 @@ async def lab() -> AsyncIterator[Lab]:
                                     server_host_keys=[host_key])
     try:
         yield Lab(port=port, direct=[a, b, down, wrong], homes=homes, bastion_host=jump,
-                  bastion_port=bastion.sockets[0].getsockname()[1])
+                  bastion_port=bastion.sockets[0].getsockname()[1], root=root, host_key=host_key)
     finally:
         bastion.close()
         hidden_acceptor.close()
@@ -174,21 +180,27 @@ async def lab() -> AsyncIterator[Lab]:
 FLEET_KEY = asyncssh.generate_private_key("ssh-ed25519")
 
 
+class Api(httpx.AsyncClient):
+    task_queue: str  # where the test's worker runs the probe (and health) workflows
+
+
 @pytest.fixture
-async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client) -> AsyncIterator[httpx.AsyncClient]:
+async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client) -> AsyncIterator[Api]:
     """The real app, its workflow gateway on the session's Temporal, a worker of the probe only."""
     queue = f"fleet-tests-{uuid.uuid4().hex[:8]}"
     gateway = TemporalGateway("unused", "default", queue, keys=[])
     gateway._client = temporal_client
     deps = ActivityDeps(engine=engine, box=box, installation_id="fleet001", client=temporal_client)
-    activities = FleetActivities(deps)
-    worker = Worker(temporal_client, task_queue=queue, workflows=[FleetProbeWorkflow],
-                    activities=[activities.fleet_hosts, activities.probe_fleet_host],
-                    workflow_runner=workflow_runner())
+    activities, health = FleetActivities(deps), HealthActivities(deps)
+    worker = Worker(temporal_client, task_queue=queue, workflows=[FleetProbeWorkflow, HealthWorkflow],
+                    activities=[activities.fleet_hosts, activities.probe_fleet_host, health.health_targets,
+                                health.check_connection, health.record_health],
+                    activity_executor=ThreadPoolExecutor(4), workflow_runner=workflow_runner())
     app = create_app(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="fleet001",
                              workflows=gateway))
-    async with worker, httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api",
-                                         headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+    async with worker, Api(transport=httpx.ASGITransport(app=app), base_url="http://api",
+                           headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        c.task_queue = queue
         yield c
 
 
@@ -255,3 +267,45 @@ async def test_probe_reports_each_host_and_the_key_is_nowhere(
     for fleet in (direct, behind):
         assert (await api.delete(f"/api/compute/fleets/{fleet['id']}")).status_code == 200
     assert {h: snapshot(home) for h, home in lab.homes.items()} == before
+
+
+async def health_run(client: Client, api: Api, fleet_id: str) -> HealthSummary:
+    """What the `gpuprov-health` Schedule starts every interval, run now for this fleet only."""
+    queue = api.task_queue
+    summary: HealthSummary = await client.execute_workflow(
+        HealthWorkflow.run, HealthInput(connection_ids=[], fleet_ids=[fleet_id]),
+        id=f"health-test-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=HealthSummary)
+    return summary
+
+
+async def provider_row(api: httpx.AsyncClient, fleet_id: str) -> dict[str, Any]:
+    [row] = [r for r in (await api.get("/api/compute/providers")).json()["items"] if r["id"] == fleet_id]
+    return row
+
+
+async def test_the_health_run_reprobes_fleets(api: Api, lab: Lab, temporal_client: Client,
+                                              engine: sa.Engine) -> None:
+    pem = FLEET_KEY.export_private_key().decode()
+    a, b, down, _ = lab.direct
+    r = await api.post("/api/compute/fleets", json={"name": "rack", "port": lab.port, "private_key": pem,
+                                                    "hosts": [a, b, down]})
+    fleet = r.json()
+    await probed(temporal_client, probe_workflow_id(engine, fleet["id"]))
+    row = await provider_row(api, fleet["id"])
+    assert (row["status"], row["reason"]) == ("degraded", f"unreachable: {down} (connection refused)")
+    assert (row["host_count"], row["gpu_count"]) == (3, 3)
+
+    # The third host comes up: the next health run finds it without any save.
+    home = make_home(lab.root, "late", gpus=gpu_type("L4", "NVIDIA L4", 23034, 4), docker=True, sudo=True)
+    late = MachineSSH(home=home, host_key=lab.host_key, user="ubuntu",
+                      public_keys=[FLEET_KEY.export_public_key().decode()],
+                      env={"PATH": f"{home / 'bin'}:/usr/bin:/bin"})
+    await late.start(down, lab.port)
+    try:
+        summary = await health_run(temporal_client, api, fleet["id"])
+    finally:
+        await late.stop()
+    [result] = summary.probed
+    assert [h.reachable for h in result.hosts] == [True, True, True]
+    row = await provider_row(api, fleet["id"])
+    assert (row["status"], row["reason"], row["gpu_count"]) == ("healthy", None, 7)
