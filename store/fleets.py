@@ -57,7 +57,8 @@ def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str,
                new_host_id: Callable[[], str], probe_id: str | None = None) -> Fleet:
     """Insert or replace a fleet's configuration and commit. `private_key` None keeps the saved key
     (and the saved bastion key when the bastion gives none). Hosts kept by name keep their last
-    probe; `new_host_id` is a callable giving ids for new ones."""
+    probe and their pinned host key (the bastion's pin stays while its host and port do);
+    `new_host_id` is a callable giving ids for new ones."""
     row = session.get(Fleet, fleet_id)
     if row is None:
         assert private_key is not None, "a new fleet needs a key"
@@ -65,6 +66,8 @@ def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str,
     elif private_key is not None:
         row.secret = box.seal_text(private_key)
     row.name, row.user, row.port, row.probe_id = name, user, port, probe_id
+    if bastion is None or (bastion.host, bastion.port) != (row.bastion_host, row.bastion_port):
+        row.bastion_host_key = None  # another bastion (or none): its key is pinned afresh
     if bastion is None:
         row.bastion_host = row.bastion_port = row.bastion_user = row.bastion_secret = None
     else:
@@ -84,6 +87,27 @@ def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str,
     session.commit()
     session.refresh(row)
     return row
+
+
+def forget_host_keys(session: Session, fleet: Fleet, hosts: Sequence[str], *, bastion: bool,
+                     probe_id: str) -> list[str]:
+    """Re-trust: drop the pinned keys of `hosts` (by name) and, if `bastion`, the bastion's, so the
+    next probe pins what they present now; `probe_id` becomes the fleet's latest probe (an older
+    probe still running records nothing). Returns the names not in the fleet (nothing is changed
+    then). Commits."""
+    saved = {h.host: h for h in hosts_of(session, fleet.id)}
+    unknown = [h for h in hosts if h not in saved]
+    if unknown:
+        return unknown
+    for name in hosts:
+        saved[name].host_key = saved[name].host_key_pinned_at = None
+        session.add(saved[name])
+    if bastion:
+        fleet.bastion_host_key = None
+    fleet.probe_id = probe_id
+    session.add(fleet)
+    session.commit()
+    return []
 
 
 def delete_fleet(session: Session, fleet_id: str) -> None:
@@ -107,6 +131,11 @@ def record_probe(session: Session, probe: HostProbe, probe_id: str) -> bool:
     host.gpu_vendor, host.gpu_name, host.gpu_count = probe.gpu_vendor, probe.gpu_name, probe.gpu_count
     host.gpu_memory_gb, host.gpu_summary = probe.gpu_memory_gb, probe.gpu_summary
     host.docker, host.sudo, host.tcp_forwarding = probe.docker, probe.sudo, probe.tcp_forwarding
+    if host.host_key is None and probe.reachable and probe.host_key:  # trust on first use
+        host.host_key, host.host_key_pinned_at = probe.host_key, host.probed_at
+    if fleet.bastion_host_key is None and probe.bastion_host_key:
+        fleet.bastion_host_key = probe.bastion_host_key
+        session.add(fleet)
     session.add(host)
     session.commit()
     return True

@@ -131,6 +131,7 @@ class Lab:
     bastion_host: str
     bastion_port: int
     root: Path  # a scratch directory for more homes
+    servers: dict[str, MachineSSH]  # by address
     host_key: asyncssh.SSHKey  # the hosts' host key
 
 
@@ -169,7 +170,8 @@ async def lab() -> AsyncIterator[Lab]:
                                     server_host_keys=[host_key])
     try:
         yield Lab(port=port, direct=[a, b, down, wrong], homes=homes, bastion_host=jump,
-                  bastion_port=bastion.sockets[0].getsockname()[1], root=root, host_key=host_key)
+                  bastion_port=bastion.sockets[0].getsockname()[1], root=root, host_key=host_key,
+                  servers=servers)
     finally:
         bastion.close()
         hidden_acceptor.close()
@@ -309,3 +311,42 @@ async def test_the_health_run_reprobes_fleets(api: Api, lab: Lab, temporal_clien
     assert [h.reachable for h in result.hosts] == [True, True, True]
     row = await provider_row(api, fleet["id"])
     assert (row["status"], row["reason"], row["gpu_count"]) == ("healthy", None, 7)
+
+
+async def test_host_keys_are_pinned_on_first_use_and_a_changed_one_is_refused(
+        api: Api, lab: Lab, temporal_client: Client, engine: sa.Engine) -> None:
+    pem = FLEET_KEY.export_private_key().decode()
+    a, b, _, _ = lab.direct
+    body = {"name": "rack", "port": lab.port, "private_key": pem, "hosts": [a, b]}
+    fleet = (await api.post("/api/compute/fleets", json=body)).json()
+    await probed(temporal_client, probe_workflow_id(engine, fleet["id"]))
+    pinned = lab.host_key.get_fingerprint("sha256")
+    hosts = (await api.get(f"/api/compute/fleets/{fleet['id']}")).json()["hosts"]
+    assert [h["host_key_fingerprint"] for h in hosts] == [pinned, pinned]
+
+    # Host a is replaced by a server with another key, on the same address and port.
+    await lab.servers[a].stop()
+    other = asyncssh.generate_private_key("ssh-ed25519")
+    imposter = MachineSSH(home=lab.homes[a], host_key=other, user="ubuntu",
+                          public_keys=[FLEET_KEY.export_public_key().decode()])
+    await imposter.start(a, lab.port)
+    lab.servers[a] = imposter
+    changed = f"host key changed: got {other.get_fingerprint('sha256')}, expected {pinned}"
+    await health_run(temporal_client, api, fleet["id"])
+    row = await provider_row(api, fleet["id"])
+    assert (row["status"], row["reason"]) == ("degraded", f"unreachable: {a} ({changed})")
+    # A PUT keeps the pins of the hosts it keeps: its probe refuses the new key too.
+    assert (await api.put(f"/api/compute/fleets/{fleet['id']}", json={**body, "private_key": ""})).is_success
+    await probed(temporal_client, probe_workflow_id(engine, fleet["id"]))
+    ha, hb = (await api.get(f"/api/compute/fleets/{fleet['id']}")).json()["hosts"]
+    assert (ha["reachable"], ha["reason"], ha["host_key_fingerprint"]) == (False, changed, pinned)
+    assert (hb["reachable"], hb["host_key_fingerprint"]) == (True, pinned)
+
+    # Re-trusted by the user: the next probe pins the new key.
+    r = await api.post(f"/api/compute/fleets/{fleet['id']}/trust", json={"hosts": [a]})
+    assert r.status_code == 200, r.text
+    await probed(temporal_client, probe_workflow_id(engine, fleet["id"]))
+    ha, hb = (await api.get(f"/api/compute/fleets/{fleet['id']}")).json()["hosts"]
+    assert (ha["reachable"], ha["host_key_fingerprint"]) == (True, other.get_fingerprint("sha256"))
+    assert hb["host_key_fingerprint"] == pinned
+    assert (await provider_row(api, fleet["id"]))["status"] == "healthy"
