@@ -18,6 +18,7 @@ from temporalio import activity
 from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
+from providers.host_keys import HostKeyPin
 from store import fleets
 from store.db import session_scope
 from store.models import Fleet, FleetHost
@@ -42,6 +43,8 @@ class _Target:
     user: str
     key: asyncssh.SSHKey
     bastion: tuple[str, int, str, asyncssh.SSHKey] | None
+    host_key: str | None = None  # pinned (providers/host_keys.py); None: not yet
+    bastion_host_key: str | None = None
 
 
 _VENDOR = re.compile(r"^(NVIDIA|AMD|Habana Labs|Habana|Intel)\s+", re.IGNORECASE)
@@ -145,7 +148,8 @@ class FleetActivities:
                         if fleet.bastion_secret else key)
                 bastion = (fleet.bastion_host, fleet.bastion_port or 22, fleet.bastion_user or fleet.user,
                            bkey)
-            return _Target(host=host.host, port=fleet.port, user=fleet.user, key=key, bastion=bastion)
+            return _Target(host=host.host, port=fleet.port, user=fleet.user, key=key, bastion=bastion,
+                           host_key=host.host_key, bastion_host_key=fleet.bastion_host_key)
 
     def _record(self, probe: HostProbe, probe_id: str) -> None:
         with session_scope(self.deps.engine) as session:
@@ -170,8 +174,9 @@ class FleetActivities:
 
 
 async def probe_host(host_id: str, t: _Target, timeout_s: float) -> HostProbe:
-    opts: dict[str, Any] = {"known_hosts": None, "connect_timeout": timeout_s, "agent_path": None,
-                            "config": None}
+    opts: dict[str, Any] = {"connect_timeout": timeout_s, "agent_path": None, "config": None}
+    # Host keys: trust on first use, then only the pinned key (providers/host_keys.py).
+    pin, bpin = HostKeyPin(t.host_key), HostKeyPin(t.bastion_host_key)
     tunnel: asyncssh.SSHClientConnection | None = None
     try:
         if t.bastion is not None:
@@ -179,17 +184,20 @@ async def probe_host(host_id: str, t: _Target, timeout_s: float) -> HostProbe:
             try:
                 async with asyncio.timeout(timeout_s + 5):
                     tunnel = await asyncssh.connect(bhost, port=bport, username=buser, client_keys=[bkey],
-                                                    **opts)
+                                                    **opts, **bpin.options())
             except (OSError, asyncssh.Error, TimeoutError) as e:
-                return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e, "bastion"))
+                why = bpin.changed() or failure_reason(e)
+                return HostProbe(host_id=host_id, reachable=False, reason=f"bastion: {why}")
         try:
             async with asyncio.timeout(timeout_s + 5):
                 conn = await asyncssh.connect(t.host, port=t.port, username=t.user, client_keys=[t.key],
-                                              tunnel=tunnel, **opts)
+                                              tunnel=tunnel, **opts, **pin.options())
         except (OSError, asyncssh.Error, TimeoutError) as e:
-            return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e))
+            return HostProbe(host_id=host_id, reachable=False, reason=pin.changed() or failure_reason(e),
+                             bastion_host_key=bpin.seen)
         try:
-            return await _inspect(host_id, conn, t.port)
+            found = await _inspect(host_id, conn, t.port)
+            return found.model_copy(update={"host_key": pin.seen, "bastion_host_key": bpin.seen})
         except (OSError, asyncssh.Error, TimeoutError) as e:
             return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e, "while checking"))
         finally:
