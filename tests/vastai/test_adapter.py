@@ -200,8 +200,8 @@ async def test_list_owned_follows_next_token(sim: FakeCloudServer) -> None:
         await theirs.create(cheap, spec(theirs))
         made = [await ours.create(cheap, spec(ours)) for _ in range(4)]
         rec.seen.clear()
-        by_id = {r.instance_id: r for r in made}
-        assert {r.instance_id: r for r in await ours.list_owned()} == by_id
+        by_id = {r.instance_id: r.key for r in made}
+        assert {r.instance_id: r.key for r in await ours.list_owned()} == by_id
         assert [path for path, _ in rec.seen] == ["/vastai/api/v1/instances/"] * 3  # 5 instances, 2 a page
 
 
