@@ -154,10 +154,13 @@ class CloudActivities:
             # allocation (once; a running watch is joined).
             await start_watch(self.deps.client, activity.info().task_queue, inp.target.connection_id,
                               self.deps.watch_interval_s)
+        # No create under this key can have been sent before the activity's first attempt was
+        # scheduled: the ledger's floor for a cloud clock that runs behind.
+        first_scheduled = activity.info().scheduled_time
         ref = await self._create(inp)
         # The machine accrues cost from here: the ledger's interval is opened before the answer is
         # returned (a crash before this write retries the create, which finds the machine).
-        await self.deps.blocking(open_spend, self.deps.engine, inp, ref)
+        await self.deps.blocking(open_spend, self.deps.engine, inp, ref, first_scheduled)
         return ref
 
     async def _create(self, inp: CreateInput) -> InstanceRef:
@@ -241,12 +244,13 @@ class CloudActivities:
         await self.deps.blocking(close_spend, self.deps.engine, inp.key)
 
 
-def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef) -> None:
+def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef,
+               not_before: datetime | None = None) -> None:
     """Open the attempt's ledger interval at the offer's price (spot at its price), unless open: from
-    the cloud's own creation time when the adapter gives one, else now (the create's answer, or the
-    first sighting of a machine whose answer was lost)."""
-    now = utcnow()
-    started = min(spend.aware(ref.created_at), now) if ref.created_at is not None else now
+    the cloud's own creation time when the adapter gives one (clamped to [not_before, now], see
+    spend.start_of), else now (the create's answer, or the first sighting of a machine whose answer
+    was lost)."""
+    started = spend.start_of(ref.created_at, now=utcnow(), not_before=not_before)
     with session_scope(engine) as session:
         row = session.get(Instance, inp.allocation_id)
         conn = session.get(Connection, inp.target.connection_id)

@@ -22,6 +22,7 @@ from messages.activities import CloudTarget, Marked
 from messages.enums import ErrorKind
 from providers import registry
 from providers.base import CloudProvider, ConnectionOptions
+from providers.ssh_fleet import SshFleetProvider
 from store import fleets, repo
 from store.db import session_scope
 from store.identity import ssh_identity
@@ -176,7 +177,10 @@ class ActivityDeps:
         except SecretError as e:
             raise ApplicationError(str(e), type=ErrorKind.SECRET_ERROR, non_retryable=True) from None
         with provider_errors():
-            return registry.build(cloud, credentials, installation_id=self.installation_id)
+            adapter = registry.build(cloud, credentials, installation_id=self.installation_id)
+        if isinstance(adapter, SshFleetProvider):
+            adapter.pin_host_keys(fleet.host_keys, fleet.bastion_host_key)
+        return adapter
 
     def public_key(self) -> str:
         if self._public_key is None:

@@ -18,7 +18,7 @@ from temporalio import activity
 from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
-from providers.ssh_login import Bastion, HostLogin, LoginFailed, failure_reason, login
+from providers.ssh_login import Bastion, HostLogin, LoginFailed, Seen, failure_reason, login
 from store import fleets
 from store.db import session_scope
 from store.models import Fleet, FleetHost
@@ -114,8 +114,9 @@ class FleetActivities:
                 bkey = (asyncssh.import_private_key(self.deps.box.open_text(fleet.bastion_secret))
                         if fleet.bastion_secret else key)
                 bastion = Bastion(fleet.bastion_host, fleet.bastion_port or 22,
-                                  fleet.bastion_user or fleet.user, bkey)
-            return HostLogin(host=host.host, port=fleet.port, user=fleet.user, key=key, bastion=bastion)
+                                  fleet.bastion_user or fleet.user, bkey, host_key=fleet.bastion_host_key)
+            return HostLogin(host=host.host, port=fleet.port, user=fleet.user, key=key, bastion=bastion,
+                             host_key=host.host_key)
 
     def _record(self, probe: HostProbe, probe_id: str) -> None:
         with session_scope(self.deps.engine) as session:
@@ -140,14 +141,19 @@ class FleetActivities:
 
 
 async def probe_host(host_id: str, t: HostLogin, timeout_s: float) -> HostProbe:
+    # Host keys: trust on first use, then only the pinned key (providers/host_keys.py, ssh_login.py).
+    seen = Seen()
     try:
-        async with login(t, timeout_s) as conn:
+        async with login(t, timeout_s, seen) as conn:
             try:
-                return await _inspect(host_id, conn, t.port)
+                found = await _inspect(host_id, conn, t.port)
+                return found.model_copy(update={"host_key": seen.host_key,
+                                                "bastion_host_key": seen.bastion_host_key})
             except (OSError, asyncssh.Error, TimeoutError) as e:
                 return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e, "while checking"))
     except LoginFailed as e:
-        return HostProbe(host_id=host_id, reachable=False, reason=failure_reason(e.cause, e.where))
+        return HostProbe(host_id=host_id, reachable=False, reason=e.reason,
+                         bastion_host_key=seen.bastion_host_key)
 
 
 async def _run(conn: asyncssh.SSHClientConnection, command: str) -> asyncssh.SSHCompletedProcess:

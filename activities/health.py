@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.allocation import CloudTarget
+from messages.fleet import FleetProbeRequest
 from messages.health import (
     CheckInput,
     HealthCheck,
@@ -25,7 +26,7 @@ from messages.health import (
     RecordHealthInput,
 )
 from providers.base import ProviderError
-from store import repo
+from store import fleets, repo
 from store.db import session_scope
 from store.models import utcnow
 
@@ -37,10 +38,13 @@ class HealthActivities:
     @activity.defn(name=acts.HEALTH_TARGETS.name)
     def health_targets(self, inp: HealthTargetsInput) -> HealthTargets:
         """Every connected connection of every project (or those named); removing ones are not
-        checked: their rows show `removing` until deleted."""
+        checked: their rows show `removing` until deleted. And every SSH fleet (or those named)
+        with its latest probe id, to re-probe."""
         with session_scope(self.deps.engine) as session:
             rows = repo.connected_anywhere(session, inp.connection_ids)
-        return HealthTargets(targets=[CloudTarget(connection_id=r.id, cloud=r.provider) for r in rows])
+            found = fleets.probe_targets(session, inp.fleet_ids)
+        return HealthTargets(targets=[CloudTarget(connection_id=r.id, cloud=r.provider) for r in rows],
+                             fleets=[FleetProbeRequest(fleet_id=f, probe_id=p) for f, p in found])
 
     @activity.defn(name=acts.CHECK_CONNECTION.name)
     async def check_connection(self, inp: CheckInput) -> HealthCheck:

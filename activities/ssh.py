@@ -85,20 +85,22 @@ class SshActivities:
         return await asyncssh.connect(t.host, port=t.port, username=t.user, client_keys=[key],
                                       known_hosts=None, connect_timeout=10)
 
-    async def _bastion(self, t: SshTarget) -> Bastion | None:
-        """The proxy jump the machine's adapter knows (an SSH fleet's), or None."""
+    async def _route(self, t: SshTarget) -> tuple[Bastion | None, str | None] | None:
+        """For a machine whose adapter knows how it is reached (an SSH fleet's host): the proxy jump
+        and the pinned host key; None: a cloud machine, reached directly."""
         if t.via is None:
             return None
         with provider_errors():
             p = await self.deps.provider(t.via)
-        return p.ssh_bastion() if isinstance(p, SshFleetProvider) else None
+        return p.ssh_route(t.host) if isinstance(p, SshFleetProvider) else None
 
     async def _run(self, t: SshTarget, command: str) -> asyncssh.SSHCompletedProcess:
-        bastion = await self._bastion(t)
-        if bastion is not None:
+        route = await self._route(t)
+        if route is not None:
             key = await self.deps.blocking(self.deps.private_key)
+            bastion, host_key = route
             try:
-                async with login(HostLogin(t.host, t.port, t.user, key, bastion), 10) as conn:
+                async with login(HostLogin(t.host, t.port, t.user, key, bastion, host_key), 10) as conn:
                     return await conn.run(command, check=False)
             except LoginFailed as e:
                 raise e.cause from None  # as a direct login's failure reads

@@ -17,6 +17,7 @@ from providers.base import (
     ProviderError,
 )
 from providers.market import DEFAULT_TIMEOUT_S, DEFAULT_TTL_S, MarketAnswer, OfferCache, Source, gather_offers
+from providers.ssh_fleet import SshFleetProvider
 from store import fleets, repo
 from store.models import Connection
 from store.secrets import SecretBox, SecretError
@@ -87,6 +88,8 @@ class Market:
                 except SecretError as e:
                     raise InvalidRequest(f"fleet {fleet.id}: {e}") from None
                 built = registry.build(kind, credentials, installation_id=installation_id)
+                if isinstance(built, SshFleetProvider):
+                    built.pin_host_keys(fleet.host_keys, fleet.bastion_host_key)
                 self._adapters[fleet.id] = (fleet.fingerprint, built)
                 return built
             return Source(connection_id=fleet.id, cloud=kind, capabilities=caps, adapter=adapter,

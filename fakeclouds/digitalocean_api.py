@@ -171,7 +171,8 @@ def droplet_json(engine: Engine, m: Machine) -> dict[str, Any]:
         "id": int(m.id), "name": m.name, "memory": t.memory_gib * 1024, "vcpus": t.vcpus,
         "disk": t.storage_gib,
         "locked": False, "status": _STATUS.get(m.status, "off"), "kernel": None,
-        "created_at": iso(m.created_at), "features": ["droplet_agent", "private_networking"],
+        # whole seconds, as DO-SPEC's examples write it ("2020-07-21T18:37:44Z")
+        "created_at": iso(int(m.created_at)), "features": ["droplet_agent", "private_networking"],
         "backup_ids": [], "next_backup_window": None, "snapshot_ids": [],
         "image": image_json(m.extra["image"]), "volume_ids": [], "size": size_json(engine, t),
         "size_slug": t.name, "networks": {"v4": v4, "v6": []},

@@ -40,6 +40,10 @@ class HostProbe(BaseModel):
     docker: bool | None = None
     sudo: bool | None = None
     tcp_forwarding: bool | None = None
+    # The host keys the servers presented (OpenSSH public key lines, not secret): pinned on the
+    # first successful probe. The host's only when it was reachable; the bastion's once it let us in.
+    host_key: str | None = None
+    bastion_host_key: str | None = None
 
 
 class FleetProbeResult(BaseModel):

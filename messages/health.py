@@ -1,5 +1,5 @@
-"""The health check's messages (workflows/health.py): which connections to check, one verify's
-answer, and what a run recorded.
+"""The health check's messages (workflows/health.py): which connections to check (and which SSH
+fleets to re-probe), one verify's answer, and what a run recorded.
 
 Times travel as ISO 8601 UTC strings (this package stays free of anything but pure modules).
 """
@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from messages.allocation import CloudTarget
+from messages.fleet import FleetProbeRequest, FleetProbeResult
 
 
 class HealthStatus(StrEnum):
@@ -25,15 +26,20 @@ class HealthInput(BaseModel):
     """One health-check run. The Schedule passes the defaults; tests name their connections."""
 
     connection_ids: list[str] | None = None  # None: every connected connection
+    fleet_ids: list[str] | None = None  # SSH fleets to re-probe; None: every fleet
     verify_timeout_s: float = Field(default=20.0, gt=0)  # one verify(); slower is degraded
 
 
 class HealthTargetsInput(BaseModel):
     connection_ids: list[str] | None = None
+    fleet_ids: list[str] | None = None
 
 
 class HealthTargets(BaseModel):
     targets: list[CloudTarget]
+    # Each fleet with its latest save's probe id: the re-probe records under it (a save meanwhile
+    # starts a newer probe, whose answers win).
+    fleets: list[FleetProbeRequest] = Field(default_factory=list)
 
 
 class CheckInput(BaseModel):
@@ -57,3 +63,4 @@ class RecordHealthInput(BaseModel):
 
 class HealthSummary(BaseModel):
     checked: list[HealthCheck] = Field(default_factory=list)  # every connection's answer, in order
+    probed: list[FleetProbeResult] = Field(default_factory=list)  # every re-probed fleet's answers

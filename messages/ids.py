@@ -53,6 +53,11 @@ def disconnect_workflow_id(connection_id: str) -> str:
     return f"disconnect-{connection_id}"
 
 
+def fleet_reprobe_workflow_id(fleet_id: str, health_run_id: str) -> str:
+    """A health run's re-probe of a fleet (a child of HealthWorkflow): one per fleet per run."""
+    return f"fleet-reprobe-{fleet_id}-{health_run_id}"
+
+
 def fleet_probe_workflow_id(fleet_id: str, probe_id: str) -> str:
     """One probe of a fleet: each save (POST, PUT) starts its own, so a new configuration is always
     probed; only the fleet's latest probe records answers (Fleet.probe_id)."""

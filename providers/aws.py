@@ -51,6 +51,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
 from providers.rest import ErrorKind
@@ -298,8 +299,10 @@ class AwsProvider(SdkCloudProvider):
         return ref.region
 
     def _ref(self, inst: dict[str, Any], region: str) -> InstanceRef:
+        # LaunchTime moves when a stopped instance is started again; gpuprov never stops one.
         return InstanceRef(provider=self.id, instance_id=str(inst["InstanceId"]),
-                           key=_tags(inst.get("Tags")).get(TAG_KEY, ""), region=region)
+                           key=_tags(inst.get("Tags")).get(TAG_KEY, ""), region=region,
+                           created_at=created_at(inst.get("LaunchTime")))
 
     # ------------------------------------------------------------------ primitives
 
@@ -398,8 +401,9 @@ class AwsProvider(SdkCloudProvider):
             if isinstance(e, QuotaError):  # vCPU quotas are per region (and family), not per zone
                 raise QuotaError(e.message, FailureScope(provider=self.id, region=region)) from None
             raise
-        return InstanceRef(provider=self.id, instance_id=str(resp["Instances"][0]["InstanceId"]),
-                           key=spec.key, region=region)
+        launched = resp["Instances"][0]
+        return InstanceRef(provider=self.id, instance_id=str(launched["InstanceId"]), key=spec.key,
+                           region=region, created_at=created_at(launched.get("LaunchTime")))
 
     async def _ensure_group(self, region: str, spec: LaunchSpec) -> str:
         """The machine's security group: found by name, else made; SSH and the requested ports open."""

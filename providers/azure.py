@@ -35,6 +35,7 @@ import hashlib
 import os
 import tempfile
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -61,6 +62,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.rest import ErrorKind
 from providers.sdk import SdkCloudProvider, SdkError
@@ -226,6 +228,11 @@ def _backoff_polling() -> type:
 def _polling() -> Any:
     """A fresh poller strategy for one long-running operation."""
     return _backoff_polling()(BACKOFF_MAX_S)
+
+
+def _time_created(vm: dict[str, Any]) -> datetime | None:
+    """The VM's `properties.timeCreated` (ISO 8601, compute API 2021-11-01 and later)."""
+    return created_at((vm.get("properties") or {}).get("timeCreated"))
 
 
 class _Clients:
@@ -617,7 +624,8 @@ class AzureProvider(SdkCloudProvider):
         vm_id = (vm.get("properties") or {}).get("vmId")
         if not vm_id:
             raise Transient(f"{self.id}: VM without a vmId")
-        return InstanceRef(provider=self.id, instance_id=str(vm_id), key=key, region=region)
+        return InstanceRef(provider=self.id, instance_id=str(vm_id), key=key, region=region,
+                           created_at=_time_created(vm))
 
     async def _ensure_network(self, c: _Clients, group: str, name: str, region: str, spec: LaunchSpec) -> str:
         """NSG (SSH + requested ports), public IP and NIC for the machine: idempotent PUTs."""
@@ -818,6 +826,7 @@ class AzureProvider(SdkCloudProvider):
                         instance_id=str(vm_id),
                         key=tags[TAG_KEY],
                         region=str(vm.get("location") or "") or None,
+                        created_at=_time_created(vm),
                     )
                 )
         keys = {m.key for m in machines}

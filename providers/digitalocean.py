@@ -57,6 +57,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
 
@@ -228,7 +229,8 @@ class DigitalOceanProvider(rest.RestCloudProvider):
     def _ref(self, droplet: dict[str, Any], key: str) -> InstanceRef:
         region = droplet.get("region")
         return InstanceRef(provider=self.id, instance_id=str(droplet["id"]), key=key,
-                           region=region.get("slug") if isinstance(region, dict) else None)
+                           region=region.get("slug") if isinstance(region, dict) else None,
+                           created_at=created_at(droplet.get("created_at")))
 
     async def _gpu_droplets(self) -> list[dict[str, Any]]:
         # type=gpus: the default listing leaves GPU droplets out. (Only GPU sizes are offered, so no

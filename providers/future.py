@@ -78,6 +78,9 @@ class FutureProvider:
     billed: bool = True  # the "billed to your account" note applies
 
 
+# The SSH / on-prem card's key: fleets (store/models.py Fleet) list under it on the providers page.
+SSH_FLEET = "ssh"
+
 FUTURE: dict[str, FutureProvider] = {
     p.key: p for p in (
         FutureProvider(
@@ -98,7 +101,7 @@ FUTURE: dict[str, FutureProvider] = {
             "Fingerprint and region (your Home Region).",
             OciCredentials, "Oracle Cloud (OCI) is not supported yet: no adapter"),
         FutureProvider(
-            "ssh", "SSH / On-prem", "Bring your own GPU servers",
+            SSH_FLEET, "SSH / On-prem", "Bring your own GPU servers",
             "Give the SSH user, port and a private key (pasted) that logs in to every host, the hosts one "
             "per line, and a bastion (proxy jump) if the hosts are only reachable through one. Hosts need "
             "Docker pre-installed; on GPU hosts CUDA 12.1 + the NVIDIA Container Toolkit; passwordless sudo; "

@@ -60,6 +60,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.rest import ErrorKind, map_error
 from providers.sdk import SdkCloudProvider, SdkError
@@ -474,6 +475,7 @@ class GcpProvider(SdkCloudProvider):
             instance_id=str(inst.id),
             key=inst.labels.get(KEY_LABEL, ""),
             region=catalog_region(zone),
+            created_at=created_at(getattr(inst, "creation_timestamp", None)),  # RFC 3339, with its offset
         )
 
     async def _locate(self, ref: InstanceRef) -> tuple[str, Any] | None:

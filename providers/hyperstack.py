@@ -46,6 +46,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
 
@@ -235,7 +236,8 @@ class HyperstackProvider(rest.RestCloudProvider):
         env = vm.get("environment")
         return InstanceRef(provider=self.id, instance_id=str(vm["id"]),
                            key=key or labelled or name.removeprefix(self._prefix),
-                           region=env.get("region") if isinstance(env, dict) else None)
+                           region=env.get("region") if isinstance(env, dict) else None,
+                           created_at=created_at(vm.get("created_at")))  # ISO 8601; no zone is UTC
 
     async def _by_name(self, name: str) -> list[dict[str, Any]]:
         return [vm for vm in await self._list("/core/virtual-machines", "instances", search=name)

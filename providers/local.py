@@ -23,6 +23,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8765/local/v1"
@@ -77,7 +78,8 @@ class LocalProvider(rest.RestCloudProvider):
     def _ref(self, m: dict[str, Any]) -> InstanceRef:
         labels = m.get("labels") or {}
         return InstanceRef(provider=self.id, instance_id=str(m["id"]),
-                           key=str(labels.get(LABEL_KEY) or m.get("name") or ""), region=m.get("region"))
+                           key=str(labels.get(LABEL_KEY) or m.get("name") or ""), region=m.get("region"),
+                           created_at=created_at(m.get("created_at")))
 
     async def _machines(self, **params: str) -> list[dict[str, Any]]:
         body = self._json(await self._call("GET", "/machines", params=params))

@@ -49,6 +49,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
 
@@ -207,7 +208,9 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
         region = inst.get("region_name")  # [unconfirmed] field; None when absent
         return InstanceRef(provider=self.id, instance_id=str(inst["uuid"]),
                            key=key or name.removeprefix(self._prefix),
-                           region=region if isinstance(region, str) and region else None)
+                           region=region if isinstance(region, str) and region else None,
+                           # `created` (MC-MCP's listing shape); its format is [unconfirmed]: ISO or epoch
+                           created_at=created_at(inst.get("created")))
 
     async def _instances(self) -> list[dict[str, Any]]:
         body = await self._get("/instance", "instance listing")

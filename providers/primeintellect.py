@@ -50,6 +50,7 @@ from providers.base import (
     Unsupported,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
 
@@ -256,7 +257,8 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
     def _ref(self, pod: Mapping[str, Any], key: str | None = None, region: str | None = None) -> InstanceRef:
         name = str(pod.get("name") or "")
         return InstanceRef(provider=self.id, instance_id=str(pod["id"]),
-                           key=key or name.removeprefix(self._prefix), region=region)
+                           key=key or name.removeprefix(self._prefix), region=region,
+                           created_at=created_at(pod.get("createdAt")))  # ISO 8601
 
     async def _availability(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Every item of the paginated availability listing (`{items, totalCount}`, pages from 1)."""

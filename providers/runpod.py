@@ -54,6 +54,7 @@ from providers.base import (
     Unsupported,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
 
@@ -213,7 +214,8 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
         env = env if isinstance(env, dict) else {}
         key = key or str(env.get("GPUPROV_KEY") or str(pod.get("name")).removeprefix(self._prefix))
         return InstanceRef(provider=self.id, instance_id=str(pod["id"]), key=key,
-                           region=pod.get("dataCenterId") or None)
+                           region=pod.get("dataCenterId") or None,
+                           created_at=created_at(pod.get("createdAt")))  # v2 Pod: date-time
 
     async def _pods(self) -> list[dict[str, Any]]:
         body = await self._get("/pods")
@@ -323,7 +325,7 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
         pod = self._json(await self._call("POST", "/pods", json=body, scope=scope))
         with rest.parsing(self.id, "pod"):
             return InstanceRef(provider=self.id, instance_id=str(pod["id"]), key=spec.key,
-                               region=offer.region)
+                               region=offer.region, created_at=created_at(pod.get("createdAt")))
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:
         resp = await self._call("GET", f"/pods/{ref.instance_id}", allow=(404,))

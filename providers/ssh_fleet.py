@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, TypeVar
 
 import asyncssh
@@ -245,19 +245,29 @@ class SshFleetProvider(CloudProvider):
             bastion = Bastion(c["bastion_host"], int(c.get("bastion_port") or 22),
                               c.get("bastion_user") or c["ssh_user"], bkey)
         self.bastion = bastion
+        self._host_keys: dict[str, str] = {}
         self.user, self.port = str(c["ssh_user"]), int(c["ssh_port"])
         self.hosts = [h.strip() for h in str(c["hosts"]).splitlines() if h.strip()]
         self._key = key
 
-    def ssh_bastion(self) -> Bastion | None:
-        """The proxy jump to the fleet's hosts, for gpuprov's own SSH steps; None: direct."""
-        return self.bastion
+    def pin_host_keys(self, host_keys: dict[str, str], bastion_host_key: str | None) -> None:
+        """The host keys the fleet's probe pinned (trust on first use, providers/host_keys.py): a host
+        (or bastion) presenting another key is refused. A host not pinned yet is accepted."""
+        self._host_keys = dict(host_keys)
+        if self.bastion is not None:
+            self.bastion = replace(self.bastion, host_key=bastion_host_key)
+
+    def ssh_route(self, host: str) -> tuple[Bastion | None, str | None]:
+        """How gpuprov's own SSH steps reach `host`: the proxy jump (None: direct) and the host's
+        pinned key (None: not pinned yet)."""
+        return self.bastion, self._host_keys.get(host)
 
     # ------------------------------------------------------------------ plumbing
 
     def _login(self, host: str) -> HostLogin:
         # Also for a host removed from the fleet since its claim: it is still freed with the fleet's key.
-        return HostLogin(host=host, port=self.port, user=self.user, key=self._key, bastion=self.bastion)
+        return HostLogin(host=host, port=self.port, user=self.user, key=self._key, bastion=self.bastion,
+                         host_key=self._host_keys.get(host))
 
     async def _run(self, host: str, script: str,
                    env: dict[str, str] | None = None) -> asyncssh.SSHCompletedProcess:
@@ -270,7 +280,9 @@ class SshFleetProvider(CloudProvider):
                 async with asyncio.timeout(COMMAND_TIMEOUT_S):
                     return await conn.run(command, check=False)
         except LoginFailed as e:
-            if isinstance(e.cause, asyncssh.PermissionDenied):
+            if isinstance(e.cause, asyncssh.PermissionDenied) or e.key_changed:
+                # A refused key, or a host key other than the pinned one: asking again cannot help
+                # until the user fixes the key or re-trusts the host (POST /fleets/{id}/trust).
                 raise AuthError(f"{host}: {e}") from None
             raise Transient(f"{host}: {e}") from None
         except (OSError, asyncssh.Error, TimeoutError) as e:

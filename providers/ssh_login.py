@@ -1,7 +1,9 @@
 """Logging in to an SSH host with a given key, through a bastion (proxy jump) when there is one.
 
-Shared by the fleet probe (activities/fleet.py) and the SSH fleet adapter (providers/ssh_fleet.py):
-the one place that knows how a fleet's host is reached. Keys are opened asyncssh keys, never text.
+Shared by the fleet probe (activities/fleet.py), the SSH fleet adapter (providers/ssh_fleet.py) and
+the SSH steps on a fleet's hosts: the one place that knows how a fleet's host is reached. Keys are
+opened asyncssh keys, never text. Host keys: trust on first use, then only the pinned key
+(providers/host_keys.py); what each server presented is left in `Seen` for the probe to pin.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 import asyncssh
 
+from providers.host_keys import HostKeyPin
+
 
 @dataclass(frozen=True)
 class Bastion:
@@ -21,6 +25,7 @@ class Bastion:
     port: int
     user: str
     key: asyncssh.SSHKey
+    host_key: str | None = None  # pinned (OpenSSH line); None: not yet, any key is accepted
 
 
 @dataclass(frozen=True)
@@ -32,14 +37,26 @@ class HostLogin:
     user: str
     key: asyncssh.SSHKey
     bastion: Bastion | None = None
+    host_key: str | None = None  # pinned (OpenSSH line); None: not yet, any key is accepted
+
+
+@dataclass
+class Seen:
+    """The host keys the servers presented (OpenSSH lines), for pinning on first use."""
+
+    host_key: str | None = None
+    bastion_host_key: str | None = None
 
 
 class LoginFailed(Exception):
-    """The bastion or the host could not be logged in to; `where` is "bastion" or "" (the host)."""
+    """The bastion or the host could not be logged in to; `where` is "bastion" or "" (the host),
+    `reason` says why in words (a changed host key with both fingerprints)."""
 
-    def __init__(self, cause: BaseException, where: str = "") -> None:
-        super().__init__(failure_reason(cause, where))
-        self.cause, self.where = cause, where
+    def __init__(self, cause: BaseException, where: str = "", changed: str | None = None) -> None:
+        reason = (f"{where}: {changed}" if where else changed) if changed else failure_reason(cause, where)
+        super().__init__(reason)
+        self.cause, self.where, self.reason = cause, where, reason
+        self.key_changed = changed is not None
 
 
 def failure_reason(e: BaseException, where: str = "") -> str:
@@ -65,29 +82,34 @@ def failure_reason(e: BaseException, where: str = "") -> str:
 
 
 @asynccontextmanager
-async def login(t: HostLogin, timeout_s: float) -> AsyncIterator[asyncssh.SSHClientConnection]:
+async def login(t: HostLogin, timeout_s: float,
+                seen: Seen | None = None) -> AsyncIterator[asyncssh.SSHClientConnection]:
     """A connection to the host (tunnelled through the bastion when given), closed on exit.
-    LoginFailed when the bastion or the host cannot be logged in to; errors inside the block pass
-    through unchanged."""
-    # The user's own hosts: no known_hosts kept here, no agent, no ~/.ssh/config of the worker's user.
-    opts: dict[str, Any] = {"known_hosts": None, "connect_timeout": timeout_s, "agent_path": None,
-                            "config": None}
+    LoginFailed when the bastion or the host cannot be logged in to (or shows another key than the
+    pinned one); errors inside the block pass through unchanged. `seen` gets the presented keys."""
+    seen = seen if seen is not None else Seen()
+    # The user's own hosts: no agent, no ~/.ssh/config of the worker's user; host keys by pin.
+    opts: dict[str, Any] = {"connect_timeout": timeout_s, "agent_path": None, "config": None}
+    pin = HostKeyPin(t.host_key)
     tunnel: asyncssh.SSHClientConnection | None = None
     try:
         if t.bastion is not None:
             b = t.bastion
+            bpin = HostKeyPin(b.host_key)
             try:
                 async with asyncio.timeout(timeout_s + 5):
                     tunnel = await asyncssh.connect(b.host, port=b.port, username=b.user, client_keys=[b.key],
-                                                    **opts)
+                                                    **opts, **bpin.options())
             except (OSError, asyncssh.Error, TimeoutError) as e:
-                raise LoginFailed(e, "bastion") from None
+                raise LoginFailed(e, "bastion", bpin.changed()) from None
+            seen.bastion_host_key = bpin.seen
         try:
             async with asyncio.timeout(timeout_s + 5):
                 conn = await asyncssh.connect(t.host, port=t.port, username=t.user, client_keys=[t.key],
-                                              tunnel=tunnel, **opts)
+                                              tunnel=tunnel, **opts, **pin.options())
         except (OSError, asyncssh.Error, TimeoutError) as e:
-            raise LoginFailed(e) from None
+            raise LoginFailed(e, "", pin.changed()) from None
+        seen.host_key = pin.seen
         try:
             yield conn
         finally:

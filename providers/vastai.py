@@ -48,6 +48,7 @@ from providers.base import (
     Transient,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
 
@@ -193,7 +194,8 @@ class VastAIProvider(rest.RestCloudProvider):
         label = str(inst.get("label") or "")
         return InstanceRef(provider=self.id, instance_id=str(int(inst["id"])),
                            key=key or label.removeprefix(self._prefix),
-                           region=country_of(inst.get("geolocation")))
+                           region=country_of(inst.get("geolocation")),
+                           created_at=created_at(inst.get("start_date")))  # epoch seconds (a float)
 
     async def _instances(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Every instance of the account matching `filters`, page after page (next_token)."""

@@ -46,6 +46,7 @@ from providers.base import (
     Unsupported,
     rank_offers,
 )
+from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
 
@@ -269,7 +270,7 @@ class VerdaProvider(rest.RestCloudProvider):
     def _ref(self, inst: dict[str, Any], key: str | None = None) -> InstanceRef:
         name, desc = str(inst.get("hostname") or ""), str(inst.get("description") or "")
         return InstanceRef(provider=self.id, instance_id=str(inst["id"]), key=key or self._key_of(name, desc),
-                           region=inst.get("location"))
+                           region=inst.get("location"), created_at=created_at(inst.get("created_at")))
 
     async def _ssh_key_ids(self, public_keys: list[str]) -> list[str]:
         """The shared SSH key object of each public key (one per installation and key), made once."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlmodel import Session, col, delete, select
 
@@ -33,12 +33,33 @@ def hosts_of(session: Session, fleet_id: str) -> Sequence[FleetHost]:
                         .order_by(col(FleetHost.position))).all()
 
 
+def probe_targets(session: Session, fleet_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(fleet id, its latest probe id) of every fleet of every project (or those named), oldest first:
+    what a scheduled re-probe probes. A fleet never saved through the API (no probe id) is skipped."""
+    stmt = select(Fleet).where(col(Fleet.probe_id).is_not(None))
+    if fleet_ids is not None:
+        stmt = stmt.where(col(Fleet.id).in_(list(fleet_ids)))
+    rows = session.exec(stmt.order_by(col(Fleet.created_at), col(Fleet.id))).all()
+    return [(f.id, f.probe_id) for f in rows if f.probe_id is not None]
+
+
+def hosts_by_fleet(session: Session, fleet_ids: Sequence[str]) -> dict[str, list[FleetHost]]:
+    """The hosts of each fleet named, in their order: one query."""
+    found: dict[str, list[FleetHost]] = {f: [] for f in fleet_ids}
+    if fleet_ids:
+        for h in session.exec(select(FleetHost).where(col(FleetHost.fleet_id).in_(fleet_ids))
+                              .order_by(col(FleetHost.position))).all():
+            found[h.fleet_id].append(h)
+    return found
+
+
 def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str, name: str, user: str,
                port: int, hosts: Sequence[str], private_key: str | None, bastion: Bastion | None,
                new_host_id: Callable[[], str], probe_id: str | None = None) -> Fleet:
     """Insert or replace a fleet's configuration and commit. `private_key` None keeps the saved key
     (and the saved bastion key when the bastion gives none). Hosts kept by name keep their last
-    probe; `new_host_id` is a callable giving ids for new ones."""
+    probe and their pinned host key (the bastion's pin stays while its host and port do);
+    `new_host_id` is a callable giving ids for new ones."""
     row = session.get(Fleet, fleet_id)
     if row is None:
         assert private_key is not None, "a new fleet needs a key"
@@ -46,6 +67,8 @@ def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str,
     elif private_key is not None:
         row.secret = box.seal_text(private_key)
     row.name, row.user, row.port, row.probe_id = name, user, port, probe_id
+    if bastion is None or (bastion.host, bastion.port) != (row.bastion_host, row.bastion_port):
+        row.bastion_host_key = None  # another bastion (or none): its key is pinned afresh
     if bastion is None:
         row.bastion_host = row.bastion_port = row.bastion_user = row.bastion_secret = None
     else:
@@ -65,6 +88,27 @@ def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str,
     session.commit()
     session.refresh(row)
     return row
+
+
+def forget_host_keys(session: Session, fleet: Fleet, hosts: Sequence[str], *, bastion: bool,
+                     probe_id: str) -> list[str]:
+    """Re-trust: drop the pinned keys of `hosts` (by name) and, if `bastion`, the bastion's, so the
+    next probe pins what they present now; `probe_id` becomes the fleet's latest probe (an older
+    probe still running records nothing). Returns the names not in the fleet (nothing is changed
+    then). Commits."""
+    saved = {h.host: h for h in hosts_of(session, fleet.id)}
+    unknown = [h for h in hosts if h not in saved]
+    if unknown:
+        return unknown
+    for name in hosts:
+        saved[name].host_key = saved[name].host_key_pinned_at = None
+        session.add(saved[name])
+    if bastion:
+        fleet.bastion_host_key = None
+    fleet.probe_id = probe_id
+    session.add(fleet)
+    session.commit()
+    return []
 
 
 def delete_fleet(session: Session, fleet_id: str) -> None:
@@ -88,6 +132,11 @@ def record_probe(session: Session, probe: HostProbe, probe_id: str) -> bool:
     host.gpu_vendor, host.gpu_name, host.gpu_count = probe.gpu_vendor, probe.gpu_name, probe.gpu_count
     host.gpu_memory_gb, host.gpu_summary = probe.gpu_memory_gb, probe.gpu_summary
     host.docker, host.sudo, host.tcp_forwarding = probe.docker, probe.sudo, probe.tcp_forwarding
+    if host.host_key is None and probe.reachable and probe.host_key:  # trust on first use
+        host.host_key, host.host_key_pinned_at = probe.host_key, host.probed_at
+    if fleet.bastion_host_key is None and probe.bastion_host_key:
+        fleet.bastion_host_key = probe.bastion_host_key
+        session.add(fleet)
     session.add(host)
     session.commit()
     return True
@@ -102,6 +151,9 @@ class SealedFleet:
     fingerprint: str  # changes when the key, hosts, user, port or bastion change
     fields: dict[str, object]  # the adapter's credentials, private keys still sealed
     sealed: dict[str, bytes]  # credential field -> sealed key text
+    # The pinned SSH host keys (the probe's, trust on first use): host -> OpenSSH line; the bastion's.
+    host_keys: dict[str, str] = field(default_factory=dict)
+    bastion_host_key: str | None = None
 
 
 def sealed_fleet(session: Session, fleet_id: str) -> SealedFleet | None:
@@ -110,7 +162,9 @@ def sealed_fleet(session: Session, fleet_id: str) -> SealedFleet | None:
     row = session.get(Fleet, fleet_id)
     if row is None:
         return None
-    hosts = "\n".join(h.host for h in hosts_of(session, fleet_id))
+    rows = hosts_of(session, fleet_id)
+    hosts = "\n".join(h.host for h in rows)
+    host_keys = {h.host: h.host_key for h in rows if h.host_key}
     fields: dict[str, object] = {"ssh_user": row.user, "ssh_port": row.port, "hosts": hosts}
     if row.bastion_host:
         fields.update(bastion_host=row.bastion_host, bastion_port=row.bastion_port or 22,
@@ -119,11 +173,12 @@ def sealed_fleet(session: Session, fleet_id: str) -> SealedFleet | None:
     if row.bastion_host and row.bastion_secret:
         sealed["bastion_private_key"] = row.bastion_secret
     h = hashlib.sha256()
-    for part in (row.secret, row.bastion_secret or b"", repr(sorted(fields.items())).encode()):
+    pins = repr((sorted(host_keys.items()), row.bastion_host_key)).encode()
+    for part in (row.secret, row.bastion_secret or b"", repr(sorted(fields.items())).encode(), pins):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return SealedFleet(id=row.id, project=row.project, fingerprint=h.hexdigest(), fields=fields,
-                       sealed=sealed)
+                       sealed=sealed, host_keys=host_keys, bastion_host_key=row.bastion_host_key)
 
 
 def open_fleet(box: SecretBox, fleet: SealedFleet) -> dict[str, object]:

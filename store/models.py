@@ -211,6 +211,7 @@ class Fleet(SQLModel, table=True):
     bastion_user: str | None = None
     bastion_secret: bytes | None = Field(default=None, sa_column=sa.Column(sa.LargeBinary, nullable=True))
     probe_id: str | None = None  # the latest save's probe (workflows/fleet_probe.py): only it records
+    bastion_host_key: str | None = None  # pinned on first use (providers/host_keys.py), OpenSSH line
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
@@ -235,6 +236,12 @@ class FleetHost(SQLModel, table=True):
     docker: bool | None = None
     sudo: bool | None = None
     tcp_forwarding: bool | None = None
+    # The SSH host key the first successful probe found (providers/host_keys.py, trust on first
+    # use): later connections accept only it. An OpenSSH public key line; None until pinned.
+    host_key: str | None = None
+    host_key_pinned_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class SpendInterval(SQLModel, table=True):
     """The spend ledger: one interval per allocation attempt (its key), from when the cloud accepted
     the create (or, when that answer was lost, the cloud's creation time or when gpuprov first found

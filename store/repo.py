@@ -397,6 +397,16 @@ def get_pick(session: Session, project: str, provider: str) -> BackendPick | Non
     return session.get(BackendPick, (project, provider))
 
 
+def clear_pick(session: Session, project: str, provider: str) -> bool:
+    """Forget `project`'s default offer for `provider` and commit; False when there was none."""
+    row = session.get(BackendPick, (project, provider))
+    if row is None:
+        return False
+    session.delete(row)
+    session.commit()
+    return True
+
+
 def save_pick(session: Session, *, project: str, provider: str, instance_type: str, region: str, spot: bool,
               gpu_label: str | None, price_per_hour: float | None) -> BackendPick:
     """Make this offer `provider`'s default in `project` (replacing any earlier pick) and commit."""

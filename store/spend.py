@@ -27,6 +27,19 @@ def aware(t: datetime) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
+def start_of(created_at: datetime | None, *, now: datetime, not_before: datetime | None = None) -> datetime:
+    """When a machine starts accruing: the cloud's own creation time where its API gives one (what it
+    bills from; also when the create's answer was lost and the machine was found later), else `now`
+    (the answer, or the first sighting). The cloud's clock is not ours: a time after `now` is taken as
+    `now`, and one before `not_before` (before the create can have been sent) as `not_before`."""
+    if created_at is None:
+        return now
+    start = min(aware(created_at), now)
+    if not_before is not None:
+        start = max(start, min(aware(not_before), now))
+    return start
+
+
 # --------------------------------------------------------------------------- writes
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -14,11 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.processes import free_port
 
 
 def alive(pid: int) -> bool:

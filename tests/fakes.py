@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import asyncssh
@@ -201,14 +202,16 @@ class FakeInMemoryProvider(CloudProvider):
         if found is not None:
             return found
         fault = await cloud.raise_fault("create", f"{self.id}/{offer.region}")
+        # Stamped like a real cloud's creation time (the spend ledger starts there).
         ref = InstanceRef(provider=self.id, instance_id=f"m{next(cloud._ids)}", key=spec.key,
-                          region=offer.region)
+                          region=offer.region, created_at=datetime.now(UTC))
         boot_at = time.monotonic() + cloud.boot_delay
         machine = FakeMachine(ref=ref, spec=spec, offer=offer, boot_at=boot_at)
         if fault is not None and fault.kind == "lands_late":
             # The request timed out on our side, but the cloud still acts on it a little later.
             async def land() -> None:
                 await asyncio.sleep(fault.params["seconds"])
+                machine.ref = ref.model_copy(update={"created_at": datetime.now(UTC)})
                 cloud.machines[ref.instance_id] = machine
             cloud.pending.append(asyncio.get_running_loop().create_task(land()))
             raise Transient("fake: timed out waiting for the answer", in_doubt=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,10 +25,30 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below the kernel's ephemeral range. A port the kernel picked for bind(0)
+    lies in that range, and once its first listener stops (a restart test), any outgoing connection
+    on the machine may take it as its source port: the restarted server then fails with "address
+    already in use" (seen as a Temporal dev server restart failing under a busy full suite). Ports
+    below the range are never handed out that way."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, low) if low > 11000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 async def until(check: Callable[[], Awaitable[Any]], within_s: float, what: str) -> Any:

@@ -4,6 +4,10 @@
     connected connections ─► verify() each, at once (an activity each, bounded by verify_timeout_s)
                           ─► record every answer on its connection: healthy, or degraded with the
                              reason; when it was asked; how long verify took
+    SSH fleets            ─► meanwhile, FleetProbeWorkflow for each (a child), under the fleet's
+                             latest probe id: each host's answer is stored as on save, so a
+                             fleet's status (reachable hosts, GPUs, a changed host key) is never
+                             older than one interval
 
 What `GET /api/compute/providers` shows is read from those columns: no cloud is called while the
 page loads. A verify that fails, or does not answer in time, is an answer (degraded), not a
@@ -17,10 +21,11 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 from messages import activities as acts
 from messages.allocation import CloudTarget
+from messages.fleet import FleetProbeRequest, FleetProbeResult
 from messages.health import (
     CheckInput,
     HealthCheck,
@@ -29,6 +34,7 @@ from messages.health import (
     HealthTargetsInput,
     RecordHealthInput,
 )
+from messages.ids import fleet_reprobe_workflow_id
 from workflows.calls import call
 from workflows.failures import failure_reason
 
@@ -43,13 +49,28 @@ _CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attemp
 class HealthWorkflow:
     @workflow.run
     async def run(self, inp: HealthInput) -> HealthSummary:
-        found = await call(acts.HEALTH_TARGETS, HealthTargetsInput(connection_ids=inp.connection_ids),
+        found = await call(acts.HEALTH_TARGETS, HealthTargetsInput(connection_ids=inp.connection_ids,
+                                                                   fleet_ids=inp.fleet_ids),
                            start_to_close_timeout=timedelta(seconds=30), retry_policy=_DB_RETRY)
+        probes = asyncio.gather(*(self._probe(f) for f in found.fleets))
         checks = await asyncio.gather(*(self._check(t, inp.verify_timeout_s) for t in found.targets))
         if checks:
             await call(acts.RECORD_HEALTH, RecordHealthInput(checks=list(checks)),
                        start_to_close_timeout=timedelta(seconds=30), retry_policy=_DB_RETRY)
-        return HealthSummary(checked=list(checks))
+        probed = [p for p in await probes if p is not None]
+        return HealthSummary(checked=list(checks), probed=probed)
+
+    async def _probe(self, req: FleetProbeRequest) -> FleetProbeResult | None:
+        """Re-probe one fleet; its failure (e.g. the fleet deleted mid-run) is logged, never this
+        run's: the other fleets and clouds are recorded all the same."""
+        try:
+            result: FleetProbeResult = await workflow.execute_child_workflow(
+                "FleetProbeWorkflow", req, result_type=FleetProbeResult,
+                id=fleet_reprobe_workflow_id(req.fleet_id, workflow.info().run_id))
+        except ChildWorkflowError as e:
+            workflow.logger.warning("re-probe of fleet %s failed: %s", req.fleet_id, failure_reason(e))
+            return None
+        return result
 
     async def _check(self, target: CloudTarget, timeout_s: float) -> HealthCheck:
         try:

@@ -1,6 +1,13 @@
 """SSH / on-prem fleets: hosts gpuprov logs in to with a pasted private key. Saving one (POST, PUT)
 starts FleetProbeWorkflow, which logs in to each host and stores what it found; GET shows each
-host's last answer. The key is sealed at once, stored encrypted and never returned or logged."""
+host's last answer. The key is sealed at once, stored encrypted and never returned or logged.
+
+Host keys are trusted on first use (providers/host_keys.py): the first successful probe pins each
+host's (and the bastion's) SSH host key, shown as `host_key_fingerprint`; from then on a host
+presenting another key is refused, its reason "host key changed: got SHA256:…, expected SHA256:…".
+PUT keeps the pins of the hosts it keeps (and the bastion's while its host and port stay).
+After checking the change is legitimate (a reinstalled host), `POST /fleets/{id}/trust` naming
+the hosts (and/or `bastion: true`) forgets their pins and probes again: the next answer is pinned."""
 
 from __future__ import annotations
 
@@ -18,9 +25,10 @@ from sqlmodel import select
 from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import Name, Strict
+from api.schemas import Name, Strict, aware
 from messages.fleet import FleetProbeRequest
 from messages.ids import fleet_probe_workflow_id
+from providers.host_keys import fingerprint
 from store import fleets, repo
 from store.models import Fleet, FleetHost
 
@@ -111,6 +119,7 @@ class BastionOut(BaseModel):
     port: int
     user: str
     own_key: bool  # a key of its own, else the fleet's
+    host_key_fingerprint: str | None  # its pinned host key; null: not pinned yet
 
 
 class FleetHostOut(BaseModel):
@@ -126,13 +135,16 @@ class FleetHostOut(BaseModel):
     docker: bool | None
     sudo: bool | None  # passwordless
     tcp_forwarding: bool | None
+    host_key_fingerprint: str | None  # "SHA256:…" of the pinned host key; null: not pinned yet
+    host_key_pinned_at: datetime | None
 
     @classmethod
     def of(cls, h: FleetHost) -> FleetHostOut:
         return cls(host=h.host, probed_at=h.probed_at, reachable=h.reachable, reason=h.reason,
                    gpu_vendor=h.gpu_vendor, gpu_name=h.gpu_name, gpu_count=h.gpu_count,
                    gpu_memory_gb=h.gpu_memory_gb, gpu_summary=h.gpu_summary, docker=h.docker, sudo=h.sudo,
-                   tcp_forwarding=h.tcp_forwarding)
+                   tcp_forwarding=h.tcp_forwarding, host_key_fingerprint=fingerprint(h.host_key),
+                   host_key_pinned_at=aware(h.host_key_pinned_at))
 
 
 class FleetOut(BaseModel):
@@ -149,9 +161,21 @@ class FleetOut(BaseModel):
         bastion = None
         if row.bastion_host:
             bastion = BastionOut(host=row.bastion_host, port=row.bastion_port or 22,
-                                 user=row.bastion_user or row.user, own_key=row.bastion_secret is not None)
+                                 user=row.bastion_user or row.user, own_key=row.bastion_secret is not None,
+                                 host_key_fingerprint=fingerprint(row.bastion_host_key))
         return cls(id=row.id, name=row.name, user=row.user, port=row.port,
                    hosts=[FleetHostOut.of(h) for h in hosts], bastion=bastion, created_at=row.created_at)
+
+
+class TrustIn(Strict):
+    hosts: list[Host] = Field(default_factory=list, max_length=MAX_HOSTS,
+                              description="hosts (as listed in the fleet) whose new host key to accept")
+    bastion: bool = Field(False, description="accept the bastion's new host key too")
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, values: list[str]) -> list[str]:
+        return [parse_host(v) for v in values]
 
 
 class FleetRemoval(BaseModel):
@@ -185,7 +209,23 @@ def _save(deps: AppDeps, project: str, fleet_id: str, body: FleetIn, *, create: 
         return FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
 
 
-def _delete(deps: AppDeps, project: str, fleet_id: str) -> bool:
+def _trust(deps: AppDeps, project: str, fleet_id: str, body: TrustIn, probe_id: str) -> FleetOut | None:
+    """None: no such fleet; HTTP 422 naming hosts not in it."""
+    with open_session(deps) as session:
+        row = fleets.get_fleet(session, project, fleet_id)
+        if row is None:
+            return None
+        if body.bastion and not row.bastion_host:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "this fleet has no bastion")
+        unknown = fleets.forget_host_keys(session, row, body.hosts, bastion=body.bastion, probe_id=probe_id)
+        if unknown:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"not hosts of this fleet: {', '.join(shown(h) for h in unknown)}")
+        return FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
+
+
+def forget_fleet(deps: AppDeps, project: str, fleet_id: str) -> bool:
+    """Drop the project's fleet `fleet_id` (False: no such fleet here); no host is contacted."""
     with open_session(deps) as session:
         if fleets.get_fleet(session, project, fleet_id) is None:
             return False
@@ -262,11 +302,29 @@ async def update_fleet(fleet_id: str, body: FleetIn, deps: DepsDep, caller: Call
     return out
 
 
+@router.post("/{fleet_id}/trust", response_model=FleetOut,
+             responses={**NOT_FOUND, 422: {"description": "a host not in the fleet, or nothing named"}})
+async def trust_host_keys(fleet_id: str, body: TrustIn, deps: DepsDep, caller: CallerDep) -> FleetOut:
+    """Accept the named hosts' (and/or the bastion's) new SSH host keys: their pins are forgotten
+    and the fleet is probed again, which pins what they present now. Only after checking the
+    change is legitimate: a changed key is also what a machine in the middle shows."""
+    if not body.hosts and not body.bastion:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "name hosts, or bastion: true")
+    probe_id = repo.new_id()
+    out = await in_thread(_trust, deps, caller.project, fleet_id, body, probe_id)
+    if out is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
+    log.info("fleet %s: host keys re-trusted (%d hosts%s)", fleet_id, len(body.hosts),
+             ", bastion" if body.bastion else "")
+    await _probe(deps, fleet_id, probe_id)
+    return out
+
+
 @router.delete("/{fleet_id}", response_model=FleetRemoval,
                responses={**NOT_FOUND, 409: {"description": "allocations still live on its hosts"}})
 async def delete_fleet(fleet_id: str, deps: DepsDep, caller: CallerDep) -> FleetRemoval:
     """Forget the fleet: its configuration and probe answers go; no host is contacted or changed."""
-    if not await in_thread(_delete, deps, caller.project, fleet_id):
+    if not await in_thread(forget_fleet, deps, caller.project, fleet_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
     log.info("fleet %s deleted", fleet_id)
     return FleetRemoval(id=fleet_id, deleted=True)

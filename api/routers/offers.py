@@ -124,6 +124,11 @@ async def _fleet_offers(deps: AppDeps, project: str, kind: str, query: OfferQuer
     return answer.offers
 
 
+def _clear_pick(deps: AppDeps, project: str, provider: str) -> bool:
+    with open_session(deps) as session:
+        return repo.clear_pick(session, project, provider)
+
+
 async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQuery) -> list[Offer]:
     """The cloud's live offers for `query`, asked through the project's connection (a fleet kind:
     through every fleet of the project)."""
@@ -197,3 +202,15 @@ async def pick_offer(provider: Annotated[PlacementId, Path()], body: PickCreate,
                             f"{shown_value(body.region)} now: pick one of GET "
                             f"/api/compute/backends/{provider}/offers")
     return PickOut.of(await in_thread(_save_pick, deps, caller.project, provider, offer))
+
+
+@router.delete("/backends/{provider}/pick", status_code=status.HTTP_204_NO_CONTENT,
+               responses={404: {"description": "no offer is picked for this backend in this project"},
+                          422: {"description": "unknown cloud"}})
+async def clear_pick(provider: Annotated[PlacementId, Path()], deps: DepsDep, caller: CallerDep) -> None:
+    """Forget the backend's default offer in this project: later allocations naming the backend
+    with no GPU plan across all its offers again. Needs no connection (a disconnected backend's
+    pick can be cleared too)."""
+    adapter_class(provider)  # an unknown or unloadable cloud -> 422 with the reason
+    if not await in_thread(_clear_pick, deps, caller.project, provider):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no offer is picked for {provider} in this project")

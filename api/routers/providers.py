@@ -10,32 +10,37 @@ connection. A row's `status`:
 - `degraded`: the last check's verify() failed or did not answer in time; `reason` says why;
 - `removing`: a DELETE is terminating its instances; the row goes once the cloud shows them gone.
 
-Cloud backends are connections (`kind: cloud`). SSH fleets (issue 10, deliverable 6) will be rows
-of `kind: ssh_fleet` in this same list, with `host_count` and `gpu_count` where clouds have
-`instance_count` and `cost_per_hour`, and their own DELETE branch (drop the configuration, touch
-no host); neither exists yet.
+Cloud backends are connections (`kind: cloud`). SSH fleets (api/routers/fleets.py) are rows of
+`kind: ssh_fleet` in the same list, merged in creation order, with `host_count` and `gpu_count`
+where clouds have `instance_count` and `cost_per_hour`. A fleet's status comes from its hosts'
+last probe (on save, and every health run re-probes every fleet): `pending` while a host has no
+answer yet, `degraded` naming each unreachable host and why, else `healthy`. DELETE of a fleet
+drops its configuration at once and touches no host.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, Field
 from sqlmodel import select
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from api.deps import CallerDep, DepsDep, SessionDep
-from api.pagination import Keyset, Page, PageDep
+from api.deps import CallerDep, DepsDep, SessionDep, in_thread
+from api.pagination import Keyset, Page, PageDep, encode_cursor
 from api.routers import connections
+from api.routers import fleets as fleet_routes
 from api.schemas import ConnectionRemoval, aware
 from messages.enums import ConnectionStatus
 from messages.health import HealthStatus
 from providers import registry
-from store import repo
-from store.models import Connection
+from providers.future import FUTURE, SSH_FLEET
+from store import fleets, repo
+from store.models import Connection, Fleet, FleetHost
 
 router = APIRouter(prefix="/providers", tags=["providers"])
 
@@ -51,6 +56,8 @@ register_url_convertor("backend_id", _BackendId())
 
 # Oldest first, like the connections list (the order they were connected in).
 KEYSET = Keyset("providers", Connection.created_at, Connection.id, descending=False)
+# Fleets page with the same cursor: the two lists are merged by (created_at, id).
+FLEET_KEYSET = Keyset("providers", Fleet.created_at, Fleet.id, descending=False)
 
 
 class ProviderStatus(StrEnum):
@@ -61,20 +68,28 @@ class ProviderStatus(StrEnum):
 
 
 class ProviderOut(BaseModel):
-    """One connected backend, as the Compute page's "Connected providers" card shows it."""
+    """One connected backend, as the Compute page's "Connected providers" card shows it: a cloud
+    connection, or an SSH fleet."""
 
-    id: str = Field(description="the connection id (DELETE /api/compute/providers/{id} removes it)")
-    kind: Literal["cloud"] = Field("cloud", description="`cloud`; SSH fleets will be `ssh_fleet`")
-    provider: str = Field(description="the cloud's key, e.g. `lambda`")
+    id: str = Field(description="the connection's or fleet's id (DELETE /api/compute/providers/{id} "
+                                "removes it)")
+    kind: Literal["cloud", "ssh_fleet"] = Field(description="`cloud` (a connection) or `ssh_fleet`")
+    provider: str = Field(description="the cloud's key, e.g. `lambda`; `ssh` for a fleet")
     name: str = Field(description="the cloud's display name")
     tagline: str = Field(description="one line on what the cloud is")
-    label: str = Field(description="the connection's own name (given when connected)")
+    label: str = Field(description="the connection's or fleet's own name")
     status: ProviderStatus
     reason: str | None = Field(None, description="why it is degraded (or what removing it waits for)")
-    checked_at: datetime | None = Field(None, description="when the last health check asked it")
-    latency_ms: int | None = Field(None, description="how long the last check's verify() took")
-    instance_count: int = Field(description="its live instances (not terminated, failed or lost)")
-    cost_per_hour: float = Field(description="their summed $/hr, at the prices they were launched at")
+    checked_at: datetime | None = Field(None, description="when the last health check (or, for a fleet, "
+                                                          "probe) asked it")
+    latency_ms: int | None = Field(None, description="how long the last check's verify() took (clouds)")
+    instance_count: int | None = Field(None, description="clouds: its live instances (not terminated, "
+                                                         "failed or lost)")
+    cost_per_hour: float | None = Field(None, description="clouds: their summed $/hr, at the prices they "
+                                                          "were launched at")
+    host_count: int | None = Field(None, description="fleets: its hosts")
+    gpu_count: int | None = Field(None, description="fleets: GPUs on the hosts that answered their last "
+                                                    "probe")
 
 
 def _row(c: Connection, totals: dict[str, tuple[int, float]]) -> ProviderOut:
@@ -91,28 +106,66 @@ def _row(c: Connection, totals: dict[str, tuple[int, float]]) -> ProviderOut:
     else:
         state = ProviderStatus(c.health_status)
         reason = c.health_reason if state == ProviderStatus.DEGRADED else None
-    return ProviderOut(id=c.id, provider=c.provider, name=name, tagline=tagline, label=c.name, status=state,
+    return ProviderOut(id=c.id, kind="cloud", provider=c.provider, name=name, tagline=tagline, label=c.name,
+                       status=state,
                        reason=reason, checked_at=aware(c.health_checked_at), latency_ms=c.health_latency_ms,
                        instance_count=count, cost_per_hour=round(cost, 6))
 
 
+def _fleet_row(f: Fleet, hosts: Sequence[FleetHost]) -> ProviderOut:
+    probed = [h for h in hosts if h.probed_at is not None]
+    down = [h for h in probed if not h.reachable]
+    reason = None
+    if down:
+        state = ProviderStatus.DEGRADED
+        reason = "unreachable: " + "; ".join(f"{h.host} ({h.reason or 'no answer'})" for h in down)
+    elif len(probed) < len(hosts):
+        state = ProviderStatus.PENDING  # saved, or a host added, and not probed yet
+    else:
+        state = ProviderStatus.HEALTHY
+    card = FUTURE[SSH_FLEET]
+    checked = max((aware(h.probed_at) for h in probed), default=None)  # type: ignore[type-var]
+    return ProviderOut(id=f.id, kind="ssh_fleet", provider=SSH_FLEET, name=card.name, tagline=card.tagline,
+                       label=f.name, status=state, reason=reason, checked_at=checked,
+                       host_count=len(hosts), gpu_count=sum(h.gpu_count or 0 for h in probed if h.reachable))
+
+
 @router.get("", response_model=Page[ProviderOut])
 def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[ProviderOut]:
-    """The project's connected backends, oldest first, each with its last health check and its live
-    instances' count and $/hr: two queries per page, no cloud called."""
-    rows, following = KEYSET.fetch(session, select(Connection).where(Connection.project == caller.project),
-                                   page)
-    totals = repo.live_totals(session, [c.id for c in rows])
-    # SSH fleets (not built yet) join this list here, as rows of kind `ssh_fleet`.
-    return Page(items=[_row(c, totals) for c in rows], next_cursor=following)
+    """The project's connected backends — cloud connections and SSH fleets — oldest first, each
+    with its last health check (a fleet: its hosts' last probe), a cloud's live instances' count and
+    $/hr, a fleet's host and GPU counts: a handful of queries per page, no cloud or host called."""
+    project = caller.project
+    conns, more_conns = KEYSET.fetch(session, select(Connection).where(Connection.project == project), page)
+    fleet_rows, more_fleets = FLEET_KEYSET.fetch(session, select(Fleet).where(Fleet.project == project), page)
+    # Each list gave up to `limit` rows after the cursor; the first `limit` of both, merged, are this page.
+    merged: list[Connection | Fleet] = sorted([*conns, *fleet_rows],
+                                              key=lambda r: (aware(r.created_at), r.id))
+    shown, rest = merged[:page.limit], merged[page.limit:]
+    following = None
+    if rest or more_conns or more_fleets:
+        last = shown[-1]
+        following = encode_cursor(KEYSET.kind, t=last.created_at.isoformat(), i=last.id)
+    totals = repo.live_totals(session, [r.id for r in shown if isinstance(r, Connection)])
+    hosts = fleets.hosts_by_fleet(session, [r.id for r in shown if isinstance(r, Fleet)])
+    return Page(items=[_row(r, totals) if isinstance(r, Connection) else _fleet_row(r, hosts.get(r.id, []))
+                       for r in shown], next_cursor=following)
 
 
 @router.delete("/{connection_id:backend_id}", status_code=status.HTTP_202_ACCEPTED,
                response_model=ConnectionRemoval,
-               responses={404: {"description": "unknown connection"},
+               responses={200: {"description": "an SSH fleet: its configuration is dropped (status "
+                                               "`removed`); no host is contacted"},
+                          404: {"description": "unknown connection or fleet"},
+                          409: {"description": "an SSH fleet with live allocations (down them first)"},
                           503: {"description": "Temporal unreachable"}})
-async def delete_provider(connection_id: str, deps: DepsDep, caller: CallerDep) -> ConnectionRemoval:
-    """Disconnect a cloud backend: what `DELETE /api/compute/connections/{id}` does —
+async def delete_provider(connection_id: str, deps: DepsDep, caller: CallerDep,
+                          response: Response) -> ConnectionRemoval:
+    """Remove a backend. A cloud: what `DELETE /api/compute/connections/{id}` does —
     DisconnectWorkflow terminates its live instances (each verified gone), then deletes it; the row
-    shows `removing` until then. (An SSH fleet's DELETE, once fleets exist, touches no host.)"""
+    shows `removing` until then (202). An SSH fleet: its configuration and probe answers are dropped
+    at once (200, `removed`); no host is contacted or changed."""
+    if await in_thread(fleet_routes.forget_fleet, deps, caller.project, connection_id):
+        response.status_code = status.HTTP_200_OK
+        return ConnectionRemoval(id=connection_id, status="removed")
     return await connections.delete_connection(connection_id, deps, caller)

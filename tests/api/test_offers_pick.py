@@ -166,3 +166,21 @@ def test_planning_considers_only_the_picked_type() -> None:
     query = OfferQuery(instance_type="gpu.a10", region="r1", spot=False)
     assert [(o.instance_type, o.region) for o in rank_offers(TABLE, query)] == [("gpu.a10", "r1")]
     assert len(rank_offers(TABLE, OfferQuery())) == len(TABLE)
+
+
+async def test_clearing_the_pick_plans_across_every_offer_again(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str) -> None:
+    await connect_fake(client)
+    assert (await client.delete(PICK)).status_code == 404  # nothing picked yet
+    r = await client.post(PICK, json={"instance_type": "gpu.2x.h100", "region": "r2"})
+    assert r.status_code == 200, r.text
+    await make_project(client, "vision")
+    await connect_fake(client, "vision")
+    assert (await client.delete(PICK, headers={"X-Project": "vision"})).status_code == 404  # not theirs
+    assert (await client.delete(PICK)).status_code == 204
+    assert (await client.get(OFFERS)).json()["picked"] is None
+    assert (await client.delete(PICK)).status_code == 404
+    r = await client.post(INSTANCES, json={"cloud": "fakecloud", "ssh_public_keys": [ssh_key]})
+    assert r.status_code == 202 and _requests(workflows)[-1].instance_type is None
+    r = await client.delete("/api/compute/backends/modal/pick")
+    assert r.status_code == 422 and "Modal is not supported yet" in r.json()["detail"]

@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncssh
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -20,8 +21,9 @@ from activities.health import HealthActivities
 from messages.activities import ConnectionIdInput
 from messages.allocation import CloudTarget
 from messages.connection import DisconnectRequest
+from messages.fleet import HostProbe
 from messages.health import CheckInput, RecordHealthInput
-from store import repo
+from store import fleets, repo
 from store.models import Instance
 from store.secrets import SecretBox
 from tests.api.conftest import FakeWorkflows, all_items, connect_fake, make_project
@@ -144,3 +146,72 @@ async def test_another_projects_provider_is_a_404_and_never_listed(client: httpx
     r = await client.delete(f"{URL}/{mine['id']}", headers={"X-Project": "vision"})  # admin, other project
     assert r.status_code == 404 and workflows.starts == []
     assert [p["id"] for p in (await client.get(URL)).json()["items"]] == [mine["id"]]
+
+
+def add_fleet(engine: sa.Engine, box: SecretBox, name: str, hosts: list[str],
+              project: str = "default") -> str:
+    with Session(engine) as s:
+        return fleets.save_fleet(s, box, fleet_id=repo.new_id(), project=project, name=name, user="ubuntu",
+                                 port=22, hosts=hosts, private_key=FLEET_KEY, bastion=None,
+                                 new_host_id=repo.new_id, probe_id="p1").id
+
+
+def answer(engine: sa.Engine, fleet_id: str, host: str, **probe: Any) -> None:
+    """What the probe activity stores for one host."""
+    with Session(engine) as s:
+        [row] = [h for h in fleets.hosts_of(s, fleet_id) if h.host == host]
+        assert fleets.record_probe(s, HostProbe(host_id=row.id, **probe), "p1")
+
+
+FLEET_KEY = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+
+
+async def test_fleets_are_rows_with_hosts_gpus_and_their_probe_health(
+        client: httpx.AsyncClient, engine: sa.Engine, box: SecretBox, workflows: FakeWorkflows) -> None:
+    cloud = await connect_fake(client)
+    rack = add_fleet(engine, box, "rack", ["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+    lab = add_fleet(engine, box, "lab", ["10.0.1.1"])
+    new = add_fleet(engine, box, "new", ["10.0.2.1"])
+    add_fleet(engine, box, "theirs", ["10.0.3.1"], project="other")
+    answer(engine, rack, "10.0.0.1", reachable=True, gpu_count=2, gpu_summary="2× H100 (80GB) · 160GB total")
+    answer(engine, rack, "10.0.0.2", reachable=True, gpu_count=1)
+    answer(engine, rack, "10.0.0.3", reachable=False, reason="connection refused")
+    answer(engine, lab, "10.0.1.1", reachable=True, gpu_count=8)
+
+    r = await client.get(URL)
+    assert r.status_code == 200
+    rows = {row["id"]: row for row in r.json()["items"]}
+    assert list(rows) == [cloud["id"], rack, lab, new]  # one list, oldest first
+    assert rows[cloud["id"]]["kind"] == "cloud" and rows[cloud["id"]]["host_count"] is None
+    fields = ("kind", "provider", "name", "tagline", "label", "status", "reason", "host_count", "gpu_count",
+              "instance_count", "cost_per_hour")
+    ssh = {"kind": "ssh_fleet", "provider": "ssh", "name": "SSH / On-prem",
+           "tagline": "Bring your own GPU servers", "instance_count": None, "cost_per_hour": None}
+    assert {k: rows[rack][k] for k in fields} == {
+        **ssh, "label": "rack", "status": "degraded", "reason": "unreachable: 10.0.0.3 (connection refused)",
+        "host_count": 3, "gpu_count": 3}  # GPUs of the hosts that answered
+    assert {k: rows[lab][k] for k in fields} == {
+        **ssh, "label": "lab", "status": "healthy", "reason": None, "host_count": 1, "gpu_count": 8}
+    assert rows[lab]["checked_at"] is not None
+    assert {k: rows[new][k] for k in fields} == {
+        **ssh, "label": "new", "status": "pending", "reason": None, "host_count": 1, "gpu_count": 0}
+    # Pages run across both kinds, none skipped or repeated.
+    assert [p["id"] for p in await all_items(client, URL, limit=1)] == list(rows)
+    assert [p["id"] for p in await all_items(client, URL, limit=3)] == list(rows)
+    assert workflows.starts == []  # read from the database: no probe, no check started
+
+
+async def test_delete_of_a_fleet_drops_it_and_starts_nothing(
+        client: httpx.AsyncClient, engine: sa.Engine, box: SecretBox, workflows: FakeWorkflows) -> None:
+    mine = add_fleet(engine, box, "rack", ["10.0.0.1"])
+    token = await make_project(client, "vision")
+    r = await client.delete(f"{URL}/{mine}", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 404
+    r = await client.delete(f"{URL}/{mine}")
+    assert r.status_code == 200 and r.json() == {"id": mine, "status": "removed"}
+    assert workflows.starts == []  # nothing to terminate: no host is contacted
+    assert (await client.get(URL)).json()["items"] == []
+    assert (await client.get(f"/api/compute/fleets/{mine}")).status_code == 404
+    with Session(engine) as s:
+        assert list(fleets.hosts_of(s, mine)) == []
+    assert (await client.delete(f"{URL}/{mine}")).status_code == 404

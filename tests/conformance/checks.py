@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from providers.base import (
     Transient,
     Unsupported,
 )
+from providers.lambda_ import LambdaProvider
 from tests.conformance.clouds import Harness, new_installation_id
 
 POLL = 0.05
@@ -119,8 +121,34 @@ async def check_offers(h: Harness) -> None:
         assert all(o.region == region for o in await p.offers(OfferQuery(region=region)))
 
 
+# Clouds whose API reports no creation time of a machine, and where that is documented (their refs'
+# created_at stays None; every other built-in cloud must give it).
+WITHOUT_CREATION_TIME = {
+    LambdaProvider.id: "Lambda Cloud API 1.8.3/1.10 `Instance` has no time field",
+}
+# Cloud timestamps come rounded (moto's LaunchTime to the second, GCP's to the millisecond).
+CREATED_AT_SLACK = timedelta(seconds=1.5)
+
+
+def assert_created_within(cloud: str, refs: list[InstanceRef], lo: datetime, hi: datetime) -> None:
+    """Each ref carries the cloud's creation time of its machine, aware and inside [lo, hi] (give or
+    take the cloud's rounding) — or None where the cloud's API has no such field."""
+    for ref in refs:
+        if ref.created_at is None:
+            builtin = cloud in {e.id for e in registry.BUILTIN}
+            assert cloud in WITHOUT_CREATION_TIME or not builtin, (
+                f"{cloud}: a ref of {ref.instance_id} has no created_at, though the cloud's API gives one")
+            continue
+        assert ref.created_at.tzinfo is not None, f"{cloud}: created_at must be timezone-aware"
+        assert lo - CREATED_AT_SLACK <= ref.created_at <= hi + CREATED_AT_SLACK, (
+            f"{cloud}: created_at {ref.created_at.isoformat()} outside the create's window "
+            f"[{lo.isoformat()}, {hi.isoformat()}]")
+
+
 async def check_create_idempotent(h: Harness) -> None:
-    """Same key twice -> one machine; a create whose answer was lost, retried -> still one."""
+    """Same key twice -> one machine; a create whose answer was lost, retried -> still one. The
+    machine found after the lost answer carries the cloud's own creation time, from the time of the
+    lost create (the spend ledger starts there)."""
     async with h.provider() as p:
         offer = await cheapest(p)
         made: list[InstanceRef] = []
@@ -138,14 +166,19 @@ async def check_create_idempotent(h: Harness) -> None:
             before = await h.machine_ids()
             lost = h.spec()
             await h.add_fault("create", "lose_response")
+            sent = datetime.now(UTC)
             with pytest.raises(Transient):
                 await p.create(offer, lost)
             retried = await p.create(offer, lost)
+            answered = datetime.now(UTC)
             made.append(retried)
             new = await h.machine_ids() - before
             assert new == {retried.instance_id}, f"retry after a lost answer made {len(new)} machines"
             found = await p.find(lost.key)
             assert found is not None and found.instance_id == retried.instance_id
+            listed = [r for r in await p.list_owned() if r.instance_id == retried.instance_id]
+            assert_created_within(h.cloud, [retried, found, *await p.find_all(lost.key), *listed],
+                                  sent, answered)
         finally:
             await _terminate_all(p, made)
 

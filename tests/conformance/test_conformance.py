@@ -9,6 +9,7 @@ import pytest
 from providers import registry
 from providers.base import InstanceRef, LaunchSpec, Offer
 from providers.lambda_ import LambdaProvider
+from providers.local import LocalProvider
 from tests.conformance import checks
 from tests.conformance.clouds import Harness, production_clouds
 from tests.conformance.conftest import make_harness
@@ -38,6 +39,23 @@ class DoubleCreatingFakeLambdaProvider(LambdaProvider):
         })
         return InstanceRef(provider=self.id, instance_id=str(data["instance_ids"][0]), key=spec.key,
                            region=offer.region)
+
+
+class ForgetfulFakeLocalProvider(LocalProvider):
+    """Broken on purpose: drops the cloud's creation time the listing gives."""
+
+    def _ref(self, m: dict[str, Any]) -> InstanceRef:
+        return super()._ref(m).model_copy(update={"created_at": None})
+
+
+async def test_suite_catches_an_adapter_without_the_clouds_creation_time(fake_server: Any) -> None:
+    h = make_harness(LocalProvider.id, fake_server, provider_cls=ForgetfulFakeLocalProvider)
+    await h.admin_do("clear_faults")
+    try:
+        with pytest.raises(AssertionError, match="has no created_at"):
+            await checks.check_create_idempotent(h)
+    finally:
+        await h.admin_do("reset")
 
 
 async def test_suite_catches_a_double_creating_adapter(fake_server: Any) -> None:

@@ -37,7 +37,7 @@ from fakeclouds.ssh import MachineSSH
 from messages.ids import attempt_key, watch_workflow_id
 from messages.sweep import SweepInput, SweepSummary
 from providers import registry
-from providers.base import CapacityError, LaunchSpec, Offer, OfferQuery, Ownership
+from providers.base import AuthError, CapacityError, LaunchSpec, Offer, OfferQuery, Ownership
 from providers.ssh_fleet import SshFleetProvider
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN
@@ -352,6 +352,14 @@ async def test_a_retried_create_finds_its_claim_and_another_key_is_refused(fleet
     await p.terminate(ref)
     await p.terminate(ref)  # already free: success
     assert await p.get(ref) is None and await p.list_owned() == []
+    assert snapshot(fleet.homes[fleet.a]) == before
+
+    # A host presenting another key than the pinned one is refused before anything runs there.
+    pinned = registry.build(CLOUD, fleet.credentials(), installation_id="fleet003")
+    assert isinstance(pinned, SshFleetProvider)
+    pinned.pin_host_keys({fleet.a: OTHER}, None)
+    with pytest.raises(AuthError, match="host key changed"):
+        await pinned.create(_offer(fleet.a), _spec("pinned-1"))
     assert snapshot(fleet.homes[fleet.a]) == before
 
     # Two creates racing for one host: one claim wins, the other is told the host is in use.

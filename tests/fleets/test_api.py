@@ -52,7 +52,8 @@ async def test_create_get_list_never_show_the_key(client: httpx.AsyncClient, eng
     assert made["user"] == "ubuntu" and made["port"] == 22
     assert [h["host"] for h in made["hosts"]] == ["10.0.0.5", "gpu-1.lab.example"]
     assert all(h["probed_at"] is None and h["reachable"] is None for h in made["hosts"])
-    assert made["bastion"] == {"host": "192.0.2.9", "port": 2222, "user": "ubuntu", "own_key": False}
+    assert made["bastion"] == {"host": "192.0.2.9", "port": 2222, "user": "ubuntu", "own_key": False,
+                               "host_key_fingerprint": None}
     # Stored sealed: the row's bytes are not the key; opened, they are.
     with Session(engine) as s:
         row = s.get(Fleet, made["id"])
@@ -135,3 +136,51 @@ async def test_delete_forgets_and_another_projects_fleet_is_404(client: httpx.As
     assert (await client.get(url)).status_code == 404
     with Session(engine) as s:
         assert s.exec(select(FleetHost)).first() is None
+
+
+def pin(engine: sa.Engine, fleet_id: str, key: str) -> None:
+    """What the first successful probe records (store/fleets.record_probe): every host's and the
+    bastion's key."""
+    with Session(engine) as s:
+        for h in s.exec(select(FleetHost).where(FleetHost.fleet_id == fleet_id)):
+            h.host_key = key
+            s.add(h)
+        row = s.get(Fleet, fleet_id)
+        assert row is not None
+        row.bastion_host_key = key
+        s.add(row)
+        s.commit()
+
+
+async def test_pins_survive_a_put_and_trust_forgets_only_those_named(
+        client: httpx.AsyncClient, engine: sa.Engine, workflows: FakeWorkflows) -> None:
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    line = host_key.export_public_key().decode().strip()
+    fp = host_key.get_fingerprint("sha256")
+    made = (await client.post(FLEETS, json=body(new_key(), bastion={"host": "192.0.2.9"}))).json()
+    pin(engine, made["id"], line)
+    url = f"{FLEETS}/{made['id']}"
+    # PUT keeps the pins of kept hosts and of the same bastion; a new host starts unpinned.
+    r = await client.put(url, json=body(None, hosts=["10.0.0.5", "gpu-1.lab.example", "10.0.0.7"],
+                                        bastion={"host": "192.0.2.9"}))
+    assert [h["host_key_fingerprint"] for h in r.json()["hosts"]] == [fp, fp, None]
+    assert r.json()["bastion"]["host_key_fingerprint"] == fp
+    r = await client.put(url, json=body(None, bastion={"host": "192.0.2.10"}))  # another bastion
+    assert r.json()["bastion"]["host_key_fingerprint"] is None
+    assert [h["host_key_fingerprint"] for h in r.json()["hosts"]] == [fp, fp]
+
+    before = len(workflows.starts_of("FleetProbeWorkflow"))
+    for bad in ({}, {"hosts": ["10.9.9.9"]}, {"hosts": ["a;b"]}):
+        assert (await client.post(f"{url}/trust", json=bad)).status_code == 422
+    token = await make_project(client, "other")
+    r = await client.post(f"{url}/trust", json={"hosts": ["10.0.0.5"]},
+                          headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 404
+    r = await client.post(f"{url}/trust", json={"hosts": ["10.0.0.5"]})
+    assert r.status_code == 200, r.text
+    assert [h["host_key_fingerprint"] for h in r.json()["hosts"]] == [None, fp]
+    # It probes again, as the fleet's latest probe (so the answer is pinned).
+    [start] = workflows.starts_of("FleetProbeWorkflow")[before:]
+    with Session(engine) as s:
+        row = s.get(Fleet, made["id"])
+        assert row is not None and start.arg == FleetProbeRequest(fleet_id=made["id"], probe_id=row.probe_id)

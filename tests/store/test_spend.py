@@ -72,6 +72,21 @@ def test_an_interval_ending_before_its_start_costs_nothing() -> None:
     assert spend.overlap_hours(at(29, 5), at(29, 4), at(29, 0), at(30, 0), NOW) == 0.0
 
 
+def test_a_machine_starts_at_the_clouds_creation_time_clamped_to_when_it_can_have_been_made() -> None:
+    sent, made = at(30, 5), at(30, 5.5)
+    assert spend.start_of(made, now=NOW, not_before=sent) == made  # the cloud's own time
+    assert spend.start_of(None, now=NOW, not_before=sent) == NOW  # not told: first seen now
+    # A cloud clock ahead of ours: never a start in the future (it would accrue nothing yet).
+    assert spend.start_of(NOW + timedelta(minutes=3), now=NOW, not_before=sent) == NOW
+    # Behind ours (or a stale value): never before the create can have been sent.
+    assert spend.start_of(sent - timedelta(minutes=3), now=NOW, not_before=sent) == sent
+    assert spend.start_of(at(1, 0), now=NOW) == at(1, 0)  # no floor known: the cloud's word
+    # A floor from a clock ahead of ours (Temporal's) still never starts it after now.
+    assert spend.start_of(at(30, 1), now=NOW, not_before=NOW + timedelta(minutes=1)) == NOW
+    naive = made.replace(tzinfo=None)  # SQLite's kind of datetime: read as UTC
+    assert spend.start_of(naive, now=NOW, not_before=sent) == made
+
+
 @pytest.fixture
 def session(engine: sa.Engine):  # type: ignore[no-untyped-def]
     migrate.upgrade(engine)

@@ -116,8 +116,12 @@ async def test_create_logs_in_as_root_on_the_mapped_port(sim: FakeCloudServer, v
     for key in (USER_KEY, OTHER_KEY):
         assert await ssh_run("127.0.0.1", st.ssh_port, key) == "ok"
     assert machine(sim, ref.instance_id).name == f"gpuprov-{vast.installation_id}-{s.key}"
-    assert await vast.find(s.key) == ref and await vast.list_owned() == [ref]
-    assert await vast.create(await offer(vast), s) == ref  # same key: the same instance
+    # Found again, now with the cloud's start_date (the create's answer has only the contract id).
+    found = await vast.find(s.key)
+    assert found is not None and found.created_at is not None
+    assert found == ref.model_copy(update={"created_at": found.created_at})
+    assert await vast.list_owned() == [found]
+    assert await vast.create(await offer(vast), s) == found  # same key: the same instance
 
 
 async def test_a_lost_create_answer_retried_attaches_the_keys(sim: FakeCloudServer, vast: VastAIProvider,
@@ -196,8 +200,8 @@ async def test_list_owned_follows_next_token(sim: FakeCloudServer) -> None:
         await theirs.create(cheap, spec(theirs))
         made = [await ours.create(cheap, spec(ours)) for _ in range(4)]
         rec.seen.clear()
-        by_id = {r.instance_id: r for r in made}
-        assert {r.instance_id: r for r in await ours.list_owned()} == by_id
+        by_id = {r.instance_id: r.key for r in made}
+        assert {r.instance_id: r.key for r in await ours.list_owned()} == by_id
         assert [path for path, _ in rec.seen] == ["/vastai/api/v1/instances/"] * 3  # 5 instances, 2 a page
 
 

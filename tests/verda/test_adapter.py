@@ -161,7 +161,8 @@ async def test_long_key_is_shortened_and_found_again(sim: FakeCloudServer, verda
     m = sim.engine.machines[ref.instance_id]
     assert m.name is not None and len(m.name) == 60 and m.name != f"gpuprov-{verda.installation_id}-{key}"
     assert [r.key for r in await verda.list_owned()] == [key]
-    assert (await verda.find(key)) == ref
+    found = await verda.find(key)
+    assert found is not None and (found.instance_id, found.key) == (ref.instance_id, key)
     await verda.terminate(ref)
     await _wait(verda, ref, InstanceState.TERMINATED)
     await verda.release(key)

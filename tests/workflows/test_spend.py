@@ -98,14 +98,19 @@ async def test_compensation_closes_the_interval_of_the_machine_it_tears_down(
     assert aware(iv.ended_at) >= aware(iv.started_at)  # type: ignore[operator]
 
 
-async def test_a_lost_create_answer_opens_one_interval(temporal_client: Client, fake_cloud: FakeCloud,
-                                                       make_request: Any, db_engine: sa.Engine) -> None:
+async def test_a_lost_create_answer_opens_one_interval_from_the_clouds_creation_time(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
     fake_cloud.add_fault("create", "lose_response")
     req = make_request()
     await settled(await start_allocate(temporal_client, req))
     assert fake_cloud.create_calls == 2  # the retry found the machine
     [iv] = intervals(db_engine, req.allocation_id)
     assert iv.ended_at is None
+    # It accrues from the cloud's own creation time (the lost create), not from when the retry found
+    # it a retry interval later.
+    [machine] = fake_cloud.live()
+    made = machine.ref.created_at
+    assert made is not None and aware(iv.started_at) == made
     await terminate(temporal_client, req.allocation_id)
     assert intervals(db_engine, req.allocation_id)[0].ended_at is not None
 
