@@ -79,6 +79,25 @@ FACTS: dict[str, FactsFn] = {
 }
 
 
+# --------------------------------------------------------------------------- action costs, per Then kind
+
+CostFn = Callable[[Session, str, Any], float | None]
+
+
+def scale_pool_cost(session: Session, project: str, then: Any) -> float | None:
+    """$/hr the scaling would add (machines added × the pool's price): unknown until pools exist, so
+    a policy with a max spend does not scale (and says why) rather than guess."""
+    return None
+
+
+def no_cost(session: Session, project: str, then: Any) -> float | None:
+    return 0.0  # a webhook, a pause or a termination adds no machine
+
+
+COSTS: dict[str, CostFn] = {"scale_pool": scale_pool_cost, "webhook": no_cost, "pause_queue": no_cost,
+                            "terminate_idle": no_cost}
+
+
 # --------------------------------------------------------------------------- actions, per Then kind
 
 ActionFn = Callable[[ActivityDeps, ActInput, Any], Awaitable[ActResult]]
@@ -152,12 +171,13 @@ class PolicyActivities:
             spec = PolicySpec.model_validate(row.spec)
             facts = FACTS[spec.when.kind](session, inp.project, spec.when, now)
             rate = spend.running_rate(session, inp.project)
+            cost = COSTS[spec.then.kind](session, inp.project, spec.then)
         if isinstance(spec.then, WebhookThen):  # the history holds no webhook token
             spec = spec.model_copy(update={"then": WebhookThen(url=webhook_shown(spec.then.url))})
         last = spend.aware(row.last_triggered_at).isoformat() if row.last_triggered_at else None
         return PolicyFacts(policy_id=row.id, project=row.project, enabled=row.enabled, name=row.name,
-                           spec=spec, last_triggered_at=last, spend_rate_per_hour=rate, facts=facts,
-                           measured_at=now.isoformat())
+                           spec=spec, last_triggered_at=last, spend_rate_per_hour=rate,
+                           added_cost_per_hour=cost, facts=facts, measured_at=now.isoformat())
 
     @activity.defn(name=acts.POLICY_ACT.name)
     async def policy_act(self, inp: ActInput) -> ActResult:

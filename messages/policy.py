@@ -227,7 +227,11 @@ class Facts(BaseModel):
     """What the When needs, measured now. A condition whose inputs do not exist yet says so in
     `not_evaluated` instead of pretending to a true or false."""
 
-    spend_usd: float | None = None  # the project's spend over the When's window
+    spend_usd: float | None = None  # spend: the project's spend over the When's window
+    oldest_wait_minutes: float | None = None  # queue_wait: how long the oldest queued job of the type waits
+    queued: int | None = None  # queue_depth: how many jobs of the type are queued
+    utilisation_percent: float | None = None  # pool_utilisation: the pool's GPU utilisation now
+    idle_machines: list[str] | None = None  # idle: allocations idle longer than the When's minutes
     not_evaluated: str | None = None
 
 
@@ -243,6 +247,7 @@ class PolicyFacts(BaseModel):
     spec: PolicySpec | None = None
     last_triggered_at: str | None = None  # ISO 8601 UTC: when it last acted
     spend_rate_per_hour: float = 0.0  # $/hr of the project's machines running now (the ledger)
+    added_cost_per_hour: float | None = 0.0  # $/hr the Then would add (None: not known yet)
     facts: Facts = Field(default_factory=Facts)
     measured_at: str = ""
 

@@ -2,9 +2,10 @@
 No I/O and no clock of its own (`now` is the workflow's), so PolicyWorkflow calls it inside the
 sandbox and replays it exactly.
 
-Each When kind has its own small function; those whose facts do not exist yet (the job queue,
-pools, GPU utilisation) answer "not evaluated: ..." through `Facts.not_evaluated` — never a silent
-true or false — so wiring one later is filling in its facts function (activities/policy.py)."""
+Every When kind reads its own fields of `Facts`. The facts of the queue, pool and idle kinds do not
+exist yet: their facts functions (activities/policy.py) answer "not evaluated: ..." — never a
+silent true or false — so wiring one later is filling in that one function; the reading here is
+already written."""
 
 from __future__ import annotations
 
@@ -13,39 +14,60 @@ from datetime import datetime, timedelta
 from messages.policy import (
     CronWhen,
     Decision,
+    Facts,
+    IdleWhen,
     PolicyFacts,
     PolicySpec,
+    PoolUtilisationWhen,
+    QueueDepthWhen,
+    QueueWaitWhen,
     SpendWhen,
 )
 
-# The $/hr an action adds to the project's running cost. Only scaling a pool up adds machines; its
-# price needs pools (issue 11 step 2), and a scale_pool action is not run before then.
-NO_ADDED_COST = 0.0
+
+def _unmeasured(what: str) -> Decision:
+    return Decision(act=False, reason=f"not evaluated: {what} was not measured")
 
 
-def condition(spec: PolicySpec, facts: PolicyFacts) -> Decision:
+def condition(spec: PolicySpec, facts: Facts) -> Decision:
     """Whether the When holds, with its reading as the reason."""
     when = spec.when
-    if facts.facts.not_evaluated is not None:
-        return Decision(act=False, reason=f"not evaluated: {facts.facts.not_evaluated}")
+    if facts.not_evaluated is not None:
+        return Decision(act=False, reason=f"not evaluated: {facts.not_evaluated}")
     if isinstance(when, CronWhen):
         return Decision(act=True, reason=f"cron {when.expression} fired")
     if isinstance(when, SpendWhen):
-        spent = facts.facts.spend_usd
-        if spent is None:
-            return Decision(act=False, reason="not evaluated: the spend was not measured")
-        if spent > when.usd:
-            return Decision(act=True, reason=f"spend over {when.window} is ${spent:.2f}, "
-                                             f"over ${when.usd:.2f}")
-        return Decision(act=False, reason=f"spend over {when.window} is ${spent:.2f}, "
-                                          f"not over ${when.usd:.2f}")
-    return Decision(act=False, reason=f"not evaluated: no facts for {when.kind}")
-
-
-def added_cost(spec: PolicySpec) -> float:
-    """$/hr the Then would add (see NO_ADDED_COST)."""
-    del spec  # every action that runs today adds none; scale_pool's price comes with pools
-    return NO_ADDED_COST
+        if facts.spend_usd is None:
+            return _unmeasured("the spend")
+        over = facts.spend_usd > when.usd
+        return Decision(act=over, reason=f"spend over {when.window} is ${facts.spend_usd:.2f}, "
+                                         f"{'' if over else 'not '}over ${when.usd:.2f}")
+    if isinstance(when, QueueWaitWhen):
+        if facts.oldest_wait_minutes is None:
+            return _unmeasured("the queue wait")
+        over = facts.oldest_wait_minutes > when.minutes
+        return Decision(act=over, reason=f"the oldest queued {when.type} job has waited "
+                                         f"{facts.oldest_wait_minutes:.0f} min, {'' if over else 'not '}"
+                                         f"over {when.minutes} min")
+    if isinstance(when, QueueDepthWhen):
+        if facts.queued is None:
+            return _unmeasured("the queue depth")
+        deep = facts.queued >= when.n
+        return Decision(act=deep, reason=f"{facts.queued} {when.type} job(s) queued, "
+                                         f"{'' if deep else 'fewer than '}{when.n}")
+    if isinstance(when, PoolUtilisationWhen):
+        if facts.utilisation_percent is None:
+            return _unmeasured(f"pool {when.pool}'s utilisation")
+        u = facts.utilisation_percent
+        holds = u > when.percent if when.direction == "above" else u < when.percent
+        return Decision(act=holds, reason=f"pool {when.pool} is at {u:.0f}% GPU utilisation, "
+                                          f"{'' if holds else 'not '}{when.direction} {when.percent:g}%")
+    if isinstance(when, IdleWhen):
+        if facts.idle_machines is None:
+            return _unmeasured("idleness")
+        idle = len(facts.idle_machines)
+        return Decision(act=idle > 0, reason=f"{idle} machine(s) idle over {when.minutes} min")
+    raise AssertionError(f"a When kind without a reading: {when.kind}")
 
 
 def decide(facts: PolicyFacts, now: datetime) -> Decision:
@@ -56,7 +78,7 @@ def decide(facts: PolicyFacts, now: datetime) -> Decision:
         return Decision(act=False, reason="the policy is disabled")
     spec = facts.spec
     assert spec is not None
-    reading = condition(spec, facts)
+    reading = condition(spec, facts.facts)
     if not reading.act:
         return reading
     if spec.cooldown_minutes is not None and facts.last_triggered_at is not None:
@@ -64,9 +86,13 @@ def decide(facts: PolicyFacts, now: datetime) -> Decision:
         if now < until:
             return Decision(act=False, reason=f"{reading.reason}; in cooldown until {until.isoformat()}")
     if spec.max_spend_per_hour is not None:
-        projected = facts.spend_rate_per_hour + added_cost(spec)
-        if projected > spec.max_spend_per_hour:
+        cap = spec.max_spend_per_hour
+        if facts.added_cost_per_hour is None:
+            return Decision(act=False, reason=f"{reading.reason}; not acting: what the action would cost is "
+                                              f"not known, so the max spend of ${cap:.2f}/h cannot be kept")
+        if facts.spend_rate_per_hour + facts.added_cost_per_hour > cap:
             return Decision(act=False, reason=f"{reading.reason}; not acting: the project runs at "
-                                              f"${facts.spend_rate_per_hour:.2f}/h, the action would "
-                                              f"exceed the max spend of ${spec.max_spend_per_hour:.2f}/h")
+                                              f"${facts.spend_rate_per_hour:.2f}/h, the action would add "
+                                              f"${facts.added_cost_per_hour:.2f}/h and exceed the max spend "
+                                              f"of ${cap:.2f}/h")
     return reading

@@ -7,9 +7,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -17,6 +19,7 @@ from temporalio.worker import Worker
 from messages.policy import (
     ActInput,
     ActResult,
+    Decision,
     Facts,
     PolicyFacts,
     PolicyInput,
@@ -24,6 +27,7 @@ from messages.policy import (
     PolicySpec,
     RecordPolicyRun,
 )
+from messages.policy_eval import decide
 from tests.conftest import TEMPORAL_BIN, TEST_SECRET_KEY
 from worker import workflow_runner
 from workflows.converter import data_converter
@@ -110,7 +114,7 @@ async def test_spend_policy_acts_once_per_cooldown_and_never_over_the_max_spend(
         # The project now runs at $25/h, over the $20/h max: past the cooldown it still does not act.
         store.rate_per_hour = 25.0
         assert not any(await minutes(12))
-        assert "would exceed the max spend of $20.00/h" in store.results[-1]
+        assert "and exceed the max spend of $20.00/h" in store.results[-1]
         assert store.trigger_count == 3
 
         # Back under the max (and past the cooldown): it acts again, once.
@@ -121,3 +125,55 @@ async def test_spend_policy_acts_once_per_cooldown_and_never_over_the_max_spend(
         assert not any(await minutes(11))
         assert store.results[-1] == "spend over 1h is $4.00, not over $5.00"
         assert store.trigger_count == len(store.webhooks) == 4
+
+
+# --------------------------------------------------------------------------- the pure readings
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def facts_for(when: dict[str, Any], then: dict[str, Any] | None = None, **fields: Any) -> PolicyFacts:
+    spec = PolicySpec.model_validate({"when": when, "then": then or {"kind": "pause_queue", "type": "sft"},
+                                      "max_spend_per_hour": 20})
+    return PolicyFacts(policy_id="p", project="default", spec=spec, spend_rate_per_hour=5.0,
+                       facts=Facts(**fields))
+
+
+@pytest.mark.parametrize(("when", "fields", "act", "reason"), [
+    ({"kind": "queue_wait", "type": "sft", "minutes": 5}, {"oldest_wait_minutes": 6}, True,
+     "the oldest queued sft job has waited 6 min, over 5 min"),
+    ({"kind": "queue_wait", "type": "sft", "minutes": 5}, {"oldest_wait_minutes": 5}, False,
+     "the oldest queued sft job has waited 5 min, not over 5 min"),
+    ({"kind": "queue_depth", "type": "eval", "n": 3}, {"queued": 3}, True, "3 eval job(s) queued, 3"),
+    ({"kind": "pool_utilisation", "pool": "p", "percent": 80, "direction": "below"},
+     {"utilisation_percent": 85}, False, "pool p is at 85% GPU utilisation, not below 80%"),
+    ({"kind": "idle", "minutes": 30}, {"idle_machines": ["a1"]}, True, "1 machine(s) idle over 30 min"),
+    ({"kind": "queue_wait", "type": "sft", "minutes": 5}, {"not_evaluated": "needs the job queue"}, False,
+     "not evaluated: needs the job queue"),
+    ({"kind": "queue_depth", "type": "sft", "n": 1}, {}, False,
+     "not evaluated: the queue depth was not measured"),
+])
+def test_each_when_reads_its_facts_and_says_why(when: dict[str, Any], fields: dict[str, Any], act: bool,
+                                                reason: str) -> None:
+    assert decide(facts_for(when, **fields), NOW) == Decision(act=act, reason=reason)
+
+
+def test_an_action_of_unknown_cost_under_a_max_spend_does_not_run() -> None:
+    facts = facts_for({"kind": "cron", "expression": "@hourly"}, {"kind": "scale_pool", "pool": "p", "by": 2})
+    facts.added_cost_per_hour = None
+    d = decide(facts, NOW)
+    assert not d.act and "what the action would cost is not known" in d.reason
+
+
+@pytest.mark.parametrize("expression", ["0 3 * * *", "*/5 9-17 * jan-jun mon-fri", "@daily", "0,30 * 1 * 7"])
+def test_cron_expressions_that_temporal_reads_are_accepted(expression: str) -> None:
+    PolicySpec.model_validate({"when": {"kind": "cron", "expression": expression},
+                               "then": {"kind": "pause_queue", "type": "sft"}})
+
+
+@pytest.mark.parametrize("expression", ["* * * *", "60 * * * *", "* 24 * * *", "5-1 * * * *", "*/0 * * * *",
+                                        "* * * foo *", "@sometimes"])
+def test_bad_cron_expressions_are_refused(expression: str) -> None:
+    with pytest.raises(ValidationError, match="cron|5 fields"):
+        PolicySpec.model_validate({"when": {"kind": "cron", "expression": expression},
+                                   "then": {"kind": "pause_queue", "type": "sft"}})
