@@ -160,7 +160,7 @@ class PolicyActivities:
 
     @activity.defn(name=acts.POLICY_FACTS.name)
     def policy_facts(self, inp: PolicyInput) -> PolicyFacts:
-        """The policy as stored (a webhook's query withheld), its last trigger, the project's
+        """The policy as stored (a webhook's URL without its sealed query), its last trigger, the project's
         running $/hr, and what its When needs, measured now."""
         now = utcnow()
         with session_scope(self.deps.engine) as session:
@@ -172,8 +172,6 @@ class PolicyActivities:
             facts = FACTS[spec.when.kind](session, inp.project, spec.when, now)
             rate = spend.running_rate(session, inp.project)
             cost = COSTS[spec.then.kind](session, inp.project, spec.then)
-        if isinstance(spec.then, WebhookThen):  # the history holds no webhook token
-            spec = spec.model_copy(update={"then": WebhookThen(url=webhook_shown(spec.then.url))})
         last = spend.aware(row.last_triggered_at).isoformat() if row.last_triggered_at else None
         return PolicyFacts(policy_id=row.id, project=row.project, enabled=row.enabled, name=row.name,
                            spec=spec, last_triggered_at=last, spend_rate_per_hour=rate,
@@ -185,7 +183,13 @@ class PolicyActivities:
         def load() -> PolicySpec | None:
             with session_scope(self.deps.engine) as session:
                 row = policies.get_policy(session, inp.project, inp.policy_id)
-                return PolicySpec.model_validate(row.spec) if row is not None else None
+                if row is None:
+                    return None
+                spec = PolicySpec.model_validate(row.spec)
+                if isinstance(spec.then, WebhookThen):  # its sealed query opened here, for this call only
+                    url = policies.webhook_url(self.deps.box, row, spec.then.url)
+                    spec = spec.model_copy(update={"then": WebhookThen(url=url)})
+                return spec
 
         spec = await self.deps.blocking(load)
         if spec is None:

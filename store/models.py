@@ -280,6 +280,9 @@ class Policy(SQLModel, table=True):
     name: str
     enabled: bool = True
     spec: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    # A webhook's URL is kept in `spec` without its query; the query (which may carry the hook's
+    # token) is sealed here and only opened by the activity that calls it.
+    webhook_secret: bytes | None = Field(default=None, sa_column=sa.Column(sa.LargeBinary, nullable=True))
     trigger_count: int = 0  # how many runs acted
     last_triggered_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
     last_result: str | None = None  # the last run's outcome: what it did, or why it did not act

@@ -8,6 +8,7 @@ from typing import Any
 from sqlmodel import Session
 
 from store.models import Policy, ProjectBudget, utcnow
+from store.secrets import SecretBox
 
 
 def get_policy(session: Session, project: str, policy_id: str) -> Policy | None:
@@ -16,17 +17,29 @@ def get_policy(session: Session, project: str, policy_id: str) -> Policy | None:
     return row if row is not None and row.project == project else None
 
 
-def save_policy(session: Session, *, policy_id: str, project: str, name: str, enabled: bool,
-                spec: dict[str, Any]) -> Policy:
-    """Insert or replace a policy's card (its trigger count and last result stay). Commits."""
+KEEP = object()  # save_policy(webhook_query=KEEP): the saved query stays
+
+
+def save_policy(session: Session, box: SecretBox, *, policy_id: str, project: str, name: str, enabled: bool,
+                spec: dict[str, Any], webhook_query: str | None | object = None) -> Policy:
+    """Insert or replace a policy's card (its trigger count and last result stay). `spec` holds a
+    webhook's URL without its query; `webhook_query` is sealed apart (None: none; KEEP: the saved
+    one). Commits."""
     row = session.get(Policy, policy_id)
     if row is None:
         row = Policy(id=policy_id, project=project, name=name, enabled=enabled, spec=spec)
     row.name, row.enabled, row.spec, row.updated_at = name, enabled, spec, utcnow()
+    if webhook_query is not KEEP:
+        row.webhook_secret = box.seal_text(webhook_query) if isinstance(webhook_query, str) else None
     session.add(row)
     session.commit()
     session.refresh(row)
     return row
+
+
+def webhook_url(box: SecretBox, row: Policy, base: str) -> str:
+    """The webhook's full URL: `base` (from the spec) and the sealed query. Never log it."""
+    return base + ("?" + box.open_text(row.webhook_secret) if row.webhook_secret is not None else "")
 
 
 def delete_policy(session: Session, policy_id: str) -> None:

@@ -23,7 +23,7 @@ from api.pagination import Keyset, Page, PageDep
 from api.schemas import Name, aware
 from messages.ids import policy_schedule_id, policy_workflow_id
 from messages.policy import CronWhen, PolicyInput, PolicySpec, Then, WebhookThen, When
-from providers.endpoints import EndpointError, check_webhook
+from providers.endpoints import EndpointError, check_webhook, split_query
 from store import policies, repo
 from store.models import Policy
 
@@ -66,6 +66,9 @@ class PolicyOut(BaseModel):
     @classmethod
     def of(cls, row: Policy) -> PolicyOut:
         spec = PolicySpec.model_validate(row.spec)
+        if isinstance(spec.then, WebhookThen):
+            url = shown_url(spec.then.url, row.webhook_secret is not None)
+            spec = spec.model_copy(update={"then": WebhookThen(url=url)})
         last = aware(row.last_triggered_at)
         times = "once" if row.trigger_count == 1 else f"{row.trigger_count} times"
         line = f"Triggered {times} · last: " + (last.strftime("%Y-%m-%d %H:%M UTC") if last else "never")
@@ -96,8 +99,29 @@ def _check_webhook(deps: AppDeps, body: PolicyIn) -> None:
                                            "msg": f"the webhook URL {e}"}]) from None
 
 
-def _spec(body: PolicyIn) -> dict[str, object]:
-    return PolicySpec.model_validate(body.model_dump(exclude={"name", "enabled"})).model_dump(mode="json")
+def shown_url(base: str, has_query: bool) -> str:
+    """A webhook URL as the API answers it: its query (the hook's token, maybe) never returned."""
+    return base + (HIDDEN_QUERY if has_query else "")
+
+
+HIDDEN_QUERY = "?…"  # sent back unchanged in a PUT, it keeps the saved query
+
+
+def _spec(body: PolicyIn, saved: Policy | None) -> tuple[dict[str, object], str | None | object]:
+    """The card as stored (a webhook's URL without its query) and what becomes of the query: the
+    new one, None, or KEEP when the URL came back as the API showed it."""
+    spec = PolicySpec.model_validate(body.model_dump(exclude={"name", "enabled"}))
+    query: str | None | object = None
+    if isinstance(spec.then, WebhookThen):
+        base, q = split_query(spec.then.url)
+        saved_then = PolicySpec.model_validate(saved.spec).then if saved is not None else None
+        if (q == HIDDEN_QUERY[1:] and isinstance(saved_then, WebhookThen) and saved_then.url == base
+                and saved is not None and saved.webhook_secret is not None):
+            query = policies.KEEP
+        else:
+            query = q or None
+        spec = spec.model_copy(update={"then": WebhookThen(url=base)})
+    return spec.model_dump(mode="json"), query
 
 
 async def _schedule(deps: AppDeps, project: str, row: Policy) -> None:
@@ -119,10 +143,12 @@ async def _schedule(deps: AppDeps, project: str, row: Policy) -> None:
 
 def _save(deps: AppDeps, project: str, policy_id: str, body: PolicyIn, *, create: bool) -> Policy | None:
     with open_session(deps) as session:
-        if not create and policies.get_policy(session, project, policy_id) is None:
+        saved = policies.get_policy(session, project, policy_id)
+        if not create and saved is None:
             return None
-        return policies.save_policy(session, policy_id=policy_id, project=project, name=body.name,
-                                    enabled=body.enabled, spec=_spec(body))
+        spec, query = _spec(body, saved)
+        return policies.save_policy(session, deps.box, policy_id=policy_id, project=project, name=body.name,
+                                    enabled=body.enabled, spec=spec, webhook_query=query)
 
 
 def _get(deps: AppDeps, project: str, policy_id: str) -> Policy | None:

@@ -4,6 +4,7 @@ bad cards refused with the field named, webhooks only under the allowlist."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -16,8 +17,8 @@ from sqlmodel import Session
 from api.app import create_app
 from api.deps import AppDeps
 from messages.policy import PolicyInput
-from store import spend
-from store.models import utcnow
+from store import policies, spend
+from store.models import Policy, utcnow
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN, FakeWorkflows, all_items, make_project
 
@@ -39,13 +40,19 @@ async def api(engine: sa.Engine, box: SecretBox,
 
 
 async def test_a_policy_is_saved_with_its_schedule_paused_when_disabled_and_deleted_with_it(
-        api: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+        api: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine, box: SecretBox) -> None:
     r = await api.post("/api/compute/policies", json=SPEND_TO_WEBHOOK)
     assert r.status_code == 201, r.text
     card = r.json()
     pid, sid = card["id"], card["schedule_id"]
     assert sid == f"gpuprov-policy-default-{pid}"
     assert card["when"] == {"kind": "spend", "window": "1h", "usd": 5.0}
+    # The hook's query (its token) is sealed at rest and never answered.
+    assert card["then"] == {"kind": "webhook", "url": HOOK + "/alarm?…"} and "s3cr3t" not in r.text
+    with Session(engine) as s:
+        row = s.get(Policy, pid)
+        assert row is not None and "s3cr3t" not in json.dumps(row.spec)
+        assert row.webhook_secret is not None and b"s3cr3t" not in row.webhook_secret
     assert (card["cooldown_minutes"], card["max_spend_per_hour"]) == (10, 20.0)
     assert (card["trigger_count"], card["triggered"]) == (0, "Triggered 0 times · last: never")
     sched = workflows.schedules[sid]
@@ -53,7 +60,7 @@ async def test_a_policy_is_saved_with_its_schedule_paused_when_disabled_and_dele
     assert sched.arg == PolicyInput(policy_id=pid, project="default")
 
     # Edit to a cron policy, disabled: the Schedule runs on the cron expression, paused.
-    edited = {**SPEND_TO_WEBHOOK, "enabled": False,
+    edited = {**SPEND_TO_WEBHOOK, "enabled": False, "then": card["then"],
               "when": {"kind": "cron", "expression": "*/15  * * * MON-FRI"}}
     r = await api.put(f"/api/compute/policies/{pid}", json=edited)
     assert r.status_code == 200, r.text
@@ -61,6 +68,14 @@ async def test_a_policy_is_saved_with_its_schedule_paused_when_disabled_and_dele
     sched = workflows.schedules[sid]
     assert (sched.cron, sched.every_s, sched.paused) == ("*/15 * * * mon-fri", None, True)
     assert (await api.get(f"/api/compute/policies/{pid}")).json()["when"]["kind"] == "cron"
+    # The URL sent back as shown kept the saved query; a new URL replaces it.
+    with Session(engine) as s:
+        row = s.get(Policy, pid)
+        assert row is not None and row.webhook_secret is not None
+        assert policies.webhook_url(box, row, HOOK) == HOOK + "?token=s3cr3t-hook-token"
+    r = await api.put(f"/api/compute/policies/{pid}",
+                      json={**edited, "then": {"kind": "webhook", "url": HOOK}})
+    assert r.json()["then"]["url"] == HOOK
 
     r = await api.delete(f"/api/compute/policies/{pid}")
     assert r.status_code == 200 and sid not in workflows.schedules

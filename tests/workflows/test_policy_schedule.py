@@ -99,7 +99,8 @@ async def hook() -> AsyncIterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
 
 async def test_a_spend_policy_run_reads_the_ledger_posts_the_webhook_and_records_it(
         temporal_client: Client, wf_worker: None, activity_deps: ActivityDeps, db_engine: sa.Engine,
-        hook: tuple[str, list[tuple[str, dict[str, Any]]]], monkeypatch: pytest.MonkeyPatch) -> None:
+        hook: tuple[str, list[tuple[str, dict[str, Any]]]], monkeypatch: pytest.MonkeyPatch,
+        secret_box: SecretBox) -> None:
     url, got = hook
     monkeypatch.setattr(activity_deps, "webhook_allowlist", [url])
     project = f"pol-{uuid.uuid4().hex[:6]}"
@@ -107,12 +108,15 @@ async def test_a_spend_policy_run_reads_the_ledger_posts_the_webhook_and_records
         spend.open_interval(s, key=f"gp-{project}-a1", instance_id=project, project=project,
                             connection_id="c", provider="fake", rate_per_hour=30.0,
                             started_at=utcnow() - timedelta(minutes=20))
-        spend_pol = policies.save_policy(s, policy_id=f"{project}-spend", project=project, name="spend alarm",
+        spend_pol = policies.save_policy(s, secret_box, policy_id=f"{project}-spend", project=project,
+                                         name="spend alarm",
                                          enabled=True, spec={
                                              "when": {"kind": "spend", "window": "1h", "usd": 5},
-                                             "then": {"kind": "webhook", "url": url + "/a?token=t0k3n"},
-                                             "cooldown_minutes": 10, "max_spend_per_hour": 40}).id
-        queue_pol = policies.save_policy(s, policy_id=f"{project}-queue", project=project, name="sft wait",
+                                             "then": {"kind": "webhook", "url": url + "/a"},
+                                             "cooldown_minutes": 10, "max_spend_per_hour": 40},
+                                         webhook_query="token=t0k3n").id
+        queue_pol = policies.save_policy(s, secret_box, policy_id=f"{project}-queue", project=project,
+                                         name="sft wait",
                                          enabled=True, spec={
                                              "when": {"kind": "queue_depth", "type": "sft", "n": 3},
                                              "then": {"kind": "pause_queue", "type": "sft"}}).id

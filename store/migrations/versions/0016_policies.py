@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(), nullable=False),
         sa.Column("enabled", sa.Boolean(), nullable=False),
         sa.Column("spec", sa.JSON(), nullable=False),
+        sa.Column("webhook_secret", sa.LargeBinary(), nullable=True),
         sa.Column("trigger_count", sa.Integer(), nullable=False),
         sa.Column("last_triggered_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_result", sa.String(), nullable=True),
