@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from store import spend
 from store.models import Policy, ProjectBudget, utcnow
 from store.secrets import SecretBox
 
@@ -84,3 +85,16 @@ def set_budget(session: Session, project: str, daily_usd: float | None) -> Proje
     session.commit()
     session.refresh(row)
     return row
+
+
+def budget_refusal(session: Session, project: str, now: datetime) -> str | None:
+    """Why the project may start no new machine now (its daily budget is reached), or None. The one
+    check every way of allocating asks: POST /instances today, the job queue after it."""
+    row = get_budget(session, project)
+    if row is None:
+        return None
+    spent = spend.spent_today(session, project, now)
+    if spent < row.daily_usd:
+        return None
+    return (f"daily budget of ${row.daily_usd:.2f} for project {project!r} is reached (spent ${spent:.2f} "
+            "today, UTC): no new allocations until tomorrow, or raise it with PUT /api/compute/budget")

@@ -36,12 +36,9 @@ def budget_of(session: Session, project: str) -> BudgetOut:
 
 def refuse_over_budget(session: Session, project: str) -> None:
     """A 409 naming the budget when the project's spend today has reached it."""
-    out = budget_of(session, project)
-    if out.reached:
-        raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"daily budget of ${out.daily_usd:.2f} for project {project!r} is reached "
-                            f"(spent ${out.spent_today:.2f} today, UTC): no new allocations until "
-                            "tomorrow, or raise it with PUT /api/compute/budget")
+    why = policies.budget_refusal(session, project, utcnow())
+    if why is not None:
+        raise HTTPException(status.HTTP_409_CONFLICT, why)
 
 
 @router.get("", response_model=BudgetOut)
