@@ -192,7 +192,9 @@ class TemporalGateway:
         wanted = Schedule(
             action=ScheduleActionStartWorkflow(workflow, arg, id=workflow_id, task_queue=self.task_queue,
                                                execution_timeout=timedelta(seconds=run_timeout_s)),
-            spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+            # A run missed while Temporal was down is not made up: the next one reads the world anew.
+            spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP,
+                                             catchup_window=timedelta(seconds=60)),
             state=ScheduleState(paused=paused, note=note))
         try:
             try:
