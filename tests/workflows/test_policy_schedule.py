@@ -67,10 +67,16 @@ async def test_each_policy_is_a_schedule_the_cli_lists_paused_when_disabled_gone
     assert described["schedule"]["action"]["startWorkflow"]["workflowType"]["name"] == "PolicyWorkflow"
     assert not described["schedule"]["state"].get("paused", False)
 
-    r = await api.put(f"/api/compute/policies/{pid}", json={**card, "enabled": False})
+    assert described["schedule"]["spec"]["interval"][0]["interval"] == "3600s"
+
+    # Disabled, and now on a cron expression (as the API validated it, Temporal reads it).
+    cron = {**card, "enabled": False, "when": {"kind": "cron", "expression": "*/15 9-17 * * mon-fri"}}
+    r = await api.put(f"/api/compute/policies/{pid}", json=cron)
     assert r.status_code == 200, r.text
     described = await asyncio.to_thread(cli, temporal_client, "describe", "--schedule-id", sid)
     assert described["schedule"]["state"]["paused"] is True
+    assert described["schedule"]["spec"].get("structuredCalendar") and not described["schedule"]["spec"].get(
+        "interval")
     assert described["schedule"]["state"]["notes"] == "the policy is disabled"
 
     assert (await api.delete(f"/api/compute/policies/{pid}")).status_code == 200
