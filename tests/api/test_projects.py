@@ -114,6 +114,7 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
         "/api/compute/instances": {"cloud": "fakecloud", "ssh_public_keys": [ssh_key]},
         "/api/compute/fleets": _fleet_body(),
         "/api/compute/fleets/{fleet_id}": _fleet_body(),
+        "/api/compute/fleets/{fleet_id}/trust": {"hosts": ["10.0.0.1"]},
         "/api/compute/policies": _POLICY,
         "/api/compute/policies/{policy_id}": {**_POLICY, "enabled": False},
         "/api/compute/budget": {"daily_usd": 100},

@@ -1,7 +1,7 @@
 """policies: the Policies cards (spec JSON, trigger count, last result) and each project's daily budget
 
-Revision ID: 0016_policies
-Revises: 0011
+Revision ID: 0016
+Revises: 0012
 Create Date: 2026-12-01
 
 Written beside other revisions on parallel branches: the merge chains them one after the other.
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016_policies"
-down_revision: str | Sequence[str] | None = "0011"
+revision: str = "0016"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
