@@ -90,6 +90,9 @@ class ActivityDeps:
     allowed_endpoints: list[str] = field(default_factory=list)
     # Where INSTALL_K3S fetches the k3s installer (GPUPROV_K3S_INSTALL_URL).
     k3s_install_url: str = "https://get.k3s.io"
+    # Where a policy's webhook may POST (GPUPROV_WEBHOOK_ALLOWLIST), checked again before each call.
+    webhook_allowlist: list[str] = field(default_factory=list)
+    webhook_timeout_s: float = 10.0
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
@@ -115,6 +118,7 @@ class ActivityDeps:
         return cls(engine=engine, box=default_box(),
                    installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
                    watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()),
+                   webhook_allowlist=list(s.webhook_prefixes()), webhook_timeout_s=s.webhook_timeout_s,
                    k3s_install_url=s.k3s_install_url)
 
     async def write_marks(self, inp: Marked) -> None:

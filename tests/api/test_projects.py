@@ -14,7 +14,7 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from api.deps import AppDeps
-from store.models import ApiToken, Connection, Fleet, Instance
+from store.models import ApiToken, Connection, Fleet, Instance, Policy
 from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, connect_fake, make_project
 
 INSTANCES = "/api/compute/instances"
@@ -89,8 +89,15 @@ async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key
     [tok] = (await client.get(f"/api/projects/{project}/tokens")).json()["items"]
     fleet = await client.post("/api/compute/fleets", json=_fleet_body(), **mine)
     assert fleet.status_code == 201, fleet.text
+    policy = await client.post("/api/compute/policies", json=_POLICY, **mine)
+    assert policy.status_code == 201, policy.text
     return {"token": token, "project": project, "connection_id": conn["id"], "instance_id": r.json()["id"],
-            "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"]}
+            "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"],
+            "policy_id": policy.json()["id"]}
+
+
+_POLICY = {"name": "nightly", "when": {"kind": "cron", "expression": "0 3 * * *"},
+           "then": {"kind": "pause_queue", "type": "sft"}}
 
 
 def _fleet_body() -> dict[str, Any]:
@@ -107,6 +114,10 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
         "/api/compute/instances": {"cloud": "fakecloud", "ssh_public_keys": [ssh_key]},
         "/api/compute/fleets": _fleet_body(),
         "/api/compute/fleets/{fleet_id}": _fleet_body(),
+        "/api/compute/fleets/{fleet_id}/trust": {"hosts": ["10.0.0.1"]},
+        "/api/compute/policies": _POLICY,
+        "/api/compute/policies/{policy_id}": {**_POLICY, "enabled": False},
+        "/api/compute/budget": {"daily_usd": 100},
     }.get(path)
 
 
@@ -119,7 +130,7 @@ async def test_every_route_answers_404_for_another_projects_object(
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
         a = await _project_with_objects(admin, "alpha", ssh_key)
         b = await _project_with_objects(admin, "beta", ssh_key)
-    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id")]
+    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id", "policy_id")]
     starts_before, updates_before = len(workflows.starts), len(workflows.updates)
 
     # Every operation the API publishes (its OpenAPI document): a route added later is walked too.
@@ -153,10 +164,13 @@ async def test_every_route_answers_404_for_another_projects_object(
         inst = s.get(Instance, a["instance_id"])
         tok = s.get(ApiToken, a["token_id"])
         fleet = s.get(Fleet, a["fleet_id"])
+        policy = s.get(Policy, a["policy_id"])
     assert fleet is not None and fleet.project == "alpha" and fleet.name == "rack"
     assert conn is not None and conn.status == "connected" and conn.project == "alpha"
     assert inst is not None and inst.status == "provisioning" and inst.project == "alpha"
     assert tok is not None and tok.revoked_at is None
+    assert policy is not None and policy.project == "alpha" and policy.enabled
+    assert not workflows.schedules[f"gpuprov-policy-alpha-{a['policy_id']}"].paused
 
 
 @pytest.mark.parametrize("header", ["Alpha", "a b", "../default", ""])

@@ -1,6 +1,6 @@
 """fleet host keys: each fleet host's and bastion's SSH host key, pinned on first successful probe
 
-Revision ID: 0012_fleet_host_keys
+Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-01
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012_fleet_host_keys"
+revision: str = "0012"
 down_revision: str | Sequence[str] | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
