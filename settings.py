@@ -36,11 +36,20 @@ class Settings(BaseSettings):
     # Comma-separated URL prefixes a connection's endpoint may point under, besides each cloud's
     # documented API hosts (providers/endpoints.py). `make run` sets it to its simulated clouds.
     allowed_endpoints: str = ""
+    # Comma-separated URL prefixes a policy's webhook may POST to (none by default: no webhook).
+    webhook_allowlist: str = ""
+    webhook_timeout_s: float = 10.0  # a webhook that has not answered by then is recorded as failed
+    policy_interval_s: float = 60.0  # how often each condition policy's Schedule evaluates it
 
     def allowed_endpoint_prefixes(self) -> tuple[str, ...]:
         from providers.endpoints import parse_prefixes
 
         return parse_prefixes(self.allowed_endpoints)
+
+    def webhook_prefixes(self) -> tuple[str, ...]:
+        from providers.endpoints import parse_prefixes
+
+        return parse_prefixes(self.webhook_allowlist)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

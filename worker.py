@@ -39,6 +39,7 @@ from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.fleet import FleetActivities
 from activities.health import HealthActivities
+from activities.policy import PolicyActivities
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
 from activities.sweep import SweepActivities
@@ -54,12 +55,13 @@ from workflows.fleet_probe import FleetProbeWorkflow
 from workflows.health import HealthWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
+from workflows.policy import PolicyWorkflow
 from workflows.sweep import SweepWorkflow
 from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
-                         SweepWorkflow, HealthWorkflow, FleetProbeWorkflow,
+                         SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, PolicyWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -85,6 +87,8 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
         health.health_targets, health.check_connection, health.record_health,
         FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,
+        PolicyActivities(deps).policy_facts, PolicyActivities(deps).policy_act,
+        PolicyActivities(deps).record_policy_run,
     ]
 
 

@@ -84,6 +84,9 @@ class ActivityDeps:
     # URL prefixes a stored connection's endpoint may use besides its cloud's documented hosts
     # (GPUPROV_ALLOWED_ENDPOINTS): checked again here, where adapters are built, not only by the API.
     allowed_endpoints: list[str] = field(default_factory=list)
+    # Where a policy's webhook may POST (GPUPROV_WEBHOOK_ALLOWLIST), checked again before each call.
+    webhook_allowlist: list[str] = field(default_factory=list)
+    webhook_timeout_s: float = 10.0
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
@@ -108,7 +111,8 @@ class ActivityDeps:
         engine = default_engine()
         return cls(engine=engine, box=default_box(),
                    installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
-                   watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()))
+                   watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()),
+                   webhook_allowlist=list(s.webhook_prefixes()), webhook_timeout_s=s.webhook_timeout_s)
 
     async def write_marks(self, inp: Marked) -> None:
         """The allocation's pending phase marks, as events, before the activity's own work."""

@@ -15,6 +15,7 @@ from api.errors import install_error_handlers
 from api.guard import EdgeGuard
 from api.openapi import install_openapi
 from api.routers import (
+    budget,
     catalog,
     clouds,
     codec,
@@ -22,6 +23,7 @@ from api.routers import (
     fleets,
     instances,
     offers,
+    policies,
     projects,
     providers,
     spend,
@@ -54,8 +56,8 @@ def create_app(deps: AppDeps) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)  # built on first use: it covers every route, also those added below
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could.
-    for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets,
-                   workloads):
+    for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets, policies,
+                   budget, workloads):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.

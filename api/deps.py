@@ -67,6 +67,18 @@ class WorkflowGateway(Protocol):
         """Send an update and return once the workflow accepted it; False if it already closed."""
         ...
 
+    async def put_schedule(self, schedule_id: str, workflow: str, arg: BaseModel, *, workflow_id: str,
+                           every_s: float | None = None, cron: str | None = None, paused: bool = False,
+                           note: str = "", run_timeout_s: float = 300.0) -> None:
+        """Create or replace Schedule `schedule_id`: it starts `workflow`(arg) as `workflow_id` (+ the
+        scheduled time) every `every_s` seconds or on `cron`; a run still going when the next is due
+        makes that one skip. `paused` pauses it (with `note`) or resumes it."""
+        ...
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete the Schedule; False if there was none."""
+        ...
+
 
 UPDATE_RETRY_DELAYS_S = (0.2, 0.5, 1.0)  # an update whose workflow task failed is sent again, after these
 
@@ -157,6 +169,59 @@ class TemporalGateway:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    async def put_schedule(self, schedule_id: str, workflow: str, arg: BaseModel, *, workflow_id: str,
+                           every_s: float | None = None, cron: str | None = None, paused: bool = False,
+                           note: str = "", run_timeout_s: float = 300.0) -> None:
+        from temporalio.client import (
+            Schedule,
+            ScheduleActionStartWorkflow,
+            ScheduleAlreadyRunningError,
+            ScheduleIntervalSpec,
+            ScheduleOverlapPolicy,
+            SchedulePolicy,
+            ScheduleSpec,
+            ScheduleState,
+            ScheduleUpdate,
+            ScheduleUpdateInput,
+        )
+        from temporalio.service import RPCError
+
+        client = await self.client()
+        spec = (ScheduleSpec(cron_expressions=[cron]) if cron is not None
+                else ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every_s or 60))]))
+        wanted = Schedule(
+            action=ScheduleActionStartWorkflow(workflow, arg, id=workflow_id, task_queue=self.task_queue,
+                                               execution_timeout=timedelta(seconds=run_timeout_s)),
+            # A run missed while Temporal was down is not made up: the next one reads the world anew.
+            spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP,
+                                             catchup_window=timedelta(seconds=60)),
+            state=ScheduleState(paused=paused, note=note))
+        try:
+            try:
+                await client.create_schedule(schedule_id, wanted)
+                return
+            except ScheduleAlreadyRunningError:
+                pass
+
+            async def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+                return ScheduleUpdate(schedule=wanted)
+
+            await client.get_schedule_handle(schedule_id).update(replace)
+        except RPCError as e:
+            raise WorkflowUnavailable(f"could not save schedule {schedule_id}: {e.message}") from e
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        from temporalio.service import RPCError, RPCStatusCode
+
+        client = await self.client()
+        try:
+            await client.get_schedule_handle(schedule_id).delete()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise WorkflowUnavailable(f"could not delete schedule {schedule_id}: {e.message}") from e
+        return True
+
 
 # --------------------------------------------------------------------------- deps
 
@@ -174,6 +239,10 @@ class AppDeps:
     # URL prefixes a connection's endpoint may use besides its cloud's documented hosts
     # (GPUPROV_ALLOWED_ENDPOINTS; providers/endpoints.py).
     allowed_endpoints: tuple[str, ...] = ()
+    # Where a policy's webhook may POST (GPUPROV_WEBHOOK_ALLOWLIST), and how often a condition
+    # policy's Schedule evaluates it (GPUPROV_POLICY_INTERVAL_S).
+    webhook_allowlist: tuple[str, ...] = ()
+    policy_interval_s: float = 60.0
     # The cross-cloud offers page: each connection's adapter, built once per API process (its HTTP
     # pool and TLS context reused), and a short cache of each connection's answer.
     market: Market = field(default_factory=lambda: Market())
@@ -204,6 +273,8 @@ def deps_from_settings() -> AppDeps:
         codec_cors_origins=tuple(o.strip() for o in s.codec_cors_origins.split(",") if o.strip()),
         codec_session_ttl_s=s.codec_session_ttl_s,
         allowed_endpoints=s.allowed_endpoint_prefixes(),
+        webhook_allowlist=s.webhook_prefixes(),
+        policy_interval_s=s.policy_interval_s,
         market=Market(ttl_s=s.offers_cache_ttl_s, timeout_s=s.offers_timeout_s),
     )
 

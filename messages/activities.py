@@ -18,6 +18,7 @@ from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
 from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
+from messages.policy import ActInput, ActResult, PolicyFacts, PolicyInput, RecordPolicyRun
 from messages.sweep import (
     JudgeInput,
     Judgements,
@@ -243,6 +244,12 @@ FLEET_HOSTS: ActivityRef[FleetProbeRequest, FleetHostIds] = ActivityRef(
 PROBE_FLEET_HOST: ActivityRef[FleetHostInput, HostProbe] = ActivityRef(
     "probe_fleet_host", FleetHostInput, HostProbe)
 
+# Policies (workflows/policy.py, activities/policy.py).
+POLICY_FACTS: ActivityRef[PolicyInput, PolicyFacts] = ActivityRef("policy_facts", PolicyInput, PolicyFacts)
+POLICY_ACT: ActivityRef[ActInput, ActResult] = ActivityRef("policy_act", ActInput, ActResult)
+RECORD_POLICY_RUN: ActivityRef[RecordPolicyRun, None] = ActivityRef(
+    "record_policy_run", RecordPolicyRun, None)
+
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
@@ -251,4 +258,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
     FLEET_HOSTS, PROBE_FLEET_HOST,
+    POLICY_FACTS, POLICY_ACT, RECORD_POLICY_RUN,
 )

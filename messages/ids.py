@@ -76,3 +76,13 @@ SWEEP_WORKFLOW_ID = "gpuprov-sweep"
 # The Temporal Schedule that starts HealthWorkflow (workflows/health.py), and its runs' workflow id.
 HEALTH_SCHEDULE_ID = "gpuprov-health"
 HEALTH_WORKFLOW_ID = "gpuprov-health"
+
+
+def policy_schedule_id(project: str, policy_id: str) -> str:
+    """The Temporal Schedule that evaluates a policy (shown in the Web UI's Schedules)."""
+    return f"gpuprov-policy-{project}-{policy_id}"
+
+
+def policy_workflow_id(project: str, policy_id: str) -> str:
+    """Its runs' workflow id (the Schedule appends the scheduled time)."""
+    return f"policy-{project}-{policy_id}"

@@ -4,7 +4,6 @@ in the queue, and the queue's order. Pure: the API, the job workflow and its act
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -94,9 +93,9 @@ def queue_order(waiting: Iterable[Waiting]) -> list[Waiting]:
     """The queue's order: higher priority first; at equal priority, round-robin between projects
     (each project's oldest, then each one's second oldest, ...), and within a round the older first.
     So one project's burst of jobs cannot starve another project's single job of equal priority."""
-    by_level: dict[tuple[int, str], list[Waiting]] = defaultdict(list)
+    by_level: dict[tuple[int, str], list[Waiting]] = {}
     for w in waiting:
-        by_level[(w.priority, w.project)].append(w)
+        by_level.setdefault((w.priority, w.project), []).append(w)
     keyed: list[tuple[int, int, datetime, str, Waiting]] = []
     for group in by_level.values():
         for rank, w in enumerate(sorted(group, key=lambda w: (w.created_at, w.id))):

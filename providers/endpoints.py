@@ -115,3 +115,36 @@ def check(cloud: type[CloudProvider], url: str | None, allowed: Collection[str])
     extra = f"{len(allowed)} prefix(es) the administrator allows" if allowed else "no other prefixes"
     raise InvalidRequest(f"endpoint is not allowed for {name}: it must be https on one of its documented "
                          f"API hosts ({hosts}), or lie under a prefix in {SETTING} ({extra})")
+
+
+# --------------------------------------------------------------------------- webhooks
+
+WEBHOOK_SETTING = "GPUPROV_WEBHOOK_ALLOWLIST"
+
+
+def split_query(url: str) -> tuple[str, str]:
+    """(the URL without its query, the query): a webhook's query may carry its token."""
+    base, _, query = url.partition("?")
+    return base, query
+
+
+def webhook_shown(url: str) -> str:
+    """The webhook URL as logs and records may show it: never its query (it may hold a token)."""
+    base, query = split_query(url)
+    try:
+        shown = str(parse(base))
+    except EndpointError:
+        shown = "(an invalid URL)"
+    return shown + ("?…" if query else "")
+
+
+def check_webhook(url: str, allowed: Collection[str]) -> None:
+    """EndpointError (naming the rule, never quoting the URL) unless `url` — its query aside — is a
+    plain http(s) URL under one of the `allowed` prefixes (GPUPROV_WEBHOOK_ALLOWLIST)."""
+    base, query = split_query(url)
+    if "#" in query:
+        raise EndpointError("may not have a fragment (#...)")
+    ep = parse(base)
+    if not any(ep.under(parse(p)) for p in allowed):
+        extra = f"{len(allowed)} prefix(es) the administrator allows" if allowed else "none is set"
+        raise EndpointError(f"is not under a prefix in {WEBHOOK_SETTING} ({extra})")

@@ -299,3 +299,36 @@ class ReportedWorkload(SQLModel, table=True):
     requested_by: str | None = None
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class Policy(SQLModel, table=True):
+    """A scaling/resource policy (the Policies card): `spec` is messages.policy.PolicySpec as JSON
+    (When, Then, max spend, cooldown). Each enabled one has a Temporal Schedule
+    (`gpuprov-policy-<project>-<id>`) that runs PolicyWorkflow, which records here how it went."""
+
+    id: str = Field(primary_key=True)
+    project: str = Field(index=True)
+    name: str
+    enabled: bool = True
+    spec: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    # A webhook's URL is kept in `spec` without its query; the query (which may carry the hook's
+    # token) is sealed here and only opened by the activity that calls it.
+    webhook_secret: bytes | None = Field(default=None, sa_column=sa.Column(sa.LargeBinary, nullable=True))
+    trigger_count: int = 0  # how many runs acted
+    last_triggered_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    last_result: str | None = None  # the last run's outcome: what it did, or why it did not act
+    last_evaluated_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    last_run_id: str | None = None  # the run that recorded last: a retried record counts once
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class ProjectBudget(SQLModel, table=True):
+    """A project's daily budget (built in, off until set): no new allocation starts once today's
+    spend (the ledger, UTC day) has reached `daily_usd`."""
+
+    __tablename__ = "project_budget"
+
+    project: str = Field(primary_key=True)
+    daily_usd: float
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))

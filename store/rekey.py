@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from store.models import Connection, Fleet, SshIdentity
+from store.models import Connection, Fleet, Policy, SshIdentity
 from store.secrets import SecretBox
 
 
@@ -27,6 +27,11 @@ def reseal_all(engine: sa.Engine, box: SecretBox) -> int:
                 fleet.bastion_secret = box.reseal(fleet.bastion_secret)
             session.add(fleet)
             count += 1
+        for policy in session.exec(select(Policy)).all():  # webhook queries
+            if policy.webhook_secret is not None:
+                policy.webhook_secret = box.reseal(policy.webhook_secret)
+                session.add(policy)
+                count += 1
         for ident in session.exec(select(SshIdentity)).all():
             ident.private_key = box.reseal(ident.private_key)
             session.add(ident)

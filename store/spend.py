@@ -154,3 +154,28 @@ def any_recorded(session: Session, projects: Collection[str] | None = None) -> b
     if projects is not None:
         stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
     return session.exec(stmt.limit(1)).first() is not None
+
+
+# --------------------------------------------------------------------------- policies and budgets
+
+
+def spent_since(session: Session, project: str, since: datetime, now: datetime) -> float:
+    """The project's cost over [since, now): each interval's rate × its overlap (an open one up to now)."""
+    since, now = aware(since), aware(now)
+    stmt = select(SpendInterval).where(SpendInterval.project == project, col(SpendInterval.started_at) < now,
+                                       sa.or_(col(SpendInterval.ended_at).is_(None),
+                                              col(SpendInterval.ended_at) > since))
+    return sum(iv.rate_per_hour * overlap_hours(iv.started_at, iv.ended_at, since, now, now)
+               for iv in session.exec(stmt).all())
+
+
+def spent_today(session: Session, project: str, now: datetime) -> float:
+    """The project's cost since UTC midnight (the daily budget's day)."""
+    return spent_since(session, project, _midnight(aware(now).astimezone(UTC).date()), now)
+
+
+def running_rate(session: Session, project: str) -> float:
+    """$/hr of the project's machines billing now: the sum of its open intervals' rates."""
+    stmt = select(SpendInterval.rate_per_hour).where(SpendInterval.project == project,
+                                                     col(SpendInterval.ended_at).is_(None))
+    return float(sum(session.exec(stmt).all()))

@@ -17,6 +17,7 @@ from api import idempotency as idem
 from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import adapter_class, shown
 from api.pagination import Keyset, Page, PageDep
+from api.routers.budget import refuse_over_budget
 from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusFilter
 from messages.allocation import AllocateRequest, AllocationInput, CloudTarget, TerminateRequest
 from messages.enums import AllocationStatus, ConnectionStatus, Phase
@@ -171,6 +172,12 @@ def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
         repo.update_instance(session, instance_id, **fields)
 
 
+def _within_budget(deps: AppDeps, project: str) -> None:
+    """409 naming the project's daily budget once today's spend has reached it."""
+    with open_session(deps) as session:
+        refuse_over_budget(session, project)
+
+
 def _mark_terminating(deps: AppDeps, instance_id: str) -> None:
     """For legacy rows only: their TerminateWorkflow does not record `terminating` itself."""
     _update(deps, instance_id, status=AllocationStatus.TERMINATING)
@@ -181,7 +188,8 @@ def _mark_terminating(deps: AppDeps, instance_id: str) -> None:
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=InstanceAccepted,
              responses={404: {"description": "unknown connection_id"},
-                        409: {"description": "not connected, or an allocation whose key ended unrecorded"},
+                        409: {"description": "not connected, the project's daily budget is reached, or "
+                                             "an allocation whose key ended unrecorded"},
                         422: {"description": "invalid, refused by every candidate cloud, or an "
                                              "Idempotency-Key reused with another request"},
                         503: {"description": "Temporal unreachable: nothing was started or recorded"}})
@@ -202,6 +210,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
             row = await in_thread(_instance, deps, project, allocation_id)
             if row is not None:  # its workflow started (the row comes after the start): answer again
                 return InstanceAccepted(id=row.id, status=row.status)
+    await in_thread(_within_budget, deps, project)
     # The backend's picked default offer (fingerprinted above as the request came, not as filled in).
     body, default = await in_thread(with_default, deps, project, body)
     # Everything that can be refused is refused here, before a workflow (or a cloud call) exists.

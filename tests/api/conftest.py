@@ -91,6 +91,19 @@ class Start:
 
 
 @dataclass
+class FakeSchedule:
+    """A Schedule as the FAKE gateway keeps it (no run is ever started)."""
+
+    workflow: str
+    arg: BaseModel
+    workflow_id: str
+    every_s: float | None
+    cron: str | None
+    paused: bool
+    note: str
+
+
+@dataclass
 class FakeWorkflows:
     """A recording fake in place of Temporal: it records every call (`starts`, `executes`,
     `updates`; `runs` holds the runs actually started) and runs no workflow. Temporal's id rules in
@@ -108,6 +121,7 @@ class FakeWorkflows:
     closed: set[str] = field(default_factory=set)  # workflow ids whose run has ended
     fail_with: Exception | None = None
     allowed_endpoints: tuple[str, ...] = ()  # the worker's GPUPROV_ALLOWED_ENDPOINTS
+    schedules: dict[str, FakeSchedule] = field(default_factory=dict)  # FAKE Temporal Schedules, by id
 
     async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
                     use_existing: bool = False, once: bool = False) -> bool:
@@ -163,6 +177,19 @@ class FakeWorkflows:
         self.results[workflow_id] = result
         self.closed.add(workflow_id)
         return result
+
+    async def put_schedule(self, schedule_id: str, workflow: str, arg: BaseModel, *, workflow_id: str,
+                           every_s: float | None = None, cron: str | None = None, paused: bool = False,
+                           note: str = "", run_timeout_s: float = 300.0) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        every = every_s if cron is None else None
+        self.schedules[schedule_id] = FakeSchedule(workflow, arg, workflow_id, every, cron, paused, note)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self.schedules.pop(schedule_id, None) is not None
 
     def _save(self, req: ConnectRequest, account: str) -> None:
         with Session(self.engine) as session:

@@ -31,7 +31,8 @@ async def test_rows_have_the_seeds_columns_and_the_pills_their_counts(client: ht
     first = await put(client, "run-1", report("llama-dpo", "dpo", gpu="H100", gpu_count=4, location="lambda",
                                                source="training", requested_by="ana", progress_pct=40))
     assert first.status_code == 201
-    await put(client, "m-1", report("qwen-chat", "serving", source="model", gpu="A10", location="local cluster"))
+    await put(client, "m-1", report("qwen-chat", "serving", source="model", gpu="A10",
+                                    location="local cluster"))
     await put(client, "kb-1", report("docs index", "kb_compile", status="succeeded"))
     await put(client, "g-1", report("math-grpo", "ppo", status="queued", gpu="H100", gpu_count=8))
     await put(client, "s-1", report("synth", "synthetic", status="queued", source="synthetic"))
@@ -45,7 +46,8 @@ async def test_rows_have_the_seeds_columns_and_the_pills_their_counts(client: ht
     assert (rows["g-1"]["type"], rows["m-1"]["type"], rows["kb-1"]["type"], rows["kb-1"]["method"]) == (
         "GRPO", "Serving", "Task", "kb compile")
     assert rows["m-1"]["pri"] is None  # serving is never queued: "—"
-    assert page["counts"] == {"ALL": 5, "SFT": 1, "GRPO": 1, "SERVING": 1, "EVAL": 0, "TASK": 1, "SYNTHETIC": 1}
+    assert page["counts"] == {"ALL": 5, "SFT": 1, "GRPO": 1, "SERVING": 1, "EVAL": 0, "TASK": 1,
+                              "SYNTHETIC": 1}
     # active first (newest first among them), the finished KB compile last
     assert [w["id"] for w in page["items"]] == ["s-1", "g-1", "m-1", "run-1", "kb-1"]
     # a pill narrows the rows, never the counts

@@ -1,7 +1,7 @@
 """reported_workload: work run elsewhere, reported into the Workload Queue
 
 Revision ID: 0017
-Revises: 0012
+Revises: 0016
 Create Date: 2026-12-01
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0017"
-down_revision: str | Sequence[str] | None = "0012"
+down_revision: str | Sequence[str] | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

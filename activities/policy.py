@@ -1,0 +1,203 @@
+"""Policy activities (workflows/policy.py): gather the facts a policy's When needs, run its Then,
+record how the run went.
+
+One small function per When kind (`FACTS`) and per Then kind (`ACTIONS`). Those whose inputs do
+not exist yet — the job queue, pools, GPU utilisation — answer so explicitly ("not evaluated: ...",
+"not run: ..."): wiring one later is filling in its function, nothing else changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from sqlmodel import Session
+from temporalio import activity
+
+from activities.deps import ActivityDeps
+from messages import activities as acts
+from messages.policy import (
+    ActInput,
+    ActResult,
+    Facts,
+    PolicyFacts,
+    PolicyInput,
+    PolicySpec,
+    RecordPolicyRun,
+    SpendWhen,
+    WebhookThen,
+    window_seconds,
+)
+from providers.endpoints import EndpointError, check_webhook, webhook_shown
+from store import policies, spend
+from store.db import session_scope
+from store.models import utcnow
+
+log = logging.getLogger(__name__)
+
+NEEDS_QUEUE = "needs the job queue (issue 11 step 2)"
+NEEDS_POOLS = "needs pools (issue 11 step 2)"
+NEEDS_IDLE = ("needs GPU utilisation and session sampling by the watch (issue 11 step 2): "
+              "idle time cannot be measured yet")
+
+# --------------------------------------------------------------------------- facts, per When kind
+
+FactsFn = Callable[[Session, str, Any, datetime], Facts]
+
+
+def spend_facts(session: Session, project: str, when: SpendWhen, now: datetime) -> Facts:
+    since = now - timedelta(seconds=window_seconds(when.window))
+    return Facts(spend_usd=spend.spent_since(session, project, since, now))
+
+
+def cron_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
+    return Facts()  # its Schedule fired: nothing to measure
+
+
+def queue_wait_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
+    return Facts(not_evaluated=NEEDS_QUEUE)
+
+
+def queue_depth_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
+    return Facts(not_evaluated=NEEDS_QUEUE)
+
+
+def pool_utilisation_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
+    return Facts(not_evaluated=NEEDS_POOLS)
+
+
+def idle_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
+    return Facts(not_evaluated=NEEDS_IDLE)
+
+
+FACTS: dict[str, FactsFn] = {
+    "spend": spend_facts, "cron": cron_facts, "queue_wait": queue_wait_facts,
+    "queue_depth": queue_depth_facts, "pool_utilisation": pool_utilisation_facts, "idle": idle_facts,
+}
+
+
+# --------------------------------------------------------------------------- action costs, per Then kind
+
+CostFn = Callable[[Session, str, Any], float | None]
+
+
+def scale_pool_cost(session: Session, project: str, then: Any) -> float | None:
+    """$/hr the scaling would add (machines added × the pool's price): unknown until pools exist, so
+    a policy with a max spend does not scale (and says why) rather than guess."""
+    return None
+
+
+def no_cost(session: Session, project: str, then: Any) -> float | None:
+    return 0.0  # a webhook, a pause or a termination adds no machine
+
+
+COSTS: dict[str, CostFn] = {"scale_pool": scale_pool_cost, "webhook": no_cost, "pause_queue": no_cost,
+                            "terminate_idle": no_cost}
+
+
+# --------------------------------------------------------------------------- actions, per Then kind
+
+ActionFn = Callable[[ActivityDeps, ActInput, Any], Awaitable[ActResult]]
+
+
+async def webhook_action(deps: ActivityDeps, inp: ActInput, then: WebhookThen) -> ActResult:
+    """POST the policy and its facts as JSON. The URL is checked against the allowlist again (the
+    setting may have changed since it was saved); redirects are not followed (they could leave it).
+    Logs and the result show the URL without its query."""
+    shown = webhook_shown(then.url)
+    try:
+        check_webhook(then.url, deps.webhook_allowlist)
+    except EndpointError as e:
+        return ActResult(ran=False, ok=False, result=f"not run: the webhook URL {e}")
+    facts = inp.facts
+    body = {"policy": {"id": inp.policy_id, "name": facts.name, "project": inp.project},
+            "reason": inp.reason,
+            "when": facts.spec.when.model_dump(mode="json") if facts.spec else None,
+            "facts": {**facts.facts.model_dump(mode="json", exclude_none=True),
+                      "spend_rate_per_hour": facts.spend_rate_per_hour, "measured_at": facts.measured_at}}
+    try:
+        async with httpx.AsyncClient(timeout=deps.webhook_timeout_s, follow_redirects=False) as client:
+            r = await client.post(then.url, json=body)
+    except httpx.TimeoutException:
+        log.info("policy %s: webhook %s timed out", inp.policy_id, shown)
+        return ActResult(ok=False, result=f"webhook did not answer within {deps.webhook_timeout_s:g}s")
+    except httpx.HTTPError as e:  # its text may quote the URL: the type only
+        log.info("policy %s: webhook %s failed (%s)", inp.policy_id, shown, type(e).__name__)
+        return ActResult(ok=False, result=f"webhook failed ({type(e).__name__})")
+    if 200 <= r.status_code < 300:
+        return ActResult(ok=True, result=f"webhook answered HTTP {r.status_code}")
+    log.info("policy %s: webhook %s answered HTTP %d", inp.policy_id, shown, r.status_code)
+    return ActResult(ok=False, result=f"webhook answered HTTP {r.status_code}")
+
+
+async def scale_pool_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:
+    return ActResult(ran=False, ok=False, result=f"not run: {NEEDS_POOLS}")
+
+
+async def pause_queue_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:
+    return ActResult(ran=False, ok=False, result=f"not run: {NEEDS_QUEUE}")
+
+
+async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:
+    return ActResult(ran=False, ok=False, result=f"not run: {NEEDS_IDLE}")
+
+
+ACTIONS: dict[str, ActionFn] = {
+    "webhook": webhook_action, "scale_pool": scale_pool_action, "pause_queue": pause_queue_action,
+    "terminate_idle": terminate_idle_action,
+}
+
+
+# --------------------------------------------------------------------------- the activities
+
+
+class PolicyActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name=acts.POLICY_FACTS.name)
+    def policy_facts(self, inp: PolicyInput) -> PolicyFacts:
+        """The policy as stored (a webhook's URL without its sealed query), its last trigger, the project's
+        running $/hr, and what its When needs, measured now."""
+        now = utcnow()
+        with session_scope(self.deps.engine) as session:
+            row = policies.get_policy(session, inp.project, inp.policy_id)
+            if row is None:
+                return PolicyFacts(policy_id=inp.policy_id, project=inp.project, exists=False,
+                                   measured_at=now.isoformat())
+            spec = PolicySpec.model_validate(row.spec)
+            facts = FACTS[spec.when.kind](session, inp.project, spec.when, now)
+            rate = spend.running_rate(session, inp.project)
+            cost = COSTS[spec.then.kind](session, inp.project, spec.then)
+        last = spend.aware(row.last_triggered_at).isoformat() if row.last_triggered_at else None
+        return PolicyFacts(policy_id=row.id, project=row.project, enabled=row.enabled, name=row.name,
+                           spec=spec, last_triggered_at=last, spend_rate_per_hour=rate,
+                           added_cost_per_hour=cost, facts=facts, measured_at=now.isoformat())
+
+    @activity.defn(name=acts.POLICY_ACT.name)
+    async def policy_act(self, inp: ActInput) -> ActResult:
+        """Run the policy's Then as stored now (the webhook's full URL is read here, never carried)."""
+        def load() -> PolicySpec | None:
+            with session_scope(self.deps.engine) as session:
+                row = policies.get_policy(session, inp.project, inp.policy_id)
+                if row is None:
+                    return None
+                spec = PolicySpec.model_validate(row.spec)
+                if isinstance(spec.then, WebhookThen):  # its sealed query opened here, for this call only
+                    url = policies.webhook_url(self.deps.box, row, spec.then.url)
+                    spec = spec.model_copy(update={"then": WebhookThen(url=url)})
+                return spec
+
+        spec = await self.deps.blocking(load)
+        if spec is None:
+            return ActResult(ran=False, ok=False, result="not run: the policy was deleted")
+        return await ACTIONS[spec.then.kind](self.deps, inp, spec.then)
+
+    @activity.defn(name=acts.RECORD_POLICY_RUN.name)
+    def record_policy_run(self, inp: RecordPolicyRun) -> None:
+        with session_scope(self.deps.engine) as session:
+            policies.record_run(session, inp.policy_id, run_id=inp.run_id, acted=inp.acted, result=inp.result,
+                                at=datetime.fromisoformat(inp.at))
