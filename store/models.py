@@ -277,6 +277,30 @@ class BackendPick(SQLModel, table=True):
     picked_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class ReportedWorkload(SQLModel, table=True):
+    """Work run elsewhere on the project's behalf (a training run, a deployed model, another
+    service's synthetic run), reported in with PUT /api/compute/workloads/{id} so the Workload Queue
+    is the one list of everything consuming compute. gpuprov shows it; it does not run it."""
+
+    __tablename__ = "reported_workload"
+
+    project: str = Field(primary_key=True)
+    id: str = Field(primary_key=True)  # the reporter's own id (api/routers/workloads.py checks its shape)
+    name: str
+    kind: str  # messages/workloads.py WorkloadKind
+    status: str  # messages/workloads.py WorkloadStatus
+    source: str  # who reported it: training | model | synthetic | other
+    gpu: str | None = None
+    gpu_count: int | None = None
+    location: str | None = None  # "local cluster" or a cloud backend
+    priority: int = 0
+    progress_pct: float | None = None
+    eta_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    requested_by: str | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class Policy(SQLModel, table=True):
     """A scaling/resource policy (the Policies card): `spec` is messages.policy.PolicySpec as JSON
     (When, Then, max spend, cooldown). Each enabled one has a Temporal Schedule

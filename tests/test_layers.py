@@ -48,8 +48,9 @@ def test_workflows_import_no_activity_implementation_and_no_io(path: Path) -> No
 @pytest.mark.parametrize("path", modules_in("messages"), ids=lambda p: p.name)
 def test_messages_import_only_pure_modules(path: Path) -> None:
     # datetime: pure arithmetic on times (messages/policy_eval.py compares the workflow's clock).
-    allowed = re.compile(r"^(__future__|dataclasses|datetime|enum|re|typing|pydantic|messages(\..+)?"
-                         r"|providers\.base)$")
+    # collections.abc: the abstract types only (Iterable, Sequence).
+    allowed = re.compile(r"^(__future__|collections\.abc|dataclasses|datetime|enum|re|typing|pydantic"
+                         r"|messages(\..+)?|providers\.base)$")
     assert {m for m in imports_of(path) if not allowed.match(m)} == set()
 
 

@@ -14,7 +14,7 @@ from sqlmodel import Session, select
 
 from api.app import create_app
 from api.deps import AppDeps
-from store.models import ApiToken, Connection, Fleet, Instance, Policy
+from store.models import ApiToken, Connection, Fleet, Instance, Policy, ReportedWorkload
 from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, connect_fake, make_project
 
 INSTANCES = "/api/compute/instances"
@@ -91,11 +91,17 @@ async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key
     assert fleet.status_code == 201, fleet.text
     policy = await client.post("/api/compute/policies", json=_POLICY, **mine)
     assert policy.status_code == 201, policy.text
+    workload = await client.put(f"/api/compute/workloads/run-of-{project}", json=_WORKLOAD, **mine)
+    assert workload.status_code == 201, workload.text
     return {"token": token, "project": project, "connection_id": conn["id"], "instance_id": r.json()["id"],
             "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"],
-            "policy_id": policy.json()["id"]}
+            "policy_id": policy.json()["id"], "workload_id": workload.json()["id"]}
 
 
+_WORKLOAD = {"name": "llama-sft", "kind": "sft", "status": "running"}
+# Reported workloads are named by their reporter, per project: a PUT naming another project's id
+# reports the caller's own workload under that name (201), and leaves the other's untouched.
+_UPSERTS = {("/api/compute/workloads/{workload_id}", "PUT")}
 _POLICY = {"name": "nightly", "when": {"kind": "cron", "expression": "0 3 * * *"},
            "then": {"kind": "pause_queue", "type": "sft"}}
 
@@ -118,6 +124,7 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
         "/api/compute/policies": _POLICY,
         "/api/compute/policies/{policy_id}": {**_POLICY, "enabled": False},
         "/api/compute/budget": {"daily_usd": 100},
+        "/api/compute/workloads/{workload_id}": _WORKLOAD,
     }.get(path)
 
 
@@ -130,7 +137,8 @@ async def test_every_route_answers_404_for_another_projects_object(
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
         a = await _project_with_objects(admin, "alpha", ssh_key)
         b = await _project_with_objects(admin, "beta", ssh_key)
-    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id", "policy_id")]
+    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id", "policy_id",
+                            "workload_id")]
     starts_before, updates_before = len(workflows.starts), len(workflows.updates)
 
     # Every operation the API publishes (its OpenAPI document): a route added later is walked too.
@@ -148,7 +156,11 @@ async def test_every_route_answers_404_for_another_projects_object(
             r = await beta.request(method, path, json=_body(template, ssh_key))
             walked += 1
             names_a_foreign_object = any(p != "provider" for p in params)
-            if names_a_foreign_object:
+            if (template, method) in _UPSERTS:
+                assert r.status_code == 201 and r.json()["id"] == a["workload_id"], (template, r.text)
+                gone = await beta.delete(path)  # beta's own row: the walk's later calls must not find it
+                assert gone.status_code == 204, gone.text
+            elif names_a_foreign_object:
                 assert r.status_code == 404, (method, template, r.status_code, r.text)
             else:  # lists and creates work in beta's own project and never show alpha's objects
                 assert r.status_code < 500, (method, template, r.text)
@@ -165,12 +177,14 @@ async def test_every_route_answers_404_for_another_projects_object(
         tok = s.get(ApiToken, a["token_id"])
         fleet = s.get(Fleet, a["fleet_id"])
         policy = s.get(Policy, a["policy_id"])
+        workload = s.get(ReportedWorkload, ("alpha", a["workload_id"]))
     assert fleet is not None and fleet.project == "alpha" and fleet.name == "rack"
     assert conn is not None and conn.status == "connected" and conn.project == "alpha"
     assert inst is not None and inst.status == "provisioning" and inst.project == "alpha"
     assert tok is not None and tok.revoked_at is None
     assert policy is not None and policy.project == "alpha" and policy.enabled
     assert not workflows.schedules[f"gpuprov-policy-alpha-{a['policy_id']}"].paused
+    assert workload is not None and (workload.name, workload.status) == ("llama-sft", "running")
 
 
 @pytest.mark.parametrize("header", ["Alpha", "a b", "../default", ""])

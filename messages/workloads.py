@@ -1,0 +1,108 @@
+"""The Workload Queue's vocabulary (the studio seed's "Workload Queue tab"): the kinds of work that
+consume compute, how the page groups them (SFT for SFT/DPO, GRPO for GRPO/PPO, ...), which kinds wait
+in the queue, and the queue's order. Pure: the API, the job workflow and its activities share it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class WorkloadKind(StrEnum):
+    SFT = "sft"
+    DPO = "dpo"
+    GRPO = "grpo"
+    PPO = "ppo"
+    SERVING = "serving"
+    EVAL = "eval"
+    TASK = "task"
+    KB_COMPILE = "kb_compile"
+    SYNTHETIC = "synthetic"
+
+
+class WorkloadFilter(StrEnum):
+    """The filter pills across the top of the table, in the seed's order."""
+
+    ALL = "ALL"
+    SFT = "SFT"
+    GRPO = "GRPO"
+    SERVING = "SERVING"
+    EVAL = "EVAL"
+    TASK = "TASK"
+    SYNTHETIC = "SYNTHETIC"
+
+
+# The TYPE column and the pill each kind counts under: DPO is shown as SFT, PPO as GRPO, a KB
+# compile as a Task (its method, "kb compile", is the row's `method`).
+GROUP: dict[WorkloadKind, WorkloadFilter] = {
+    WorkloadKind.SFT: WorkloadFilter.SFT, WorkloadKind.DPO: WorkloadFilter.SFT,
+    WorkloadKind.GRPO: WorkloadFilter.GRPO, WorkloadKind.PPO: WorkloadFilter.GRPO,
+    WorkloadKind.SERVING: WorkloadFilter.SERVING, WorkloadKind.EVAL: WorkloadFilter.EVAL,
+    WorkloadKind.TASK: WorkloadFilter.TASK, WorkloadKind.KB_COMPILE: WorkloadFilter.TASK,
+    WorkloadKind.SYNTHETIC: WorkloadFilter.SYNTHETIC,
+}
+TYPE_LABEL: dict[WorkloadFilter, str] = {
+    WorkloadFilter.SFT: "SFT", WorkloadFilter.GRPO: "GRPO", WorkloadFilter.SERVING: "Serving",
+    WorkloadFilter.EVAL: "Eval", WorkloadFilter.TASK: "Task", WorkloadFilter.SYNTHETIC: "Synthetic",
+}
+
+# Training, eval and synthetic runs wait for capacity; serving and tasks are never queued (PRI "—").
+QUEUEABLE: frozenset[WorkloadKind] = frozenset({
+    WorkloadKind.SFT, WorkloadKind.DPO, WorkloadKind.GRPO, WorkloadKind.PPO, WorkloadKind.EVAL,
+    WorkloadKind.SYNTHETIC})
+
+
+class WorkloadStatus(StrEnum):
+    QUEUED = "queued"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE: frozenset[WorkloadStatus] = frozenset({
+    WorkloadStatus.QUEUED, WorkloadStatus.PROVISIONING, WorkloadStatus.RUNNING})
+
+
+def method_label(kind: WorkloadKind) -> str:
+    """The underlying job kind as the TYPE/method reads it: `kb_compile` -> "kb compile"."""
+    return kind.value.replace("_", " ")
+
+
+def gpu_label(gpu: str | None, count: int | None) -> str | None:
+    """The GPU column: "4× H100"; None for CPU-only work."""
+    if not gpu:
+        return None
+    return f"{count or 1}× {gpu}"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A queued workload, as the queue orders it."""
+
+    id: str
+    project: str
+    priority: int
+    created_at: datetime
+
+
+def queue_order(waiting: Iterable[Waiting]) -> list[Waiting]:
+    """The queue's order: higher priority first; at equal priority, round-robin between projects
+    (each project's oldest, then each one's second oldest, ...), and within a round the older first.
+    So one project's burst of jobs cannot starve another project's single job of equal priority."""
+    by_level: dict[tuple[int, str], list[Waiting]] = {}
+    for w in waiting:
+        by_level.setdefault((w.priority, w.project), []).append(w)
+    keyed: list[tuple[int, int, datetime, str, Waiting]] = []
+    for group in by_level.values():
+        for rank, w in enumerate(sorted(group, key=lambda w: (w.created_at, w.id))):
+            keyed.append((-w.priority, rank, w.created_at, w.id, w))
+    return [k[-1] for k in sorted(keyed, key=lambda k: k[:4])]
+
+
+def positions(waiting: Sequence[Waiting]) -> dict[str, int]:
+    """The PRI column: each queued workload's 1-based global position."""
+    return {w.id: i for i, w in enumerate(queue_order(waiting), start=1)}

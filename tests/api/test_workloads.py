@@ -1,0 +1,106 @@
+"""The Workload Queue (GET/PUT/DELETE /api/compute/workloads): the seed's columns, the pills' counts in
+the same response, active first then newest, PRI for queued training/eval/synthetic only, and the
+queue's order (priority, then round-robin between projects, then age)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from messages.workloads import Waiting, queue_order
+from tests.api.conftest import make_project
+
+URL = "/api/compute/workloads"
+
+
+def report(name: str, kind: str, status: str = "running", **kw: Any) -> dict[str, Any]:
+    return {"name": name, "kind": kind, "status": status, **kw}
+
+
+async def put(client: httpx.AsyncClient, wid: str, body: dict[str, Any], project: str | None = None) -> Any:
+    headers = {"X-Project": project} if project else {}
+    r = await client.put(f"{URL}/{wid}", json=body, headers=headers)
+    assert r.status_code in (200, 201), r.text
+    return r
+
+
+async def test_rows_have_the_seeds_columns_and_the_pills_their_counts(client: httpx.AsyncClient) -> None:
+    first = await put(client, "run-1", report("llama-dpo", "dpo", gpu="H100", gpu_count=4, location="lambda",
+                                               source="training", requested_by="ana", progress_pct=40))
+    assert first.status_code == 201
+    await put(client, "m-1", report("qwen-chat", "serving", source="model", gpu="A10",
+                                    location="local cluster"))
+    await put(client, "kb-1", report("docs index", "kb_compile", status="succeeded"))
+    await put(client, "g-1", report("math-grpo", "ppo", status="queued", gpu="H100", gpu_count=8))
+    await put(client, "s-1", report("synth", "synthetic", status="queued", source="synthetic"))
+
+    page = (await client.get(URL)).json()
+    rows = {w["id"]: w for w in page["items"]}
+    run = rows["run-1"]
+    assert (run["workload"], run["type"], run["method"], run["status"], run["gpu"], run["location"],
+            run["progress_pct"], run["requested_by"], run["pri"]) == (
+        "llama-dpo", "SFT", "dpo", "running", "4× H100", "lambda", 40, "ana", None)
+    assert (rows["g-1"]["type"], rows["m-1"]["type"], rows["kb-1"]["type"], rows["kb-1"]["method"]) == (
+        "GRPO", "Serving", "Task", "kb compile")
+    assert rows["m-1"]["pri"] is None  # serving is never queued: "—"
+    assert page["counts"] == {"ALL": 5, "SFT": 1, "GRPO": 1, "SERVING": 1, "EVAL": 0, "TASK": 1,
+                              "SYNTHETIC": 1}
+    # active first (newest first among them), the finished KB compile last
+    assert [w["id"] for w in page["items"]] == ["s-1", "g-1", "m-1", "run-1", "kb-1"]
+    # a pill narrows the rows, never the counts
+    grpo = (await client.get(URL, params={"type": "GRPO"})).json()
+    assert [w["id"] for w in grpo["items"]] == ["g-1"] and grpo["counts"]["ALL"] == 5
+    assert (await client.get(URL, params={"type": "BOGUS"})).status_code == 422
+    # the detail is the same row
+    assert (await client.get(f"{URL}/g-1")).json() == rows["g-1"]
+
+
+async def test_a_report_updates_in_place_and_keeps_its_age(client: httpx.AsyncClient) -> None:
+    made = (await put(client, "run-1", report("a", "sft", status="queued"))).json()
+    again = await put(client, "run-1", report("a", "sft", status="running", progress_pct=10))
+    assert again.status_code == 200
+    assert again.json()["created_at"] == made["created_at"] and again.json()["status"] == "running"
+    assert (await client.delete(f"{URL}/run-1")).status_code == 204
+    assert (await client.get(f"{URL}/run-1")).status_code == 404
+    assert (await client.delete(f"{URL}/run-1")).status_code == 404
+
+
+@pytest.mark.parametrize("wid,body,field", [
+    ("ok-1", report("a", "pretraining"), "kind"),
+    ("ok-1", report("a", "sft", status="exploded"), "status"),
+    ("ok-1", report("a", "sft", gpu="H100; rm -rf /"), "gpu"),
+    ("ok-1", report("a", "sft", progress_pct=101), "progress_pct"),
+    ("ok-1", report("a", "sft", colour="red"), "colour"),
+    ("bad%20id", report("a", "sft"), "workload_id"),
+])
+async def test_bad_reports_are_422_naming_the_field_and_store_nothing(
+        client: httpx.AsyncClient, wid: str, body: dict[str, Any], field: str) -> None:
+    r = await client.put(f"{URL}/{wid}", json=body)
+    assert r.status_code == 422 and field in r.text, r.text
+    assert (await client.get(URL)).json()["counts"]["ALL"] == 0
+
+
+async def test_another_projects_workloads_are_invisible(client: httpx.AsyncClient) -> None:
+    await make_project(client, "vision")
+    await put(client, "v-1", report("vit", "eval", status="queued"), project="vision")
+    assert (await client.get(URL)).json()["counts"]["ALL"] == 0
+    assert (await client.get(f"{URL}/v-1")).status_code == 404
+    assert (await client.delete(f"{URL}/v-1")).status_code == 404
+    seen = (await client.get(URL, headers={"X-Project": "vision"})).json()
+    assert [w["pri"] for w in seen["items"]] == [1]
+
+
+def test_the_queue_orders_by_priority_then_round_robin_between_projects_then_age() -> None:
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def w(wid: str, project: str, priority: int, minute: int) -> Waiting:
+        return Waiting(id=wid, project=project, priority=priority, created_at=t0 + timedelta(minutes=minute))
+
+    # Project a queued a burst of three before b's one job; c's urgent job came last.
+    queue = [w("a1", "a", 0, 0), w("a2", "a", 0, 1), w("a3", "a", 0, 2), w("b1", "b", 0, 3),
+             w("c1", "c", 5, 9), w("b2", "b", 0, 4)]
+    assert [x.id for x in queue_order(queue)] == ["c1", "a1", "b1", "a2", "b2", "a3"]
+    assert [x.id for x in queue_order(reversed(queue))] == ["c1", "a1", "b1", "a2", "b2", "a3"]
