@@ -18,6 +18,7 @@ from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
 from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
+from messages.job import AllocationReadyInput, RecordJobInput, RunJobInput, RunJobResult
 from messages.sweep import (
     JudgeInput,
     Judgements,
@@ -243,6 +244,12 @@ FLEET_HOSTS: ActivityRef[FleetProbeRequest, FleetHostIds] = ActivityRef(
 PROBE_FLEET_HOST: ActivityRef[FleetHostInput, HostProbe] = ActivityRef(
     "probe_fleet_host", FleetHostInput, HostProbe)
 
+# Managed jobs (workflows/job.py, activities/jobs.py).
+RECORD_JOB: ActivityRef[RecordJobInput, None] = ActivityRef("record_job", RecordJobInput, None)
+AWAIT_ALLOCATION_READY: ActivityRef[AllocationReadyInput, AllocationState] = ActivityRef(
+    "await_allocation_ready", AllocationReadyInput, AllocationState)
+RUN_JOB: ActivityRef[RunJobInput, RunJobResult] = ActivityRef("run_job", RunJobInput, RunJobResult)
+
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
@@ -251,4 +258,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
     FLEET_HOSTS, PROBE_FLEET_HOST,
+    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB,
 )

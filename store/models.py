@@ -268,3 +268,43 @@ class BackendPick(SQLModel, table=True):
     gpu_label: str | None = None  # as the offers table showed it, e.g. "1× H100 (80GB)"
     price_per_hour: float | None = None  # when picked
     picked_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class Job(SQLModel, table=True):
+    """A managed job (workflows/job.py): a command run on a machine allocated for it. Its output is
+    in `job_log_chunk`, never in workflow history."""
+
+    id: str = Field(primary_key=True)
+    project: str = Field(default="default", index=True)
+    name: str
+    type: str  # a messages.job.JobType
+    command: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    image: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    cloud: str | None = None  # as asked (None: any connected, cheapest)
+    requested_by: str
+    priority: int = 0  # higher runs first
+    max_price_per_hour: float | None = None
+    workflow_id: str
+    status: str = Field(default="queued", index=True)  # a messages.job.JobStatus
+    allocation_id: str | None = None
+    host: str | None = None
+    exit_code: int | None = None
+    error: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # with the last log lines
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    started_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class JobLogChunk(SQLModel, table=True):
+    """`data` is the job's output (stdout and stderr interleaved) from byte `offset`. The chunks of
+    a job tile its output without gaps or overlaps: a retried write of the same offset is a no-op."""
+
+    __tablename__ = "job_log_chunk"
+
+    job_id: str = Field(primary_key=True, foreign_key="job.id")
+    offset: int = Field(sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
+    data: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
+    at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))

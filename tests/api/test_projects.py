@@ -89,8 +89,14 @@ async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key
     [tok] = (await client.get(f"/api/projects/{project}/tokens")).json()["items"]
     fleet = await client.post("/api/compute/fleets", json=_fleet_body(), **mine)
     assert fleet.status_code == 201, fleet.text
+    job = await client.post("/api/compute/jobs", json=_JOB, **mine)
+    assert job.status_code == 202, job.text
     return {"token": token, "project": project, "connection_id": conn["id"], "instance_id": r.json()["id"],
-            "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"]}
+            "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"],
+            "job_id": job.json()["id"]}
+
+
+_JOB = {"name": "j", "type": "task", "command": "true", "requested_by": "tests"}
 
 
 def _fleet_body() -> dict[str, Any]:
@@ -107,6 +113,7 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
         "/api/compute/instances": {"cloud": "fakecloud", "ssh_public_keys": [ssh_key]},
         "/api/compute/fleets": _fleet_body(),
         "/api/compute/fleets/{fleet_id}": _fleet_body(),
+        "/api/compute/jobs": _JOB,
     }.get(path)
 
 
@@ -119,7 +126,7 @@ async def test_every_route_answers_404_for_another_projects_object(
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
         a = await _project_with_objects(admin, "alpha", ssh_key)
         b = await _project_with_objects(admin, "beta", ssh_key)
-    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id")]
+    a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id", "job_id")]
     starts_before, updates_before = len(workflows.starts), len(workflows.updates)
 
     # Every operation the API publishes (its OpenAPI document): a route added later is walked too.

@@ -1,0 +1,234 @@
+"""Managed jobs: a command run on a machine allocated for it (workflows/job.py), its output kept in
+the app database in chunks with byte offsets (store/jobs.py), streamed from any offset.
+
+The row is written before its workflow starts (the workflow's records update it); a start that
+fails marks the row failed with the reason, so nothing stored claims a job that is not running."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+from sqlmodel import select
+
+from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.errors import shown
+from api.pagination import Keyset, Page, PageDep
+from api.placement import resolve
+from api.schemas import CloudId, InstanceCreate, Printable, Strict
+from messages.allocation import AllocateRequest
+from messages.job import JobInput, JobStatus, JobType
+from store import jobs as job_store
+from store import repo
+from store.identity import ssh_identity
+from store.models import Job
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+KEYSET = Keyset("jobs", Job.created_at, Job.id, descending=True)
+FOLLOW_POLL_S = 0.2  # how often a followed log looks for more output
+LOG_PAGE = 1 << 20  # bytes per read of a log
+
+
+def job_workflow_id(job_id: str) -> str:
+    return f"job-{job_id}"
+
+
+class JobCreate(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=100), Printable]
+    type: JobType
+    command: Annotated[str, Field(min_length=1, max_length=100_000)]
+    image: Annotated[str, Field(min_length=1, max_length=500), Printable] | None = Field(
+        None, description="a container image: run with `docker run` where the host has Docker, else "
+                          "the command runs directly on the host")
+    gpu: Annotated[str, Field(min_length=1, max_length=40), Printable] | None = Field(
+        None, description="e.g. H100; none: any machine (CPU only is fine)")
+    gpu_count: Annotated[int, Field(ge=1, le=64)] = 1
+    cloud: CloudId | None = Field(None, description="none: any connected cloud, cheapest offer")
+    requested_by: Annotated[str, Field(min_length=1, max_length=100), Printable]
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(0, description="higher runs first")
+    max_price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    type: str
+    status: str  # queued|provisioning|running|succeeded|failed|cancelled
+    command: str
+    image: str | None
+    gpu: str | None
+    gpu_count: int | None
+    cloud: str | None
+    requested_by: str
+    priority: int
+    max_price_per_hour: float | None
+    allocation_id: str | None = Field(description="the instance its machine is (GET /instances/{id})")
+    exit_code: int | None
+    error: str | None = Field(description="why it failed, with the last lines of its output")
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Job) -> JobOut:
+        return cls(id=row.id, name=row.name, type=row.type, status=row.status, command=row.command,
+                   image=row.image, gpu=row.gpu, gpu_count=row.gpu_count, cloud=row.cloud,
+                   requested_by=row.requested_by, priority=row.priority,
+                   max_price_per_hour=row.max_price_per_hour, allocation_id=row.allocation_id,
+                   exit_code=row.exit_code, error=row.error, created_at=row.created_at,
+                   started_at=row.started_at, ended_at=row.ended_at)
+
+
+class JobAccepted(BaseModel):
+    id: str
+    status: str
+
+
+# --------------------------------------------------------------------------- database work (sync)
+
+
+def _job(deps: AppDeps, project: str, job_id: str) -> Job | None:
+    with open_session(deps) as session:
+        row = session.get(Job, job_id)
+    return row if row is not None and row.project == project else None
+
+
+def _public_key(deps: AppDeps) -> str:
+    with open_session(deps) as session:
+        public, _ = ssh_identity(session, deps.box)
+    return public
+
+
+def _insert(deps: AppDeps, row: Job) -> None:
+    with open_session(deps) as session:
+        session.add(row)
+        session.commit()
+
+
+def _not_started(deps: AppDeps, job_id: str, why: str) -> None:
+    with open_session(deps) as session:
+        row = session.get(Job, job_id)
+        if row is not None:
+            row.status, row.error = JobStatus.FAILED, f"not started: {why}"
+            session.add(row)
+            session.commit()
+
+
+def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
+    """Output from `offset`, and whether the job had ended before it was read (so nothing more
+    will come once the output read is empty)."""
+    with open_session(deps) as session:
+        row = session.get(Job, job_id)
+        ended = row is not None and JobStatus(row.status).ended
+        return job_store.read_log(session, job_id, offset, LOG_PAGE), ended
+
+
+# --------------------------------------------------------------------------- routes
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
+             responses={409: {"description": "no cloud connected (or not the one named)"},
+                        422: {"description": "invalid, or no connected cloud can serve it"},
+                        503: {"description": "Temporal unreachable: the job is recorded as not started"}})
+async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep) -> JobAccepted:
+    """Run `command` on a machine allocated for it, then terminate the machine."""
+    project = caller.project
+    public = await in_thread(_public_key, deps)
+    # The same planning as a hand allocation: which connections may serve it, refused here if none.
+    asked = InstanceCreate(cloud=body.cloud, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
+                           k3s=False, ssh_public_keys=[public], name=body.name)
+    plan = await in_thread(resolve, deps, project, asked)
+    job_id, allocation_id = repo.new_id(), repo.new_id()
+    first = plan.targets[0]
+    allocation = AllocateRequest(
+        allocation_id=allocation_id, connection_id=first.connection_id, cloud=first.cloud,
+        targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
+        gpu_count=asked.gpu_count, k3s=False, ssh_public_keys=[public],
+        max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
+    workflow_id = job_workflow_id(job_id)
+    await in_thread(_insert, deps, Job(
+        id=job_id, project=project, name=body.name, type=body.type, command=body.command, image=body.image,
+        gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None, cloud=body.cloud,
+        requested_by=body.requested_by, priority=body.priority, max_price_per_hour=body.max_price_per_hour,
+        workflow_id=workflow_id, status=JobStatus.QUEUED))
+    inp = JobInput(job_id=job_id, project=project, command=body.command, image=body.image,
+                   allocation=allocation, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s)
+    try:
+        await deps.workflows.start("JobWorkflow", inp, workflow_id=workflow_id, once=True)
+    except WorkflowUnavailable as e:
+        await in_thread(_not_started, deps, job_id, str(e))
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+    return JobAccepted(id=job_id, status=JobStatus.QUEUED)
+
+
+@router.get("", response_model=Page[JobOut])
+def list_jobs(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[JobOut]:
+    """The project's jobs, newest first."""
+    rows, following = KEYSET.fetch(session, select(Job).where(Job.project == caller.project), page)
+    return Page(items=[JobOut.of(j) for j in rows], next_cursor=following)
+
+
+@router.get("/{job_id}", response_model=JobOut, responses={404: {"description": "unknown"}})
+def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobOut:
+    row = session.get(Job, job_id)
+    if row is None or row.project != caller.project:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
+    return JobOut.of(row)
+
+
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
+             responses={404: {"description": "unknown"}, 503: {"description": "Temporal unreachable"}})
+async def cancel_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobAccepted:
+    """Cancel: a queued job leaves the queue; a running one is stopped and its machine terminated.
+    Idempotent; a job that has ended stays as it ended."""
+    row = await in_thread(_job, deps, caller.project, job_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
+    if JobStatus(row.status).ended:
+        return JobAccepted(id=job_id, status=row.status)
+    try:
+        if not await deps.workflows.request_update(row.workflow_id, "cancel"):
+            ended = await in_thread(_job, deps, caller.project, job_id)
+            return JobAccepted(id=job_id, status=ended.status if ended else row.status)
+    except WorkflowUnavailable as e:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+    return JobAccepted(id=job_id, status=row.status)
+
+
+@router.get("/{job_id}/logs", response_class=Response,
+            responses={200: {"content": {"text/plain": {}},
+                             "description": "the output from `offset` (stdout and stderr interleaved)"},
+                       404: {"description": "unknown"}})
+async def job_logs(job_id: str, deps: DepsDep, caller: CallerDep,
+                   offset: Annotated[int, Query(ge=0, le=2**53, description="byte offset to start at")] = 0,
+                   follow: Annotated[bool, Query(description="stream until the job ends")] = False,
+                   ) -> Response:
+    """The job's output from byte `offset`. Without `follow`: what is stored now (header
+    `X-Log-Offset`: where to resume). With `follow`: streamed as it arrives until the job ends; a
+    client that loses the stream resumes at `offset` + the bytes it received."""
+    if await in_thread(_job, deps, caller.project, job_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
+    if not follow:
+        data, _ = await in_thread(_read, deps, job_id, offset)
+        return Response(data, media_type="text/plain; charset=utf-8",
+                        headers={"X-Log-Offset": str(offset + len(data))})
+
+    async def stream() -> AsyncIterator[bytes]:
+        at = offset
+        while True:
+            data, ended = await in_thread(_read, deps, job_id, at)
+            if data:
+                at += len(data)
+                yield data
+            elif ended:
+                return
+            else:
+                await asyncio.sleep(FOLLOW_POLL_S)
+
+    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
