@@ -88,7 +88,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
         health.health_targets, health.check_connection, health.record_health,
         FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,
-        jobs.record_job, jobs.await_allocation_ready, jobs.run_job,
+        jobs.record_job, jobs.await_allocation_ready, jobs.run_job, jobs.admit_job,
     ]
 
 

@@ -22,8 +22,17 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.deps import ActivityDeps, heartbeating
 from messages import activities as acts
 from messages.allocation import AllocationState
-from messages.job import AllocationReadyInput, JobStatus, RecordJobInput, RunJobInput, RunJobResult
+from messages.job import (
+    AdmitInput,
+    AdmitResult,
+    AllocationReadyInput,
+    JobStatus,
+    RecordJobInput,
+    RunJobInput,
+    RunJobResult,
+)
 from store import jobs as job_store
+from store import queue
 from store.db import session_scope
 from store.models import Job, SpendInterval
 
@@ -94,6 +103,12 @@ class JobActivities:
                         iv.job_type = job.type
                         session.add(iv)
                 session.commit()
+
+    @activity.defn(name=acts.ADMIT_JOB.name)
+    def admit_job(self, inp: AdmitInput) -> AdmitResult:
+        """The queue's grant, if the job's turn has come (store/queue.py: race-free admission)."""
+        with session_scope(self.deps.engine) as session:
+            return AdmitResult(granted=queue.admit(session, inp.job_id))
 
     @activity.defn(name=acts.AWAIT_ALLOCATION_READY.name)
     async def await_allocation_ready(self, inp: AllocationReadyInput) -> AllocationState:

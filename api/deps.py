@@ -182,6 +182,7 @@ class AppDeps:
     # running job's output is read from its host.
     job_timing: Timing = field(default_factory=Timing)
     job_log_poll_s: float = 1.0
+    job_queue_poll_s: float = 5.0  # a queued job asks for its grant at least this often
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:

@@ -18,7 +18,14 @@ from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
 from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
-from messages.job import AllocationReadyInput, RecordJobInput, RunJobInput, RunJobResult
+from messages.job import (
+    AdmitInput,
+    AdmitResult,
+    AllocationReadyInput,
+    RecordJobInput,
+    RunJobInput,
+    RunJobResult,
+)
 from messages.sweep import (
     JudgeInput,
     Judgements,
@@ -249,6 +256,7 @@ RECORD_JOB: ActivityRef[RecordJobInput, None] = ActivityRef("record_job", Record
 AWAIT_ALLOCATION_READY: ActivityRef[AllocationReadyInput, AllocationState] = ActivityRef(
     "await_allocation_ready", AllocationReadyInput, AllocationState)
 RUN_JOB: ActivityRef[RunJobInput, RunJobResult] = ActivityRef("run_job", RunJobInput, RunJobResult)
+ADMIT_JOB: ActivityRef[AdmitInput, AdmitResult] = ActivityRef("admit_job", AdmitInput, AdmitResult)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
@@ -258,5 +266,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
     FLEET_HOSTS, PROBE_FLEET_HOST,
-    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB,
+    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB,
 )

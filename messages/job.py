@@ -52,6 +52,7 @@ class JobInput(BaseModel):
     allocation: AllocateRequest
     timing: Timing = Field(default_factory=Timing)
     log_poll_s: float = Field(default=1.0, gt=0)  # how often the run activity reads new output
+    queue_poll_s: float = Field(default=5.0, gt=0)  # at most this long between asks for a grant
 
 
 class JobState(BaseModel):
@@ -100,3 +101,11 @@ class AllocationReadyInput(BaseModel):
 
     workflow_id: str
     heartbeat_every_s: float = 5.0
+
+
+class AdmitInput(BaseModel):
+    job_id: str
+
+
+class AdmitResult(BaseModel):
+    granted: bool

@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from messages.job import JobStatus, RecordJobInput
 from store.models import Job, JobLogChunk, utcnow
+from store.queue import release
 
 
 def log_end(session: Session, job_id: str) -> int:
@@ -70,5 +71,6 @@ def record(session: Session, inp: RecordJobInput) -> None:
         row.started_at = now
     if inp.status.ended:
         row.ended_at = now
+        release(row)  # recorded only after the job's machine is verified gone
     session.add(row)
     session.commit()

@@ -296,6 +296,34 @@ class Job(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
     started_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
     ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    # The queue's ledger (store/queue.py): the capacity the job holds from its grant until its
+    # machine is gone — GPUs, and $/hr at its max price.
+    granted_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    released_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    granted_gpus: int = 0
+    granted_usd_per_hour: float = 0.0
+
+
+class JobLimit(SQLModel, table=True):
+    """A capacity limit of the job queue: a project's (`scope` = the project id) or the
+    installation's (`scope` = GLOBAL). None: no limit of that kind. No row: no limit at all."""
+
+    __tablename__ = "job_limit"
+
+    scope: str = Field(primary_key=True)
+    max_gpus: int | None = None
+    max_usd_per_hour: float | None = None
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class QueueLock(SQLModel, table=True):
+    """One row, written first by every admission (store/queue.py): admissions take turns on it,
+    on SQLite and PostgreSQL alike."""
+
+    __tablename__ = "job_queue_lock"
+
+    id: int = Field(default=1, primary_key=True)
+    turns: int = 0
 
 
 class JobLogChunk(SQLModel, table=True):

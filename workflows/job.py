@@ -34,6 +34,7 @@ from messages.allocation import AllocationInput, AllocationState
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
 from messages.job import (
+    AdmitInput,
     AllocationReadyInput,
     JobInput,
     JobState,
@@ -160,7 +161,23 @@ class JobWorkflow:
         return JobStatus.FAILED, result.exit_code, f"exit code {result.exit_code}; last lines:\n{tail}"
 
     async def _admit(self) -> None:
-        """Wait for the queue's grant (deliverable 2); admits at once until then."""
+        """Wait for the queue's grant (store/queue.py), asking again with a growing interval (up to
+        `queue_poll_s`) until granted or cancelled. A job type that is not queued was granted when
+        the API accepted it: the first ask answers granted."""
+        wait = min(0.5, self._inp.queue_poll_s)
+        while not self._cancel:
+            got = await call(acts.ADMIT_JOB, AdmitInput(job_id=self._inp.job_id),
+                             start_to_close_timeout=timedelta(seconds=60),
+                             retry_policy=_retry(self._max_retry))
+            if got.granted:
+                return
+            if workflow.info().is_continue_as_new_suggested() and not self._cancel:
+                workflow.continue_as_new(self._inp)  # still queued: nothing else to carry
+            try:
+                await workflow.wait_condition(lambda: self._cancel, timeout=timedelta(seconds=wait))
+            except TimeoutError:
+                pass
+            wait = min(wait * 2, self._inp.queue_poll_s)
 
     # ------------------------------------------------------------------ the machine
 

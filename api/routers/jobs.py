@@ -24,9 +24,9 @@ from api.schemas import CloudId, InstanceCreate, Printable, Strict
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType
 from store import jobs as job_store
-from store import repo
+from store import queue, repo
 from store.identity import ssh_identity
-from store.models import Job
+from store.models import Job, utcnow
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -56,6 +56,9 @@ class JobCreate(Strict):
 
 
 class JobOut(BaseModel):
+    pri: int | None = Field(description="its place in the queue (1: next), while it waits; null for "
+                                        "types that are not queued (serving, task, kb_compile) and "
+                                        "once granted")
     id: str
     name: str
     type: str
@@ -76,8 +79,8 @@ class JobOut(BaseModel):
     ended_at: datetime | None
 
     @classmethod
-    def of(cls, row: Job) -> JobOut:
-        return cls(id=row.id, name=row.name, type=row.type, status=row.status, command=row.command,
+    def of(cls, row: Job, pri: int | None = None) -> JobOut:
+        return cls(pri=pri, id=row.id, name=row.name, type=row.type, status=row.status, command=row.command,
                    image=row.image, gpu=row.gpu, gpu_count=row.gpu_count, cloud=row.cloud,
                    requested_by=row.requested_by, priority=row.priority,
                    max_price_per_hour=row.max_price_per_hour, allocation_id=row.allocation_id,
@@ -106,16 +109,29 @@ def _public_key(deps: AppDeps) -> str:
 
 
 def _insert(deps: AppDeps, row: Job) -> None:
+    """Insert the job: a queueable one to wait its turn; any other granted now, or refused (409)
+    with the limit it would exceed."""
     with open_session(deps) as session:
-        session.add(row)
-        session.commit()
+        needs_price = queue.load_limits(session).needs_price(row.project)
+    if needs_price and row.max_price_per_hour is None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            "a $/hr limit applies to this project: give max_price_per_hour")
+    with open_session(deps) as session:  # admit_now's lock must be its transaction's first statement
+        if JobType(row.type).queueable:
+            session.add(row)
+            session.commit()
+            return
+        why = queue.admit_now(session, row)
+    if why is not None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"{row.type} jobs are not queued: over {why}")
 
 
 def _not_started(deps: AppDeps, job_id: str, why: str) -> None:
     with open_session(deps) as session:
         row = session.get(Job, job_id)
         if row is not None:
-            row.status, row.error = JobStatus.FAILED, f"not started: {why}"
+            row.status, row.error, row.ended_at = JobStatus.FAILED, f"not started: {why}", utcnow()
+            queue.release(row)
             session.add(row)
             session.commit()
 
@@ -133,11 +149,14 @@ def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
-             responses={409: {"description": "no cloud connected (or not the one named)"},
+             responses={409: {"description": "no cloud connected (or not the one named), or a job "
+                                             "type that is not queued over a limit (named)"},
                         422: {"description": "invalid, or no connected cloud can serve it"},
                         503: {"description": "Temporal unreachable: the job is recorded as not started"}})
 async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep) -> JobAccepted:
-    """Run `command` on a machine allocated for it, then terminate the machine."""
+    """Run `command` on a machine allocated for it, then terminate the machine. Training, eval and
+    synthetic jobs wait in the queue for capacity under the limits (PUT /limits); serving, task
+    and kb_compile jobs are not queued: over a limit they are refused (409, the limit named)."""
     project = caller.project
     public = await in_thread(_public_key, deps)
     # The same planning as a hand allocation: which connections may serve it, refused here if none.
@@ -158,7 +177,8 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep) -> JobAc
         requested_by=body.requested_by, priority=body.priority, max_price_per_hour=body.max_price_per_hour,
         workflow_id=workflow_id, status=JobStatus.QUEUED))
     inp = JobInput(job_id=job_id, project=project, command=body.command, image=body.image,
-                   allocation=allocation, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s)
+                   allocation=allocation, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s,
+                   queue_poll_s=deps.job_queue_poll_s)
     try:
         await deps.workflows.start("JobWorkflow", inp, workflow_id=workflow_id, once=True)
     except WorkflowUnavailable as e:
@@ -171,7 +191,8 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep) -> JobAc
 def list_jobs(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[JobOut]:
     """The project's jobs, newest first."""
     rows, following = KEYSET.fetch(session, select(Job).where(Job.project == caller.project), page)
-    return Page(items=[JobOut.of(j) for j in rows], next_cursor=following)
+    pri = queue.positions(session)
+    return Page(items=[JobOut.of(j, pri.get(j.id)) for j in rows], next_cursor=following)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses={404: {"description": "unknown"}})
@@ -179,7 +200,7 @@ def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobOut:
     row = session.get(Job, job_id)
     if row is None or row.project != caller.project:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
-    return JobOut.of(row)
+    return JobOut.of(row, queue.positions(session).get(job_id))
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,

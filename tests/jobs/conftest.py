@@ -111,7 +111,7 @@ async def stack(temporal_client: Client, job_engine: sa.Engine,
     gateway = TemporalGateway("unused", "default", queue, keys=secret_box.keys)
     gateway._client = temporal_client  # the session's dev server, already connected
     app_deps = AppDeps(engine=job_engine, box=secret_box, api_token=TOKEN, installation_id=INSTALLATION,
-                       workflows=gateway, job_timing=FAST, job_log_poll_s=0.1)
+                       workflows=gateway, job_timing=FAST, job_log_poll_s=0.1, job_queue_poll_s=0.3)
     async with FakeCloudServer(boot_delay=0.2, terminate_delay=0.05) as sim:
         with simclouds.allowed(deps, sim), Session(job_engine) as s:
             simclouds.add_connection(s, secret_box, sim, CLOUD)

@@ -1,4 +1,4 @@
-"""jobs: managed jobs and their output, in chunks with byte offsets
+"""jobs: managed jobs, their output in chunks with byte offsets, and the queue's limits
 
 Revision ID: 0013_jobs
 Revises: 0011
@@ -45,9 +45,26 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("granted_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("released_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("granted_gpus", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("granted_usd_per_hour", sa.Float(), nullable=False, server_default="0"),
     )
     op.create_index("ix_job_project", "job", ["project"])
     op.create_index("ix_job_status", "job", ["status"])
+    op.create_table(
+        "job_limit",
+        sa.Column("scope", sa.String(), primary_key=True),
+        sa.Column("max_gpus", sa.Integer(), nullable=True),
+        sa.Column("max_usd_per_hour", sa.Float(), nullable=True),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
+    )
+    lock = op.create_table(
+        "job_queue_lock",
+        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+        sa.Column("turns", sa.Integer(), nullable=False),
+    )
+    op.bulk_insert(lock, [{"id": 1, "turns": 0}])
     op.create_table(
         "job_log_chunk",
         sa.Column("job_id", sa.String(), sa.ForeignKey("job.id"), primary_key=True),
@@ -58,6 +75,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("job_queue_lock")
+    op.drop_table("job_limit")
     op.drop_table("job_log_chunk")
     op.drop_index("ix_job_status", "job")
     op.drop_index("ix_job_project", "job")
