@@ -57,17 +57,19 @@ def runner(inp: RunJobInput) -> str:
 
 
 def launch_script(inp: RunJobInput) -> str:
-    """Start the job once: a second run of this script (a retried activity) starts nothing."""
+    """Start the job once: a second run of this script (a retried activity) starts nothing. The
+    guard is taken by the detached process itself, so a launch cut off with its SSH session either
+    never started (and the retry starts it) or runs on regardless. Files are replaced by rename:
+    a running command's script is never rewritten under it."""
     d = job_dir(inp.job_id)
-    detached = 'bash "$0/run.sh" > "$0/out" 2>&1; echo $? > "$0/exit.tmp"; mv "$0/exit.tmp" "$0/exit"'
+    detached = ('mkdir "$0/started" 2>/dev/null || exit 0; echo $$ > "$0/pid"; '
+                'bash "$0/run.sh" > "$0/out" 2>&1; echo $? > "$0/exit.tmp"; mv "$0/exit.tmp" "$0/exit"')
     return "\n".join([
         f'mkdir -p "{d}"',
-        f'if mkdir "{d}/started" 2>/dev/null; then',
-        f'  printf "%s\\n" {shlex.quote(inp.command)} > "{d}/cmd.sh"',
-        f'  printf "%s\\n" {shlex.quote(runner(inp))} > "{d}/run.sh"',
-        f'  : > "{d}/out"',
+        f'if [ ! -e "{d}/started" ]; then',
+        f'  printf "%s\\n" {shlex.quote(inp.command)} > "{d}/cmd.sh.new" && mv "{d}/cmd.sh.new" "{d}/cmd.sh"',
+        f'  printf "%s\\n" {shlex.quote(runner(inp))} > "{d}/run.sh.new" && mv "{d}/run.sh.new" "{d}/run.sh"',
         f'  setsid nohup bash -c {shlex.quote(detached)} "{d}" < /dev/null > /dev/null 2>&1 &',
-        f'  echo $! > "{d}/pid"',
         "fi",
     ])
 

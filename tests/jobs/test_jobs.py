@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,19 @@ from tests.processes import until
 from worker import WORKFLOWS, workflow_runner
 
 pytestmark = pytest.mark.devserver
+
+JOB_HISTORIES = Path(__file__).resolve().parents[1] / "workflows" / "histories" / "jobs-v1"
+
+
+async def replays(stack: Stack, job_id: str) -> None:
+    """The job's history replays against the current code; GPUPROV_RECORD_HISTORIES=1 keeps it
+    with the committed histories (tests/workflows/histories/README.md), replayed on every run."""
+    history = await stack.client.get_workflow_handle(f"job-{job_id}").fetch_history()
+    await Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(),
+                   data_converter=stack.client.data_converter).replay_workflow(history)
+    if os.environ.get("GPUPROV_RECORD_HISTORIES"):
+        JOB_HISTORIES.mkdir(exist_ok=True)
+        (JOB_HISTORIES / f"{history.workflow_id}.json").write_text(history.to_json())
 
 
 async def machine_gone(stack: Stack, job: dict[str, Any]) -> None:
@@ -34,10 +49,7 @@ async def test_a_job_prints_lines_succeeds_and_its_machine_is_gone(stack: Stack)
     assert await stack.logs(job_id) == b"line 1\nline 2\nline 3\nwarn\ndone\n"
     assert await stack.logs(job_id, offset=7) == b"line 2\nline 3\nwarn\ndone\n"  # restartable
     await machine_gone(stack, job)
-    # The job's history replays against the current code.
-    history = await stack.client.get_workflow_handle(f"job-{job_id}").fetch_history()
-    await Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(),
-                   data_converter=stack.client.data_converter).replay_workflow(history)
+    await replays(stack, job_id)
 
 
 async def test_a_failing_command_fails_with_its_exit_code_and_last_lines(stack: Stack) -> None:
@@ -56,6 +68,7 @@ async def test_cancel_while_running_stops_it_and_removes_the_machine(stack: Stac
     job = await stack.until_status(job_id, "cancelled")
     assert job["exit_code"] is None
     await machine_gone(stack, job)
+    await replays(stack, job_id)
     r = await stack.http.post(f"/api/compute/jobs/{job_id}/cancel")  # again: stays as it ended
     assert r.status_code == 202 and r.json()["status"] == "cancelled"
 
