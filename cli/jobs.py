@@ -11,7 +11,7 @@ from typing import Annotated
 import httpx
 import typer
 
-from cli.client import API_PREFIX, Api
+from cli.client import API_PREFIX, Api, new_idempotency_key
 from cli.output import fail, table
 from messages.job import JobStatus, JobType
 
@@ -41,7 +41,8 @@ def run(
             "gpu_count": gpu_count, "cloud": cloud, "image": image, "priority": priority,
             "max_price_per_hour": max_price, "requested_by": requested_by or getpass.getuser()}
     api = Api()
-    job = api.call("POST", "/jobs", json={k: v for k, v in body.items() if v is not None})
+    job = api.call("POST", "/jobs", idempotency_key=new_idempotency_key(),
+                   json={k: v for k, v in body.items() if v is not None})
     typer.echo(f"job {job['id']} {job['status']}")
     if follow:
         _follow(api, job["id"], 0)

@@ -16,6 +16,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
+from api import idempotency as idem
 from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
@@ -153,38 +154,58 @@ def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
                                              "type that is not queued over a limit (named)"},
                         422: {"description": "invalid, or no connected cloud can serve it"},
                         503: {"description": "Temporal unreachable: the job is recorded as not started"}})
-async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep) -> JobAccepted:
+async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
+                     idempotency_key: idem.IdempotencyKey = None) -> JobAccepted:
     """Run `command` on a machine allocated for it, then terminate the machine. Training, eval and
     synthetic jobs wait in the queue for capacity under the limits (PUT /limits); serving, task
-    and kb_compile jobs are not queued: over a limit they are refused (409, the limit named)."""
-    project = caller.project
+    and kb_compile jobs are not queued: over a limit they are refused (409, the limit named).
+    With an Idempotency-Key the job id derives from the key: a retry answers with the same job and
+    starts what the first request may not have (its workflow runs once per id, ever)."""
+    project, key = caller.project, idempotency_key
+    scope, fingerprint = idem.scope_of("jobs", project), idem.fingerprint(body.model_dump(mode="json"))
+    job_id = repo.new_id() if key is None else idem.derived_id("job", project, key)
+    existing = None
+    if key is not None and await in_thread(idem.check, deps, scope, key, fingerprint):
+        existing = await in_thread(_job, deps, project, job_id)
+        if existing is not None and JobStatus(existing.status).ended:
+            return JobAccepted(id=job_id, status=existing.status)
     public = await in_thread(_public_key, deps)
     # The same planning as a hand allocation: which connections may serve it, refused here if none.
     asked = InstanceCreate(cloud=body.cloud, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
                            k3s=False, ssh_public_keys=[public], name=body.name)
     plan = await in_thread(resolve, deps, project, asked)
-    job_id, allocation_id = repo.new_id(), repo.new_id()
     first = plan.targets[0]
     allocation = AllocateRequest(
-        allocation_id=allocation_id, connection_id=first.connection_id, cloud=first.cloud,
+        allocation_id=f"{job_id}-m", connection_id=first.connection_id, cloud=first.cloud,
         targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
         gpu_count=asked.gpu_count, k3s=False, ssh_public_keys=[public],
         max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
     workflow_id = job_workflow_id(job_id)
-    await in_thread(_insert, deps, Job(
-        id=job_id, project=project, name=body.name, type=body.type, command=body.command, image=body.image,
-        gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None, cloud=body.cloud,
-        requested_by=body.requested_by, priority=body.priority, max_price_per_hour=body.max_price_per_hour,
-        workflow_id=workflow_id, status=JobStatus.QUEUED))
+    if existing is None:
+        if key is not None:
+            await in_thread(idem.claim, deps, scope, key, fingerprint, job_id)
+        try:
+            await in_thread(_insert, deps, Job(
+                id=job_id, project=project, name=body.name, type=body.type, command=body.command,
+                image=body.image, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
+                cloud=body.cloud, requested_by=body.requested_by, priority=body.priority,
+                max_price_per_hour=body.max_price_per_hour, workflow_id=workflow_id, status=JobStatus.QUEUED))
+        except HTTPException:
+            if key is not None:  # refused, nothing made: the key is free again
+                await in_thread(idem.release, deps, scope, key, fingerprint)
+            raise
     inp = JobInput(job_id=job_id, project=project, command=body.command, image=body.image,
                    allocation=allocation, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s,
                    queue_poll_s=deps.job_queue_poll_s)
     try:
+        # Once per id: a retry joins the run the first request started, and never runs one again.
         await deps.workflows.start("JobWorkflow", inp, workflow_id=workflow_id, once=True)
     except WorkflowUnavailable as e:
-        await in_thread(_not_started, deps, job_id, str(e))
+        if key is None:  # a keyed request is retried (and starts it then); any other is not
+            await in_thread(_not_started, deps, job_id, str(e))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
-    return JobAccepted(id=job_id, status=JobStatus.QUEUED)
+    row = await in_thread(_job, deps, project, job_id)
+    return JobAccepted(id=job_id, status=row.status if row is not None else JobStatus.QUEUED)
 
 
 @router.get("", response_model=Page[JobOut])
