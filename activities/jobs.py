@@ -139,7 +139,7 @@ class JobActivities:
         offset = await self.deps.blocking(self._log_end, inp.job_id)
         activity.heartbeat(offset)
         async with asyncio.timeout(120):
-            conn = await self._connect(inp)
+            conn = await heartbeating(self._connect(inp), inp.heartbeat_every_s, offset)
         try:
             started = await heartbeating(conn.run(launch_script(inp), check=False), inp.heartbeat_every_s,
                                          offset)
