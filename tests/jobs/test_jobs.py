@@ -137,3 +137,10 @@ async def test_an_image_runs_with_docker_where_the_host_has_it(stack: Stack,
     assert calls.startswith(f"run --rm --name gpuprov-job-{job_id} --gpus all "), calls
     assert " fake/image:1 bash " in calls
     await machine_gone(stack, job)
+
+
+async def test_no_offer_under_the_max_price_fails_the_job_without_a_machine(stack: Stack) -> None:
+    job_id = await stack.run("true", max_price_per_hour=0.1)  # the simulated A10 costs $0.75/h
+    job = await stack.until_status(job_id, "failed")
+    assert "no offer at or under $0.1/h" in job["error"], job
+    assert not [m for m in stack.sim.admin.machines() if job["allocation_id"] in (m.get("name") or "")]
