@@ -49,7 +49,7 @@ class JobCreate(Strict):
                           "the command runs directly on the host")
     gpu: Annotated[str, Field(min_length=1, max_length=40), Printable] | None = Field(
         None, description="e.g. H100; none: any machine (CPU only is fine)")
-    gpu_count: Annotated[int, Field(ge=1, le=64)] = 1
+    gpu_count: Annotated[int, Field(ge=1, le=64)] = Field(1, description="GPUs per machine (with `gpu`)")
     cloud: CloudId | None = Field(None, description="none: any connected cloud, cheapest offer")
     requested_by: Annotated[str, Field(min_length=1, max_length=100), Printable]
     priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(0, description="higher runs first")
