@@ -39,6 +39,7 @@ from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.fleet import FleetActivities
 from activities.health import HealthActivities
+from activities.jobs import JobActivities
 from activities.policy import PolicyActivities
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
@@ -53,6 +54,7 @@ from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
 from workflows.fleet_probe import FleetProbeWorkflow
 from workflows.health import HealthWorkflow
+from workflows.job import JobWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
 from workflows.policy import PolicyWorkflow
@@ -61,7 +63,7 @@ from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
-                         SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, PolicyWorkflow,
+                         SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, PolicyWorkflow, JobWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -75,6 +77,7 @@ log = logging.getLogger("gpuprov.worker")
 def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
     conns, sweep, health = ConnectionActivities(deps), SweepActivities(deps), HealthActivities(deps)
+    jobs = JobActivities(deps)
     return [
         cloud.validate_allocation, cloud.plan_allocation, cloud.validate_request, cloud.plan_offers,
         cloud.create_instance, cloud.wait_running,
@@ -89,6 +92,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,
         PolicyActivities(deps).policy_facts, PolicyActivities(deps).policy_act,
         PolicyActivities(deps).record_policy_run,
+        jobs.record_job, jobs.await_allocation_ready, jobs.run_job, jobs.admit_job,
     ]
 
 
@@ -167,8 +171,7 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
         workflows=list(workflows),
         activities=activities_for(deps),
         workflow_runner=workflow_runner(),
-        graceful_shutdown_timeout=timedelta(seconds=10),
-        **options,
+        **{"graceful_shutdown_timeout": timedelta(seconds=10), **options},
     )
 
 

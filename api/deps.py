@@ -21,6 +21,7 @@ from sqlmodel import Session
 
 from api.market import Market
 from api.schemas import PROJECT_PATTERN
+from messages.allocation import Timing
 from settings import home_value
 from store import repo
 from store.secrets import SecretBox
@@ -246,6 +247,11 @@ class AppDeps:
     # The cross-cloud offers page: each connection's adapter, built once per API process (its HTTP
     # pool and TLS context reused), and a short cache of each connection's answer.
     market: Market = field(default_factory=lambda: Market())
+    # Managed jobs: their allocations' and activities' timing (tests shorten it), and how often a
+    # running job's output is read from its host.
+    job_timing: Timing = field(default_factory=Timing)
+    job_log_poll_s: float = 1.0
+    job_queue_poll_s: float = 5.0  # a queued job asks for its grant at least this often
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:

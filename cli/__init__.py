@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from cli import client, clouds, connections, dev, instances, projects
+from cli import client, clouds, connections, dev, instances, jobs, projects
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Provision GPU machines across clouds (Temporal workflows underneath).")
@@ -35,6 +35,7 @@ app.command()(connections.connect)
 app.command()(connections.connections)
 app.command()(clouds.clouds)
 app.add_typer(projects.app, name="project")
+app.add_typer(jobs.app, name="job")
 
 
 @app.command()

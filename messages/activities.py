@@ -18,6 +18,14 @@ from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
 from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
+from messages.job import (
+    AdmitInput,
+    AdmitResult,
+    AllocationReadyInput,
+    RecordJobInput,
+    RunJobInput,
+    RunJobResult,
+)
 from messages.policy import ActInput, ActResult, PolicyFacts, PolicyInput, RecordPolicyRun
 from messages.sweep import (
     JudgeInput,
@@ -252,6 +260,12 @@ POLICY_FACTS: ActivityRef[PolicyInput, PolicyFacts] = ActivityRef("policy_facts"
 POLICY_ACT: ActivityRef[ActInput, ActResult] = ActivityRef("policy_act", ActInput, ActResult)
 RECORD_POLICY_RUN: ActivityRef[RecordPolicyRun, None] = ActivityRef(
     "record_policy_run", RecordPolicyRun, None)
+# Managed jobs (workflows/job.py, activities/jobs.py).
+RECORD_JOB: ActivityRef[RecordJobInput, None] = ActivityRef("record_job", RecordJobInput, None)
+AWAIT_ALLOCATION_READY: ActivityRef[AllocationReadyInput, AllocationState] = ActivityRef(
+    "await_allocation_ready", AllocationReadyInput, AllocationState)
+RUN_JOB: ActivityRef[RunJobInput, RunJobResult] = ActivityRef("run_job", RunJobInput, RunJobResult)
+ADMIT_JOB: ActivityRef[AdmitInput, AdmitResult] = ActivityRef("admit_job", AdmitInput, AdmitResult)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
@@ -262,4 +276,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
     FLEET_HOSTS, PROBE_FLEET_HOST,
     POLICY_FACTS, POLICY_ACT, RECORD_POLICY_RUN,
+    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB,
 )

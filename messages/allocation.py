@@ -55,6 +55,8 @@ class AllocateRequest(BaseModel):
     # Only this instance type: the backend's default offer (picked in its offers browser) when the
     # request named that backend and no GPU.
     instance_type: str | None = None
+    # Only offers at or under this $/hr (a managed job's cap); None: any price.
+    max_price_per_hour: float | None = Field(default=None, gt=0)
     ports: list[int] = Field(default_factory=list)
     image: str | None = None
     k3s: bool = True

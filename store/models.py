@@ -261,6 +261,8 @@ class SpendInterval(SQLModel, table=True):
     rate_per_hour: float  # the offer's $/hr (a spot offer at its spot price)
     started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class BackendPick(SQLModel, table=True):
     """The offer a project picked in a backend's offers browser: that backend's default there. A
     request naming the backend with no GPU and no instance type plans on this type in this region."""
@@ -332,3 +334,71 @@ class ProjectBudget(SQLModel, table=True):
     project: str = Field(primary_key=True)
     daily_usd: float
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class Job(SQLModel, table=True):
+    """A managed job (workflows/job.py): a command run on a machine allocated for it. Its output is
+    in `job_log_chunk`, never in workflow history."""
+
+    id: str = Field(primary_key=True)
+    project: str = Field(default="default", index=True)
+    name: str
+    type: str  # a messages.job.JobType
+    command: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    image: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    cloud: str | None = None  # as asked (None: any connected, cheapest)
+    requested_by: str
+    priority: int = 0  # higher runs first
+    max_price_per_hour: float | None = None
+    workflow_id: str
+    status: str = Field(default="queued", index=True)  # a messages.job.JobStatus
+    allocation_id: str | None = None
+    host: str | None = None
+    exit_code: int | None = None
+    error: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # with the last log lines
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    started_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    # The queue's ledger (store/queue.py): the capacity the job holds from its grant until its
+    # machine is gone — GPUs, and $/hr at its max price.
+    granted_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    released_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    granted_gpus: int = 0
+    granted_usd_per_hour: float = 0.0
+
+
+class JobLimit(SQLModel, table=True):
+    """A capacity limit of the job queue: a project's (`scope` = the project id) or the
+    installation's (`scope` = GLOBAL). None: no limit of that kind. No row: no limit at all."""
+
+    __tablename__ = "job_limit"
+
+    scope: str = Field(primary_key=True)
+    max_gpus: int | None = None
+    max_usd_per_hour: float | None = None
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class QueueLock(SQLModel, table=True):
+    """One row, written first by every admission (store/queue.py): admissions take turns on it,
+    on SQLite and PostgreSQL alike."""
+
+    __tablename__ = "job_queue_lock"
+
+    id: int = Field(default=1, primary_key=True)
+    turns: int = 0
+
+
+class JobLogChunk(SQLModel, table=True):
+    """`data` is the job's output (stdout and stderr interleaved) from byte `offset`. The chunks of
+    a job tile its output without gaps or overlaps: a retried write of the same offset is a no-op."""
+
+    __tablename__ = "job_log_chunk"
+
+    job_id: str = Field(primary_key=True, foreign_key="job.id")
+    offset: int = Field(sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
+    data: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
+    at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))

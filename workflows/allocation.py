@@ -249,6 +249,11 @@ class AllocationWorkflow:
                           start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
                           heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 8))
         self._state.notes += [f"no offers from {f}" for f in plan.failures]
+        if req.max_price_per_hour is not None and plan.offers:
+            plan.offers = [o for o in plan.offers if o.price_per_hour <= req.max_price_per_hour]
+            if not plan.offers:
+                raise ApplicationError(f"no offer at or under ${req.max_price_per_hour:g}/h",
+                                       type=ErrorKind.NO_OFFERS, non_retryable=True)
         if not plan.offers:
             clouds = ", ".join(sorted({t.cloud for t in targets}))
             raise ApplicationError(f"no offer of {clouds} matches the request", type=ErrorKind.NO_OFFERS,

@@ -93,11 +93,15 @@ async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key
     assert policy.status_code == 201, policy.text
     workload = await client.put(f"/api/compute/workloads/run-of-{project}", json=_WORKLOAD, **mine)
     assert workload.status_code == 201, workload.text
+    job = await client.post("/api/compute/jobs", json=_JOB, **mine)
+    assert job.status_code == 202, job.text
     return {"token": token, "project": project, "connection_id": conn["id"], "instance_id": r.json()["id"],
             "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"],
-            "policy_id": policy.json()["id"], "workload_id": workload.json()["id"]}
+            "policy_id": policy.json()["id"], "workload_id": workload.json()["id"],
+            "job_id": job.json()["id"]}
 
 
+_JOB = {"name": "j", "type": "task", "command": "true", "requested_by": "tests"}
 _WORKLOAD = {"name": "llama-sft", "kind": "sft", "status": "running"}
 # Reported workloads are named by their reporter, per project: a PUT naming another project's id
 # reports the caller's own workload under that name (201), and leaves the other's untouched.
@@ -125,6 +129,7 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
         "/api/compute/policies/{policy_id}": {**_POLICY, "enabled": False},
         "/api/compute/budget": {"daily_usd": 100},
         "/api/compute/workloads/{workload_id}": _WORKLOAD,
+        "/api/compute/jobs": _JOB,
     }.get(path)
 
 
@@ -138,7 +143,7 @@ async def test_every_route_answers_404_for_another_projects_object(
         a = await _project_with_objects(admin, "alpha", ssh_key)
         b = await _project_with_objects(admin, "beta", ssh_key)
     a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id", "policy_id",
-                            "workload_id")]
+                            "workload_id", "job_id")]
     starts_before, updates_before = len(workflows.starts), len(workflows.updates)
 
     # Every operation the API publishes (its OpenAPI document): a route added later is walked too.

@@ -241,7 +241,7 @@ def test_unsupported_filters_are_refused(flt: str) -> None:
 def test_the_api_refuses_an_allocation_without_a_region_before_any_workflow() -> None:
     import asyncssh
 
-    from api.routers.instances import refusal
+    from api.placement import refusal
     from api.schemas import InstanceCreate
 
     key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()

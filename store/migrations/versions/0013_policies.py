@@ -1,6 +1,6 @@
 """policies: the Policies cards (spec JSON, trigger count, last result) and each project's daily budget
 
-Revision ID: 0016
+Revision ID: 0013
 Revises: 0012
 Create Date: 2026-12-01
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016"
+revision: str = "0013"
 down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,7 +1,7 @@
 """reported_workload: work run elsewhere, reported into the Workload Queue
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-01
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0017"
-down_revision: str | Sequence[str] | None = "0016"
+revision: str = "0014"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,187 @@
+"""Job activities: record the job's row, wait for its machine, and run its command over SSH with the
+output copied into the app database (store/jobs.py) as it arrives.
+
+The remote side is idempotent, so a worker that dies mid-run neither loses the job nor starts it
+twice: the command is started once, detached (setsid/nohup), under a per-job directory on the host
+(`~/.gpuprov/jobs/<id>`: the command, its pid, its output, its exit code), guarded by an atomic
+`mkdir`. A retried activity finds the directory, re-attaches, and reads the output from where the
+database's copy ends (the heartbeat carries the same offset, for the Web UI)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+
+import asyncssh
+from sqlmodel import select
+from temporalio import activity
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.deps import ActivityDeps, heartbeating
+from messages import activities as acts
+from messages.allocation import AllocationState
+from messages.job import (
+    AdmitInput,
+    AdmitResult,
+    AllocationReadyInput,
+    JobStatus,
+    RecordJobInput,
+    RunJobInput,
+    RunJobResult,
+)
+from store import jobs as job_store
+from store import queue
+from store.db import session_scope
+from store.models import Job, SpendInterval
+
+READ_MAX = 1 << 20  # bytes read (and stored as one chunk) per poll
+
+
+def job_dir(job_id: str) -> str:
+    return f"$HOME/.gpuprov/jobs/{job_id}"  # job ids are [a-z0-9]: safe unquoted in the path
+
+
+def runner(inp: RunJobInput) -> str:
+    """The script the detached process runs: in the image with `docker run` when one is named and
+    the host has Docker, else the command directly. It records which in `mode`."""
+    d = job_dir(inp.job_id)
+    direct = f'echo direct > "{d}/mode"; exec bash "{d}/cmd.sh"'
+    if not inp.image:
+        return direct
+    gpus = "--gpus all " if inp.gpus else ""
+    docker = (f'echo docker > "{d}/mode"; exec docker run --rm --name gpuprov-job-{inp.job_id} {gpus}'
+              f'-v "$HOME:$HOME" -w "$HOME" {shlex.quote(inp.image)} bash "{d}/cmd.sh"')
+    return f"if command -v docker >/dev/null 2>&1; then {docker}; else {direct}; fi"
+
+
+def launch_script(inp: RunJobInput) -> str:
+    """Start the job once: a second run of this script (a retried activity) starts nothing. The
+    guard is taken by the detached process itself, so a launch cut off with its SSH session either
+    never started (and the retry starts it) or runs on regardless. Files are replaced by rename:
+    a running command's script is never rewritten under it."""
+    d = job_dir(inp.job_id)
+    detached = ('mkdir "$0/started" 2>/dev/null || exit 0; echo $$ > "$0/pid"; '
+                'bash "$0/run.sh" > "$0/out" 2>&1; echo $? > "$0/exit.tmp"; mv "$0/exit.tmp" "$0/exit"')
+    return "\n".join([
+        f'mkdir -p "{d}"',
+        f'if [ ! -e "{d}/started" ]; then',
+        f'  printf "%s\\n" {shlex.quote(inp.command)} > "{d}/cmd.sh.new" && mv "{d}/cmd.sh.new" "{d}/cmd.sh"',
+        f'  printf "%s\\n" {shlex.quote(runner(inp))} > "{d}/run.sh.new" && mv "{d}/run.sh.new" "{d}/run.sh"',
+        f'  setsid nohup bash -c {shlex.quote(detached)} "{d}" < /dev/null > /dev/null 2>&1 &',
+        "fi",
+    ])
+
+
+def read_command(job_id: str, offset: int) -> str:
+    """The exit code (or `-` while it runs) on the first line, then output from byte `offset`. The
+    exit file is looked at first: once it exists, the output read after it is complete."""
+    d = job_dir(job_id)
+    return (f'if [ -e "{d}/exit" ]; then cat "{d}/exit"; else echo -; fi; '
+            f'tail -c +{offset + 1} "{d}/out" 2>/dev/null | head -c {READ_MAX}')
+
+
+def kill_command(job_id: str) -> str:
+    d = job_dir(job_id)
+    return (f'docker rm -f gpuprov-job-{job_id} >/dev/null 2>&1; '
+            f'[ -e "{d}/pid" ] && kill -TERM -- -"$(cat "{d}/pid")" 2>/dev/null; true')
+
+
+class JobActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name=acts.RECORD_JOB.name)
+    def record_job(self, inp: RecordJobInput) -> None:
+        with session_scope(self.deps.engine) as session:
+            job_store.record(session, inp)
+            if inp.status == JobStatus.RUNNING and inp.allocation_id is not None:
+                # The machine's spend counts under the job's type, not as allocated by hand.
+                job = session.get(Job, inp.job_id)
+                for iv in session.exec(select(SpendInterval).where(
+                        SpendInterval.instance_id == inp.allocation_id)).all():
+                    if job is not None and iv.job_type != job.type:
+                        iv.job_type = job.type
+                        session.add(iv)
+                session.commit()
+
+    @activity.defn(name=acts.ADMIT_JOB.name)
+    def admit_job(self, inp: AdmitInput) -> AdmitResult:
+        """The queue's grant, if the job's turn has come (store/queue.py: race-free admission)."""
+        with session_scope(self.deps.engine) as session:
+            return AdmitResult(granted=queue.admit(session, inp.job_id))
+
+    @activity.defn(name=acts.AWAIT_ALLOCATION_READY.name)
+    async def await_allocation_ready(self, inp: AllocationReadyInput) -> AllocationState:
+        """The allocation once ready (or ended): its `ready` update, a long poll; a workflow already
+        closed answers its last state."""
+        assert self.deps.client is not None, "ActivityDeps.client is required"
+        handle = self.deps.client.get_workflow_handle(inp.workflow_id)
+        try:
+            state: AllocationState = await heartbeating(
+                handle.execute_update("ready", result_type=AllocationState), inp.heartbeat_every_s, "ready?")
+            return state
+        except (RPCError, WorkflowUpdateFailedError) as e:
+            if isinstance(e, RPCError) and e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            ended: AllocationState = await handle.query("state", result_type=AllocationState)
+            return ended
+
+    async def _connect(self, inp: RunJobInput) -> asyncssh.SSHClientConnection:
+        key = await self.deps.blocking(self.deps.private_key)
+        return await asyncssh.connect(inp.host, port=inp.port, username=inp.user, client_keys=[key],
+                                      known_hosts=None, connect_timeout=10)
+
+    @activity.defn(name=acts.RUN_JOB.name)
+    async def run_job(self, inp: RunJobInput) -> RunJobResult:
+        """Start the command (once) and copy its output into the job's log until it exits."""
+        offset = await self.deps.blocking(self._log_end, inp.job_id)
+        activity.heartbeat(offset)
+        async with asyncio.timeout(120):
+            conn = await heartbeating(self._connect(inp), inp.heartbeat_every_s, offset)
+        try:
+            started = await heartbeating(conn.run(launch_script(inp), check=False), inp.heartbeat_every_s,
+                                         offset)
+            if started.exit_status != 0:
+                raise RuntimeError(f"could not start the job: {str(started.stderr or '')[-300:]}")
+            while True:
+                got = await heartbeating(conn.run(read_command(inp.job_id, offset), check=False,
+                                                  encoding=None), inp.heartbeat_every_s, offset)
+                out = got.stdout if isinstance(got.stdout, bytes) else b""
+                status, _, data = out.partition(b"\n")
+                if data:
+                    offset = await self.deps.blocking(self._append, inp.job_id, offset, data)
+                activity.heartbeat(offset)
+                if status.strip() not in (b"-", b"") and len(data) < READ_MAX:
+                    break
+                if len(data) < READ_MAX:
+                    await asyncio.sleep(inp.poll_interval_s)
+            exit_code = int(status.strip())
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                raise  # only this worker stops: the command runs on, and a retry re-attaches
+            # The job was cancelled: stop the command (its machine is terminated next anyway).
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(15):
+                    await conn.run(kill_command(inp.job_id), check=False)
+            raise
+        finally:
+            conn.close()
+        lines = await self.deps.blocking(self._last_lines, inp.job_id)
+        return RunJobResult(exit_code=exit_code, last_lines=lines)
+
+    def _log_end(self, job_id: str) -> int:
+        with session_scope(self.deps.engine) as session:
+            return job_store.log_end(session, job_id)
+
+    def _append(self, job_id: str, offset: int, data: bytes) -> int:
+        """Store the output read at `offset`; the log's end after it (a stale attempt's overlapping
+        write is dropped, and the reader carries on from the true end)."""
+        with session_scope(self.deps.engine) as session:
+            job_store.append_chunk(session, job_id, offset, data)
+            return job_store.log_end(session, job_id)
+
+    def _last_lines(self, job_id: str) -> list[str]:
+        with session_scope(self.deps.engine) as session:
+            return job_store.last_lines(session, job_id)

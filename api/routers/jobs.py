@@ -1,0 +1,276 @@
+"""Managed jobs: a command run on a machine allocated for it (workflows/job.py), its output kept in
+the app database in chunks with byte offsets (store/jobs.py), streamed from any offset.
+
+The row is written before its workflow starts (the workflow's records update it); a start that
+fails marks the row failed with the reason, so nothing stored claims a job that is not running."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+from sqlmodel import select
+
+from api import idempotency as idem
+from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.errors import shown
+from api.pagination import Keyset, Page, PageDep
+from api.placement import resolve
+from api.schemas import CloudId, InstanceCreate, Printable, Strict
+from messages.allocation import AllocateRequest
+from messages.job import JobInput, JobStatus, JobType
+from store import jobs as job_store
+from store import queue, repo
+from store.identity import ssh_identity
+from store.models import Job, utcnow
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+KEYSET = Keyset("jobs", Job.created_at, Job.id, descending=True)
+FOLLOW_POLL_S = 0.2  # how often a followed log looks for more output
+LOG_PAGE = 1 << 20  # bytes per read of a log
+
+
+def job_workflow_id(job_id: str) -> str:
+    return f"job-{job_id}"
+
+
+class JobCreate(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=100), Printable]
+    type: JobType
+    command: Annotated[str, Field(min_length=1, max_length=100_000)]
+    image: Annotated[str, Field(min_length=1, max_length=500), Printable] | None = Field(
+        None, description="a container image: run with `docker run` where the host has Docker, else "
+                          "the command runs directly on the host")
+    gpu: Annotated[str, Field(min_length=1, max_length=40), Printable] | None = Field(
+        None, description="e.g. H100; none: any machine (CPU only is fine)")
+    gpu_count: Annotated[int, Field(ge=1, le=64)] = Field(1, description="GPUs per machine (with `gpu`)")
+    cloud: CloudId | None = Field(None, description="none: any connected cloud, cheapest offer")
+    requested_by: Annotated[str, Field(min_length=1, max_length=100), Printable]
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(0, description="higher runs first")
+    max_price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
+
+
+class JobOut(BaseModel):
+    pri: int | None = Field(description="its place in the queue (1: next), while it waits; null for "
+                                        "types that are not queued (serving, task, kb_compile) and "
+                                        "once granted")
+    id: str
+    name: str
+    type: str
+    status: str  # queued|provisioning|running|succeeded|failed|cancelled
+    command: str
+    image: str | None
+    gpu: str | None
+    gpu_count: int | None
+    cloud: str | None
+    requested_by: str
+    priority: int
+    max_price_per_hour: float | None
+    allocation_id: str | None = Field(description="the instance its machine is (GET /instances/{id})")
+    exit_code: int | None
+    error: str | None = Field(description="why it failed, with the last lines of its output")
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Job, pri: int | None = None) -> JobOut:
+        return cls(pri=pri, id=row.id, name=row.name, type=row.type, status=row.status, command=row.command,
+                   image=row.image, gpu=row.gpu, gpu_count=row.gpu_count, cloud=row.cloud,
+                   requested_by=row.requested_by, priority=row.priority,
+                   max_price_per_hour=row.max_price_per_hour, allocation_id=row.allocation_id,
+                   exit_code=row.exit_code, error=row.error, created_at=row.created_at,
+                   started_at=row.started_at, ended_at=row.ended_at)
+
+
+class JobAccepted(BaseModel):
+    id: str
+    status: str
+
+
+# --------------------------------------------------------------------------- database work (sync)
+
+
+def _job(deps: AppDeps, project: str, job_id: str) -> Job | None:
+    with open_session(deps) as session:
+        row = session.get(Job, job_id)
+    return row if row is not None and row.project == project else None
+
+
+def _public_key(deps: AppDeps) -> str:
+    with open_session(deps) as session:
+        public, _ = ssh_identity(session, deps.box)
+    return public
+
+
+def _insert(deps: AppDeps, row: Job) -> None:
+    """Insert the job: a queueable one to wait its turn; any other granted now, or refused (409)
+    with the limit it would exceed."""
+    with open_session(deps) as session:
+        needs_price = queue.load_limits(session).needs_price(row.project)
+    if needs_price and row.max_price_per_hour is None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            "a $/hr limit applies to this project: give max_price_per_hour")
+    with open_session(deps) as session:  # admit_now's lock must be its transaction's first statement
+        if JobType(row.type).queueable:
+            session.add(row)
+            session.commit()
+            return
+        why = queue.admit_now(session, row)
+    if why is not None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"{row.type} jobs are not queued: over {why}")
+
+
+def _not_started(deps: AppDeps, job_id: str, why: str) -> None:
+    with open_session(deps) as session:
+        row = session.get(Job, job_id)
+        if row is not None:
+            row.status, row.error, row.ended_at = JobStatus.FAILED, f"not started: {why}", utcnow()
+            queue.release(row)
+            session.add(row)
+            session.commit()
+
+
+def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
+    """Output from `offset`, and whether the job had ended before it was read (so nothing more
+    will come once the output read is empty)."""
+    with open_session(deps) as session:
+        row = session.get(Job, job_id)
+        ended = row is not None and JobStatus(row.status).ended
+        return job_store.read_log(session, job_id, offset, LOG_PAGE), ended
+
+
+# --------------------------------------------------------------------------- routes
+
+
+@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
+             responses={409: {"description": "no cloud connected (or not the one named), or a job "
+                                             "type that is not queued over a limit (named)"},
+                        422: {"description": "invalid, or no connected cloud can serve it"},
+                        503: {"description": "Temporal unreachable: the job is recorded as not started"}})
+async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
+                     idempotency_key: idem.IdempotencyKey = None) -> JobAccepted:
+    """Run `command` on a machine allocated for it, then terminate the machine. Training, eval and
+    synthetic jobs wait in the queue for capacity under the limits (PUT /limits); serving, task
+    and kb_compile jobs are not queued: over a limit they are refused (409, the limit named).
+    With an Idempotency-Key the job id derives from the key: a retry answers with the same job and
+    starts what the first request may not have (its workflow runs once per id, ever)."""
+    project, key = caller.project, idempotency_key
+    scope, fingerprint = idem.scope_of("jobs", project), idem.fingerprint(body.model_dump(mode="json"))
+    job_id = repo.new_id() if key is None else idem.derived_id("job", project, key)
+    existing = None
+    if key is not None and await in_thread(idem.check, deps, scope, key, fingerprint):
+        existing = await in_thread(_job, deps, project, job_id)
+        if existing is not None and JobStatus(existing.status).ended:
+            return JobAccepted(id=job_id, status=existing.status)
+    public = await in_thread(_public_key, deps)
+    # The same planning as a hand allocation: which connections may serve it, refused here if none.
+    asked = InstanceCreate(cloud=body.cloud, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
+                           k3s=False, ssh_public_keys=[public], name=body.name)
+    plan = await in_thread(resolve, deps, project, asked)
+    first = plan.targets[0]
+    allocation = AllocateRequest(
+        allocation_id=f"{job_id}-m", connection_id=first.connection_id, cloud=first.cloud,
+        targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
+        gpu_count=asked.gpu_count, k3s=False, ssh_public_keys=[public],
+        max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
+    workflow_id = job_workflow_id(job_id)
+    if existing is None:
+        if key is not None:
+            await in_thread(idem.claim, deps, scope, key, fingerprint, job_id)
+        try:
+            await in_thread(_insert, deps, Job(
+                id=job_id, project=project, name=body.name, type=body.type, command=body.command,
+                image=body.image, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
+                cloud=body.cloud, requested_by=body.requested_by, priority=body.priority,
+                max_price_per_hour=body.max_price_per_hour, workflow_id=workflow_id, status=JobStatus.QUEUED))
+        except HTTPException:
+            if key is not None:  # refused, nothing made: the key is free again
+                await in_thread(idem.release, deps, scope, key, fingerprint)
+            raise
+    inp = JobInput(job_id=job_id, project=project, command=body.command, image=body.image,
+                   allocation=allocation, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s,
+                   queue_poll_s=deps.job_queue_poll_s)
+    try:
+        # Once per id: a retry joins the run the first request started, and never runs one again.
+        await deps.workflows.start("JobWorkflow", inp, workflow_id=workflow_id, once=True)
+    except WorkflowUnavailable as e:
+        if key is None:  # a keyed request is retried (and starts it then); any other is not
+            await in_thread(_not_started, deps, job_id, str(e))
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+    row = await in_thread(_job, deps, project, job_id)
+    return JobAccepted(id=job_id, status=row.status if row is not None else JobStatus.QUEUED)
+
+
+@router.get("", response_model=Page[JobOut])
+def list_jobs(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[JobOut]:
+    """The project's jobs, newest first."""
+    rows, following = KEYSET.fetch(session, select(Job).where(Job.project == caller.project), page)
+    pri = queue.positions(session)
+    return Page(items=[JobOut.of(j, pri.get(j.id)) for j in rows], next_cursor=following)
+
+
+@router.get("/{job_id}", response_model=JobOut, responses={404: {"description": "unknown"}})
+def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobOut:
+    row = session.get(Job, job_id)
+    if row is None or row.project != caller.project:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
+    return JobOut.of(row, queue.positions(session).get(job_id))
+
+
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
+             responses={404: {"description": "unknown"}, 503: {"description": "Temporal unreachable"}})
+async def cancel_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobAccepted:
+    """Cancel: a queued job leaves the queue; a running one is stopped and its machine terminated.
+    Idempotent; a job that has ended stays as it ended."""
+    row = await in_thread(_job, deps, caller.project, job_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
+    if JobStatus(row.status).ended:
+        return JobAccepted(id=job_id, status=row.status)
+    try:
+        if not await deps.workflows.request_update(row.workflow_id, "cancel"):
+            ended = await in_thread(_job, deps, caller.project, job_id)
+            return JobAccepted(id=job_id, status=ended.status if ended else row.status)
+    except WorkflowUnavailable as e:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+    return JobAccepted(id=job_id, status=row.status)
+
+
+@router.get("/{job_id}/logs", response_class=Response,
+            responses={200: {"content": {"text/plain": {}},
+                             "description": "the output from `offset` (stdout and stderr interleaved)"},
+                       404: {"description": "unknown"}})
+async def job_logs(job_id: str, deps: DepsDep, caller: CallerDep,
+                   offset: Annotated[int, Query(ge=0, le=2**53, description="byte offset to start at")] = 0,
+                   follow: Annotated[bool, Query(description="stream until the job ends")] = False,
+                   ) -> Response:
+    """The job's output from byte `offset`. Without `follow`: what is stored now (header
+    `X-Log-Offset`: where to resume). With `follow`: streamed as it arrives until the job ends; a
+    client that loses the stream resumes at `offset` + the bytes it received."""
+    if await in_thread(_job, deps, caller.project, job_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
+    if not follow:
+        data, _ = await in_thread(_read, deps, job_id, offset)
+        return Response(data, media_type="text/plain; charset=utf-8",
+                        headers={"X-Log-Offset": str(offset + len(data))})
+
+    async def stream() -> AsyncIterator[bytes]:
+        at = offset
+        while True:
+            data, ended = await in_thread(_read, deps, job_id, at)
+            if data:
+                at += len(data)
+                yield data
+            elif ended:
+                return
+            else:
+                await asyncio.sleep(FOLLOW_POLL_S)
+
+    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")

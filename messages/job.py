@@ -1,0 +1,111 @@
+"""A managed job's messages: what is asked (JobRequest), where it stands (JobStatus), and the inputs
+of the job's activities. The command is the user's text: it goes to the host quoted, never spliced."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from messages.allocation import AllocateRequest, Timing
+
+
+class JobType(StrEnum):
+    SFT = "sft"
+    DPO = "dpo"
+    GRPO = "grpo"
+    PPO = "ppo"
+    SERVING = "serving"
+    EVAL = "eval"
+    TASK = "task"
+    KB_COMPILE = "kb_compile"
+    SYNTHETIC = "synthetic"
+
+    @property
+    def queueable(self) -> bool:
+        """Training, eval and synthetic wait in the queue for capacity; serving and tasks do not
+        (over a limit they are refused)."""
+        return self not in (JobType.SERVING, JobType.TASK, JobType.KB_COMPILE)
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class JobInput(BaseModel):
+    """JobWorkflow's input: the job's id and the allocation its machine comes from (planned by the
+    API: targets, GPU, the installation's key)."""
+
+    job_id: str
+    project: str
+    command: str
+    image: str | None = None
+    allocation: AllocateRequest
+    timing: Timing = Field(default_factory=Timing)
+    log_poll_s: float = Field(default=1.0, gt=0)  # how often the run activity reads new output
+    queue_poll_s: float = Field(default=5.0, gt=0)  # at most this long between asks for a grant
+
+
+class JobState(BaseModel):
+    """What the `state` query returns."""
+
+    job_id: str
+    status: JobStatus = JobStatus.QUEUED
+    allocation_id: str | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    cancel_requested: bool = False
+
+
+class RecordJobInput(BaseModel):
+    """A job's row brought to `status` (and what is known with it)."""
+
+    job_id: str
+    status: JobStatus
+    allocation_id: str | None = None
+    host: str | None = None
+    exit_code: int | None = None
+    error: str | None = None
+
+
+class RunJobInput(BaseModel):
+    """Run (or re-attach to) the job's command on its machine and copy its output into the log."""
+
+    job_id: str
+    command: str
+    image: str | None = None
+    gpus: bool = False  # the machine has GPUs: `docker run --gpus all`
+    host: str
+    port: int = 22
+    user: str
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    heartbeat_every_s: float = Field(default=2.0, gt=0)
+
+
+class RunJobResult(BaseModel):
+    exit_code: int
+    last_lines: list[str] = Field(default_factory=list)
+
+
+class AllocationReadyInput(BaseModel):
+    """Wait for an allocation (its workflow's `ready` update)."""
+
+    workflow_id: str
+    heartbeat_every_s: float = 5.0
+
+
+class AdmitInput(BaseModel):
+    job_id: str
+
+
+class AdmitResult(BaseModel):
+    granted: bool

@@ -1,0 +1,189 @@
+"""The job queue: limits per project and for the installation (max concurrent GPUs, max $/hr),
+admission in order, and the ledger of grants.
+
+Order. Waiting jobs (queueable types, not yet granted) are ordered by priority (higher first), then
+round-robin between projects at equal priority (each project's jobs ranked by age; rank 0 of every
+project before any rank 1), then age. A job's PRI is its 1-based place in that order.
+
+Admission. A JobWorkflow asks `admit` (an activity) until it is granted. `admit` is one database
+transaction whose first statement writes the single `job_queue_lock` row: on PostgreSQL that row
+lock, on SQLite the database's write lock, makes admissions take turns — each one reads the grants
+and limits as the previous one committed them, so two jobs can never both take the last slot. Inside
+it the order is walked with the capacity in use (every grant not yet released): a job that fits is
+counted as granted (a job ahead keeps its place even before its own workflow asks again); a job
+that does not fit blocks those behind it in its project (a project's order is strict), and one over
+the installation's limit blocks everything behind it. The asking job is granted only if the walk
+grants it. A grant is the job's row (`granted_at`, the GPUs and $/hr it holds); it is released
+(`released_at`) when the job ends, after its machine is verified gone — so the ledger of grants
+bounds the machines that exist. A retried `admit` finds its grant and answers granted again.
+
+Jobs of types that are not queued (serving, task, kb_compile) are granted in the same kind of
+transaction when the API accepts them, or refused with the limit they would exceed.
+
+A job counts against a $/hr limit at its max_price_per_hour (its machine costs at most that); where
+a $/hr limit applies, a job must name one. GPUs: gpu_count when it asks for a GPU, else 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from messages.job import JobStatus, JobType
+from store.models import Job, JobLimit, QueueLock, utcnow
+
+GLOBAL = "*"  # JobLimit.scope of the installation's limits (project ids are slugs: never "*")
+QUEUEABLE = sorted(t.value for t in JobType if t.queueable)
+
+
+@dataclass
+class Usage:
+    gpus: int = 0
+    usd_per_hour: float = 0.0
+
+    def add(self, gpus: int, usd: float) -> None:
+        self.gpus += gpus
+        self.usd_per_hour += usd
+
+
+@dataclass
+class Limits:
+    by_scope: dict[str, JobLimit] = field(default_factory=dict)
+
+    def over(self, scope: str, used: Usage, gpus: int, usd: float) -> str | None:
+        """The limit of `scope` that `gpus` and `usd` more would exceed, named; None if it fits."""
+        lim = self.by_scope.get(scope)
+        if lim is None:
+            return None
+        who = "the installation's" if scope == GLOBAL else f"project {scope}'s"
+        if lim.max_gpus is not None and used.gpus + gpus > lim.max_gpus:
+            return f"{who} limit of {lim.max_gpus} GPUs ({used.gpus} in use, this job needs {gpus})"
+        if lim.max_usd_per_hour is not None and used.usd_per_hour + usd > lim.max_usd_per_hour + 1e-9:
+            return (f"{who} limit of ${lim.max_usd_per_hour:g}/h (${used.usd_per_hour:g}/h in use, "
+                    f"this job up to ${usd:g}/h)")
+        return None
+
+    def needs_price(self, project: str) -> bool:
+        return any(lim.max_usd_per_hour is not None
+                   for s, lim in self.by_scope.items() if s in (project, GLOBAL))
+
+
+def gpus_of(job: Job) -> int:
+    return (job.gpu_count or 1) if job.gpu else 0
+
+
+def usd_of(job: Job) -> float:
+    return job.max_price_per_hour or 0.0
+
+
+def queue_order(waiting: Iterable[Job]) -> list[Job]:
+    """Priority, then round-robin between projects at equal priority, then age."""
+    jobs = sorted(waiting, key=lambda j: (j.created_at, j.id))
+    rank: dict[tuple[int, str], int] = defaultdict(int)
+    keyed = []
+    for j in jobs:
+        r = rank[(j.priority, j.project)]
+        rank[(j.priority, j.project)] += 1
+        keyed.append(((-j.priority, r, j.created_at, j.id), j))
+    return [j for _, j in sorted(keyed, key=lambda kv: kv[0])]
+
+
+def waiting_jobs(session: Session) -> Sequence[Job]:
+    return session.exec(select(Job).where(Job.status == JobStatus.QUEUED, col(Job.granted_at).is_(None),
+                                          col(Job.type).in_(QUEUEABLE))).all()
+
+
+def positions(session: Session) -> dict[str, int]:
+    """Job id -> PRI (1-based global queue position) of every waiting job."""
+    return {j.id: i for i, j in enumerate(queue_order(waiting_jobs(session)), start=1)}
+
+
+def load_limits(session: Session) -> Limits:
+    return Limits({lim.scope: lim for lim in session.exec(select(JobLimit)).all()})
+
+
+def in_use(session: Session) -> tuple[dict[str, Usage], Usage]:
+    """Capacity held by grants not yet released: per project, and in all."""
+    per: dict[str, Usage] = defaultdict(Usage)
+    total = Usage()
+    for j in session.exec(select(Job).where(col(Job.granted_at).is_not(None),
+                                            col(Job.released_at).is_(None))).all():
+        per[j.project].add(j.granted_gpus, j.granted_usd_per_hour)
+        total.add(j.granted_gpus, j.granted_usd_per_hour)
+    return per, total
+
+
+def take_turn(session: Session) -> None:
+    """The admission lock (see the module's docstring): the transaction's first statement."""
+    session.execute(sa.update(QueueLock).where(col(QueueLock.id) == 1)
+                    .values(turns=col(QueueLock.turns) + 1))
+
+
+def _grant(session: Session, job: Job) -> None:
+    job.granted_at, job.granted_gpus, job.granted_usd_per_hour = utcnow(), gpus_of(job), usd_of(job)
+    session.add(job)
+
+
+def admit(session: Session, job_id: str) -> bool:
+    """Grant the job its capacity if the queue's order and the limits allow it now (commits)."""
+    take_turn(session)
+    job = session.get(Job, job_id)
+    if job is None or job.granted_at is not None or JobStatus(job.status).ended:
+        session.commit()
+        return job is not None and job.granted_at is not None
+    limits = load_limits(session)
+    per, total = in_use(session)
+    blocked: set[str] = set()
+    granted = False
+    for w in queue_order(waiting_jobs(session)):
+        if w.project in blocked:
+            continue
+        g, usd = gpus_of(w), usd_of(w)
+        if limits.over(GLOBAL, total, g, usd) is not None:
+            break  # the installation is full: nothing behind it goes first
+        if limits.over(w.project, per[w.project], g, usd) is not None:
+            blocked.add(w.project)
+            continue
+        per[w.project].add(g, usd)
+        total.add(g, usd)
+        if w.id == job_id:
+            _grant(session, w)
+            granted = True
+            break
+    session.commit()
+    return granted
+
+
+def admit_now(session: Session, job: Job) -> str | None:
+    """For a job that is not queued: insert it granted if it fits now (commits); else the limit it
+    would exceed (nothing inserted)."""
+    take_turn(session)
+    limits = load_limits(session)
+    per, total = in_use(session)
+    g, usd = gpus_of(job), usd_of(job)
+    why = limits.over(job.project, per[job.project], g, usd) or limits.over(GLOBAL, total, g, usd)
+    if why is not None:
+        session.rollback()
+        return why
+    _grant(session, job)
+    session.commit()
+    return None
+
+
+def release(job: Job) -> None:
+    """The job has ended and its machine is gone: its capacity is free (the caller commits)."""
+    if job.granted_at is not None and job.released_at is None:
+        job.released_at = utcnow()
+
+
+def set_limits(session: Session, scope: str, max_gpus: int | None,
+               max_usd_per_hour: float | None) -> JobLimit:
+    row = session.get(JobLimit, scope) or JobLimit(scope=scope)
+    row.max_gpus, row.max_usd_per_hour, row.updated_at = max_gpus, max_usd_per_hour, utcnow()
+    session.add(row)
+    session.commit()
+    return row

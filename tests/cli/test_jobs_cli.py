@@ -1,0 +1,39 @@
+"""`gpuprov job run|ls|logs|cancel` against the real app (no worker: the job's output and end are
+written here as its activities write them)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlmodel import Session
+from typer.testing import CliRunner
+
+from cli import app
+from messages.job import JobStatus, RecordJobInput
+from store import jobs as job_store
+from tests.api.conftest import GOOD_KEY
+from tests.cli.conftest import FakeInstantWorkflows
+
+runner = CliRunner()
+
+
+def ok(*args: str) -> str:
+    r = runner.invoke(app, list(args))
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_run_ls_logs_cancel(engine: sa.Engine, workflows: FakeInstantWorkflows) -> None:
+    ok("connect", "fakecloud", "--credential", f"api_key={GOOD_KEY}")
+    out = ok("job", "run", "echo hi", "--name", "hello", "--type", "sft", "--gpu", "a10",
+             "--requested-by", "me")
+    job_id = out.split()[1]
+    assert [s.workflow for s in workflows.starts_of("JobWorkflow")] == ["JobWorkflow"]
+    assert "hello" in ok("job", "ls") and "1× a10" in ok("job", "ls")
+    with Session(engine) as s:
+        job_store.append_chunk(s, job_id, 0, b"hi\n")
+        job_store.append_chunk(s, job_id, 3, b"there\n")
+        job_store.record(s, RecordJobInput(job_id=job_id, status=JobStatus.SUCCEEDED, exit_code=0))
+    assert ok("job", "logs", job_id) == "hi\nthere\n"
+    assert ok("job", "logs", job_id, "--offset", "3") == "there\n"
+    assert ok("job", "logs", job_id, "--follow").startswith("hi\nthere\n")  # the job ended: it returns
+    assert f"job {job_id} succeeded" in ok("job", "cancel", job_id)  # ended: stays as it ended
