@@ -39,6 +39,7 @@ from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.fleet import FleetActivities
 from activities.health import HealthActivities
+from activities.pools import PoolActivities
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
 from activities.sweep import SweepActivities
@@ -54,12 +55,13 @@ from workflows.fleet_probe import FleetProbeWorkflow
 from workflows.health import HealthWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
+from workflows.scale import ScaleWorkflow
 from workflows.sweep import SweepWorkflow
 from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
-                         SweepWorkflow, HealthWorkflow, FleetProbeWorkflow,
+                         SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, ScaleWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -73,6 +75,7 @@ log = logging.getLogger("gpuprov.worker")
 def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
     conns, sweep, health = ConnectionActivities(deps), SweepActivities(deps), HealthActivities(deps)
+    pools = PoolActivities(deps)
     return [
         cloud.validate_allocation, cloud.plan_allocation, cloud.validate_request, cloud.plan_offers,
         cloud.create_instance, cloud.wait_running,
@@ -85,6 +88,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
         health.health_targets, health.check_connection, health.record_health,
         FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,
+        pools.observe_pool, pools.start_pool_machine, pools.record_pool, pools.forget_pool,
     ]
 
 

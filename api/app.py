@@ -22,6 +22,7 @@ from api.routers import (
     fleets,
     instances,
     offers,
+    pools,
     projects,
     providers,
     spend,
@@ -53,7 +54,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)  # built on first use: it covers every route, also those added below
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could.
-    for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets):
+    for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets, pools):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.

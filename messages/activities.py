@@ -18,6 +18,14 @@ from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
 from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
+from messages.pool import (
+    ForgetPoolInput,
+    Observation,
+    ObserveInput,
+    RecordPoolInput,
+    StartMachineInput,
+    StartResult,
+)
 from messages.sweep import (
     JudgeInput,
     Judgements,
@@ -243,6 +251,13 @@ FLEET_HOSTS: ActivityRef[FleetProbeRequest, FleetHostIds] = ActivityRef(
 PROBE_FLEET_HOST: ActivityRef[FleetHostInput, HostProbe] = ActivityRef(
     "probe_fleet_host", FleetHostInput, HostProbe)
 
+# Pools (workflows/scale.py, activities/pools.py).
+OBSERVE_POOL: ActivityRef[ObserveInput, Observation] = ActivityRef("observe_pool", ObserveInput, Observation)
+START_POOL_MACHINE: ActivityRef[StartMachineInput, StartResult] = ActivityRef(
+    "start_pool_machine", StartMachineInput, StartResult)
+RECORD_POOL: ActivityRef[RecordPoolInput, None] = ActivityRef("record_pool", RecordPoolInput, None)
+FORGET_POOL: ActivityRef[ForgetPoolInput, None] = ActivityRef("forget_pool", ForgetPoolInput, None)
+
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
@@ -251,4 +266,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
     FLEET_HOSTS, PROBE_FLEET_HOST,
+    OBSERVE_POOL, START_POOL_MACHINE, RECORD_POOL, FORGET_POOL,
 )

@@ -19,10 +19,10 @@ from api.errors import adapter_class, shown
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusFilter
 from messages.allocation import AllocateRequest, AllocationInput, CloudTarget, TerminateRequest
-from messages.enums import AllocationStatus, ConnectionStatus, Phase
+from messages.enums import AllocationStatus, ConnectionStatus
 from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
 from providers.base import LaunchRequirements, Unsupported
-from store import repo
+from store import allocations, repo
 from store.models import Connection, Instance
 
 router = APIRouter(prefix="/instances", tags=["instances"])
@@ -50,20 +50,24 @@ class Targets:
     notes: list[str] = field(default_factory=list)
 
 
-def refusal(cloud: str, body: InstanceCreate) -> str | None:
-    """Why `cloud` cannot serve the request (its own words), or None."""
+def refusal(cloud: str, req: LaunchRequirements) -> str | None:
+    """Why `cloud` cannot serve a request needing `req` (its own words), or None."""
     try:
         caps = adapter_class(cloud).capabilities
     except HTTPException as e:  # its adapter cannot load in this installation
         return str(e.detail)
     try:
-        caps.check(LaunchRequirements(spot=body.spot, ports=body.ports, image=body.image, region=body.region,
-                                      k3s=body.k3s))
+        caps.check(req)
     except Unsupported as e:
         return e.message
-    if caps.region_required and body.region is None:
+    if caps.region_required and req.region is None:
         return f"{caps.display_name} needs a region"
     return None
+
+
+def requirements(body: InstanceCreate) -> LaunchRequirements:
+    return LaunchRequirements(spot=body.spot, ports=body.ports, image=body.image, region=body.region,
+                              k3s=body.k3s)
 
 
 def _candidates(session: Session, project: str,
@@ -88,7 +92,7 @@ def resolve(deps: AppDeps, project: str, body: InstanceCreate) -> Targets:
     with open_session(deps) as session:
         named, conns = _candidates(session, project, body)
     clouds = list(named) if named is not None else sorted({c.provider for c in conns})
-    reasons = {cloud: why for cloud in clouds if (why := refusal(cloud, body)) is not None}
+    reasons = {cloud: why for cloud in clouds if (why := refusal(cloud, requirements(body))) is not None}
     if named is not None and len(named) == 1 and reasons:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, reasons[named[0]])
     if not conns:
@@ -158,14 +162,6 @@ def _instance(deps: AppDeps, project: str, instance_id: str) -> Instance | None:
     return row if row is not None and row.project == project else None
 
 
-def _record_if_absent(deps: AppDeps, row: Instance) -> str:
-    """Insert the row unless the workflow's own record wrote it first; the row's status now."""
-    with open_session(deps) as session:
-        repo.insert_instance_if_absent(session, row)
-        current = repo.get_instance(session, row.id)
-        return current.status if current is not None else row.status
-
-
 def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
     with open_session(deps) as session:
         repo.update_instance(session, instance_id, **fields)
@@ -230,11 +226,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
                                 f"allocation {allocation_id} ended before it recorded anything")
         return InstanceAccepted(id=row.id, status=row.status)
     # After the start: the list shows the request at once, even before the worker picks it up.
-    current = await in_thread(_record_if_absent, deps, Instance(
-        id=allocation_id, name=body.name, project=project, provider=first.cloud,
-        connection_id=first.connection_id, workflow_id=workflow_id, status=AllocationStatus.PROVISIONING,
-        phase=Phase.VALIDATE, gpu=body.gpu, gpu_count=body.gpu_count, region=body.region, spot=body.spot,
-        note="; ".join(plan.notes) or None))
+    current = await in_thread(allocations.record_started, deps.engine, request, workflow_id)
     return InstanceAccepted(id=allocation_id, status=current)
 
 
