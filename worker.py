@@ -266,7 +266,9 @@ async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
     await ensure_sweep_schedule(client, task_queue=s.task_queue, interval_s=s.sweep_interval_s,
                                 grace_s=s.sweep_grace_s)
     await ensure_health_schedule(client, task_queue=s.task_queue, interval_s=s.health_interval_s)
-    async with build_worker(client, deps, task_queue=s.task_queue):
+    sticky = timedelta(seconds=s.sticky_timeout_s)
+    async with build_worker(client, deps, task_queue=s.task_queue,
+                            sticky_queue_schedule_to_start_timeout=sticky):
         log.info("worker running on %s, task queue %s", s.temporal_address, s.task_queue)
         watched = await start_all_watches(client, deps, s.task_queue)
         log.info("watching %d connection(s) every %gs", watched, deps.watch_interval_s)

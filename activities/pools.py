@@ -7,7 +7,7 @@ Database work runs on the worker's thread pool (`deps.blocking`), cloud and Temp
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlmodel import col, select
@@ -159,12 +159,13 @@ class PoolActivities:
             ssh_public_keys=keys, timing=inp.timing)
         workflow_id = allocation_workflow_id(inp.allocation_id)
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
+        task_timeout = timedelta(seconds=inp.task_timeout_s) if inp.task_timeout_s else None
         try:
-            await self.deps.client.start_workflow(
+            await heartbeating(self.deps.client.start_workflow(
                 "AllocationWorkflow", AllocationInput(request=request), id=workflow_id,
-                task_queue=activity.info().task_queue,
+                task_queue=activity.info().task_queue, task_timeout=task_timeout,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE), inp.heartbeat_every_s, "starting")
         except WorkflowAlreadyStartedError:
             return StartResult(started=False, reason=f"allocation {inp.allocation_id} already ran")
         await self.deps.blocking(allocations.record_started, self.deps.engine, request, workflow_id)

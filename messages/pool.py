@@ -80,6 +80,9 @@ class ScaleInput(BaseModel):
     resync_s: float = Field(default=30.0, gt=0)  # a pass at least this often (losses, failed starts)
     parallel: int = Field(default=4, ge=1)  # at most this many machines provisioning at once
     passes_per_run: int = Field(default=200, ge=1)  # continue-as-new after this many passes
+    # The workflow task timeout of the pool's allocations (None: Temporal's 10 s): how long a task held
+    # by a worker that died waits before another worker gets it. Tests lower it.
+    task_timeout_s: float | None = Field(default=None, gt=0)
     state: ScaleState | None = None
 
 
@@ -153,6 +156,8 @@ class StartMachineInput(BaseModel):
     project: str
     allocation_id: str
     timing: Timing
+    task_timeout_s: float | None = None
+    heartbeat_every_s: float = 1.0
 
 
 class StartResult(BaseModel):

@@ -90,7 +90,7 @@ class ScaleWorkflow:
         workflow.continue_as_new(inp.model_copy(update={"state": self._state}))
 
     def _db_call(self) -> dict[str, Any]:
-        return {"start_to_close_timeout": timedelta(seconds=30),
+        return {"start_to_close_timeout": timedelta(seconds=15),
                 "retry_policy": _retry(self._t.max_retry_interval_s)}
 
     def _teardown_call(self) -> dict[str, Any]:
@@ -237,8 +237,11 @@ class ScaleWorkflow:
         async def start(i: int) -> None:
             result = await call(acts.START_POOL_MACHINE,
                                 StartMachineInput(pool_id=inp.pool_id, project=inp.project,
-                                                  allocation_id=st.slots[i].allocation_id, timing=self._t),
-                                start_to_close_timeout=timedelta(seconds=60),
+                                                  allocation_id=st.slots[i].allocation_id, timing=self._t,
+                                                  task_timeout_s=inp.task_timeout_s,
+                                                  heartbeat_every_s=self._hb_every),
+                                start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
+                                heartbeat_timeout=self._hb,
                                 retry_policy=_retry(self._t.max_retry_interval_s, 5))
             if not result.started and result.reason:
                 errors.append(f"slot {i}: {result.reason}")
