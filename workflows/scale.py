@@ -163,8 +163,9 @@ class ScaleWorkflow:
         if not deleting and not stray_left:
             await self._fill(desired, spec.max_size, views, errors)
 
-        # Deleting: the next pass verifies on the cloud that nothing is left, then forgets.
-        if deleting:
+        # Deleting: once something was removed, the next pass verifies on the cloud at once that
+        # nothing is left, then forgets (a failed removal waits for the resync, not a tight loop).
+        if deleting and removed:
             self._wake = True
         st.errors = errors
         shown = [m for m in obs.machines if m.allocation_id not in removed]
