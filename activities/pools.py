@@ -177,6 +177,10 @@ class PoolActivities:
     def record_pool(self, inp: RecordPoolInput) -> None:
         """The last reconcile's view for GET: each machine counted on the cloud with its allocation's
         status, each slot allocation not (or no longer) on the cloud, and the pass's errors."""
+        if not inp.observed:
+            with session_scope(self.deps.engine) as session:
+                pools.record_errors(session, inp.pool_id, inp.errors)
+            return
         views = {v.allocation_id: v for v in inp.allocations}
         shown: list[dict[str, Any]] = []
         for m in inp.machines:

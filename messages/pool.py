@@ -172,6 +172,7 @@ class RecordPoolInput(BaseModel):
     slots: dict[int, Slot]
     errors: list[str]
     reconciled_at: str  # ISO 8601 (workflow time)
+    observed: bool = True  # False: the pass could not count the cloud; only the errors are news
 
 
 class ForgetPoolInput(BaseModel):

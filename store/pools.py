@@ -50,6 +50,15 @@ def record_reconcile(session: Session, pool_id: str, *, machines: list[dict[str,
     session.commit()
 
 
+def record_errors(session: Session, pool_id: str, errors: list[str]) -> None:
+    """A pass that could not count the cloud: its errors, the last counted machines kept."""
+    row = session.get(Pool, pool_id)
+    if row is not None:
+        row.errors = errors
+        session.add(row)
+        session.commit()
+
+
 def forget(session: Session, pool_id: str) -> None:
     row = session.get(Pool, pool_id)
     if row is not None:

@@ -114,6 +114,11 @@ class ScaleWorkflow:
                              heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 3))
         except ActivityError as e:
             st.errors = [f"observing the pool: {failure_reason(e)}"]  # nothing is judged on no answer
+            await call(acts.RECORD_POOL,
+                       RecordPoolInput(pool_id=inp.pool_id, machines=[], allocations=[], slots=st.slots,
+                                       errors=st.errors, reconciled_at=workflow.now().isoformat(),
+                                       observed=False),
+                       **self._db_call())
             return False
         spec = obs.spec
         if spec is None:
