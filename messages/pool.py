@@ -19,11 +19,16 @@ from messages.allocation import CloudTarget, Timing
 from messages.ids import allocation_of_key
 from providers.base import InstanceRef
 
-# The pool's name goes into the cloud-side name of each machine: short, lowercase, [a-z0-9-].
-POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,22}[a-z0-9])?$")
-POOL_ID_LENGTH = 8
+# The pool's name goes into the cloud-side name of each machine: short, lowercase, [a-z0-9-]. With a
+# 16-char name the attempt key is at most 39 chars (generations below 1000), which fits whole beside
+# `gpuprov-<8-char installation>-` in the names of every cloud but Hyperstack (50 chars: names there
+# fit whole up to a 10-char pool name; a longer one is shortened and its machines are not counted
+# by name — their allocations still hold their slots, which is what bounds the pool).
+POOL_NAME_MAX = 16
+POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,14}[a-z0-9])?$")
+POOL_ID_LENGTH = 6
 MAX_POOL_SIZE = 64  # slots 0..63
-_POOL_ALLOCATION = re.compile(r"^pl([a-z0-9]{8})-([a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-s([0-9]+)g([0-9]+)$")
+_POOL_ALLOCATION = re.compile(r"^pl([a-z0-9]{6})-([a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-s([0-9]+)g([0-9]+)$")
 
 
 class PoolSlot(BaseModel):
@@ -36,8 +41,8 @@ class PoolSlot(BaseModel):
 
 
 def pool_allocation_id(pool_id: str, pool: str, slot: int, generation: int) -> str:
-    """The allocation id of generation `generation` of slot `slot` (at most 46 chars, so the attempt
-    key keeps it whole and `allocation_of_key` gives it back)."""
+    """The allocation id of generation `generation` of slot `slot` (at most 33 chars below generation
+    1000; the attempt key keeps it whole and `allocation_of_key` gives it back)."""
     return f"pl{pool_id}-{pool}-s{slot}g{generation}"
 
 

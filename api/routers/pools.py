@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/pools", tags=["pools"])
 
 KEYSET = Keyset("pools", Pool.created_at, Pool.id, descending=False)
-PoolName = Annotated[str, Path(description="lowercase letters, digits and '-', at most 24 characters "
+PoolName = Annotated[str, Path(description="lowercase letters, digits and '-', at most 16 characters "
                                            "(it is part of each machine's name on the cloud)")]
 Size = Annotated[int, Field(ge=0, le=MAX_POOL_SIZE)]
 SHAPE = ("cloud", "gpu", "gpu_count", "region", "spot", "k3s")
@@ -116,7 +116,7 @@ class PoolOut(BaseModel):
 def _check_name(name: str) -> None:
     if not POOL_NAME.match(name):
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            "a pool name is 1-24 lowercase letters, digits and '-', not starting or "
+                            "a pool name is 1-16 lowercase letters, digits and '-', not starting or "
                             "ending with '-'")
 
 

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import httpx
 
-from messages.pool import ScaleInput
+from messages.ids import attempt_key
+from messages.pool import POOL_NAME, POOL_NAME_MAX, PoolSlot, ScaleInput, pool_allocation_id, slot_of_key
+from providers import naming
 from tests.api.conftest import FakeWorkflows, connect_fake, make_project
 
 URL = "/api/compute/pools"
+
+
+def test_a_pool_machine_names_its_pool_slot_and_generation_in_a_name_clouds_keep_whole() -> None:
+    name = "a" * POOL_NAME_MAX
+    assert POOL_NAME.match(name) and not POOL_NAME.match(name + "a") and not POOL_NAME.match("web-")
+    key = attempt_key(pool_allocation_id("x1y2z3", name, 63, 999), 9)
+    # GCP's 63 characters beside a default (8-char) installation id: whole, not shortened.
+    assert naming.owned_name("abcd1234", key, 63, what="a test name") == naming.prefix("abcd1234") + key
+    assert slot_of_key(key) == PoolSlot(pool_id="x1y2z3", pool=name, slot=63, generation=999)
+    assert slot_of_key(attempt_key("k2j4h6g8f0", 1)) is None  # a machine allocated by hand
 
 
 async def test_size_outside_min_max_is_refused_naming_the_bound(client: httpx.AsyncClient,

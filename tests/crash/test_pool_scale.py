@@ -25,7 +25,14 @@ from temporalio.testing import WorkflowEnvironment
 from fakeclouds.engine import PENDING, TERMINATED, Machine
 from fakeclouds.server import FakeCloudServer
 from messages.allocation import Timing
-from messages.pool import PoolStatus, ScaleInput, ScaleState, scale_workflow_id, slot_of_allocation
+from messages.pool import (
+    POOL_ID_LENGTH,
+    PoolStatus,
+    ScaleInput,
+    ScaleState,
+    scale_workflow_id,
+    slot_of_allocation,
+)
 from store import pools, repo
 from store.models import Pool
 from tests import simclouds
@@ -146,7 +153,7 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
         temporal_client: Client, sim: FakeCloudServer, db_engine: sa.Engine, pool_worker: WorkerProcess,
         delays_restored: None) -> None:
     await sim.admin.aio.set_stock("cpu-small", "local-1", 20, facade="local")
-    pool_id, name = repo.new_id(8), f"p{uuid.uuid4().hex[:6]}"
+    pool_id, name = repo.new_id(POOL_ID_LENGTH), f"p{uuid.uuid4().hex[:6]}"
     with Session(db_engine) as session:
         pools.save_pool(session, Pool(id=pool_id, project=repo.DEFAULT_PROJECT, name=name, cloud="local",
                                       min_size=0, max_size=MAX, size=MAX, status=PoolStatus.ACTIVE,
