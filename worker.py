@@ -41,6 +41,7 @@ from activities.fleet import FleetActivities
 from activities.health import HealthActivities
 from activities.jobs import JobActivities
 from activities.policy import PolicyActivities
+from activities.pools import PoolActivities
 from activities.records import RecordActivities
 from activities.ssh import SshActivities
 from activities.sweep import SweepActivities
@@ -58,12 +59,14 @@ from workflows.job import JobWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
 from workflows.policy import PolicyWorkflow
+from workflows.scale import ScaleWorkflow
 from workflows.sweep import SweepWorkflow
 from workflows.watch import WatchWorkflow
 
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
                          SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, PolicyWorkflow, JobWorkflow,
+                         ScaleWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -78,6 +81,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     cloud, ssh, records = CloudActivities(deps), SshActivities(deps), RecordActivities(deps)
     conns, sweep, health = ConnectionActivities(deps), SweepActivities(deps), HealthActivities(deps)
     jobs = JobActivities(deps)
+    pools = PoolActivities(deps)
     return [
         cloud.validate_allocation, cloud.plan_allocation, cloud.validate_request, cloud.plan_offers,
         cloud.create_instance, cloud.wait_running,
@@ -93,6 +97,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         PolicyActivities(deps).policy_facts, PolicyActivities(deps).policy_act,
         PolicyActivities(deps).record_policy_run,
         jobs.record_job, jobs.await_allocation_ready, jobs.run_job, jobs.admit_job,
+        pools.observe_pool, pools.start_pool_machine, pools.record_pool, pools.forget_pool,
     ]
 
 
@@ -269,7 +274,9 @@ async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
     await ensure_sweep_schedule(client, task_queue=s.task_queue, interval_s=s.sweep_interval_s,
                                 grace_s=s.sweep_grace_s)
     await ensure_health_schedule(client, task_queue=s.task_queue, interval_s=s.health_interval_s)
-    async with build_worker(client, deps, task_queue=s.task_queue):
+    sticky = timedelta(seconds=s.sticky_timeout_s)
+    async with build_worker(client, deps, task_queue=s.task_queue,
+                            sticky_queue_schedule_to_start_timeout=sticky):
         log.info("worker running on %s, task queue %s", s.temporal_address, s.task_queue)
         watched = await start_all_watches(client, deps, s.task_queue)
         log.info("watching %d connection(s) every %gs", watched, deps.watch_interval_s)

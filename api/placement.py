@@ -28,20 +28,24 @@ class Targets:
     notes: list[str] = field(default_factory=list)
 
 
-def refusal(cloud: str, body: InstanceCreate) -> str | None:
-    """Why `cloud` cannot serve the request (its own words), or None."""
+def refusal(cloud: str, req: LaunchRequirements) -> str | None:
+    """Why `cloud` cannot serve a request needing `req` (its own words), or None."""
     try:
         caps = adapter_class(cloud).capabilities
     except HTTPException as e:  # its adapter cannot load in this installation
         return str(e.detail)
     try:
-        caps.check(LaunchRequirements(spot=body.spot, ports=body.ports, image=body.image, region=body.region,
-                                      k3s=body.k3s))
+        caps.check(req)
     except Unsupported as e:
         return e.message
-    if caps.region_required and body.region is None:
+    if caps.region_required and req.region is None:
         return f"{caps.display_name} needs a region"
     return None
+
+
+def requirements(body: InstanceCreate) -> LaunchRequirements:
+    return LaunchRequirements(spot=body.spot, ports=body.ports, image=body.image, region=body.region,
+                              k3s=body.k3s)
 
 
 def _candidates(session: Session, project: str,
@@ -70,7 +74,7 @@ def resolve(deps: AppDeps, project: str, body: InstanceCreate) -> Targets:
                          for kind in named or [] if registry.is_fleet(kind)
                          for fleet_id in fleets.fleet_ids(session, project)]
     clouds = list(named) if named is not None else sorted({c.provider for c in conns})
-    reasons = {cloud: why for cloud in clouds if (why := refusal(cloud, body)) is not None}
+    reasons = {cloud: why for cloud in clouds if (why := refusal(cloud, requirements(body))) is not None}
     if named is not None and len(named) == 1 and reasons:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, reasons[named[0]])
     if not conns and not fleet_targets:

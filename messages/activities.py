@@ -27,6 +27,14 @@ from messages.job import (
     RunJobResult,
 )
 from messages.policy import ActInput, ActResult, PolicyFacts, PolicyInput, RecordPolicyRun
+from messages.pool import (
+    ForgetPoolInput,
+    Observation,
+    ObserveInput,
+    RecordPoolInput,
+    StartMachineInput,
+    StartResult,
+)
 from messages.sweep import (
     JudgeInput,
     Judgements,
@@ -45,6 +53,8 @@ O = TypeVar("O")  # noqa: E741
 
 
 @dataclass(frozen=True)
+
+
 class ActivityRef(Generic[I, O]):
     name: str
     input: type[I]
@@ -266,6 +276,12 @@ AWAIT_ALLOCATION_READY: ActivityRef[AllocationReadyInput, AllocationState] = Act
     "await_allocation_ready", AllocationReadyInput, AllocationState)
 RUN_JOB: ActivityRef[RunJobInput, RunJobResult] = ActivityRef("run_job", RunJobInput, RunJobResult)
 ADMIT_JOB: ActivityRef[AdmitInput, AdmitResult] = ActivityRef("admit_job", AdmitInput, AdmitResult)
+# Pools (workflows/scale.py, activities/pools.py).
+OBSERVE_POOL: ActivityRef[ObserveInput, Observation] = ActivityRef("observe_pool", ObserveInput, Observation)
+START_POOL_MACHINE: ActivityRef[StartMachineInput, StartResult] = ActivityRef(
+    "start_pool_machine", StartMachineInput, StartResult)
+RECORD_POOL: ActivityRef[RecordPoolInput, None] = ActivityRef("record_pool", RecordPoolInput, None)
+FORGET_POOL: ActivityRef[ForgetPoolInput, None] = ActivityRef("forget_pool", ForgetPoolInput, None)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
@@ -277,4 +293,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     FLEET_HOSTS, PROBE_FLEET_HOST,
     POLICY_FACTS, POLICY_ACT, RECORD_POLICY_RUN,
     RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB,
+    OBSERVE_POOL, START_POOL_MACHINE, RECORD_POOL, FORGET_POOL,
 )

@@ -24,6 +24,9 @@ class Timing(BaseModel):
     ssh_timeout_s: float = Field(default=600.0, gt=0)  # running -> SSH answers
     k3s_timeout_s: float = Field(default=900.0, gt=0)
     max_retry_interval_s: float = Field(default=30.0, gt=0)
+    # Activities that only read or write the database (record, validate) do not heartbeat: one lost
+    # with its worker is retried only after this.
+    record_timeout_s: float = Field(default=30.0, gt=0)
     # A watched machine's workflow starts afresh (continue-as-new) this often, so the history of a
     # machine that lives for months stays small; sooner if Temporal suggests it.
     continue_as_new_after_s: float = Field(default=86400.0, gt=0)

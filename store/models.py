@@ -402,3 +402,34 @@ class JobLogChunk(SQLModel, table=True):
     offset: int = Field(sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
     data: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
     at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class Pool(SQLModel, table=True):
+    """A pool: the desired number of identical machines of one cloud (workflows/scale.py reconciles
+    it). `id` is the incarnation, in every machine's allocation id (messages/pool.py), so the cloud's
+    listing names the pool; a pool deleted and made again under the same name gets a new id. The
+    last reconcile's view (machines counted on the cloud, each with its allocation's status) is
+    written by the workflow for GET."""
+
+    __table_args__ = (sa.UniqueConstraint("project", "name", name="uq_pool_project_name"),)
+
+    id: str = Field(primary_key=True)
+    project: str = Field(index=True)
+    name: str
+    cloud: str
+    gpu: str | None = None
+    gpu_count: int | None = None
+    region: str | None = None
+    spot: bool | None = None
+    k3s: bool = False
+    min_size: int
+    max_size: int
+    size: int
+    ssh_public_keys: list[str] = Field(default_factory=list, sa_column=sa.Column(sa.JSON, nullable=False))
+    status: str = "active"  # a PoolStatus
+    workflow_id: str
+    machines: list[dict[str, Any]] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
+    errors: list[str] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
+    reconciled_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))

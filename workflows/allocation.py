@@ -233,7 +233,7 @@ class AllocationWorkflow:
         await self._advance(Phase.VALIDATE)
         self._state.notes += self._req.notes
         result = await call(acts.VALIDATE_ALLOCATION, ValidateInput(request=self._req, **self._marked()),
-                            start_to_close_timeout=timedelta(seconds=30),
+                            start_to_close_timeout=timedelta(seconds=self._t.record_timeout_s),
                             retry_policy=_retry(self._t.max_retry_interval_s, 5))
         self._caps = result.capabilities
         self._state.notes += [f"skipped {s}" for s in result.skipped]
@@ -444,5 +444,5 @@ class AllocationWorkflow:
         await call(acts.RECORD_ALLOCATION,
                    RecordAllocationInput(request=self._req, state=self._state, status=status,
                                          **self._marked()),
-                   start_to_close_timeout=timedelta(seconds=30),
+                   start_to_close_timeout=timedelta(seconds=self._t.record_timeout_s),
                    retry_policy=_retry(self._t.max_retry_interval_s))

@@ -21,9 +21,9 @@ from api.placement import resolve
 from api.routers.budget import refuse_over_budget
 from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusFilter
 from messages.allocation import AllocateRequest, AllocationInput, TerminateRequest
-from messages.enums import AllocationStatus, Phase
+from messages.enums import AllocationStatus
 from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
-from store import repo
+from store import allocations, repo
 from store.models import Instance
 
 router = APIRouter(prefix="/instances", tags=["instances"])
@@ -84,14 +84,6 @@ def _instance(deps: AppDeps, project: str, instance_id: str) -> Instance | None:
     with open_session(deps) as session:
         row = repo.get_instance(session, instance_id)
     return row if row is not None and row.project == project else None
-
-
-def _record_if_absent(deps: AppDeps, row: Instance) -> str:
-    """Insert the row unless the workflow's own record wrote it first; the row's status now."""
-    with open_session(deps) as session:
-        repo.insert_instance_if_absent(session, row)
-        current = repo.get_instance(session, row.id)
-        return current.status if current is not None else row.status
 
 
 def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
@@ -166,11 +158,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
                                 f"allocation {allocation_id} ended before it recorded anything")
         return InstanceAccepted(id=row.id, status=row.status)
     # After the start: the list shows the request at once, even before the worker picks it up.
-    current = await in_thread(_record_if_absent, deps, Instance(
-        id=allocation_id, name=body.name, project=project, provider=first.cloud,
-        connection_id=first.connection_id, workflow_id=workflow_id, status=AllocationStatus.PROVISIONING,
-        phase=Phase.VALIDATE, gpu=body.gpu, gpu_count=body.gpu_count, region=body.region, spot=body.spot,
-        note="; ".join(plan.notes) or None))
+    current = await in_thread(allocations.record_started, deps.engine, request, workflow_id)
     return InstanceAccepted(id=allocation_id, status=current)
 
 

@@ -13,8 +13,8 @@ from sqlmodel import Session, select
 
 from api import idempotency
 from api.deps import WorkflowUnavailable
-from api.routers import instances
 from messages.connection import ConnectResult
+from store import allocations as started_rows
 from store.models import Connection, IdempotencyRecord, Instance
 from tests.api.conftest import GOOD_KEY, FakeWorkflows, connect_fake, make_project
 
@@ -140,7 +140,7 @@ async def test_api_killed_after_the_start_a_retry_joins_that_run(
     def killed(*args: Any) -> str:
         raise SystemExit("killed")
 
-    monkeypatch.setattr(instances, "_record_if_absent", killed)
+    monkeypatch.setattr(started_rows, "record_started", killed)
     with pytest.raises(SystemExit):
         await client.post(URL, json=body(ssh_key), **keyed("k"))
     monkeypatch.undo()

@@ -241,17 +241,16 @@ def test_unsupported_filters_are_refused(flt: str) -> None:
 def test_the_api_refuses_an_allocation_without_a_region_before_any_workflow() -> None:
     import asyncssh
 
-    from api.placement import refusal
+    from api.placement import refusal, requirements
     from api.schemas import InstanceCreate
 
     key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
     body = InstanceCreate(cloud="gcp", gpu="l4", ssh_public_keys=[key])
-    assert refusal("gcp", body) == "Google Compute Engine needs a region"
-    assert (
-        refusal("gcp", body.model_copy(update={"region": "us-central1", "ports": [8080], "spot": True}))
-        is None
-    )
-    assert "no region" in str(refusal("gcp", body.model_copy(update={"region": "mars-north1"})))
+    assert refusal("gcp", requirements(body)) == "Google Compute Engine needs a region"
+    placed = body.model_copy(update={"region": "us-central1", "ports": [8080], "spot": True})
+    assert refusal("gcp", requirements(placed)) is None
+    nowhere = body.model_copy(update={"region": "mars-north1"})
+    assert "no region" in str(refusal("gcp", requirements(nowhere)))
 
 
 def test_importing_the_adapter_does_not_import_the_sdk() -> None:
