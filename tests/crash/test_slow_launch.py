@@ -75,6 +75,15 @@ async def launch_sent(engine: sa.Engine, key: str) -> None:
             await asyncio.sleep(0.2)
 
 
+async def launch_arrived(sim: FakeCloudServer) -> None:
+    """Until the simulated Lambda has received the launch: the fault (times=1) is drawn on arrival."""
+    async with asyncio.timeout(30):
+        while True:
+            if not await sim.admin.aio.faults():
+                return
+            await asyncio.sleep(0.1)
+
+
 @pytest.mark.parametrize("kill_worker", [False, True], ids=["no-crash", "worker-killed"])
 async def test_a_slow_launch_makes_one_machine(temporal_client: Client, sim: FakeCloudServer,
                                                worker_process: WorkerProcess, lambda_connection: str,
@@ -86,8 +95,9 @@ async def test_a_slow_launch_makes_one_machine(temporal_client: Client, sim: Fak
     lands_by = loop.time() + DELAY_S + 5  # the simulation acts on the first launch by then, at the latest
     if kill_worker:
         await launch_sent(db_engine, attempt_key(allocation_id, 1))
-        # Let the request leave (either way the outcome must be one machine; only the wait differs).
-        await asyncio.sleep(1)
+        # Until the launch request has reached the cloud (it drew the one-shot latency fault), so the
+        # worker dies with it in flight rather than before it left.
+        await launch_arrived(sim)
         worker_process.kill()  # the answer is lost with the worker; the launch is still in flight
         worker_process.start()
 

@@ -134,8 +134,10 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         await until(api_up, 60, f"the API to answer; log:\n{api.tail() if api.log.exists() else ''}")
         yield s
     finally:
+        # The assertions are done: SIGKILL, not SIGTERM, which would give the surviving worker's
+        # in-flight activities its 10 s grace period (graceful_shutdown_timeout) for nothing.
         for service in [api, *workers]:
-            service.stop()
+            service.kill()
 
 
 async def test_a_create_retried_on_the_other_worker_makes_one_machine(stack: Stack,

@@ -12,7 +12,7 @@ from temporalio.client import Client
 
 from activities.deps import ActivityDeps
 from fakeclouds.gcp_api import FACADE
-from fakeclouds.server import FakeCloudServer
+from fakeclouds.server import FakeCloudServer, default_tokens
 from providers.base import ConnectionOptions
 from providers.gcp import GcpProvider
 from store.secrets import SecretBox
@@ -23,6 +23,12 @@ from worker import build_worker
 # the workflow tests' worker in one session (two workers may not share a queue in one process).
 TASK_QUEUE = "gpuprov-gcp-tests"
 INSTALLATION = "gcpwf001"
+# The simulation derives a token's 2048-bit key in pure Python (about 1 s of CPU, several on a busy
+# box), cached per process: tests that need a key use one of these two, so the session derives each
+# once. The simulated project's own default token (its servers derive that one anyway), and one it
+# did not issue.
+SIM_TOKEN = default_tokens([FACADE.name])[FACADE.name]
+STRANGER_TOKEN = "not-the-token"
 
 
 @pytest.fixture(scope="module")

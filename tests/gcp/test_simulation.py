@@ -18,6 +18,7 @@ from google.cloud import compute_v1
 from fakeclouds.gcp_auth import PROJECT, service_account_key
 from fakeclouds.server import FakeCloudServer
 from tests import simclouds
+from tests.gcp.conftest import STRANGER_TOKEN
 
 ZONE = "us-central1-a"
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
@@ -156,7 +157,7 @@ def test_auth_is_the_service_account_jwt(sim_clean: FakeCloudServer, sdk: Callab
         sdk("ProjectsClient").get(project="someone-elses-project")
     assert forbidden.value.errors[0]["reason"] == "forbidden"
     # A key the simulation did not issue (another token's) is refused like a revoked one.
-    stranger = service_account.Credentials.from_service_account_info(service_account_key("not-the-token"))
+    stranger = service_account.Credentials.from_service_account_info(service_account_key(STRANGER_TOKEN))
     client = compute_v1.ProjectsClient(
         credentials=stranger, client_options={"api_endpoint": simclouds.endpoint(sim_clean, "gcp")}
     )

@@ -18,8 +18,9 @@ from fakeclouds.errors import Invalid
 from providers import gcp_catalog, registry
 from providers.base import CapacityError, FailureScope, InvalidRequest, QuotaError, Transient
 from providers.gcp import GcpProvider, instance_name
+from tests.gcp.conftest import SIM_TOKEN, STRANGER_TOKEN
 
-TOKEN = "unit-test-token"
+TOKEN = SIM_TOKEN
 
 
 @pytest.fixture(scope="module")
@@ -193,8 +194,8 @@ def test_the_simulation_verifies_signature_audience_and_expiry() -> None:
     del scoped["aud"]
     verifier.check(_jwt(scoped))
     for bad in (
-        _jwt(good, token="another-token"),  # another key (another kid)
-        _jwt(good, token="another-token", kid=gcp_auth.key_id(TOKEN)),  # right kid, forged signature
+        _jwt(good, token=STRANGER_TOKEN),  # another key (another kid)
+        _jwt(good, token=STRANGER_TOKEN, kid=gcp_auth.key_id(TOKEN)),  # right kid, forged signature
         _jwt({**good, "aud": "https://storage.googleapis.com/"}),
         _jwt({**good, "iat": now - 7200, "exp": now - 3600}),
         _jwt({**good, "exp": now + 7200}),  # longer than an hour

@@ -257,11 +257,19 @@ async def test_concurrent_creates_are_paced_under_the_limits(sim: FakeCloudServe
     assert all(b - a >= 12.0 * SCALE for a, b in zip(launches, launches[1:], strict=False))
 
 
-async def test_pacing_at_real_speed(sim: FakeCloudServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The one real-speed test (~25 s): Lambda's documented limits at time_scale 1 on both sides,
-    three launches and a watch polling meanwhile. No call is refused; launches leave ≥ 12 s apart."""
-    monkeypatch.setenv(pacing.TIME_SCALE_ENV, "1")
-    sim.admin.configure(time_scale=1.0)
+# Fast enough to keep the test short (3 launches 1.2 s apart), slow enough that the pacer, not the
+# latency of a loopback call (milliseconds), is what spaces the calls, as at real speed: both sides
+# scale every documented interval by the same factor, so the pacer and the simulator agree exactly as
+# they do at 1.
+PACED_SCALE = 0.1
+
+
+async def test_pacing_where_the_pacer_binds(sim: FakeCloudServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lambda's documented limits at a time scale where the pacer binds, on both sides (the session's
+    0.001 makes every interval shorter than a call): three launches and a watch polling meanwhile.
+    No call is refused; launches leave >= 12 s (scaled) apart."""
+    monkeypatch.setenv(pacing.TIME_SCALE_ENV, str(PACED_SCALE))
+    sim.admin.configure(time_scale=PACED_SCALE)
     p = adapter(sim)
     async with p:
         statuses: list[int] = []
@@ -271,7 +279,8 @@ async def test_pacing_at_real_speed(sim: FakeCloudServer, monkeypatch: pytest.Mo
 
         p._http().event_hooks["response"].append(record)
         pacer = p.pacer()
-        assert pacer.scale == 1.0 and pacer.launch_interval == 12.0
+        assert pacer.scale == PACED_SCALE and pacer.launch_interval == pytest.approx(12.0 * PACED_SCALE)
+        assert pacer.interval == pytest.approx(1.0 * PACED_SCALE)
 
         async def add_key() -> None:  # the account's key, made beside the API (no call to count)
             sim.engine.add_ssh_key("lambda", "real-speed", PUBLIC)
@@ -287,13 +296,13 @@ async def test_pacing_at_real_speed(sim: FakeCloudServer, monkeypatch: pytest.Mo
         await asyncio.sleep(0)  # the first launch goes first
         polls = 0
         while not launching.done():
-            await p.find_all("t-watched")  # one call each, paced one per second beside the launches
+            await p.find_all("t-watched")  # one call each, paced one per (scaled) second beside the launches
             polls += 1
         await launching
     assert polls >= 2 and 429 not in statuses and lambda_api.rate_limited(sim.engine) == 0
     assert len([m for m in sim.admin.machines() if m["name"].startswith("real-speed-")]) == 3
     times = list(pacer.launch_times)[-3:]
-    assert all(b - a >= 12.0 for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a >= 12.0 * PACED_SCALE for a, b in zip(times, times[1:], strict=False))
 
 
 async def test_an_offer_outside_the_capabilities_regions_is_refused_before_any_call() -> None:

@@ -144,8 +144,9 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         await s.api_up()
         yield s
     finally:
-        api.stop()
-        worker.stop()
+        # The assertions are done: SIGKILL, not SIGTERM (the worker's 10 s grace period for nothing).
+        api.kill()
+        worker.kill()
         engine.dispose()
         print(f"\nkill test timings (s): {s.timings}")
 
