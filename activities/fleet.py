@@ -36,7 +36,8 @@ class Gpu:
     memory_mib: int | None
 
 
-_VENDOR = re.compile(r"^(NVIDIA|AMD|Habana Labs|Habana|Intel)\s+", re.IGNORECASE)
+# Vendor and brand words: "NVIDIA H100" -> "H100", "AMD Instinct MI300X" -> "MI300X".
+_VENDOR = re.compile(r"^(NVIDIA|AMD(\s+Instinct)?|Habana Labs|Habana|Intel)\s+", re.IGNORECASE)
 # Memory sizes and form factors: the summary gives the memory itself ("H100 80GB HBM3" -> "H100").
 _NOISE = re.compile(r"^(\d+\s*GB|HBM\d*e?|PCIe|SXM\d*|NVL|OAM)$", re.IGNORECASE)
 
