@@ -17,6 +17,7 @@ import httpx
 from sqlmodel import Session
 from temporalio import activity
 
+from activities import policy_pools
 from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.policy import (
@@ -84,18 +85,12 @@ FACTS: dict[str, FactsFn] = {
 CostFn = Callable[[Session, str, Any], float | None]
 
 
-def scale_pool_cost(session: Session, project: str, then: Any) -> float | None:
-    """$/hr the scaling would add (machines added × the pool's price): unknown until pools exist, so
-    a policy with a max spend does not scale (and says why) rather than guess."""
-    return None
-
-
 def no_cost(session: Session, project: str, then: Any) -> float | None:
     return 0.0  # a webhook, a pause or a termination adds no machine
 
 
-COSTS: dict[str, CostFn] = {"scale_pool": scale_pool_cost, "webhook": no_cost, "pause_queue": no_cost,
-                            "terminate_idle": no_cost}
+COSTS: dict[str, CostFn] = {"scale_pool": policy_pools.scale_pool_cost, "webhook": no_cost,
+                            "pause_queue": no_cost, "terminate_idle": no_cost}
 
 
 # --------------------------------------------------------------------------- actions, per Then kind
@@ -133,10 +128,6 @@ async def webhook_action(deps: ActivityDeps, inp: ActInput, then: WebhookThen) -
     return ActResult(ok=False, result=f"webhook answered HTTP {r.status_code}")
 
 
-async def scale_pool_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:
-    return ActResult(ran=False, ok=False, result=f"not run: {NEEDS_POOLS}")
-
-
 async def pause_queue_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:
     return ActResult(ran=False, ok=False, result=f"not run: {NEEDS_QUEUE}")
 
@@ -146,8 +137,8 @@ async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: Any) ->
 
 
 ACTIONS: dict[str, ActionFn] = {
-    "webhook": webhook_action, "scale_pool": scale_pool_action, "pause_queue": pause_queue_action,
-    "terminate_idle": terminate_idle_action,
+    "webhook": webhook_action, "scale_pool": policy_pools.scale_pool_action,
+    "pause_queue": pause_queue_action, "terminate_idle": terminate_idle_action,
 }
 
 
@@ -172,10 +163,12 @@ class PolicyActivities:
             facts = FACTS[spec.when.kind](session, inp.project, spec.when, now)
             rate = spend.running_rate(session, inp.project)
             cost = COSTS[spec.then.kind](session, inp.project, spec.then)
+            pool_size = policy_pools.size_of(session, inp.project, spec.then)
         last = spend.aware(row.last_triggered_at).isoformat() if row.last_triggered_at else None
         return PolicyFacts(policy_id=row.id, project=row.project, enabled=row.enabled, name=row.name,
                            spec=spec, last_triggered_at=last, spend_rate_per_hour=rate,
-                           added_cost_per_hour=cost, facts=facts, measured_at=now.isoformat())
+                           added_cost_per_hour=cost, pool_size=pool_size, facts=facts,
+                           measured_at=now.isoformat())
 
     @activity.defn(name=acts.POLICY_ACT.name)
     async def policy_act(self, inp: ActInput) -> ActResult:

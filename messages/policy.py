@@ -248,6 +248,9 @@ class PolicyFacts(BaseModel):
     last_triggered_at: str | None = None  # ISO 8601 UTC: when it last acted
     spend_rate_per_hour: float = 0.0  # $/hr of the project's machines running now (the ledger)
     added_cost_per_hour: float | None = 0.0  # $/hr the Then would add (None: not known yet)
+    # scale_pool: the pool's size when measured. `by` counts from it, so a retried action (a worker
+    # lost after saving the new size) sets the same size again instead of adding twice.
+    pool_size: int | None = None
     facts: Facts = Field(default_factory=Facts)
     measured_at: str = ""
 

@@ -47,6 +47,9 @@ class FakePolicyStore:
 
     spend_usd: float = 8.0  # over the policy's $5: the When holds
     rate_per_hour: float = 12.0  # under its $20/h max
+    spec: PolicySpec = SPEC
+    oldest_wait_minutes: float | None = None  # a queue_wait policy's reading
+    added_cost_per_hour: float | None = 0.0  # what the Then would add (scale_pool: machines × price)
     last_triggered_at: str | None = None
     trigger_count: int = 0
     webhooks: list[ActInput] = field(default_factory=list)
@@ -55,9 +58,11 @@ class FakePolicyStore:
     def activities(self) -> list[object]:
         @activity.defn(name="policy_facts")
         async def fake_policy_facts(inp: PolicyInput) -> PolicyFacts:
-            return PolicyFacts(policy_id=inp.policy_id, project=inp.project, name="spend alarm", spec=SPEC,
-                               last_triggered_at=self.last_triggered_at,
-                               spend_rate_per_hour=self.rate_per_hour, facts=Facts(spend_usd=self.spend_usd))
+            facts = Facts(spend_usd=self.spend_usd, oldest_wait_minutes=self.oldest_wait_minutes)
+            return PolicyFacts(policy_id=inp.policy_id, project=inp.project, name="a policy",
+                               spec=self.spec, last_triggered_at=self.last_triggered_at,
+                               spend_rate_per_hour=self.rate_per_hour,
+                               added_cost_per_hour=self.added_cost_per_hour, facts=facts)
 
         @activity.defn(name="policy_act")
         async def fake_policy_act(inp: ActInput) -> ActResult:
@@ -72,6 +77,21 @@ class FakePolicyStore:
                 self.last_triggered_at = inp.at
 
         return [fake_policy_facts, fake_policy_act, fake_record_policy_run]
+
+
+async def every_minute(env: WorkflowEnvironment, n: int) -> list[bool]:
+    """Run the policy once a simulated minute, `n` times, as its Schedule would; whether each acted."""
+    acted = []
+    for _ in range(n):
+        # Time moves only by env.sleep: awaiting a result would otherwise skip ahead to the
+        # next timer (the run's timeout, years away).
+        with env.auto_time_skipping_disabled():
+            out = await env.client.execute_workflow(
+                "PolicyWorkflow", PolicyInput(policy_id="pol1", project="default"),
+                id=f"policy-test-{uuid.uuid4().hex[:8]}", task_queue=QUEUE, result_type=PolicyRunOutcome)
+        acted.append(out.acted)
+        await env.sleep(timedelta(minutes=1))
+    return acted
 
 
 @pytest.fixture
@@ -91,19 +111,7 @@ async def test_spend_policy_acts_once_per_cooldown_and_never_over_the_max_spend(
                       activities=store.activities(), workflow_runner=workflow_runner()):
 
         async def minutes(n: int) -> list[bool]:
-            """Run the policy once a simulated minute, `n` times, as its Schedule would."""
-            acted = []
-            for _ in range(n):
-                # Time moves only by env.sleep: awaiting a result would otherwise skip ahead to the
-                # next timer (the run's timeout, years away).
-                with env.auto_time_skipping_disabled():
-                    out = await env.client.execute_workflow(
-                        "PolicyWorkflow", PolicyInput(policy_id="pol1", project="default"),
-                        id=f"policy-test-{uuid.uuid4().hex[:8]}", task_queue=QUEUE,
-                        result_type=PolicyRunOutcome)
-                acted.append(out.acted)
-                await env.sleep(timedelta(minutes=1))
-            return acted
+            return await every_minute(env, n)
 
         # 25 minutes with the spend over $5: it acts at minute 0, 10 and 20 only.
         assert [i for i, a in enumerate(await minutes(25)) if a] == [0, 10, 20]
@@ -125,6 +133,30 @@ async def test_spend_policy_acts_once_per_cooldown_and_never_over_the_max_spend(
         assert not any(await minutes(11))
         assert store.results[-1] == "spend over 1h is $4.00, not over $5.00"
         assert store.trigger_count == len(store.webhooks) == 4
+
+
+async def test_the_issues_policy_scales_once_per_cooldown_within_the_max_spend(
+        env: WorkflowEnvironment) -> None:
+    """ "Queue wait of SFT over 5 minutes -> scale pool +2, cooldown 10 min, max spend $20/h": adding
+    two machines at $4/h each ($8/h) is allowed while the project runs at $10/h, not at $13/h."""
+    spec = PolicySpec.model_validate({
+        "when": {"kind": "queue_wait", "type": "sft", "minutes": 5},
+        "then": {"kind": "scale_pool", "pool": "train", "by": 2}, "cooldown_minutes": 10,
+        "max_spend_per_hour": 20})
+    store = FakePolicyStore(spec=spec, rate_per_hour=10.0, oldest_wait_minutes=3.0, added_cost_per_hour=8.0)
+    async with Worker(env.client, task_queue=QUEUE, workflows=[PolicyWorkflow],
+                      activities=store.activities(), workflow_runner=workflow_runner()):
+        assert not any(await every_minute(env, 2))  # the oldest SFT job waits 3 min: not over 5
+        store.oldest_wait_minutes = 7.0
+        assert [i for i, a in enumerate(await every_minute(env, 21)) if a] == [0, 10, 20]
+        assert "in cooldown until" in store.results[-2]
+        store.rate_per_hour = 13.0  # 13 + 8 > 20: past the cooldown, it still does not scale
+        assert not any(await every_minute(env, 12))
+        assert "and exceed the max spend of $20.00/h" in store.results[-1]
+        store.added_cost_per_hour = None  # a price not known yet: it does not guess
+        store.rate_per_hour = 0.0
+        assert not any(await every_minute(env, 1))
+        assert store.trigger_count == 3 and "not known" in store.results[-1]
 
 
 # --------------------------------------------------------------------------- the pure readings
