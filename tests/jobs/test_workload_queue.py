@@ -6,21 +6,26 @@ the run activity). Another project's job is not there."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
 
+from activities.jobs import parse_gpu_reading
+from store import jobs as job_store
+from store.models import Job
 from tests.api.conftest import all_items, make_project
 from tests.jobs.conftest import Stack
 from tests.processes import until
-
-pytestmark = pytest.mark.devserver
 
 URL = "/api/compute/workloads"
 GROUP = {"sft": "SFT", "dpo": "SFT", "grpo": "GRPO", "ppo": "GRPO", "serving": "SERVING", "eval": "EVAL",
          "task": "TASK", "kb_compile": "TASK", "synthetic": "SYNTHETIC"}
 
 
+@pytest.mark.devserver
 async def test_a_running_job_in_the_queue_with_its_logs_and_gpu_metrics(stack: Stack) -> None:
     http = stack.http
     # One GPU for the project: the SFT job takes it, the eval job waits its turn (a PRI).
@@ -96,3 +101,19 @@ async def _check(stack: Stack) -> None:
     ended = (await http.get(f"{URL}/job:{job_id}")).json()
     assert ended["status"] == "succeeded" and not ended["active"] and ended["metrics"]
     assert (await http.delete(f"{URL}/run-elsewhere")).status_code == 204
+
+
+def test_gpu_readings_parse_and_only_the_recent_are_kept(job_engine: sa.Engine) -> None:
+    assert parse_gpu_reading("73, 59538, 81559\n0, 0, 81559\n") == [(73.0, 59538, 81559), (0.0, 0, 81559)]
+    with pytest.raises(ValueError):
+        parse_gpu_reading("[N/A], 10, 81559")  # not sampled, rather than a made-up 0 %
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    with Session(job_engine) as s:
+        s.add(Job(id="samples01", name="n", type="sft", command="true", requested_by="t", workflow_id="w",
+                  status="succeeded"))  # not waiting: the queue of this module's other test ignores it
+        s.commit()
+        for i in range(5):
+            job_store.add_gpu_reading(s, "samples01", t0 + timedelta(seconds=i), [(i, i, 100), (i, i, 100)],
+                                      keep=3)
+        kept = job_store.gpu_readings(s, "samples01")
+    assert [(int(x.utilization_pct), x.gpu) for x in kept] == [(2, 0), (2, 1), (3, 0), (3, 1), (4, 0), (4, 1)]
