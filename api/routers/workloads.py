@@ -36,6 +36,7 @@ from messages.workloads import (
     positions,
 )
 from providers import registry
+from providers.base import InvalidRequest
 from store import jobs as job_store
 from store import queue
 from store import workloads as store
@@ -165,7 +166,7 @@ def _location(job: Job, machine: Instance | None) -> str | None:
         return LOCAL_CLUSTER
     try:
         name = registry.capabilities(machine.provider).display_name
-    except (KeyError, ValueError, ImportError):
+    except (InvalidRequest, ImportError):  # a cloud no longer installed: its id
         name = machine.provider
     region = machine.offer_region or machine.region
     return f"{name} · {region}" if region else name
