@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     webhook_allowlist: str = ""
     webhook_timeout_s: float = 10.0  # a webhook that has not answered by then is recorded as failed
     policy_interval_s: float = 60.0  # how often each condition policy's Schedule evaluates it
+    job_metrics_interval_s: float = 30.0  # how often a running job's GPUs are sampled (nvidia-smi)
 
     def allowed_endpoint_prefixes(self) -> tuple[str, ...]:
         from providers.endpoints import parse_prefixes

@@ -93,6 +93,8 @@ class ActivityDeps:
     # Where a policy's webhook may POST (GPUPROV_WEBHOOK_ALLOWLIST), checked again before each call.
     webhook_allowlist: list[str] = field(default_factory=list)
     webhook_timeout_s: float = 10.0
+    # How often a running job's GPUs are sampled with nvidia-smi (GPUPROV_JOB_METRICS_INTERVAL_S).
+    job_metrics_interval_s: float = 30.0
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
@@ -119,7 +121,7 @@ class ActivityDeps:
                    installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
                    watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()),
                    webhook_allowlist=list(s.webhook_prefixes()), webhook_timeout_s=s.webhook_timeout_s,
-                   k3s_install_url=s.k3s_install_url)
+                   k3s_install_url=s.k3s_install_url, job_metrics_interval_s=s.job_metrics_interval_s)
 
     async def write_marks(self, inp: Marked) -> None:
         """The allocation's pending phase marks, as events, before the activity's own work."""

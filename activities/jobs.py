@@ -5,12 +5,18 @@ The remote side is idempotent, so a worker that dies mid-run neither loses the j
 twice: the command is started once, detached (setsid/nohup), under a per-job directory on the host
 (`~/.gpuprov/jobs/<id>`: the command, its pid, its output, its exit code), guarded by an atomic
 `mkdir`. A retried activity finds the directory, re-attaches, and reads the output from where the
-database's copy ends (the heartbeat carries the same offset, for the Web UI)."""
+database's copy ends (the heartbeat carries the same offset, for the Web UI).
+
+While the command runs, the same SSH connection samples the machine's GPUs with nvidia-smi every
+`job_metrics_interval_s` (GPUPROV_JOB_METRICS_INTERVAL_S) into the app database (store/jobs.py
+add_gpu_reading) for the Workload Queue's detail: metrics never enter workflow history, and a machine
+whose nvidia-smi cannot answer is simply not sampled (the job runs on)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import shlex
 
 import asyncssh
@@ -34,9 +40,11 @@ from messages.job import (
 from store import jobs as job_store
 from store import queue
 from store.db import session_scope
-from store.models import Job, SpendInterval
+from store.models import Job, SpendInterval, utcnow
 
 READ_MAX = 1 << 20  # bytes read (and stored as one chunk) per poll
+GPU_QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"
+GPU_QUERY_TIMEOUT_S = 15.0
 
 
 def job_dir(job_id: str) -> str:
@@ -80,6 +88,16 @@ def read_command(job_id: str, offset: int) -> str:
     d = job_dir(job_id)
     return (f'if [ -e "{d}/exit" ]; then cat "{d}/exit"; else echo -; fi; '
             f'tail -c +{offset + 1} "{d}/out" 2>/dev/null | head -c {READ_MAX}')
+
+
+def parse_gpu_reading(text: str) -> list[tuple[float, int, int]]:
+    """GPU_QUERY's answer: (utilisation %, memory used MiB, memory total MiB) per GPU, in order.
+    ValueError on anything else (a field the GPU does not report: `[N/A]`)."""
+    gpus = []
+    for line in text.strip().splitlines():
+        util, used, total = (f.strip() for f in line.split(","))
+        gpus.append((float(util), int(float(used)), int(float(total))))
+    return gpus
 
 
 def kill_command(job_id: str) -> str:
@@ -145,7 +163,13 @@ class JobActivities:
                                          offset)
             if started.exit_status != 0:
                 raise RuntimeError(f"could not start the job: {str(started.stderr or '')[-300:]}")
+            clock = asyncio.get_running_loop().time
+            interval = self.deps.job_metrics_interval_s
+            next_sample = clock() if inp.gpus and interval > 0 else math.inf
             while True:
+                if clock() >= next_sample:
+                    ok = await heartbeating(self._sample(conn, inp.job_id), inp.heartbeat_every_s, offset)
+                    next_sample = clock() + interval if ok else math.inf
                 got = await heartbeating(conn.run(read_command(inp.job_id, offset), check=False,
                                                   encoding=None), inp.heartbeat_every_s, offset)
                 out = got.stdout if isinstance(got.stdout, bytes) else b""
@@ -170,6 +194,26 @@ class JobActivities:
             conn.close()
         lines = await self.deps.blocking(self._last_lines, inp.job_id)
         return RunJobResult(exit_code=exit_code, last_lines=lines)
+
+    async def _sample(self, conn: asyncssh.SSHClientConnection, job_id: str) -> bool:
+        """Sample the machine's GPUs once into the job's metrics; False when nvidia-smi cannot
+        answer (no more samples are asked of this machine by this attempt)."""
+        try:
+            async with asyncio.timeout(GPU_QUERY_TIMEOUT_S):
+                got = await conn.run(GPU_QUERY, check=False)
+            if got.exit_status != 0:
+                raise ValueError(f"exit {got.exit_status}")
+            gpus = parse_gpu_reading(str(got.stdout or ""))
+        except (TimeoutError, ValueError, asyncssh.Error) as e:
+            activity.logger.warning("job %s: no GPU metrics from nvidia-smi (%s)", job_id, str(e)[:200])
+            return False
+        if gpus:
+            await self.deps.blocking(self._store_reading, job_id, gpus)
+        return True
+
+    def _store_reading(self, job_id: str, gpus: list[tuple[float, int, int]]) -> None:
+        with session_scope(self.deps.engine) as session:
+            job_store.add_gpu_reading(session, job_id, utcnow(), gpus)
 
     def _log_end(self, job_id: str) -> int:
         with session_scope(self.deps.engine) as session:

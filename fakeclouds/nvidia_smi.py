@@ -1,4 +1,8 @@
-"""The simulated `nvidia-smi` put on GPU machines (no GPU exists here; the script says so)."""
+"""The simulated `nvidia-smi` put on GPU machines (no GPU exists here; the script says so).
+
+Utilisation is SIMULATED and scripted: every GPU reports the percent written in
+`$HOME/.simulated-gpu-utilization` (0 when the file is absent — nothing runs on a GPU that is not
+there), and `memory.used` that share of its memory. A test's job writes the file to play a busy GPU."""
 
 from __future__ import annotations
 
@@ -13,6 +17,10 @@ NAMES=({names})
 UUIDS=({uuids})
 MEM={mem}
 DRIVER="{driver}"
+UTIL=0
+[[ -r "$HOME/.simulated-gpu-utilization" ]] && read -r UTIL < "$HOME/.simulated-gpu-utilization"
+[[ $UTIL =~ ^[0-9]+$ && $UTIL -le 100 ]] || UTIL=0
+USED=$(( MEM * UTIL / 100 ))
 query=""; header=1; units=1; list=0
 for a in "$@"; do
   case "$a" in
@@ -28,6 +36,8 @@ field() {{
     index) echo "$1" ;;
     name|gpu_name) echo "${{NAMES[$1]}}" ;;
     memory.total) if [[ $units == 1 ]]; then echo "$MEM MiB"; else echo "$MEM"; fi ;;
+    memory.used) if [[ $units == 1 ]]; then echo "$USED MiB"; else echo "$USED"; fi ;;
+    utilization.gpu) if [[ $units == 1 ]]; then echo "$UTIL %"; else echo "$UTIL"; fi ;;
     uuid|gpu_uuid) echo "${{UUIDS[$1]}}" ;;
     driver_version) echo "$DRIVER" ;;
     count) echo "${{#NAMES[@]}}" ;;
@@ -43,7 +53,9 @@ if [[ -n $query ]]; then
   if [[ $header == 1 ]]; then
     hdr=""
     for f in "${{fields[@]}}"; do
-      h="$f"; [[ $f == memory.total && $units == 1 ]] && h="memory.total [MiB]"
+      h="$f"
+      [[ $units == 1 && ( $f == memory.total || $f == memory.used ) ]] && h="$f [MiB]"
+      [[ $units == 1 && $f == utilization.gpu ]] && h="utilization.gpu [%]"
       hdr+="${{hdr:+, }}$h"
     done
     echo "$hdr"

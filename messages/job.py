@@ -3,42 +3,15 @@ of the job's activities. The command is the user's text: it goes to the host quo
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, Field
 
 from messages.allocation import AllocateRequest, Timing
+from messages.workloads import WorkloadKind, WorkloadStatus
 
-
-class JobType(StrEnum):
-    SFT = "sft"
-    DPO = "dpo"
-    GRPO = "grpo"
-    PPO = "ppo"
-    SERVING = "serving"
-    EVAL = "eval"
-    TASK = "task"
-    KB_COMPILE = "kb_compile"
-    SYNTHETIC = "synthetic"
-
-    @property
-    def queueable(self) -> bool:
-        """Training, eval and synthetic wait in the queue for capacity; serving and tasks do not
-        (over a limit they are refused)."""
-        return self not in (JobType.SERVING, JobType.TASK, JobType.KB_COMPILE)
-
-
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    PROVISIONING = "provisioning"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def ended(self) -> bool:
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+# One vocabulary for jobs and reported workloads (messages/workloads.py): a job's type is one of
+# the Workload Queue's kinds, its status one of its statuses.
+JobType = WorkloadKind
+JobStatus = WorkloadStatus
 
 
 class JobInput(BaseModel):

@@ -1,6 +1,8 @@
 """The Workload Queue's vocabulary (the studio seed's "Workload Queue tab"): the kinds of work that
 consume compute, how the page groups them (SFT for SFT/DPO, GRPO for GRPO/PPO, ...), which kinds wait
-in the queue, and the queue's order. Pure: the API, the job workflow and its activities share it."""
+in the queue, their statuses, and the queue's order. Pure: the API, the job workflow, its activities
+and the queue's admission (store/queue.py) share it — a managed job's type is a WorkloadKind and its
+status a WorkloadStatus (messages/job.py re-exports them as JobType and JobStatus)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,12 @@ class WorkloadKind(StrEnum):
     TASK = "task"
     KB_COMPILE = "kb_compile"
     SYNTHETIC = "synthetic"
+
+    @property
+    def queueable(self) -> bool:
+        """Training, eval and synthetic wait in the queue for capacity; serving and tasks do not
+        (over a limit they are refused)."""
+        return self in QUEUEABLE
 
 
 class WorkloadFilter(StrEnum):
@@ -61,6 +69,10 @@ class WorkloadStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        return self not in ACTIVE
 
 
 ACTIVE: frozenset[WorkloadStatus] = frozenset({

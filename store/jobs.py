@@ -5,13 +5,14 @@ order by the one activity that runs the job, so `offset` is a resume point for e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from messages.job import JobStatus, RecordJobInput
-from store.models import Job, JobLogChunk, utcnow
+from store.models import Job, JobGpuSample, JobLogChunk, utcnow
 from store.queue import release
 
 
@@ -74,3 +75,36 @@ def record(session: Session, inp: RecordJobInput) -> None:
         release(row)  # recorded only after the job's machine is verified gone
     session.add(row)
     session.commit()
+
+
+# Readings kept per job (a reading: every GPU at one instant): at the default 30 s, the last 2 h.
+KEEP_READINGS = 240
+
+
+def add_gpu_reading(session: Session, job_id: str, at: datetime, gpus: Sequence[tuple[float, int, int]],
+                    keep: int = KEEP_READINGS) -> None:
+    """Store one reading — (utilisation %, memory used MiB, memory total MiB) per GPU, in
+    nvidia-smi's order — and drop the job's readings older than its `keep` most recent."""
+    for i, (util, used, total) in enumerate(gpus):
+        session.add(JobGpuSample(job_id=job_id, at=at, gpu=i, utilization_pct=util, memory_used_mib=used,
+                                 memory_total_mib=total))
+    session.flush()
+    cutoff = session.exec(select(JobGpuSample.at).where(JobGpuSample.job_id == job_id)
+                          .group_by(col(JobGpuSample.at)).order_by(col(JobGpuSample.at).desc())
+                          .offset(keep).limit(1)).first()
+    if cutoff is not None:
+        session.execute(sa.delete(JobGpuSample).where(col(JobGpuSample.job_id) == job_id,
+                                                      col(JobGpuSample.at) <= cutoff))
+    session.commit()
+
+
+def gpu_readings(session: Session, job_id: str, n: int = 60) -> list[JobGpuSample]:
+    """The job's last `n` readings' samples, oldest first."""
+    ats = session.exec(select(JobGpuSample.at).where(JobGpuSample.job_id == job_id)
+                       .group_by(col(JobGpuSample.at)).order_by(col(JobGpuSample.at).desc())
+                       .limit(n)).all()
+    if not ats:
+        return []
+    return list(session.exec(select(JobGpuSample).where(JobGpuSample.job_id == job_id,
+                                                        col(JobGpuSample.at) >= min(ats))
+                             .order_by(col(JobGpuSample.at), col(JobGpuSample.gpu))).all())

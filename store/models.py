@@ -433,3 +433,19 @@ class Pool(SQLModel, table=True):
     reconciled_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
+class JobGpuSample(SQLModel, table=True):
+    """One reading of one GPU of a running job's machine (`nvidia-smi --query-gpu=utilization.gpu,
+    memory.used,memory.total`), taken by the job's run activity every GPUPROV_JOB_METRICS_INTERVAL_S.
+    Only the recent readings are kept (store/jobs.py KEEP_READINGS); never in workflow history."""
+
+    __tablename__ = "job_gpu_sample"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="job.id", index=True)
+    at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    gpu: int  # the GPU's place in nvidia-smi's order
+    utilization_pct: float
+    memory_used_mib: int
+    memory_total_mib: int

@@ -34,6 +34,8 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from messages.job import JobStatus, JobType
+from messages.workloads import Waiting
+from messages.workloads import queue_order as workload_order
 from store.models import Job, JobLimit, QueueLock, utcnow
 
 GLOBAL = "*"  # JobLimit.scope of the installation's limits (project ids are slugs: never "*")
@@ -81,15 +83,12 @@ def usd_of(job: Job) -> float:
 
 
 def queue_order(waiting: Iterable[Job]) -> list[Job]:
-    """Priority, then round-robin between projects at equal priority, then age."""
-    jobs = sorted(waiting, key=lambda j: (j.created_at, j.id))
-    rank: dict[tuple[int, str], int] = defaultdict(int)
-    keyed = []
-    for j in jobs:
-        r = rank[(j.priority, j.project)]
-        rank[(j.priority, j.project)] += 1
-        keyed.append(((-j.priority, r, j.created_at, j.id), j))
-    return [j for _, j in sorted(keyed, key=lambda kv: kv[0])]
+    """Priority, then round-robin between projects at equal priority, then age: the Workload
+    Queue's one order (messages/workloads.py queue_order), applied to job rows."""
+    jobs = {j.id: j for j in waiting}
+    order = workload_order(Waiting(id=j.id, project=j.project, priority=j.priority, created_at=j.created_at)
+                           for j in jobs.values())
+    return [jobs[w.id] for w in order]
 
 
 def waiting_jobs(session: Session) -> Sequence[Job]:

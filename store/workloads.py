@@ -1,5 +1,5 @@
-"""Query helpers for reported workloads (store/models.py ReportedWorkload): work run elsewhere that
-the Workload Queue lists beside gpuprov's own jobs."""
+"""Query helpers for the Workload Queue's sources: reported workloads (store/models.py
+ReportedWorkload, work run elsewhere) and gpuprov's own managed jobs with their machines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from store.models import ReportedWorkload, utcnow
+from store.models import Instance, Job, ReportedWorkload, utcnow
 
 
 def get_reported(session: Session, project: str, workload_id: str) -> ReportedWorkload | None:
@@ -45,3 +45,16 @@ def forget(session: Session, project: str, workload_id: str) -> bool:
     session.delete(row)
     session.commit()
     return True
+
+
+def jobs_of(session: Session, project: str) -> Sequence[Job]:
+    """The project's managed jobs (the queue's other source)."""
+    return session.exec(select(Job).where(Job.project == project)).all()
+
+
+def machines_of(session: Session, jobs: Sequence[Job]) -> dict[str, Instance]:
+    """The instances the jobs' machines are, by allocation id."""
+    ids = [j.allocation_id for j in jobs if j.allocation_id]
+    if not ids:
+        return {}
+    return {i.id: i for i in session.exec(select(Instance).where(col(Instance.id).in_(ids))).all()}

@@ -1,10 +1,12 @@
 """The Workload Queue (the studio seed's "Workload Queue tab"): everything consuming compute on the
 project's behalf, in one list with the filter pills' counts in the same response.
 
-Rows come from every source the seed merges: work run elsewhere and reported in with
-`PUT /workloads/{id}` (training runs, deployed models, other services' synthetic runs). Sorted
-active first (queued, provisioning, running), then newest. PRI is a queued queueable workload's
-global position (messages/workloads.py queue_order); serving and tasks read "—" (null)."""
+Rows come from every source the seed merges: gpuprov's own managed jobs (/api/compute/jobs, rows
+`job:<id>`), and work run elsewhere reported in with `PUT /workloads/{id}` (training runs, deployed
+models, other services' synthetic runs). Sorted active first (queued, provisioning, running), then
+newest. PRI is a waiting job's global position in the job queue (store/queue.py), a queued reported
+workload's place among the project's reported ones (the same order, messages/workloads.py); serving
+and tasks read "—" (null). A job's detail adds its last log lines and its GPUs' metrics."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import BaseModel, Field, field_validator
+from sqlmodel import Session
 
 from api.deps import CallerDep, SessionDep
+from api.errors import shown
 from api.pagination import Page, PageDep, offset_page
 from api.schemas import Name, Strict, aware
 from messages.workloads import (
@@ -31,13 +35,24 @@ from messages.workloads import (
     method_label,
     positions,
 )
+from providers import registry
+from providers.base import InvalidRequest
+from store import jobs as job_store
+from store import queue
 from store import workloads as store
-from store.models import ReportedWorkload, utcnow
+from store.models import Instance, Job, ReportedWorkload, utcnow
 
 router = APIRouter(prefix="/workloads", tags=["workloads"])
 
 WorkloadId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
                                  description="the reporter's own id: letters, digits, '.', '_', '-'")]
+# A managed job's row is `job:<job id>`: the `:` no reported id may hold keeps the two apart.
+JOB_PREFIX = "job:"
+RowId = Annotated[str, Path(pattern=r"^(job:)?[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+                            description="a reported workload's id, or `job:<job id>` for a managed job")]
+LOCAL_CLUSTER = "local cluster"
+LOG_LINES_SHOWN = 50  # of a job's output, in its detail
+METRICS_SHOWN = 60  # GPU readings in a job's detail (the last ones)
 Source = Literal["training", "model", "synthetic", "other"]
 
 
@@ -67,7 +82,7 @@ class WorkloadReport(Strict):
 class WorkloadOut(BaseModel):
     """One row of the table, in the seed's columns."""
 
-    id: str
+    id: str = Field(description="a reported workload's own id, or `job:<job id>` for a managed job")
     pri: int | None = Field(description="queue position (queued training, eval, synthetic); null reads —")
     workload: str = Field(description="the run / deployment name")
     type: str = Field(description="SFT (SFT/DPO), GRPO (GRPO/PPO), Serving, Eval, Task, Synthetic")
@@ -76,13 +91,40 @@ class WorkloadOut(BaseModel):
     status: WorkloadStatus
     active: bool
     gpu: str | None = Field(description="e.g. `4× H100`")
-    location: str | None
+    location: str | None = Field(description="`local cluster` (an SSH fleet host) or the cloud backend "
+                                             "and region; null while not placed")
     progress_pct: float | None
-    eta_at: datetime | None
+    eta_at: datetime | None = Field(description="null unless its reporter knows it")
+    elapsed_s: float | None = Field(None, description="a job's time running (to its end, or now)")
     requested_by: str | None
-    source: str = Field(description="who put it in the list: training, model, synthetic, other (reported)")
+    source: str = Field(description="who put it in the list: `job` (a managed job, /api/compute/jobs), "
+                                    "or reported: training, model, synthetic, other")
+    job_id: str | None = Field(None, description="the managed job (GET /api/compute/jobs/{id})")
     created_at: datetime
     updated_at: datetime
+
+
+class GpuSampleOut(BaseModel):
+    gpu: int = Field(description="the GPU's place in nvidia-smi's order")
+    utilization_pct: float
+    memory_used_mib: int
+    memory_total_mib: int
+
+
+class GpuReadingOut(BaseModel):
+    at: datetime
+    gpus: list[GpuSampleOut]
+
+
+class WorkloadDetail(WorkloadOut):
+    """The row opened: a managed job's last log lines and where to follow its log, and its GPUs'
+    utilisation and memory sampled with nvidia-smi while it runs (oldest first). A reported
+    workload has neither: gpuprov does not run it."""
+
+    log_lines: list[str] = Field(default_factory=list, description="the last lines of its output")
+    log_offset: int | None = Field(None, description="the byte offset just past those lines")
+    log_url: str | None = Field(None, description="its log, streamed from after those lines")
+    metrics: list[GpuReadingOut] = Field(default_factory=list)
 
 
 class WorkloadsPage(Page[WorkloadOut]):
@@ -93,7 +135,9 @@ def _at(ts: datetime) -> datetime:
     return aware(ts) or utcnow()
 
 
-def _rows(reported: list[ReportedWorkload]) -> list[WorkloadOut]:
+def _reported_rows(reported: list[ReportedWorkload]) -> list[WorkloadOut]:
+    # Reported workloads wait in their reporters' queues, not gpuprov's: PRI orders them among
+    # themselves (the same order as the job queue's).
     waiting = [Waiting(id=r.id, project=r.project, priority=r.priority, created_at=_at(r.created_at))
                for r in reported if r.status == WorkloadStatus.QUEUED and WorkloadKind(r.kind) in QUEUEABLE]
     pri = positions(waiting)
@@ -106,9 +150,56 @@ def _rows(reported: list[ReportedWorkload]) -> list[WorkloadOut]:
             gpu=gpu_label(r.gpu, r.gpu_count), location=r.location, progress_pct=r.progress_pct,
             eta_at=aware(r.eta_at), requested_by=r.requested_by, source=r.source,
             created_at=_at(r.created_at), updated_at=_at(r.updated_at)))
-    # active first, then newest
-    rows.sort(key=lambda w: (not w.active, -w.created_at.timestamp(), w.id))
     return rows
+
+
+def job_row_id(job_id: str) -> str:
+    """A job's row id. Reported ids cannot hold `:` (WorkloadId), so no report can take it."""
+    return f"{JOB_PREFIX}{job_id}"
+
+
+def _location(job: Job, machine: Instance | None) -> str | None:
+    """`local cluster` on an SSH fleet host, else the cloud's name and the region once known."""
+    if machine is None or job.status == WorkloadStatus.QUEUED:
+        return None
+    if registry.is_fleet(machine.provider):
+        return LOCAL_CLUSTER
+    try:
+        name = registry.capabilities(machine.provider).display_name
+    except (InvalidRequest, ImportError):  # a cloud no longer installed: its id
+        name = machine.provider
+    region = machine.offer_region or machine.region
+    return f"{name} · {region}" if region else name
+
+
+def _job_rows(jobs: list[Job], machines: dict[str, Instance], pri: dict[str, int]) -> list[WorkloadOut]:
+    now = utcnow()
+    rows = []
+    for j in jobs:
+        kind, state = WorkloadKind(j.type), WorkloadStatus(j.status)
+        started = aware(j.started_at)
+        until = aware(j.ended_at) or now
+        elapsed = None if started is None else max(0.0, (until - started).total_seconds())
+        rows.append(WorkloadOut(
+            id=job_row_id(j.id), pri=pri.get(j.id), workload=j.name, type=TYPE_LABEL[GROUP[kind]],
+            method=method_label(kind), kind=kind, status=state, active=state in ACTIVE,
+            gpu=gpu_label(j.gpu, j.gpu_count),
+            location=_location(j, machines.get(j.allocation_id) if j.allocation_id else None),
+            progress_pct=None, eta_at=None, elapsed_s=elapsed, requested_by=j.requested_by, source="job",
+            job_id=j.id, created_at=_at(j.created_at), updated_at=_at(j.updated_at)))
+    return rows
+
+
+def _sorted(rows: list[WorkloadOut]) -> list[WorkloadOut]:
+    """Active first, then newest (the id breaks ties: pages never skip or repeat a row)."""
+    return sorted(rows, key=lambda w: (not w.active, -w.created_at.timestamp(), w.id))
+
+
+def _rows(session: Session, project: str) -> list[WorkloadOut]:
+    jobs = list(store.jobs_of(session, project))
+    pri = queue.positions(session)  # the global queue: every project's waiting jobs
+    return _sorted(_reported_rows(list(store.reported_of(session, project)))
+                   + _job_rows(jobs, store.machines_of(session, jobs), pri))
 
 
 def _counts(rows: list[WorkloadOut]) -> dict[WorkloadFilter, int]:
@@ -119,24 +210,58 @@ def _counts(rows: list[WorkloadOut]) -> dict[WorkloadFilter, int]:
     return counts
 
 
+def _gpu_readings(session: Session, job_id: str) -> list[GpuReadingOut]:
+    by_at: dict[datetime, list[GpuSampleOut]] = {}
+    for s in job_store.gpu_readings(session, job_id, METRICS_SHOWN):
+        by_at.setdefault(_at(s.at), []).append(GpuSampleOut(
+            gpu=s.gpu, utilization_pct=s.utilization_pct, memory_used_mib=s.memory_used_mib,
+            memory_total_mib=s.memory_total_mib))
+    return [GpuReadingOut(at=at, gpus=gpus) for at, gpus in by_at.items()]
+
+
+def _job_detail(session: Session, project: str, job_id: str) -> WorkloadDetail | None:
+    job = session.get(Job, job_id)
+    if job is None or job.project != project:
+        return None
+    [row] = _job_rows([job], store.machines_of(session, [job]), queue.positions(session))
+    offset = job_store.log_end(session, job_id)
+    return WorkloadDetail(**row.model_dump(), log_offset=offset,
+                          log_lines=job_store.last_lines(session, job_id, LOG_LINES_SHOWN),
+                          log_url=f"/api/compute/jobs/{job_id}/logs?follow=true&offset={offset}",
+                          metrics=_gpu_readings(session, job_id))
+
+
+def _reported_row(session: Session, project: str, workload_id: str) -> WorkloadOut | None:
+    rows = _reported_rows(list(store.reported_of(session, project)))  # its PRI is among them all
+    return next((w for w in rows if w.id == workload_id), None)
+
+
 @router.get("", response_model=WorkloadsPage)
 def list_workloads(session: SessionDep, caller: CallerDep, page: PageDep,
                    type: Annotated[WorkloadFilter, Query(description="a filter pill")] = WorkloadFilter.ALL,
                    ) -> WorkloadsPage:
-    """The project's workloads, active first then newest, filtered by a pill, with every pill's count."""
-    rows = _rows(list(store.reported_of(session, caller.project)))
+    """The project's workloads — its managed jobs and the workloads reported in — active first then
+    newest, filtered by a pill, with every pill's count over both."""
+    rows = _rows(session, caller.project)
     shown = rows if type == WorkloadFilter.ALL else [w for w in rows if GROUP[w.kind] == type]
     part = offset_page("workloads", shown, page, query=type.value)
     return WorkloadsPage(items=part.items, next_cursor=part.next_cursor, counts=_counts(rows))
 
 
-@router.get("/{workload_id}", response_model=WorkloadOut,
+@router.get("/{workload_id}", response_model=WorkloadDetail,
             responses={404: {"description": "no such workload"}})
-def get_workload(workload_id: WorkloadId, session: SessionDep, caller: CallerDep) -> WorkloadOut:
-    for row in _rows(list(store.reported_of(session, caller.project))):
-        if row.id == workload_id:
-            return row
-    raise HTTPException(status.HTTP_404_NOT_FOUND, f"no workload {workload_id!r} in this project")
+def get_workload(workload_id: RowId, session: SessionDep, caller: CallerDep) -> WorkloadDetail:
+    """One workload opened: the row, and for a managed job its last log lines, its log stream's URL
+    and its GPU metrics."""
+    if workload_id.startswith(JOB_PREFIX):
+        detail = _job_detail(session, caller.project, workload_id.removeprefix(JOB_PREFIX))
+        if detail is not None:
+            return detail
+    else:
+        row = _reported_row(session, caller.project, workload_id)
+        if row is not None:
+            return WorkloadDetail(**row.model_dump())
+    raise HTTPException(status.HTTP_404_NOT_FOUND, f"no workload {shown(workload_id)} in this project")
 
 
 @router.put("/{workload_id}", response_model=WorkloadOut,
@@ -147,7 +272,9 @@ def report_workload(workload_id: WorkloadId, body: WorkloadReport, session: Sess
     _, created = store.report(session, caller.project, workload_id, body.model_dump())
     if created:
         response.status_code = status.HTTP_201_CREATED
-    return get_workload(workload_id, session, caller)
+    row = _reported_row(session, caller.project, workload_id)
+    assert row is not None  # just stored, in this session
+    return row
 
 
 @router.delete("/{workload_id}", status_code=status.HTTP_204_NO_CONTENT,

@@ -10,7 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from api.routers.workloads import _location
 from messages.workloads import Waiting, queue_order
+from providers.lambda_ import LambdaProvider
+from providers.ssh_fleet import SshFleetProvider
+from store.models import Instance, Job
 from tests.api.conftest import make_project
 
 URL = "/api/compute/workloads"
@@ -54,8 +58,10 @@ async def test_rows_have_the_seeds_columns_and_the_pills_their_counts(client: ht
     grpo = (await client.get(URL, params={"type": "GRPO"})).json()
     assert [w["id"] for w in grpo["items"]] == ["g-1"] and grpo["counts"]["ALL"] == 5
     assert (await client.get(URL, params={"type": "BOGUS"})).status_code == 422
-    # the detail is the same row
-    assert (await client.get(f"{URL}/g-1")).json() == rows["g-1"]
+    # the detail is the same row; a reported workload has no logs or metrics (gpuprov does not run it)
+    detail = (await client.get(f"{URL}/g-1")).json()
+    assert {k: detail[k] for k in rows["g-1"]} == rows["g-1"]
+    assert (detail["log_lines"], detail["log_url"], detail["metrics"]) == ([], None, [])
 
 
 async def test_a_report_updates_in_place_and_keeps_its_age(client: httpx.AsyncClient) -> None:
@@ -104,3 +110,17 @@ def test_the_queue_orders_by_priority_then_round_robin_between_projects_then_age
              w("c1", "c", 5, 9), w("b2", "b", 0, 4)]
     assert [x.id for x in queue_order(queue)] == ["c1", "a1", "b1", "a2", "b2", "a3"]
     assert [x.id for x in queue_order(reversed(queue))] == ["c1", "a1", "b1", "a2", "b2", "a3"]
+
+
+def test_a_jobs_location_is_local_cluster_on_a_fleet_host_else_its_cloud_and_region() -> None:
+    job = Job(id="j1", name="n", type="sft", command="true", requested_by="t", workflow_id="w",
+              status="running")
+    on = Instance(id="a1", provider=SshFleetProvider.id, connection_id="f1", workflow_id="w",
+                  offer_region="rack")
+    assert _location(job, on) == "local cluster"
+    cloud = Instance(id="a2", provider=LambdaProvider.id, connection_id="c1", workflow_id="w")
+    assert _location(job, cloud) == "Lambda Cloud"  # the region once the offer is known
+    cloud.offer_region = "us-east-1"
+    assert _location(job, cloud) == "Lambda Cloud · us-east-1"
+    job.status = "queued"
+    assert _location(job, cloud) is None and _location(job, None) is None

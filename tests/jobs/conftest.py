@@ -32,6 +32,7 @@ from worker import GpuprovWorker, build_worker
 
 INSTALLATION = "jobtest01"
 CLOUD = "lambda"  # GPUs (a simulated nvidia-smi), and a login on port 22 of its own address
+METRICS_INTERVAL_S = 1.0  # GPU samples of a running job (GPUPROV_JOB_METRICS_INTERVAL_S: 30 s)
 FAST = Timing(heartbeat_timeout_s=3, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,
               ssh_timeout_s=20, k3s_timeout_s=30, max_retry_interval_s=1)
 
@@ -107,7 +108,7 @@ async def stack(temporal_client: Client, job_engine: sa.Engine,
                 secret_box: SecretBox) -> AsyncIterator[Stack]:
     queue = f"jobs-{uuid.uuid4().hex[:8]}"
     deps = ActivityDeps(engine=job_engine, box=secret_box, installation_id=INSTALLATION,
-                        client=temporal_client)
+                        client=temporal_client, job_metrics_interval_s=METRICS_INTERVAL_S)
     gateway = TemporalGateway("unused", "default", queue, keys=secret_box.keys)
     gateway._client = temporal_client  # the session's dev server, already connected
     app_deps = AppDeps(engine=job_engine, box=secret_box, api_token=TOKEN, installation_id=INSTALLATION,
