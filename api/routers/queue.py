@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import Session, col, func, select
 
 from api.deps import CallerDep, SessionDep
-from api.schemas import Strict
+from api.schemas import Strict, aware
 from messages.queue_groups import QUEUE_GROUPS, QueueGroup, group_of
 from store import queue
 from store.models import Job
@@ -44,7 +44,7 @@ def queue_of(session: Session, project: str) -> QueueOut:
         group = group_of(kind)
         if group is not None:
             waiting[group] += n
-    paused = [PauseOut(type=p.type, by=p.by, paused_at=p.paused_at)
+    paused = [PauseOut(type=p.type, by=p.by, paused_at=aware(p.paused_at))
               for (_, _), p in sorted(queue.pauses(session, project).items())]
     return QueueOut(waiting=waiting, paused=paused)
 
