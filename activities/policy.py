@@ -2,8 +2,12 @@
 record how the run went.
 
 One small function per When kind (`FACTS`) and per Then kind (`ACTIONS`). Those whose inputs do
-not exist yet — the job queue, pools, GPU utilisation — answer so explicitly ("not evaluated: ...",
-"not run: ..."): wiring one later is filling in its function, nothing else changes.
+not exist yet — pools, GPU utilisation — answer so explicitly ("not evaluated: ...", "not run: ..."):
+wiring one later is filling in its function, nothing else changes.
+
+The queue's kinds read the project's waiting jobs (queued, not yet granted) of the group the policy
+names (messages/queue_groups.py: sft covers sft and dpo jobs, grpo covers grpo and ppo). Jobs held
+by a pause or the budget still wait, so they count.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlmodel import Session
+from sqlmodel import Session, col, func, select
 from temporalio import activity
 
 from activities import policy_pools
@@ -24,23 +28,27 @@ from messages.policy import (
     ActInput,
     ActResult,
     Facts,
+    PauseQueueThen,
     PolicyFacts,
     PolicyInput,
     PolicySpec,
+    QueueDepthWhen,
+    QueueWaitWhen,
     RecordPolicyRun,
     SpendWhen,
     WebhookThen,
     window_seconds,
 )
+from messages.queue_groups import QUEUE_GROUPS
 from providers.endpoints import EndpointError, check_webhook, webhook_shown
-from store import policies, spend
+from store import policies, queue, spend
 from store.db import session_scope
-from store.models import utcnow
+from store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
 
-NEEDS_QUEUE = "needs the job queue (issue 11 step 2)"
-NEEDS_POOLS = "needs pools (issue 11 step 2)"
+NEEDS_POOLS = ("needs jobs running on a pool's machines (not built yet): a pool's utilisation "
+               "cannot be measured")
 NEEDS_IDLE = ("needs GPU utilisation and session sampling by the watch (issue 11 step 2): "
               "idle time cannot be measured yet")
 
@@ -58,12 +66,23 @@ def cron_facts(session: Session, project: str, when: Any, now: datetime) -> Fact
     return Facts()  # its Schedule fired: nothing to measure
 
 
-def queue_wait_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
-    return Facts(not_evaluated=NEEDS_QUEUE)
+def _waiting(project: str, group: str) -> Any:
+    """The project's jobs of the group that wait in the queue (not granted yet)."""
+    return (col(Job.project) == project, col(Job.type).in_(QUEUE_GROUPS[group]),
+            col(Job.status) == "queued", col(Job.granted_at).is_(None))
 
 
-def queue_depth_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
-    return Facts(not_evaluated=NEEDS_QUEUE)
+def queue_wait_facts(session: Session, project: str, when: QueueWaitWhen, now: datetime) -> Facts:
+    """How long the oldest waiting job of the group has waited (0 with none waiting), and how many wait."""
+    oldest, n = session.exec(select(func.min(Job.created_at), func.count())
+                             .where(*_waiting(project, when.type))).one()
+    waited = (now - spend.aware(oldest)).total_seconds() / 60 if oldest is not None else 0.0
+    return Facts(oldest_wait_minutes=max(0.0, waited), queued=n)
+
+
+def queue_depth_facts(session: Session, project: str, when: QueueDepthWhen, now: datetime) -> Facts:
+    n = session.exec(select(func.count()).select_from(Job).where(*_waiting(project, when.type))).one()
+    return Facts(queued=n)
 
 
 def pool_utilisation_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
@@ -128,8 +147,21 @@ async def webhook_action(deps: ActivityDeps, inp: ActInput, then: WebhookThen) -
     return ActResult(ok=False, result=f"webhook answered HTTP {r.status_code}")
 
 
-async def pause_queue_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:
-    return ActResult(ran=False, ok=False, result=f"not run: {NEEDS_QUEUE}")
+async def pause_queue_action(deps: ActivityDeps, inp: ActInput, then: PauseQueueThen) -> ActResult:
+    """Pause the project's queue group (store/queue.py: its jobs are passed over by admission).
+    A group already paused is a no-op (not a trigger), unless this same policy run paused it — a
+    retried action answers as its first attempt did."""
+    run_id = activity.info().workflow_run_id
+
+    def pause() -> tuple[bool, str]:
+        with session_scope(deps.engine) as session:
+            row, made = queue.pause(session, inp.project, then.type, by=inp.policy_id, run_id=run_id)
+            return made or row.run_id == run_id, queue.pause_reason(row)
+
+    made, why = await deps.blocking(pause)
+    if made:
+        return ActResult(ok=True, result=f"paused the {then.type} queue")
+    return ActResult(ran=False, ok=True, result=f"no-op: {why}")
 
 
 async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:

@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# The workload types a queue condition or pause may name (issue 11's job types).
-JobType = Literal["sft", "dpo", "grpo", "ppo", "serving", "eval", "task", "kb_compile", "synthetic"]
+from messages.queue_groups import QueueGroup
+
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
                                 description="a pool's name (a slug)")]
 Minutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
@@ -79,18 +79,19 @@ def check_cron(expression: str) -> str:
 
 
 class QueueWaitWhen(_Strict):
-    """Jobs of `type` have waited in the queue longer than `minutes`."""
+    """The oldest queued job of the group `type` (messages/queue_groups.py: sft covers sft and dpo)
+    has waited longer than `minutes`."""
 
     kind: Literal["queue_wait"] = "queue_wait"
-    type: JobType
+    type: QueueGroup
     minutes: Minutes
 
 
 class QueueDepthWhen(_Strict):
-    """At least `n` jobs of `type` are queued."""
+    """At least `n` jobs of the group `type` are queued in the project."""
 
     kind: Literal["queue_depth"] = "queue_depth"
-    type: JobType
+    type: QueueGroup
     n: int = Field(ge=1, le=100_000)
 
 
@@ -181,10 +182,11 @@ class TerminateIdleThen(_Strict):
 
 
 class PauseQueueThen(_Strict):
-    """Stop starting queued jobs of `type`."""
+    """Stop admitting the project's queued jobs of the group `type` (they keep their place; resumed
+    with POST /api/compute/queue/resume)."""
 
     kind: Literal["pause_queue"] = "pause_queue"
-    type: JobType
+    type: QueueGroup
 
 
 class WebhookThen(_Strict):
@@ -228,8 +230,8 @@ class Facts(BaseModel):
     `not_evaluated` instead of pretending to a true or false."""
 
     spend_usd: float | None = None  # spend: the project's spend over the When's window
-    oldest_wait_minutes: float | None = None  # queue_wait: how long the oldest queued job of the type waits
-    queued: int | None = None  # queue_depth: how many jobs of the type are queued
+    oldest_wait_minutes: float | None = None  # queue_wait: the group's oldest waiting job's wait (0: none)
+    queued: int | None = None  # queue_wait, queue_depth: how many jobs of the group wait
     utilisation_percent: float | None = None  # pool_utilisation: the pool's GPU utilisation now
     idle_machines: list[str] | None = None  # idle: allocations idle longer than the When's minutes
     not_evaluated: str | None = None
@@ -270,7 +272,7 @@ class ActInput(BaseModel):
 
 
 class ActResult(BaseModel):
-    ran: bool = True  # False: the action could not run at all (it needs the queue or pools)
+    ran: bool = True  # False: it changed nothing (needs pools; the queue was already paused): no trigger
     ok: bool
     result: str  # shown as the card's last result (a webhook's status, "not run: ...")
 

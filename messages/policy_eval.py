@@ -2,7 +2,7 @@
 No I/O and no clock of its own (`now` is the workflow's), so PolicyWorkflow calls it inside the
 sandbox and replays it exactly.
 
-Every When kind reads its own fields of `Facts`. The facts of the queue, pool and idle kinds do not
+Every When kind reads its own fields of `Facts`. The facts of the pool and idle kinds do not
 exist yet: their facts functions (activities/policy.py) answer "not evaluated: ..." — never a
 silent true or false — so wiring one later is filling in that one function; the reading here is
 already written."""
@@ -45,6 +45,8 @@ def condition(spec: PolicySpec, facts: Facts) -> Decision:
     if isinstance(when, QueueWaitWhen):
         if facts.oldest_wait_minutes is None:
             return _unmeasured("the queue wait")
+        if facts.queued == 0:
+            return Decision(act=False, reason=f"no {when.type} job is queued")
         over = facts.oldest_wait_minutes > when.minutes
         return Decision(act=over, reason=f"the oldest queued {when.type} job has waited "
                                          f"{facts.oldest_wait_minutes:.0f} min, {'' if over else 'not '}"

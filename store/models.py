@@ -382,6 +382,21 @@ class JobLimit(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class QueuePause(SQLModel, table=True):
+    """A project's queue group (messages/queue_groups.py: sft, grpo, eval, synthetic) whose jobs are
+    not admitted (store/queue.py): they keep their place and their PRI until it is resumed (the row
+    deleted). `by` says who paused it: a policy's id, or `api`; `run_id` is the pausing policy run,
+    so a retried action knows its own pause."""
+
+    __tablename__ = "queue_pause"
+
+    project: str = Field(primary_key=True)
+    type: str = Field(primary_key=True)
+    by: str
+    run_id: str | None = None
+    paused_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class QueueLock(SQLModel, table=True):
     """One row, written first by every admission (store/queue.py): admissions take turns on it,
     on SQLite and PostgreSQL alike."""

@@ -20,6 +20,13 @@ bounds the machines that exist. A retried `admit` finds its grant and answers gr
 Jobs of types that are not queued (serving, task, kb_compile) are granted in the same kind of
 transaction when the API accepts them, or refused with the limit they would exceed.
 
+Held jobs. A waiting job is passed over — it keeps its place and its PRI, gets no grant, holds no
+capacity and blocks no one behind it — while its project's queue group (messages/queue_groups.py:
+sft covers sft and dpo, grpo covers grpo and ppo) is paused (`QueuePause`: the pause_queue policy
+action, POST /queue/pause; lifted by POST /queue/resume), or while its project's daily budget is
+reached (store/policies.py budget_refusal: new machines wait for tomorrow or a raised budget).
+`held` says why, for the job's `waiting_reason`.
+
 A job counts against a $/hr limit at its max_price_per_hour (its machine costs at most that); where
 a $/hr limit applies, a job must name one. GPUs: gpu_count when it asks for a GPU, else 0.
 """
@@ -29,14 +36,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from messages.job import JobStatus, JobType
+from messages.queue_groups import group_of
 from messages.workloads import Waiting
 from messages.workloads import queue_order as workload_order
-from store.models import Job, JobLimit, QueueLock, utcnow
+from store import policies
+from store.models import Job, JobLimit, ProjectBudget, QueueLock, QueuePause, utcnow
 
 GLOBAL = "*"  # JobLimit.scope of the installation's limits (project ids are slugs: never "*")
 QUEUEABLE = sorted(t.value for t in JobType if t.queueable)
@@ -127,8 +137,83 @@ def _grant(session: Session, job: Job) -> None:
     session.add(job)
 
 
+# --------------------------------------------------------------------------- held: paused, over budget
+
+
+def pauses(session: Session, project: str | None = None) -> dict[tuple[str, str], QueuePause]:
+    """(project, group) -> its pause; of one project, or of all."""
+    q = select(QueuePause) if project is None else select(QueuePause).where(QueuePause.project == project)
+    return {(p.project, p.type): p for p in session.exec(q).all()}
+
+
+def pause_reason(p: QueuePause) -> str:
+    by = "by hand" if p.by == "api" else f"by policy {p.by}"
+    return (f"the {p.type} queue of project {p.project} is paused ({by}, since "
+            f"{p.paused_at:%Y-%m-%d %H:%M} UTC): POST /api/compute/queue/resume admits it again")
+
+
+def over_budget(session: Session, projects: Iterable[str], now: datetime) -> dict[str, str]:
+    """Project -> why it may start no new machine (its daily budget is reached), of those given."""
+    wanted = set(projects)
+    if not wanted:
+        return {}
+    budgeted = session.exec(select(ProjectBudget.project).where(col(ProjectBudget.project).in_(wanted))).all()
+    return {p: why for p in budgeted if (why := policies.budget_refusal(session, p, now)) is not None}
+
+
+@dataclass
+class Held:
+    """Why waiting jobs are passed over now: paused groups, projects over their budget."""
+
+    paused: dict[tuple[str, str], QueuePause]
+    budget: dict[str, str]
+
+    def why(self, job: Job) -> str | None:
+        group = group_of(job.type)
+        p = self.paused.get((job.project, group)) if group is not None else None
+        if p is not None:
+            return pause_reason(p)
+        return self.budget.get(job.project)
+
+
+def held(session: Session, waiting: Iterable[Job], now: datetime | None = None) -> Held:
+    jobs = list(waiting)
+    return Held(pauses(session), over_budget(session, {j.project for j in jobs}, now or utcnow()))
+
+
+def pause(session: Session, project: str, group: str, by: str, run_id: str | None = None) -> tuple[
+        QueuePause, bool]:
+    """Pause the project's queue group: (its pause, whether this call made it). Pausing a paused
+    group changes nothing (its first pause stays). Takes the admission lock, so no admission is
+    halfway past it when it commits. Commits."""
+    take_turn(session)
+    row = session.get(QueuePause, (project, group))
+    if row is not None:
+        session.commit()
+        return row, False
+    row = QueuePause(project=project, type=group, by=by, run_id=run_id)
+    session.add(row)
+    session.commit()
+    session.refresh(row)
+    return row, True
+
+
+def resume(session: Session, project: str, group: str) -> bool:
+    """Lift the pause (whether there was one). Commits."""
+    take_turn(session)
+    row = session.get(QueuePause, (project, group))
+    if row is not None:
+        session.delete(row)
+    session.commit()
+    return row is not None
+
+
+# --------------------------------------------------------------------------- admission
+
+
 def admit(session: Session, job_id: str) -> bool:
-    """Grant the job its capacity if the queue's order and the limits allow it now (commits)."""
+    """Grant the job its capacity if the queue's order and the limits allow it now, and it is not
+    held (commits)."""
     take_turn(session)
     job = session.get(Job, job_id)
     if job is None or job.granted_at is not None or JobStatus(job.status).ended:
@@ -138,8 +223,10 @@ def admit(session: Session, job_id: str) -> bool:
     per, total = in_use(session)
     blocked: set[str] = set()
     granted = False
-    for w in queue_order(waiting_jobs(session)):
-        if w.project in blocked:
+    waiting = queue_order(waiting_jobs(session))
+    holds = held(session, waiting)
+    for w in waiting:
+        if w.project in blocked or holds.why(w) is not None:
             continue
         g, usd = gpus_of(w), usd_of(w)
         if limits.over(GLOBAL, total, g, usd) is not None:

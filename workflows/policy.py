@@ -50,7 +50,7 @@ class PolicyWorkflow:
                 done = await call(acts.POLICY_ACT, ActInput(policy_id=inp.policy_id, project=inp.project,
                                                             facts=facts, reason=decision.reason),
                                   start_to_close_timeout=timedelta(seconds=120), retry_policy=_ACT_RETRY)
-                # An action that did not run (it needs the queue or pools) is no trigger.
+                # An action that changed nothing (it needs pools; already paused) is no trigger.
                 acted = done.ran
                 result = f"{decision.reason} → {done.result}"
             except ActivityError as e:

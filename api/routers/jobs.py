@@ -21,6 +21,7 @@ from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailabl
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
+from api.routers.budget import refuse_over_budget
 from api.schemas import CloudId, InstanceCreate, Printable, Strict
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType
@@ -78,10 +79,16 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    waiting_reason: str | None = Field(
+        None, description="why a queued job is passed over now: its queue group is paused (POST "
+                          "/queue/resume), or the project's daily budget is reached; null while it "
+                          "simply waits its turn, and once granted")
 
     @classmethod
-    def of(cls, row: Job, pri: int | None = None) -> JobOut:
-        return cls(pri=pri, id=row.id, name=row.name, type=row.type, status=row.status, command=row.command,
+    def of(cls, row: Job, pri: int | None = None, held: queue.Held | None = None) -> JobOut:
+        why = held.why(row) if held is not None and pri is not None else None
+        return cls(pri=pri, waiting_reason=why, id=row.id, name=row.name, type=row.type, status=row.status,
+                   command=row.command,
                    image=row.image, gpu=row.gpu, gpu_count=row.gpu_count, cloud=row.cloud,
                    requested_by=row.requested_by, priority=row.priority,
                    max_price_per_hour=row.max_price_per_hour, allocation_id=row.allocation_id,
@@ -127,6 +134,13 @@ def _insert(deps: AppDeps, row: Job) -> None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"{row.type} jobs are not queued: over {why}")
 
 
+def _within_budget(deps: AppDeps, project: str) -> None:
+    """409 naming the project's daily budget once today's spend has reached it: no new job (queued
+    ones already in wait for it, store/queue.py)."""
+    with open_session(deps) as session:
+        refuse_over_budget(session, project)
+
+
 def _not_started(deps: AppDeps, job_id: str, why: str) -> None:
     with open_session(deps) as session:
         row = session.get(Job, job_id)
@@ -150,15 +164,17 @@ def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
-             responses={409: {"description": "no cloud connected (or not the one named), or a job "
-                                             "type that is not queued over a limit (named)"},
+             responses={409: {"description": "no cloud connected (or not the one named), the project's "
+                                             "daily budget is reached, or a job type that is not queued "
+                                             "over a limit (named)"},
                         422: {"description": "invalid, or no connected cloud can serve it"},
                         503: {"description": "Temporal unreachable: the job is recorded as not started"}})
 async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
                      idempotency_key: idem.IdempotencyKey = None) -> JobAccepted:
     """Run `command` on a machine allocated for it, then terminate the machine. Training, eval and
     synthetic jobs wait in the queue for capacity under the limits (PUT /limits); serving, task
-    and kb_compile jobs are not queued: over a limit they are refused (409, the limit named).
+    and kb_compile jobs are not queued: over a limit they are refused (409, the limit named). Once
+    the project's daily budget is reached, new jobs are refused (409, the budget named).
     With an Idempotency-Key the job id derives from the key: a retry answers with the same job and
     starts what the first request may not have (its workflow runs once per id, ever)."""
     project, key = caller.project, idempotency_key
@@ -169,6 +185,8 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
         existing = await in_thread(_job, deps, project, job_id)
         if existing is not None and JobStatus(existing.status).ended:
             return JobAccepted(id=job_id, status=existing.status)
+    if existing is None:  # a keyed retry of an accepted job answers it, budget or not
+        await in_thread(_within_budget, deps, project)
     public = await in_thread(_public_key, deps)
     # The same planning as a hand allocation: which connections may serve it, refused here if none.
     asked = InstanceCreate(cloud=body.cloud, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
@@ -213,7 +231,8 @@ def list_jobs(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[Job
     """The project's jobs, newest first."""
     rows, following = KEYSET.fetch(session, select(Job).where(Job.project == caller.project), page)
     pri = queue.positions(session)
-    return Page(items=[JobOut.of(j, pri.get(j.id)) for j in rows], next_cursor=following)
+    held = queue.held(session, [j for j in rows if j.id in pri])
+    return Page(items=[JobOut.of(j, pri.get(j.id), held) for j in rows], next_cursor=following)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses={404: {"description": "unknown"}})
@@ -221,7 +240,8 @@ def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobOut:
     row = session.get(Job, job_id)
     if row is None or row.project != caller.project:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
-    return JobOut.of(row, queue.positions(session).get(job_id))
+    pri = queue.positions(session).get(job_id)
+    return JobOut.of(row, pri, queue.held(session, [row]) if pri is not None else None)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,

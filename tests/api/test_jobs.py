@@ -1,10 +1,18 @@
 """POST /api/compute/jobs without Temporal (FakeWorkflows): a keyed retry makes one job, limits
-refuse what is not queued with the limit named, a $/hr limit needs a max price."""
+refuse what is not queued with the limit named, a $/hr limit needs a max price, a reached daily
+budget refuses new jobs and holds queued ones (the reason on the job), and a queue group paused
+and resumed through /queue."""
 
 from __future__ import annotations
 
-import httpx
+from datetime import timedelta
 
+import httpx
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from store import spend
+from store.models import utcnow
 from tests.api.conftest import FakeWorkflows, connect_fake
 
 JOB = {"name": "j", "command": "true", "requested_by": "tests", "gpu": "A10"}
@@ -43,3 +51,33 @@ async def test_limits_refuse_what_is_not_queued_and_queue_the_rest(client: httpx
     r = await client.put("/api/compute/limits/installation", json={"max_gpus": 1})
     assert r.status_code == 200
     assert (await client.get("/api/compute/limits")).json()["installation"]["max_gpus"] == 1
+
+
+async def test_a_reached_budget_refuses_new_jobs_and_holds_queued_ones_a_paused_group_says_so(
+        client: httpx.AsyncClient, engine: sa.Engine) -> None:
+    await connect_fake(client)
+    queued = (await client.post("/api/compute/jobs", json={**JOB, "type": "ppo"})).json()["id"]
+    r = await client.post("/api/compute/queue/pause", json={"type": "grpo"})
+    assert r.status_code == 200 and [p["type"] for p in r.json()["paused"]] == ["grpo"], r.text
+    assert r.json()["waiting"] == {"sft": 0, "grpo": 1, "eval": 0, "synthetic": 0}
+    job = (await client.get(f"/api/compute/jobs/{queued}")).json()
+    assert job["pri"] == 1 and "grpo queue of project default is paused (by hand" in job["waiting_reason"]
+    refused = await client.post("/api/compute/queue/pause", json={"type": "ppo"})
+    assert refused.status_code == 422 and "queued in the grpo group" in refused.text, refused.text
+    r = await client.post("/api/compute/queue/resume", json={"type": "grpo"})
+    assert r.status_code == 200 and r.json()["paused"] == []
+    assert (await client.get(f"/api/compute/jobs/{queued}")).json()["waiting_reason"] is None
+
+    now = utcnow()
+    with Session(engine) as s:  # $1000/h for the last 30 minutes (or since midnight): over $1 today
+        spend.open_interval(s, key="gp-budget-j1", instance_id="budget", project="default", connection_id="c",
+                            provider="fakecloud", rate_per_hour=1000.0,
+                            started_at=max(now - timedelta(minutes=30),
+                                           now.replace(hour=0, minute=0, second=0)))
+    assert (await client.put("/api/compute/budget", json={"daily_usd": 1})).status_code == 200
+    for kind in ("sft", "serving"):  # queued or not, no new job
+        r = await client.post("/api/compute/jobs", json={**JOB, "type": kind})
+        assert r.status_code == 409 and "daily budget of $1.00" in r.json()["detail"], r.text
+    listed = (await client.get("/api/compute/jobs")).json()["items"]
+    assert [j["id"] for j in listed] == [queued]  # nothing was recorded for the refused ones
+    assert "daily budget of $1.00" in listed[0]["waiting_reason"]

@@ -89,6 +89,8 @@ async def test_a_policy_is_saved_with_its_schedule_paused_when_disabled_and_dele
     ({"when": {"kind": "spend", "window": "1y", "usd": 5}}, "window"),
     ({"when": {"kind": "spend", "window": "1h", "usd": -1}}, "usd"),
     ({"when": {"kind": "queue_wait", "type": "bogus", "minutes": 5}}, "type"),
+    ({"when": {"kind": "queue_depth", "type": "dpo", "n": 2}}, "type"),  # a kind: its group is sft
+    ({"then": {"kind": "pause_queue", "type": "serving"}}, "type"),  # never queued
     ({"when": {"kind": "pool_utilisation", "pool": "p1", "percent": 80, "direction": "sideways"}},
      "direction"),
     ({"when": {"kind": "teleport"}}, "when"),

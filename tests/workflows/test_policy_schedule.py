@@ -22,8 +22,8 @@ from activities.deps import ActivityDeps
 from api.app import create_app
 from api.deps import AppDeps, TemporalGateway
 from messages.policy import PolicyInput, PolicyRunOutcome
-from store import policies, spend
-from store.models import Policy, utcnow
+from store import policies, queue, spend
+from store.models import Job, Policy, utcnow
 from store.secrets import SecretBox
 from tests.conftest import TEMPORAL_BIN, TEST_SECRET_KEY
 from tests.workflows.conftest import TASK_QUEUE
@@ -121,18 +121,9 @@ async def test_a_spend_policy_run_reads_the_ledger_posts_the_webhook_and_records
                                              "then": {"kind": "webhook", "url": url + "/a"},
                                              "cooldown_minutes": 10, "max_spend_per_hour": 40},
                                          webhook_query="token=t0k3n").id
-        queue_pol = policies.save_policy(s, secret_box, policy_id=f"{project}-queue", project=project,
-                                         name="sft wait",
-                                         enabled=True, spec={
-                                             "when": {"kind": "queue_depth", "type": "sft", "n": 3},
-                                             "then": {"kind": "pause_queue", "type": "sft"}}).id
 
     async def run(policy_id: str) -> PolicyRunOutcome:
-        out: PolicyRunOutcome = await temporal_client.execute_workflow(
-            "PolicyWorkflow", PolicyInput(policy_id=policy_id, project=project),
-            id=f"policy-{policy_id}-{uuid.uuid4().hex[:6]}", task_queue=TASK_QUEUE,
-            result_type=PolicyRunOutcome, execution_timeout=timedelta(seconds=120))
-        return out
+        return await run_policy(temporal_client, policy_id, project)
 
     first = await run(spend_pol)
     assert first.acted and first.result.endswith("webhook answered HTTP 204"), first
@@ -147,12 +138,67 @@ async def test_a_spend_policy_run_reads_the_ledger_posts_the_webhook_and_records
     second = await run(spend_pol)  # within the cooldown
     assert not second.acted and "in cooldown until" in second.result and len(got) == 1
 
-    queued = await run(queue_pol)
-    assert queued == PolicyRunOutcome(acted=False,
-                                      result="not evaluated: needs the job queue (issue 11 step 2)")
     with Session(db_engine) as s:
-        row, q = s.get(Policy, spend_pol), s.get(Policy, queue_pol)
-        assert row is not None and q is not None
+        row = s.get(Policy, spend_pol)
+        assert row is not None
         assert row.trigger_count == 1 and row.last_triggered_at is not None
         assert row.last_result == second.result
-        assert (q.trigger_count, q.last_result) == (0, queued.result)
+
+
+async def run_policy(client: Client, policy_id: str, project: str) -> PolicyRunOutcome:
+    out: PolicyRunOutcome = await client.execute_workflow(
+        "PolicyWorkflow", PolicyInput(policy_id=policy_id, project=project),
+        id=f"policy-{policy_id}-{uuid.uuid4().hex[:6]}", task_queue=TASK_QUEUE,
+        result_type=PolicyRunOutcome, execution_timeout=timedelta(seconds=120))
+    return out
+
+
+def queued_job(s: Session, project: str, name: str, type_: str, waited_min: float) -> None:
+    """A job row as the API leaves it waiting in the queue (no workflow, no machine)."""
+    s.add(Job(id=f"{project}-{name}", project=project, name=name, type=type_, command="true",
+              requested_by="tests", gpu="a10", gpu_count=1, workflow_id=f"job-{project}-{name}",
+              created_at=utcnow() - timedelta(minutes=waited_min)))
+    s.commit()
+
+
+async def test_queue_policies_read_the_waiting_jobs_by_group_and_pause_one_once(
+        temporal_client: Client, wf_worker: None, db_engine: sa.Engine, secret_box: SecretBox) -> None:
+    """Queue wait of SFT over 5 minutes → pause the grpo queue (a dpo job counts as SFT), then again
+    while paused (a no-op, no trigger); at least 2 of GRPO queued → pause eval, before and after a
+    ppo job joins a grpo one."""
+    project = f"polq-{uuid.uuid4().hex[:6]}"
+    with Session(db_engine) as s:
+        queued_job(s, project, "dpo", "dpo", waited_min=8)
+        queued_job(s, project, "sft", "sft", waited_min=1)
+        queued_job(s, project, "grpo", "grpo", waited_min=2)
+        wait = policies.save_policy(s, secret_box, policy_id=f"{project}-wait", project=project,
+                                    name="sft wait", enabled=True, spec={
+                                        "when": {"kind": "queue_wait", "type": "sft", "minutes": 5},
+                                        "then": {"kind": "pause_queue", "type": "grpo"}}).id
+        depth = policies.save_policy(s, secret_box, policy_id=f"{project}-depth", project=project,
+                                     name="grpo depth", enabled=True, spec={
+                                         "when": {"kind": "queue_depth", "type": "grpo", "n": 2},
+                                         "then": {"kind": "pause_queue", "type": "eval"}}).id
+
+    first = await run_policy(temporal_client, wait, project)
+    assert first == PolicyRunOutcome(acted=True, result="the oldest queued sft job has waited 8 min, "
+                                                        "over 5 min → paused the grpo queue"), first
+    with Session(db_engine) as s:
+        paused = queue.pauses(s, project)
+        assert list(paused) == [(project, "grpo")] and paused[(project, "grpo")].by == wait
+        grpo = s.get(Job, f"{project}-grpo")
+        assert grpo is not None and not queue.admit(s, grpo.id)  # its admission is held now
+    again = await run_policy(temporal_client, wait, project)
+    assert not again.acted and "→ no-op: the grpo queue of project" in again.result, again
+
+    shallow = await run_policy(temporal_client, depth, project)
+    assert shallow == PolicyRunOutcome(acted=False, result="1 grpo job(s) queued, fewer than 2")
+    with Session(db_engine) as s:
+        queued_job(s, project, "ppo", "ppo", waited_min=0)
+    deep = await run_policy(temporal_client, depth, project)
+    assert deep == PolicyRunOutcome(acted=True, result="2 grpo job(s) queued, 2 → paused the eval queue")
+    with Session(db_engine) as s:
+        rows = {p: s.get(Policy, p) for p in (wait, depth)}
+        assert {p: (r.trigger_count, r.last_result) for p, r in rows.items() if r} == {
+            wait: (1, again.result), depth: (1, deep.result)}
+        assert sorted(t for _, t in queue.pauses(s, project)) == ["eval", "grpo"]

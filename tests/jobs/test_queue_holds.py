@@ -1,0 +1,71 @@
+"""Held jobs in the queue (store/queue.py): a paused group's jobs keep their place and PRI but are
+not admitted, and block no one behind them; a project whose daily budget is reached gets no grant
+until it is lifted. On the session's SQLite database, with projects of the test's own."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from store import policies, queue, spend
+from store.models import Job, utcnow
+
+
+def _job(s: Session, project: str, name: str, type_: str, age_min: int) -> str:
+    job = Job(id=f"{project}-{name}", project=project, name=name, type=type_, command="true",
+              requested_by="t", gpu="a10", gpu_count=1, workflow_id="w",
+              created_at=utcnow() - timedelta(minutes=age_min))
+    s.add(job)
+    s.commit()
+    return job.id
+
+
+def test_a_paused_group_is_passed_over_keeps_its_place_and_is_admitted_once_resumed(
+        db_engine: sa.Engine) -> None:
+    p = f"hold-{uuid.uuid4().hex[:6]}"
+    with Session(db_engine) as s:
+        queue.set_limits(s, p, max_gpus=1, max_usd_per_hour=None)
+        ppo = _job(s, p, "ppo", "ppo", age_min=10)  # first in line, of the grpo group
+        dpo = _job(s, p, "dpo", "dpo", age_min=5)
+        row, made = queue.pause(s, p, "grpo", by="pol1", run_id="r1")
+        assert made and (row.by, row.run_id) == ("pol1", "r1")
+        _, again = queue.pause(s, p, "grpo", by="pol2", run_id="r2")
+        assert not again and queue.pauses(s, p)[(p, "grpo")].by == "pol1"  # the first pause stays
+
+        assert not queue.admit(s, ppo)
+        assert queue.admit(s, dpo)  # the paused job ahead of it blocks nothing
+        pri = queue.positions(s)
+        assert ppo in pri and dpo not in pri  # still waiting, in its place
+        held = queue.held(s, [s.get(Job, ppo)])  # type: ignore[list-item]
+        assert "grpo queue of project" in (held.why(s.get(Job, ppo)) or "")  # type: ignore[arg-type]
+
+        assert queue.resume(s, p, "grpo") and not queue.resume(s, p, "grpo")
+        assert not queue.admit(s, ppo)  # resumed, but the 1 GPU is held by the dpo job
+        done = s.get(Job, dpo)
+        assert done is not None
+        queue.release(done)
+        s.add(done)
+        s.commit()
+        assert queue.admit(s, ppo)
+
+
+def test_a_project_over_its_daily_budget_gets_no_grant_until_it_is_lifted(db_engine: sa.Engine) -> None:
+    p, other = f"bud-{uuid.uuid4().hex[:6]}", f"bud-{uuid.uuid4().hex[:6]}"
+    now = utcnow()
+    with Session(db_engine) as s:
+        spend.open_interval(s, key=f"gp-{p}-a1", instance_id=p, project=p, connection_id="c",
+                            provider="fake", rate_per_hour=1000.0,
+                            started_at=max(now - timedelta(minutes=30),
+                                           now.replace(hour=0, minute=0, second=0)))
+        policies.set_budget(s, p, 1.0)
+        policies.set_budget(s, other, 1000.0)  # a budget not reached holds nothing
+        mine, theirs = _job(s, p, "e", "eval", age_min=3), _job(s, other, "e", "eval", age_min=2)
+        assert not queue.admit(s, mine)
+        assert queue.admit(s, theirs)
+        why = queue.held(s, [s.get(Job, mine)]).why(s.get(Job, mine))  # type: ignore[arg-type, list-item]
+        assert why is not None and "daily budget of $1.00" in why
+        policies.set_budget(s, p, None)
+        assert queue.admit(s, mine)
