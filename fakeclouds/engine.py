@@ -15,8 +15,10 @@ import errno
 import functools
 import json
 import logging
+import os
 import re
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -171,7 +173,9 @@ class Engine:
             await server.stop()
         self._ssh.clear()
         self.save()
-        if not self._persist:
+        if not self._persist:  # the cloud is gone for good: so is everything its machines ran
+            for m in self.machines.values():
+                power_off(self.machine_home(m))
             shutil.rmtree(self.root, ignore_errors=True)
 
     def save(self) -> None:
@@ -581,7 +585,26 @@ class Engine:
 
     async def _gone(self, m: Machine) -> None:
         await self._stop_ssh(m)
+        power_off(self.machine_home(m))
         m.status, m.ended_at = TERMINATED, time.time()
         key = (m.facade, m.instance_type, m.region)
         self.stock[key] = self.stock.get(key, 0) + 1
         self.save()
+
+
+def power_off(home: Path) -> int:
+    """Kill what still runs on a terminated machine: every process whose HOME is the machine's home
+    (its SSH server runs commands there). A detached command (setsid, nohup) outlives its session,
+    as on a real VM, but not the VM itself. Returns how many were killed."""
+    wanted = f"HOME={home}".encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
+            continue
+    return killed

@@ -9,6 +9,7 @@ import pytest
 
 from fakeclouds.engine import Engine
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
+from tests.devrun import alive
 from tests.fakeclouds.helpers import wait_engine
 
 
@@ -119,3 +120,22 @@ async def test_persistence_restores_machines_same_port_and_host_key(tmp_path: Pa
         assert second.machines[booting.id].boot_at > time.time() + 20  # resumes its own schedule
     finally:
         await second.stop()
+
+
+async def test_terminating_a_machine_stops_what_it_ran_even_detached(engine: Engine, pubkey: str,
+                                                                     ssh_key: asyncssh.SSHKey) -> None:
+    """A VM's end ends its processes: a command started with setsid/nohup (as gpuprov's jobs run)
+    outlives its SSH session, not the machine."""
+    (m,) = _local(engine, pubkey, name="runner")
+    await wait_engine(engine, m.id, "running")
+    async with asyncssh.connect("127.0.0.1", m.ssh_port, username="gpuprov", client_keys=[ssh_key],
+                                known_hosts=None) as conn:
+        await conn.run("setsid nohup sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > pid", check=True)
+        pid = int((await conn.run("cat pid", check=True)).stdout or "0")
+    assert alive(pid)  # still running with the session closed
+    engine.terminate("local", m.id)
+    await wait_engine(engine, m.id, "terminated")
+    deadline = time.monotonic() + 30
+    while alive(pid):
+        assert time.monotonic() < deadline, "the machine's detached process survived its termination"
+        await asyncio.sleep(0.05)
