@@ -93,6 +93,18 @@ def aware(ts: datetime | None) -> datetime | None:
     return ts
 
 
+def openssh_key_lines(keys: list[str]) -> list[str]:
+    """One OpenSSH public key line per entry, passed on re-serialised from the parsed key
+    (providers/ssh_keys.py): never the user's text, never a private key. ValueError naming the entry."""
+    cleaned = []
+    for i, key in enumerate(keys):
+        try:
+            cleaned.append(ssh_keys.public_key_line(key))
+        except ssh_keys.KeyRefused as e:
+            raise ValueError(f"ssh_public_keys[{i}]: {e}") from None
+    return cleaned
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -428,15 +440,7 @@ class InstanceCreate(Strict):
     @field_validator("ssh_public_keys")
     @classmethod
     def _openssh_keys(cls, keys: list[str]) -> list[str]:
-        """One OpenSSH public key line per entry, passed on re-serialised from the parsed key
-        (providers/ssh_keys.py): never the user's text, never a private key."""
-        cleaned = []
-        for i, key in enumerate(keys):
-            try:
-                cleaned.append(ssh_keys.public_key_line(key))
-            except ssh_keys.KeyRefused as e:
-                raise ValueError(f"ssh_public_keys[{i}]: {e}") from None
-        return cleaned
+        return openssh_key_lines(keys)
 
     @field_validator("ports")
     @classmethod

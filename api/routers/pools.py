@@ -20,9 +20,8 @@ from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailabl
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import refusal
-from api.schemas import CloudId, Printable, Strict
+from api.schemas import CloudId, Printable, Strict, openssh_key_lines
 from messages.pool import MAX_POOL_SIZE, POOL_ID_LENGTH, POOL_NAME, PoolStatus, ScaleInput, scale_workflow_id
-from providers import ssh_keys
 from providers.base import LaunchRequirements
 from store import pools, repo
 from store.models import Pool
@@ -53,13 +52,7 @@ class PoolIn(Strict):
     @field_validator("ssh_public_keys")
     @classmethod
     def _openssh_keys(cls, keys: list[str]) -> list[str]:
-        cleaned = []
-        for i, key in enumerate(keys):
-            try:
-                cleaned.append(ssh_keys.public_key_line(key))
-            except ssh_keys.KeyRefused as e:
-                raise ValueError(f"ssh_public_keys[{i}]: {e}") from None
-        return cleaned
+        return openssh_key_lines(keys)
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolIn:
