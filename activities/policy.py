@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 from sqlmodel import Session, col, func, select
 from temporalio import activity
+from temporalio.client import WorkflowUpdateStage
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities import policy_pools
 from activities.deps import ActivityDeps
@@ -28,6 +30,7 @@ from messages.policy import (
     ActInput,
     ActResult,
     Facts,
+    IdleWhen,
     PauseQueueThen,
     PolicyFacts,
     PolicyInput,
@@ -36,21 +39,21 @@ from messages.policy import (
     QueueWaitWhen,
     RecordPolicyRun,
     SpendWhen,
+    TerminateIdleThen,
     WebhookThen,
     window_seconds,
 )
+from messages.pool import slot_of_allocation
 from messages.queue_groups import QUEUE_GROUPS
 from providers.endpoints import EndpointError, check_webhook, webhook_shown
-from store import policies, queue, spend
+from store import idle, policies, queue, spend
 from store.db import session_scope
-from store.models import Job, utcnow
+from store.models import Instance, Job, utcnow
 
 log = logging.getLogger(__name__)
 
 NEEDS_POOLS = ("needs jobs running on a pool's machines (not built yet): a pool's utilisation "
                "cannot be measured")
-NEEDS_IDLE = ("needs GPU utilisation and session sampling by the watch (issue 11 step 2): "
-              "idle time cannot be measured yet")
 
 # --------------------------------------------------------------------------- facts, per When kind
 
@@ -89,8 +92,10 @@ def pool_utilisation_facts(session: Session, project: str, when: Any, now: datet
     return Facts(not_evaluated=NEEDS_POOLS)
 
 
-def idle_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
-    return Facts(not_evaluated=NEEDS_IDLE)
+def idle_facts(session: Session, project: str, when: IdleWhen, now: datetime) -> Facts:
+    """The project's ready allocations the watch has sampled idle for longer than the When's minutes
+    (activities/idle.py: every GPU under 5 %, no login session, no running job)."""
+    return Facts(idle_machines=[r.id for r in idle.idle_longer_than(session, project, when.minutes, now)])
 
 
 FACTS: dict[str, FactsFn] = {
@@ -164,8 +169,60 @@ async def pause_queue_action(deps: ActivityDeps, inp: ActInput, then: PauseQueue
     return ActResult(ran=False, ok=True, result=f"no-op: {why}")
 
 
-async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: Any) -> ActResult:
-    return ActResult(ran=False, ok=False, result=f"not run: {NEEDS_IDLE}")
+def _kind_of(session: Session, row: Instance) -> str:
+    """pool (its id names a pool slot), job (a job's allocation) or manual (allocated by hand)."""
+    if slot_of_allocation(row.id) is not None:
+        return "pool"
+    job = session.exec(select(Job.id).where(col(Job.allocation_id) == row.id)).first()
+    return "job" if job is not None else "manual"
+
+
+async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: TerminateIdleThen) -> ActResult:
+    """Terminate the project's machines idle longer than the Then's minutes, as measured now (the
+    allocation's `terminate` update, accepted: the allocation workflow terminates and verifies).
+    Job machines always; machines allocated by hand only when `include_manual` (the project's
+    opt-in); pool machines never — the pool would replace them (its size is what it keeps), so they
+    are counted in the result and left to `scale_pool`. Retry-safe: an allocation already
+    terminating takes the update again, a closed one is passed over."""
+    assert deps.client is not None, "ActivityDeps.client is set by build_worker"
+    now = utcnow()
+
+    def pick() -> tuple[list[tuple[str, str]], dict[str, int]]:
+        with session_scope(deps.engine) as session:
+            chosen, left = [], {"pool": 0, "manual": 0}
+            for row in idle.idle_longer_than(session, inp.project, then.minutes, now):
+                kind = _kind_of(session, row)
+                if kind == "job" or (kind == "manual" and then.include_manual):
+                    chosen.append((row.id, row.workflow_id))
+                else:
+                    left[kind] += 1
+            return chosen, left
+
+    chosen, left = await deps.blocking(pick)
+    done: list[str] = []
+    failed: list[str] = []
+    for allocation_id, workflow_id in chosen:
+        try:
+            await deps.client.get_workflow_handle(workflow_id).start_update(
+                "terminate", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+            done.append(allocation_id)
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:  # NOT_FOUND: closed already, nothing to do
+                log.info("policy %s: terminate %s failed (%s)", inp.policy_id, allocation_id, e.message)
+                failed.append(allocation_id)
+    notes = []
+    if left["pool"]:
+        notes.append(f"left {left['pool']} pool machine(s) to their pool")
+    if left["manual"]:
+        notes.append(f"left {left['manual']} machine(s) allocated by hand (not opted in)")
+    if failed:
+        notes.append(f"could not terminate {', '.join(failed)}")
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    if not done:
+        return ActResult(ran=False, ok=not failed,
+                         result=f"no-op: no machine idle over {then.minutes} min to terminate{tail}")
+    return ActResult(ok=not failed,
+                     result=f"terminating {len(done)} idle machine(s): {', '.join(done)}{tail}")
 
 
 ACTIONS: dict[str, ActionFn] = {

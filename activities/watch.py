@@ -1,5 +1,7 @@
 """The watch's one activity: ask the cloud about every ready machine of a connection, and tell the
-allocation of each one the cloud reports gone, stopped or broken (its `machine_lost` signal)."""
+allocation of each one the cloud reports gone, stopped or broken (its `machine_lost` signal). The
+machines the cloud shows alive are then sampled for idleness (activities/idle.py) — so every
+sample's rate is the watch's interval."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import idle
 from activities.deps import ActivityDeps, heartbeating
 from messages import activities as acts
 from messages.allocation import CloudTarget, MachineLost
@@ -72,14 +75,20 @@ class WatchActivities:
         answers = await heartbeating(asyncio.gather(*(status(r) for r in rows), return_exceptions=True),
                                      5.0, "listing machines")
         report = WatchReport()
+        alive = []
         for row, answer in zip(rows, answers, strict=True):
             if isinstance(answer, ProviderError):
                 continue  # no answer about this one: ask again next round
             if isinstance(answer, BaseException):
                 raise answer
             reason = lost_reason(str(row.cloud_instance_id), answer)
-            if reason is not None and await self._tell(row.workflow_id, reason):
+            if reason is None:
+                alive.append(row)
+            elif await self._tell(row.workflow_id, reason):
                 report.lost[row.id] = reason
+        if alive:
+            idle_now = await heartbeating(idle.sample(self.deps, p, alive), 5.0, "sampling idleness")
+            report.idle = sorted(a for a, is_idle in idle_now.items() if is_idle)
         return report
 
     async def _tell(self, workflow_id: str, reason: str) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, cloudinit, nvidia_smi
+from fakeclouds import catalog, cloudinit, nvidia_smi, who
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from fakeclouds.facade import Facade, registered
@@ -467,6 +467,7 @@ class Engine:
         (home / ".bashrc").write_text(f"PS1='{m.ssh_user}@{label}:\\w\\$ '\n")
         (home / ".bash_profile").write_text("[ -f ~/.bashrc ] && . ~/.bashrc\n")
         tools = dict(self.facades[m.facade].preinstalled)
+        tools["who"] = who.SCRIPT  # SIMULATED: the machine has no utmp (fakeclouds/who.py)
         if itype.gpu is not None:
             tools["nvidia-smi"] = nvidia_smi.script_for(itype, m.id)
         for tool, script in tools.items():

@@ -17,9 +17,12 @@ import os
 import signal
 import struct
 import termios
+import time
 from pathlib import Path
 
 import asyncssh
+
+from fakeclouds.who import SESSIONS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +189,18 @@ class MachineSSH:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
 
+    def _open_session(self, pid: int, tty: str) -> Path:
+        """Record an open PTY session where the machine's SIMULATED `who` reads it (sshd writes a
+        utmp record for a terminal login; this machine has no utmp). Removed when it ends."""
+        d = self.home / SESSIONS_DIR
+        d.mkdir(exist_ok=True)
+        f = d / str(pid)
+        f.write_text(f"{self.user} {tty} {time.strftime('%Y-%m-%d %H:%M')} (simulated)\n")
+        return f
+
     async def _run_pty(self, process: asyncssh.SSHServerProcess) -> int:
         master, slave = os.openpty()
+        tty = os.ttyname(slave).removeprefix("/dev/")
         cols, rows, *_ = process.get_terminal_size()
         _set_winsize(master, cols, rows)
 
@@ -204,6 +217,7 @@ class MachineSSH:
         finally:
             os.close(slave)
         self._children.add(proc)
+        session_file = self._open_session(proc.pid, tty)
         loop = asyncio.get_running_loop()
         out: asyncio.Queue[bytes] = asyncio.Queue()
 
@@ -250,6 +264,8 @@ class MachineSSH:
             feeder.cancel()
             loop.remove_reader(master)
             os.close(master)
+            with contextlib.suppress(OSError):
+                session_file.unlink()
             self._children.discard(proc)
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -175,10 +175,14 @@ class ScalePoolThen(_Strict):
 
 
 class TerminateIdleThen(_Strict):
-    """Terminate the project's machines idle longer than `minutes`."""
+    """Terminate the project's job machines idle longer than `minutes` (idle: measured by the watch,
+    activities/idle.py) — and its machines allocated by hand only with `include_manual` (the
+    project's opt-in). A pool's machines are left to their pool: it keeps its size (and would
+    replace them); shrink it with `scale_pool`."""
 
     kind: Literal["terminate_idle"] = "terminate_idle"
     minutes: Minutes
+    include_manual: bool = Field(default=False, description="also machines allocated by hand")
 
 
 class PauseQueueThen(_Strict):

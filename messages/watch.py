@@ -16,7 +16,8 @@ class WatchInput(BaseModel):
 
 
 class WatchReport(BaseModel):
-    """One round: which allocations were told their machine is lost, and why."""
+    """One round: which allocations were told their machine is lost, and why; which are idle."""
 
     connection_found: bool = True  # False: the connection is gone; the watch ends
     lost: dict[str, str] = Field(default_factory=dict)  # allocation id -> reason
+    idle: list[str] = Field(default_factory=list)  # allocations sampled idle this round (activities/idle.py)

@@ -464,3 +464,21 @@ class JobGpuSample(SQLModel, table=True):
     utilization_pct: float
     memory_used_mib: int
     memory_total_mib: int
+
+
+class MachineIdle(SQLModel, table=True):
+    """The watch's last idle sample of a ready allocation (activities/idle.py): its GPUs' highest
+    utilisation, its open login sessions, the job running on it. `idle_since` is the first sample of
+    the current idle run (every GPU under 5 %, no session, no running job), None while it is not
+    idle — or when the last sample failed (`error`): a machine not measured is not called idle."""
+
+    __tablename__ = "machine_idle"
+
+    allocation_id: str = Field(primary_key=True)
+    project: str = Field(index=True)
+    sampled_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    idle_since: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    gpu_max_pct: float | None = None  # None: no GPU answered (no nvidia-smi: no GPU to be busy)
+    sessions: int | None = None
+    job_id: str | None = None  # the job running on it when sampled
+    error: str | None = None
