@@ -21,6 +21,7 @@ from api.routers import (
     codec,
     connections,
     fleets,
+    idle_policy,
     instances,
     jobs,
     limits,
@@ -61,7 +62,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     install_openapi(app)  # built on first use: it covers every route, also those added below
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could.
     for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets, policies,
-                   budget, workloads, jobs, limits, pools, queue):
+                   idle_policy, budget, workloads, jobs, limits, pools, queue):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.

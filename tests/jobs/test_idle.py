@@ -2,8 +2,8 @@
 (activities/policy.py), on a simulated cloud with real SSH machines: a ready machine at 0 % GPU with
 no session is idle from the watch's sample on; 50 % utilisation, or an interactive SSH session (the
 machine's SIMULATED `who` lists it), makes it busy again. A policy idle → terminate_idle leaves a
-machine allocated by hand alone until the project opts in (`include_manual`), then terminates it;
-its result is recorded on the policy."""
+machine allocated by hand alone until the project opts in (`include_manual` of the built-in idle
+policy, PUT /api/compute/idle-policy), then terminates it; its result is recorded on the policy."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from activities.idle import parse_sample
 from activities.watch import WatchActivities
 from messages.policy import PolicyInput, PolicyRunOutcome
 from messages.watch import WatchInput, WatchReport
-from store import idle, policies
+from store import idle
 from store.models import Instance, MachineIdle, Policy, utcnow
 from tests.jobs.conftest import CLOUD, Stack
 from tests.processes import until
@@ -105,15 +105,20 @@ async def test_the_watch_measures_idleness_and_terminate_idle_needs_the_opt_in(s
         s.add(stored)
         s.commit()
 
-    policy_id = f"idle-{uuid.uuid4().hex[:6]}"
+    policy_id = f"builtin-idle-{row.project}"
 
     async def run_policy(include_manual: bool) -> PolicyRunOutcome:
-        with Session(stack.deps.engine) as s:
-            policies.save_policy(s, stack.deps.box, policy_id=policy_id, project=row.project, name="idle",
-                                 enabled=True, spec={
-                                     "when": {"kind": "idle", "minutes": 30},
-                                     "then": {"kind": "terminate_idle", "minutes": 30,
-                                              "include_manual": include_manual}})
+        # The built-in policy, set paused (its Schedule would run it meanwhile): this test runs it.
+        r = await http.put("/api/compute/idle-policy", json={"minutes": 30, "include_manual": include_manual,
+                                                             "enabled": False})
+        assert r.status_code == 200, r.text
+        assert r.json()["id"] == policy_id and r.json()["then"]["include_manual"] is include_manual
+        with Session(stack.deps.engine) as s:  # the card on, its Schedule left paused: no run races ours
+            card = s.get(Policy, policy_id)
+            assert card is not None
+            card.enabled = True
+            s.add(card)
+            s.commit()
         out: PolicyRunOutcome = await stack.client.execute_workflow(
             "PolicyWorkflow", PolicyInput(policy_id=policy_id, project=row.project),
             id=f"policy-{policy_id}-{uuid.uuid4().hex[:6]}", task_queue=stack.queue,
@@ -132,6 +137,7 @@ async def test_the_watch_measures_idleness_and_terminate_idle_needs_the_opt_in(s
         return bool(got["status"] == "terminated")
 
     await until(gone, 90, "the idle machine terminated")
-    with Session(stack.deps.engine) as s:
-        card = s.get(Policy, policy_id)
-        assert card is not None and card.trigger_count == 1 and card.last_result == acted.result
+    card = (await http.get("/api/compute/idle-policy")).json()
+    assert card["trigger_count"] == 1 and card["last_result"] == acted.result, card
+    assert (await http.delete(f"/api/compute/policies/{policy_id}")).status_code == 200
+    assert (await http.get("/api/compute/idle-policy")).status_code == 404  # off again
