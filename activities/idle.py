@@ -36,6 +36,9 @@ SAMPLE_COMMAND = ("u=$(nvidia-smi --query-gpu=utilization.gpu --format=csv,nohea
 SAMPLE_TIMEOUT_S = 20.0  # one machine's login and command
 CONNECT_TIMEOUT_S = 10.0
 CONCURRENCY = 8  # machines sampled at once per connection
+# A round's sampling ends within this (the watch's activity may run 60 s): machines not begun by then
+# are not sampled this round — nothing recorded, their last sample stands — and come first next time.
+ROUND_BUDGET_S = 30.0
 
 
 @dataclass
@@ -93,14 +96,28 @@ async def _read(deps: ActivityDeps, p: CloudProvider, row: Instance) -> Reading:
     return parse_sample(str(result.stdout or ""))
 
 
-async def sample(deps: ActivityDeps, p: CloudProvider, rows: Sequence[Instance]) -> dict[str, bool]:
-    """Sample every row's machine (bounded concurrency) and store it; allocation id -> idle now."""
+async def sample(deps: ActivityDeps, p: CloudProvider, rows: Sequence[Instance],
+                 budget_s: float = ROUND_BUDGET_S) -> dict[str, bool]:
+    """Sample the rows' machines (bounded concurrency, least recently sampled first, those begun
+    within `budget_s`) and store each; allocation id -> idle now, for those sampled."""
     gate = asyncio.Semaphore(CONCURRENCY)
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + budget_s
 
-    async def one(row: Instance) -> Reading:
+    def last_sampled() -> dict[str, float]:
+        with session_scope(deps.engine) as session:
+            got = {r.id: idle.get(session, r.id) for r in rows}
+            return {a: m.sampled_at.timestamp() if m is not None else 0.0 for a, m in got.items()}
+
+    order = await deps.blocking(last_sampled)
+    rows = sorted(rows, key=lambda r: order[r.id])
+
+    async def one(row: Instance) -> Reading | None:
         if row.ssh_host is None:
             return Reading(error="no SSH address known")
         async with gate:
+            if loop.time() > stop_at:
+                return None  # the round's time is up: next round
             try:
                 return await _read(deps, p, row)
             except (OSError, asyncssh.Error, TimeoutError, ValueError) as e:
@@ -114,6 +131,8 @@ async def sample(deps: ActivityDeps, p: CloudProvider, rows: Sequence[Instance])
         with session_scope(deps.engine) as session:
             jobs = idle.running_jobs(session, [r.id for r in rows])
             for row, rd in zip(rows, readings, strict=True):
+                if rd is None:
+                    continue
                 saved = idle.record_sample(session, allocation_id=row.id, project=row.project, at=now,
                                            gpu_max_pct=rd.gpu_max_pct, sessions=rd.sessions,
                                            job_id=jobs.get(row.id), error=rd.error)

@@ -9,17 +9,23 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, col, select
 
 from messages.enums import AllocationStatus
+from messages.workloads import ACTIVE
 from store.models import Instance, Job, MachineIdle
 
 IDLE_GPU_PCT = 5.0  # a GPU under this is idle (issue 11)
+# A sample older than this (or than the When's minutes, if longer) says nothing about now: the watch
+# stopped sampling the machine (its worker down, the cloud not answering). Such a machine is not idle.
+FRESH_MINUTES = 10.0
 
 
 def running_jobs(session: Session, allocation_ids: Sequence[str]) -> dict[str, str]:
-    """allocation id -> the job running on it now, for those of `allocation_ids` that run one."""
+    """allocation id -> the job on it now, for those of `allocation_ids` that have one not ended — a
+    job still provisioning counts: its command is about to start there."""
     if not allocation_ids:
         return {}
+    active = [s.value for s in ACTIVE]
     rows = session.exec(select(Job.allocation_id, Job.id).where(
-        col(Job.allocation_id).in_(list(allocation_ids)), col(Job.status) == "running")).all()
+        col(Job.allocation_id).in_(list(allocation_ids)), col(Job.status).in_(active))).all()
     return {str(a): j for a, j in rows}
 
 
@@ -47,11 +53,12 @@ def record_sample(session: Session, *, allocation_id: str, project: str, at: dat
 
 def idle_longer_than(session: Session, project: str, minutes: float, now: datetime) -> list[Instance]:
     """The project's ready allocations idle for more than `minutes` (oldest idle first). A machine
-    whose last sample is older than that run, or that is no longer ready, is not counted."""
+    no longer ready, or whose last sample is stale (FRESH_MINUTES), is not counted."""
     since = now - timedelta(minutes=minutes)
+    fresh = now - timedelta(minutes=max(minutes, FRESH_MINUTES))
     rows = session.exec(select(Instance).join(MachineIdle, col(MachineIdle.allocation_id) == col(Instance.id))
                         .where(col(MachineIdle.project) == project, col(MachineIdle.idle_since).is_not(None),
-                               col(MachineIdle.idle_since) <= since,
+                               col(MachineIdle.idle_since) <= since, col(MachineIdle.sampled_at) >= fresh,
                                col(Instance.status) == AllocationStatus.READY)
                         .order_by(col(MachineIdle.idle_since))).all()
     return list(rows)

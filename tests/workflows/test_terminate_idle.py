@@ -1,7 +1,8 @@
 """`terminate_idle`'s rule (activities/policy.py) on the dev server, with FAKE allocation workflows
 that only count the `terminate` updates they get: of the machines idle over the minutes, job machines
 are terminated, pool machines are left to their pool, machines allocated by hand only with the
-opt-in; a machine idle for less, or one whose last sample failed, is not touched. The idle run
+opt-in; a machine idle for less, one whose last sample failed or is stale, or one with a job still
+provisioning on it, is not touched. The idle run
 itself (store/idle.py): kept across idle samples, cleared by a busy or a failed one."""
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ async def test_terminate_idle_takes_job_machines_leaves_pool_ones_and_hand_ones_
     project = f"idle-{uuid.uuid4().hex[:6]}"
     tag = uuid.uuid4().hex[:6]
     ids = {"job": f"al{tag}job", "pool": pool_allocation_id(tag, "train", 0, 0), "manual": f"al{tag}hand",
-           "recent": f"al{tag}new", "failed": f"al{tag}err"}
+           "recent": f"al{tag}new", "failed": f"al{tag}err", "stale": f"al{tag}old", "busy": f"al{tag}run"}
     now = utcnow()
     with Session(db_engine) as s:
         for a in ids.values():
@@ -85,11 +86,18 @@ async def test_terminate_idle_takes_job_machines_leaves_pool_ones_and_hand_ones_
                            workflow_id=f"fake-idle-{a}", status="ready"))
         s.add(Job(id=f"{tag}-j", project=project, name="done", type="task", command="true", requested_by="t",
                   workflow_id=f"job-{tag}", status="succeeded", allocation_id=ids["job"]))
+        # A job still provisioning on its machine: about to run there, so the machine is not idle.
+        s.add(Job(id=f"{tag}-k", project=project, name="next", type="task", command="true", requested_by="t",
+                  workflow_id=f"job-{tag}-k", status="provisioning", allocation_id=ids["busy"]))
         s.commit()
+        jobs = idle.running_jobs(s, list(ids.values()))
+        assert jobs == {ids["busy"]: f"{tag}-k"}
         for kind, a in ids.items():
-            at = now - timedelta(minutes=5 if kind == "recent" else 40)
-            idle.record_sample(s, allocation_id=a, project=project, at=at, gpu_max_pct=0.0, sessions=0)
-        idle.record_sample(s, allocation_id=ids["failed"], project=project, at=now, error="sample failed")
+            start = now - timedelta(minutes=5 if kind == "recent" else 40)
+            idle.record_sample(s, allocation_id=a, project=project, at=start, gpu_max_pct=0.0, sessions=0)
+            if kind != "stale":  # the watch samples the others still: the latest sample now
+                idle.record_sample(s, allocation_id=a, project=project, at=now, gpu_max_pct=0.0, sessions=0,
+                                   job_id=jobs.get(a), error="sample failed" if kind == "failed" else None)
         facts = idle_facts(s, project, IdleWhen(minutes=30), now)
     assert sorted(facts.idle_machines or []) == sorted([ids["job"], ids["pool"], ids["manual"]])
 
@@ -113,6 +121,6 @@ async def test_terminate_idle_takes_job_machines_leaves_pool_ones_and_hand_ones_
         second = await env.run(terminate_idle_action, activity_deps, act(), opted)
         assert second.ok and ids["manual"] in second.result and ids["job"] in second.result, second
         counts = {kind: await h.query("terminates") for kind, h in handles.items()}
-        assert counts == {"job": 2, "pool": 0, "manual": 1, "recent": 0, "failed": 0}, counts
+        assert counts == {"job": 2, "pool": 0, "manual": 1, "recent": 0, "failed": 0, "stale": 0, "busy": 0}
         for h in handles.values():
             await h.signal("stop")
