@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import CallerDep, DepsDep, SessionDep, in_thread
-from api.routers.policies import SAVE_ERRORS, PolicyIn, PolicyOut, _save, _schedule
+from api.routers.policies import SAVE_ERRORS, PolicyIn, PolicyOut, save_card, sync_schedule
 from messages.policy import IdleWhen, Minutes, TerminateIdleThen
 from store import policies
 
@@ -41,10 +41,10 @@ async def put_idle_policy(body: IdlePolicyIn, deps: DepsDep, caller: CallerDep) 
     """Set the project's built-in idle policy (made on first use) and its Schedule."""
     card = PolicyIn(name=NAME, enabled=body.enabled, when=IdleWhen(minutes=body.minutes),
                     then=TerminateIdleThen(minutes=body.minutes, include_manual=body.include_manual))
-    row = await in_thread(_save, deps, caller.project, builtin_idle_policy_id(caller.project), card,
+    row = await in_thread(save_card, deps, caller.project, builtin_idle_policy_id(caller.project), card,
                           create=True)
     assert row is not None
-    await _schedule(deps, caller.project, row)
+    await sync_schedule(deps, caller.project, row)
     log.info("built-in idle policy of %s set: %d min, include_manual=%s, %s", caller.project, body.minutes,
              body.include_manual, "enabled" if body.enabled else "disabled")
     return PolicyOut.of(row)

@@ -124,7 +124,7 @@ def _spec(body: PolicyIn, saved: Policy | None) -> tuple[dict[str, object], str 
     return spec.model_dump(mode="json"), query
 
 
-async def _schedule(deps: AppDeps, project: str, row: Policy) -> None:
+async def sync_schedule(deps: AppDeps, project: str, row: Policy) -> None:
     """The policy's Schedule as the row says: its cadence, paused while disabled."""
     spec = PolicySpec.model_validate(row.spec)
     cron = spec.when.expression if isinstance(spec.when, CronWhen) else None
@@ -141,7 +141,7 @@ async def _schedule(deps: AppDeps, project: str, row: Policy) -> None:
                             "(save it again)") from None
 
 
-def _save(deps: AppDeps, project: str, policy_id: str, body: PolicyIn, *, create: bool) -> Policy | None:
+def save_card(deps: AppDeps, project: str, policy_id: str, body: PolicyIn, *, create: bool) -> Policy | None:
     with open_session(deps) as session:
         saved = policies.get_policy(session, project, policy_id)
         if not create and saved is None:
@@ -165,10 +165,10 @@ def _delete(deps: AppDeps, policy_id: str) -> None:
 async def create_policy(body: PolicyIn, deps: DepsDep, caller: CallerDep) -> PolicyOut:
     """Save a policy and its Schedule (paused when `enabled` is false)."""
     _check_webhook(deps, body)
-    row = await in_thread(_save, deps, caller.project, repo.new_id(), body, create=True)
+    row = await in_thread(save_card, deps, caller.project, repo.new_id(), body, create=True)
     assert row is not None
     try:
-        await _schedule(deps, caller.project, row)
+        await sync_schedule(deps, caller.project, row)
     except HTTPException:
         await in_thread(_delete, deps, row.id)  # no card without its Schedule: nothing was saved
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
@@ -197,10 +197,10 @@ async def update_policy(policy_id: str, body: PolicyIn, deps: DepsDep, caller: C
     """Replace the card (its trigger count and last result stay) and its Schedule: a new cadence
     applies at once; `enabled: false` pauses the Schedule, `true` resumes it."""
     _check_webhook(deps, body)
-    row = await in_thread(_save, deps, caller.project, policy_id, body, create=False)
+    row = await in_thread(save_card, deps, caller.project, policy_id, body, create=False)
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no policy {shown(policy_id)}")
-    await _schedule(deps, caller.project, row)
+    await sync_schedule(deps, caller.project, row)
     log.info("policy %s updated (%s)", row.id, "enabled" if row.enabled else "disabled: schedule paused")
     return PolicyOut.of(row)
 
