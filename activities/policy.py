@@ -32,6 +32,7 @@ from messages.policy import (
     PolicyFacts,
     PolicyInput,
     PolicySpec,
+    PoolUtilisationWhen,
     QueueDepthWhen,
     QueueWaitWhen,
     RecordPolicyRun,
@@ -41,14 +42,12 @@ from messages.policy import (
 )
 from messages.queue_groups import QUEUE_GROUPS
 from providers.endpoints import EndpointError, check_webhook, webhook_shown
-from store import policies, queue, spend
+from store import policies, pool_claims, pools, queue, spend
 from store.db import session_scope
 from store.models import Job, utcnow
 
 log = logging.getLogger(__name__)
 
-NEEDS_POOLS = ("needs jobs running on a pool's machines (not built yet): a pool's utilisation "
-               "cannot be measured")
 NEEDS_IDLE = ("needs GPU utilisation and session sampling by the watch (issue 11 step 2): "
               "idle time cannot be measured yet")
 
@@ -85,8 +84,17 @@ def queue_depth_facts(session: Session, project: str, when: QueueDepthWhen, now:
     return Facts(queued=n)
 
 
-def pool_utilisation_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
-    return Facts(not_evaluated=NEEDS_POOLS)
+def pool_utilisation_facts(session: Session, project: str, when: PoolUtilisationWhen, now: datetime) -> Facts:
+    """The pool's utilisation now: busy machines / ready machines, in percent — a ready machine is
+    busy while a job that has not ended has claimed it (store/pool_claims.py). With no ready machine
+    there is nothing to divide: not evaluated, said so."""
+    pool = pools.get_pool(session, project, when.pool)
+    if pool is None:
+        return Facts(not_evaluated=f"the project has no pool named {when.pool}")
+    ready = [m.id for m in pool_claims.ready_machines(session, pool)]
+    if not ready:
+        return Facts(not_evaluated="the pool has no ready machine")
+    return Facts(utilisation_percent=100.0 * len(pool_claims.busy(session, ready)) / len(ready))
 
 
 def idle_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
