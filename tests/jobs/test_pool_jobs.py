@@ -21,6 +21,7 @@ from messages.pool import PoolStatus, ScaleInput, ScaleState, scale_workflow_id,
 from store import pool_claims, pools, repo
 from store.models import Instance, Pool, utcnow
 from tests.jobs.conftest import CLOUD, FAST, Stack
+from tests.jobs.test_jobs import replays
 from tests.processes import until
 
 pytestmark = pytest.mark.devserver
@@ -112,6 +113,7 @@ async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measu
         flag_b.touch()
         for j in (a, b):
             assert (await stack.until_status(j, "succeeded"))["exit_code"] == 0
+        await replays(stack, c)  # a pool job that waited for its machine
         assert len(ready(stack)) == 2 and facts(stack).utilisation_percent == 0  # the pool keeps them
         on_cloud = [m for m in await stack.live_machines() if f"pl{POOL_ID}-" in (m.get("name") or "")]
         assert len(on_cloud) == 2, on_cloud
@@ -140,6 +142,7 @@ async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measu
         await resize(stack, handle, 0)
         job = await stack.until_status(busy, "failed")
         assert "its machine was lost" in (job["error"] or ""), job
+        await replays(stack, busy)
         assert instance_status(stack, busy_machine) == "terminated"
     finally:
         with Session(stack.deps.engine) as s:
