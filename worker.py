@@ -96,7 +96,8 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,
         PolicyActivities(deps).policy_facts, PolicyActivities(deps).policy_act,
         PolicyActivities(deps).record_policy_run,
-        jobs.record_job, jobs.await_allocation_ready, jobs.run_job, jobs.admit_job,
+        jobs.record_job, jobs.await_allocation_ready, jobs.run_job, jobs.admit_job, jobs.claim_pool_machine,
+        jobs.await_machine_end,
         pools.observe_pool, pools.start_pool_machine, pools.record_pool, pools.forget_pool,
     ]
 

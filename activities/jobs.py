@@ -32,13 +32,18 @@ from messages.job import (
     AdmitInput,
     AdmitResult,
     AllocationReadyInput,
+    ClaimedMachine,
+    ClaimInput,
+    ClaimResult,
     JobStatus,
+    MachineEndInput,
     RecordJobInput,
     RunJobInput,
     RunJobResult,
 )
+from messages.pool import slot_of_allocation
 from store import jobs as job_store
-from store import queue
+from store import pool_claims, queue
 from store.db import session_scope
 from store.models import Job, SpendInterval, utcnow
 
@@ -114,7 +119,8 @@ class JobActivities:
     def record_job(self, inp: RecordJobInput) -> None:
         with session_scope(self.deps.engine) as session:
             job_store.record(session, inp)
-            if inp.status == JobStatus.RUNNING and inp.allocation_id is not None:
+            pool_machine = slot_of_allocation(inp.allocation_id) is not None
+            if inp.status == JobStatus.RUNNING and inp.allocation_id is not None and not pool_machine:
                 # The machine's spend counts under the job's type, not as allocated by hand.
                 job = session.get(Job, inp.job_id)
                 for iv in session.exec(select(SpendInterval).where(
@@ -129,6 +135,30 @@ class JobActivities:
         """The queue's grant, if the job's turn has come (store/queue.py: race-free admission)."""
         with session_scope(self.deps.engine) as session:
             return AdmitResult(granted=queue.admit(session, inp.job_id))
+
+    @activity.defn(name=acts.CLAIM_POOL_MACHINE.name)
+    def claim_pool_machine(self, inp: ClaimInput) -> ClaimResult:
+        """A free ready machine of the pool, claimed for the job (store/pool_claims.py: race-free)."""
+        with session_scope(self.deps.engine) as session:
+            got = pool_claims.claim(session, inp.job_id, inp.pool_id)
+            m = got.machine
+            if m is None or m.ssh_host is None:
+                return ClaimResult(gone=got.gone)
+            return ClaimResult(machine=ClaimedMachine(
+                allocation_id=m.id, host=m.ssh_host, port=m.ssh_port or 22, user=m.ssh_user or "ubuntu",
+                gpus=bool(m.gpus_found) or bool(m.gpu)))
+
+    @activity.defn(name=acts.AWAIT_MACHINE_END.name)
+    async def await_machine_end(self, inp: MachineEndInput) -> str:
+        """Wait (a long poll) until the pool machine's allocation workflow closes: why it went."""
+        assert self.deps.client is not None, "ActivityDeps.client is required"
+        handle = self.deps.client.get_workflow_handle(inp.workflow_id, result_type=AllocationState)
+        try:
+            st: AllocationState = await heartbeating(handle.result(),
+                                                     inp.heartbeat_every_s, "machine up")
+        except Exception as e:  # noqa: BLE001 — a failed or cancelled allocation: its reason
+            return f"its allocation failed: {str(e)[:300]}"
+        return f"{st.phase}: {st.error}" if st.error else f"{st.phase}"
 
     @activity.defn(name=acts.AWAIT_ALLOCATION_READY.name)
     async def await_allocation_ready(self, inp: AllocationReadyInput) -> AllocationState:

@@ -1,9 +1,9 @@
 """Policy activities (workflows/policy.py): gather the facts a policy's When needs, run its Then,
 record how the run went.
 
-One small function per When kind (`FACTS`) and per Then kind (`ACTIONS`). Those whose inputs do
-not exist yet — pools, GPU utilisation — answer so explicitly ("not evaluated: ...", "not run: ..."):
-wiring one later is filling in its function, nothing else changes.
+One small function per When kind (`FACTS`) and per Then kind (`ACTIONS`). A reading that cannot be
+made (a pool with no ready machine, a queue with nothing waiting) says so ("not evaluated: ...")
+instead of pretending to a true or false; an action that has nothing to do records a no-op.
 
 The queue's kinds read the project's waiting jobs (queued, not yet granted) of the group the policy
 names (messages/queue_groups.py: sft covers sft and dpo jobs, grpo covers grpo and ppo). Jobs held
@@ -35,6 +35,7 @@ from messages.policy import (
     PolicyFacts,
     PolicyInput,
     PolicySpec,
+    PoolUtilisationWhen,
     QueueDepthWhen,
     QueueWaitWhen,
     RecordPolicyRun,
@@ -46,14 +47,12 @@ from messages.policy import (
 from messages.pool import slot_of_allocation
 from messages.queue_groups import QUEUE_GROUPS
 from providers.endpoints import EndpointError, check_webhook, webhook_shown
-from store import idle, policies, queue, spend
+from store import idle, policies, pool_claims, pools, queue, spend
 from store.db import session_scope
 from store.models import Instance, Job, utcnow
 
 log = logging.getLogger(__name__)
 
-NEEDS_POOLS = ("needs jobs running on a pool's machines (not built yet): a pool's utilisation "
-               "cannot be measured")
 
 # --------------------------------------------------------------------------- facts, per When kind
 
@@ -88,8 +87,17 @@ def queue_depth_facts(session: Session, project: str, when: QueueDepthWhen, now:
     return Facts(queued=n)
 
 
-def pool_utilisation_facts(session: Session, project: str, when: Any, now: datetime) -> Facts:
-    return Facts(not_evaluated=NEEDS_POOLS)
+def pool_utilisation_facts(session: Session, project: str, when: PoolUtilisationWhen, now: datetime) -> Facts:
+    """The pool's utilisation now: busy machines / ready machines, in percent — a ready machine is
+    busy while a job that has not ended has claimed it (store/pool_claims.py). With no ready machine
+    there is nothing to divide: not evaluated, said so."""
+    pool = pools.get_pool(session, project, when.pool)
+    if pool is None:
+        return Facts(not_evaluated=f"the project has no pool named {when.pool}")
+    ready = [m.id for m in pool_claims.ready_machines(session, pool)]
+    if not ready:
+        return Facts(not_evaluated="the pool has no ready machine")
+    return Facts(utilisation_percent=100.0 * len(pool_claims.busy(session, ready)) / len(ready))
 
 
 def idle_facts(session: Session, project: str, when: IdleWhen, now: datetime) -> Facts:

@@ -37,7 +37,7 @@ from messages.pool import (
     slot_of_key,
 )
 from providers.base import InstanceRef
-from store import allocations, pools, repo
+from store import allocations, pool_claims, pools, repo
 from store.db import session_scope
 from store.models import Instance, Pool
 
@@ -64,6 +64,10 @@ class PoolActivities:
         with session_scope(self.deps.engine) as session:
             rows = session.exec(select(Instance).where(col(Instance.id).in_(allocation_ids))).all()
         return {r.id: r for r in rows}
+
+    def _busy(self, allocation_ids: list[str]) -> set[str]:
+        with session_scope(self.deps.engine) as session:
+            return pool_claims.busy(session, allocation_ids)
 
     # ------------------------------------------------------------------ observe
 
@@ -117,8 +121,9 @@ class PoolActivities:
         if failures and len(failures) == len(targets):
             # Nothing counted: the pool must not be judged empty (and refilled) on no answer.
             raise RuntimeError("no connection listed the pool's machines: " + "; ".join(failures))
+        busy = await self.deps.blocking(self._busy, [v.allocation_id for v in views])
         return Observation(spec=spec, targets=targets, allocations=views, machines=list(machines.values()),
-                           failures=failures)
+                           failures=failures, busy=sorted(busy))
 
     async def _describe(self, allocation_id: str) -> tuple[bool, bool]:
         """(its workflow exists, it is open)."""

@@ -28,6 +28,8 @@ def run(
     gpu: Annotated[str | None, typer.Option(help="GPU name, e.g. H100 (none: any machine)")] = None,
     gpu_count: Annotated[int, typer.Option("--gpu-count", min=1)] = 1,
     cloud: Annotated[str | None, typer.Option(help="only this cloud (default: cheapest)")] = None,
+    pool: Annotated[str | None, typer.Option(help="run on a free machine of this pool (not with --cloud); "
+                                                  "the machine stays the pool's")] = None,
     image: Annotated[str | None, typer.Option(help="container image (run with docker where the host has it)")]
     = None,
     priority: Annotated[int, typer.Option(help="higher runs first")] = 0,
@@ -36,9 +38,11 @@ def run(
     = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream its output until it ends")] = False,
 ) -> None:
-    """Run COMMAND on a machine allocated for it; the machine is terminated when it ends."""
+    """Run COMMAND on a machine allocated for it; the machine is terminated when it ends. With
+    --pool, on a free machine of the pool instead, left to the pool when it ends."""
     body = {"name": name, "type": type_.value, "command": command, "gpu": gpu,
-            "gpu_count": gpu_count, "cloud": cloud, "image": image, "priority": priority,
+            "gpu_count": gpu_count if pool is None or gpu is not None else None, "cloud": cloud, "pool": pool,
+            "image": image, "priority": priority,
             "max_price_per_hour": max_price, "requested_by": requested_by or getpass.getuser()}
     api = Api()
     job = api.call("POST", "/jobs", idempotency_key=new_idempotency_key(),

@@ -22,6 +22,9 @@ from messages.job import (
     AdmitInput,
     AdmitResult,
     AllocationReadyInput,
+    ClaimInput,
+    ClaimResult,
+    MachineEndInput,
     RecordJobInput,
     RunJobInput,
     RunJobResult,
@@ -276,6 +279,10 @@ AWAIT_ALLOCATION_READY: ActivityRef[AllocationReadyInput, AllocationState] = Act
     "await_allocation_ready", AllocationReadyInput, AllocationState)
 RUN_JOB: ActivityRef[RunJobInput, RunJobResult] = ActivityRef("run_job", RunJobInput, RunJobResult)
 ADMIT_JOB: ActivityRef[AdmitInput, AdmitResult] = ActivityRef("admit_job", AdmitInput, AdmitResult)
+# Jobs on a pool's machines: claim a free one, and notice it go (the pool scaled down, or lost).
+CLAIM_POOL_MACHINE: ActivityRef[ClaimInput, ClaimResult] = ActivityRef("claim_pool_machine", ClaimInput,
+                                                                       ClaimResult)
+AWAIT_MACHINE_END: ActivityRef[MachineEndInput, str] = ActivityRef("await_machine_end", MachineEndInput, str)
 # Pools (workflows/scale.py, activities/pools.py).
 OBSERVE_POOL: ActivityRef[ObserveInput, Observation] = ActivityRef("observe_pool", ObserveInput, Observation)
 START_POOL_MACHINE: ActivityRef[StartMachineInput, StartResult] = ActivityRef(
@@ -292,6 +299,6 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
     FLEET_HOSTS, PROBE_FLEET_HOST,
     POLICY_FACTS, POLICY_ACT, RECORD_POLICY_RUN,
-    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB,
+    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB, CLAIM_POOL_MACHINE, AWAIT_MACHINE_END,
     OBSERVE_POOL, START_POOL_MACHINE, RECORD_POOL, FORGET_POOL,
 )

@@ -14,15 +14,23 @@ JobType = WorkloadKind
 JobStatus = WorkloadStatus
 
 
+class PoolTarget(BaseModel):
+    """A job that runs on a machine of a pool (claimed, never allocated or terminated by the job)."""
+
+    pool_id: str  # the pool's incarnation (messages/pool.py)
+    name: str
+
+
 class JobInput(BaseModel):
-    """JobWorkflow's input: the job's id and the allocation its machine comes from (planned by the
-    API: targets, GPU, the installation's key)."""
+    """JobWorkflow's input: the job's id and either the allocation its machine comes from (planned
+    by the API: targets, GPU, the installation's key) or the pool whose machine it claims."""
 
     job_id: str
     project: str
     command: str
     image: str | None = None
-    allocation: AllocateRequest
+    allocation: AllocateRequest | None = None  # set unless `pool` is
+    pool: PoolTarget | None = None  # a pool job: selects its own code path (older histories have none)
     timing: Timing = Field(default_factory=Timing)
     log_poll_s: float = Field(default=1.0, gt=0)  # how often the run activity reads new output
     queue_poll_s: float = Field(default=5.0, gt=0)  # at most this long between asks for a grant
@@ -82,3 +90,30 @@ class AdmitInput(BaseModel):
 
 class AdmitResult(BaseModel):
     granted: bool
+
+
+class ClaimInput(BaseModel):
+    """Claim a free ready machine of the pool for the job (store/pool_claims.py)."""
+
+    job_id: str
+    pool_id: str
+
+
+class ClaimedMachine(BaseModel):
+    allocation_id: str
+    host: str
+    port: int = 22
+    user: str = "ubuntu"
+    gpus: bool = False
+
+
+class ClaimResult(BaseModel):
+    machine: ClaimedMachine | None = None  # None: none free yet (ask again), or `gone`
+    gone: str | None = None  # why the job can never get one
+
+
+class MachineEndInput(BaseModel):
+    """Wait for a pool machine's allocation workflow to close."""
+
+    workflow_id: str
+    heartbeat_every_s: float = 5.0

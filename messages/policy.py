@@ -96,7 +96,8 @@ class QueueDepthWhen(_Strict):
 
 
 class PoolUtilisationWhen(_Strict):
-    """The pool's GPU utilisation is above (or below) `percent`."""
+    """The pool's utilisation — busy machines / ready machines, in percent; a machine is busy while
+    a job runs on it — is above (or below) `percent`."""
 
     kind: Literal["pool_utilisation"] = "pool_utilisation"
     pool: PoolName
@@ -236,7 +237,7 @@ class Facts(BaseModel):
     spend_usd: float | None = None  # spend: the project's spend over the When's window
     oldest_wait_minutes: float | None = None  # queue_wait: the group's oldest waiting job's wait (0: none)
     queued: int | None = None  # queue_wait, queue_depth: how many jobs of the group wait
-    utilisation_percent: float | None = None  # pool_utilisation: the pool's GPU utilisation now
+    utilisation_percent: float | None = None  # pool_utilisation: busy / ready machines, %
     idle_machines: list[str] | None = None  # idle: allocations idle longer than the When's minutes
     not_evaluated: str | None = None
 

@@ -62,7 +62,7 @@ def condition(spec: PolicySpec, facts: Facts) -> Decision:
             return _unmeasured(f"pool {when.pool}'s utilisation")
         u = facts.utilisation_percent
         holds = u > when.percent if when.direction == "above" else u < when.percent
-        return Decision(act=holds, reason=f"pool {when.pool} is at {u:.0f}% GPU utilisation, "
+        return Decision(act=holds, reason=f"pool {when.pool} is at {u:.0f}% utilisation, "
                                           f"{'' if holds else 'not '}{when.direction} {when.percent:g}%")
     if isinstance(when, IdleWhen):
         if facts.idle_machines is None:

@@ -154,6 +154,9 @@ class Observation(BaseModel):
     allocations: list[AllocationView] = Field(default_factory=list)
     machines: list[PoolMachine] = Field(default_factory=list)  # counted on the cloud
     failures: list[str] = Field(default_factory=list)  # connections that did not list
+    # Allocations a job runs on now (store/pool_claims.py): scaling down takes them last. Older
+    # histories' observations have none: their decisions replay unchanged.
+    busy: list[str] = Field(default_factory=list)
 
 
 class StartMachineInput(BaseModel):

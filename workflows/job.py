@@ -36,9 +36,12 @@ from messages.ids import allocation_workflow_id
 from messages.job import (
     AdmitInput,
     AllocationReadyInput,
+    ClaimInput,
     JobInput,
     JobState,
     JobStatus,
+    MachineEndInput,
+    PoolTarget,
     RecordJobInput,
     RunJobInput,
     RunJobResult,
@@ -98,8 +101,11 @@ class JobWorkflow:
         await self._admit()
         if self._cancel:
             return JobStatus.CANCELLED, None, None
+        if inp.pool is not None:  # only new inputs have one: older histories replay the path below
+            return await self._on_pool(inp, inp.pool)
 
         alloc = inp.allocation
+        assert alloc is not None, "a job without a pool has its allocation"
         self._state.allocation_id = alloc.allocation_id
         await self._record(JobStatus.PROVISIONING)
         wid = allocation_workflow_id(alloc.allocation_id)
@@ -130,15 +136,22 @@ class JobWorkflow:
         self._state.status = JobStatus.RUNNING
         await self._record(JobStatus.RUNNING, host=st.host)
         has_gpus = bool(st.gpus) or bool(st.offer and st.offer.gpu)
+        return await self._run(inp, RunJobInput(
+            job_id=inp.job_id, command=inp.command, image=inp.image, gpus=has_gpus, host=st.host,
+            port=st.ssh_port or 22, user=st.ssh_user or "ubuntu", poll_interval_s=inp.log_poll_s,
+            heartbeat_every_s=self._hb_every), child_task)
+
+    async def _run(self, inp: JobInput, run_input: RunJobInput,
+                   machine: asyncio.Task[str | None]) -> tuple[JobStatus, int | None, str | None]:
+        """Run the command until it exits, the job is cancelled, or `machine` (the machine's end:
+        why it went) completes first."""
         run = asyncio.create_task(call(
-            acts.RUN_JOB,
-            RunJobInput(job_id=inp.job_id, command=inp.command, image=inp.image, gpus=has_gpus, host=st.host,
-                        port=st.ssh_port or 22, user=st.ssh_user or "ubuntu", poll_interval_s=inp.log_poll_s,
-                        heartbeat_every_s=self._hb_every),
+            acts.RUN_JOB, run_input,
             start_to_close_timeout=timedelta(days=30), heartbeat_timeout=self._hb,
             retry_policy=_retry(self._max_retry),
             # its cancel stops the command before the machine goes
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED))
+        child_task = machine
         await workflow.wait_condition(lambda: run.done() or child_task.done() or self._cancel)
         if not run.done():
             run.cancel()
@@ -152,13 +165,60 @@ class JobWorkflow:
         if run.cancelled() or failed is not None:
             why = failure_reason(failed) if failed is not None else "stopped"
             if child_task.done():
-                why = f"its machine was lost ({await self._child_error() or 'gone'})"
+                why = f"its machine was lost ({await child_task or 'gone'})"
             return JobStatus.FAILED, None, why
         result: RunJobResult = run.result()
         if result.exit_code == 0:
             return JobStatus.SUCCEEDED, 0, None
         tail = "\n".join(result.last_lines[-LAST_LINES:])
         return JobStatus.FAILED, result.exit_code, f"exit code {result.exit_code}; last lines:\n{tail}"
+
+    async def _on_pool(self, inp: JobInput, pool: PoolTarget) -> tuple[JobStatus, int | None, str | None]:
+        """A pool job: wait for a ready machine of the pool that runs no other job, claim it
+        (store/pool_claims.py: race-free), run there. Its end (the row recorded ended) releases the
+        claim; the machine stays the pool's. A claimed machine that goes (the pool scaled down,
+        the machine lost) fails the job with why."""
+        await self._record(JobStatus.PROVISIONING)
+        wait = min(0.5, inp.queue_poll_s)
+        while True:
+            got = await call(acts.CLAIM_POOL_MACHINE, ClaimInput(job_id=inp.job_id, pool_id=pool.pool_id),
+                             start_to_close_timeout=timedelta(seconds=60),
+                             retry_policy=_retry(self._max_retry))
+            if got.gone is not None:
+                return JobStatus.FAILED, None, f"no machine of pool {pool.name}: {got.gone}"
+            if got.machine is not None:
+                break
+            if workflow.info().is_continue_as_new_suggested() and not self._cancel:
+                workflow.continue_as_new(self._inp)  # nothing claimed: the admission answers granted again
+            try:
+                await workflow.wait_condition(lambda: self._cancel, timeout=timedelta(seconds=wait))
+            except TimeoutError:
+                pass
+            if self._cancel:
+                return JobStatus.CANCELLED, None, None
+            wait = min(wait * 2, inp.queue_poll_s)
+        m = got.machine
+        self._state.allocation_id = m.allocation_id
+        await self._record(JobStatus.RUNNING, host=m.host)
+        machine_end = asyncio.create_task(call(
+            acts.AWAIT_MACHINE_END,
+            MachineEndInput(workflow_id=allocation_workflow_id(m.allocation_id),
+                            heartbeat_every_s=self._hb_every),
+            start_to_close_timeout=timedelta(days=30), heartbeat_timeout=self._hb,
+            retry_policy=_retry(self._max_retry)))
+
+        async def went() -> str | None:
+            return await machine_end
+
+        gone = asyncio.create_task(went())
+        try:
+            return await self._run(inp, RunJobInput(
+                job_id=inp.job_id, command=inp.command, image=inp.image, gpus=m.gpus, host=m.host,
+                port=m.port, user=m.user, poll_interval_s=inp.log_poll_s,
+                heartbeat_every_s=self._hb_every), gone)
+        finally:
+            if not machine_end.done():
+                machine_end.cancel()
 
     async def _admit(self) -> None:
         """Wait for the queue's grant (store/queue.py), asking again with a growing interval (up to
@@ -201,7 +261,7 @@ class JobWorkflow:
         gone) and wait for the allocation to close. Nothing to do if it never started or ended."""
         if self._child is None or self._child.done():
             return
-        assert self._state.allocation_id is not None
+        assert self._state.allocation_id is not None and self._inp.allocation is not None
         await call(acts.TERMINATE_ALLOCATION,
                    TerminateAllocationInput(workflow_id=allocation_workflow_id(self._state.allocation_id),
                                             heartbeat_every_s=self._hb_every),

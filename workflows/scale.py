@@ -3,7 +3,8 @@
     ┌─► observe (spec from the pool row, slots' allocations from Temporal, machines from the cloud)
     │     ├─ a slot whose allocation closed (lost, failed, terminated) is free again
     │     ├─ strays: machines listed under the pool that no open slot allocation owns ─► terminate by key
-    │     ├─ surplus: more slots than desired ─► `terminate` update (not-ready first, then newest)
+    │     ├─ surplus: more slots than desired ─► `terminate` update (idle first: not-ready, then
+    │     │    ready with no job, newest first; a machine running a job only when no idle one is left)
     │     └─ missing: fill free slots with a new generation's AllocationWorkflow (≤ `parallel` provisioning)
     └── wait for the `reconcile` update (PUT, DELETE) or the resync timer; continue-as-new now and then
 
@@ -13,8 +14,12 @@ has closed (which it does only after the cloud shows its machine gone) and no st
 on the cloud. A slot's allocation id (`messages.pool.pool_allocation_id`) is its machine's key, so a pass
 retried after a crash restarts the same workflow, whose create finds the machine it already made.
 
-"Idle first" when scaling down: there are no jobs on pool machines yet, so the machines whose loss costs
-least go first — not yet ready, then the newest. The shape of temporalio's ClusterManagerWorkflow sample.
+"Idle first" when scaling down: the machines whose loss costs least go first — not yet ready, then
+ready ones running no job (store/pool_claims.py: no job claims them, as observed this pass), newest
+first; a machine running a job goes only once no idle one is left, and its job fails with the reason.
+A job may still claim an idle machine between the observation and its termination: that job fails
+("its machine was lost"), the busy machines observed are never the ones chosen while idle ones remain.
+The shape of temporalio's ClusterManagerWorkflow sample.
 """
 
 from __future__ import annotations
@@ -156,7 +161,7 @@ class ScaleWorkflow:
         # Strays (no open slot allocation owns them) and surplus slots go, all at once.
         strays = [m for m in obs.machines if m.allocation_id not in owned]
         desired = 0 if deleting else spec.size
-        victims = self._victims(desired, spec.max_size, views)
+        victims = self._victims(desired, spec.max_size, views, set(obs.busy))
         removed = await self._remove(strays, victims, errors)
         for i in victims:
             if st.slots[i].allocation_id in removed:
@@ -180,15 +185,18 @@ class ScaleWorkflow:
                    **self._db_call())
         return False
 
-    def _victims(self, desired: int, max_size: int, views: dict[str, AllocationView]) -> list[int]:
-        """Slots to empty: any at or beyond `max`, then down to `desired` — not-ready first, then newest."""
+    def _victims(self, desired: int, max_size: int, views: dict[str, AllocationView],
+                 busy: set[str]) -> list[int]:
+        """Slots to empty: any at or beyond `max`, then down to `desired` — idle first (not-ready,
+        then ready with no job), newest first; machines running a job last."""
         st = self._state
 
         def ready(i: int) -> bool:
             v = views.get(st.slots[i].allocation_id)
             return v is not None and v.status == AllocationStatus.READY
 
-        order = sorted(st.slots, key=lambda i: (i < max_size, ready(i), -st.slots[i].started_pass, -i))
+        order = sorted(st.slots, key=lambda i: (i < max_size, st.slots[i].allocation_id in busy, ready(i),
+                                                -st.slots[i].started_pass, -i))
         count = max(len(st.slots) - desired, sum(1 for i in st.slots if i >= max_size), 0)
         return order[:count]
 

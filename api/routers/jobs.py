@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from sqlmodel import select
 
 from api import idempotency as idem
@@ -24,11 +24,12 @@ from api.placement import resolve
 from api.routers.budget import refuse_over_budget
 from api.schemas import CloudId, InstanceCreate, Printable, Strict
 from messages.allocation import AllocateRequest
-from messages.job import JobInput, JobStatus, JobType
+from messages.job import JobInput, JobStatus, JobType, PoolTarget
+from messages.pool import POOL_NAME, POOL_NAME_MAX, PoolStatus
 from store import jobs as job_store
-from store import queue, repo
+from store import pools, queue, repo
 from store.identity import ssh_identity
-from store.models import Job, utcnow
+from store.models import Job, Pool, utcnow
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -55,6 +56,16 @@ class JobCreate(Strict):
     requested_by: Annotated[str, Field(min_length=1, max_length=100), Printable]
     priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(0, description="higher runs first")
     max_price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    pool: Annotated[str, Field(pattern=POOL_NAME.pattern, max_length=POOL_NAME_MAX)] | None = Field(
+        None, description="run on a free ready machine of this pool of the project (claimed while the job "
+                          "runs, left to the pool afterwards). Not with `cloud`; `gpu`/`gpu_count`, if "
+                          "given, must be the pool's")
+
+    @model_validator(mode="after")
+    def _pool_or_cloud(self) -> JobCreate:
+        if self.pool is not None and self.cloud is not None:
+            raise ValueError("give pool or cloud, not both: a pool job runs on the pool's cloud")
+        return self
 
 
 class JobOut(BaseModel):
@@ -134,6 +145,26 @@ def _insert(deps: AppDeps, row: Job) -> None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"{row.type} jobs are not queued: over {why}")
 
 
+def _pool_of(deps: AppDeps, project: str, body: JobCreate) -> Pool:
+    """The pool a job targets, its shape checked against the job's gpu/gpu_count where given (422
+    naming what does not fit)."""
+    assert body.pool is not None
+    with open_session(deps) as session:
+        row = pools.get_pool(session, project, body.pool)
+    if row is None or row.status != PoolStatus.ACTIVE:
+        why = "is being deleted" if row is not None else "does not exist"
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"pool {body.pool!r} of project {project} {why}")
+    count = row.gpu_count or (1 if row.gpu else None)
+    if "gpu" in body.model_fields_set and (body.gpu or "").lower() != (row.gpu or "").lower():
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"pool {row.name!r} has gpu {row.gpu or 'none'}, not {body.gpu or 'none'}")
+    if "gpu_count" in body.model_fields_set and body.gpu_count != count:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"pool {row.name!r} machines have {count or 0} GPUs, not {body.gpu_count}")
+    return row
+
+
 def _within_budget(deps: AppDeps, project: str) -> None:
     """409 naming the project's daily budget once today's spend has reached it: no new job (queued
     ones already in wait for it, store/queue.py)."""
@@ -171,7 +202,9 @@ def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
                         503: {"description": "Temporal unreachable: the job is recorded as not started"}})
 async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
                      idempotency_key: idem.IdempotencyKey = None) -> JobAccepted:
-    """Run `command` on a machine allocated for it, then terminate the machine. Training, eval and
+    """Run `command` on a machine allocated for it, then terminate the machine — or, with `pool`, on
+    a free ready machine of that pool (waiting for one, 422 if the project has no such pool), which
+    stays the pool's afterwards; it counts the pool machine's GPUs under the limits. Training, eval and
     synthetic jobs wait in the queue for capacity under the limits (PUT /limits); serving, task
     and kb_compile jobs are not queued: over a limit they are refused (409, the limit named). Once
     the project's daily budget is reached, new jobs are refused (409, the budget named).
@@ -187,17 +220,26 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
             return JobAccepted(id=job_id, status=existing.status)
     if existing is None:  # a keyed retry of an accepted job answers it, budget or not
         await in_thread(_within_budget, deps, project)
-    public = await in_thread(_public_key, deps)
-    # The same planning as a hand allocation: which connections may serve it, refused here if none.
-    asked = InstanceCreate(cloud=body.cloud, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
-                           k3s=False, ssh_public_keys=[public], name=body.name)
-    plan = await in_thread(resolve, deps, project, asked)
-    first = plan.targets[0]
-    allocation = AllocateRequest(
-        allocation_id=f"{job_id}-m", connection_id=first.connection_id, cloud=first.cloud,
-        targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
-        gpu_count=asked.gpu_count, k3s=False, ssh_public_keys=[public],
-        max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
+    allocation: AllocateRequest | None = None
+    target: PoolTarget | None = None
+    gpu, gpu_count, cloud = body.gpu, body.gpu_count if body.gpu else None, body.cloud
+    if body.pool is not None:
+        # A pool job: no allocation of its own; it counts the pool machine's GPUs in the queue.
+        pool = await in_thread(_pool_of, deps, project, body)
+        target = PoolTarget(pool_id=pool.id, name=pool.name)
+        gpu, gpu_count, cloud = pool.gpu, pool.gpu_count or (1 if pool.gpu else None), pool.cloud
+    else:
+        public = await in_thread(_public_key, deps)
+        # The same planning as a hand allocation: which connections may serve it, refused here if none.
+        asked = InstanceCreate(cloud=body.cloud, gpu=body.gpu, gpu_count=gpu_count,
+                               k3s=False, ssh_public_keys=[public], name=body.name)
+        plan = await in_thread(resolve, deps, project, asked)
+        first = plan.targets[0]
+        allocation = AllocateRequest(
+            allocation_id=f"{job_id}-m", connection_id=first.connection_id, cloud=first.cloud,
+            targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
+            gpu_count=asked.gpu_count, k3s=False, ssh_public_keys=[public],
+            max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
     workflow_id = job_workflow_id(job_id)
     if existing is None:
         if key is not None:
@@ -205,15 +247,15 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
         try:
             await in_thread(_insert, deps, Job(
                 id=job_id, project=project, name=body.name, type=body.type, command=body.command,
-                image=body.image, gpu=body.gpu, gpu_count=body.gpu_count if body.gpu else None,
-                cloud=body.cloud, requested_by=body.requested_by, priority=body.priority,
+                image=body.image, gpu=gpu, gpu_count=gpu_count,
+                cloud=cloud, requested_by=body.requested_by, priority=body.priority,
                 max_price_per_hour=body.max_price_per_hour, workflow_id=workflow_id, status=JobStatus.QUEUED))
         except HTTPException:
             if key is not None:  # refused, nothing made: the key is free again
                 await in_thread(idem.release, deps, scope, key, fingerprint)
             raise
     inp = JobInput(job_id=job_id, project=project, command=body.command, image=body.image,
-                   allocation=allocation, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s,
+                   allocation=allocation, pool=target, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s,
                    queue_poll_s=deps.job_queue_poll_s)
     try:
         # Once per id: a retry joins the run the first request started, and never runs one again.

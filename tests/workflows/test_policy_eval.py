@@ -178,7 +178,7 @@ def facts_for(when: dict[str, Any], then: dict[str, Any] | None = None, **fields
      "the oldest queued sft job has waited 5 min, not over 5 min"),
     ({"kind": "queue_depth", "type": "eval", "n": 3}, {"queued": 3}, True, "3 eval job(s) queued, 3"),
     ({"kind": "pool_utilisation", "pool": "p", "percent": 80, "direction": "below"},
-     {"utilisation_percent": 85}, False, "pool p is at 85% GPU utilisation, not below 80%"),
+     {"utilisation_percent": 85}, False, "pool p is at 85% utilisation, not below 80%"),
     ({"kind": "idle", "minutes": 30}, {"idle_machines": ["a1"]}, True, "1 machine(s) idle over 30 min"),
     ({"kind": "queue_wait", "type": "sft", "minutes": 5}, {"not_evaluated": "needs the job queue"}, False,
      "not evaluated: needs the job queue"),

@@ -1,11 +1,8 @@
 """machine idle: the watch's idle sample per ready allocation (idle policies)
 
-Revision ID: 0020
+Revision ID: 0019
 Revises: 0018
 Create Date: 2026-12-01
-
-Written beside other revisions on parallel branches: 0019 was not on this branch, so it chains after
-0018; the merge re-chains it.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0020"
+revision: str = "0019"
 down_revision: str | Sequence[str] | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
