@@ -13,6 +13,7 @@ by a pause or the budget still wait, so they count.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,7 +50,7 @@ from messages.queue_groups import QUEUE_GROUPS
 from providers.endpoints import EndpointError, check_webhook, webhook_shown
 from store import idle, policies, pool_claims, pools, queue, spend
 from store.db import session_scope
-from store.models import Instance, Job, utcnow
+from store.models import Instance, Job, Pool, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -189,26 +190,34 @@ async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: Termina
     """Terminate the project's machines idle longer than the Then's minutes, as measured now (the
     allocation's `terminate` update, accepted: the allocation workflow terminates and verifies).
     Job machines always; machines allocated by hand only when `include_manual` (the project's
-    opt-in); pool machines never — the pool would replace them (its size is what it keeps), so they
-    are counted in the result and left to `scale_pool`. Retry-safe: an allocation already
-    terminating takes the update again, a closed one is passed over."""
+    opt-in); pool machines by shrinking their pool (a pool would replace a machine terminated under
+    it): its size drops by its idle machines, never under its min, and its ScaleWorkflow removes idle
+    machines first. Retry-safe: an allocation already terminating takes the update again, a closed
+    one is passed over, and a pool's new size is counted from its machines."""
     assert deps.client is not None, "ActivityDeps.client is set by build_worker"
     now = utcnow()
 
-    def pick() -> tuple[list[tuple[str, str]], dict[str, int]]:
+    def pick() -> tuple[list[tuple[str, str]], dict[str, int], list[tuple[Pool, int]]]:
         with session_scope(deps.engine) as session:
-            chosen, left = [], {"pool": 0, "manual": 0}
+            chosen, left, by_pool = [], {"pool": 0, "manual": 0}, Counter[str]()
             for row in idle.idle_longer_than(session, inp.project, then.minutes, now):
                 kind = _kind_of(session, row)
                 if kind == "job" or (kind == "manual" and then.include_manual):
                     chosen.append((row.id, row.workflow_id))
+                elif kind == "pool" and (slot := slot_of_allocation(row.id)) is not None:
+                    by_pool[slot.pool_id] += 1
                 else:
                     left[kind] += 1
-            return chosen, left
+            shrunk = [s for pool_id, n in by_pool.items()
+                      if (s := policy_pools.shrink_by_idle(session, pool_id, n)) is not None]
+            left["pool"] += sum(by_pool.values()) - sum(before - p.size for p, before in shrunk)
+            return chosen, left, shrunk
 
-    chosen, left = await deps.blocking(pick)
+    chosen, left, shrunk = await deps.blocking(pick)
     done: list[str] = []
     failed: list[str] = []
+    for pool, _ in shrunk:
+        await policy_pools.wake(deps, pool)
     for allocation_id, workflow_id in chosen:
         try:
             await deps.client.get_workflow_handle(workflow_id).start_update(
@@ -219,18 +228,21 @@ async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: Termina
                 log.info("policy %s: terminate %s failed (%s)", inp.policy_id, allocation_id, e.message)
                 failed.append(allocation_id)
     notes = []
-    if left["pool"]:
-        notes.append(f"left {left['pool']} pool machine(s) to their pool")
+    if left["pool"] > 0:
+        notes.append(f"left {left['pool']} idle pool machine(s): their pool cannot shrink "
+                     "(at its min, or gone)")
     if left["manual"]:
         notes.append(f"left {left['manual']} machine(s) allocated by hand (not opted in)")
     if failed:
         notes.append(f"could not terminate {', '.join(failed)}")
+    shrinks = [f"pool {p.name!r} from {before} to {p.size}" for p, before in shrunk]
     tail = f" ({'; '.join(notes)})" if notes else ""
-    if not done:
+    if not done and not shrinks:
         return ActResult(ran=False, ok=not failed,
                          result=f"no-op: no machine idle over {then.minutes} min to terminate{tail}")
-    return ActResult(ok=not failed,
-                     result=f"terminating {len(done)} idle machine(s): {', '.join(done)}{tail}")
+    acts = ([f"terminating {len(done)} idle machine(s): {', '.join(done)}"] if done else []) + (
+        [f"shrinking {', '.join(shrinks)} (idle machines first)"] if shrinks else [])
+    return ActResult(ok=not failed, result="; ".join(acts) + tail)
 
 
 ACTIONS: dict[str, ActionFn] = {

@@ -14,7 +14,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from activities.deps import ActivityDeps
 from messages.policy import ActInput, ActResult, ScalePoolThen
 from messages.pool import PoolStatus, ScaleInput
-from store import pools
+from store import pool_claims, pools
 from store.db import session_scope
 from store.models import Instance, Pool
 
@@ -61,6 +61,31 @@ def scale_pool_cost(session: Session, project: str, then: ScalePoolThen) -> floa
     return None if price is None else added * price
 
 
+async def wake(deps: ActivityDeps, pool: Pool) -> None:
+    """Start the pool's ScaleWorkflow unless it runs, and have it reconcile to the saved size now."""
+    assert deps.client is not None, "the worker sets the Temporal client"
+    scale = ScaleInput(pool_id=pool.id, project=pool.project, name=pool.name)
+    await deps.client.start_workflow("ScaleWorkflow", scale, id=pool.workflow_id,
+                                     task_queue=activity.info().task_queue,
+                                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    await deps.client.get_workflow_handle(pool.workflow_id).execute_update("reconcile")
+
+
+def shrink_by_idle(session: Session, pool_id: str, idle_count: int) -> tuple[Pool, int] | None:
+    """Lower the pool's size so its idle machines go (its ScaleWorkflow removes idle machines first),
+    never under its min: size = max(min, ready machines - idle ones) when that is below the size now.
+    Counted from the machines, not from the size, so a retried action lowers it no further.
+    (The saved pool and its size before), or None when nothing changes."""
+    pool = session.get(Pool, pool_id)
+    if pool is None or pool.status != PoolStatus.ACTIVE:
+        return None
+    target = max(pool.min_size, len(pool_claims.ready_machines(session, pool)) - idle_count)
+    if target >= pool.size:
+        return None
+    before, pool.size = pool.size, target
+    return pools.save_pool(session, pool), before
+
+
 async def scale_pool_action(deps: ActivityDeps, inp: ActInput, then: ScalePoolThen) -> ActResult:
     """Save the pool's new size, then wake its ScaleWorkflow. Retry-safe: `by` counts from the size
     the run measured (PolicyFacts.pool_size), so a second attempt sets the same size, and wakes the
@@ -84,12 +109,7 @@ async def scale_pool_action(deps: ActivityDeps, inp: ActInput, then: ScalePoolTh
     if isinstance(pool, str):
         return ActResult(ran=False, ok=True, result=pool)
     before = base if base is not None else pool.size
-    assert deps.client is not None, "the worker sets the Temporal client"
-    scale = ScaleInput(pool_id=pool.id, project=pool.project, name=pool.name)
-    await deps.client.start_workflow("ScaleWorkflow", scale, id=pool.workflow_id,
-                                     task_queue=activity.info().task_queue,
-                                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-    await deps.client.get_workflow_handle(pool.workflow_id).execute_update("reconcile")
+    await wake(deps, pool)
     log.info("policy %s: pool %s of project %s scaled %d -> %d", inp.policy_id, pool.name, pool.project,
              before, pool.size)
     return ActResult(ok=True, result=f"scaled pool {pool.name!r} from {before} to {pool.size}")

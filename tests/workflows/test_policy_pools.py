@@ -15,9 +15,9 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.deps import ActivityDeps
-from activities.policy_pools import scale_pool_action, scale_pool_cost, size_of
+from activities.policy_pools import scale_pool_action, scale_pool_cost, shrink_by_idle, size_of
 from messages.policy import ActInput, PolicyFacts, ScalePoolThen
-from messages.pool import PoolStatus, ScaleInput
+from messages.pool import PoolStatus, ScaleInput, pool_allocation_id
 from store import pools
 from store.models import Instance, Pool
 
@@ -107,3 +107,25 @@ def test_an_unpriced_pool_has_an_unknown_cost_and_shrinking_costs_nothing(db_eng
     with Session(db_engine) as s:
         assert scale_pool_cost(s, "default", ScalePoolThen(pool=pool.name, by=1)) is None
         assert scale_pool_cost(s, "default", ScalePoolThen(pool=pool.name, to=1)) == 0.0
+
+
+def test_idle_pool_machines_shrink_their_pool_never_under_its_min(db_engine: sa.Engine) -> None:
+    """terminate_idle's pool side: the size drops by the idle machines (counted from the ready
+    machines, so a retry lowers it no further), never under min."""
+    pool = make_pool(db_engine, size=3, max_size=5, price=None)
+    with Session(db_engine) as s:
+        for slot in range(3):
+            s.add(Instance(id=pool_allocation_id(pool.id, pool.name, slot, 0), provider="fakecloud",
+                           connection_id="c", project="default", workflow_id=f"w{pool.id}{slot}",
+                           status="ready"))
+        s.commit()
+        shrunk = shrink_by_idle(s, pool.id, 2)
+        assert shrunk is not None and (shrunk[0].size, shrunk[1]) == (1, 3)
+        assert shrink_by_idle(s, pool.id, 2) is None  # retried: 3 ready - 2 idle is still 1
+        row = s.get(Pool, pool.id)
+        assert row is not None
+        row.size, row.min_size = 3, 2
+        s.add(row)
+        s.commit()
+        again = shrink_by_idle(s, pool.id, 3)
+        assert again is not None and again[0].size == 2  # not under min

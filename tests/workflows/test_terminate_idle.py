@@ -115,8 +115,9 @@ async def test_terminate_idle_takes_job_machines_leaves_pool_ones_and_hand_ones_
         plain = TerminateIdleThen(minutes=30)
         first = await env.run(terminate_idle_action, activity_deps, act(), plain)
         assert first.ok and first.ran, first
-        assert first.result == (f"terminating 1 idle machine(s): {ids['job']} (left 1 pool machine(s) to "
-                                "their pool; left 1 machine(s) allocated by hand (not opted in))")
+        assert first.result == (f"terminating 1 idle machine(s): {ids['job']} (left 1 idle pool machine(s): "
+                                "their pool cannot shrink (at its min, or gone); left 1 machine(s) "
+                                "allocated by hand (not opted in))")
         opted = TerminateIdleThen(minutes=30, include_manual=True)
         second = await env.run(terminate_idle_action, activity_deps, act(), opted)
         assert second.ok and ids["manual"] in second.result and ids["job"] in second.result, second
