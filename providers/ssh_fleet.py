@@ -133,6 +133,9 @@ if [ "$(get k3s_before)" = 0 ] && command -v k3s-uninstall.sh >/dev/null 2>&1; t
   k3s-uninstall.sh >/dev/null || { echo "k3s-uninstall.sh failed" >&2; exit 4; }
 fi
 made_dir=$(get made_dir)
+# Jobs run under this claim kept their files here (activities/jobs.py); their output is in the
+# database by now (the job ended before its machine is released), and no other claim can be running.
+rm -rf ~/.gpuprov/jobs
 rm -rf "$c"
 if [ "$made_dir" = 1 ]; then rmdir ~/.gpuprov 2>/dev/null; fi
 exit 0

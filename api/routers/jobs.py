@@ -22,7 +22,7 @@ from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
-from api.schemas import CloudId, InstanceCreate, Printable, Strict
+from api.schemas import InstanceCreate, PlacementId, Printable, Strict
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType, PoolTarget
 from messages.pool import POOL_NAME, POOL_NAME_MAX, PoolStatus
@@ -52,7 +52,8 @@ class JobCreate(Strict):
     gpu: Annotated[str, Field(min_length=1, max_length=40), Printable] | None = Field(
         None, description="e.g. H100; none: any machine (CPU only is fine)")
     gpu_count: Annotated[int, Field(ge=1, le=64)] = Field(1, description="GPUs per machine (with `gpu`)")
-    cloud: CloudId | None = Field(None, description="none: any connected cloud, cheapest offer")
+    cloud: PlacementId | None = Field(None, description="none: any connected cloud, cheapest offer; "
+                                                        "`ssh`: a free host of the project's SSH fleets")
     requested_by: Annotated[str, Field(min_length=1, max_length=100), Printable]
     priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(0, description="higher runs first")
     max_price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None

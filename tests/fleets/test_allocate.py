@@ -42,6 +42,7 @@ from providers.ssh_fleet import SshFleetProvider
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN
 from tests.fleets.test_probe import gpu_type, make_home, snapshot
+from tests.jobs.conftest import FAST
 from tests.openssh import openssh
 from worker import build_worker
 
@@ -134,7 +135,7 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client, k3s_ur
     deps = ActivityDeps(engine=engine, box=box, installation_id="fleet002", client=temporal_client,
                         k3s_install_url=k3s_url, watch_interval_s=1.0)
     app = create_app(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="fleet002",
-                             workflows=gateway))
+                             workflows=gateway, job_timing=FAST, job_log_poll_s=0.1, job_queue_poll_s=0.3))
     async with build_worker(temporal_client, deps, task_queue=queue), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://api",
             headers={"Authorization": f"Bearer {TOKEN}"}) as c:
@@ -280,6 +281,43 @@ async def test_a_host_behind_a_bastion_is_allocated_through_it(
         assert snapshot(fleet.homes[fleet.b]) == before
     finally:
         jump.close()
+
+
+async def test_a_job_runs_on_a_free_fleet_host_and_leaves_it_as_it_was(api: httpx.AsyncClient,
+                                                                       fleet: Fleet) -> None:
+    """`cloud: ssh` on a job: the JobWorkflow's machine is a claimed fleet host, the command runs
+    there, the Workload Queue says `local cluster`, and the host is freed back to its snapshot (the
+    job's files under ~/.gpuprov go with the claim; its output is in the database)."""
+    r = await api.post("/api/compute/fleets", json={
+        "name": "rack", "port": fleet.port, "private_key": FLEET_KEY.export_private_key().decode(),
+        "hosts": [fleet.a]})
+    assert r.status_code == 201, r.text
+    before = snapshot(fleet.homes[fleet.a])
+    r = await api.post("/api/compute/jobs", json={
+        # It waits for the test's word (a file it removes), so the test sees it running there.
+        "name": "on-prem", "type": "task", "gpu": "H100",
+        "command": "echo ran on $(cat data.txt); while [ ! -e go ]; do sleep 0.1; done; rm go",
+        "gpu_count": 2, "cloud": CLOUD, "requested_by": "tests"})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+
+    async def status_in(*statuses: str) -> dict[str, Any]:
+        async with asyncio.timeout(120):
+            while True:
+                job: dict[str, Any] = (await api.get(f"/api/compute/jobs/{job_id}")).json()
+                if job["status"] in statuses:
+                    return job
+                await asyncio.sleep(0.3)
+
+    assert (await status_in("running", "succeeded", "failed", "cancelled"))["status"] == "running"
+    row = (await api.get(f"/api/compute/workloads/job:{job_id}")).json()
+    assert (row["location"], row["status"], row["gpu"]) == ("local cluster", "running", "2× H100"), row
+    (fleet.homes[fleet.a] / "go").touch()
+    job = await status_in("succeeded", "failed", "cancelled")
+    assert job["status"] == "succeeded", job
+    logs = (await api.get(f"/api/compute/jobs/{job_id}/logs")).content
+    assert logs == b"ran on the host's own files\n"
+    assert snapshot(fleet.homes[fleet.a]) == before
 
 
 async def test_the_sweep_frees_a_claim_whose_allocation_is_unknown_and_no_other(
