@@ -17,9 +17,12 @@ import functools
 import hashlib
 import json
 import math
+import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -79,14 +82,52 @@ def _prime(bits: int, rand: Iterator[int]) -> int:
             return n
 
 
-@functools.lru_cache(maxsize=16)
-def private_key(token: str) -> rsa.RSAPrivateKey:
-    """The 2048-bit RSA key the simulation issues for `token` (the same one every time)."""
+def _derive_primes(token: str) -> tuple[int, int]:
     rand = _stream(b"gpuprov-sim-gcp-key\0" + token.encode())
     p = _prime(1024, rand)
     q = _prime(1024, rand)
     while q == p:
         q = _prime(1024, rand)
+    return p, q
+
+
+def _cache_file(token: str) -> Path:
+    """Where this machine keeps the primes derived for `token`: deriving them in pure Python costs
+    about a second of CPU, paid by every process that starts the simulation (`make run`, the
+    process tests) — the cache pays it once per machine. Only ever a cache: what it holds is
+    checked against the derivation's own fingerprint, and anything else is derived again."""
+    root = Path(os.environ.get("GPUPROV_SIM_CACHE") or Path(tempfile.gettempdir()) / "gpuprov-sim-cache")
+    return root / f"gcp-{hashlib.sha256(b'gcp-primes' + token.encode()).hexdigest()[:32]}.json"
+
+
+def _primes(token: str) -> tuple[int, int]:
+    path = _cache_file(token)
+    tag = hashlib.sha256(b"gcp-primes-check" + token.encode()).hexdigest()
+    try:
+        saved = json.loads(path.read_text())
+        p, q = int(saved["p"]), int(saved["q"])
+        check = hashlib.sha256(f"{tag}:{p}:{q}".encode()).hexdigest()
+        if saved.get("check") == check and p != q and p.bit_length() == q.bit_length() == 1024:
+            return p, q
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no cache yet, or not one we wrote: derive
+    p, q = _derive_primes(token)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"p": str(p), "q": str(q),
+                                   "check": hashlib.sha256(f"{tag}:{p}:{q}".encode()).hexdigest()}))
+        tmp.chmod(0o600)
+        tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:
+        pass  # a read-only or full disk: the next process derives them again
+    return p, q
+
+
+@functools.lru_cache(maxsize=16)
+def private_key(token: str) -> rsa.RSAPrivateKey:
+    """The 2048-bit RSA key the simulation issues for `token` (the same one every time)."""
+    p, q = _primes(token)
     d = pow(_E, -1, (p - 1) * (q - 1))
     numbers = rsa.RSAPrivateNumbers(
         p=p,

@@ -285,3 +285,21 @@ def test_operations_and_their_request_ids_are_kept_an_hour(tmp_path: Any) -> Non
     st.add(op("new", RETENTION_S + 1), None)
     assert st.by_request("p", "11111111-1111-4111-8111-111111111111") is None
     assert sorted(GcpState(tmp_path / "gcp.json").operations) == ["new", "recent"]  # persisted
+
+
+def test_the_simulations_key_primes_are_cached_per_machine_and_a_bad_cache_is_derived_again(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakeclouds import gcp_auth
+
+    monkeypatch.setenv("GPUPROV_SIM_CACHE", str(tmp_path))
+    token = "cache-test-token"
+    first = gcp_auth._primes(token)  # derived, then written
+    path = gcp_auth._cache_file(token)
+    assert path.exists() and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert gcp_auth._primes(token) == first  # read back
+    monkeypatch.setattr(gcp_auth, "_derive_primes", lambda t: pytest.fail("derived although cached"))
+    assert gcp_auth._primes(token) == first
+    monkeypatch.undo()
+    monkeypatch.setenv("GPUPROV_SIM_CACHE", str(tmp_path))
+    path.write_text(path.read_text().replace(str(first[0])[:6], "999999", 1))  # tampered: check fails
+    assert gcp_auth._primes(token) == first  # derived again, the same primes
