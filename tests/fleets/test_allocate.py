@@ -142,10 +142,12 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client, k3s_ur
         yield c
 
 
-async def until(api: httpx.AsyncClient, instance_id: str, *statuses: str) -> dict[str, Any]:
+async def until(api: httpx.AsyncClient, instance_id: str, *statuses: str,
+                kind: str = "instances") -> dict[str, Any]:
+    """The instance (or, kind="jobs", the job) once its status is one of `statuses`."""
     async with asyncio.timeout(120):
         while True:
-            got: dict[str, Any] = (await api.get(f"/api/compute/instances/{instance_id}")).json()
+            got: dict[str, Any] = (await api.get(f"/api/compute/{kind}/{instance_id}")).json()
             if got["status"] in statuses:
                 return got
             await asyncio.sleep(0.3)
@@ -300,20 +302,12 @@ async def test_a_job_runs_on_a_free_fleet_host_and_leaves_it_as_it_was(api: http
         "gpu_count": 2, "cloud": CLOUD, "requested_by": "tests"})
     assert r.status_code == 202, r.text
     job_id = r.json()["id"]
-
-    async def status_in(*statuses: str) -> dict[str, Any]:
-        async with asyncio.timeout(120):
-            while True:
-                job: dict[str, Any] = (await api.get(f"/api/compute/jobs/{job_id}")).json()
-                if job["status"] in statuses:
-                    return job
-                await asyncio.sleep(0.3)
-
-    assert (await status_in("running", "succeeded", "failed", "cancelled"))["status"] == "running"
+    ended = ("succeeded", "failed", "cancelled")
+    assert (await until(api, job_id, "running", *ended, kind="jobs"))["status"] == "running"
     row = (await api.get(f"/api/compute/workloads/job:{job_id}")).json()
     assert (row["location"], row["status"], row["gpu"]) == ("local cluster", "running", "2× H100"), row
     (fleet.homes[fleet.a] / "go").touch()
-    job = await status_in("succeeded", "failed", "cancelled")
+    job = await until(api, job_id, *ended, kind="jobs")
     assert job["status"] == "succeeded", job
     logs = (await api.get(f"/api/compute/jobs/{job_id}/logs")).content
     assert logs == b"ran on the host's own files\n"
