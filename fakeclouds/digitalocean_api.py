@@ -331,6 +331,12 @@ class Account:
     def _check_rule(self, rule: Rule, side: str) -> None:
         if rule.protocol not in ("tcp", "udp", "icmp"):
             raise BadRequest(f"protocol must be tcp, udp or icmp, not {rule.protocol[:20]!r}")
+        # `ports` is required on every rule, ICMP included ("for ICMP rules this parameter will always
+        # return '0'"): `firewall_rule_base.required: [protocol, ports]` in the official spec,
+        # https://github.com/digitalocean/openapi specification/resources/firewalls/models/firewall_rule.yml;
+        # `firewalls_create` documents its refusals as 400 `bad_request` (shared/responses/bad_request.yml).
+        if rule.ports is None:
+            raise BadRequest(f"every {rule.protocol} rule needs ports (\"0\" for ICMP or all ports)")
         if rule.protocol != "icmp":
             match = _PORTS.fullmatch(rule.ports or "")
             numbers = [int(p) for p in (match.groups() if match else ()) if p]

@@ -267,7 +267,8 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         # cloud firewalls apply to GPU Droplets as to others is [unconfirmed].
         outbound = [{"protocol": proto, "ports": "1-65535", "destinations": {"addresses": ANYWHERE}}
                     for proto in ("tcp", "udp")]
-        outbound.append({"protocol": "icmp", "destinations": {"addresses": ANYWHERE}})
+        # `ports` is required on every rule, "0" for ICMP (`firewall_rule_base` in the official spec).
+        outbound.append({"protocol": "icmp", "ports": "0", "destinations": {"addresses": ANYWHERE}})
         await self._call("POST", "/firewalls", json={"name": name, "inbound_rules": inbound,
                                                      "outbound_rules": outbound, "tags": [name]})
 

@@ -84,6 +84,8 @@ async def test_create_makes_tag_firewall_and_one_account_key(sim: FakeCloudServe
     assert fw["tags"] == [name]
     assert [(r["protocol"], r["ports"]) for r in fw["inbound_rules"]] == [("tcp", "22"), ("tcp", "8080")]
     assert {r["protocol"] for r in fw["outbound_rules"]} == {"tcp", "udp", "icmp"}  # else nothing gets out
+    # every rule carries `ports` (the spec requires it; "0" for ICMP): the simulation refuses one without
+    assert [r["ports"] for r in fw["outbound_rules"] if r["protocol"] == "icmp"] == ["0"]
     assert [k["fingerprint"] for k in keys] == [md5_fingerprint(public(USER_KEY))]
     # A second machine with the same key, from another adapter (another worker): no second key.
     async with contextlib.aclosing(adapter(sim, do.installation_id)) as other:

@@ -180,16 +180,22 @@ async def test_tags_and_firewalls(api: httpx.AsyncClient) -> None:
         {"name": "fw", "inbound_rules": [{**rule, "ports": "90-80"}]},
         {"name": "fw", "inbound_rules": [{"protocol": "tcp", "ports": "22"}]},
         {"name": "fw", "inbound_rules": [{**rule, "protocol": "sctp"}]},
+        # `ports` is required on every rule, ICMP's too ("0"): the official spec's firewall_rule_base
+        {"name": "fw", "outbound_rules": [{"protocol": "icmp", "destinations": {"addresses": ["::/0"]}}]},
+        {"name": "fw", "inbound_rules": [{"protocol": "tcp", "sources": {"addresses": ["0.0.0.0/0"]}}]},
     ]
     for body in refusals:
         assert _err(await api.post("/firewalls", json=body))[:2] == (400, "bad_request"), body
+    icmp = {"protocol": "icmp", "ports": "0", "destinations": {"addresses": ["0.0.0.0/0"]}}
+    with_ports = await api.post("/firewalls", json={"name": "fw-icmp", "outbound_rules": [icmp]})
+    assert with_ports.status_code == 202
     made = await api.post("/firewalls", json={"name": "fw", "inbound_rules": [rule], "tags": ["fw-a"]})
     assert made.status_code == 202
     fw = made.json()["firewall"]
     assert fw["tags"] == ["fw-a"] and fw["droplet_ids"] == [] and fw["status"] in ("waiting", "succeeded")
     twin = await api.post("/firewalls", json={"name": "fw", "inbound_rules": [rule]})  # names not unique
     assert twin.status_code == 202
-    assert [f["name"] for f in (await api.get("/firewalls")).json()["firewalls"]] == ["fw", "fw"]
+    assert [f["name"] for f in (await api.get("/firewalls")).json()["firewalls"]] == ["fw-icmp", "fw", "fw"]
     assert (await api.delete("/tags/fw-a")).status_code == 204  # untags the firewall too
     assert (await api.get(f"/firewalls/{fw['id']}")).json()["firewall"]["tags"] == []
     assert _err(await api.delete("/tags/fw-a"))[0] == 404
