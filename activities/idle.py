@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncssh
+from temporalio.exceptions import ApplicationError
 
+from activities import machine_ssh
 from activities.deps import ActivityDeps
 from providers.base import CloudProvider
 from providers.ssh_fleet import SshFleetProvider
-from providers.ssh_login import HostLogin, LoginFailed, login
 from store import idle
 from store.db import session_scope
 from store.models import Instance, utcnow
@@ -75,22 +76,18 @@ def parse_sample(text: str) -> Reading:
 
 
 async def _read(deps: ActivityDeps, p: CloudProvider, row: Instance) -> Reading:
+    """One machine's sample, by the one SSH path (activities/machine_ssh.py): a fleet host through
+    its bastion with its pinned key, a cloud machine held to the key pinned at its first login."""
     assert row.ssh_host is not None
-    key = await deps.blocking(deps.private_key)
     port, user = row.ssh_port or 22, row.ssh_user or "ubuntu"
     async with asyncio.timeout(SAMPLE_TIMEOUT_S):
-        if isinstance(p, SshFleetProvider):  # a fleet host: through its bastion, its key pinned
+        if isinstance(p, SshFleetProvider):
             bastion, host_key = p.ssh_route(row.ssh_host)
-            try:
-                async with login(HostLogin(row.ssh_host, port, user, key, bastion, host_key),
-                                 CONNECT_TIMEOUT_S) as conn:
-                    result = await conn.run(SAMPLE_COMMAND, check=False)
-            except LoginFailed as e:
-                raise e.cause from None
-        else:  # a cloud machine, new each time: no known host key to check against
-            async with asyncssh.connect(row.ssh_host, port=port, username=user, client_keys=[key],
-                                        known_hosts=None, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-                result = await conn.run(SAMPLE_COMMAND, check=False)
+            r = machine_ssh.Route(bastion=bastion, host_key=host_key)
+        else:
+            r = await machine_ssh.route(deps, row.ssh_host, allocation_id=row.id)
+        async with machine_ssh.connect(deps, row.ssh_host, port, user, r, CONNECT_TIMEOUT_S) as conn:
+            result = await conn.run(SAMPLE_COMMAND, check=False)
     if result.exit_status != 0:
         return Reading(error=f"the sample command failed (exit {result.exit_status})")
     return parse_sample(str(result.stdout or ""))
@@ -120,6 +117,8 @@ async def sample(deps: ActivityDeps, p: CloudProvider, rows: Sequence[Instance],
                 return None  # the round's time is up: next round
             try:
                 return await _read(deps, p, row)
+            except ApplicationError as e:  # a changed host key: nothing was sent; said so
+                return Reading(error=f"sample refused: {e.message[:300]}")
             except (OSError, asyncssh.Error, TimeoutError, ValueError) as e:
                 return Reading(error=f"sample failed: {type(e).__name__}: {str(e)[:200]}")
 

@@ -23,11 +23,14 @@ import asyncssh
 from sqlmodel import select
 from temporalio import activity
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import machine_ssh
 from activities.deps import ActivityDeps, heartbeating
 from messages import activities as acts
 from messages.allocation import AllocationState
+from messages.enums import ErrorKind
 from messages.job import (
     AdmitInput,
     AdmitResult,
@@ -176,23 +179,45 @@ class JobActivities:
             ended: AllocationState = await handle.query("state", result_type=AllocationState)
             return ended
 
-    async def _connect(self, inp: RunJobInput) -> asyncssh.SSHClientConnection:
-        key = await self.deps.blocking(self.deps.private_key)
-        return await asyncssh.connect(inp.host, port=inp.port, username=inp.user, client_keys=[key],
-                                      known_hosts=None, connect_timeout=10)
+    def _allocation_of(self, job_id: str) -> str | None:
+        with session_scope(self.deps.engine) as session:
+            job = session.get(Job, job_id)
+            return job.allocation_id if job is not None else None
 
     @activity.defn(name=acts.RUN_JOB.name)
     async def run_job(self, inp: RunJobInput) -> RunJobResult:
-        """Start the command (once) and copy its output into the job's log until it exits."""
+        """Start the command (once) and copy its output into the job's log until it exits.
+
+        The machine is reached by the one SSH path (activities/machine_ssh.py), found from the job's
+        row here (its allocation: a fleet host's bastion and pin, a cloud machine's pin), so the
+        workflow's input carries no route and older histories replay unchanged. A host key other
+        than the pinned one fails the job (non-retryable) before anything is sent."""
         offset = await self.deps.blocking(self._log_end, inp.job_id)
         activity.heartbeat(offset)
-        async with asyncio.timeout(120):
-            conn = await heartbeating(self._connect(inp), inp.heartbeat_every_s, offset)
+        allocation_id = await self.deps.blocking(self._allocation_of, inp.job_id)
+        r = await machine_ssh.route(self.deps, inp.host, allocation_id=allocation_id)
+        login = machine_ssh.connect(self.deps, inp.host, inp.port, inp.user, r)
+        async with contextlib.AsyncExitStack() as stack:
+            async with asyncio.timeout(120):
+                conn = await heartbeating(stack.enter_async_context(login), inp.heartbeat_every_s, offset)
+            return await self._attached(conn, inp, offset)
+        raise AssertionError("unreachable")  # pragma: no cover — the block returns or raises
+
+    async def _attached(self, conn: asyncssh.SSHClientConnection, inp: RunJobInput,
+                        offset: int) -> RunJobResult:
         try:
             started = await heartbeating(conn.run(launch_script(inp), check=False), inp.heartbeat_every_s,
                                          offset)
+            if started.exit_status is None or started.exit_status < 0:
+                # no exit status: the session was cut (a signal, a lost connection): try again
+                raise RuntimeError(f"the job's launch was cut off: {str(started.stderr or '')[-300:]}")
             if started.exit_status != 0:
-                raise RuntimeError(f"could not start the job: {str(started.stderr or '')[-300:]}")
+                # The launch script itself failed on the host (its input cannot be written or run
+                # there): the same script fails the same way again, so the job ends with why, and
+                # its machine is released (workflows/job.py), instead of retrying without end.
+                raise ApplicationError(f"could not start the job (exit {started.exit_status}): "
+                                       f"{str(started.stderr or '')[-300:]}",
+                                       type=ErrorKind.JOB_LAUNCH_FAILED, non_retryable=True)
             clock = asyncio.get_running_loop().time
             interval = self.deps.job_metrics_interval_s
             next_sample = clock() if inp.gpus and interval > 0 else math.inf
@@ -220,8 +245,6 @@ class JobActivities:
                 async with asyncio.timeout(15):
                     await conn.run(kill_command(inp.job_id), check=False)
             raise
-        finally:
-            conn.close()
         lines = await self.deps.blocking(self._last_lines, inp.job_id)
         return RunJobResult(exit_code=exit_code, last_lines=lines)
 

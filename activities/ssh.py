@@ -9,14 +9,12 @@ import asyncssh
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import machine_ssh
 from activities.deps import ActivityDeps, heartbeating
-from activities.errors import provider_errors
 from messages import activities as acts
 from messages.activities import SshTarget
 from messages.allocation import GpuInfo
 from messages.enums import ErrorKind
-from providers.ssh_fleet import SshFleetProvider
-from providers.ssh_login import Bastion, HostLogin, LoginFailed, login
 
 NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
               "--format=csv,noheader,nounits")
@@ -79,36 +77,13 @@ class SshActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
 
-    async def _connect(self, t: SshTarget) -> asyncssh.SSHClientConnection:
-        # Cloud machines are new each time: there is no known host key to check against.
-        key = await self.deps.blocking(self.deps.private_key)
-        return await asyncssh.connect(t.host, port=t.port, username=t.user, client_keys=[key],
-                                      known_hosts=None, connect_timeout=10)
-
-    async def _route(self, t: SshTarget) -> tuple[Bastion | None, str | None] | None:
-        """For a machine whose adapter knows how it is reached (an SSH fleet's host): the proxy jump
-        and the pinned host key; None: a cloud machine, reached directly."""
-        if t.via is None:
-            return None
-        with provider_errors():
-            p = await self.deps.provider(t.via)
-        return p.ssh_route(t.host) if isinstance(p, SshFleetProvider) else None
-
     async def _run(self, t: SshTarget, command: str) -> asyncssh.SSHCompletedProcess:
-        route = await self._route(t)
-        if route is not None:
-            key = await self.deps.blocking(self.deps.private_key)
-            bastion, host_key = route
-            try:
-                async with login(HostLogin(t.host, t.port, t.user, key, bastion, host_key), 10) as conn:
-                    return await conn.run(command, check=False)
-            except LoginFailed as e:
-                raise e.cause from None  # as a direct login's failure reads
-        conn = await self._connect(t)
-        try:
+        """Run `command` on the machine by the one SSH path (activities/machine_ssh.py): a fleet
+        host through its bastion with its pinned key; a cloud machine pinned at its first login
+        (WAIT_SSH) and held to that key afterwards."""
+        r = await machine_ssh.route(self.deps, t.host, allocation_id=t.allocation_id or None, via=t.via)
+        async with machine_ssh.connect(self.deps, t.host, t.port, t.user, r, 10) as conn:
             return await conn.run(command, check=False)
-        finally:
-            conn.close()
 
     @activity.defn(name=acts.WAIT_SSH.name)
     async def wait_ssh(self, t: SshTarget) -> None:

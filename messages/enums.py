@@ -76,6 +76,8 @@ class ErrorKind(StrEnum):
     SECRET_ERROR = "SecretError"
     NOT_FOUND = "NotFound"
     ALLOCATION_FAILED = "AllocationFailed"
+    HOST_KEY_CHANGED = "HostKeyChanged"  # a machine's SSH host key is not the pinned one (never retried)
+    JOB_LAUNCH_FAILED = "JobLaunchFailed"  # the job's launch script failed on its host (never retried)
 
     @property
     def fails_over(self) -> bool:

@@ -101,6 +101,13 @@ class Instance(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
     ready_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
     terminated_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    # The SSH host key a cloud machine presented at its first login (WAIT_SSH, trust on first use;
+    # activities/machine_ssh.py): every later connection accepts only it. An OpenSSH public key line;
+    # `host_key_machine` is the cloud_instance_id it was pinned for (another attempt pins afresh).
+    # Fleet hosts keep theirs on fleet_host (the probe's pin).
+    host_key: str | None = None
+    host_key_machine: str | None = None
+    host_key_pinned_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
 class Attempt(SQLModel, table=True):
@@ -194,6 +201,10 @@ class CreateSend(SQLModel, table=True):
     key: str = Field(primary_key=True)
     sent_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     answered_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    # When a send under the key was first known in doubt (no answer came: a timeout, a dead worker).
+    # Kept once set: the allocation's watch then hunts for a twin under the key for a while after
+    # ready (activities/watch.py), since that launch may still land after the in-flight window.
+    doubted_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
 class Fleet(SQLModel, table=True):
