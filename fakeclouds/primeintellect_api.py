@@ -7,7 +7,12 @@ What it models:
   most 100 [unconfirmed cap]) and filtered by `regions` (PI region slugs: united_states, canada, ...),
   `gpu_type`, `gpu_count`; an unknown region is a 422. `GET /availability/` answers the older grouped
   shape and, without its trailing slash, 307s (the quirk one client notes).
-- SSH keys are account-level (`GET/POST /ssh_keys {name, publicKey}`): every pod is created with every
+- The collections are served where the vendor's OpenAPI puts them, with a trailing slash: `/pods/` and
+  `/ssh_keys/` (GET, POST); the slashless forms 307 to them, as a FastAPI server does. Which form the
+  real server answers without a redirect is [unconfirmed] (one client notes "use trailing slash to avoid
+  redirects"), so `facade_state["primeintellect"]["slashless"] = True` turns it around: the slashless
+  forms serve and the slash forms 307 to them (FastAPI's routes declared without the slash).
+- SSH keys are account-level (`GET/POST /ssh_keys/ {name, publicKey}`): every pod is created with every
   key on the account [unconfirmed: no client passes a key per pod]. A public key already registered is
   refused (400) [unconfirmed].
 - `POST /pods {pod: {name, cloudId, gpuType, socket, gpuCount, dataCenterId?, ...}, provider: {type}}`
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fakeclouds import k3s
@@ -326,6 +331,16 @@ def _same_key(a: str, b: str) -> bool:
 # --------------------------------------------------------------------------- routes
 
 
+def _other_form(engine: Engine, request: Request) -> Response | None:
+    """The 307 to the served form of a collection path asked in the other form (see the docstring)."""
+    slashless = bool(engine.facade_state[NAME].get("slashless"))
+    path = request.url.path
+    if path.endswith("/") != slashless:
+        return None
+    return RedirectResponse(str(request.url.replace(path=path.rstrip("/") if slashless else path + "/")),
+                            status_code=307)
+
+
 def build_router(engine: Engine, token: str) -> APIRouter:
     router = APIRouter()
     call = make_call(engine, NAME, token, error_response)
@@ -362,12 +377,18 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             return grouped
         return await call(request, "offers", effect)
 
+    @router.get("/ssh_keys/")
     @router.get("/ssh_keys")
     async def list_keys(request: Request) -> Response:
+        if (moved := _other_form(engine, request)) is not None:
+            return moved
         return await call(request, "ssh_keys", lambda _: {"data": list(_keys(engine).values())})
 
+    @router.post("/ssh_keys/")
     @router.post("/ssh_keys")
     async def add_key(request: Request) -> Response:
+        if (moved := _other_form(engine, request)) is not None:
+            return moved
         try:
             check_bearer(request, token)
             body: SshKeyBody = await _body(request, SshKeyBody)
@@ -398,8 +419,11 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             return {}
         return await call(request, "ssh_keys", effect)
 
+    @router.post("/pods/")
     @router.post("/pods")
     async def create_pod(request: Request) -> Response:
+        if (moved := _other_form(engine, request)) is not None:
+            return moved
         try:
             check_bearer(request, token)
             body: CreatePod = await _body(request, CreatePod)
@@ -430,8 +454,12 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             return pod_json(m)
         return await call(request, "create", effect, region=region)
 
+    @router.get("/pods/")
     @router.get("/pods")
     async def list_pods(request: Request) -> Response:
+        if (moved := _other_form(engine, request)) is not None:
+            return moved
+
         def effect(_: CallPlan) -> dict[str, Any]:
             offset, limit = _page(request)
             pods = engine.live(NAME)

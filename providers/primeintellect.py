@@ -48,6 +48,7 @@ from providers.base import (
     RateLimited,
     Transient,
     Unsupported,
+    launch_request,
     rank_offers,
 )
 from providers.cloudtime import created_at
@@ -59,6 +60,11 @@ NAME_MAX = 64  # [unconfirmed]: the API's limit on pod names is not published
 PREFERRED_IMAGE = "ubuntu_22_cuda_12"  # the plain image; listings name the images they can boot
 SEP = "__"
 MAX_PAGES = 500  # a listing that never ends (a server bug) is an error, not a hang
+# The collections where the vendor's OpenAPI (https://api.primeintellect.ai/openapi.json) puts them: with a
+# trailing slash. Which form the real server answers without a redirect is [unconfirmed] (one client notes
+# "use trailing slash to avoid redirects"; a FastAPI server 307s whichever form its route does not declare),
+# so `_req` also follows a same-origin 307/308 to the same path with the slash added or removed.
+PODS, SSH_KEYS = "/pods/", "/ssh_keys/"
 
 # PI's region slugs (`regions=` of the availability call, `region` of its items).
 REGIONS = ["united_states", "canada", "eu_east", "eu_north", "eu_west", "asia_northeast", "australia"]
@@ -84,6 +90,22 @@ _CAPACITY_WORDS = ("capacity", "unavailable", "out of stock", "not available", "
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 _SSH = re.compile(r"^(?:ssh\s+)?(?:(?P<user>[^@\s]+)@)?(?P<host>[^\s@]+)(?:\s+-p\s*(?P<port>\d{1,5}))?$")
+
+
+def slash_twin(resp: httpx.Response) -> str | None:
+    """Where a 307/308 sends the request when it only adds or removes the path's trailing slash on the
+    same origin (the absolute URL, query included); None for any other answer or redirect."""
+    if resp.status_code not in (307, 308) or "location" not in resp.headers:
+        return None
+    asked = resp.request.url
+    try:
+        target = asked.join(resp.headers["location"])
+    except (httpx.InvalidURL, ValueError):
+        return None
+    same_origin = (target.scheme, target.host, target.port) == (asked.scheme, asked.host, asked.port)
+    if not same_origin or target.path == asked.path or target.path.rstrip("/") != asked.path.rstrip("/"):
+        return None
+    return str(target)
 
 
 def pod_name(installation_id: str, key: str) -> str:
@@ -224,6 +246,14 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
                    allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
         """One call; error statuses are mapped here (FastAPI `detail`, no codes), transport errors by rest."""
         resp = await self._call(method, path, allow=tuple(range(300, 600)), **kwargs)
+        if (twin := slash_twin(resp)) is not None:
+            # Followed by hand, once: the spec's paths are right under either reading of the trailing
+            # slash (see PODS). Only 307/308, which keep the method and the body (RFC 9110 15.4.8/9), so a
+            # POST is resent as it was; only to this origin, so the key never goes elsewhere; only the
+            # slash twin of the path asked, so no other redirect is followed (httpx's follow_redirects
+            # would take 301/302/303, turning a POST into a GET, and any Location). The redirect came
+            # from routing, before the server did anything: resending cannot make a second pod.
+            resp = await self._call(method, twin, allow=tuple(range(300, 600)), **kwargs)
         if resp.is_success or resp.status_code in allow:
             return resp
         raise self._error(resp, scope)
@@ -281,7 +311,7 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
         """Every pod on the account that is not gone (`GET /pods` paginated by offset/limit)."""
         pods: list[dict[str, Any]] = []
         while True:
-            body = await self._json_of("GET", "/pods", params={"offset": len(pods), "limit": self.page_size})
+            body = await self._json_of("GET", PODS, params={"offset": len(pods), "limit": self.page_size})
             with rest.parsing(self.id, "pods"):
                 batch = [p for p in body["data"] if isinstance(p, dict)]
                 total = int(body.get("total_count") or 0)
@@ -299,15 +329,15 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
         wanted = public_key.split()[:2]
 
         async def present() -> bool:
-            body = await self._json_of("GET", "/ssh_keys")
+            body = await self._json_of("GET", SSH_KEYS)
             with rest.parsing(self.id, "ssh_keys"):
                 return any(str(k.get("publicKey") or "").split()[:2] == wanted for k in body["data"])
 
         if await present():
             return
         try:
-            await self._req("POST", "/ssh_keys", json={"name": f"gpuprov-{self.installation_id}",
-                                                        "publicKey": " ".join(wanted)})
+            await self._req("POST", SSH_KEYS, json={"name": f"gpuprov-{self.installation_id}",
+                                                     "publicKey": " ".join(wanted)})
         except InvalidRequest:
             if not await present():  # a concurrent create registered it first; else the refusal stands
                 raise
@@ -403,7 +433,8 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
             }
         body = {"pod": {k: v for k, v in pod.items() if v is not None},
                 "provider": {"type": listing.provider} if listing.provider else {}}
-        created = await self._json_of("POST", "/pods", json=body, scope=scope)
+        with launch_request():  # the send is recorded as it leaves (providers/base.py)
+            created = await self._json_of("POST", PODS, json=body, scope=scope)
         with rest.parsing(self.id, "pod"):
             return self._ref(created, key=spec.key, region=offer.region)
 

@@ -24,7 +24,14 @@ from providers.base import (
     Unsupported,
 )
 from providers.credentials import ApiKeyCredentials
-from providers.primeintellect import Listing, PrimeIntellectProvider, parse_ssh_connection, pod_name
+from providers.primeintellect import (
+    PODS,
+    SSH_KEYS,
+    Listing,
+    PrimeIntellectProvider,
+    parse_ssh_connection,
+    pod_name,
+)
 from tests.fakeclouds.helpers import eventually
 from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY, adapter, offer_of, spec
 
@@ -68,12 +75,12 @@ async def test_create_registers_the_installation_key_once(pi: PrimeIntellectProv
     offer = await offer_of(pi)
     a = await pi.create(offer, spec(pi))
     b = await pi.create(offer, spec(pi))
-    keys = (await api.get("/ssh_keys")).json()["data"]
+    keys = (await api.get("/ssh_keys/")).json()["data"]
     assert [(k["name"], k["publicKey"]) for k in keys] == [(f"gpuprov-{pi.installation_id}", PUBLIC_KEY)]
     # Another installation with the same key reuses it, whatever it is named.
     async with adapter(sim) as other:
         c = await other.create(offer, spec(other))
-    assert len((await api.get("/ssh_keys")).json()["data"]) == 1
+    assert len((await api.get("/ssh_keys/")).json()["data"]) == 1
     machines = {m["id"]: m for m in await sim.admin.aio.machines()}
     assert set(machines) == {a.instance_id, b.instance_id, c.instance_id}
     m = machines[a.instance_id]
@@ -229,9 +236,9 @@ async def test_create_errors_by_detail(status: int, body: Any, error: type[Excep
 
     def handler(request: httpx.Request) -> httpx.Response:
         path = request.url.path.removeprefix("/api/v1")
-        if path == "/pods" and request.method == "GET":
+        if path == PODS and request.method == "GET":
             return httpx.Response(200, json={"total_count": 0, "offset": 0, "limit": 100, "data": []})
-        if path == "/ssh_keys":
+        if path == SSH_KEYS:
             return httpx.Response(200, json={"data": [{"name": "x", "publicKey": PUBLIC_KEY}]})
         if path == "/availability/gpus":
             return httpx.Response(200, json={"items": [item], "totalCount": 1})
@@ -286,7 +293,7 @@ async def test_what_the_adapter_refuses_before_calling(pi: PrimeIntellectProvide
 async def _account_keys(sim: FakeCloudServer) -> list[dict[str, Any]]:
     headers = {"Authorization": f"Bearer {sim.tokens['primeintellect']}"}
     async with httpx.AsyncClient(base_url=f"{sim.url}/primeintellect/api/v1", headers=headers) as c:
-        data: list[dict[str, Any]] = (await c.get("/ssh_keys")).json()["data"]
+        data: list[dict[str, Any]] = (await c.get("/ssh_keys/")).json()["data"]
         return data
 
 
@@ -310,3 +317,44 @@ async def test_a_listing_that_never_ends_is_transient() -> None:
     async with answering(200, {"items": [item], "totalCount": 10**9}) as p:
         with pytest.raises(Transient, match="did not end"):
             await p.offers(OfferQuery())
+
+
+@pytest.mark.parametrize("slashless", [False, True], ids=["spec-slash-paths", "slashless-paths"])
+async def test_the_collections_work_under_either_reading_of_the_trailing_slash(
+        sim: FakeCloudServer, pi: PrimeIntellectProvider, slashless: bool) -> None:
+    """The spec's `/pods/` and `/ssh_keys/` served (the default), or 307'd to their slashless forms: the
+    adapter registers its key, creates, lists and terminates a pod either way (it used to send the
+    slashless forms and not follow the 307 of a server serving the spec's paths)."""
+    sim.engine.facade_state["primeintellect"]["slashless"] = slashless
+    ref = await pi.create(await offer_of(pi), spec(pi))
+    keys = sim.engine.facade_state["primeintellect"]["ssh_keys"].values()
+    assert [k["publicKey"] for k in keys] == [PUBLIC_KEY]
+    assert [r.instance_id for r in await pi.list_owned()] == [ref.instance_id]
+    await pi.terminate(ref)
+    await eventually(lambda: _gone(pi, ref), "the pod to go")
+
+
+async def test_only_a_same_origin_slash_redirect_is_followed_and_it_keeps_method_and_body() -> None:
+    seen: list[tuple[str, str, bytes]] = []
+    hops = {"/api/v1/ssh_keys/": "/api/v1/ssh_keys",  # the slash twin: followed
+            "/api/v1/pods/": "https://elsewhere.example.invalid/api/v1/pods"}  # another origin: not
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, str(request.url), request.content))
+        assert request.headers["Authorization"] == "Bearer secret-key"
+        if request.url.path in hops:
+            return httpx.Response(307, headers={"Location": hops[request.url.path]})
+        if request.method == "GET":
+            return httpx.Response(200, json={"data": []})
+        return httpx.Response(200, json={"id": "k1"})
+
+    p = mocked(handler)
+    async with p:
+        await p._ensure_ssh_key(PUBLIC_KEY)
+        with pytest.raises(InvalidRequest, match="redirect"):
+            await p.list_owned()
+    base = "https://api.primeintellect.ai/api/v1"
+    posts = [(url, json.loads(body)) for method, url, body in seen if method == "POST"]
+    assert [url for url, _ in posts] == [f"{base}/ssh_keys/", f"{base}/ssh_keys"]
+    assert posts[0][1] == posts[1][1] and posts[1][1]["publicKey"] == " ".join(PUBLIC_KEY.split()[:2])
+    assert not any("elsewhere" in url for _, url, _ in seen), "the key never goes to another origin"

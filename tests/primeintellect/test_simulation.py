@@ -26,7 +26,7 @@ def pod_body(name: str | None = "job-1", **pod: Any) -> dict[str, Any]:
 
 
 async def add_key(api: httpx.AsyncClient, name: str = "mine", key: str = PUBLIC_KEY) -> httpx.Response:
-    return await api.post("/ssh_keys", json={"name": name, "publicKey": key})
+    return await api.post("/ssh_keys/", json={"name": name, "publicKey": key})
 
 
 async def active(api: httpx.AsyncClient, pod_id: str) -> dict[str, Any]:
@@ -38,9 +38,9 @@ async def active(api: httpx.AsyncClient, pod_id: str) -> dict[str, Any]:
 
 
 async def test_bad_token_is_a_401_detail(api: httpx.AsyncClient) -> None:
-    r = await api.get("/pods", headers={"Authorization": "Bearer wrong"})
+    r = await api.get("/pods/", headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401 and isinstance(r.json()["detail"], str)
-    r = await api.post("/pods", json=pod_body(), headers={"Authorization": ""})
+    r = await api.post("/pods/", json=pod_body(), headers={"Authorization": ""})
     assert r.status_code == 401
 
 
@@ -95,35 +95,53 @@ async def test_availability_root_needs_its_trailing_slash(api: httpx.AsyncClient
     assert {"RTXA6000_48GB", "A100_80GB", "H100_80GB"} <= set(grouped)
 
 
+async def test_collections_are_served_at_the_specs_slash_paths(api: httpx.AsyncClient,
+                                                               sim: FakeCloudServer) -> None:
+    """The vendor's OpenAPI has `/pods/` and `/ssh_keys/`: served; the slashless forms 307 there, as a
+    FastAPI server does. The `slashless` reading turns it around (which one the real server takes is
+    unconfirmed)."""
+    for path in ("/pods/", "/ssh_keys/"):
+        assert (await api.get(path)).status_code == 200, path
+        moved = await api.get(path.rstrip("/"), params={"offset": 0})
+        assert moved.status_code == 307 and moved.headers["location"].endswith(f"/api/v1{path}?offset=0")
+    moved = await api.post("/ssh_keys", json={"name": "k", "publicKey": PUBLIC_KEY})
+    assert moved.status_code == 307 and (await api.get("/ssh_keys/")).json()["data"] == []  # nothing made
+    sim.engine.facade_state[pia.NAME]["slashless"] = True
+    for path in ("/pods", "/ssh_keys"):
+        assert (await api.get(path)).status_code == 200, path
+        moved = await api.get(path + "/")
+        assert moved.status_code == 307 and moved.headers["location"].endswith(f"/api/v1{path}")
+
+
 async def test_ssh_keys_are_account_level(api: httpx.AsyncClient) -> None:
     r = await add_key(api)
     assert r.status_code == 200 and r.json()["publicKey"] == PUBLIC_KEY
     again = await add_key(api, "other-name", PUBLIC_KEY + " some comment")
     assert again.status_code == 400 and "exists" in again.json()["detail"]
     assert (await add_key(api, "bad", "ssh-ed25519 not-base64!")).status_code == 400
-    missing = await api.post("/ssh_keys", json={"name": "x"})
+    missing = await api.post("/ssh_keys/", json={"name": "x"})
     assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "publicKey"]
-    keys = (await api.get("/ssh_keys")).json()["data"]
+    keys = (await api.get("/ssh_keys/")).json()["data"]
     assert [(k["name"], k["publicKey"]) for k in keys] == [("mine", PUBLIC_KEY)]
     assert (await api.delete(f"/ssh_keys/{keys[0]['id']}")).status_code == 200
     assert (await api.delete(f"/ssh_keys/{keys[0]['id']}")).status_code == 404
 
 
 async def test_create_refusals(api: httpx.AsyncClient, sim: FakeCloudServer) -> None:
-    r = await api.post("/pods", json=pod_body())
+    r = await api.post("/pods/", json=pod_body())
     assert r.status_code == 400 and "SSH key" in r.json()["detail"], "no account key: refused"
     await add_key(api)
-    r = await api.post("/pods", json={"pod": {"name": "x", "gpuType": "A100_80GB"},
+    r = await api.post("/pods/", json={"pod": {"name": "x", "gpuType": "A100_80GB"},
                                       "provider": {"type": "tensordock"}})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "pod", "cloudId"]
-    r = await api.post("/pods", content=b"{not json", headers={"Content-Type": "application/json"})
+    r = await api.post("/pods/", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 422
-    r = await api.post("/pods", json=pod_body(cloudId="NVIDIA RTX 9999"))
+    r = await api.post("/pods/", json=pod_body(cloudId="NVIDIA RTX 9999"))
     assert r.status_code == 400 and "No GPU configuration" in r.json()["detail"]
-    r = await api.post("/pods", json=pod_body(dataCenterId="EUR-IS-1"))
+    r = await api.post("/pods/", json=pod_body(dataCenterId="EUR-IS-1"))
     assert r.status_code == 400 and "does not offer" in r.json()["detail"]
     for bad in ("has space", "1234", "x" * 65):
-        r = await api.post("/pods", json=pod_body(name=bad))
+        r = await api.post("/pods/", json=pod_body(name=bad))
         assert r.status_code == 400 and "letters" in r.json()["detail"], bad
     assert await sim.admin.aio.machines() == []
 
@@ -131,18 +149,18 @@ async def test_create_refusals(api: httpx.AsyncClient, sim: FakeCloudServer) -> 
 async def test_out_of_stock_and_quota_are_worded(api: httpx.AsyncClient, sim: FakeCloudServer) -> None:
     await add_key(api)
     await sim.admin.aio.set_stock(A6000, "US-KS-2", 0, facade="primeintellect")
-    r = await api.post("/pods", json=pod_body())
+    r = await api.post("/pods/", json=pod_body())
     assert r.status_code == 400 and "out of stock" in r.json()["detail"]
     await sim.admin.aio.set_stock(A6000, "US-KS-2", 2, facade="primeintellect")
     await sim.admin.aio.configure(quota={"primeintellect": 0})
-    r = await api.post("/pods", json=pod_body())
+    r = await api.post("/pods/", json=pod_body())
     assert r.status_code == 402 and isinstance(r.json()["detail"], str)
     assert await sim.admin.aio.machines() == []
 
 
 async def test_pod_lifecycle(api: httpx.AsyncClient, sim: FakeCloudServer) -> None:
     await add_key(api)
-    r = await api.post("/pods", json=pod_body(name="job-1"))
+    r = await api.post("/pods/", json=pod_body(name="job-1"))
     assert r.status_code == 200, r.text
     pod = r.json()
     assert pod["status"] == "PROVISIONING" and pod["sshConnection"] == [None] and pod["ip"] == [None]
@@ -160,7 +178,7 @@ async def test_pod_lifecycle(api: httpx.AsyncClient, sim: FakeCloudServer) -> No
                                 known_hosts=None) as conn:
         assert (await conn.run("echo ok", check=True)).stdout == "ok\n"
 
-    listed = (await api.get("/pods", params={"offset": 0, "limit": 10})).json()
+    listed = (await api.get("/pods/", params={"offset": 0, "limit": 10})).json()
     assert listed["total_count"] == 1 and [p["id"] for p in listed["data"]] == [pod["id"]]
     assert (await api.get(f"/pods/{pod['id']}")).json()["status"] == "ACTIVE"
     both = (await api.get("/pods/status", params={"pod_ids": [pod["id"], "nope"]})).json()["data"]
@@ -173,19 +191,19 @@ async def test_pod_lifecycle(api: httpx.AsyncClient, sim: FakeCloudServer) -> No
     r = await api.get(f"/pods/{pod['id']}")
     assert r.status_code == 404 and r.json() == {"detail": "Pod not found"}
     assert (await api.delete(f"/pods/{pod['id']}")).status_code == 404
-    assert (await api.get("/pods")).json()["data"] == []
+    assert (await api.get("/pods/")).json()["data"] == []
     history = (await api.get("/pods/history")).json()["data"]
     assert [h["id"] for h in history] == [pod["id"]] and history[0]["terminatedAt"]
 
 
 async def test_pods_page_and_names_are_not_unique(api: httpx.AsyncClient) -> None:
     await add_key(api)
-    ids = [(await api.post("/pods", json=pod_body(name="same"))).json()["id"] for _ in range(3)]
+    ids = [(await api.post("/pods/", json=pod_body(name="same"))).json()["id"] for _ in range(3)]
     assert len(set(ids)) == 3
-    pages = [(await api.get("/pods", params={"offset": o, "limit": 2})).json() for o in (0, 2)]
+    pages = [(await api.get("/pods/", params={"offset": o, "limit": 2})).json() for o in (0, 2)]
     assert [p["total_count"] for p in pages] == [3, 3]
     assert [pod["id"] for page in pages for pod in page["data"]] == ids
-    assert (await api.get("/pods", params={"limit": 0})).status_code == 422
+    assert (await api.get("/pods/", params={"limit": 0})).status_code == 422
     assert (await api.get("/pods/status")).status_code == 422
 
 
@@ -211,7 +229,7 @@ async def test_too_many_requests(api: httpx.AsyncClient, sim: FakeCloudServer) -
     await sim.admin.aio.configure(time_scale=0.5)
     [limit] = pia.FACADE.rate_limits
     for _ in range(limit.calls):
-        assert (await api.get("/ssh_keys")).status_code == 200
-    r = await api.get("/ssh_keys")
+        assert (await api.get("/ssh_keys/")).status_code == 200
+    r = await api.get("/ssh_keys/")
     assert r.status_code == 429 and r.json() == {"detail": "Too many requests"}
     assert 0 < float(r.headers["Retry-After"]) <= 30
