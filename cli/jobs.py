@@ -14,6 +14,7 @@ import typer
 from cli.client import API_PREFIX, Api, new_idempotency_key
 from cli.output import fail, table
 from messages.job import JobStatus, JobType
+from messages.job_text import command_text, image_reference
 
 app = typer.Typer(no_args_is_help=True, help="Managed jobs: run a command on a fresh machine.")
 
@@ -40,6 +41,12 @@ def run(
 ) -> None:
     """Run COMMAND on a machine allocated for it; the machine is terminated when it ends. With
     --pool, on a free machine of the pool instead, left to the pool when it ends."""
+    try:  # what the API refuses too (422): said before anything is sent
+        command_text(command)
+        if image is not None:
+            image_reference(image)
+    except ValueError as e:
+        raise fail(str(e)) from None
     body = {"name": name, "type": type_.value, "command": command, "gpu": gpu,
             "gpu_count": gpu_count if pool is None or gpu is not None else None, "cloud": cloud, "pool": pool,
             "image": image, "priority": priority,

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 from sqlmodel import select
 
 from api import idempotency as idem
@@ -25,6 +25,7 @@ from api.routers.budget import refuse_over_budget
 from api.schemas import InstanceCreate, PlacementId, Printable, Strict
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType, PoolTarget
+from messages.job_text import MAX_IMAGE, command_text, image_reference
 from messages.pool import POOL_NAME, POOL_NAME_MAX, PoolStatus
 from store import jobs as job_store
 from store import pools, queue, repo
@@ -42,13 +43,17 @@ def job_workflow_id(job_id: str) -> str:
     return f"job-{job_id}"
 
 
+ImageRef = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE), AfterValidator(image_reference)]
+
+
 class JobCreate(Strict):
     name: Annotated[str, Field(min_length=1, max_length=100), Printable]
     type: JobType
-    command: Annotated[str, Field(min_length=1, max_length=100_000)]
-    image: Annotated[str, Field(min_length=1, max_length=500), Printable] | None = Field(
-        None, description="a container image: run with `docker run` where the host has Docker, else "
-                          "the command runs directly on the host")
+    command: Annotated[str, Field(min_length=1, max_length=100_000), AfterValidator(command_text)] = Field(
+        description="run by bash on the host; no control characters but newline and tab")
+    image: ImageRef | None = Field(
+        None, description="a container image reference ([registry[:port]/]name[:tag][@digest]): run with "
+                          "`docker run` where the host has Docker, else the command runs on the host itself")
     gpu: Annotated[str, Field(min_length=1, max_length=40), Printable] | None = Field(
         None, description="e.g. H100; none: any machine (CPU only is fine)")
     gpu_count: Annotated[int, Field(ge=1, le=64)] = Field(1, description="GPUs per machine (with `gpu`)")

@@ -37,3 +37,14 @@ def test_run_ls_logs_cancel(engine: sa.Engine, workflows: FakeInstantWorkflows) 
     assert ok("job", "logs", job_id, "--offset", "3") == "there\n"
     assert ok("job", "logs", job_id, "--follow").startswith("hi\nthere\n")  # the job ended: it returns
     assert f"job {job_id} succeeded" in ok("job", "cancel", job_id)  # ended: stays as it ended
+
+
+def test_run_refuses_an_option_as_image_and_control_characters_before_sending(
+        engine: sa.Engine, workflows: FakeInstantWorkflows) -> None:
+    ok("connect", "fakecloud", "--credential", f"api_key={GOOD_KEY}")
+    for args, why in ((["true", "--image", "--privileged"], "must not begin with '-'"),
+                      (["true", "--image", "Ubuntu"], "image reference"),
+                      (["echo a\x00b"], "U+0000")):
+        r = runner.invoke(app, ["job", "run", *args])
+        assert r.exit_code == 1 and why in r.output, r.output
+    assert workflows.starts_of("JobWorkflow") == []
