@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     sweep_interval_s: float = 300.0  # how often the Schedule `gpuprov-sweep` starts a sweep
     sweep_grace_s: float = 600.0  # an orphan/duplicate is removed this long after first seen, not before
     health_interval_s: float = 300.0  # how often the Schedule `gpuprov-health` verifies each connection
+    # How often the Schedule `gpuprov-health-recheck` verifies again the connections found degraded
+    # (a recovered cloud reads healthy within this, not a whole health interval).
+    health_recheck_s: float = 30.0
     # How long the server holds a workflow's next task for this worker's cache before any worker may
     # take it: after a crash, every workflow this worker ran waits this long (Temporal's default 10 s).
     sticky_timeout_s: float = 10.0

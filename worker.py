@@ -46,15 +46,22 @@ from activities.records import RecordActivities
 from activities.ssh import SshActivities
 from activities.sweep import SweepActivities
 from activities.watch import WatchActivities, start_all_watches
-from messages.health import HealthInput
-from messages.ids import HEALTH_SCHEDULE_ID, HEALTH_WORKFLOW_ID, SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
+from messages.health import HealthInput, HealthRecheckInput
+from messages.ids import (
+    HEALTH_RECHECK_SCHEDULE_ID,
+    HEALTH_RECHECK_WORKFLOW_ID,
+    HEALTH_SCHEDULE_ID,
+    HEALTH_WORKFLOW_ID,
+    SWEEP_SCHEDULE_ID,
+    SWEEP_WORKFLOW_ID,
+)
 from messages.sweep import SweepInput
 from providers import pacing, registry
 from workflows.allocation import AllocationWorkflow, launch_task_queue
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
 from workflows.fleet_probe import FleetProbeWorkflow
-from workflows.health import HealthWorkflow
+from workflows.health import HealthRecheckWorkflow, HealthWorkflow
 from workflows.job import JobWorkflow
 from workflows.legacy.allocate import AllocateWorkflow
 from workflows.legacy.terminate import TerminateWorkflow
@@ -66,7 +73,7 @@ from workflows.watch import WatchWorkflow
 # AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
                          SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, PolicyWorkflow, JobWorkflow,
-                         ScaleWorkflow,
+                         ScaleWorkflow, HealthRecheckWorkflow,
                          AllocateWorkflow, TerminateWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
@@ -92,7 +99,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         records.record_allocation, records.record_status, records.load_instance,
         records.await_allocate_closed,
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
-        health.health_targets, health.check_connection, health.record_health,
+        health.health_targets, health.check_connection, health.record_health, health.degraded_connections,
         FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,
         PolicyActivities(deps).policy_facts, PolicyActivities(deps).policy_act,
         PolicyActivities(deps).record_policy_run,
@@ -268,6 +275,25 @@ async def ensure_health_schedule(client: Client, *, task_queue: str, interval_s:
                                  f"every {interval_s}s, task queue {task_queue}")
 
 
+def health_recheck_schedule(*, task_queue: str, interval_s: float) -> Schedule:
+    """Every `interval_s`, one HealthRecheckWorkflow run: the degraded connections verified again
+    (none degraded: one database read). Skips while a run is still going, bounded like the check's."""
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            HealthRecheckWorkflow.run, HealthRecheckInput(), id=HEALTH_RECHECK_WORKFLOW_ID,
+            task_queue=task_queue, execution_timeout=timedelta(seconds=max(120.0, interval_s))),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+
+
+async def ensure_health_recheck_schedule(client: Client, *, task_queue: str, interval_s: float,
+                                         schedule_id: str = HEALTH_RECHECK_SCHEDULE_ID) -> ScheduleHandle:
+    """The degraded connections' re-check Schedule, kept like the health check's."""
+    wanted = health_recheck_schedule(task_queue=task_queue, interval_s=interval_s)
+    return await ensure_schedule(client, schedule_id, wanted, HealthRecheckInput,
+                                 f"every {interval_s}s, task queue {task_queue}")
+
+
 async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
                 started: asyncio.Event | None = None) -> None:
     """Keep the sweep's and the health check's Schedules, then run the worker until `stop` is set
@@ -275,6 +301,7 @@ async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
     await ensure_sweep_schedule(client, task_queue=s.task_queue, interval_s=s.sweep_interval_s,
                                 grace_s=s.sweep_grace_s)
     await ensure_health_schedule(client, task_queue=s.task_queue, interval_s=s.health_interval_s)
+    await ensure_health_recheck_schedule(client, task_queue=s.task_queue, interval_s=s.health_recheck_s)
     sticky = timedelta(seconds=s.sticky_timeout_s)
     async with build_worker(client, deps, task_queue=s.task_queue,
                             sticky_queue_schedule_to_start_timeout=sticky):

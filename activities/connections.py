@@ -3,8 +3,11 @@ steps of removing one (mark it and list what is live; delete it once nothing is)
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from sqlmodel import col, select
 from temporalio import activity
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -14,6 +17,8 @@ from messages import activities as acts
 from messages.activities import ConnectionIdInput, LiveAllocation, LiveAllocations, TerminateAllocationInput
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import ConnectionStatus, ErrorKind
+from messages.health import HealthInput
+from messages.ids import connection_health_workflow_id
 from providers import registry
 from providers.base import ProviderError
 from store import repo
@@ -62,10 +67,18 @@ class ConnectionActivities:
 
     @activity.defn(name=acts.START_WATCH.name)
     async def start_watch(self, inp: ConnectionIdInput) -> None:
-        """The new connection's watch (it ends by itself once the connection is removed)."""
+        """The new connection's watch (it ends by itself once the connection is removed), and its
+        first health check: a one-off HealthWorkflow of this connection alone, so it reads healthy
+        or degraded within seconds of being saved, not `pending` until the Schedule's next run."""
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
-        await start_watch(self.deps.client, activity.info().task_queue, inp.connection_id,
-                          self.deps.watch_interval_s)
+        task_queue = activity.info().task_queue
+        await start_watch(self.deps.client, task_queue, inp.connection_id, self.deps.watch_interval_s)
+        # A retry of this activity joins the check already started (one per connection).
+        await self.deps.client.start_workflow(
+            "HealthWorkflow", HealthInput(connection_ids=[inp.connection_id], fleet_ids=[]),
+            id=connection_health_workflow_id(inp.connection_id), task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            execution_timeout=timedelta(minutes=5))
 
     @activity.defn(name=acts.BEGIN_DISCONNECT.name)
     def begin_disconnect(self, inp: ConnectionIdInput) -> LiveAllocations:

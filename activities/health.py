@@ -19,7 +19,9 @@ from messages.allocation import CloudTarget
 from messages.fleet import FleetProbeRequest
 from messages.health import (
     CheckInput,
+    DegradedConnections,
     HealthCheck,
+    HealthRecheckInput,
     HealthStatus,
     HealthTargets,
     HealthTargetsInput,
@@ -45,6 +47,14 @@ class HealthActivities:
             found = fleets.probe_targets(session, inp.fleet_ids)
         return HealthTargets(targets=[CloudTarget(connection_id=r.id, cloud=r.provider) for r in rows],
                              fleets=[FleetProbeRequest(fleet_id=f, probe_id=p) for f, p in found])
+
+    @activity.defn(name=acts.DEGRADED_CONNECTIONS.name)
+    def degraded_connections(self, inp: HealthRecheckInput) -> DegradedConnections:
+        """The connected connections whose last check found them degraded: what a re-check verifies."""
+        with session_scope(self.deps.engine) as session:
+            rows = repo.connected_anywhere(session)
+        return DegradedConnections(connection_ids=[r.id for r in rows
+                                                   if r.health_status == HealthStatus.DEGRADED])
 
     @activity.defn(name=acts.CHECK_CONNECTION.name)
     async def check_connection(self, inp: CheckInput) -> HealthCheck:

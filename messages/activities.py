@@ -17,7 +17,15 @@ from messages.allocation import AllocateRequest, AllocationState, CloudTarget, G
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
-from messages.health import CheckInput, HealthCheck, HealthTargets, HealthTargetsInput, RecordHealthInput
+from messages.health import (
+    CheckInput,
+    DegradedConnections,
+    HealthCheck,
+    HealthRecheckInput,
+    HealthTargets,
+    HealthTargetsInput,
+    RecordHealthInput,
+)
 from messages.job import (
     AdmitInput,
     AdmitResult,
@@ -261,6 +269,8 @@ HEALTH_TARGETS: ActivityRef[HealthTargetsInput, HealthTargets] = ActivityRef(
 CHECK_CONNECTION: ActivityRef[CheckInput, HealthCheck] = ActivityRef(
     "check_connection", CheckInput, HealthCheck)
 RECORD_HEALTH: ActivityRef[RecordHealthInput, None] = ActivityRef("record_health", RecordHealthInput, None)
+DEGRADED_CONNECTIONS: ActivityRef[HealthRecheckInput, DegradedConnections] = ActivityRef(
+    "degraded_connections", HealthRecheckInput, DegradedConnections)
 
 # SSH fleets (workflows/fleet_probe.py, activities/fleet.py).
 FLEET_HOSTS: ActivityRef[FleetProbeRequest, FleetHostIds] = ActivityRef(
@@ -296,7 +306,7 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE, AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT,
     DELETE_CONNECTION, TERMINATE_ALLOCATION, WATCH_CONNECTION, START_WATCH,
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
-    HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH,
+    HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH, DEGRADED_CONNECTIONS,
     FLEET_HOSTS, PROBE_FLEET_HOST,
     POLICY_FACTS, POLICY_ACT, RECORD_POLICY_RUN,
     RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB, CLAIM_POOL_MACHINE, AWAIT_MACHINE_END,

@@ -30,6 +30,16 @@ class HealthInput(BaseModel):
     verify_timeout_s: float = Field(default=20.0, gt=0)  # one verify(); slower is degraded
 
 
+class HealthRecheckInput(BaseModel):
+    """One re-check of the degraded connections (HealthRecheckWorkflow, on its own shorter Schedule)."""
+
+    verify_timeout_s: float = Field(default=20.0, gt=0)
+
+
+class DegradedConnections(BaseModel):
+    connection_ids: list[str] = Field(default_factory=list)  # connected ones whose last check degraded
+
+
 class HealthTargetsInput(BaseModel):
     connection_ids: list[str] | None = None
     fleet_ids: list[str] | None = None

@@ -76,6 +76,19 @@ SWEEP_WORKFLOW_ID = "gpuprov-sweep"
 # The Temporal Schedule that starts HealthWorkflow (workflows/health.py), and its runs' workflow id.
 HEALTH_SCHEDULE_ID = "gpuprov-health"
 HEALTH_WORKFLOW_ID = "gpuprov-health"
+# The shorter Schedule that re-checks only degraded connections (HealthRecheckWorkflow), and its runs' id.
+HEALTH_RECHECK_SCHEDULE_ID = "gpuprov-health-recheck"
+HEALTH_RECHECK_WORKFLOW_ID = "gpuprov-health-recheck"
+
+
+def connection_health_workflow_id(connection_id: str) -> str:
+    """The one-off health check ConnectWorkflow starts once a connection is saved."""
+    return f"health-{connection_id}"
+
+
+def health_recheck_child_id(recheck_run_id: str) -> str:
+    """A re-check run's HealthWorkflow (its child): one per run."""
+    return f"health-recheck-{recheck_run_id}"
 
 
 def policy_schedule_id(project: str, policy_id: str) -> str:

@@ -9,6 +9,12 @@
                              fleet's status (reachable hosts, GPUs, a changed host key) is never
                              older than one interval
 
+Two more ways a check runs sooner: once a connection is saved, ConnectWorkflow's start_watch
+activity starts a one-off run of it alone (so it never reads `pending` for an interval); and
+HealthRecheckWorkflow, on its own shorter Schedule (`gpuprov-health-recheck`, every
+GPUPROV_HEALTH_RECHECK_S), verifies again only the
+connections found degraded (a recovered cloud reads healthy within that, not a whole interval).
+
 What `GET /api/compute/providers` shows is read from those columns: no cloud is called while the
 page loads. A verify that fails, or does not answer in time, is an answer (degraded), not a
 failure of the run: one slow cloud never holds back the others' records.
@@ -30,11 +36,12 @@ from messages.health import (
     CheckInput,
     HealthCheck,
     HealthInput,
+    HealthRecheckInput,
     HealthSummary,
     HealthTargetsInput,
     RecordHealthInput,
 )
-from messages.ids import fleet_reprobe_workflow_id
+from messages.ids import fleet_reprobe_workflow_id, health_recheck_child_id
 from workflows.calls import call
 from workflows.failures import failure_reason
 
@@ -82,3 +89,21 @@ class HealthWorkflow:
             return HealthCheck(connection_id=target.connection_id, ok=False,
                                reason=f"health check failed: {failure_reason(e)}",
                                checked_at=workflow.now().isoformat())
+
+
+@workflow.defn(name="HealthRecheckWorkflow")
+class HealthRecheckWorkflow:
+    """The degraded connections verified again (a HealthWorkflow child over just those, no fleet
+    re-probe); none degraded: one read, nothing asked of any cloud."""
+
+    @workflow.run
+    async def run(self, inp: HealthRecheckInput) -> HealthSummary:
+        found = await call(acts.DEGRADED_CONNECTIONS, inp, start_to_close_timeout=timedelta(seconds=30),
+                           retry_policy=_DB_RETRY)
+        if not found.connection_ids:
+            return HealthSummary()
+        summary: HealthSummary = await workflow.execute_child_workflow(
+            "HealthWorkflow", HealthInput(connection_ids=found.connection_ids, fleet_ids=[],
+                                          verify_timeout_s=inp.verify_timeout_s),
+            result_type=HealthSummary, id=health_recheck_child_id(workflow.info().run_id))
+        return summary
