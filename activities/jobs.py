@@ -67,8 +67,10 @@ def runner(inp: RunJobInput) -> str:
     if not inp.image:
         return direct
     gpus = "--gpus all " if inp.gpus else ""
+    # `--` ends docker's options: the image is never read as one (an image `--privileged` is an
+    # image name, which docker refuses, not a flag). The API checks image references too.
     docker = (f'echo docker > "{d}/mode"; exec docker run --rm --name gpuprov-job-{inp.job_id} {gpus}'
-              f'-v "$HOME:$HOME" -w "$HOME" {shlex.quote(inp.image)} bash "{d}/cmd.sh"')
+              f'-v "$HOME:$HOME" -w "$HOME" -- {shlex.quote(inp.image)} bash "{d}/cmd.sh"')
     return f"if command -v docker >/dev/null 2>&1; then {docker}; else {direct}; fi"
 
 
