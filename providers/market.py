@@ -187,7 +187,10 @@ async def gather_offers(sources: Sequence[Source], query: OfferQuery, *, timeout
     """Every source's offers matching `query`, cheapest first, and one CloudAnswer per source (in
     the order given). Raises nothing a cloud does: failures are answers."""
     results = await asyncio.gather(*(_ask(s, query, timeout_s, cache) for s in sources))
-    merged = rank_offers([o for offers, _ in results for o in offers], query)
+    # The region was each cloud's to apply (each was asked with it): a cloud's region may name a group
+    # of its regions (Verda's country FI is its locations FIN-01..03), which equality here would drop.
+    anywhere = query.model_copy(update={"region": None})
+    merged = rank_offers([o for offers, _ in results for o in offers], anywhere)
     counts: dict[str, int] = {}
     for o in merged:
         counts[o.connection_id or ""] = counts.get(o.connection_id or "", 0) + 1
