@@ -69,7 +69,8 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(codec.router, prefix=codec.PREFIX)
     app.add_middleware(codec.CodecCors, origins=deps.codec_cors_origins)
     # Added last of the middlewares: the outermost, so it decides before any other reads the body.
-    app.add_middleware(EdgeGuard, token_ok=partial(token_is_valid, deps))
+    app.add_middleware(EdgeGuard, token_ok=partial(token_is_valid, deps),
+                       session_ok=partial(codec.valid_session, deps))
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -1,14 +1,19 @@
 """The API's edge: what happens to a request before FastAPI reads it.
 
-- Under /api/ and /codec/ the bearer token is checked before a single body byte is read (401).
-  Exceptions: CORS preflights (OPTIONS: no credentials, no body) and /codec/ requests carrying
-  the codec's session cookie, which its routes check before they read the body.
+- Authentication first, before a single body byte is read (401): a valid bearer token, or, on
+  the codec's two payload routes only, a codec session cookie whose value verifies (its signature
+  and expiry, codec.valid_session: not the mere presence of its name). Every path needs one except
+  the truly public requests (PUBLIC: health, the docs, the codec's token page and logout, and the
+  codec's CORS preflights, which a browser sends without credentials); a path that routes nowhere
+  needs a token too, so an anonymous request makes the API do nothing but refuse it.
+- A public request may send at most PUBLIC_MAX_BODY bytes (none of them takes a body; 413 unread).
 - A body is never longer than MAX_BODY (the codec's own limit under /codec/: a Temporal payload
   may be larger): a larger Content-Length is refused unread, and a body of
   unknown length is counted as it streams in and cut off once past the limit (413). At most the
   limit plus one chunk is ever held.
 - A JSON body must be RFC 8259 JSON: NaN/Infinity and lone surrogate escapes are a 422 saying
-  where (strict_json), before any route sees them.
+  where (strict_json), before any route sees them. A body over INLINE_JSON bytes is checked on the
+  threadpool: parsing and walking a large body must not hold the event loop (/healthz, others).
 - An unhandled exception is a 500 `{"detail": "internal error"}`, logged by type, route and
   frames only: its message may hold input.
 
@@ -24,6 +29,7 @@ from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -35,7 +41,8 @@ from api.routers import codec
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1_048_576  # bytes: the largest request body the API reads (requests are small JSON)
-GUARDED_PREFIXES = ("/api/", "/codec/")  # not /healthz, /docs, /openapi.json
+PUBLIC_MAX_BODY = 1024  # bytes: what a request without credentials may send (public routes take none)
+INLINE_JSON = 64 * 1024  # bytes: a JSON body larger than this is checked on the threadpool
 
 
 def body_limit(path: str) -> int:
@@ -48,16 +55,26 @@ def too_large(limit: int) -> str:
 
 # The codec's page where an operator pastes the token (no secret in it), and logging out: no body.
 CODEC_OPEN = {("GET", codec.PREFIX + "/"), ("DELETE", codec.PREFIX + "/session")}
+# Requests that need no credentials: liveness, the API's description, the codec's open routes.
+PUBLIC_PAGES = ("/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
+PUBLIC = {*CODEC_OPEN, *((method, path) for method in ("GET", "HEAD") for path in PUBLIC_PAGES)}
+# The routes a codec session cookie opens (the Web UI's browser cannot send a bearer token).
+SESSION_ROUTES = {("POST", codec.PREFIX + "/decode"), ("POST", codec.PREFIX + "/encode")}
 
 
-def needs_token(scope: Scope, headers: Headers) -> bool:
-    if not scope["path"].startswith(GUARDED_PREFIXES) or scope.get("method") == "OPTIONS":
-        return False
-    if (scope.get("method"), scope["path"]) in CODEC_OPEN:
-        return False
-    # The Web UI's browser cannot send a bearer token: its codec session cookie is checked by the
-    # codec routes (api/routers/codec.py), which read no body before it passed.
-    return not (scope["path"].startswith(codec.PREFIX + "/") and codec.COOKIE in headers.get("cookie", ""))
+def is_public(scope: Scope) -> bool:
+    """Whether the request may pass without a token or session: PUBLIC, or a CORS preflight of a
+    codec route (OPTIONS; a browser sends it without credentials)."""
+    method, path = scope.get("method"), scope["path"]
+    if method == "OPTIONS":
+        return path == codec.PREFIX or path.startswith(codec.PREFIX + "/")
+    return (method, path) in PUBLIC
+
+
+def session_cookie(headers: Headers) -> str | None:
+    """The codec session cookie's value in the Cookie header(s), else None."""
+    values = [cookie_parser(raw).get(codec.COOKIE) for raw in headers.getlist("cookie")]
+    return next((value for value in values if value), None)
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -131,11 +148,14 @@ def replaying(body: bytes, receive: Receive) -> Receive:
 
 class EdgeGuard:
     """See the module docstring. `token_ok(token)` is deps.token_is_valid bound to the app's deps;
-    it is sync (it may query the database) and runs on the threadpool."""
+    it is sync (it may query the database) and runs on the threadpool. `session_ok(value)` is
+    codec.valid_session bound to them (an HMAC and a clock: cheap, no I/O)."""
 
-    def __init__(self, app: ASGIApp, token_ok: Callable[[str], bool]) -> None:
+    def __init__(self, app: ASGIApp, token_ok: Callable[[str], bool],
+                 session_ok: Callable[[str], bool]) -> None:
         self.app = app
         self.token_ok = token_ok
+        self.session_ok = session_ok
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -163,13 +183,12 @@ class EdgeGuard:
     async def _admit(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
         """The receive to hand the app (its body checked), or None once a refusal was sent."""
         headers = Headers(scope=scope)
-        limit = body_limit(scope["path"])
-        if needs_token(scope, headers):
-            token = bearer_token(headers.get("authorization"))
-            if token is None or not await run_in_threadpool(self.token_ok, token):
-                challenge = {"WWW-Authenticate": "Bearer"}
-                await refusal(401, UNAUTHORIZED, unread=True, **challenge)(scope, receive, send)
-                return None
+        public = is_public(scope)
+        limit = PUBLIC_MAX_BODY if public else body_limit(scope["path"])
+        if not public and not await self._authenticated(scope, headers):
+            challenge = {"WWW-Authenticate": "Bearer"}
+            await refusal(401, UNAUTHORIZED, unread=True, **challenge)(scope, receive, send)
+            return None
         lengths = headers.getlist("content-length")
         if lengths:
             if len(set(lengths)) > 1 or not lengths[0].strip().isdigit():
@@ -183,11 +202,24 @@ class EdgeGuard:
             await refusal(413, too_large(limit), unread=True)(scope, receive, send)
             return None
         if body and parsed_as_json(headers.get("content-type")):
-            problem = _strict_json_problem(body)
+            if len(body) > INLINE_JSON:
+                problem = await run_in_threadpool(_strict_json_problem, body)
+            else:
+                problem = _strict_json_problem(body)
             if problem is not None:
                 await refusal(422, problem)(scope, receive, send)
                 return None
         return replaying(body, receive)
+
+    async def _authenticated(self, scope: Scope, headers: Headers) -> bool:
+        """A valid bearer token; or, with no Authorization header, on the codec's payload routes, a
+        session cookie whose value verifies (the route then checks its origin)."""
+        authorization = headers.get("authorization")
+        if authorization is None and (scope.get("method"), scope["path"]) in SESSION_ROUTES:
+            value = session_cookie(headers)
+            return value is not None and self.session_ok(value)
+        token = bearer_token(authorization)
+        return token is not None and await run_in_threadpool(self.token_ok, token)
 
 
 def _strict_json_problem(body: bytes) -> str | None:

@@ -27,6 +27,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.api.common.v1 import Payload
@@ -130,11 +131,17 @@ async def bounded_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-async def payloads_in(request: Request) -> CodecPayloads:
+def _parsed(body: bytes) -> list[Payload]:
     try:
-        return CodecPayloads.model_validate_json(await bounded_body(request))
+        return to_protos(CodecPayloads.model_validate_json(body))
     except ValidationError as e:
         raise RequestValidationError(e.errors()) from None  # the app's handler drops the inputs
+
+
+async def payloads_in(request: Request) -> list[Payload]:
+    """The body's payloads, parsed and base64-decoded on the threadpool: up to MAX_BODY of work
+    that must not hold the event loop."""
+    return await run_in_threadpool(_parsed, await bounded_body(request))
 
 
 # --------------------------------------------------------------------------- routes
@@ -153,7 +160,7 @@ Access = Annotated[None, Depends(require_codec_access)]
 @router.post("/decode", response_model=CodecPayloads, openapi_extra=_BODY_DOC, responses=_ERRORS)
 async def decode(request: Request, _: Access, deps: DepsDep) -> dict[str, Any]:
     """Decrypt payloads (those not encrypted come back as they were)."""
-    payloads = to_protos(await payloads_in(request))
+    payloads = await payloads_in(request)
     try:
         decoded = await _codec(deps.box.keys).decode(payloads)
     except CodecError as e:
@@ -164,7 +171,7 @@ async def decode(request: Request, _: Access, deps: DepsDep) -> dict[str, Any]:
 @router.post("/encode", response_model=CodecPayloads, openapi_extra=_BODY_DOC, responses=_ERRORS)
 async def encode(request: Request, _: Access, deps: DepsDep) -> dict[str, Any]:
     """Encrypt payloads with the current key (what the UI sends to a workflow: a signal, a start)."""
-    payloads = to_protos(await payloads_in(request))
+    payloads = await payloads_in(request)
     return from_protos(await _codec(deps.box.keys).encode(payloads))
 
 
