@@ -13,7 +13,15 @@ from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
 from api.errors import shown as shown_value
 from api.pagination import PageDep, offset_page
-from api.schemas import BackendOfferOut, BackendOffersPage, OfferOut, PickCreate, PickOut, PlacementId
+from api.schemas import (
+    BackendOfferOut,
+    BackendOffersPage,
+    CloudId,
+    OfferOut,
+    PickCreate,
+    PickOut,
+    PlacementId,
+)
 from providers import connect_guide, registry
 from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
 from providers.market import CloudAnswer
@@ -37,13 +45,14 @@ class MarketPage(BaseModel):
     clouds: list[CloudAnswerOut]
 
 
-def _connected(deps: AppDeps, project: str) -> list[Connection]:
+def _connected(deps: AppDeps, project: str, cloud: str | None = None) -> list[Connection]:
     with open_session(deps) as session:
-        return list(repo.connected(session, None, project))
+        return list(repo.connected(session, None if cloud is None else [cloud], project))
 
 
 @router.get("/offers", response_model=MarketPage,
-            responses={409: {"description": "no cloud is connected"}})
+            responses={409: {"description": "no cloud (or no connection of `cloud`) is connected"},
+                       422: {"description": "unknown cloud, or a bad filter"}})
 async def list_all_offers(
     deps: DepsDep,
     caller: CallerDep,
@@ -52,11 +61,17 @@ async def list_all_offers(
     gpu: Annotated[str | None, Query(min_length=1, max_length=40)] = None,
     region: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
     gpu_count: Annotated[int | None, Query(ge=1, le=64)] = None,
+    cloud: Annotated[CloudId | None, Query(description="only this cloud's connections")] = None,
 ) -> MarketPage:
-    """Offers of every connected cloud, asked concurrently and merged cheapest first. A cloud that
-    fails or is slow is reported in `clouds`, never waited on past its timeout; each connection's
-    answer is reused for a short while (GPUPROV_OFFERS_CACHE_TTL_S)."""
-    conns = await in_thread(_connected, deps, caller.project)
+    """Offers of every connected cloud (or of `cloud`'s connections: an unknown cloud is a 422),
+    asked concurrently and merged cheapest first. A cloud that fails or is slow is reported in
+    `clouds`, never waited on past its timeout; each connection's answer is reused for a short while
+    (GPUPROV_OFFERS_CACHE_TTL_S)."""
+    conns = await in_thread(_connected, deps, caller.project, cloud)
+    if not conns and cloud is not None:
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"no {cloud} connection: connect {cloud} first "
+                            f"(gpuprov connect {cloud} --credential ...)")
     if not conns:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             "no cloud connected: connect one first "
@@ -65,7 +80,7 @@ async def list_all_offers(
     sources = deps.market.sources(conns, deps.box, installation_id=deps.installation_id,
                                   allowed_endpoints=deps.allowed_endpoints)
     answer = await deps.market.offers(sources, query)
-    fingerprint = f"*|{caller.project}|{query.model_dump_json()}"
+    fingerprint = f"{cloud or '*'}|{caller.project}|{query.model_dump_json()}"
     shown = offset_page("offers", [OfferOut.of(o) for o in answer.offers], page, query=fingerprint)
     return MarketPage(items=shown.items, next_cursor=shown.next_cursor,
                       clouds=[CloudAnswerOut(**a.model_dump()) for a in answer.clouds])
