@@ -40,6 +40,7 @@ from providers.base import (
     Offer,
     Ownership,
     ProviderError,
+    on_launch_send,
     rank_offers,
 )
 from providers.market import Source, gather_offers
@@ -147,7 +148,9 @@ class CloudActivities:
         never came (a timeout, a dropped connection, a crash — on any worker) may still land: no
         attempt launches again until that launch shows up or the cloud's in-flight window after it
         was sent has passed. When it was sent and whether its answer came is kept in the database
-        (written before the request goes out), not in memory or heartbeats that a crash can lose."""
+        (written right before the launch request leaves — not before the adapter's own lookups and
+        pacing, so a create that fails before it waits for nothing), not in memory or heartbeats that
+        a crash can lose."""
         await self.deps.write_marks(inp)
         if registry.is_fleet(inp.target.cloud) and self.deps.client is not None:
             # A fleet is saved without a workflow of the worker's: its watch starts with its first
@@ -180,12 +183,25 @@ class CloudActivities:
             found = await self._await_in_flight(p, inp, window)
             if found is not None:
                 return found
-            await self.deps.blocking(self._sends, repo.create_sent, inp.key)
+            sent = False
+
+            async def sending() -> None:
+                # Right before the launch request leaves (after the adapter's lookup, key setup and
+                # pacing: providers/base.py): a create that fails, or whose worker dies, before
+                # then sent nothing, and its retry does not wait the window.
+                nonlocal sent
+                await self.deps.blocking(self._sends, repo.create_sent, inp.key)
+                sent = True
+
             try:
-                ref = await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s, "creating")
+                with on_launch_send(sending):
+                    ref = await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s, "creating")
             except ProviderError as e:
-                if not e.in_doubt:  # the cloud answered: whatever it refused is not in flight
-                    await self.deps.blocking(self._sends, repo.create_answered, inp.key)
+                if sent:  # else nothing left: whatever an earlier attempt sent is as it was
+                    # The cloud answered: whatever it refused is not in flight. No answer: the launch
+                    # may still land, even after the window (the watch then hunts for its twin).
+                    record = repo.create_doubted if e.in_doubt else repo.create_answered
+                    await self.deps.blocking(self._sends, record, inp.key)
                 raise
             await self.deps.blocking(self._sends, repo.create_answered, inp.key)
             return ref
@@ -204,6 +220,8 @@ class CloudActivities:
         sent_at = await self.deps.blocking(since)
         if sent_at is None:
             return None
+        # An earlier launch got no answer (a timeout; a worker that died with it in flight).
+        await self.deps.blocking(self._sends, repo.create_doubted, inp.key)
         deadline = sent_at.timestamp() + window
         while True:
             found = await heartbeating(p.find(inp.key), inp.heartbeat_every_s, "awaiting an earlier launch")

@@ -55,6 +55,7 @@ from providers.base import (
     QuotaError,
     RateLimited,
     Transient,
+    launch_request,
     rank_offers,
 )
 from providers.cloudtime import created_at
@@ -356,7 +357,8 @@ class DigitalOceanProvider(rest.RestCloudProvider):
             body["user_data"] = data
         scope = FailureScope(provider=self.id, region=offer.region, instance_type=offer.instance_type)
         try:
-            resp = await self._call("POST", "/droplets", scope=scope, json=body)
+            with launch_request():  # the send is recorded as it leaves (providers/base.py)
+                resp = await self._call("POST", "/droplets", scope=scope, json=body)
         except (CapacityError, QuotaError, InvalidRequest):
             # Refused: nothing was made, so drop the side resources now rather than at release. (After
             # a 5xx or a lost answer the droplet may exist; the retry reuses them.)

@@ -44,6 +44,7 @@ from providers.base import (
     ProviderError,
     RateLimited,
     Transient,
+    launch_request,
     rank_offers,
 )
 from providers.cloudtime import created_at
@@ -350,8 +351,9 @@ class HyperstackProvider(rest.RestCloudProvider):
         for attempt in range(2):
             await self.prepare(offer.region)
             body = await self._create_body(offer, spec, name)
-            resp = await self._call("POST", "/core/virtual-machines", json=body, scope=scope,
-                                    allow=(404, 409))
+            with launch_request():  # the send is recorded as it leaves (providers/base.py)
+                resp = await self._call("POST", "/core/virtual-machines", json=body, scope=scope,
+                                        allow=(404, 409))
             if resp.status_code == 409:  # the name is taken: a racing create of this key won
                 found = await self._existing(name, spec.key)
                 if found is None:

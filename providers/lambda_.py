@@ -44,6 +44,7 @@ from providers.base import (
     OfferQuery,
     QuotaError,
     Transient,
+    launch_request,
     rank_offers,
 )
 from providers.credentials import ApiKeyCredentials
@@ -320,9 +321,10 @@ class LambdaProvider(rest.RestCloudProvider):
         if user_data:
             body["user_data"] = user_data
         try:
-            data = await self._data("POST", LAUNCH, json=body,
-                                    scope=FailureScope(provider=self.id, region=offer.region,
-                                                       instance_type=offer.instance_type))
+            with launch_request():  # the send is recorded as it leaves: after the pacer's wait
+                data = await self._data("POST", LAUNCH, json=body,
+                                        scope=FailureScope(provider=self.id, region=offer.region,
+                                                           instance_type=offer.instance_type))
         except (CapacityError, QuotaError, InvalidRequest):
             # Definitely not launched: drop the side resources now rather than leave them to release.
             # (Transient/RateLimited may have launched; the retry reuses them.)

@@ -47,6 +47,7 @@ from providers.base import (
     ProviderError,
     QuotaError,
     Transient,
+    launch_request,
     rank_offers,
 )
 from providers.cloudtime import created_at
@@ -346,7 +347,8 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
 
     async def _launch(self, body: dict[str, Any], scope: FailureScope) -> Any:
         # Every refusal comes back as a response: its words are read too (see _launch_error).
-        resp = await self._call("POST", "/instance/launch", json=body, allow=_ANY_ERROR)
+        with launch_request():  # the send is recorded as it leaves (providers/base.py)
+            resp = await self._call("POST", "/instance/launch", json=body, allow=_ANY_ERROR)
         if resp.is_success:
             return rest.json_body(resp, provider=self.id)
         raise self._launch_error(resp, scope)

@@ -31,6 +31,7 @@ from providers.base import (
     QuotaError,
     RateLimited,
     Transient,
+    launch_leaving,
 )
 
 # What a cloud-specific error code means; the status code decides when the code is unknown.
@@ -93,6 +94,10 @@ def ssl_context(ca_bundle: str | None = None) -> ssl.SSLContext:
         raise InvalidRequest(f"the connection's CA bundle is not valid PEM ({e.reason})") from None
 
 
+async def _leaving(request: httpx.Request) -> None:
+    await launch_leaving()  # a launch's send is recorded now, right before it goes (providers/base.py)
+
+
 def make_client(base_url: str, *, auth: httpx.Auth | None = None, timeout: float = DEFAULT_TIMEOUT,
                 ca_bundle: str | None = None, headers: Mapping[str, str] | None = None,
                 transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
@@ -104,6 +109,7 @@ def make_client(base_url: str, *, auth: httpx.Auth | None = None, timeout: float
         verify=ssl_context(ca_bundle),
         transport=transport,
         follow_redirects=False,
+        event_hooks={"request": [_leaving]},
     )
 
 

@@ -52,6 +52,7 @@ from providers.base import (
     ProviderError,
     QuotaError,
     Unsupported,
+    launch_request,
     rank_offers,
 )
 from providers.cloudtime import created_at
@@ -322,7 +323,9 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
         }
         scope = FailureScope(provider=self.id, region=offer.region, zone=offer.zone,
                              instance_type=offer.instance_type)
-        pod = self._json(await self._call("POST", "/pods", json=body, scope=scope))
+        with launch_request():  # the send is recorded as it leaves (providers/base.py)
+            resp = await self._call("POST", "/pods", json=body, scope=scope)
+        pod = self._json(resp)
         with rest.parsing(self.id, "pod"):
             return InstanceRef(provider=self.id, instance_id=str(pod["id"]), key=spec.key,
                                region=offer.region, created_at=created_at(pod.get("createdAt")))

@@ -46,6 +46,7 @@ from providers.base import (
     QuotaError,
     RateLimited,
     Transient,
+    launch_request,
     rank_offers,
 )
 from providers.cloudtime import created_at
@@ -315,7 +316,9 @@ class VastAIProvider(rest.RestCloudProvider):
             body["price"] = offer.price_per_hour  # the bid: the ask's min bid when it was offered
         scope = FailureScope(provider=self.id, region=offer.region, instance_type=offer.instance_type)
         try:
-            resp = await self._send("PUT", f"/api/v0/asks/{ask}/", json=body, scope=scope, allow=(404, 410))
+            with launch_request():  # the send is recorded as it leaves (providers/base.py)
+                resp = await self._send("PUT", f"/api/v0/asks/{ask}/", json=body, scope=scope,
+                                        allow=(404, 410))
         except QuotaError as exc:  # out of credit: the whole account, not this ask
             raise QuotaError(exc.message, FailureScope(provider=self.id)) from None
         if resp.status_code in (404, 410):  # the ask was rented by someone else meanwhile

@@ -44,6 +44,7 @@ from providers.base import (
     QuotaError,
     Transient,
     Unsupported,
+    launch_request,
     rank_offers,
 )
 from providers.cloudtime import created_at
@@ -393,7 +394,9 @@ class VerdaProvider(rest.RestCloudProvider):
             body["contract"] = "SPOT"
         scope = FailureScope(provider=self.id, region=offer.region, instance_type=offer.instance_type)
         try:
-            resp = await self._call("POST", "/instances", json=body, scope=scope, allow=(400, 402, 403, 404))
+            with launch_request():  # the send is recorded as it leaves (providers/base.py)
+                resp = await self._call("POST", "/instances", json=body, scope=scope,
+                                        allow=(400, 402, 403, 404))
             if not resp.is_success:
                 raise self._create_error(resp, scope)
         except (CapacityError, QuotaError, InvalidRequest):

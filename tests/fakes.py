@@ -31,6 +31,8 @@ from providers.base import (
     OfferQuery,
     QuotaError,
     Transient,
+    launch_leaving,
+    launch_request,
     rank_offers,
 )
 from providers.credentials import ApiKeyCredentials
@@ -201,6 +203,8 @@ class FakeInMemoryProvider(CloudProvider):
         found = await self.find(spec.key)
         if found is not None:
             return found
+        with launch_request():
+            await launch_leaving()  # the launch leaves now (no HTTP here: marked by hand)
         fault = await cloud.raise_fault("create", f"{self.id}/{offer.region}")
         # Stamped like a real cloud's creation time (the spend ledger starts there).
         ref = InstanceRef(provider=self.id, instance_id=f"m{next(cloud._ids)}", key=spec.key,

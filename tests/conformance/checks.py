@@ -26,6 +26,7 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     LaunchRequirements,
+    LaunchSpec,
     Offer,
     OfferQuery,
     Ownership,
@@ -33,6 +34,7 @@ from providers.base import (
     RateLimited,
     Transient,
     Unsupported,
+    on_launch_send,
 )
 from providers.lambda_ import LambdaProvider
 from tests.conformance.clouds import Harness, new_installation_id
@@ -433,6 +435,53 @@ async def check_list_owned_without_allocation(h: Harness) -> None:
             await p.terminate(ref)
 
 
+async def check_launch_send_is_marked(h: Harness) -> None:
+    """A cloud without an idempotency token (`create_in_flight_s` > 0) marks the moment its launch
+    request leaves (providers/base.py `launch_request`): the create activity records the send then,
+    so a create that fails before it does not make its retry wait the window. The mark comes after
+    the lookup and the side resources (the cloud has no machine under the key yet) and once per
+    launch; a create that fails before its launch, or finds its machine, marks nothing."""
+    async with h.provider() as p:
+        if type(p).capabilities.create_in_flight_s <= 0:
+            return
+        offer = await cheapest(p)
+        marks: list[set[str]] = []
+
+        async def hook() -> None:
+            marks.append(await h.machine_ids())  # what the cloud had made as the launch left
+
+        async def create(spec: LaunchSpec) -> InstanceRef:
+            with on_launch_send(hook):
+                return await p.create(offer, spec)
+
+        made: list[InstanceRef] = []
+        try:
+            spec = h.spec()
+            before = await h.machine_ids()
+            ref = await create(spec)
+            made.append(ref)
+            assert marks == [before], f"{p.id}: {len(marks)} launch marks (1 expected), or after the launch"
+            assert ref.instance_id not in marks[0]
+            marks.clear()
+            assert (await create(spec)).instance_id == ref.instance_id
+            assert marks == [], f"{p.id}: a create that found its machine marked a launch"
+
+            await h.add_fault("list", "server_error", status=503)  # the create's own lookup fails
+            with pytest.raises(Transient):
+                await create(h.spec())
+            assert marks == [], f"{p.id}: a create that failed before its launch marked one"
+
+            await h.add_fault("create", "server_error", status=500)  # the launch itself is refused
+            refused = h.spec()
+            with pytest.raises(Transient):
+                await create(refused)
+            assert len(marks) == 1, f"{p.id}: a refused launch left, yet {len(marks)} marks"
+            made += await p.find_all(refused.key)
+        finally:
+            await h.admin_do("clear_faults")
+            await _terminate_all(p, made)
+
+
 ALL_CHECKS: list[Check] = [
     check_verify,
     check_offers,
@@ -448,4 +497,5 @@ ALL_CHECKS: list[Check] = [
     check_list_owned_without_allocation,
     check_list_owned_reports_leftover_side_resources,
     check_spot,
+    check_launch_send_is_marked,
 ]

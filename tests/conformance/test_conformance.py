@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
+from unittest import mock
 
 import pytest
 
 from providers import registry
-from providers.base import InstanceRef, LaunchSpec, Offer
+from providers.base import InstanceRef, LaunchSpec, Offer, launch_leaving, launch_request
 from providers.lambda_ import LambdaProvider
 from providers.local import LocalProvider
 from tests.conformance import checks
@@ -102,3 +104,34 @@ async def test_suite_catches_terminate_by_key_bugs(fake_server: Any, cls: type[L
             for r in await fake_server.admin.aio.side_resources():
                 if h.installation_id in r["name"]:
                     await p._call("DELETE", f"/ssh-keys/{r['id']}", allow=(404,))
+
+
+class EarlyMarkingFakeLambdaProvider(LambdaProvider):
+    """Broken on purpose: marks its launch as its create starts — before its lookup, key setup and
+    pacing, where the create activity used to record the send."""
+
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        with launch_request():
+            await launch_leaving()
+        return await super().create(offer, spec)
+
+
+class UnmarkedFakeLambdaProvider(LambdaProvider):
+    """Broken on purpose: launches without marking it (a retry after a lost answer would not wait)."""
+
+    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        with mock.patch("providers.lambda_.launch_request", contextlib.nullcontext):
+            return await super().create(offer, spec)
+
+
+@pytest.mark.parametrize("cls", [EarlyMarkingFakeLambdaProvider, UnmarkedFakeLambdaProvider],
+                         ids=["marked-early", "unmarked"])
+async def test_suite_catches_a_launch_marked_early_or_not_at_all(fake_server: Any,
+                                                                 cls: type[LambdaProvider]) -> None:
+    h = make_harness("lambda", fake_server, provider_cls=cls)
+    await h.admin_do("clear_faults")
+    try:
+        with pytest.raises(AssertionError, match=r"launch marks \(1 expected\)"):
+            await checks.check_launch_send_is_marked(h)
+    finally:
+        await h.admin_do("reset")
