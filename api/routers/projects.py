@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, status
 from sqlmodel import Session, select
 
-from api.deps import Caller, CallerDep, SessionDep, no_project, require_admin
+from api.deps import BearerDep, Caller, CallerDep, SessionDep, no_project, require_admin
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import ProjectCreate, ProjectOut, TokenCreate, TokenCreated, TokenOut
 from store import repo
@@ -68,10 +68,21 @@ def list_tokens(project: str, session: SessionDep, caller: CallerDep, page: Page
 
 
 @router.delete("/{project}/tokens/{token_id}", response_model=TokenOut,
-               responses={404: {"description": "no such project or token"}})
-def revoke_token(project: str, token_id: str, session: SessionDep, caller: CallerDep) -> TokenOut:
-    """Revoke a token: it is refused from the next request on. Revoking twice answers the same."""
+               responses={403: {"description": "a project token revoking another token: this needs the "
+                                               "admin token (a token may revoke itself)"},
+                          404: {"description": "no such project or token"}})
+def revoke_token(project: str, token_id: str, session: SessionDep, caller: CallerDep,
+                 creds: BearerDep) -> TokenOut:
+    """Revoke a token: it is refused from the next request on. Revoking twice answers the same.
+    The admin token revokes any token; a project token only itself (making one needs the admin
+    token, so a leaked project token must not be able to lock its project's others out)."""
     _visible(session, caller, project)
+    target = session.get(ApiToken, token_id)
+    if (not caller.admin and target is not None and target.project == project
+            and (creds is None or target.token_hash != repo.token_hash(creds.credentials))):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "revoking another token of the project needs "
+                                                       "the installation's admin token; a token may revoke "
+                                                       "itself")
     row = repo.revoke_token(session, project, token_id)
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no token {token_id!r} in project {project!r}")

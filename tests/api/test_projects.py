@@ -77,6 +77,28 @@ async def test_a_revoked_token_is_refused_from_the_next_request(client: httpx.As
     assert again.status_code == 200 and again.json()["revoked_at"] == r.json()["revoked_at"]
 
 
+async def test_a_project_token_may_revoke_only_itself(client: httpx.AsyncClient) -> None:
+    """L3: making a token needs the admin token, so revoking another does too."""
+    first = await make_project(client, "vision")
+    r = await client.post("/api/projects/vision/tokens", json={"label": "second"})
+    second_id, second = r.json()["id"], r.json()["token"]
+    [first_id] = [t["id"] for t in (await client.get("/api/projects/vision/tokens")).json()["items"]
+                  if t["id"] != second_id]
+    r = await client.delete(f"/api/projects/vision/tokens/{second_id}", **as_token(client, first))
+    assert r.status_code == 403 and "admin token" in r.json()["detail"]
+    assert (await client.get(INSTANCES, **as_token(client, second))).status_code == 200  # still live
+    # Another project's token id is still the same 404 as one that does not exist.
+    other = await make_project(client, "audio")
+    r = await client.delete(f"/api/projects/vision/tokens/{second_id}", **as_token(client, other))
+    assert r.status_code == 404
+    # Itself: yes; the admin token: any.
+    r = await client.delete(f"/api/projects/vision/tokens/{second_id}", **as_token(client, second))
+    assert r.status_code == 200 and r.json()["revoked_at"] is not None
+    r = await client.delete(f"/api/projects/vision/tokens/{first_id}")
+    assert r.status_code == 200 and r.json()["revoked_at"] is not None
+    assert (await client.get(INSTANCES, **as_token(client, first))).status_code == 401
+
+
 # --------------------------------------------------------------------------- every route, a foreign id
 
 
