@@ -9,6 +9,8 @@ opened asyncssh keys, never text. Host keys: trust on first use, then only the p
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -59,8 +61,21 @@ class LoginFailed(Exception):
         self.key_changed = changed is not None
 
 
+# What a login's failure is called: a fixed vocabulary. Never what the peer sent (a non-SSH service's
+# answer, a server's disconnect text) nor the OS's message for it: a fleet host's reason must not
+# become a way to read or fingerprint other services (finding M2).
+NOT_SSH = "not an SSH server (no SSH banner)"
+CLOSED = "connection closed before SSH login"
+_CHANNEL = {asyncssh.OPEN_CONNECT_FAILED: "the bastion could not reach the host",
+            asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED: "the bastion does not forward connections",
+            asyncssh.OPEN_RESOURCE_SHORTAGE: "the bastion is out of resources"}
+_ERRNO = {errno.EHOSTUNREACH: "host unreachable", errno.ENETUNREACH: "network unreachable",
+          errno.EADDRNOTAVAIL: "address not available", errno.ECONNRESET: CLOSED,
+          errno.ECONNABORTED: CLOSED, errno.EPIPE: CLOSED, errno.ETIMEDOUT: "timed out"}
+
+
 def failure_reason(e: BaseException, where: str = "") -> str:
-    """Why a login failed, in words (never the key)."""
+    """Why a login failed, from a fixed vocabulary (never the key, the peer's words or the OS's)."""
     prefix = f"{where}: " if where else ""
     if isinstance(e, ConnectionRefusedError):
         why = "connection refused"
@@ -71,13 +86,24 @@ def failure_reason(e: BaseException, where: str = "") -> str:
     elif isinstance(e, asyncssh.HostKeyNotVerifiable):
         why = "host key not verifiable"
     elif isinstance(e, asyncssh.ChannelOpenError):
-        why = f"the bastion could not reach the host ({e.reason})"
+        why = _CHANNEL.get(e.code, "the bastion could not open a channel to the host")
+    elif isinstance(e, asyncssh.ProtocolNotSupported):
+        why = "unsupported SSH protocol version"
+    elif isinstance(e, asyncssh.ProtocolError):
+        why = NOT_SSH
+    elif isinstance(e, asyncssh.ConnectionLost):
+        why = CLOSED
+    elif isinstance(e, asyncssh.KeyExchangeFailed):
+        why = "SSH key exchange failed"
     elif isinstance(e, asyncssh.Error):
-        why = f"ssh error: {e.reason}"
+        why = f"ssh error ({type(e).__name__})"
+    elif isinstance(e, socket.gaierror):
+        why = "the name does not resolve"
     elif isinstance(e, OSError):
-        why = e.strerror or str(e)
+        code = e.errno or 0
+        why = _ERRNO.get(code) or f"connection failed ({errno.errorcode.get(code, 'OSError')})"
     else:
-        why = str(e) or type(e).__name__
+        why = f"failed ({type(e).__name__})"
     return prefix + why
 
 
