@@ -1,8 +1,8 @@
 """Logging that keeps input out of the logs. An exception's message may hold what a caller sent
 (a UnicodeEncodeError quotes the text, a pydantic ValidationError its `input_value`, a provider error
 the cloud's echo of a name), so logged exceptions show their type and frames, never their message;
-URLs (which may carry userinfo or query values) are not logged by the HTTP client; access-log lines
-lose their query strings.
+URLs (which may carry userinfo or query values) are not logged by the HTTP client, nor remote
+commands by asyncssh; access-log lines lose their query strings.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 WITHHELD = "(message withheld: it may hold input)"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# httpx logs every request's URL at INFO; a URL may carry userinfo or query values.
-QUIET_BELOW_WARNING = ("httpx", "httpcore")
+# httpx logs every request's URL at INFO; a URL may carry userinfo or query values. asyncssh logs
+# every remote command at INFO ("  Command: …"): users' job commands, the keys a claim adds.
+QUIET_BELOW_WARNING = ("httpx", "httpcore", "asyncssh")
 
 
 def frames(tb: TracebackType | None, last: int = 6) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import tempfile
 from collections.abc import AsyncIterator
@@ -30,6 +31,7 @@ from sqlmodel import Session, select
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+import logsafe
 from activities.deps import ActivityDeps
 from activities.jobs import JobActivities
 from activities.ssh import SshActivities
@@ -342,3 +344,19 @@ async def test_a_launch_that_cannot_succeed_fails_the_job_once_with_why(lab: Lab
                                         run_input(host, lab.genuine_port, "echo a\x00b"))
     assert failed.value.non_retryable and failed.value.type == ErrorKind.JOB_LAUNCH_FAILED, failed.value
     assert "could not start the job (exit" in failed.value.message
+
+
+async def test_a_jobs_command_stays_out_of_the_workers_log(lab: Lab,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """L2: asyncssh logs every remote command at INFO; the worker's logging (logsafe.configure)
+    keeps it below WARNING, so a job's command never reaches worker.log."""
+    logsafe.configure(logging.INFO)
+    caplog.set_level(logging.INFO)
+    host = lab.genuine.host or ""
+    add_job(lab, allocation="a5", provider="lambda", connection="c1", host=host, port=lab.genuine_port)
+    got = await ActivityEnvironment().run(JobActivities(lab.deps).run_job,
+                                          run_input(host, lab.genuine_port, "echo DISTINCTIVE-7f3a"))
+    assert got.exit_code == 0 and log_of(lab) == b"DISTINCTIVE-7f3a\n"  # it ran ...
+    logging.getLogger("gpuprov.worker").info("canary")
+    assert "canary" in caplog.text  # ... the log is captured ...
+    assert "DISTINCTIVE-7f3a" not in caplog.text  # ... without it
