@@ -25,7 +25,9 @@ capacity and blocks no one behind it — while its project's queue group (messag
 sft covers sft and dpo, grpo covers grpo and ppo) is paused (`QueuePause`: the pause_queue policy
 action, POST /queue/pause; lifted by POST /queue/resume), or while its project's daily budget is
 reached (store/policies.py budget_refusal: new machines wait for tomorrow or a raised budget).
-`held` says why, for the job's `waiting_reason`.
+`held` says why, for the job's `waiting_reason`; for a job not held, the same walk as admission
+says what it waits for (`Held.waiting`): the limit it would exceed, the job ahead of it that
+blocks it, or nothing but its next ask (it fits now) — a waiting job always has a reason.
 
 A job counts against a $/hr limit at its max_price_per_hour (its machine costs at most that); where
 a $/hr limit applies, a job must name one. GPUs: gpu_count when it asks for a GPU, else 0.
@@ -163,22 +165,77 @@ def over_budget(session: Session, projects: Iterable[str], now: datetime) -> dic
 
 @dataclass
 class Held:
-    """Why waiting jobs are passed over now: paused groups, projects over their budget."""
+    """Why waiting jobs are passed over now: paused groups, projects over their budget; and (when
+    explained) why each other waiting job has no grant yet."""
 
     paused: dict[tuple[str, str], QueuePause]
     budget: dict[str, str]
+    waiting: dict[str, str] = field(default_factory=dict)  # job id -> what it waits for, if not held
 
     def why(self, job: Job) -> str | None:
+        """Why the job is passed over (paused, over budget); None: it takes its turn."""
         group = group_of(job.type)
         p = self.paused.get((job.project, group)) if group is not None else None
         if p is not None:
             return pause_reason(p)
         return self.budget.get(job.project)
 
+    def reason(self, job: Job) -> str:
+        """A waiting job's `waiting_reason`: held, or what it waits for; never empty."""
+        return self.why(job) or self.waiting.get(job.id) or WAITS_ITS_TURN
 
-def held(session: Session, waiting: Iterable[Job], now: datetime | None = None) -> Held:
+
+WAITS_ITS_TURN = "waiting its turn in the queue"
+FITS_NOW = "fits the limits now: granted at its next admission check"
+
+
+def held(session: Session, waiting: Iterable[Job], now: datetime | None = None, *,
+         explain: bool = True) -> Held:
+    """What holds the `waiting` jobs; `explain`: also why every waiting job not held is not granted
+    yet (the admission walk without granting; admission itself passes False)."""
     jobs = list(waiting)
-    return Held(pauses(session), over_budget(session, {j.project for j in jobs}, now or utcnow()))
+    now = now or utcnow()
+    found = Held(pauses(session), over_budget(session, {j.project for j in jobs}, now))
+    if explain:
+        found.waiting = waiting_reasons(session, now)
+    return found
+
+
+def waiting_reasons(session: Session, now: datetime | None = None) -> dict[str, str]:
+    """Job id -> why it still waits, for every waiting job not held: `admit`'s walk (same order,
+    same limits, same blocking) without granting. A job over a limit names the limit; one behind
+    it, the job ahead that blocks it (its own project's, by id; the installation's, unnamed);
+    one that fits has only its next ask to wait for."""
+    limits = load_limits(session)
+    per, total = in_use(session)
+    waiting = queue_order(waiting_jobs(session))
+    holds = held(session, waiting, now, explain=False)
+    reasons: dict[str, str] = {}
+    behind: dict[str, str] = {}  # project -> why its later jobs wait (a project's order is strict)
+    full: str | None = None  # the installation is full: everything behind waits
+    for w in waiting:
+        if holds.why(w) is not None:
+            continue
+        if full is not None:
+            reasons[w.id] = full
+            continue
+        if w.project in behind:
+            reasons[w.id] = behind[w.project]
+            continue
+        g, usd = gpus_of(w), usd_of(w)
+        if (over := limits.over(GLOBAL, total, g, usd)) is not None:
+            reasons[w.id] = f"waiting for capacity: over {over}"
+            full = f"behind a job ahead in the queue that waits for capacity: {over.split(' (')[0]}"
+            continue
+        if (over := limits.over(w.project, per[w.project], g, usd)) is not None:
+            reasons[w.id] = f"waiting for capacity: over {over}"
+            behind[w.project] = (f"behind job {w.id} of project {w.project} (its jobs start in order), "
+                                 f"which waits for capacity: over {over.split(' (')[0]}")
+            continue
+        per[w.project].add(g, usd)
+        total.add(g, usd)
+        reasons[w.id] = FITS_NOW
+    return reasons
 
 
 def pause(session: Session, project: str, group: str, by: str, run_id: str | None = None) -> tuple[
@@ -224,7 +281,7 @@ def admit(session: Session, job_id: str) -> bool:
     blocked: set[str] = set()
     granted = False
     waiting = queue_order(waiting_jobs(session))
-    holds = held(session, waiting)
+    holds = held(session, waiting, explain=False)
     for w in waiting:
         if w.project in blocked or holds.why(w) is not None:
             continue

@@ -97,13 +97,15 @@ class JobOut(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     waiting_reason: str | None = Field(
-        None, description="why a queued job is passed over now: its queue group is paused (POST "
-                          "/queue/resume), or the project's daily budget is reached; null while it "
-                          "simply waits its turn, and once granted")
+        None, description="why a queued job has not started, always set while it waits: its queue "
+                          "group is paused (POST /queue/resume), the project's daily budget is reached, "
+                          "a GPU or $/hr limit it would exceed, the job ahead that blocks it, or that it "
+                          "fits and is granted at its next check; null once granted, and for types that "
+                          "are not queued")
 
     @classmethod
     def of(cls, row: Job, pri: int | None = None, held: queue.Held | None = None) -> JobOut:
-        why = held.why(row) if held is not None and pri is not None else None
+        why = held.reason(row) if held is not None and pri is not None else None
         return cls(pri=pri, waiting_reason=why, id=row.id, name=row.name, type=row.type, status=row.status,
                    command=row.command,
                    image=row.image, gpu=row.gpu, gpu_count=row.gpu_count, cloud=row.cloud,

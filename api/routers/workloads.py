@@ -21,7 +21,7 @@ from sqlmodel import Session
 from api.deps import CallerDep, SessionDep
 from api.errors import shown
 from api.pagination import Page, PageDep, offset_page
-from api.schemas import Name, Strict, aware
+from api.schemas import Name, Strict, aware, instance_gpu_label
 from messages.workloads import (
     ACTIVE,
     GROUP,
@@ -177,17 +177,26 @@ def _job_rows(jobs: list[Job], machines: dict[str, Instance], pri: dict[str, int
     rows = []
     for j in jobs:
         kind, state = WorkloadKind(j.type), WorkloadStatus(j.status)
+        machine = machines.get(j.allocation_id) if j.allocation_id else None
         started = aware(j.started_at)
         until = aware(j.ended_at) or now
         elapsed = None if started is None else max(0.0, (until - started).total_seconds())
         rows.append(WorkloadOut(
             id=job_row_id(j.id), pri=pri.get(j.id), workload=j.name, type=TYPE_LABEL[GROUP[kind]],
             method=method_label(kind), kind=kind, status=state, active=state in ACTIVE,
-            gpu=gpu_label(j.gpu, j.gpu_count),
-            location=_location(j, machines.get(j.allocation_id) if j.allocation_id else None),
+            gpu=_job_gpu(j, machine), location=_location(j, machine),
             progress_pct=None, eta_at=None, elapsed_s=elapsed, requested_by=j.requested_by, source="job",
             job_id=j.id, created_at=_at(j.created_at), updated_at=_at(j.updated_at)))
     return rows
+
+
+def _job_gpu(job: Job, machine: Instance | None) -> str | None:
+    """As the job asked (`2× H100`); a job that named no GPU shows its machine's, once it has one
+    (as its GPU check found them, else as the machine was asked: GET /instances' `gpu_label`)."""
+    asked = gpu_label(job.gpu, job.gpu_count)
+    if asked is not None or machine is None:
+        return asked
+    return instance_gpu_label(machine)
 
 
 def _sorted(rows: list[WorkloadOut]) -> list[WorkloadOut]:

@@ -66,7 +66,9 @@ async def test_a_reached_budget_refuses_new_jobs_and_holds_queued_ones_a_paused_
     assert refused.status_code == 422 and "queued in the grpo group" in refused.text, refused.text
     r = await client.post("/api/compute/queue/resume", json={"type": "grpo"})
     assert r.status_code == 200 and r.json()["paused"] == []
-    assert (await client.get(f"/api/compute/jobs/{queued}")).json()["waiting_reason"] is None
+    # Resumed, it still waits (its workflow asks again), and says so: never a null reason.
+    assert (await client.get(f"/api/compute/jobs/{queued}")).json()["waiting_reason"] == (
+        "fits the limits now: granted at its next admission check")
 
     now = utcnow()
     with Session(engine) as s:  # $1000/h for the last 30 minutes (or since midnight): over $1 today
@@ -81,3 +83,24 @@ async def test_a_reached_budget_refuses_new_jobs_and_holds_queued_ones_a_paused_
     listed = (await client.get("/api/compute/jobs")).json()["items"]
     assert [j["id"] for j in listed] == [queued]  # nothing was recorded for the refused ones
     assert "daily budget of $1.00" in listed[0]["waiting_reason"]
+
+
+async def test_a_job_queued_behind_a_gpu_limit_says_so_and_the_one_behind_it_too(
+        client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    assert (await client.put("/api/compute/limits", json={"max_gpus": 1})).status_code == 200
+    assert (await client.post("/api/compute/jobs", json={**JOB, "type": "serving"})).status_code == 202
+    first = (await client.post("/api/compute/jobs", json={**JOB, "type": "sft"})).json()["id"]
+    second = (await client.post("/api/compute/jobs", json={**JOB, "type": "eval"})).json()["id"]
+    job = (await client.get(f"/api/compute/jobs/{first}")).json()
+    assert job["status"] == "queued" and job["pri"] == 1
+    assert job["waiting_reason"] == ("waiting for capacity: over project default's limit of 1 GPUs "
+                                     "(1 in use, this job needs 1)")
+    listed = {j["id"]: j for j in (await client.get("/api/compute/jobs")).json()["items"]}
+    assert listed[first]["waiting_reason"] == job["waiting_reason"]
+    assert listed[second]["waiting_reason"] == (
+        f"behind job {first} of project default (its jobs start in order), which waits for capacity: "
+        "over project default's limit of 1 GPUs")
+    # Every waiting job has a reason; the one not queued (serving, granted) has none.
+    assert all(j["waiting_reason"] for j in listed.values() if j["pri"] is not None)
+    assert [j["waiting_reason"] for j in listed.values() if j["pri"] is None] == [None]

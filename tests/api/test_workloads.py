@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.routers.workloads import _location
+from api.routers.workloads import _job_rows, _location
 from messages.workloads import Waiting, queue_order
 from providers.lambda_ import LambdaProvider
 from providers.ssh_fleet import SshFleetProvider
@@ -124,3 +124,17 @@ def test_a_jobs_location_is_local_cluster_on_a_fleet_host_else_its_cloud_and_reg
     assert _location(job, cloud) == "Lambda Cloud · us-east-1"
     job.status = "queued"
     assert _location(job, cloud) is None and _location(job, None) is None
+
+
+def test_a_job_that_named_no_gpu_shows_its_machines_gpus() -> None:
+    job = Job(id="j1", name="n", type="sft", command="true", requested_by="t", workflow_id="w",
+              status="running", allocation_id="a1")
+    machine = Instance(id="a1", provider=LambdaProvider.id, connection_id="c1", workflow_id="w")
+    assert _job_rows([job], {"a1": machine}, {})[0].gpu is None  # a machine of unknown GPUs: none to show
+    machine.gpu, machine.gpu_count = "A10", 1  # as the machine was asked
+    assert _job_rows([job], {"a1": machine}, {})[0].gpu == "1× A10"
+    machine.gpus_found = [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(2)]  # as found
+    assert _job_rows([job], {"a1": machine}, {})[0].gpu == "2× NVIDIA H100 80GB HBM3"
+    job.gpu, job.gpu_count = "H100", 2  # what the job asked stays its own
+    assert _job_rows([job], {"a1": machine}, {})[0].gpu == "2× H100"
+    assert _job_rows([job], {}, {})[0].gpu == "2× H100"
