@@ -36,6 +36,7 @@ from providers.host_keys import fingerprint
 from providers.ssh_fleet import SshFleetProvider
 from providers.ssh_login import Bastion, HostLogin, LoginFailed, Seen, login
 from store.db import session_scope
+from store.host_keys import machine_of, pinned_key
 from store.models import Instance, utcnow
 
 
@@ -46,11 +47,6 @@ class Route:
     bastion: Bastion | None = None
     host_key: str | None = None  # the pinned key (OpenSSH line); None: trust on first use
     pin_on: tuple[str, str] | None = None  # (allocation id, machine): record the key seen there
-
-
-def machine_of(row: Instance) -> str:
-    """The machine an Instance row's pin belongs to: its attempt key and the cloud's instance id."""
-    return f"{row.key or ''}/{row.cloud_instance_id or ''}"
 
 
 def _load(deps: ActivityDeps, allocation_id: str) -> Instance | None:
@@ -88,10 +84,8 @@ async def route(deps: ActivityDeps, host: str, *, allocation_id: str | None = No
             return Route(bastion=bastion, host_key=host_key)
     if row is None:
         return Route()
-    machine = machine_of(row)
-    if row.host_key and row.host_key_machine == machine:
-        return Route(host_key=row.host_key)
-    return Route(pin_on=(row.id, machine))
+    pinned = pinned_key(row)
+    return Route(host_key=pinned) if pinned else Route(pin_on=(row.id, machine_of(row)))
 
 
 def key_changed_error(host: str, reason: str) -> ApplicationError:

@@ -1,0 +1,63 @@
+"""The SSH host keys gpuprov pinned for a machine, as the user's own SSH needs them.
+
+A cloud machine's key is pinned on its Instance row at its first login (activities/machine_ssh.py),
+for one machine: `host_key_machine` names it (the attempt key and the cloud's instance id), so a pin
+left from an earlier attempt's machine is not this machine's. A fleet host's key (and its bastion's)
+is the fleet's probe's pin (fleet_host.host_key, fleet.bastion_host_key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlmodel import Session, select
+
+from store.models import Fleet, FleetHost, Instance
+
+
+def machine_of(row: Instance) -> str:
+    """The machine an Instance row's pin belongs to: its attempt key and the cloud's instance id."""
+    return f"{row.key or ''}/{row.cloud_instance_id or ''}"
+
+
+def pinned_key(row: Instance) -> str | None:
+    """The cloud machine's pinned host key (OpenSSH line); None: not seen yet (or another machine's)."""
+    return row.host_key if row.host_key and row.host_key_machine == machine_of(row) else None
+
+
+def known_hosts_line(host: str, port: int, key_line: str) -> str:
+    """`host keytype base64` (`[host]:port …` off port 22), as OpenSSH's known_hosts has it."""
+    keytype, blob = key_line.split()[:2]
+    name = host if port == 22 else f"[{host}]:{port}"
+    return f"{name} {keytype} {blob}"
+
+
+@dataclass(frozen=True)
+class BastionRoute:
+    host: str
+    port: int
+    user: str
+    host_key: str | None  # pinned (OpenSSH line); None: not yet
+
+
+@dataclass(frozen=True)
+class MachineRoute:
+    host_key: str | None  # the machine's pinned key; None: not seen yet
+    bastion: BastionRoute | None = None
+
+
+def route_of(session: Session, row: Instance, *, fleet: bool) -> MachineRoute:
+    """How the user's SSH reaches the instance's machine, pinned: a fleet host's (`fleet`: the row's
+    connection is a fleet) with its bastion, else the cloud machine's own pin."""
+    if not fleet:
+        return MachineRoute(host_key=pinned_key(row))
+    f = session.get(Fleet, row.connection_id)
+    if f is None or row.ssh_host is None:
+        return MachineRoute(host_key=None)
+    host = session.exec(select(FleetHost).where(FleetHost.fleet_id == f.id,
+                                                FleetHost.host == row.ssh_host)).first()
+    bastion = None
+    if f.bastion_host:
+        bastion = BastionRoute(host=f.bastion_host, port=f.bastion_port or 22, user=f.bastion_user or f.user,
+                               host_key=f.bastion_host_key)
+    return MachineRoute(host_key=host.host_key if host is not None else None, bastion=bastion)
