@@ -15,12 +15,14 @@ from typing import Annotated, Any, Literal
 
 from cryptography import x509
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from sqlalchemy.orm import object_session
 
 from api.errors import shown
 from api.strict_json import loc_part
 from messages.enums import AllocationStatus
-from providers import endpoints, future, registry, ssh_keys
+from providers import endpoints, future, host_keys, registry, ssh_keys
 from providers.base import Capabilities, CloudProvider, Offer
+from store import host_keys as store_host_keys
 from store.models import ApiToken, Attempt, BackendPick, Connection, Instance, InstanceEvent
 from store.models import Project as ProjectRow
 
@@ -453,10 +455,34 @@ class InstanceAccepted(BaseModel):
     status: str
 
 
+class HostKeyOut(BaseModel):
+    """A host key gpuprov pinned (it checks every login against it): for the user's own SSH."""
+
+    fingerprint: str  # "SHA256:…"
+    known_hosts: str  # "<host or [host]:port> <keytype> <base64>", a line for a known_hosts file
+
+    @classmethod
+    def of(cls, host: str, port: int, key_line: str | None) -> HostKeyOut | None:
+        if not key_line:
+            return None
+        return cls(fingerprint=str(host_keys.fingerprint(key_line)),
+                   known_hosts=store_host_keys.known_hosts_line(host, port, key_line))
+
+
+class SshBastion(BaseModel):
+    """The proxy jump a fleet host is reached through (`ssh -J user@host:port`), with its pinned key."""
+
+    host: str
+    port: int
+    user: str
+    host_key: HostKeyOut | None = None
+
+
 class Ssh(BaseModel):
     host: str
     port: int
     user: str
+    bastion: SshBastion | None = None  # a fleet host behind a bastion
 
 
 class AttemptOut(BaseModel):
@@ -515,13 +541,23 @@ class InstanceOut(BaseModel):
     terminated_at: datetime | None
     gpu_label: str | None = None  # "2× NVIDIA H100 80GB HBM3" as found, else as asked ("2× H100")
     uptime_s: float | None = None  # since ready, while it is not ended
+    # The machine's SSH host key once gpuprov has seen it (pinned: every login of gpuprov's is
+    # checked against it); a fleet host's is the fleet's pin. `gpuprov ssh <id>` logs in with it.
+    host_key: HostKeyOut | None = None
 
     @classmethod
     def of(cls, row: Instance, attempts: list[Attempt] | None = None,
-           events: list[InstanceEvent] | None = None) -> InstanceOut:
-        ssh = None
+           events: list[InstanceEvent] | None = None,
+           route: store_host_keys.MachineRoute | None = None) -> InstanceOut:
+        ssh, host_key = None, None
         if row.ssh_host and row.ssh_port:
             ssh = Ssh(host=row.ssh_host, port=row.ssh_port, user=row.ssh_user or "root")
+            route = route or _route_of(row)
+            host_key = HostKeyOut.of(row.ssh_host, row.ssh_port, route.host_key)
+            if route.bastion is not None:
+                b = route.bastion
+                ssh.bastion = SshBastion(host=b.host, port=b.port, user=b.user,
+                                         host_key=HostKeyOut.of(b.host, b.port, b.host_key))
         return cls(
             id=row.id, name=row.name, project=row.project, cloud=row.provider,
             connection_id=row.connection_id, status=row.status, phase=row.phase,
@@ -532,7 +568,17 @@ class InstanceOut(BaseModel):
             error=row.error, note=row.note, created_at=aware(row.created_at),
             updated_at=aware(row.updated_at), ready_at=aware(row.ready_at),
             terminated_at=aware(row.terminated_at), gpu_label=instance_gpu_label(row), uptime_s=uptime_s(row),
+            host_key=host_key,
         )
+
+
+def _route_of(row: Instance) -> store_host_keys.MachineRoute:
+    """The pinned keys (and a fleet host's bastion) of the instance's machine, read in the session
+    the row was read in (a fleet host's pin is the fleet's); a row without one: its own pin."""
+    session = object_session(row)
+    if session is None or not registry.is_fleet(row.provider):
+        return store_host_keys.MachineRoute(host_key=store_host_keys.pinned_key(row))
+    return store_host_keys.route_of(session, row, fleet=True)  # type: ignore[arg-type]
 
 
 def instance_gpu_label(row: Instance) -> str | None:
