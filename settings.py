@@ -9,6 +9,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -50,6 +51,9 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = 10.0  # a webhook that has not answered by then is recorded as failed
     policy_interval_s: float = 60.0  # how often each condition policy's Schedule evaluates it
     job_metrics_interval_s: float = 30.0  # how often a running job's GPUs are sampled (nvidia-smi)
+    # A job's priority may be -job_priority_max..job_priority_max (a higher one is a 422): the queue is
+    # shared by every project, so a tenant must not be able to jump the others by an arbitrary amount.
+    job_priority_max: int = Field(100, ge=0, le=1000)
 
     def allowed_endpoint_prefixes(self) -> tuple[str, ...]:
         from providers.endpoints import parse_prefixes

@@ -252,6 +252,7 @@ class AppDeps:
     job_timing: Timing = field(default_factory=Timing)
     job_log_poll_s: float = 1.0
     job_queue_poll_s: float = 5.0  # a queued job asks for its grant at least this often
+    job_priority_max: int = 100  # a job's priority is within ±this (GPUPROV_JOB_PRIORITY_MAX)
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:
@@ -282,6 +283,7 @@ def deps_from_settings() -> AppDeps:
         webhook_allowlist=s.webhook_prefixes(),
         policy_interval_s=s.policy_interval_s,
         market=Market(ttl_s=s.offers_cache_ttl_s, timeout_s=s.offers_timeout_s),
+        job_priority_max=s.job_priority_max,
     )
 
 

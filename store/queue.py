@@ -108,9 +108,13 @@ def waiting_jobs(session: Session) -> Sequence[Job]:
                                           col(Job.type).in_(QUEUEABLE))).all()
 
 
-def positions(session: Session) -> dict[str, int]:
-    """Job id -> PRI (1-based global queue position) of every waiting job."""
-    return {j.id: i for i, j in enumerate(queue_order(waiting_jobs(session)), start=1)}
+def positions(session: Session, project: str | None = None) -> dict[str, int]:
+    """Job id -> PRI (1-based queue position) of every waiting job: in the installation's one order,
+    or, with `project`, that project's jobs only, numbered among themselves in the same order (what
+    a tenant is shown: how many of its own jobs are ahead, nothing about other projects')."""
+    order = queue_order(waiting_jobs(session))
+    return {j.id: i for i, j in enumerate((j for j in order if project is None or j.project == project),
+                                         start=1)}
 
 
 def load_limits(session: Session) -> Limits:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 from sqlmodel import select
@@ -39,6 +40,16 @@ FOLLOW_POLL_S = 0.2  # how often a followed log looks for more output
 LOG_PAGE = 1 << 20  # bytes per read of a log
 
 
+def priority_allowed(priority: int, bound: int) -> None:
+    """L4: a priority within the administrator's range (GPUPROV_JOB_PRIORITY_MAX), else a 422 on
+    body.priority saying the range: the queue's order is shared by every project."""
+    if abs(priority) > bound:
+        raise RequestValidationError([{
+            "loc": ("body", "priority"), "type": "priority_range",
+            "msg": f"priority must be between {-bound} and {bound} on this installation "
+                   "(GPUPROV_JOB_PRIORITY_MAX)"}])
+
+
 def job_workflow_id(job_id: str) -> str:
     return f"job-{job_id}"
 
@@ -60,7 +71,9 @@ class JobCreate(Strict):
     cloud: PlacementId | None = Field(None, description="none: any connected cloud, cheapest offer; "
                                                         "`ssh`: a free host of the project's SSH fleets")
     requested_by: Annotated[str, Field(min_length=1, max_length=100), Printable]
-    priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(0, description="higher runs first")
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = Field(
+        0, description="higher runs first; within ±GPUPROV_JOB_PRIORITY_MAX (the administrator's range, "
+                       "default 100: the queue is shared by every project), else a 422")
     max_price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
     pool: Annotated[str, Field(pattern=POOL_NAME.pattern, max_length=POOL_NAME_MAX)] | None = Field(
         None, description="run on a free ready machine of this pool of the project (claimed while the job "
@@ -218,6 +231,7 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
     the project's daily budget is reached, new jobs are refused (409, the budget named).
     With an Idempotency-Key the job id derives from the key: a retry answers with the same job and
     starts what the first request may not have (its workflow runs once per id, ever)."""
+    priority_allowed(body.priority, deps.job_priority_max)
     project, key = caller.project, idempotency_key
     scope, fingerprint = idem.scope_of("jobs", project), idem.fingerprint(body.model_dump(mode="json"))
     job_id = repo.new_id() if key is None else idem.derived_id("job", project, key)
@@ -280,7 +294,7 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
 def list_jobs(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[JobOut]:
     """The project's jobs, newest first."""
     rows, following = KEYSET.fetch(session, select(Job).where(Job.project == caller.project), page)
-    pri = queue.positions(session)
+    pri = queue.positions(session, caller.project)  # within the project: other tenants' jobs unseen
     held = queue.held(session, [j for j in rows if j.id in pri])
     return Page(items=[JobOut.of(j, pri.get(j.id), held) for j in rows], next_cursor=following)
 
@@ -290,7 +304,7 @@ def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobOut:
     row = session.get(Job, job_id)
     if row is None or row.project != caller.project:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")
-    pri = queue.positions(session).get(job_id)
+    pri = queue.positions(session, caller.project).get(job_id)
     return JobOut.of(row, pri, queue.held(session, [row]) if pri is not None else None)
 
 

@@ -206,7 +206,7 @@ def _sorted(rows: list[WorkloadOut]) -> list[WorkloadOut]:
 
 def _rows(session: Session, project: str) -> list[WorkloadOut]:
     jobs = list(store.jobs_of(session, project))
-    pri = queue.positions(session)  # the global queue: every project's waiting jobs
+    pri = queue.positions(session, project)  # within the project: other tenants' jobs are not shown
     return _sorted(_reported_rows(list(store.reported_of(session, project)))
                    + _job_rows(jobs, store.machines_of(session, jobs), pri))
 
@@ -232,7 +232,7 @@ def _job_detail(session: Session, project: str, job_id: str) -> WorkloadDetail |
     job = session.get(Job, job_id)
     if job is None or job.project != project:
         return None
-    [row] = _job_rows([job], store.machines_of(session, [job]), queue.positions(session))
+    [row] = _job_rows([job], store.machines_of(session, [job]), queue.positions(session, project))
     offset = job_store.log_end(session, job_id)
     return WorkloadDetail(**row.model_dump(), log_offset=offset,
                           log_lines=job_store.last_lines(session, job_id, LOG_LINES_SHOWN),
