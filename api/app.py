@@ -20,6 +20,7 @@ from api.routers import (
     clouds,
     codec,
     connections,
+    defaults,
     fleets,
     idle_policy,
     instances,
@@ -62,7 +63,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     install_openapi(app)  # built on first use: it covers every route, also those added below
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could.
     for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets, policies,
-                   idle_policy, budget, workloads, jobs, limits, pools, queue):
+                   idle_policy, budget, workloads, jobs, limits, pools, queue, defaults):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.

@@ -290,6 +290,18 @@ class BackendPick(SQLModel, table=True):
     picked_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class ProjectDefaults(SQLModel, table=True):
+    """The cloud (and region) a project's requests plan on when they name none (`cloud`, `clouds`,
+    `connection_id`): PUT /api/compute/defaults. Without a row, every connected cloud."""
+
+    __tablename__ = "project_defaults"
+
+    project: str = Field(primary_key=True)
+    cloud: str
+    region: str | None = None
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class ReportedWorkload(SQLModel, table=True):
     """Work run elsewhere on the project's behalf (a training run, a deployed model, another
     service's synthetic run), reported in with PUT /api/compute/workloads/{id} so the Workload Queue

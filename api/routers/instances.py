@@ -19,6 +19,7 @@ from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
+from api.routers.defaults import with_project_default
 from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusFilter
 from messages.allocation import AllocateRequest, AllocationInput, TerminateRequest
 from messages.enums import AllocationStatus
@@ -130,12 +131,16 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
             if row is not None:  # its workflow started (the row comes after the start): answer again
                 return InstanceAccepted(id=row.id, status=row.status)
     await in_thread(_within_budget, deps, project)
+    # Naming no cloud: the project's default cloud and region, if it has one (PUT /defaults).
+    body, project_default = await in_thread(with_project_default, deps, project, body)
     # The backend's picked default offer (fingerprinted above as the request came, not as filled in).
     body, default = await in_thread(with_default, deps, project, body)
     # Everything that can be refused is refused here, before a workflow (or a cloud call) exists.
     plan = await in_thread(resolve, deps, project, body)
     if default.note is not None:
         plan.notes.insert(0, default.note)
+    if project_default is not None:
+        plan.notes.insert(0, project_default)
     if key is not None:
         await in_thread(idem.claim, deps, scope, key, fingerprint, allocation_id)
     first = plan.targets[0]

@@ -23,6 +23,7 @@ from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
+from api.routers.defaults import with_project_default
 from api.schemas import InstanceCreate, PlacementId, Printable, Strict
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType, PoolTarget
@@ -255,12 +256,17 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
         # The same planning as a hand allocation: which connections may serve it, refused here if none.
         asked = InstanceCreate(cloud=body.cloud, gpu=body.gpu, gpu_count=gpu_count,
                                k3s=False, ssh_public_keys=[public], name=body.name)
+        # Naming no cloud: the project's default cloud and region, if it has one (PUT /defaults).
+        asked, project_default = await in_thread(with_project_default, deps, project, asked)
+        cloud = asked.cloud
         plan = await in_thread(resolve, deps, project, asked)
+        if project_default is not None:
+            plan.notes.insert(0, project_default)
         first = plan.targets[0]
         allocation = AllocateRequest(
             allocation_id=f"{job_id}-m", connection_id=first.connection_id, cloud=first.cloud,
             targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
-            gpu_count=asked.gpu_count, k3s=False, ssh_public_keys=[public],
+            gpu_count=asked.gpu_count, region=asked.region, k3s=False, ssh_public_keys=[public],
             max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
     workflow_id = job_workflow_id(job_id)
     if existing is None:
