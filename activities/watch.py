@@ -6,6 +6,8 @@ sample's rate is the watch's interval."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
 
 from sqlmodel import col, select
 from temporalio import activity
@@ -20,14 +22,27 @@ from messages.allocation import CloudTarget, MachineLost
 from messages.enums import AllocationStatus
 from messages.ids import LEGACY_ALLOCATE_PREFIX, watch_workflow_id
 from messages.watch import WatchInput, WatchReport, WatchRequest
-from providers.base import InstanceRef, InstanceState, InstanceStatus, ProviderError
+from providers.base import CloudProvider, InstanceRef, InstanceState, InstanceStatus, ProviderError
 from providers.ssh_fleet import SshFleetProvider
-from store import fleets
+from store import fleets, repo
 from store.db import session_scope
-from store.models import Connection, Fleet, Instance
+from store.models import Connection, Fleet, Instance, utcnow
+
+log = logging.getLogger(__name__)
+
+# After an in-doubt create, how long after ready the watch hunts for a twin under the allocation's
+# key (a launch that lands after the in-flight window: minutes, not the sweep's grace), and how long a
+# round waits for the twins it terminates to show gone (the rest is the next round's).
+TWIN_HUNT_S = 900.0
+TWIN_BUDGET_S = 20.0
+TWIN_POLL_S = 0.5
 
 # What the cloud may say about a machine that is not lost.
 _ALIVE = (InstanceState.RUNNING, InstanceState.PENDING)
+
+
+def aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite drops the zone
 
 
 def lost_reason(instance_id: str, st: InstanceStatus | None) -> str | None:
@@ -87,9 +102,50 @@ class WatchActivities:
             elif await self._tell(row.workflow_id, reason):
                 report.lost[row.id] = reason
         if alive:
+            report.twins = await self._hunt_twins(p, alive)
+        if alive:
             idle_now = await heartbeating(idle.sample(self.deps, p, alive), 5.0, "sampling idleness")
             report.idle = sorted(a for a, is_idle in idle_now.items() if is_idle)
         return report
+
+    async def _hunt_twins(self, p: CloudProvider, rows: list[Instance]) -> dict[str, list[str]]:
+        """After an in-doubt create (its answer never came: found later, or launched again once the
+        in-flight window passed), that launch may still land beside the allocation's machine: a
+        twin under the same key, billing. For TWIN_HUNT_S after ready (or after the doubt, if
+        later) each such allocation's key is looked up every round, and every machine under it but
+        the allocation's own is terminated at once and seen gone — within a watch interval, not
+        the sweep's grace. Returns allocation id -> the twins seen gone this round; a twin not yet
+        gone (or a cloud that did not answer) is taken up again next round."""
+        from activities.cloud import terminate_refs  # here: activities/cloud.py imports this module
+
+        now = utcnow()
+
+        def doubted() -> dict[str, datetime]:
+            with session_scope(self.deps.engine) as session:
+                return repo.doubted_keys(session, [r.key for r in rows if r.key])
+
+        since = await self.deps.blocking(doubted)
+        hunted = [r for r in rows if r.key in since and max(since[r.key], aware(r.ready_at or now))
+                  + timedelta(seconds=TWIN_HUNT_S) > now]
+
+        async def hunt(row: Instance) -> list[str]:
+            assert row.key is not None
+            try:
+                found = await p.find_all(row.key)
+                twins = [r for r in found if r.is_machine and r.instance_id != row.cloud_instance_id]
+                if not twins:
+                    return []
+                log.warning("allocation %s: %d twin(s) under key %s beside machine %s (a launch in "
+                            "doubt landed late): terminating %s", row.id, len(twins), row.key,
+                            row.cloud_instance_id, ", ".join(t.instance_id for t in twins))
+                async with asyncio.timeout(TWIN_BUDGET_S):
+                    await terminate_refs(p, twins, poll_interval_s=TWIN_POLL_S, heartbeat_every_s=5.0)
+            except (ProviderError, TimeoutError):
+                return []  # not seen gone yet: next round looks again (the delete is re-issued)
+            return [t.instance_id for t in twins]
+
+        gone = await heartbeating(asyncio.gather(*(hunt(r) for r in hunted)), 5.0, "hunting twins")
+        return {row.id: ids for row, ids in zip(hunted, gone, strict=True) if ids}
 
     async def _tell(self, workflow_id: str, reason: str) -> bool:
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"

@@ -21,3 +21,5 @@ class WatchReport(BaseModel):
     connection_found: bool = True  # False: the connection is gone; the watch ends
     lost: dict[str, str] = Field(default_factory=dict)  # allocation id -> reason
     idle: list[str] = Field(default_factory=list)  # allocations sampled idle this round (activities/idle.py)
+    # allocation id -> twins under its key terminated and seen gone this round (after an in-doubt create)
+    twins: dict[str, list[str]] = Field(default_factory=dict)
