@@ -152,7 +152,8 @@ async def webhook_action(deps: ActivityDeps, inp: ActInput, then: WebhookThen) -
     except httpx.TimeoutException:
         log.info("policy %s: webhook %s timed out", inp.policy_id, shown)
         return ActResult(ok=False, result=f"webhook did not answer within {deps.webhook_timeout_s:g}s")
-    except httpx.HTTPError as e:  # its text may quote the URL: the type only
+    except (httpx.HTTPError, httpx.InvalidURL) as e:  # its text may quote the URL: the type only
+        # (InvalidURL is no HTTPError: a query with CR/LF or NUL, saved before the API refused it)
         log.info("policy %s: webhook %s failed (%s)", inp.policy_id, shown, type(e).__name__)
         return ActResult(ok=False, result=f"webhook failed ({type(e).__name__})")
     if 200 <= r.status_code < 300:

@@ -89,10 +89,23 @@ class PolicyRemoval(BaseModel):
     deleted: bool
 
 
+def query_problem(query: str) -> str | None:
+    """Why a webhook's query cannot be sent, or None: a control character (CR/LF, NUL, ...) or a
+    space is not a URL (httpx refuses it at send time, and CR/LF could split the request line).
+    The API's own `…` (HIDDEN_QUERY: keep the saved query) is printable, so it passes."""
+    if not query.isprintable() or any(c.isspace() for c in query):
+        return "may not have control characters or spaces in its query (percent-encode them)"
+    return None
+
+
 def _check_webhook(deps: AppDeps, body: PolicyIn) -> None:
-    """A 422 naming `then.url` unless the webhook lies under the allowlist (never quoting the URL)."""
+    """A 422 naming `then.url` unless the webhook lies under the allowlist and its query is sendable
+    (never quoting the URL)."""
     if isinstance(body.then, WebhookThen):
         try:
+            problem = query_problem(split_query(body.then.url)[1])
+            if problem is not None:
+                raise EndpointError(problem)
             check_webhook(body.then.url, deps.webhook_allowlist)
         except EndpointError as e:
             raise RequestValidationError([{"loc": ("body", "then", "url"), "type": "value_error",

@@ -154,3 +154,16 @@ async def test_a_reached_daily_budget_refuses_new_allocations_naming_it(
     r = await api.post("/api/compute/instances", json={"gpu": "H100", "ssh_public_keys": [ssh_key]})
     assert r.status_code == 409 and "budget" not in r.json()["detail"], r.text
     assert (await api.put("/api/compute/budget", json={"daily_usd": 0})).status_code == 422
+
+
+@pytest.mark.parametrize("query", ["token=a\r\nX-Injected: 1", "token=a\nb", "token=\x00", "t=a\tb", "t=a b",
+                                   "t=\x7f", "t=\u2028"])
+async def test_a_webhook_query_with_control_characters_is_refused(
+        api: httpx.AsyncClient, workflows: FakeWorkflows, query: str) -> None:
+    """L5: such a URL was accepted, and httpx.InvalidURL escaped the action at send time."""
+    r = await api.post("/api/compute/policies", json={**SPEND_TO_WEBHOOK, "then": {
+        "kind": "webhook", "url": f"{HOOK}/alarm?{query}"}})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"] == ["body", "then", "url"]
+    assert "control characters" in r.json()["detail"] and "token=a" not in r.text
+    assert workflows.schedules == {} and await all_items(api, "/api/compute/policies") == []

@@ -1,0 +1,29 @@
+"""L5: a webhook whose query httpx cannot send (CR/LF, NUL: a card saved before the API refused
+them) is a recorded failure of the action, not an exception escaping it."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+
+from activities.deps import ActivityDeps
+from activities.policy import webhook_action
+from messages.policy import ActInput, Facts, PolicyFacts, PolicySpec, WebhookThen
+from store.secrets import SecretBox
+
+# Loopback, on a port nothing listens on: httpx refuses the URL before any connection is tried.
+HOOK = "http://127.0.0.1:9/hook"
+
+
+@pytest.mark.parametrize("query", ["token=a\r\nX-Injected: 1", "token=\x00", "token=a\nb"])
+async def test_an_unsendable_query_is_a_recorded_failure(query: str) -> None:
+    deps = ActivityDeps(engine=sa.create_engine("sqlite://"), box=SecretBox(Fernet.generate_key()),
+                        installation_id="inst0001", webhook_allowlist=[HOOK])
+    spec = PolicySpec.model_validate({"when": {"kind": "cron", "expression": "@hourly"},
+                                      "then": {"kind": "webhook", "url": HOOK}})
+    facts = PolicyFacts(policy_id="p", project="default", spec=spec, spend_rate_per_hour=0.0, facts=Facts())
+    result = await webhook_action(deps, ActInput(policy_id="p", project="default", facts=facts, reason="r"),
+                                  WebhookThen(url=f"{HOOK}?{query}"))
+    assert not result.ok and result.result == "webhook failed (InvalidURL)"
+    assert "token" not in result.result
