@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from cli import client, clouds, connections, dev, instances, jobs, projects
+from cli import client, clouds, connections, defaults, dev, instances, jobs, projects, ssh
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Provision GPU machines across clouds (Temporal workflows underneath).")
@@ -31,11 +31,13 @@ app.command()(instances.up)
 app.command("ls")(instances.list_instances)
 app.command()(clouds.offers)
 app.command()(instances.down)
+app.command("ssh")(ssh.ssh)
 app.command()(connections.connect)
 app.command()(connections.connections)
 app.command()(clouds.clouds)
 app.add_typer(projects.app, name="project")
 app.add_typer(jobs.app, name="job")
+app.add_typer(defaults.app, name="defaults")
 
 
 @app.command()
