@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from cli import client, clouds, connections, dev, instances, jobs, projects, ssh
+from cli import client, clouds, connections, defaults, dev, instances, jobs, projects, ssh
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Provision GPU machines across clouds (Temporal workflows underneath).")
@@ -37,6 +37,7 @@ app.command()(connections.connections)
 app.command()(clouds.clouds)
 app.add_typer(projects.app, name="project")
 app.add_typer(jobs.app, name="job")
+app.add_typer(defaults.app, name="defaults")
 
 
 @app.command()

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.client import Api, new_idempotency_key
+from cli.client import API_PREFIX, Api, new_idempotency_key
 from cli.output import fail, money, print_attempt, ssh_command, table
 from messages.enums import AllocationStatus
 from providers import registry, ssh_keys
@@ -69,9 +69,20 @@ def cloud_help() -> str:
     return f"cloud id: {', '.join(registry.known())}{fleets}"
 
 
+def default_cloud(api: Api) -> str | None:
+    """Where a request naming no cloud plans: the project's default cloud (and region), if set."""
+    r = api._client.get(f"{API_PREFIX}/defaults")  # noqa: SLF001 — a 404 (none set) is an answer
+    if r.status_code != 200:
+        return None
+    saved = r.json()
+    region = f" in {saved['region']}" if saved.get("region") else ""
+    return f"{saved['cloud']}{region} (the project's default cloud)"
+
+
 def up(
     cloud: Annotated[list[str] | None, typer.Option(
-        "--cloud", help=f"{cloud_help()} (repeatable; default: every connected cloud)")] = None,
+        "--cloud", help=f"{cloud_help()} (repeatable; default: the project's default cloud, "
+                        "`gpuprov defaults set`, else every connected cloud)")] = None,
     connection: Annotated[str | None, typer.Option(
         "--connection", help="this connection only (an id from `gpuprov connections`)")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU name, e.g. H100, A10")] = None,
@@ -105,7 +116,7 @@ def up(
                         idempotency_key=new_idempotency_key())
     iid = accepted["id"]
     where = (f"connection {connection}" if connection else ", ".join(clouds) if clouds
-             else "every connected cloud")
+             else default_cloud(api) or "every connected cloud")
     typer.echo(f"allocation {iid} accepted on {where}")
     if detach:
         return
