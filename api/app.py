@@ -14,6 +14,7 @@ from api.deps import AppDeps, deps_from_settings, require_token, token_is_valid
 from api.errors import install_error_handlers
 from api.guard import EdgeGuard
 from api.openapi import install_openapi
+from api.query_params import known_query
 from api.routers import (
     budget,
     catalog,
@@ -64,8 +65,10 @@ def create_app(deps: AppDeps) -> FastAPI:
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could.
     for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets, policies,
                    idle_policy, budget, workloads, jobs, limits, pools, queue, defaults):
-        app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token)])
-    app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token)])
+        app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token),
+                                                                           Depends(known_query)])
+    app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token),
+                                                                     Depends(known_query)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.
     app.include_router(codec.router, prefix=codec.PREFIX)
     app.add_middleware(codec.CodecCors, origins=deps.codec_cors_origins)
