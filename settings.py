@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     # A job's priority may be -job_priority_max..job_priority_max (a higher one is a 422): the queue is
     # shared by every project, so a tenant must not be able to jump the others by an arbitrary amount.
     job_priority_max: int = Field(100, ge=0, le=1000)
+    # Comma-separated CIDRs an SSH fleet's hosts may be in although refused by default (loopback,
+    # link-local...: providers/fleet_addresses.py); this installation's own services stay refused.
+    fleet_allowed_networks: str = ""
 
     def allowed_endpoint_prefixes(self) -> tuple[str, ...]:
         from providers.endpoints import parse_prefixes

@@ -22,6 +22,7 @@ from messages.activities import CloudTarget, Marked
 from messages.enums import ErrorKind
 from providers import registry
 from providers.base import CloudProvider, ConnectionOptions
+from providers.fleet_addresses import FleetAddresses
 from providers.ssh_fleet import SshFleetProvider
 from store import fleets, repo
 from store.db import session_scope
@@ -90,6 +91,9 @@ class ActivityDeps:
     allowed_endpoints: list[str] = field(default_factory=list)
     # Where INSTALL_K3S fetches the k3s installer (GPUPROV_K3S_INSTALL_URL).
     k3s_install_url: str = "https://get.k3s.io"
+    # Which addresses a fleet's hosts may have (GPUPROV_FLEET_ALLOWED_NETWORKS, this installation's own
+    # services): checked again where a probe connects, as the API checked it when the fleet was saved.
+    fleet_addresses: FleetAddresses = field(default_factory=FleetAddresses)
     # Where a policy's webhook may POST (GPUPROV_WEBHOOK_ALLOWLIST), checked again before each call.
     webhook_allowlist: list[str] = field(default_factory=list)
     webhook_timeout_s: float = 10.0
@@ -121,7 +125,8 @@ class ActivityDeps:
                    installation_id=installation_id(engine, s.installation_id, legacy_home=s.home),
                    watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()),
                    webhook_allowlist=list(s.webhook_prefixes()), webhook_timeout_s=s.webhook_timeout_s,
-                   k3s_install_url=s.k3s_install_url, job_metrics_interval_s=s.job_metrics_interval_s)
+                   k3s_install_url=s.k3s_install_url, job_metrics_interval_s=s.job_metrics_interval_s,
+                   fleet_addresses=FleetAddresses.from_settings(s))
 
     async def write_marks(self, inp: Marked) -> None:
         """The allocation's pending phase marks, as events, before the activity's own work."""

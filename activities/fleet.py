@@ -18,6 +18,7 @@ from temporalio import activity
 from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.fleet import FleetHostIds, FleetHostInput, FleetProbeRequest, HostProbe
+from providers.fleet_addresses import AddressRefused, checked_login
 from providers.ssh_login import Bastion, HostLogin, LoginFailed, Seen, failure_reason, login
 from store import fleets
 from store.db import session_scope
@@ -136,7 +137,12 @@ class FleetActivities:
             return probe
         if target is None:
             return HostProbe(host_id=inp.host_id, reachable=False, reason="removed from the fleet")
-        probe = await probe_host(inp.host_id, target, inp.connect_timeout_s)
+        try:  # resolved once, here; the login dials the addresses checked, never the names again
+            target = await self.deps.blocking(checked_login, self.deps.fleet_addresses, target)
+        except AddressRefused as e:
+            probe = HostProbe(host_id=inp.host_id, reachable=False, reason=str(e))
+        else:
+            probe = await probe_host(inp.host_id, target, inp.connect_timeout_s)
         await self.deps.blocking(self._record, probe, inp.probe_id)
         return probe
 

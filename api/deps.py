@@ -22,6 +22,7 @@ from sqlmodel import Session
 from api.market import Market
 from api.schemas import PROJECT_PATTERN
 from messages.allocation import Timing
+from providers.fleet_addresses import FleetAddresses
 from settings import home_value
 from store import repo
 from store.secrets import SecretBox
@@ -244,6 +245,9 @@ class AppDeps:
     # policy's Schedule evaluates it (GPUPROV_POLICY_INTERVAL_S).
     webhook_allowlist: tuple[str, ...] = ()
     policy_interval_s: float = 60.0
+    # Which addresses a fleet's hosts may have (GPUPROV_FLEET_ALLOWED_NETWORKS and this installation's
+    # own services: providers/fleet_addresses.py).
+    fleet_addresses: FleetAddresses = field(default_factory=FleetAddresses)
     # The cross-cloud offers page: each connection's adapter, built once per API process (its HTTP
     # pool and TLS context reused), and a short cache of each connection's answer.
     market: Market = field(default_factory=lambda: Market())
@@ -282,6 +286,7 @@ def deps_from_settings() -> AppDeps:
         allowed_endpoints=s.allowed_endpoint_prefixes(),
         webhook_allowlist=s.webhook_prefixes(),
         policy_interval_s=s.policy_interval_s,
+        fleet_addresses=FleetAddresses.from_settings(s),
         market=Market(ttl_s=s.offers_cache_ttl_s, timeout_s=s.offers_timeout_s),
         job_priority_max=s.job_priority_max,
     )

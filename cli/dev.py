@@ -180,6 +180,9 @@ def simulation_argv(cfg: DevConfig) -> list[str]:
 # --------------------------------------------------------------------------- the supervisor
 
 
+DEV_FLEET_NETWORKS = "127.0.0.0/8,::1/128"
+
+
 def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
     """What every child is started with, beside this process's environment."""
     return {"GPUPROV_HOME": str(cfg.home), "GPUPROV_TEMPORAL_ADDRESS": cfg.temporal_address,
@@ -187,7 +190,12 @@ def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
             # Adapters pace their calls at the speed the simulated clouds run their rate limits.
             "GPUPROV_CLOUD_TIME_SCALE": str(cfg.cloud_time_scale),
             "GPUPROV_ALLOWED_ENDPOINTS": ",".join(
-                simulated_endpoints(cfg.cloud_url, simulated, cfg.cloud_tls_url).values())}
+                simulated_endpoints(cfg.cloud_url, simulated, cfg.cloud_tls_url).values()),
+            # Fleets of simulated hosts (fakeclouds/ssh.py) listen on 127.x.y.z: loopback allowed as a
+            # fleet host here (the API's, Temporal's and the database's ports stay refused), unless
+            # the environment says otherwise.
+            "GPUPROV_FLEET_ALLOWED_NETWORKS": (os.environ.get("GPUPROV_FLEET_ALLOWED_NETWORKS")
+                                               or DEV_FLEET_NETWORKS)}
 
 
 async def run_dev(cfg: DevConfig) -> int:

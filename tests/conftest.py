@@ -81,3 +81,13 @@ def secret_key() -> bytes:
 @pytest.fixture(scope="session")
 def secret_box(secret_key: bytes) -> SecretBox:
     return SecretBox(secret_key)
+
+
+@pytest.fixture(autouse=True)
+def no_real_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fleet host names are resolved by a FAKE resolver in every in-process test (any name: a
+    TEST-NET address): this box's DNS server is off loopback, where no test may send anything."""
+    from providers import fleet_addresses
+    from tests.fake_resolver import FakeResolver
+
+    monkeypatch.setattr(fleet_addresses, "system_resolver", FakeResolver())

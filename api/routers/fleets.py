@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from datetime import datetime
 from typing import Annotated, Any
 
 import asyncssh
@@ -25,9 +24,10 @@ from sqlmodel import select
 from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import Name, Strict, aware
+from api.schemas import Name, Strict, Timestamp, aware
 from messages.fleet import FleetProbeRequest
 from messages.ids import fleet_probe_workflow_id
+from providers.fleet_addresses import AddressRefused, FleetAddresses
 from providers.host_keys import fingerprint
 from store import fleets, repo
 from store.models import Fleet, FleetHost
@@ -124,7 +124,7 @@ class BastionOut(BaseModel):
 
 class FleetHostOut(BaseModel):
     host: str
-    probed_at: datetime | None  # null: not probed yet
+    probed_at: Timestamp | None  # null: not probed yet
     reachable: bool | None
     reason: str | None  # why it is not reachable
     gpu_vendor: str | None
@@ -136,7 +136,7 @@ class FleetHostOut(BaseModel):
     sudo: bool | None  # passwordless
     tcp_forwarding: bool | None
     host_key_fingerprint: str | None  # "SHA256:…" of the pinned host key; null: not pinned yet
-    host_key_pinned_at: datetime | None
+    host_key_pinned_at: Timestamp | None
 
     @classmethod
     def of(cls, h: FleetHost) -> FleetHostOut:
@@ -154,7 +154,7 @@ class FleetOut(BaseModel):
     port: int
     hosts: list[FleetHostOut]
     bastion: BastionOut | None
-    created_at: datetime | None
+    created_at: Timestamp | None
 
     @classmethod
     def of(cls, row: Fleet, hosts: list[FleetHost]) -> FleetOut:
@@ -184,6 +184,19 @@ class FleetRemoval(BaseModel):
 
 
 # --------------------------------------------------------------------------- database work (sync)
+
+
+def check_addresses(addresses: FleetAddresses, body: FleetIn) -> None:
+    """HTTP 422 when a host or the bastion is an address a fleet may not have (loopback,
+    link-local, a metadata service, this installation's own services...: providers/fleet_addresses.py).
+    Names reached directly are resolved here, each address checked; nothing is dialled. Hosts behind
+    a bastion are the bastion's to resolve: their names are not looked up here."""
+    try:
+        if body.bastion is not None:
+            addresses.check(body.bastion.host, body.bastion.port)
+        addresses.check_all(body.hosts, body.port, resolve=body.bastion is None)
+    except AddressRefused as e:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(e)) from None
 
 
 def _out(deps: AppDeps, project: str, fleet_id: str) -> FleetOut | None:
@@ -259,11 +272,13 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "unknown flee
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=FleetOut,
-             responses={422: {"description": "bad request (a host, the key...)"}})
+             responses={422: {"description": "bad request (a host, an address a fleet may not have, "
+                                             "the key...)"}})
 async def create_fleet(body: FleetIn, deps: DepsDep, caller: CallerDep) -> FleetOut:
     """Save an SSH fleet and start probing its hosts (GET shows each host's answer once in)."""
     if body.private_key is None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "private_key is required")
+    await in_thread(check_addresses, deps.fleet_addresses, body)
     fleet_id, probe_id = repo.new_id(), repo.new_id()
     out = await in_thread(_save, deps, caller.project, fleet_id, body, create=True, probe_id=probe_id)
     assert out is not None
@@ -289,10 +304,12 @@ async def get_fleet(fleet_id: str, deps: DepsDep, caller: CallerDep) -> FleetOut
 
 
 @router.put("/{fleet_id}", response_model=FleetOut,
-            responses={**NOT_FOUND, 422: {"description": "bad request (a host, the key...)"}})
+            responses={**NOT_FOUND, 422: {
+                "description": "bad request (a host, an address a fleet may not have, the key...)"}})
 async def update_fleet(fleet_id: str, body: FleetIn, deps: DepsDep, caller: CallerDep) -> FleetOut:
     """Replace the configuration (a blank or missing private_key keeps the saved one; hosts kept
     keep their last answer) and probe again."""
+    await in_thread(check_addresses, deps.fleet_addresses, body)
     probe_id = repo.new_id()
     out = await in_thread(_save, deps, caller.project, fleet_id, body, create=False, probe_id=probe_id)
     if out is None:

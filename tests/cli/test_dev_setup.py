@@ -18,6 +18,8 @@ from cli import dev
 from fakeclouds.facade import Facade
 from providers import registry
 from providers.endpoints import parse_prefixes
+from providers.fleet_addresses import AddressRefused, FleetAddresses
+from settings import Settings
 from tests.api.conftest import GOOD_KEY
 from tests.cli.conftest import TOKEN, FakeInstantWorkflows
 
@@ -83,6 +85,20 @@ def test_the_worker_and_api_allow_exactly_the_simulated_clouds(tmp_path: Path,
         "http://127.0.0.1:9999/fake/v1", "http://127.0.0.1:9999/other/api")
     assert [b["endpoint"] for b in dev.connection_bodies(cfg.cloud_url, {"fakecloud": "t"}).values()] == [
         "http://127.0.0.1:9999/fake/v1"]
+
+
+def test_the_dev_stack_allows_loopback_fleet_hosts_but_not_its_own_ports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUPROV_FLEET_ALLOWED_NETWORKS", raising=False)
+    cfg = dev.DevConfig(home=tmp_path, api_port=8111, temporal_port=7222, cloud_port=9999)
+    env = dev.child_env(cfg, registry.simulated())
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    policy = FleetAddresses.from_settings(Settings())  # as the dev stack's API and worker read it
+    assert policy.check("127.0.5.6", 2222).address == "127.0.5.6"
+    for port in (8111, 7222):
+        with pytest.raises(AddressRefused, match="of this installation"):
+            policy.check("127.0.0.1", port)
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ from providers.base import AuthError, CapacityError, LaunchSpec, Offer, OfferQue
 from providers.ssh_fleet import SshFleetProvider
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN
-from tests.fleets.test_probe import gpu_type, make_home, snapshot
+from tests.fleets.test_probe import LOOPBACK, gpu_type, make_home, snapshot
 from tests.jobs.conftest import FAST
 from tests.openssh import openssh
 from worker import build_worker
@@ -133,8 +133,10 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client, k3s_ur
     gateway = TemporalGateway("unused", "default", queue, keys=[])
     gateway._client = temporal_client
     deps = ActivityDeps(engine=engine, box=box, installation_id="fleet002", client=temporal_client,
+                        fleet_addresses=LOOPBACK,
                         k3s_install_url=k3s_url, watch_interval_s=1.0)
     app = create_app(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="fleet002",
+                             fleet_addresses=LOOPBACK,
                              workflows=gateway, job_timing=FAST, job_log_poll_s=0.1, job_queue_poll_s=0.3))
     async with build_worker(temporal_client, deps, task_queue=queue), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://api",

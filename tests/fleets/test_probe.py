@@ -49,6 +49,7 @@ from fakeclouds.ssh import MachineSSH
 from messages.fleet import FleetProbeResult
 from messages.health import HealthInput, HealthSummary
 from messages.ids import fleet_probe_workflow_id
+from providers.fleet_addresses import FleetAddresses, parse_networks
 from store.models import Fleet
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN
@@ -57,6 +58,9 @@ from workflows.fleet_probe import FleetProbeWorkflow
 from workflows.health import HealthWorkflow
 
 REPO = Path(__file__).resolve().parents[2]
+# The simulated hosts are on 127.x.y.z: allowed here, as the dev stack allows them
+# (GPUPROV_FLEET_ALLOWED_NETWORKS; providers/fleet_addresses.py refuses loopback by default).
+LOOPBACK = FleetAddresses(allowed=parse_networks("127.0.0.0/8"))
 
 
 def gpu_type(name: str, smi_name: str, memory_mib: int, count: int) -> InstanceType:
@@ -210,7 +214,8 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client) -> Asy
     queue = f"fleet-tests-{uuid.uuid4().hex[:8]}"
     gateway = TemporalGateway("unused", "default", queue, keys=[])
     gateway._client = temporal_client
-    deps = ActivityDeps(engine=engine, box=box, installation_id="fleet001", client=temporal_client)
+    deps = ActivityDeps(engine=engine, box=box, installation_id="fleet001", client=temporal_client,
+                        fleet_addresses=LOOPBACK)
     activities, health = FleetActivities(deps), HealthActivities(deps)
     executor = ThreadPoolExecutor(4)  # the health check's database activities are plain defs
     worker = Worker(temporal_client, task_queue=queue, workflows=[FleetProbeWorkflow, HealthWorkflow],
@@ -218,6 +223,7 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client) -> Asy
                                 health.check_connection, health.record_health],
                     activity_executor=executor, workflow_runner=workflow_runner())
     app = create_app(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="fleet001",
+                             fleet_addresses=LOOPBACK,
                              workflows=gateway))
     async with worker, Api(transport=httpx.ASGITransport(app=app), base_url="http://api",
                            headers={"Authorization": f"Bearer {TOKEN}"}) as c:
