@@ -57,6 +57,12 @@ def _retry(max_interval_s: float, attempts: int = 0) -> RetryPolicy:
                        maximum_interval=timedelta(seconds=max_interval_s), maximum_attempts=attempts)
 
 
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a task's outcome as read (a task nobody awaits any more)."""
+    if not task.cancelled():
+        task.exception()
+
+
 @workflow.defn(name="JobWorkflow")
 class JobWorkflow:
     @workflow.init
@@ -219,6 +225,10 @@ class JobWorkflow:
         finally:
             if not machine_end.done():
                 machine_end.cancel()
+            # The job's end is decided: the machine's is not waited for, and `went` ends with the
+            # cancelled activity's error. Read when it comes (no command, so replay is unchanged),
+            # else the loop logs "Task exception was never retrieved" for every pool job.
+            gone.add_done_callback(_retrieved)
 
     async def _admit(self) -> None:
         """Wait for the queue's grant (store/queue.py), asking again with a growing interval (up to
