@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -187,3 +188,35 @@ async def test_codec_payloads_are_parsed_off_the_event_loop(client: httpx.AsyncC
     assert r.status_code == 200, r.text
     assert seen and loop_thread not in seen
     assert TOKEN not in r.text
+
+
+async def test_over_a_real_socket_the_401_comes_before_the_body_and_healthz_answers(
+        client: httpx.AsyncClient) -> None:
+    """The finding as it was measured: uvicorn on loopback, a POST declaring 4 MiB with a cookie
+    that only names the session. The 401 arrives after the first piece of the body (the rest is
+    never sent), and /healthz answers while that connection is still open. Bounds only stop a hang."""
+    import uvicorn
+
+    app = client._transport.app  # type: ignore[attr-defined]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)  # connections wait in the backlog until uvicorn accepts them: no start to poll for
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /codec/decode HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Cookie: x=" + codec.COOKIE.encode() + b"\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(FOUR_MIB).encode() + b"\r\n\r\n"
+                     b'{"payloads": [' + b"0," * (CHUNK // 2 - 8))
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), timeout=60)
+        assert status_line.startswith(b"HTTP/1.1 401"), status_line
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", trust_env=False) as other:
+            health = await asyncio.wait_for(other.get("/healthz"), timeout=60)
+        assert health.status_code == 200
+        writer.close()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, timeout=60)
