@@ -191,6 +191,7 @@ class ActivityDeps:
             adapter = registry.build(cloud, credentials, installation_id=self.installation_id)
         if isinstance(adapter, SshFleetProvider):
             adapter.pin_host_keys(fleet.host_keys, fleet.bastion_host_key)
+            adapter.check_addresses(self.fleet_addresses)
         return adapter
 
     def public_key(self) -> str:

@@ -16,6 +16,7 @@ from providers.base import (
     OfferQuery,
     ProviderError,
 )
+from providers.fleet_addresses import FleetAddresses
 from providers.market import DEFAULT_TIMEOUT_S, DEFAULT_TTL_S, MarketAnswer, OfferCache, Source, gather_offers
 from providers.ssh_fleet import SshFleetProvider
 from store import fleets, repo
@@ -73,7 +74,7 @@ class Market:
         return [make(c) for c in conns]
 
     def fleet_sources(self, kind: str, found: Sequence[fleets.SealedFleet], box: SecretBox, *,
-                      installation_id: str) -> list[Source]:
+                      installation_id: str, addresses: FleetAddresses | None = None) -> list[Source]:
         """Sources for SSH fleets (a fleet kind's adapter over each fleet's hosts), keys opened only
         when an adapter is built, and kept while the fleet is unchanged."""
         caps = registry.capabilities(kind)
@@ -90,6 +91,8 @@ class Market:
                 built = registry.build(kind, credentials, installation_id=installation_id)
                 if isinstance(built, SshFleetProvider):
                     built.pin_host_keys(fleet.host_keys, fleet.bastion_host_key)
+                    if addresses is not None:  # else the defaults (providers/fleet_addresses.py)
+                        built.check_addresses(addresses)
                 self._adapters[fleet.id] = (fleet.fingerprint, built)
                 return built
             return Source(connection_id=fleet.id, cloud=kind, capabilities=caps, adapter=adapter,

@@ -44,6 +44,7 @@ from providers.base import (
     rank_offers,
 )
 from providers.credentials import Credentials
+from providers.fleet_addresses import AddressRefused, FleetAddresses, checked_login
 from providers.future import SshFleetCredentials
 from providers.gpus import normalize_gpu
 from providers.ssh_login import Bastion, HostLogin, LoginFailed, login
@@ -252,6 +253,14 @@ class SshFleetProvider(CloudProvider):
         self.user, self.port = str(c["ssh_user"]), int(c["ssh_port"])
         self.hosts = [h.strip() for h in str(c["hosts"]).splitlines() if h.strip()]
         self._key = key
+        # Which addresses its hosts may have (providers/fleet_addresses.py): the defaults until the
+        # builder gives the installation's (check_addresses).
+        self.addresses = FleetAddresses()
+
+    def check_addresses(self, addresses: FleetAddresses) -> None:
+        """Every connection to a host (and the bastion) dials the address `addresses` checked;
+        a refused one is an AuthError: asking again cannot help."""
+        self.addresses = addresses
 
     def pin_host_keys(self, host_keys: dict[str, str], bastion_host_key: str | None) -> None:
         """The host keys the fleet's probe pinned (trust on first use, providers/host_keys.py): a host
@@ -278,8 +287,12 @@ class SshFleetProvider(CloudProvider):
         in as shell assignments, each quoted (never spliced into the script's text)."""
         prefix = "".join(f"{k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
         command = f"sh -c {shlex.quote(prefix + script)}"
+        try:  # resolved once; the login dials the checked address, never the name again
+            target = await asyncio.to_thread(checked_login, self.addresses, self._login(host))
+        except AddressRefused as e:
+            raise AuthError(f"{host}: {e}") from None
         try:
-            async with login(self._login(host), CONNECT_TIMEOUT_S) as conn:
+            async with login(target, CONNECT_TIMEOUT_S) as conn:
                 async with asyncio.timeout(COMMAND_TIMEOUT_S):
                     return await conn.run(command, check=False)
         except LoginFailed as e:

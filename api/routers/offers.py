@@ -130,7 +130,8 @@ async def _fleet_offers(deps: AppDeps, project: str, kind: str, query: OfferQuer
     if not found:
         raise HTTPException(status.HTTP_409_CONFLICT,
                             f"no {kind} fleet in this project: save one first (POST /api/compute/fleets)")
-    sources = deps.market.fleet_sources(kind, found, deps.box, installation_id=deps.installation_id)
+    sources = deps.market.fleet_sources(kind, found, deps.box, installation_id=deps.installation_id,
+                                        addresses=deps.fleet_addresses)
     answer = await deps.market.offers(sources, query)
     failed = [a for a in answer.clouds if a.status != "answered" and a.error != "CapacityError"]
     if not answer.offers and failed:

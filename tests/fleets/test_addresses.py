@@ -23,6 +23,8 @@ from activities.fleet import FleetActivities
 from api.app import create_app
 from api.deps import AppDeps
 from messages.fleet import FleetHostInput
+from providers import registry
+from providers.base import AuthError, LaunchSpec, Offer, Ownership
 from providers.fleet_addresses import (
     AddressRefused,
     FleetAddresses,
@@ -30,6 +32,7 @@ from providers.fleet_addresses import (
     parse_networks,
     services_of,
 )
+from providers.ssh_fleet import SshFleetProvider
 from providers.ssh_login import Bastion, HostLogin
 from settings import Settings
 from store import fleets, repo
@@ -39,7 +42,8 @@ from tests.api.conftest import TOKEN, FakeWorkflows
 from tests.fake_resolver import FakeResolver
 
 FLEETS = "/api/compute/fleets"
-KEY = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
+_KEY = asyncssh.generate_private_key("ssh-ed25519")
+KEY, PUBLIC = _KEY.export_private_key().decode(), _KEY.export_public_key().decode().strip()
 DB_PASSWORD = "db-pass-never-shown-91c"
 NAMES = {"loop.lab.example": ["127.0.0.7"], "meta.lab.example": ["169.254.169.254"],
          "mixed.lab.example": ["10.0.0.8", "169.254.169.254"], "v6meta.lab.example": ["fd00:ec2::254"],
@@ -298,3 +302,23 @@ def test_the_login_dials_the_checked_addresses() -> None:
     with pytest.raises(AddressRefused):
         checked_login(policy, HostLogin(host="10.0.0.1", port=22, user="u", key=key,
                                         bastion=replace(jump, host="169.254.169.254")))
+
+
+async def test_the_fleet_adapter_refuses_before_dialling_too(dials: list[Any]) -> None:
+    """The allocation steps and the offers page reach hosts through the adapter: same rules."""
+    creds = {"ssh_user": "ubuntu", "ssh_port": 8000, "hosts": "169.254.169.254\n127.0.0.1\nloop.lab.example",
+             "private_key": KEY}
+    adapter = registry.build("ssh", creds, installation_id="inst0001")
+    assert isinstance(adapter, SshFleetProvider)
+    policy, _ = addresses("127.0.0.0/8")
+    adapter.check_addresses(policy)
+    with pytest.raises(AuthError) as refused:
+        await adapter.verify()
+    assert "a cloud metadata service" in refused.value.message
+    assert refused.value.message.count("the API of this installation") == 2
+    with pytest.raises(AuthError, match="the API of this installation"):
+        await adapter.create(Offer(provider="ssh", instance_type="127.0.0.1", vcpus=1, memory_gib=1,
+                                   region="on-prem", price_per_hour=0),
+                             LaunchSpec(key="k-1", ssh_public_keys=[PUBLIC],
+                                        owner=Ownership(installation_id="inst0001", allocation_id="a1")))
+    assert dials == []

@@ -177,7 +177,7 @@ async def test_up_lands_on_free_gpu_hosts_and_down_leaves_each_as_it_was(
 
     first = await until(api, await up(api), "ready", "failed")
     assert first["status"] == "ready", first
-    assert first["ssh"] == {"host": fleet.a, "port": fleet.port, "user": "ubuntu"}
+    assert first["ssh"] == {"host": fleet.a, "port": fleet.port, "user": "ubuntu", "bastion": None}
     assert first["price_per_hour"] == 0 and first["cloud"] == CLOUD
     # The user's key logs in there with the real OpenSSH client.
     key_file = tmp_path / "id_ed25519"
@@ -325,9 +325,9 @@ async def test_the_sweep_frees_a_claim_whose_allocation_is_unknown_and_no_other(
     before = snapshot(fleet.homes[fleet.a])
     # A claim of ours no allocation records (a crash between claim and record), and another
     # installation's claim: only ours goes.
-    ours = registry.build(CLOUD, fleet.credentials(), installation_id="fleet002")
+    ours = _built(fleet, "fleet002")
     await ours.create(_offer(fleet.a), _spec(attempt_key(f"lost{uuid.uuid4().hex[:8]}", 1), "fleet002"))
-    theirs = registry.build(CLOUD, fleet.credentials(), installation_id="other001")
+    theirs = _built(fleet, "other001")
     kept = await theirs.create(_offer(fleet.b), _spec("theirs-1", "other001"))
     summary = await temporal_client.execute_workflow(
         "SweepWorkflow", SweepInput(grace_s=0, connection_ids=[r.json()["id"]], poll_interval_s=0.1,
@@ -365,8 +365,16 @@ def _spec(key: str, installation: str = "fleet003") -> LaunchSpec:
                       ssh_public_keys=[USER_KEY.export_public_key().decode().strip()])
 
 
+def _built(fleet: Fleet, installation_id: str) -> SshFleetProvider:
+    """The fleet's adapter as a worker builds it, loopback allowed as the fleet tests allow it."""
+    adapter = registry.build(CLOUD, fleet.credentials(), installation_id=installation_id)
+    assert isinstance(adapter, SshFleetProvider)
+    adapter.check_addresses(LOOPBACK)
+    return adapter
+
+
 async def test_a_retried_create_finds_its_claim_and_another_key_is_refused(fleet: Fleet) -> None:
-    p = registry.build(CLOUD, fleet.credentials(), installation_id="fleet003")
+    p = _built(fleet, "fleet003")
     before = snapshot(fleet.homes[fleet.a])
     offers = await p.offers(OfferQuery(gpu="H100"))
     assert [(o.instance_type, o.gpu and o.gpu.count, o.price_per_hour) for o in offers] == [
@@ -389,8 +397,7 @@ async def test_a_retried_create_finds_its_claim_and_another_key_is_refused(fleet
     assert snapshot(fleet.homes[fleet.a]) == before
 
     # A host presenting another key than the pinned one is refused before anything runs there.
-    pinned = registry.build(CLOUD, fleet.credentials(), installation_id="fleet003")
-    assert isinstance(pinned, SshFleetProvider)
+    pinned = _built(fleet, "fleet003")
     pinned.pin_host_keys({fleet.a: OTHER}, None)
     with pytest.raises(AuthError, match="host key changed"):
         await pinned.create(_offer(fleet.a), _spec("pinned-1"))
