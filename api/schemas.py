@@ -95,6 +95,16 @@ def aware(ts: datetime | None) -> datetime | None:
     return ts
 
 
+def _utc(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+# Every timestamp the API returns (the schema's `date-time`, which carries its offset): a naive
+# value (SQLite's, every stored one UTC) becomes UTC, so it is written `…+00:00`, never zoneless.
+# Each response model's datetime field is one of these (tests/api/test_timestamps.py checks).
+Timestamp = Annotated[datetime, AfterValidator(_utc)]
+
+
 def openssh_key_lines(keys: list[str]) -> list[str]:
     """One OpenSSH public key line per entry, passed on re-serialised from the parsed key
     (providers/ssh_keys.py): never the user's text, never a private key. ValueError naming the entry."""
@@ -120,7 +130,7 @@ class ProjectCreate(Strict):
 
 class ProjectOut(BaseModel):
     id: str
-    created_at: datetime | None
+    created_at: Timestamp | None
 
     @classmethod
     def of(cls, row: ProjectRow) -> ProjectOut:
@@ -137,8 +147,8 @@ class TokenOut(BaseModel):
     id: str
     project: str
     label: str | None
-    created_at: datetime | None
-    revoked_at: datetime | None
+    created_at: Timestamp | None
+    revoked_at: Timestamp | None
 
     @classmethod
     def of(cls, row: ApiToken) -> TokenOut:
@@ -218,7 +228,7 @@ class ConnectionOut(BaseModel):
     endpoint: str | None
     has_ca_bundle: bool = False
     error: str | None = None
-    created_at: datetime | None
+    created_at: Timestamp | None
 
     @classmethod
     def of(cls, row: Connection) -> ConnectionOut:
@@ -385,7 +395,7 @@ class PickOut(BaseModel):
     spot: bool
     gpu_label: str | None
     price_per_hour: float | None
-    picked_at: datetime | None
+    picked_at: Timestamp | None
 
     @classmethod
     def of(cls, row: BackendPick) -> PickOut:
@@ -494,7 +504,7 @@ class AttemptOut(BaseModel):
     price_per_hour: float
     outcome: str
     reason: str | None
-    at: datetime | None
+    at: Timestamp | None
 
     @classmethod
     def of(cls, row: Attempt) -> AttemptOut:
@@ -509,7 +519,7 @@ class EventOut(BaseModel):
     id: int
     status: str
     phase: str
-    at: datetime | None
+    at: Timestamp | None
 
     @classmethod
     def of(cls, row: InstanceEvent) -> EventOut:
@@ -535,10 +545,10 @@ class InstanceOut(BaseModel):
     events: list[EventOut] = Field(default_factory=list)
     error: str | None
     note: str | None
-    created_at: datetime | None
-    updated_at: datetime | None
-    ready_at: datetime | None
-    terminated_at: datetime | None
+    created_at: Timestamp | None
+    updated_at: Timestamp | None
+    ready_at: Timestamp | None
+    terminated_at: Timestamp | None
     gpu_label: str | None = None  # "2× NVIDIA H100 80GB HBM3" as found, else as asked ("2× H100")
     uptime_s: float | None = None  # since ready, while it is not ended
     # The machine's SSH host key once gpuprov has seen it (pinned: every login of gpuprov's is

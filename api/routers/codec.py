@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.api.common.v1 import Payload
 
 from api.deps import AppDeps, BearerDep, DepsDep, require_admin_token
+from api.schemas import Timestamp
 from workflows.codec import CodecError, EncryptionCodec
 
 PREFIX = "/codec"
@@ -176,7 +177,7 @@ async def encode(request: Request, _: Access, deps: DepsDep) -> dict[str, Any]:
 
 
 class SessionOut(BaseModel):
-    expires_at: datetime
+    expires_at: Timestamp
 
 
 @router.post("/session", response_model=SessionOut, dependencies=[Depends(require_admin_token)],

@@ -6,7 +6,6 @@ project when set (422 otherwise); the region one the cloud has, when it declares
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, status
@@ -14,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
 from api.errors import adapter_class, shown
-from api.schemas import CloudId, InstanceCreate, Printable, Strict, aware
+from api.schemas import CloudId, InstanceCreate, Printable, Strict, Timestamp, aware
 from store import defaults, repo
 from store.models import ProjectDefaults
 
@@ -30,7 +29,7 @@ class DefaultsOut(BaseModel):
     project: str
     cloud: str
     region: str | None
-    updated_at: datetime | None
+    updated_at: Timestamp | None
 
     @classmethod
     def of(cls, row: ProjectDefaults) -> DefaultsOut:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
@@ -24,7 +23,7 @@ from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
 from api.routers.defaults import with_project_default
-from api.schemas import InstanceCreate, PlacementId, Printable, Strict
+from api.schemas import InstanceCreate, PlacementId, Printable, Strict, Timestamp
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType, PoolTarget
 from messages.job_text import MAX_IMAGE, command_text, image_reference
@@ -107,9 +106,9 @@ class JobOut(BaseModel):
     allocation_id: str | None = Field(description="the instance its machine is (GET /instances/{id})")
     exit_code: int | None
     error: str | None = Field(description="why it failed, with the last lines of its output")
-    created_at: datetime
-    started_at: datetime | None
-    ended_at: datetime | None
+    created_at: Timestamp
+    started_at: Timestamp | None
+    ended_at: Timestamp | None
     waiting_reason: str | None = Field(
         None, description="why a queued job has not started, always set while it waits: its queue "
                           "group is paused (POST /queue/resume), the project's daily budget is reached, "

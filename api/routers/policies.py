@@ -9,7 +9,6 @@ URL must lie under GPUPROV_WEBHOOK_ALLOWLIST; logs never show its query (it may 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
@@ -20,7 +19,7 @@ from sqlmodel import select
 from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import Name, aware
+from api.schemas import Name, Timestamp, aware
 from messages.ids import policy_schedule_id, policy_workflow_id
 from messages.policy import CronWhen, PolicyInput, PolicySpec, Then, WebhookThen, When
 from providers.endpoints import EndpointError, check_webhook, split_query
@@ -55,13 +54,13 @@ class PolicyOut(BaseModel):
     cooldown_minutes: int | None
     schedule_id: str = Field(description="its Temporal Schedule (paused while the policy is disabled)")
     trigger_count: int = Field(description="how many runs acted")
-    last_triggered_at: datetime | None
+    last_triggered_at: Timestamp | None
     last_result: str | None = Field(description="the last run's outcome: what it did, or why it did not act")
-    last_evaluated_at: datetime | None
+    last_evaluated_at: Timestamp | None
     triggered: str = Field(description='the card\'s line, e.g. '
                                        '"Triggered 3 times · last: 2026-12-01 10:00 UTC"')
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
 
     @classmethod
     def of(cls, row: Policy) -> PolicyOut:

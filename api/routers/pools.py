@@ -9,7 +9,6 @@ machines stay identical; min, max, size and the SSH keys may change."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, status
@@ -20,7 +19,7 @@ from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailabl
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import refusal
-from api.schemas import CloudId, Printable, Strict, openssh_key_lines
+from api.schemas import CloudId, Printable, Strict, Timestamp, openssh_key_lines
 from messages.pool import MAX_POOL_SIZE, POOL_ID_LENGTH, POOL_NAME, PoolStatus, ScaleInput, scale_workflow_id
 from providers.base import LaunchRequirements
 from store import pools, repo
@@ -90,9 +89,9 @@ class PoolOut(BaseModel):
     status: str  # active | deleting
     current: int  # machines the last reconcile counted on the cloud
     machines: list[PoolMachineOut]
-    reconciled_at: datetime | None
+    reconciled_at: Timestamp | None
     errors: list[str]
-    created_at: datetime | None
+    created_at: Timestamp | None
 
     @classmethod
     def of(cls, row: Pool) -> PoolOut:

@@ -21,7 +21,6 @@ drops its configuration at once and touches no host.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -34,7 +33,7 @@ from api.deps import CallerDep, DepsDep, SessionDep, in_thread
 from api.pagination import Keyset, Page, PageDep, encode_cursor
 from api.routers import connections
 from api.routers import fleets as fleet_routes
-from api.schemas import ConnectionRemoval, aware
+from api.schemas import ConnectionRemoval, Timestamp, aware
 from messages.enums import ConnectionStatus
 from messages.health import HealthStatus
 from providers import registry
@@ -80,7 +79,7 @@ class ProviderOut(BaseModel):
     label: str = Field(description="the connection's or fleet's own name")
     status: ProviderStatus
     reason: str | None = Field(None, description="why it is degraded (or what removing it waits for)")
-    checked_at: datetime | None = Field(None, description="when the last health check (or, for a fleet, "
+    checked_at: Timestamp | None = Field(None, description="when the last health check (or, for a fleet, "
                                                           "probe) asked it")
     latency_ms: int | None = Field(None, description="how long the last check's verify() took (clouds)")
     instance_count: int | None = Field(None, description="clouds: its live instances (not terminated, "

@@ -5,14 +5,12 @@ admitted (store/queue.py) until it is resumed here."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlmodel import Session, col, func, select
 
 from api.deps import CallerDep, SessionDep
-from api.schemas import Strict, aware
+from api.schemas import Strict, Timestamp, aware
 from messages.queue_groups import QUEUE_GROUPS, QueueGroup, group_of
 from store import queue
 from store.models import Job
@@ -28,7 +26,7 @@ class GroupIn(Strict):
 class PauseOut(BaseModel):
     type: str
     by: str = Field(description="the policy's id that paused it, or `api` (by hand)")
-    paused_at: datetime
+    paused_at: Timestamp
 
 
 class QueueOut(BaseModel):

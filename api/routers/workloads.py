@@ -11,17 +11,17 @@ and tasks read "—" (null). A job's detail adds its last log lines and its GPUs
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator
 from sqlmodel import Session
 
 from api.deps import CallerDep, SessionDep
 from api.errors import shown
 from api.pagination import Page, PageDep, offset_page
-from api.schemas import Name, Strict, aware, instance_gpu_label
+from api.schemas import Name, Strict, Timestamp, aware, instance_gpu_label
 from messages.workloads import (
     ACTIVE,
     GROUP,
@@ -56,6 +56,29 @@ METRICS_SHOWN = 60  # GPU readings in a job's detail (the last ones)
 Source = Literal["training", "model", "synthetic", "other"]
 
 
+ETA_SKEW = timedelta(minutes=1)  # a reporter's clock may be this far behind ours
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _date_time_text(v: object) -> object:
+    """Only a date-time string, as the schema says: pydantic alone would take 0 (or "0") as the
+    epoch, a bare date as midnight."""
+    if not isinstance(v, str | datetime) or isinstance(v, str) and not _DATE_TIME.match(v):
+        raise ValueError("an RFC 3339 date-time string, e.g. 2026-12-01T21:30:00Z")
+    return v
+
+
+def _not_past(v: datetime) -> datetime:
+    at = aware(v)
+    assert at is not None
+    if at < utcnow() - ETA_SKEW:
+        raise ValueError("an ETA is when the workload is expected to end: not in the past")
+    return at
+
+
+EtaAt = Annotated[datetime, BeforeValidator(_date_time_text), AfterValidator(_not_past)]
+
+
 class WorkloadReport(Strict):
     """A workload run elsewhere, as its owner reports it (every report replaces the last)."""
 
@@ -68,7 +91,9 @@ class WorkloadReport(Strict):
     location: Name | None = Field(None, description="`local cluster` or the cloud backend it runs on")
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     progress_pct: Annotated[float, Field(ge=0, le=100)] | None = None
-    eta_at: datetime | None = None
+    eta_at: EtaAt | None = Field(None, description="when it is expected to end: an RFC 3339 date-time "
+                                                   "string, not in the past (a minute of clock skew "
+                                                   "allowed); a number or other text is a 422")
     requested_by: Name | None = None
 
     @field_validator("gpu")
@@ -94,14 +119,14 @@ class WorkloadOut(BaseModel):
     location: str | None = Field(description="`local cluster` (an SSH fleet host) or the cloud backend "
                                              "and region; null while not placed")
     progress_pct: float | None
-    eta_at: datetime | None = Field(description="null unless its reporter knows it")
+    eta_at: Timestamp | None = Field(description="null unless its reporter knows it")
     elapsed_s: float | None = Field(None, description="a job's time running (to its end, or now)")
     requested_by: str | None
     source: str = Field(description="who put it in the list: `job` (a managed job, /api/compute/jobs), "
                                     "or reported: training, model, synthetic, other")
     job_id: str | None = Field(None, description="the managed job (GET /api/compute/jobs/{id})")
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
 
 
 class GpuSampleOut(BaseModel):
@@ -112,7 +137,7 @@ class GpuSampleOut(BaseModel):
 
 
 class GpuReadingOut(BaseModel):
-    at: datetime
+    at: Timestamp
     gpus: list[GpuSampleOut]
 
 
