@@ -6,7 +6,8 @@ every route, so routes added later get them too:
 
 - 401 on every path under a secured prefix (or declaring a security scheme): the token check;
 - 400, 413 and 422 where there is a body (not UTF-8 JSON, which FastAPI answers with a 400; too
-  large; invalid), 422 where there are parameters;
+  large; invalid), 422 where there are parameters, and on every /api route (a query parameter the
+  route does not declare: api/query_params.py);
 - 404 where the path has a parameter: an unknown id, or a value that routes nowhere; and where
   the request names a project (`X-Project`): one that does not exist, or another project's.
 
@@ -58,8 +59,8 @@ def rule_statuses(path: str, method: str, operation: dict[str, Any]) -> set[int]
         codes.add(401)
     if "requestBody" in operation:
         codes |= {400, 413, 422}
-    if operation.get("parameters"):
-        codes.add(422)
+    if operation.get("parameters") or path.startswith("/api/"):  # every /api route: an unknown query
+        codes.add(422)  # parameter is a 422 (api/query_params.py)
     params = operation.get("parameters", [])
     if any(p.get("in") == "path" or p.get("name") == "X-Project" for p in params):
         codes.add(404)
