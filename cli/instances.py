@@ -23,10 +23,11 @@ def _poll_interval() -> float:
 
 
 def follow(api: Api, instance_id: str, until: set[AllocationStatus],
-           on_attempt: bool = True) -> dict[str, Any]:
+           on_attempt: bool = True, after_event: int = 0) -> dict[str, Any]:
     """Poll the instance, printing every status/phase transition (the recorded events, so a
-    phase shorter than the poll interval is still shown) and new attempts, until `until`."""
-    last_event = 0
+    phase shorter than the poll interval is still shown) and new attempts, until `until`.
+    `after_event`: the events up to that id are history already (not printed)."""
+    last_event = after_event
     shown: dict[int, str] = {}  # attempt seq -> outcome already printed
     start = time.monotonic()
     while True:
@@ -158,11 +159,19 @@ def down(
     instance_id: str,
     no_wait: Annotated[bool, typer.Option("--no-wait")] = False,
 ) -> None:
-    """Terminate an instance and wait until the cloud shows it gone."""
+    """Terminate an instance and wait until the cloud shows it gone: prints what it does (the
+    teardown's own steps), never the provisioning history before it."""
     api = Api()
-    api.call("POST", f"/instances/{instance_id}/terminate")
-    typer.echo(f"terminating {instance_id}")
-    if no_wait:
+    before: dict[str, Any] = api.call("GET", f"/instances/{instance_id}")
+    seen = max((ev["id"] for ev in before.get("events", [])), default=0)
+    if before["status"] == TERMINATED:
+        typer.echo(f"{instance_id} is already gone (terminated)")
         return
-    inst = follow(api, instance_id, {TERMINATED}, on_attempt=False)
-    typer.echo(f"{inst['id']} terminated")
+    where = " · ".join(str(v) for v in (before.get("cloud"), before.get("region")) if v)
+    typer.echo(f"terminating {instance_id}{f' ({where})' if where else ''} …")
+    api.call("POST", f"/instances/{instance_id}/terminate")
+    if no_wait:
+        typer.echo(f"{instance_id}: terminate requested (not waiting; `gpuprov ls -a` shows when it is gone)")
+        return
+    inst = follow(api, instance_id, {TERMINATED}, on_attempt=False, after_event=seen)
+    typer.echo(f"{inst['id']} terminated: gone, verified by the cloud")

@@ -3,10 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
 from typer.testing import CliRunner
 
 from cli import app
+from store import repo
 from tests.api.conftest import GOOD_KEY
+from tests.cli.conftest import FakeInstantWorkflows
 
 runner = CliRunner()
 
@@ -82,7 +86,7 @@ def test_down_waits_until_terminated(key_file: Path) -> None:
     iid = r.output.split()[1]
     r = runner.invoke(app, ["down", iid])
     assert r.exit_code == 0, r.output
-    assert r.output.strip().endswith(f"{iid} terminated")
+    assert r.output.strip().endswith(f"{iid} terminated: gone, verified by the cloud")
     assert runner.invoke(app, ["ls"]).output.strip() == "no instances"
     r = runner.invoke(app, ["down", "nope"])
     assert r.exit_code == 1 and "no instance 'nope' (HTTP 404)" in r.output
@@ -112,3 +116,34 @@ def test_connect_reads_secrets_from_a_file_or_the_environment(tmp_path: Path,
     assert r.exit_code == 1 and "NOT_SET_ANYWHERE is not set" in r.output
     r = runner.invoke(app, ["connect", "fakecloud", "-c", f"api_key=@{tmp_path / 'missing'}"])
     assert r.exit_code == 1 and "cannot read" in r.output
+
+
+def test_down_prints_the_teardown_not_the_provisioning_history(
+        key_file: Path, engine: sa.Engine, workflows: FakeInstantWorkflows) -> None:
+    _connect()
+    up = runner.invoke(app, ["up", "--cloud", "fakecloud", "--ssh-key", str(key_file), "--detach"])
+    iid = up.output.split()[1]
+    with Session(engine) as s:  # the allocation's recorded history, as its workflow writes it
+        repo.update_instance(s, iid, status="provisioning", phase="validate")
+        repo.mark_phases(s, iid, [("provisioning", "plan"), ("provisioning", "create"),
+                                  ("provisioning", "wait_running"), ("ready", "ready")])
+    plain_terminate = workflows.request_update
+
+    async def terminate_in_steps(workflow_id: str, update: str) -> bool:
+        accepted = await plain_terminate(workflow_id, update)
+        with Session(engine) as s:  # the teardown's own steps, recorded like the workflow's
+            repo.mark_phases(s, iid, [("terminating", "terminate"), ("terminated", "terminated")])
+        return accepted
+
+    workflows.request_update = terminate_in_steps  # type: ignore[method-assign]
+    r = runner.invoke(app, ["down", iid])
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    assert lines[0] == f"terminating {iid} (fakecloud · r2) …"
+    assert [line.split("] ", 1)[1] for line in lines[1:-1]] == [
+        "terminating  phase terminate", "terminated   phase terminated"]
+    assert lines[-1] == f"{iid} terminated: gone, verified by the cloud"
+    for phase in ("validate", "plan", "create", "wait_running", "phase ready"):
+        assert phase not in r.output  # the provisioning history is not reprinted
+    r = runner.invoke(app, ["down", iid])
+    assert r.exit_code == 0 and r.output.strip() == f"{iid} is already gone (terminated)"
