@@ -104,7 +104,9 @@ async def test_reads_come_from_the_database(client: httpx.AsyncClient, ssh_key: 
                              price_per_hour=2.5, gpus_found=[{"index": 0, "name": "NVIDIA H100"}],
                              note="k3s skipped")
     got = (await client.get(f"{URL}/{iid}")).json()
-    assert got["status"] == "ready" and got["ssh"] == {"host": "127.0.0.1", "port": 2222, "user": "ubuntu"}
+    assert got["status"] == "ready" and got["ssh"] == {"host": "127.0.0.1", "port": 2222, "user": "ubuntu",
+                                                       "bastion": None}
+    assert got["host_key"] is None  # no login of gpuprov's there yet: nothing seen, nothing pinned
     assert [(a["seq"], a["outcome"], a["reason"]) for a in got["attempts"]] == [
         (1, "capacity", "no A10 left in r1"), (2, "created", None)]
     assert got["gpus"] == [{"index": 0, "name": "NVIDIA H100"}] and got["price_per_hour"] == 2.5
