@@ -83,7 +83,7 @@ async def _read(deps: ActivityDeps, p: CloudProvider, row: Instance) -> Reading:
     async with asyncio.timeout(SAMPLE_TIMEOUT_S):
         if isinstance(p, SshFleetProvider):
             bastion, host_key = p.ssh_route(row.ssh_host)
-            r = machine_ssh.Route(bastion=bastion, host_key=host_key)
+            r = machine_ssh.Route(bastion=bastion, host_key=host_key, addresses=p.addresses)
         else:
             r = await machine_ssh.route(deps, row.ssh_host, allocation_id=row.id)
         async with machine_ssh.connect(deps, row.ssh_host, port, user, r, CONNECT_TIMEOUT_S) as conn:

@@ -3,7 +3,8 @@ fleet host (the allocation's SSH steps, jobs, idle samples; the fleet probe and 
 providers/ssh_login.py directly) goes through `route` and `connect` here.
 
 - A fleet host: through the fleet's bastion when it has one, its host key (and the bastion's) as the
-  fleet's probe pinned them (fleet_host.host_key, fleet.bastion_host_key).
+  fleet's probe pinned them (fleet_host.host_key, fleet.bastion_host_key), dialling the address the
+  installation's fleet address check allowed (providers/fleet_addresses.py), as the adapter does.
 - A cloud machine: trust on first use, per machine. The first successful login (WAIT_SSH, normally)
   records the host key the machine presented on its Instance row (`host_key`, with the machine it
   was pinned for: `host_key_machine`); every later connection to that machine (k3s, the GPU check,
@@ -20,6 +21,7 @@ workflow passes anything new and old histories replay unchanged.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from activities.errors import provider_errors
 from messages.allocation import CloudTarget
 from messages.enums import ErrorKind
 from providers import registry
+from providers.fleet_addresses import AddressRefused, FleetAddresses, checked_login
 from providers.host_keys import fingerprint
 from providers.ssh_fleet import SshFleetProvider
 from providers.ssh_login import Bastion, HostLogin, LoginFailed, Seen, login
@@ -47,6 +50,9 @@ class Route:
     bastion: Bastion | None = None
     host_key: str | None = None  # the pinned key (OpenSSH line); None: trust on first use
     pin_on: tuple[str, str] | None = None  # (allocation id, machine): record the key seen there
+    # A fleet host's: the addresses its fleet may reach (providers/fleet_addresses.py); the login
+    # dials the address this checked, as the fleet adapter's own logins do. None: a cloud machine.
+    addresses: FleetAddresses | None = None
 
 
 def _load(deps: ActivityDeps, allocation_id: str) -> Instance | None:
@@ -81,7 +87,7 @@ async def route(deps: ActivityDeps, host: str, *, allocation_id: str | None = No
             p = await deps.provider(via)
         if isinstance(p, SshFleetProvider):
             bastion, host_key = p.ssh_route(host)
-            return Route(bastion=bastion, host_key=host_key)
+            return Route(bastion=bastion, host_key=host_key, addresses=p.addresses)
     if row is None:
         return Route()
     pinned = pinned_key(row)
@@ -100,9 +106,15 @@ async def connect(deps: ActivityDeps, host: str, port: int, user: str, r: Route,
     host key: `key_changed_error` (non-retryable); any other login failure raises as a direct
     asyncssh login's would (OSError, asyncssh.Error, TimeoutError)."""
     key = await deps.blocking(deps.private_key)
+    target = HostLogin(host, port, user, key, r.bastion, r.host_key)
+    if r.addresses is not None:
+        try:  # resolved once, off the loop; refused before anything is dialled
+            target = await asyncio.to_thread(checked_login, r.addresses, target)
+        except AddressRefused as e:
+            raise ApplicationError(f"{host}: {e}", type=ErrorKind.AUTH, non_retryable=True) from None
     seen = Seen()
     try:
-        async with login(HostLogin(host, port, user, key, r.bastion, r.host_key), timeout_s, seen) as conn:
+        async with login(target, timeout_s, seen) as conn:
             if r.pin_on is not None and seen.host_key is not None:
                 allocation_id, machine = r.pin_on
                 pinned = await deps.blocking(_record_pin, deps, allocation_id, machine, seen.host_key)

@@ -39,6 +39,7 @@ from fakeclouds.ssh import MachineSSH
 from messages.activities import SshTarget
 from messages.enums import ErrorKind
 from messages.job import RunJobInput
+from providers.fleet_addresses import FleetAddresses
 from providers.host_keys import fingerprint
 from providers.ssh_fleet import SshFleetProvider
 from store import fleets, migrate
@@ -46,6 +47,7 @@ from store.db import make_engine
 from store.models import Instance, Job, JobLogChunk
 from store.secrets import SecretBox
 from tests.fleets.test_allocate import BEHIND, FLEET_KEY, _Jump
+from tests.fleets.test_probe import LOOPBACK
 from tests.processes import until
 
 
@@ -164,7 +166,8 @@ class Lab:
 async def lab(tmp_path: Path, secret_box: SecretBox) -> AsyncIterator[Lab]:
     engine = make_engine(f"sqlite:///{tmp_path / 'app.db'}")
     migrate.upgrade(engine)
-    deps = ActivityDeps(engine=engine, box=secret_box, installation_id="pins0001")
+    # Fleet hosts on loopback allowed, as in the fleet tests (GPUPROV_FLEET_ALLOWED_NETWORKS).
+    deps = ActivityDeps(engine=engine, box=secret_box, installation_id="pins0001", fleet_addresses=LOOPBACK)
     net = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
     home = Path(tempfile.mkdtemp(prefix="hk", dir="/tmp"))
     (home / "bin").mkdir()
@@ -360,3 +363,19 @@ async def test_a_jobs_command_stays_out_of_the_workers_log(lab: Lab,
     logging.getLogger("gpuprov.worker").info("canary")
     assert "canary" in caplog.text  # ... the log is captured ...
     assert "DISTINCTIVE-7f3a" not in caplog.text  # ... without it
+
+
+async def test_a_fleet_job_on_an_address_the_installation_refuses_dials_nothing(lab: Lab) -> None:
+    """The job's login to a fleet host is checked as the fleet adapter's are (M2): loopback refused
+    by default, before anything is dialled, and not retried."""
+    host = lab.genuine.host or ""
+    add_fleet(lab, host, lab.genuine_port, pin=line(lab.host_key))
+    add_job(lab, allocation="a6", provider=SshFleetProvider.id, connection="flt1", host=host,
+            port=lab.genuine_port, command="touch dialled")
+    strict = ActivityDeps(engine=lab.engine, box=lab.deps.box, installation_id="pins0001",
+                          fleet_addresses=FleetAddresses())  # the default: loopback refused
+    with pytest.raises(ApplicationError) as refused:
+        await ActivityEnvironment().run(JobActivities(strict).run_job,
+                                        run_input(host, lab.genuine_port, "touch dialled"))
+    assert refused.value.non_retryable and refused.value.type == ErrorKind.AUTH, refused.value
+    assert not (lab.home / "dialled").exists() and not (lab.home / ".gpuprov").exists()
