@@ -14,7 +14,6 @@ request that could never launch — or would launch something else — is refuse
 from __future__ import annotations
 
 import re
-import unicodedata
 
 # distribution/reference's grammar (reference/regexp.go), anchored by fullmatch. ASCII only.
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -46,14 +45,15 @@ def image_reference(value: str) -> str:
     return value
 
 
-_ALLOWED_CONTROLS = frozenset("\n\t")
+# The control characters (Unicode category Cc: C0, DEL and C1) but newline and tab.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def command_text(value: str) -> str:
     """`value` if it holds no control character but newline and tab; ValueError naming the first
     one (as U+XXXX) and where it is."""
-    for i, ch in enumerate(value):
-        if ch not in _ALLOWED_CONTROLS and unicodedata.category(ch) == "Cc":
-            raise ValueError(f"a command must not contain control characters (U+{ord(ch):04X} at position "
-                             f"{i}); newline and tab are the only ones allowed")
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise ValueError(f"a command must not contain control characters (U+{ord(found[0]):04X} at position "
+                         f"{found.start()}); newline and tab are the only ones allowed")
     return value
