@@ -16,7 +16,7 @@ run: $(STAMP)
 	$(BIN)/gpuprov dev
 
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
