@@ -17,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import shutil
+import signal
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -182,6 +185,16 @@ async def lab(tmp_path: Path, secret_box: SecretBox) -> AsyncIterator[Lab]:
     finally:
         await genuine.stop()
         engine.dispose()
+        stop_jobs(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def stop_jobs(home: Path) -> None:
+    """Stop what the tests' jobs left running on the genuine host (a job cut off by the impostor
+    waits for its `go` file forever): the detached command's process group, by its pid file."""
+    for pid_file in home.glob(".gpuprov/jobs/*/pid"):
+        with contextlib.suppress(ValueError, OSError):
+            os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
 
 
 def add_fleet(lab: Lab, host: str, port: int, *, pin: str | None,
