@@ -196,14 +196,18 @@ async def run_worker(client: Client, deps: ActivityDeps, *, task_queue: str | No
 # --------------------------------------------------------------------------- the sweep's Schedule
 
 
+def _every(action: ScheduleActionStartWorkflow, interval_s: float) -> Schedule:
+    """`action` every `interval_s`, skipped while the previous run still goes."""
+    return Schedule(action=action,
+                    spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
+                    policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+
+
 def sweep_schedule(*, task_queue: str, interval_s: float, grace_s: float) -> Schedule:
     """Every `interval_s`, one SweepWorkflow run; a run still going when the next is due makes it skip."""
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
-            SweepWorkflow.run, SweepInput(grace_s=grace_s), id=SWEEP_WORKFLOW_ID, task_queue=task_queue,
-            execution_timeout=timedelta(hours=2)),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+    return _every(ScheduleActionStartWorkflow(
+        SweepWorkflow.run, SweepInput(grace_s=grace_s), id=SWEEP_WORKFLOW_ID, task_queue=task_queue,
+        execution_timeout=timedelta(hours=2)), interval_s)
 
 
 async def ensure_sweep_schedule(client: Client, *, task_queue: str, interval_s: float, grace_s: float,
@@ -259,12 +263,9 @@ def health_schedule(*, task_queue: str, interval_s: float) -> Schedule:
     """Every `interval_s`, one HealthWorkflow run (verify each connected cloud, record the answers);
     a run still going when the next is due makes it skip. A run is bounded (execution timeout), so
     one left waiting for a worker that is gone does not keep skipping every later one."""
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
-            HealthWorkflow.run, HealthInput(), id=HEALTH_WORKFLOW_ID, task_queue=task_queue,
-            execution_timeout=timedelta(seconds=max(120.0, interval_s))),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+    return _every(ScheduleActionStartWorkflow(
+        HealthWorkflow.run, HealthInput(), id=HEALTH_WORKFLOW_ID, task_queue=task_queue,
+        execution_timeout=timedelta(seconds=max(120.0, interval_s))), interval_s)
 
 
 async def ensure_health_schedule(client: Client, *, task_queue: str, interval_s: float,
@@ -278,12 +279,9 @@ async def ensure_health_schedule(client: Client, *, task_queue: str, interval_s:
 def health_recheck_schedule(*, task_queue: str, interval_s: float) -> Schedule:
     """Every `interval_s`, one HealthRecheckWorkflow run: the degraded connections verified again
     (none degraded: one database read). Skips while a run is still going, bounded like the check's."""
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
-            HealthRecheckWorkflow.run, HealthRecheckInput(), id=HEALTH_RECHECK_WORKFLOW_ID,
-            task_queue=task_queue, execution_timeout=timedelta(seconds=max(120.0, interval_s))),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
+    return _every(ScheduleActionStartWorkflow(
+        HealthRecheckWorkflow.run, HealthRecheckInput(), id=HEALTH_RECHECK_WORKFLOW_ID,
+        task_queue=task_queue, execution_timeout=timedelta(seconds=max(120.0, interval_s))), interval_s)
 
 
 async def ensure_health_recheck_schedule(client: Client, *, task_queue: str, interval_s: float,
