@@ -1,21 +1,23 @@
-"""What every facade shares: bearer auth, JSON bodies, running an op through the fault rules."""
+"""What every facade shares: bearer auth, running an op through the rate limits and fault rules.
+Bodies are read by `fakeclouds/bodies.py`, errors rendered by `fakeclouds/vendor_errors.py`."""
 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from fakeclouds.bodies import json_body
 from fakeclouds.engine import Engine
-from fakeclouds.errors import CloudError, Invalid, Unauthorized
+from fakeclouds.errors import CloudError, Unauthorized
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import identity
+from fakeclouds.vendor_errors import retry_after_header as retry_after_header  # re-exported
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -27,33 +29,23 @@ def check_bearer(request: Request, token: str) -> None:
         raise Unauthorized("missing or invalid API token")
 
 
-async def parse_body(request: Request, model: type[M]) -> M:
-    try:
-        raw = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Invalid("request body must be JSON") from exc
-    if not isinstance(raw, dict):
-        raise Invalid("request body must be a JSON object")
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise Invalid(f"{where}: {first['msg']}") from exc
+parse_body = json_body  # the name facades outside this package (tests/fakeclouds/tiny_cloud.py) use
 
 
 async def authorized_body(request: Request, token: str, model: type[M]) -> M:
     """Check the bearer token, then parse the JSON body into `model` (CloudError on either)."""
     check_bearer(request, token)
-    return await parse_body(request, model)
+    return await json_body(request, model)
 
 
 Call = Callable[..., Awaitable[Response]]
 
 
 def make_call(engine: Engine, facade: str, token: str,
-              error_response: Callable[[CloudError], Response]) -> Call:
-    """A facade's request runner: auth, faults, the effect, and its own error format."""
+              error_response: Callable[[CloudError], Response] | None = None) -> Call:
+    """A facade's request runner: auth, rate limits, faults, the effect. Its CloudErrors reach the
+    router's `vendor_errors.vendor_router` guard; a facade on a plain APIRouter passes its own
+    `error_response` instead."""
 
     async def call(request: Request, op: str, effect: Callable[[CallPlan], Any], *, status: int = 200,
                    region: str | None = None) -> Response:
@@ -62,6 +54,8 @@ def make_call(engine: Engine, facade: str, token: str,
             check_rate(engine, facade, request, op)
             body = await run_op(engine, facade, op, effect, region)
         except CloudError as exc:
+            if error_response is None:
+                raise
             return error_response(exc)
         return JSONResponse(body, status_code=status)
 
@@ -86,11 +80,6 @@ async def run_op(engine: Engine, facade: str, op: str, effect: Callable[[CallPla
         result = await result
     await plan.after()
     return result
-
-
-def retry_after_header(seconds: float) -> str:
-    # Fractional values are a simulation extension so tests stay fast; real clouds send integers.
-    return f"{seconds:g}"
 
 
 def iso(ts: float) -> str:

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from fakeclouds.catalog import InstanceType, Region
-from fakeclouds.common import authorized_body, iso, make_call, retry_after_header
+from fakeclouds.common import authorized_body, iso, make_call
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -27,11 +27,11 @@ from fakeclouds.errors import (
     NotFound,
     QuotaExceeded,
     RateLimit,
-    ServerFault,
     Unauthorized,
 )
 from fakeclouds.facade import UNIQUE_SLUG, Facade
 from fakeclouds.faults import CallPlan
+from fakeclouds.vendor_errors import CodeTable, retry_after, status_of, vendor_router
 
 NAME = "local"
 
@@ -53,16 +53,17 @@ INSTANCE_TYPES = (
     _cpu("cpu-large", 8, 32, 0.16, 0.18),
 )
 
-_STATUS: list[tuple[type[CloudError], int, str]] = [
-    (Unauthorized, 401, "unauthorized"),
-    (NotFound, 404, "not_found"),
-    (Invalid, 400, "invalid_request"),
-    (NameConflict, 409, "name_conflict"),
-    (NoCapacity, 503, "insufficient_capacity"),
-    (QuotaExceeded, 403, "quota_exceeded"),
-    (RateLimit, 429, "rate_limited"),
-    (LostResponse, 504, "gateway_timeout"),
-]
+# (status, code) per engine error; an injected ServerFault keeps its own status.
+_ERRORS = CodeTable([
+    (Unauthorized, (401, "unauthorized")),
+    (NotFound, (404, "not_found")),
+    (Invalid, (400, "invalid_request")),
+    (NameConflict, (409, "name_conflict")),
+    (NoCapacity, (503, "insufficient_capacity")),
+    (QuotaExceeded, (403, "quota_exceeded")),
+    (RateLimit, (429, "rate_limited")),
+    (LostResponse, (504, "gateway_timeout")),
+], default=(500, "server_error"))
 
 
 class CreateBody(BaseModel):
@@ -77,16 +78,10 @@ class CreateBody(BaseModel):
     ports: list[int] = Field(default_factory=list)
 
 
-def error_response(exc: CloudError) -> JSONResponse:
-    status, code = 500, "server_error"
-    for cls, st, cd in _STATUS:
-        if isinstance(exc, cls):
-            status, code = st, cd
-    if isinstance(exc, ServerFault):
-        status = exc.status
-    headers = {"Retry-After": retry_after_header(exc.retry_after)} if isinstance(exc, RateLimit) else None
-    body = {"error": {"code": code, "message": exc.message}}
-    return JSONResponse(body, status_code=status, headers=headers)
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    status, code = _ERRORS(exc)
+    return JSONResponse({"error": {"code": code, "message": exc.message}}, status_code=status_of(exc, status),
+                        headers=retry_after(exc))
 
 
 def machine_json(m: Machine) -> dict[str, Any]:
@@ -102,9 +97,8 @@ def machine_json(m: Machine) -> dict[str, Any]:
 def build_router(engine: Engine, token: str, facade: str = NAME) -> APIRouter:
     """The local API for `facade`: `local` itself, or another cloud that speaks our API
     (`functools.partial(build_router, facade=...)` as its Facade's build_router)."""
-    router = APIRouter()
-
-    call = make_call(engine, facade, token, error_response)
+    router = vendor_router(error_response)
+    call = make_call(engine, facade, token)
 
     @router.get("/account")
     async def account(request: Request) -> Response:
@@ -128,10 +122,7 @@ def build_router(engine: Engine, token: str, facade: str = NAME) -> APIRouter:
 
     @router.post("/machines")
     async def create(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, CreateBody)
-        except CloudError as exc:
-            return error_response(exc)
+        body = await authorized_body(request, token, CreateBody)
 
         def effect(plan: CallPlan) -> dict[str, Any]:
             (m,) = engine.create(
@@ -149,7 +140,7 @@ def build_router(engine: Engine, token: str, facade: str = NAME) -> APIRouter:
         for raw in request.query_params.getlist("label"):
             k, sep, v = raw.partition("=")
             if not sep or not k:
-                return error_response(Invalid(f"label filter must be k=v, not {raw!r}"))
+                raise Invalid(f"label filter must be k=v, not {raw!r}")
             labels[k] = v
 
         def effect(_: CallPlan) -> dict[str, Any]:
