@@ -5,7 +5,9 @@ no test asserts on how long a wait took. Polling starts fast and backs off (0.01
 0.25 s): most conditions hold within milliseconds, and a fixed 0.2-1 s interval wasted that much per
 wait.
 
-`check()` returns something truthy when done (that value is returned) or falsy to poll again. An
+`check()` returns something truthy when done (that value is returned) or falsy to poll again; or,
+given `until`, `check()` reads a value and `until(value)` says whether it is done (the value is
+returned, falsy or not: `until=lambda st: st is None` waits for a thing to go). An
 exception propagates at once (an `assert` inside a check fails the test with its own message rather
 than after the whole wait), except the types named in `ignore`, which count as "not yet" (e.g.
 `ignore=(httpx.TransportError,)` while a server restarts, or `(AssertionError,)` for a check written
@@ -38,23 +40,24 @@ def _failure(what: str, within: float, started: float, checks: int, last: Any, e
 
 @overload
 async def eventually(check: Callable[[], Awaitable[T]], *, within: float, what: str,
-                     ignore: tuple[type[Exception], ...] = (), cap: float = CAP,
-                     detail: Callable[[], object] | None = None) -> T: ...
+                     ignore: tuple[type[Exception], ...] = (), until: Callable[[T], object] | None = None,
+                     cap: float = CAP, detail: Callable[[], object] | None = None) -> T: ...
 
 
 @overload
 async def eventually(check: Callable[[], T], *, within: float, what: str,
-                     ignore: tuple[type[Exception], ...] = (), cap: float = CAP,
-                     detail: Callable[[], object] | None = None) -> T: ...
+                     ignore: tuple[type[Exception], ...] = (), until: Callable[[T], object] | None = None,
+                     cap: float = CAP, detail: Callable[[], object] | None = None) -> T: ...
 
 
 async def eventually(check: Callable[[], Any], *, within: float, what: str,
-                     ignore: tuple[type[Exception], ...] = (), cap: float = CAP,
-                     detail: Callable[[], object] | None = None) -> Any:
-    """The first truthy value of `check()` (sync or async), polled with back-off; AssertionError naming
-    `what`, the time waited and the last value (or ignored exception) once `within` seconds have
-    passed. `detail()` (optional) adds to that message, read at the failure. A check still running
-    at the deadline may finish; one hanging past twice `within` fails the same way."""
+                     ignore: tuple[type[Exception], ...] = (), until: Callable[[Any], object] | None = None,
+                     cap: float = CAP, detail: Callable[[], object] | None = None) -> Any:
+    """The first truthy value of `check()` (sync or async; with `until`, the first value `until`
+    accepts), polled with back-off; AssertionError naming `what`, the time waited and the last value
+    (or ignored exception) once `within` seconds have passed. `detail()` (optional) adds to that
+    message, read at the failure. A check still running at the deadline may finish; one hanging past
+    twice `within` fails the same way."""
     started = time.monotonic()
     deadline = started + within
     pause, checks, last, error = FIRST, 0, None, None
@@ -70,7 +73,7 @@ async def eventually(check: Callable[[], Any], *, within: float, what: str,
                 except ignore as e:
                     error = e
                 else:
-                    if got:
+                    if until(got) if until is not None else got:
                         return got
                     last, error = got, None
                 left = deadline - time.monotonic()
@@ -85,8 +88,8 @@ async def eventually(check: Callable[[], Any], *, within: float, what: str,
 
 
 def eventually_sync(check: Callable[[], T], *, within: float, what: str,
-                    ignore: tuple[type[Exception], ...] = (), cap: float = CAP,
-                    detail: Callable[[], object] | None = None) -> T:
+                    ignore: tuple[type[Exception], ...] = (), until: Callable[[T], object] | None = None,
+                    cap: float = CAP, detail: Callable[[], object] | None = None) -> T:
     """`eventually` for code off the event loop (threads, a subprocess's output): `check` is plain."""
     started = time.monotonic()
     deadline = started + within
@@ -102,7 +105,7 @@ def eventually_sync(check: Callable[[], T], *, within: float, what: str,
                 if inspect.iscoroutine(got):
                     got.close()
                 raise TypeError(f"eventually_sync: {what}: the check returned an awaitable; use eventually")
-            if got:
+            if until(got) if until is not None else got:
                 return got
             last, error = got, None
         left = deadline - time.monotonic()

@@ -42,6 +42,17 @@ async def test_a_truthy_first_answer_is_returned_without_a_second_check() -> Non
     assert await eventually(c, within=60, what="x") == [1] and c.calls == 1
 
 
+async def test_until_judges_the_value_and_returns_it_even_when_falsy() -> None:
+    answers = iter(["pending", "pending", "running", None])
+    assert await eventually(lambda: next(answers), until=lambda st: st == "running", within=60,
+                            what="running") == "running"
+    gone = await eventually(lambda: next(answers), until=lambda st: st is None, within=60, what="gone")
+    assert gone is None
+    with pytest.raises(AssertionError, match="last value: 'pending'"):
+        await eventually(lambda: "pending", until=lambda st: st == "running", within=0.05, what="running")
+    assert eventually_sync(lambda: 0, until=lambda n: n == 0, within=60, what="zero") == 0
+
+
 class NotYet:
     """A falsy answer that says which call made it."""
 
