@@ -30,8 +30,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from fakeclouds import k3s
+from fakeclouds.bodies import json_body
 from fakeclouds.catalog import Gpu, InstanceType, Region
-from fakeclouds.common import check_rate, iso, parse_body, retry_after_header, run_op
+from fakeclouds.common import check_rate, iso, run_op
 from fakeclouds.engine import ERROR, PENDING, RUNNING, TERMINATING, Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -49,6 +50,7 @@ from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit
 from fakeclouds.ssh import parse_public_key
+from fakeclouds.vendor_errors import CodeTable, retry_after, status_of, vendor_router
 
 NAME = "hyperstack"
 SPOT_SUFFIX = "-spot"  # [unconfirmed] how spot flavors are named
@@ -101,38 +103,31 @@ FLAVORS = {
 }
 _TYPES = {t.name: t for t in INSTANCE_TYPES}
 
-# error class -> (HTTP status, error_reason). Only `bad_request` is seen in the docs; the rest
-# (and the 400 for out-of-stock) are [unconfirmed].
-_ERRORS: list[tuple[type[CloudError], int, str]] = [
-    (Unauthorized, 401, "unauthorized"),
-    (NotFound, 404, "not_found"),
-    (Invalid, 400, "bad_request"),
-    (NameConflict, 409, "already_exist"),
-    (NoCapacity, 400, "out_of_stock"),
-    (QuotaExceeded, 400, "quota_exceeded"),
-    (RateLimit, 429, "too_many_requests"),
-    (ServerFault, 500, "internal_server_error"),
-    (LostResponse, 504, "gateway_timeout"),  # simulation only: the answer was lost on the way
-]
-
-
 class Conflict(CloudError):
     """409 for a state conflict (deleting a VM that is already being deleted) [unconfirmed]."""
 
 
-def error_response(exc: CloudError) -> JSONResponse:
-    status, reason = 500, "internal_server_error"
-    for cls, st, why in _ERRORS:
-        if isinstance(exc, cls):
-            status, reason = st, why
-    if isinstance(exc, Conflict):
-        status, reason = 409, "conflict"
-    if isinstance(exc, ServerFault):
-        status = exc.status
+# error class -> (HTTP status, error_reason); the last class that matches wins. Only `bad_request`
+# is seen in the docs; the rest (and the 400 for out-of-stock) are [unconfirmed].
+_ERRORS = CodeTable([
+    (Unauthorized, (401, "unauthorized")),
+    (NotFound, (404, "not_found")),
+    (Invalid, (400, "bad_request")),
+    (NameConflict, (409, "already_exist")),
+    (NoCapacity, (400, "out_of_stock")),
+    (QuotaExceeded, (400, "quota_exceeded")),
+    (RateLimit, (429, "too_many_requests")),
+    (ServerFault, (500, "internal_server_error")),
+    (LostResponse, (504, "gateway_timeout")),  # simulation only: the answer was lost on the way
+    (Conflict, (409, "conflict")),
+], default=(500, "internal_server_error"))
+
+
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    status, reason = _ERRORS(exc)
     # Retry-After on a 429 [unconfirmed: the docs only say calls are blocked for the next minute].
-    headers = {"Retry-After": retry_after_header(exc.retry_after)} if isinstance(exc, RateLimit) else None
     return JSONResponse({"status": False, "message": exc.message, "error_reason": reason},
-                        status_code=status, headers=headers)
+                        status_code=status_of(exc, status), headers=retry_after(exc))
 
 
 # --------------------------------------------------------------------------- request bodies
@@ -307,22 +302,19 @@ def _machine_id() -> str:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
+    router = vendor_router(error_response)
 
     async def call(request: Request, op: str, effect: Callable[[CallPlan, Any], Any], *,
                    model: type[BaseModel] | None = None,
                    region: Callable[[Any], str | None] | None = None) -> Response:
-        try:
-            # The limit counts (and its block refuses) every call from the address, before the key
-            # is looked at: "all API calls for the next minute will be blocked".
-            check_rate(engine, NAME, request, op)
-            if request.headers.get("api_key", "").strip() != token:
-                raise Unauthorized("Invalid or missing API key")
-            body = await parse_body(request, model) if model is not None else None
-            where = region(body) if region is not None else None
-            result = await run_op(engine, NAME, op, lambda plan: effect(plan, body), where)
-        except CloudError as exc:
-            return error_response(exc)
+        # The limit counts (and its block refuses) every call from the address, before the key
+        # is looked at: "all API calls for the next minute will be blocked".
+        check_rate(engine, NAME, request, op)
+        if request.headers.get("api_key", "").strip() != token:
+            raise Unauthorized("Invalid or missing API key")
+        body = await json_body(request, model) if model is not None else None
+        where = region(body) if region is not None else None
+        result = await run_op(engine, NAME, op, lambda plan: effect(plan, body), where)
         return JSONResponse(result)
 
     def ok(message: str, **fields: Any) -> dict[str, Any]:
