@@ -31,8 +31,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, field_validator
 
 from fakeclouds import k3s, lambda_firewall
+from fakeclouds.bodies import json_body
 from fakeclouds.catalog import Gpu, InstanceType, Region
-from fakeclouds.common import parse_body, retry_after_header, run_op
+from fakeclouds.common import run_op
 from fakeclouds.engine import PREEMPTED, TERMINATED, Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -48,6 +49,7 @@ from fakeclouds.errors import (
 from fakeclouds.facade import FREE_FORM_64, Facade, hex_id
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit, identity
+from fakeclouds.vendor_errors import CodeTable, retry_after, vendor_router
 
 NAME = "lambda"
 USER_DATA_MAX = 1_000_000  # "cannot exceed 1MB" (whether 10^6 or 2^20 bytes is [unconfirmed]: the stricter)
@@ -125,22 +127,23 @@ class KeyNotFound(NotFound):
     """404 global/not-found (v1.10's generic, e.g. an unknown SSH key id)."""
 
 
-# (error class, HTTP status, code, suggestion); the last class that matches wins. Codes marked
+# (HTTP status, code, suggestion) per engine error; the last class that matches wins. Codes marked
 # [unconfirmed] are our guess.
-_ERRORS: list[tuple[type[CloudError], int, str, str | None]] = [
-    (Unauthorized, 401, "global/invalid-api-key", "Check your API key."),
-    (NotFound, 404, "global/object-does-not-exist", "Check the resource exists."),
-    (KeyNotFound, 404, "global/not-found", None),
-    (Invalid, 400, "global/invalid-parameters", None),
-    (lambda_firewall.RulesetInUse, 400, "firewall-rulesets/firewall-ruleset-in-use",
-     "Terminate all instances that are using the ruleset before deleting it."),
-    (NoCapacity, 400, "instance-operations/launch/insufficient-capacity",
-     "Try again later or choose another region or instance type."),
-    (QuotaExceeded, 400, "global/quota-exceeded", "Contact support to raise your quota."),
-    (RateLimit, 429, "global/too-many-requests", "Slow down."),  # status from SkyPilot; code [unconfirmed]
-    (ServerFault, 500, "global/internal-error", None),
-    (LostResponse, 504, "global/gateway-timeout", None),  # simulation only
-]
+_ERRORS = CodeTable([
+    (Unauthorized, (401, "global/invalid-api-key", "Check your API key.")),
+    (NotFound, (404, "global/object-does-not-exist", "Check the resource exists.")),
+    (KeyNotFound, (404, "global/not-found", None)),
+    (Invalid, (400, "global/invalid-parameters", None)),
+    (lambda_firewall.RulesetInUse, (
+        400, "firewall-rulesets/firewall-ruleset-in-use",
+        "Terminate all instances that are using the ruleset before deleting it.")),
+    (NoCapacity, (400, "instance-operations/launch/insufficient-capacity",
+                  "Try again later or choose another region or instance type.")),
+    (QuotaExceeded, (400, "global/quota-exceeded", "Contact support to raise your quota.")),
+    (RateLimit, (429, "global/too-many-requests", "Slow down.")),  # status from SkyPilot; code [unconfirmed]
+    (ServerFault, (500, "global/internal-error", None)),
+    (LostResponse, (504, "global/gateway-timeout", None)),  # simulation only
+], default=(500, "global/internal-error", None))
 
 
 class Tag(BaseModel):
@@ -188,11 +191,8 @@ class SshKeyBody(BaseModel):
     public_key: str | None = Field(default=None, max_length=4096)  # omitted: Lambda makes a pair
 
 
-def error_response(exc: CloudError) -> JSONResponse:
-    status, code, suggestion = 500, "global/internal-error", None
-    for cls, st, cd, sug in _ERRORS:
-        if isinstance(exc, cls):
-            status, code, suggestion = st, cd, sug
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    status, code, suggestion = _ERRORS(exc)
     if isinstance(exc, ServerFault):
         status = exc.status
         if status == 503:  # an upstream's outage, as the spec's example shows it (its status [unconfirmed])
@@ -200,8 +200,7 @@ def error_response(exc: CloudError) -> JSONResponse:
     err: dict[str, Any] = {"code": code, "message": exc.message}
     if suggestion:
         err["suggestion"] = suggestion
-    headers = {"Retry-After": retry_after_header(exc.retry_after)} if isinstance(exc, RateLimit) else None
-    return JSONResponse({"error": err}, status_code=status, headers=headers)
+    return JSONResponse({"error": err}, status_code=status, headers=retry_after(exc))
 
 
 def check_auth(request: Request, token: str) -> None:
@@ -301,27 +300,24 @@ Effect = Callable[[CallPlan, Any], Any]
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
+    router = vendor_router(error_response)
     who_token = f"Bearer {token}"  # one identity for the key, however it was presented
 
     async def call(request: Request, op: str, effect: Effect, *, model: type[BaseModel] | None = None,
                    region: Callable[[Any], str] | None = None) -> Response:
-        """Auth, the documented rate limits, the body, the faults, the effect; Lambda's error format."""
+        """Auth, the documented rate limits, the body, the faults, the effect (errors: the router's)."""
+        check_auth(request, token)
+        host = request.client.host if request.client else None
         try:
-            check_auth(request, token)
-            host = request.client.host if request.client else None
-            try:
-                engine.limiter.check(NAME, RATE_LIMITS, identity(who_token, host), op)
-            except RateLimit:
-                # How many calls the documented limits refused (tests read it: a paced client sees none).
-                state = engine.facade_state[NAME]
-                state["rate_limited"] = state.get("rate_limited", 0) + 1
-                raise
-            body = await parse_body(request, model) if model is not None else None
-            result = await run_op(engine, NAME, op, lambda plan: effect(plan, body),
-                                  region(body) if region is not None else None)
-        except CloudError as exc:
-            return error_response(exc)
+            engine.limiter.check(NAME, RATE_LIMITS, identity(who_token, host), op)
+        except RateLimit:
+            # How many calls the documented limits refused (tests read it: a paced client sees none).
+            state = engine.facade_state[NAME]
+            state["rate_limited"] = state.get("rate_limited", 0) + 1
+            raise
+        body = await json_body(request, model) if model is not None else None
+        result = await run_op(engine, NAME, op, lambda plan: effect(plan, body),
+                              region(body) if region is not None else None)
         return JSONResponse(result)
 
     def find(instance_id: str) -> Machine:
