@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from fakeclouds import k3s
 from fakeclouds.catalog import Gpu, InstanceType, Region
-from fakeclouds.common import authorized_body, iso, make_call, retry_after_header
+from fakeclouds.common import authorized_body, iso, make_call
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -51,6 +51,7 @@ from fakeclouds.errors import (
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.ratelimit import Limit
 from fakeclouds.ssh import parse_public_key
+from fakeclouds.vendor_errors import CodeTable, retry_after, status_of, vendor_router
 
 NAME = "massedcompute"
 LOGIN_USER = "Ubuntu"  # the documented instance sample's `username` (the seed: `Ubuntu@22`)
@@ -116,33 +117,25 @@ class BillingNotConfigured(CloudError):
     """Documented: launching needs billing (recharge amount and threshold) configured."""
 
 
-# (error class, HTTP status, code) — every one [unconfirmed]; the most specific class wins (last).
-_ERRORS: list[tuple[type[CloudError], int, str]] = [
-    (Unauthorized, 401, "unauthorized"),
-    (NotFound, 404, "not_found"),
-    (Invalid, 400, "invalid_request"),
-    (NameConflict, 409, "conflict"),
-    (NoCapacity, 400, "insufficient_capacity"),
-    (QuotaExceeded, 403, "instance_limit_reached"),
-    (BillingNotConfigured, 402, "billing_not_configured"),
-    (RateLimit, 429, "rate_limited"),
-    (ServerFault, 500, "internal_error"),
-    (LostResponse, 504, "gateway_timeout"),  # simulation only: the answer was lost on the way
-]
+# (HTTP status, code) per error class — every one [unconfirmed]; the most specific class wins (last).
+_ERRORS = CodeTable([
+    (Unauthorized, (401, "unauthorized")),
+    (NotFound, (404, "not_found")),
+    (Invalid, (400, "invalid_request")),
+    (NameConflict, (409, "conflict")),
+    (NoCapacity, (400, "insufficient_capacity")),
+    (QuotaExceeded, (403, "instance_limit_reached")),
+    (BillingNotConfigured, (402, "billing_not_configured")),
+    (RateLimit, (429, "rate_limited")),
+    (ServerFault, (500, "internal_error")),
+    (LostResponse, (504, "gateway_timeout")),  # simulation only: the answer was lost on the way
+], default=(500, "internal_error"))
 
 
-def error_response(exc: CloudError) -> JSONResponse:
-    status, code = 500, "internal_error"
-    for cls, st, cd in _ERRORS:
-        if isinstance(exc, cls):
-            status, code = st, cd
-    if isinstance(exc, Rejected):
-        status, code = exc.status, exc.code
-    if isinstance(exc, ServerFault):
-        status = exc.status
-    headers = {"Retry-After": retry_after_header(exc.retry_after)} if isinstance(exc, RateLimit) else None
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    status, code = (exc.status, exc.code) if isinstance(exc, Rejected) else _ERRORS(exc)
     body = {"error": {"code": code, "message": exc.message}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status_of(exc, status), headers=retry_after(exc))
 
 
 class LaunchBody(BaseModel):
@@ -232,8 +225,8 @@ def _pick_region(engine: Engine, product: str, asked: str) -> str:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
-    call = make_call(engine, NAME, token, error_response)
+    router = vendor_router(error_response)
+    call = make_call(engine, NAME, token)
 
     @router.post("/account/token/validation")
     async def validate(request: Request) -> Response:
@@ -264,10 +257,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/ssh-keys")
     async def add_key(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, SshKeyBody)
-        except CloudError as exc:
-            return error_response(exc)
+        body = await authorized_body(request, token, SshKeyBody)
 
         def effect(_: Any) -> dict[str, Any]:
             if any(k["name"] == body.name for k in _keys(engine).values()):
@@ -292,10 +282,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/instance/launch")
     async def launch(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, LaunchBody)
-        except CloudError as exc:
-            return error_response(exc)
+        body = await authorized_body(request, token, LaunchBody)
 
         def effect(plan: Any) -> dict[str, Any]:
             # Looked up per call: reset() replaces the facade's state.
@@ -338,10 +325,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/instance/terminate")
     async def terminate(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, UuidsBody)
-        except CloudError as exc:
-            return error_response(exc)
+        body = await authorized_body(request, token, UuidsBody)
 
         def effect(_: Any) -> dict[str, Any]:
             machines = [engine.get(NAME, u) for u in body.instanceUuids]  # all exist, or 404 for all
