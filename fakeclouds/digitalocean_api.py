@@ -48,7 +48,7 @@ from fastapi.responses import JSONResponse, Response
 
 from fakeclouds import k3s
 from fakeclouds.catalog import InstanceType
-from fakeclouds.common import authorized_body, check_bearer, iso, make_call, retry_after_header
+from fakeclouds.common import authorized_body, check_bearer, iso, make_call
 from fakeclouds.digitalocean_catalog import (
     IMAGES,
     INSTANCE_TYPES,
@@ -64,6 +64,7 @@ from fakeclouds.digitalocean_catalog import (
 )
 from fakeclouds.engine import TERMINATED, TERMINATING, Engine, Machine
 from fakeclouds.errors import (
+    BadBody,
     CloudError,
     Invalid,
     LostResponse,
@@ -78,6 +79,7 @@ from fakeclouds.errors import (
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit, identity
+from fakeclouds.vendor_errors import retry_after_header, vendor_router
 
 NAME = "digitalocean"
 BURST, HOURLY = "burst limit", "hourly limit"  # Limit.what: tells the two 429s apart
@@ -100,8 +102,14 @@ class TagError(BadRequest):
     """Tags answer in their own shape: `{"error", "messages", "root_causes"}` [doc tags_bad_request]."""
 
 
+# A body that cannot be read: 422 unprocessable_entity, but tags and firewalls answer 400 in their shape.
+BODY_REFUSALS: dict[type, type[BadRequest]] = {TagCreate: TagError, FirewallCreate: BadRequest}
+
+
 def error_response(exc: CloudError) -> JSONResponse:
     headers: dict[str, str] = {}
+    if isinstance(exc, BadBody) and exc.model in BODY_REFUSALS:
+        exc = BODY_REFUSALS[exc.model](exc.message)
     if isinstance(exc, TagError):
         return JSONResponse({"error": exc.message, "messages": None, "root_causes": [exc.message]},
                             status_code=400)
@@ -424,20 +432,22 @@ class Account:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
     account = Account(engine)
-    call = make_call(engine, NAME, token, error_response)
+
+    def refused(exc: CloudError, request: Request) -> Response:
+        """DigitalOcean's refusal, with the rate-limit headers every answer carries."""
+        resp = error_response(exc)
+        resp.headers.update(ratelimit_headers(engine, request))
+        return resp
+
+    router = vendor_router(refused)
+    call = make_call(engine, NAME, token)
 
     async def do(request: Request, op: str, effect: Callable[[CallPlan], Any], *, status: int = 200,
                  region: str | None = None) -> Response:
         resp = await call(request, op, effect, status=status, region=region)
         if resp.status_code == 204:
             resp = Response(status_code=204)
-        resp.headers.update(ratelimit_headers(engine, request))
-        return resp
-
-    async def refused(request: Request, exc: CloudError) -> Response:
-        resp = error_response(exc)
         resp.headers.update(ratelimit_headers(engine, request))
         return resp
 
@@ -459,20 +469,15 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.get("/account/keys")
     async def list_keys(request: Request) -> Response:
-        try:  # only 10 listings per 60 s [doc], besides the general limits
-            check_bearer(request, token)
-            engine.limiter.check(f"{NAME}/account-keys", KEY_LISTING_LIMIT, who_of(request), "ssh_keys")
-        except CloudError as exc:
-            return await refused(request, exc)
+        # only 10 listings per 60 s [doc], besides the general limits
+        check_bearer(request, token)
+        engine.limiter.check(f"{NAME}/account-keys", KEY_LISTING_LIMIT, who_of(request), "ssh_keys")
         return await do(request, "ssh_keys", lambda _: page(request, list(account.state["keys"].values()),
                                                             "ssh_keys"))
 
     @router.post("/account/keys")
     async def add_key(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, KeyCreate)
-        except CloudError as exc:
-            return await refused(request, exc)
+        body = await authorized_body(request, token, KeyCreate)
         return await do(request, "ssh_keys", lambda _: {"ssh_key": account.add_key(body)}, status=201)
 
     @router.get("/account/keys/{ident}")
@@ -488,10 +493,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/droplets")
     async def create(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, DropletCreate)
-        except CloudError as exc:
-            return await refused(request, exc)
+        body = await authorized_body(request, token, DropletCreate)
 
         def effect(plan: CallPlan) -> dict[str, Any]:
             made = account.create(body, plan)
@@ -518,10 +520,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/tags")
     async def add_tag(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, TagCreate)
-        except CloudError as exc:
-            return await refused(request, exc if isinstance(exc, Unauthorized) else TagError(exc.message))
+        body = await authorized_body(request, token, TagCreate)
         return await do(request, "side_resources", lambda _: {"tag": account.add_tag(body.name)}, status=201)
 
     @router.get("/tags")
@@ -543,10 +542,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/firewalls")
     async def add_firewall(request: Request) -> Response:
-        try:
-            body = await authorized_body(request, token, FirewallCreate)
-        except CloudError as exc:
-            return await refused(request, exc if isinstance(exc, Unauthorized) else BadRequest(exc.message))
+        body = await authorized_body(request, token, FirewallCreate)
         return await do(request, "side_resources", lambda _: {"firewall": account.add_firewall(body)},
                         status=202)
 

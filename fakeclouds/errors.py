@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CloudError(Exception):
     """Base: something the simulated cloud refuses."""
@@ -53,3 +55,15 @@ class ServerFault(CloudError):
 
 class LostResponse(CloudError):
     """The call took effect but its answer never made it back (served as a 504)."""
+
+
+class BadBody(Invalid):
+    """A request body that is not JSON (`fault` "json"), not a JSON object ("object"), or does not
+    fit the facade's model ("model"), as `fakeclouds/bodies.py` reads it. `problems` holds pydantic's
+    errors for vendors that list every violation (RunPod's 422 `errors`, FastAPI-style `detail`);
+    `model` what the body was read as, for vendors that refuse each kind differently."""
+
+    def __init__(self, message: str, fault: str, problems: list[dict[str, Any]] | None = None,
+                 model: type | None = None) -> None:
+        super().__init__(message)
+        self.fault, self.problems, self.model = fault, problems or [], model

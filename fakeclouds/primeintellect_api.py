@@ -42,10 +42,12 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fakeclouds import k3s
+from fakeclouds.bodies import M, json_value, validated
 from fakeclouds.catalog import Gpu, InstanceType, Region
-from fakeclouds.common import check_bearer, iso, make_call, retry_after_header
+from fakeclouds.common import check_bearer, iso, make_call
 from fakeclouds.engine import PENDING, RUNNING, TERMINATING, Engine, Machine
 from fakeclouds.errors import (
+    BadBody,
     CloudError,
     Invalid,
     LostResponse,
@@ -60,6 +62,7 @@ from fakeclouds.facade import Facade, NameRule, hex_id
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit
 from fakeclouds.ssh import parse_public_key
+from fakeclouds.vendor_errors import retry_after_header, vendor_router
 
 NAME = "primeintellect"
 LOGIN_USER = "root"  # what `sshConnection` names on the pods of this simulation
@@ -134,7 +137,11 @@ class Unprocessable(Invalid):
         self.errors = errors
 
 
-def error_response(exc: CloudError) -> JSONResponse:
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    if isinstance(exc, BadBody):  # as FastAPI answers a request body it cannot validate
+        exc = Unprocessable(
+            [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.problems]
+            or [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}])
     headers = None
     detail: Any = exc.message
     if isinstance(exc, Unprocessable):
@@ -168,12 +175,9 @@ def _validate(model: type[BaseModel], raw: Any, where: str) -> Any:
         raise Unprocessable(errors) from None
 
 
-async def _body(request: Request, model: type[BaseModel]) -> Any:
-    try:
-        raw = await request.json()
-    except ValueError:
-        raise Unprocessable([{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]) from None
-    return _validate(model, raw, "body")
+async def _body(request: Request, model: type[M]) -> M:
+    """The body validated into `model`, any JSON value (the model refuses a non-object)."""
+    return validated(await json_value(request), model)
 
 
 # --------------------------------------------------------------------------- request shapes
@@ -342,8 +346,8 @@ def _other_form(engine: Engine, request: Request) -> Response | None:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
-    call = make_call(engine, NAME, token, error_response)
+    router = vendor_router(error_response)
+    call = make_call(engine, NAME, token)
 
     @router.get("/user/whoami")
     async def whoami(request: Request) -> Response:
@@ -389,11 +393,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     async def add_key(request: Request) -> Response:
         if (moved := _other_form(engine, request)) is not None:
             return moved
-        try:
-            check_bearer(request, token)
-            body: SshKeyBody = await _body(request, SshKeyBody)
-        except CloudError as exc:
-            return error_response(exc)
+        check_bearer(request, token)
+        body = await _body(request, SshKeyBody)
 
         def effect(_: CallPlan) -> dict[str, Any]:
             try:
@@ -424,11 +425,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     async def create_pod(request: Request) -> Response:
         if (moved := _other_form(engine, request)) is not None:
             return moved
-        try:
-            check_bearer(request, token)
-            body: CreatePod = await _body(request, CreatePod)
-        except CloudError as exc:
-            return error_response(exc)
+        check_bearer(request, token)
+        body = await _body(request, CreatePod)
         spec = body.pod
         ls = _listing_for_or_none(spec, body.provider.type)
         region = None

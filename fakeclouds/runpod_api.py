@@ -35,12 +35,14 @@ from typing import Annotated, Any, Literal
 import asyncssh
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from fakeclouds.bodies import M, json_value, validated
 from fakeclouds.catalog import Gpu, InstanceType, Region
-from fakeclouds.common import check_bearer, check_rate, iso, retry_after_header, run_op
+from fakeclouds.common import check_bearer, check_rate, iso, run_op
 from fakeclouds.engine import PENDING, RUNNING, TERMINATING, Engine, Machine
 from fakeclouds.errors import (
+    BadBody,
     CloudError,
     Invalid,
     LostResponse,
@@ -55,6 +57,7 @@ from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit
 from fakeclouds.ssh import parse_public_key
+from fakeclouds.vendor_errors import retry_after_header, vendor_router
 
 NAME = "runpod"
 # The GraphQL API's out-of-stock message (extensions.code SUPPLY_CONSTRAINT); v2 documents only that
@@ -161,7 +164,10 @@ def problem(status: int, detail: str, errors: list[str] | None = None,
     return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
 
 
-def error_response(exc: CloudError) -> JSONResponse:
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    if isinstance(exc, BadBody):  # the body's every violation, in the API's words
+        errors = schema_errors(exc.problems) if exc.problems else ["$: request body must be JSON"]
+        return problem(422, "Request validation failed.", errors, {"RateLimit-Policy": POLICY})
     if isinstance(exc, Unprocessable):
         return problem(422, exc.message, exc.errors, {"RateLimit-Policy": POLICY})
     if isinstance(exc, RateLimit):
@@ -184,10 +190,10 @@ def error_response(exc: CloudError) -> JSONResponse:
     return problem(status, detail, headers={"RateLimit-Policy": POLICY})
 
 
-def schema_errors(exc: ValidationError) -> list[str]:
+def schema_errors(problems: list[dict[str, Any]]) -> list[str]:
     """pydantic's errors in the API's style: "$.gpu.count: ..." / "$: additional properties ..."."""
     out = []
-    for err in exc.errors(include_input=False, include_url=False):
+    for err in problems:
         *parent, last = ["$", *(str(p) for p in err["loc"])] if err["loc"] else ["$", ""]
         if err["type"] == "extra_forbidden":
             out.append(f"{'.'.join(parent)}: additional properties '{last}' not allowed")
@@ -198,15 +204,10 @@ def schema_errors(exc: ValidationError) -> list[str]:
     return out
 
 
-async def parse(request: Request, model: type[BaseModel]) -> Any:
-    try:
-        raw = await request.json()
-    except ValueError as exc:
-        raise Unprocessable(["$: request body must be JSON"]) from exc
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        raise Unprocessable(schema_errors(exc)) from exc
+async def parse(request: Request, model: type[M]) -> M:
+    """The body validated into `model`; any JSON value (not only an object) goes to the model, so
+    a list is refused in the schema's words."""
+    return validated(await json_value(request), model)
 
 
 # ------------------------------------------------------------------ request bodies (the v2 schemas)
@@ -337,18 +338,15 @@ def _bool(request: Request, name: str) -> bool | None:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
+    router = vendor_router(error_response)
     state = engine.facade_state[NAME]
 
     async def call(request: Request, op: str, effect: Any, *, status: int = 200,
                    region: str | None = None) -> Response:
         """Auth, the documented limits, faults, the effect; RateLimit-Policy on every answer."""
-        try:
-            check_bearer(request, token)
-            check_rate(engine, NAME, request, op)
-            body = await run_op(engine, NAME, op, effect, region)
-        except CloudError as exc:
-            return error_response(exc)
+        check_bearer(request, token)
+        check_rate(engine, NAME, request, op)
+        body = await run_op(engine, NAME, op, effect, region)
         headers = {"RateLimit-Policy": POLICY}
         if status == 204:
             return Response(status_code=204, headers=headers)
@@ -428,15 +426,12 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         def effect(_: CallPlan) -> dict[str, Any]:
             return {"keys": list(state.get("ssh_keys", []))}
 
-        try:
-            check_bearer(request, token)
-            body = await parse(request, SshKeysBody)
-            bad = [f"$.keys.{i}: does not match pattern" for i, k in enumerate(body.keys)
-                   if not _KEY_LINE.match(k)]
-            if bad:
-                raise Unprocessable(bad)
-        except CloudError as exc:
-            return error_response(exc)
+        check_bearer(request, token)
+        body = await parse(request, SshKeysBody)
+        bad = [f"$.keys.{i}: does not match pattern" for i, k in enumerate(body.keys)
+               if not _KEY_LINE.match(k)]
+        if bad:
+            raise Unprocessable(bad)
 
         def replace(plan: CallPlan) -> dict[str, Any]:
             state["ssh_keys"] = list(body.keys)  # a complete replacement, not a merge
@@ -484,12 +479,9 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/pods")
     async def create_pod(request: Request) -> Response:
-        try:
-            check_bearer(request, token)
-            body: CreatePod = await parse(request, CreatePod)
-            gpu = check_rules(body)
-        except CloudError as exc:
-            return error_response(exc)
+        check_bearer(request, token)
+        body = await parse(request, CreatePod)
+        gpu = check_rules(body)
         assert body.gpu is not None and body.image is not None
         count, type_ = body.gpu.count, type_name(gpu.id, body.gpu.count)
 
@@ -538,11 +530,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/pods/{pod}/action")
     async def pod_action(request: Request, pod: str) -> Response:
-        try:
-            check_bearer(request, token)
-            body: ActionBody = await parse(request, ActionBody)
-        except CloudError as exc:
-            return error_response(exc)
+        check_bearer(request, token)
+        body = await parse(request, ActionBody)
         if body.action == "terminate":
             return await call(request, "terminate", lambda _: delete(pod), status=204)
 

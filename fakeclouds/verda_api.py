@@ -38,8 +38,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from fakeclouds import k3s
+from fakeclouds.bodies import json_body, optional_object
 from fakeclouds.catalog import InstanceType
-from fakeclouds.common import check_rate, iso, parse_body, retry_after_header, run_op
+from fakeclouds.common import check_rate, iso, run_op
 from fakeclouds.engine import ERROR, PENDING, RUNNING, Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -55,6 +56,7 @@ from fakeclouds.errors import (
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ssh import parse_public_key
+from fakeclouds.vendor_errors import CodeTable, retry_after, vendor_router
 from fakeclouds.verda_catalog import (
     COUNTRY,
     CUDA_24,
@@ -80,33 +82,29 @@ class Forbidden(CloudError):
     """Verda's `forbidden_action`: the request is understood but not allowed in this state."""
 
 
-# (error class, HTTP status, code). Statuses other than 401 and codes of capacity/429 are [unconfirmed].
-_ERRORS: list[tuple[type[CloudError], int, str]] = [
-    (Unauthorized, 401, "unauthorized_request"),
-    (NotFound, 404, "not_found"),
-    (Invalid, 400, "invalid_request"),
-    (Forbidden, 403, "forbidden_action"),
-    (NoCapacity, 400, "invalid_request"),
-    (QuotaExceeded, 402, "insufficient_funds"),
-    (RateLimit, 429, "too_many_requests"),
-    (ServerFault, 500, "server_error"),
-    (LostResponse, 504, "server_error"),  # simulation only: a gateway timeout
-]
+# (HTTP status, code) per error class. Statuses other than 401 and codes of capacity/429 are [unconfirmed].
+_ERRORS = CodeTable([
+    (Unauthorized, (401, "unauthorized_request")),
+    (NotFound, (404, "not_found")),
+    (Invalid, (400, "invalid_request")),
+    (Forbidden, (403, "forbidden_action")),
+    (NoCapacity, (400, "invalid_request")),
+    (QuotaExceeded, (402, "insufficient_funds")),
+    (RateLimit, (429, "too_many_requests")),
+    (ServerFault, (500, "server_error")),
+    (LostResponse, (504, "server_error")),  # simulation only: a gateway timeout
+], default=(500, "server_error"))
 
 
-def error_response(exc: CloudError) -> JSONResponse:
-    status, code = 500, "server_error"
-    for cls, st, cd in _ERRORS:
-        if isinstance(exc, cls):
-            status, code = st, cd
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    status, code = _ERRORS(exc)
     message = exc.message
     if isinstance(exc, ServerFault):
         status = exc.status
         code = "service_unavailable" if status == 503 else "server_error"
     if isinstance(exc, NoCapacity):  # wording [unconfirmed]
         message = "Not enough capacity available for this instance type in this location"
-    headers = {"Retry-After": retry_after_header(exc.retry_after)} if isinstance(exc, RateLimit) else None
-    return JSONResponse({"code": code, "message": message}, status_code=status, headers=headers)
+    return JSONResponse({"code": code, "message": message}, status_code=status, headers=retry_after(exc))
 
 
 # ----------------------------------------------------------------------------- account state
@@ -288,7 +286,7 @@ def _is_spot(raw: str | None) -> bool:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
+    router = vendor_router(error_response)
 
     def authorize(request: Request) -> None:
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
@@ -298,12 +296,9 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     async def call(request: Request, op: str, effect: Callable[[CallPlan], Any], *, status: int = 200,
                    region: str | None = None) -> Response:
-        try:
-            authorize(request)
-            check_rate(engine, NAME, request, op)
-            body = await run_op(engine, NAME, op, effect, region)
-        except CloudError as exc:
-            return error_response(exc)
+        authorize(request)
+        check_rate(engine, NAME, request, op)
+        body = await run_op(engine, NAME, op, effect, region)
         if body is None:
             return Response(status_code=status)
         if isinstance(body, str):  # Verda answers a created resource's id as plain text
@@ -312,11 +307,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     async def with_body(request: Request, model: type[Any], op: str,
                         effect: Callable[[Any, CallPlan], Any], **kwargs: Any) -> Response:
-        try:
-            authorize(request)
-            body = await parse_body(request, model)
-        except CloudError as exc:
-            return error_response(exc)
+        authorize(request)
+        body = await json_body(request, model)
         if "region_of" in kwargs:
             kwargs["region"] = kwargs.pop("region_of")(body)
         return await call(request, op, lambda plan: effect(body, plan), **kwargs)
@@ -325,19 +317,16 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/oauth2/token")
     async def oauth2_token(request: Request) -> Response:
-        try:
-            body = await parse_body(request, TokenBody)
-            st = state(engine)
-            if body.grant_type == "client_credentials":
-                secret_ok = hmac.compare_digest(body.client_secret or "", token)
-                if body.client_id != client_id(token) or not secret_ok:
-                    raise Unauthorized("Invalid client credentials")
-            elif body.grant_type == "refresh_token":
-                check_token(engine, token, body.refresh_token or "", "refresh")
-            else:
-                raise Invalid("grant_type must be client_credentials or refresh_token")
-        except CloudError as exc:
-            return error_response(exc)
+        body = await json_body(request, TokenBody)
+        st = state(engine)
+        if body.grant_type == "client_credentials":
+            secret_ok = hmac.compare_digest(body.client_secret or "", token)
+            if body.client_id != client_id(token) or not secret_ok:
+                raise Unauthorized("Invalid client credentials")
+        elif body.grant_type == "refresh_token":
+            check_token(engine, token, body.refresh_token or "", "refresh")
+        else:
+            raise Invalid("grant_type must be client_credentials or refresh_token")
         st["grants"][body.grant_type] += 1
         ttl = st["ttl"]
         return JSONResponse({"access_token": issue(token, "access", ttl["access"]),
@@ -507,14 +496,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.delete("/volumes/{volume_id}")
     async def delete_volume_by_id(request: Request, volume_id: str) -> Response:
-        try:
-            authorize(request)
-            raw = await request.body()
-            permanent = bool(json.loads(raw).get("is_permanent")) if raw.strip() else False
-        except CloudError as exc:
-            return error_response(exc)
-        except (ValueError, AttributeError):
-            return error_response(Invalid("request body must be a JSON object"))
+        authorize(request)
+        permanent = bool((await optional_object(request) or {}).get("is_permanent"))
         return await call(request, "side_resources", lambda _: delete_volumes([volume_id], permanent))
 
     @router.put("/volumes")
