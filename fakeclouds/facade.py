@@ -88,6 +88,10 @@ class Facade:
     # The cloud's documented rate limits (fakeclouds/ratelimit.py), enforced on every call that goes
     # through `common.make_call` or `common.check_rate`.
     rate_limits: tuple[Limit, ...] = ()
+    # The cloud's gRPC API (Nebius, Modal: gRPC only): (engine, token) -> the `grpc.GenericRpcHandler`s
+    # of its services (fakeclouds/grpc_host.py), served beside the HTTP app on the server's gRPC port.
+    # A gRPC-only cloud gives `build_router` an empty APIRouter (its prefix still reserves its name).
+    grpc: Callable[[Engine, str], list[Any]] | None = None
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)

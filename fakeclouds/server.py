@@ -11,8 +11,10 @@ the state dir (fakeclouds/tls.py); its https URL is printed as a second line and
 served at /_fake/tls. A facade's token defaults to
 `<name>-dev-token`; real ones come from --tokens-file (a JSON object, facade to token: what
 `gpuprov dev` keeps), since a --token NAME=TOKEN argument is visible to every local user.
-SIGTERM/SIGINT stop it cleanly; with --state-dir machines come back (same SSH addresses, ports and
-host keys) on restart.
+A facade that declares gRPC services (`Facade.grpc`, fakeclouds/grpc_host.py) is served by one
+gRPC listener on a port of its own (--grpc-port, 0 or none given: a free one), on the same event
+loop and engine as the HTTP app; `GET /_fake/grpc` answers its target. SIGTERM/SIGINT stop it
+cleanly; with --state-dir machines come back (same SSH addresses, ports and host keys) on restart.
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ from collections.abc import AsyncIterator, Collection, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
 
 from fakeclouds import admin_api, tls
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.engine import ADMIN_PREFIX, Engine
 from fakeclouds.facade import Facade, registered
+from fakeclouds.grpc_host import GrpcListener, grpc_facades
 from fakeclouds.tls import TlsFiles
 
 T = TypeVar("T")
@@ -57,9 +62,11 @@ def with_defaults(facades: Iterable[str], tokens: dict[str, str] | None) -> dict
     return {**default_tokens(facades), **(tokens or {})}
 
 
-def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
+def build_app(engine: Engine, tokens: dict[str, str] | None = None,
+              grpc: GrpcListener | None = None) -> FastAPI:
     """The ASGI app: every facade of the engine under its prefix, and /_fake. Its lifespan
-    starts/stops the engine."""
+    starts/stops the engine, and `grpc` (the gRPC facades' listener) on the same loop: started
+    after the engine, stopped before it."""
     tokens = with_defaults(engine.facades, tokens)
 
     @contextlib.asynccontextmanager
@@ -67,8 +74,12 @@ def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
         app.state.loop = asyncio.get_running_loop()
         await engine.start()
         try:
+            if grpc is not None:
+                await grpc.start()
             yield
         finally:
+            if grpc is not None:
+                await grpc.stop()
             await engine.stop()
 
     app = FastAPI(title="gpuprov simulated clouds", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -80,6 +91,14 @@ def build_app(engine: Engine, tokens: dict[str, str] | None = None) -> FastAPI:
     @app.get(f"{ADMIN_PREFIX}/health")
     async def health() -> dict[str, bool]:
         return {"ok": True}
+
+    @app.get(f"{ADMIN_PREFIX}/grpc")
+    async def grpc_listener() -> Response:
+        """Where the gRPC facades are served ("host:port") and which services; 404 without any."""
+        if grpc is None:
+            missing = {"code": "NotFound", "message": "this server has no gRPC listener"}
+            return JSONResponse({"error": missing}, status_code=404)
+        return JSONResponse({"target": grpc.target, "services": grpc.services})
 
     return app
 
@@ -161,20 +180,25 @@ class FakeCloudServer:
 
     `engine` lives on the server's loop: inspect it read-only, or use `call(coro)`. `tls` (default:
     when a facade needs it) adds the TLS listener: `tls_url`, and `ca_pem` for clients to trust.
+    Facades that declare gRPC services are served on `grpc_target` (same loop, same engine).
     """
 
     def __init__(self, port: int = 0, *, host: str = "127.0.0.1", boot_delay: float = 0.2,
                  terminate_delay: float = 0.05, state_dir: str | Path | None = None,
                  tokens: dict[str, str] | None = None, facades: Iterable[Facade] | None = None,
-                 tls: bool | None = None, tls_port: int = 0, time_scale: float = 0.001) -> None:
+                 tls: bool | None = None, tls_port: int = 0, time_scale: float = 0.001,
+                 grpc_port: int = 0) -> None:
         """`facades`: default every registered one. `tokens`: default `<name>-dev-token` each.
         `time_scale`: documented rate limits run this much faster (in-process servers serve tests:
-        a 12 s window lasts 12 ms unless a test asks for more)."""
+        a 12 s window lasts 12 ms unless a test asks for more). `grpc_port`: where facades that
+        declare gRPC services are served (0: a free port; `grpc_target` once started)."""
         self.host, self.port = host, port
         self.engine = Engine(facades=facades, boot_delay=boot_delay, terminate_delay=terminate_delay,
                              state_dir=state_dir, time_scale=time_scale)
         self.tokens = with_defaults(self.engine.facades, tokens)
-        self.app = build_app(self.engine, self.tokens)
+        self._grpc = GrpcListener(self.engine, self.tokens, host, grpc_port) \
+            if grpc_facades(self.engine.facades.values()) else None
+        self.app = build_app(self.engine, self.tokens, grpc=self._grpc)
         self._tls = needs_tls(self.engine.facades.values()) if tls is None else tls
         self.tls_port: int | None = tls_port if self._tls else None
         self._servers: list[uvicorn.Server] = []
@@ -192,6 +216,16 @@ class FakeCloudServer:
     @property
     def ca_pem(self) -> str | None:
         return self._tls_files.ca_pem if self._tls_files else None
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The gRPC listener's port (bound once started); None when no facade declares gRPC services."""
+        return self._grpc.port if self._grpc else None
+
+    @property
+    def grpc_target(self) -> str | None:
+        """What a gRPC client dials, "127.0.0.1:PORT" (`grpc.aio.insecure_channel(target)`)."""
+        return self._grpc.target if self._grpc else None
 
     @property
     def admin(self) -> FakeCloudAdmin:
@@ -255,6 +289,12 @@ class FakeCloudProcess:
     def ca_pem(self) -> str | None:
         """The CA the TLS listener's certificate chains to (None without one)."""
         return str(self.admin.tls()["ca_pem"]) if self.tls_url else None
+
+    @property
+    def grpc_target(self) -> str | None:
+        """The gRPC listener's "host:port" (None when no facade declares gRPC services)."""
+        r = httpx.get(f"{self.url}{ADMIN_PREFIX}/grpc", timeout=10)
+        return str(r.json()["target"]) if r.status_code == 200 else None
 
     @property
     def pid(self) -> int:
@@ -339,7 +379,9 @@ def tokens_of(args: argparse.Namespace, facades: Collection[str]) -> dict[str, s
 
 
 async def _serve(args: argparse.Namespace, engine: Engine, tokens: dict[str, str]) -> None:
-    app = build_app(engine, tokens)
+    grpc = GrpcListener(engine, tokens, args.host, args.grpc_port or 0) \
+        if grpc_facades(engine.facades.values()) else None
+    app = build_app(engine, tokens, grpc=grpc)
     tls_port = args.tls_port
     if tls_port is None and needs_tls(engine.facades.values()):
         tls_port = 0
@@ -380,6 +422,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tls-port", type=int, default=None,
                         help="also serve over TLS on this port (0: a free one); default: a free port "
                              "when a facade needs TLS, else none")
+    parser.add_argument("--grpc-port", type=int, default=None,
+                        help="serve the facades that declare gRPC services on this port (0 or none: a "
+                             "free one; GET /_fake/grpc tells which); no listener without such a facade")
     parser.add_argument("--boot-delay", type=float, default=1.0)
     parser.add_argument("--terminate-delay", type=float, default=0.2)
     parser.add_argument("--time-scale", type=float, default=1.0,
