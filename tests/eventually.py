@@ -39,15 +39,22 @@ def _failure(what: str, within: float, started: float, checks: int, last: Any, e
 
 
 @overload
-async def eventually(check: Callable[[], Awaitable[T]], *, within: float, what: str,
-                     ignore: tuple[type[Exception], ...] = (), until: Callable[[T], object] | None = None,
+async def eventually(check: Callable[[], Awaitable[T | None]], *, within: float, what: str,
+                     ignore: tuple[type[Exception], ...] = (), until: None = None,
                      cap: float = CAP, detail: Callable[[], object] | None = None) -> T: ...
 
 
 @overload
-async def eventually(check: Callable[[], T], *, within: float, what: str,
-                     ignore: tuple[type[Exception], ...] = (), until: Callable[[T], object] | None = None,
+async def eventually(check: Callable[[], Awaitable[T]], *, within: float, what: str,
+                     ignore: tuple[type[Exception], ...] = (), until: Callable[[T], object],
                      cap: float = CAP, detail: Callable[[], object] | None = None) -> T: ...
+
+
+@overload
+async def eventually(check: Callable[[], T | None], *, within: float, what: str,
+                     ignore: tuple[type[Exception], ...] = (),
+                     until: Callable[[T | None], object] | None = None, cap: float = CAP,
+                     detail: Callable[[], object] | None = None) -> T: ...
 
 
 async def eventually(check: Callable[[], Any], *, within: float, what: str,
@@ -87,9 +94,10 @@ async def eventually(check: Callable[[], Any], *, within: float, what: str,
         raise _failure(what, within, started, checks, last, error, detail) from None
 
 
-def eventually_sync(check: Callable[[], T], *, within: float, what: str,
-                    ignore: tuple[type[Exception], ...] = (), until: Callable[[T], object] | None = None,
-                    cap: float = CAP, detail: Callable[[], object] | None = None) -> T:
+def eventually_sync(check: Callable[[], T | None], *, within: float, what: str,
+                    ignore: tuple[type[Exception], ...] = (),
+                    until: Callable[[T | None], object] | None = None, cap: float = CAP,
+                    detail: Callable[[], object] | None = None) -> T:
     """`eventually` for code off the event loop (threads, a subprocess's output): `check` is plain."""
     started = time.monotonic()
     deadline = started + within
@@ -106,7 +114,7 @@ def eventually_sync(check: Callable[[], T], *, within: float, what: str,
                     got.close()
                 raise TypeError(f"eventually_sync: {what}: the check returned an awaitable; use eventually")
             if until(got) if until is not None else got:
-                return got
+                return got  # type: ignore[return-value]
             last, error = got, None
         left = deadline - time.monotonic()
         if left <= 0:

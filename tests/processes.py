@@ -3,13 +3,11 @@ request): a process handle, a fresh PostgreSQL database, free ports, bounded wai
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import sqlalchemy as sa
 
 from store.db import make_engine
+from tests.eventually import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -52,15 +51,8 @@ def free_port() -> int:
 
 
 async def until(check: Callable[[], Awaitable[Any]], within_s: float, what: str) -> Any:
-    """The first truthy value of `check()`, polled; AssertionError naming `what` after `within_s`."""
-    deadline = time.monotonic() + within_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within_s:g}s waiting for {what}")
-        await asyncio.sleep(0.2)
+    """The first truthy value of `check()`, polled: `eventually` with positional arguments."""
+    return await eventually(check, within=within_s, what=what)
 
 
 @contextmanager

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import asyncio
-import inspect
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
+
+from tests.eventually import eventually as poll
 
 if TYPE_CHECKING:
     from fakeclouds.engine import Engine
@@ -17,15 +16,7 @@ WITHIN = 30.0
 
 async def eventually(check: Callable[[], Any], what: str, within: float = WITHIN) -> Any:
     """Poll `check` (sync or async) until it returns something truthy; return that."""
-    deadline = time.monotonic() + within
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        await asyncio.sleep(0.02)
+    return await poll(check, within=within, what=what)
 
 
 async def create_local(client: httpx.AsyncClient, pubkey: str, name: str = "m1",
@@ -37,21 +28,20 @@ async def create_local(client: httpx.AsyncClient, pubkey: str, name: str = "m1",
 
 async def wait_local(client: httpx.AsyncClient, machine_id: str, status: str = "running",
                      within: float = WITHIN) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
-        m = (await client.get(f"/machines/{machine_id}")).json()
-        if m.get("status") == status:
-            return m
-        assert time.monotonic() < deadline, f"machine stayed {m}"
-        await asyncio.sleep(0.03)
+    async def machine() -> dict[str, Any]:
+        m: dict[str, Any] = (await client.get(f"/machines/{machine_id}")).json()
+        return m
+
+    return await poll(machine, until=lambda m: m.get("status") == status, within=within,
+                      what=f"machine {machine_id} {status}")
 
 
 async def wait_gone(client: httpx.AsyncClient, path: str, within: float = WITHIN) -> None:
     """Poll `path` until it answers 404."""
-    deadline = time.monotonic() + within
-    while (await client.get(path)).status_code != 404:
-        assert time.monotonic() < deadline, f"{path} still there"
-        await asyncio.sleep(0.03)
+    async def status() -> int:
+        return (await client.get(path)).status_code
+
+    await poll(status, until=lambda code: code == 404, within=within, what=f"{path} to answer 404")
 
 
 async def lambda_key(client: httpx.AsyncClient, pubkey: str, name: str = "k1") -> None:
@@ -70,17 +60,17 @@ async def launch_lambda(client: httpx.AsyncClient, pubkey: str, **fields: Any) -
 
 async def wait_lambda(client: httpx.AsyncClient, instance_id: str, status: str = "active",
                       within: float = WITHIN) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
-        r = await client.get(f"/instances/{instance_id}")
-        inst = r.json().get("data", {})
-        if inst.get("status") == status:
-            return inst
-        assert time.monotonic() < deadline, f"instance stayed {r.json()}"
-        await asyncio.sleep(0.03)
+    async def instance() -> dict[str, Any]:
+        body: dict[str, Any] = (await client.get(f"/instances/{instance_id}")).json()
+        return body
+
+    body = await poll(instance, until=lambda b: b.get("data", {}).get("status") == status, within=within,
+                      what=f"instance {instance_id} {status}")
+    inst: dict[str, Any] = body["data"]
+    return inst
 
 
 async def wait_engine(engine: Engine, machine_id: str, status: str) -> None:
     """Wait for a machine of an engine running on this test's loop to reach `status`."""
-    await eventually(lambda: engine.machines[machine_id].status == status,
-                     f"{machine_id} to be {status}")
+    await poll(lambda: engine.machines[machine_id].status == status, within=WITHIN,
+               what=f"{machine_id} to be {status}")

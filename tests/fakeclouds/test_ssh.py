@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from fakeclouds.admin import FakeCloudAdmin
-from tests.fakeclouds.helpers import create_local, eventually, launch_lambda, wait_lambda, wait_local
+from tests.eventually import eventually
+from tests.fakeclouds.helpers import WITHIN, create_local, launch_lambda, wait_lambda, wait_local
 
 
 async def _local_machine(local: httpx.AsyncClient, pubkey: str) -> dict:
@@ -152,7 +153,8 @@ async def test_user_data_script_runs_at_boot(local: httpx.AsyncClient, admin: Fa
 
     def written() -> str:
         return marker.read_text() if marker.exists() else ""
-    assert await eventually(lambda: asyncio.to_thread(written), "the boot script") == "booted\n"
+    booted = await eventually(lambda: asyncio.to_thread(written), within=WITHIN, what="the boot script")
+    assert booted == "booted\n"
 
 
 async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey,
@@ -171,7 +173,7 @@ async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, s
         except ProcessLookupError:
             return True
         return False
-    await eventually(gone, "the shell to go with its client")
+    await eventually(gone, within=WITHIN, what="the shell to go with its client")
 
 
 async def test_cloud_init_keys_in_lambda_user_data_can_log_in(lam: httpx.AsyncClient,
@@ -196,7 +198,7 @@ async def test_cloud_init_keys_in_lambda_user_data_can_log_in(lam: httpx.AsyncCl
     async with _lambda_ssh(inst, ssh_key) as conn:
         async def booted() -> bool:  # the script runs once, shortly after boot
             return (await conn.run("cat booted.txt")).exit_status == 0
-        await eventually(booted, "the boot script")
+        await eventually(booted, within=WITHIN, what="the boot script")
         assert (await conn.run("cat booted.txt")).stdout == "booted\n"
 
 

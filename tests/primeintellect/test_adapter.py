@@ -32,7 +32,8 @@ from providers.primeintellect import (
     parse_ssh_connection,
     pod_name,
 )
-from tests.fakeclouds.helpers import eventually
+from tests.eventually import eventually
+from tests.fakeclouds.helpers import WITHIN
 from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY, adapter, offer_of, spec
 
 A6000 = "pi-tensordock-1xrtxa6000_48gb-pcie"
@@ -99,7 +100,7 @@ async def test_pending_then_running_on_the_port_the_pod_names(pi: PrimeIntellect
     async def running() -> Any:
         st = await pi.get(ref)
         return st if st and st.state == InstanceState.RUNNING else None
-    st = await eventually(running, "the pod to run")
+    st = await eventually(running, within=WITHIN, what="the pod to run")
     machine = await sim.admin.aio.machine(ref.instance_id)
     assert (st.host, st.ssh_port, st.ssh_user) == ("127.0.0.1", machine["ssh_port"], "root")
     assert st.ssh_port != 22 and st.detail == "ACTIVE"
@@ -109,7 +110,7 @@ async def test_pending_then_running_on_the_port_the_pod_names(pi: PrimeIntellect
             == "NVIDIA RTX A6000\n"
 
     await pi.terminate(ref)
-    await eventually(lambda: _gone(pi, ref), "the pod to go")
+    await eventually(lambda: _gone(pi, ref), within=WITHIN, what="the pod to go")
     await pi.terminate(ref)  # a 404: already gone is success
     assert await pi.list_owned() == []
 
@@ -331,7 +332,7 @@ async def test_the_collections_work_under_either_reading_of_the_trailing_slash(
     assert [k["publicKey"] for k in keys] == [PUBLIC_KEY]
     assert [r.instance_id for r in await pi.list_owned()] == [ref.instance_id]
     await pi.terminate(ref)
-    await eventually(lambda: _gone(pi, ref), "the pod to go")
+    await eventually(lambda: _gone(pi, ref), within=WITHIN, what="the pod to go")
 
 
 async def test_only_a_same_origin_slash_redirect_is_followed_and_it_keeps_method_and_body() -> None:

@@ -13,7 +13,8 @@ import pytest
 from fakeclouds import primeintellect_api as pia
 from fakeclouds.engine import PENDING, RUNNING, Machine
 from fakeclouds.server import FakeCloudServer
-from tests.fakeclouds.helpers import eventually
+from tests.eventually import eventually
+from tests.fakeclouds.helpers import WITHIN
 from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY
 
 A6000 = "pi-tensordock-1xrtxa6000_48gb-pcie"
@@ -33,7 +34,7 @@ async def active(api: httpx.AsyncClient, pod_id: str) -> dict[str, Any]:
     async def ssh_ready() -> dict[str, Any] | None:
         [st] = (await api.get("/pods/status", params={"pod_ids": [pod_id]})).json()["data"]
         return st if isinstance(st["sshConnection"], str) else None
-    found: dict[str, Any] = await eventually(ssh_ready, "the pod's SSH connection")
+    found: dict[str, Any] = await eventually(ssh_ready, within=WITHIN, what="the pod's SSH connection")
     return found
 
 
@@ -187,7 +188,7 @@ async def test_pod_lifecycle(api: httpx.AsyncClient, sim: FakeCloudServer) -> No
     assert (await api.delete(f"/pods/{pod['id']}")).status_code == 200
     async def gone() -> bool:
         return (await api.get("/pods/status", params={"pod_ids": [pod["id"]]})).json()["data"] == []
-    await eventually(gone, "the pod to go")
+    await eventually(gone, within=WITHIN, what="the pod to go")
     r = await api.get(f"/pods/{pod['id']}")
     assert r.status_code == 404 and r.json() == {"detail": "Pod not found"}
     assert (await api.delete(f"/pods/{pod['id']}")).status_code == 404

@@ -26,7 +26,8 @@ from providers.base import (
     Unsupported,
 )
 from providers.runpod import DEFAULT_IMAGE, RunPodProvider, parse_instance_type, problem_fields
-from tests.fakeclouds.helpers import eventually
+from tests.eventually import eventually
+from tests.fakeclouds.helpers import WITHIN
 from tests.runpod.conftest import OTHER_KEY, USER_KEY, adapter, public, spec
 
 A4000 = "1x NVIDIA RTX A4000"
@@ -100,7 +101,7 @@ async def test_create_sends_the_keys_image_and_port_and_reports_the_mapped_ssh_p
     async def up() -> Any:
         st = await runpod.get(ref)
         return st if st and st.state == InstanceState.RUNNING else None
-    st = await eventually(up, "running")
+    st = await eventually(up, within=WITHIN, what="running")
     assert (st.host, st.ssh_user, st.detail, st.instance_type) == ("127.0.0.1", "root", "RUNNING", A4000)
     assert st.ssh_port != 22  # RunPod maps 22/tcp to a random public port
     # The second key of the spec (the user's) logs in on that port, as root.

@@ -13,7 +13,8 @@ import pytest
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.runpod_api import NO_CAPACITY, POLICY
 from fakeclouds.server import FakeCloudServer
-from tests.fakeclouds.helpers import eventually
+from tests.eventually import eventually
+from tests.fakeclouds.helpers import WITHIN
 from tests.runpod.conftest import OTHER_KEY, USER_KEY, pod_body, public
 
 A4000 = "1x NVIDIA RTX A4000"
@@ -32,7 +33,7 @@ async def running(api: httpx.AsyncClient, pod_id: str) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
         pod: dict[str, Any] = (await api.get(f"/pods/{pod_id}")).json()
         return pod if pod["status"] == "RUNNING" else None
-    found: dict[str, Any] = await eventually(check, f"pod {pod_id} running")
+    found: dict[str, Any] = await eventually(check, within=WITHIN, what=f"pod {pod_id} running")
     return found
 
 
@@ -114,7 +115,7 @@ async def test_pod_lifecycle_and_ssh_on_the_mapped_port(api: httpx.AsyncClient) 
     assert (await api.get("/pods")).json()["pods"] == []  # gone from listings at once
     after = await api.get(f"/pods/{pod['id']}")
     assert after.status_code == 404 or after.json()["status"] == "TERMINATED"
-    await eventually(lambda: _is_404(api, pod["id"]), "the deleted pod's 404")
+    await eventually(lambda: _is_404(api, pod["id"]), within=WITHIN, what="the deleted pod's 404")
     problem(await api.delete(f"/pods/{pod['id']}"), 404)
 
 

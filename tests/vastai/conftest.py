@@ -3,8 +3,6 @@ on its API as the CLI would call it, and the adapter pointed at it."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
@@ -102,18 +100,6 @@ async def offer(p: VastAIProvider, ask: int = CHEAP.id, spot: bool = False) -> O
     found = [o for o in await p.offers(OfferQuery(spot=spot)) if o.instance_type.startswith(f"{ask}-")]
     assert len(found) == 1, found
     return found[0]
-
-
-async def until(check: Any, what: str) -> Any:
-    """Poll `check()` (sync or async) until it returns something truthy; fail after DEADLINE."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        got = check()
-        got = await got if asyncio.iscoroutine(got) else got
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.03)
 
 
 async def ssh_run(host: str, port: int, key: asyncssh.SSHKey, command: str = "echo ok") -> str:

@@ -27,8 +27,10 @@ from providers.base import (
     Unsupported,
 )
 from providers.vastai import VastAIProvider
+from tests.eventually import eventually
 from tests.vastai.conftest import (
     CHEAP,
+    DEADLINE,
     OTHER_KEY,
     USER_KEY,
     adapter,
@@ -40,7 +42,6 @@ from tests.vastai.conftest import (
     set_stock,
     spec,
     ssh_run,
-    until,
 )
 
 STORAGE_32GB = round(0.15 * 32 / 720, 6)
@@ -77,10 +78,10 @@ class SmallPages(VastAIProvider):
 
 
 async def running(p: VastAIProvider, ref: InstanceRef) -> InstanceStatus:
-    async def check() -> InstanceStatus | None:
-        st = await p.get(ref)
-        return st if st is not None and st.state == InstanceState.RUNNING else None
-    return await until(check, "running")  # type: ignore[no-any-return]
+    st = await eventually(lambda: p.get(ref), until=lambda st: st and st.state == InstanceState.RUNNING,
+                          within=DEADLINE, what=f"{ref.instance_id} running")
+    assert st is not None
+    return st
 
 
 def machine(sim: FakeCloudServer, instance_id: str) -> Any:
@@ -261,8 +262,8 @@ async def test_user_data_runs_as_onstart(vast: VastAIProvider) -> None:
     st = await running(vast, ref)
     assert st.host
     host, port = st.host, st.ssh_port
-    assert await until(lambda: ssh_run(host, port, USER_KEY, "cat greeting 2>/dev/null || true"),
-                       "onstart") == "hello"
+    assert await eventually(lambda: ssh_run(host, port, USER_KEY, "cat greeting 2>/dev/null || true"),
+                            within=DEADLINE, what="the onstart script's greeting") == "hello"
 
 
 async def test_verify_and_bad_keys(sim: FakeCloudServer, vast: VastAIProvider) -> None:

@@ -13,8 +13,10 @@ import pytest
 
 from fakeclouds import vastai_api
 from fakeclouds.server import FakeCloudServer
+from tests.eventually import eventually
 from tests.vastai.conftest import (
     CHEAP,
+    DEADLINE,
     OTHER_KEY,
     USER_KEY,
     add_fault,
@@ -22,7 +24,6 @@ from tests.vastai.conftest import (
     public,
     set_stock,
     ssh_run,
-    until,
 )
 
 ON_DEMAND = {"verified": {"eq": True}, "rentable": {"eq": True}, "rented": {"eq": False},
@@ -41,10 +42,11 @@ async def instance(api: httpx.AsyncClient, iid: int) -> dict[str, Any] | None:
 
 
 async def running(api: httpx.AsyncClient, iid: int) -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        inst = await instance(api, iid)
-        return inst if inst and inst["actual_status"] == "running" else None
-    return await until(check, f"instance {iid} running")  # type: ignore[no-any-return]
+    inst = await eventually(lambda: instance(api, iid),
+                            until=lambda inst: inst and inst["actual_status"] == "running",
+                            within=DEADLINE, what=f"instance {iid} running")
+    assert inst is not None
+    return inst
 
 
 async def test_bad_token(sim: FakeCloudServer, api: httpx.AsyncClient) -> None:
@@ -91,8 +93,8 @@ async def test_rent_boot_and_login_with_attached_keys(api: httpx.AsyncClient) ->
         r = await api.post(f"/api/v0/instances/{iid}/ssh/", json={"ssh_key": public(key)})
         assert r.json() == {"success": True, "msg": "SSH key attached successfully"}
     assert await ssh_run("127.0.0.1", port, OTHER_KEY) == "ok"
-    assert await until(lambda: ssh_run("127.0.0.1", port, USER_KEY, "cat marker 2>/dev/null || true"),
-                       "onstart output") == "booted"
+    assert await eventually(lambda: ssh_run("127.0.0.1", port, USER_KEY, "cat marker 2>/dev/null || true"),
+                            within=DEADLINE, what="the onstart script's marker") == "booted"
     keys = (await api.get(f"/api/v0/instances/{iid}/ssh/")).json()["ssh_keys"]
     assert isinstance(keys, str)  # documented: a JSON string holding the array
     assert [k["public_key"] for k in json.loads(keys)] == [public(USER_KEY), public(OTHER_KEY)]

@@ -28,7 +28,8 @@ from providers.base import (
     Unsupported,
 )
 from providers.verda import VerdaProvider, startup_script
-from tests.fakeclouds.helpers import eventually
+from tests.eventually import eventually
+from tests.fakeclouds.helpers import WITHIN
 from tests.verda.conftest import adapter, offer, spec, token
 
 
@@ -40,7 +41,7 @@ async def _wait(p: VerdaProvider, ref: InstanceRef, state: InstanceState) -> Any
     async def check() -> Any:
         st = await p.get(ref)
         return st if st is not None and st.state == state else None
-    return await eventually(check, f"{ref.instance_id} {state}")
+    return await eventually(check, within=WITHIN, what=f"{ref.instance_id} {state}")
 
 
 # ----------------------------------------------------------------------------- OAuth2
@@ -122,7 +123,8 @@ async def test_create_sends_ownership_k3s_script_and_os_volume(sim: FakeCloudSer
     assert (vol["name"], vol["on_spot_discontinue"]) == (name, "delete_permanently")
     st = await _wait(verda, ref, InstanceState.RUNNING)
     home = sim.engine.machine_home(m)
-    await eventually(lambda: (home / "user-ran").exists(), "the caller's script to run at boot")
+    await eventually(lambda: (home / "user-ran").exists(), within=WITHIN,
+                     what="the caller's script to run at boot")
     assert (home / "user-ran").read_text() == "it's 2\n"
     assert (st.ssh_port, st.ssh_user, st.host) == (22, "root", m.address)
     # The shared SSH key object is made once per installation and public key.

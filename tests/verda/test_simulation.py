@@ -10,7 +10,8 @@ import httpx
 
 from fakeclouds import verda_api, verda_catalog
 from fakeclouds.server import FakeCloudServer
-from tests.fakeclouds.helpers import eventually
+from tests.eventually import eventually
+from tests.fakeclouds.helpers import WITHIN
 from tests.verda.conftest import PUBKEY, base_url, token
 
 
@@ -41,7 +42,7 @@ async def _running(api: httpx.AsyncClient, iid: str) -> dict[str, Any]:
     async def check() -> Any:
         inst = (await api.get(f"/instances/{iid}")).json()
         return inst if inst["status"] == "running" else None
-    return dict(await eventually(check, f"{iid} running"))
+    return dict(await eventually(check, within=WITHIN, what=f"{iid} running"))
 
 
 async def _delete(api: httpx.AsyncClient, iid: str, **fields: Any) -> httpx.Response:
@@ -139,7 +140,8 @@ async def test_create_boots_with_its_os_volume_and_startup_script(sim: FakeCloud
     vol = (await api.get(f"/volumes/{inst['os_volume_id']}")).json()
     assert (vol["name"], vol["size"], vol["status"], vol["instance_id"]) == ("os-box-1", 60, "attached", iid)
     home = sim.engine.machine_home(sim.engine.machines[iid])
-    await eventually(lambda: (home / "startup-ran").exists(), "the startup script to run at boot")
+    await eventually(lambda: (home / "startup-ran").exists(), within=WITHIN,
+                     what="the startup script to run at boot")
 
 
 async def test_create_refusals(sim: FakeCloudServer, api: httpx.AsyncClient) -> None:
