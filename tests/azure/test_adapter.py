@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from providers.base import (
 )
 from tests import simclouds
 from tests.azure.conftest import CLOUD, Sdk, cheapest, names, ours, spec
+from tests.eventually import eventually
 
 
 def machines_named(sim: FakeCloudServer, group: str, name: str) -> list[dict[str, object]]:
@@ -31,13 +30,9 @@ def machines_named(sim: FakeCloudServer, group: str, name: str) -> list[dict[str
 
 
 async def running(p: AzureProvider, ref: object, within: float = 20) -> None:
-    deadline = time.monotonic() + within
-    while True:
-        st = await p.get(ref)  # type: ignore[arg-type]
-        if st is not None and st.state == InstanceState.RUNNING:
-            return
-        assert time.monotonic() < deadline, st
-        await asyncio.sleep(0.05)
+    await eventually(lambda: p.get(ref),  # type: ignore[arg-type]
+                     until=lambda st: st and st.state == InstanceState.RUNNING, within=within,
+                     what=f"{ref} running")
 
 
 async def test_a_lost_create_answer_retried_makes_one_machine(
@@ -188,10 +183,8 @@ async def test_the_machine_runs_the_user_data_after_the_k3s_part(
     ref = await provider.create(offer, s)
     await running(provider, ref)
     home = Path(str(sim.admin.machine(ref.instance_id)["home"]))
-    deadline = time.monotonic() + 20
-    while not (home / "hello").exists():
-        assert time.monotonic() < deadline, (home / "cloud-init-output.log").read_text()
-        await asyncio.sleep(0.05)
+    await eventually((home / "hello").exists, within=20, what="the user data's hello",
+                     detail=lambda: (home / "cloud-init-output.log").read_text())
     assert (home / "hello").read_text().strip() == "from-user-data"
     scripts = sorted(p.read_text() for p in home.glob(".user-data-*"))  # noqa: ASYNC240
     assert any("get.k3s.io" in t for t in scripts)  # k3s at boot: skipped here, the image has it
@@ -300,9 +293,7 @@ async def test_no_k3s_part_unless_asked(provider: AzureProvider, sim: FakeCloudS
     ref = await provider.create(await cheapest(provider), s)
     await running(provider, ref)
     home = Path(str(sim.admin.machine(ref.instance_id)["home"]))
-    deadline = time.monotonic() + 20
-    while not (home / "hello").exists():
-        assert time.monotonic() < deadline, (home / "cloud-init-output.log").read_text()
-        await asyncio.sleep(0.05)
+    await eventually((home / "hello").exists, within=20, what="the user data's hello",
+                     detail=lambda: (home / "cloud-init-output.log").read_text())
     scripts = sorted(p.read_text() for p in home.glob(".user-data-*"))  # noqa: ASYNC240
     assert scripts and not any("get.k3s.io" in t for t in scripts)

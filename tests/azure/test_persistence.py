@@ -3,14 +3,13 @@ trusting it), and the subscription's VMs and network come back with their machin
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 from fakeclouds.server import FakeCloudServer
 from providers.base import InstanceState
 from tests import simclouds
 from tests.azure.conftest import CLOUD, cheapest, spec
+from tests.eventually import eventually
 
 
 async def test_a_restart_keeps_the_ca_the_vms_and_their_network(tmp_path: Path) -> None:
@@ -20,10 +19,9 @@ async def test_a_restart_keeps_the_ca_the_vms_and_their_network(tmp_path: Path) 
         async with simclouds.provider(first, CLOUD, installation_id="persist1") as p:
             s = spec("persist1")
             ref = await p.create(await cheapest(p), s)
-            deadline = time.monotonic() + 20
-            while (st := await p.get(ref)) is None or st.state != InstanceState.RUNNING:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            st = await eventually(lambda: p.get(ref), within=20, what=f"{ref.instance_id} running",
+                                  until=lambda st: st and st.state == InstanceState.RUNNING)
+            assert st is not None
             host = st.host
     async with FakeCloudServer(state_dir=state, boot_delay=0.1, terminate_delay=0.05) as second:
         assert second.ca_pem == ca

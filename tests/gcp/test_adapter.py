@@ -4,8 +4,6 @@ user data at boot, and auth failures in the cloud's words."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +30,7 @@ from providers.base import (
 from providers.gcp import GcpProvider, instance_name
 from tests.conformance import checks
 from tests.conformance.conftest import make_harness
+from tests.eventually import eventually
 from tests.gcp.test_simulation import insert, instance, wait
 
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
@@ -57,13 +56,7 @@ def machines_named(sim: FakeCloudServer, name: str) -> list[dict[str, Any]]:
 
 
 async def wait_state(p: GcpProvider, ref: InstanceRef, done: Callable[[Any], bool]) -> Any:
-    deadline = time.monotonic() + 20
-    while True:
-        st = await p.get(ref)
-        if done(st):
-            return st
-        assert time.monotonic() < deadline, st
-        await asyncio.sleep(0.05)
+    return await eventually(lambda: p.get(ref), until=done, within=20, what=f"{ref.instance_id}'s state")
 
 
 async def test_offers_are_per_zone_with_gpu_shapes_and_spot_below_on_demand(
@@ -217,10 +210,7 @@ async def test_spot_launches_as_spot_and_user_data_runs_at_boot(
         [machine] = [m for m in sim_clean.admin.machines() if m["id"] == ref.instance_id]
         assert machine["spot"] is True
         mark = Path(machine["home"]) / "boot-mark"
-        deadline = time.monotonic() + 10
-        while not mark.exists():
-            assert time.monotonic() < deadline, "user-data never ran"
-            await asyncio.sleep(0.05)
+        await eventually(mark.exists, within=20, what="the user-data's boot mark")
         assert mark.read_text().strip() == "booted-by-cloud-init"
         await p.terminate(ref)
 

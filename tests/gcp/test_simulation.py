@@ -4,7 +4,6 @@ answers a repeated requestId, a taken name, capacity and rate limits, as Compute
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ from google.cloud import compute_v1
 from fakeclouds.gcp_auth import PROJECT, service_account_key
 from fakeclouds.server import FakeCloudServer
 from tests import simclouds
+from tests.eventually import eventually_sync
 from tests.gcp.conftest import STRANGER_TOKEN
 
 ZONE = "us-central1-a"
@@ -71,12 +71,12 @@ def insert(sdk: Callable[[str], Any], body: compute_v1.Instance, request_id: str
 
 
 def wait(sdk: Callable[[str], Any], op: Any) -> Any:
-    deadline = time.monotonic() + 10
-    while op.status != compute_v1.Operation.Status.DONE:
-        assert time.monotonic() < deadline, "operation never finished"
-        time.sleep(0.05)
-        op = sdk("ZoneOperationsClient").get(project=PROJECT, zone=ZONE, operation=op.name)
-    return op
+    if op.status == compute_v1.Operation.Status.DONE:
+        return op
+    ops = sdk("ZoneOperationsClient")
+    return eventually_sync(lambda: ops.get(project=PROJECT, zone=ZONE, operation=op.name),
+                           until=lambda op: op and op.status == compute_v1.Operation.Status.DONE, within=20,
+                           what=f"operation {op.name} done")
 
 
 def live(sim: FakeCloudServer) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ mock transport): the seed's capability row, rulesets for --port, tags, images, k
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +33,7 @@ from providers.base import (
 )
 from providers.credentials import ApiKeyCredentials
 from providers.lambda_ import LAUNCH, LambdaProvider, image_spec, instance_name
+from tests.eventually import eventually
 from tests.lambda_.conftest import PUBLIC, SCALE, adapter, offer, spec
 
 WITHIN = 20.0
@@ -41,13 +41,7 @@ WITHIN = 20.0
 
 async def wait_state(p: LambdaProvider, ref: InstanceRef, done: Callable[[InstanceStatus | None], bool]
                      ) -> InstanceStatus | None:
-    deadline = time.monotonic() + WITHIN
-    while True:
-        st = await p.get(ref)
-        if done(st):
-            return st
-        assert time.monotonic() < deadline, st
-        await asyncio.sleep(0.05)
+    return await eventually(lambda: p.get(ref), until=done, within=WITHIN, what=f"{ref.instance_id}'s state")
 
 
 def running(st: InstanceStatus | None) -> bool:

@@ -3,9 +3,7 @@ tags, images, `preempted`, Basic auth, and its documented rate limits (as 429s).
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import time
 from typing import Any
 
 import httpx
@@ -14,19 +12,28 @@ import pytest
 from fakeclouds import lambda_api
 from fakeclouds.server import FakeCloudServer
 from tests import simclouds
+from tests.eventually import eventually
 from tests.lambda_.conftest import add_key, code, launch_body
 
 WITHIN = 20.0
 
 
-async def eventually(lam: httpx.AsyncClient, path: str, done: Any) -> httpx.Response:
-    deadline = time.monotonic() + WITHIN
-    while True:
-        r = await lam.get(path)
-        if done(r):
-            return r
-        assert time.monotonic() < deadline, r.text
-        await asyncio.sleep(0.05)
+async def get_until(lam: httpx.AsyncClient, path: str, done: Any) -> httpx.Response:
+    """GET `path` until `done(response)`."""
+    return await until_answered(lambda: lam.get(path), done, f"GET {path}")
+
+
+async def until_answered(call: Any, done: Any, what: str) -> httpx.Response:
+    """`call()` again until `done(response)`; a failure shows the last response's body."""
+    last: list[httpx.Response] = []
+
+    async def answer() -> httpx.Response:
+        last[:] = [await call()]
+        return last[0]
+
+    r: httpx.Response = await eventually(answer, until=done, within=WITHIN, what=what,
+                                         detail=lambda: last[0].text if last else "")
+    return r
 
 
 async def launch(lam: httpx.AsyncClient, **fields: Any) -> str:
@@ -84,7 +91,7 @@ async def test_rulesets_are_checked_attached_and_refused_while_in_use(sim: FakeC
     assert (await lam.post("/instance-operations/terminate", json={"instance_ids": [iid]})).status_code == 200
     r = await lam.delete(f"/firewall-rulesets/{made['id']}")
     assert r.status_code == 400 and code(r) == "firewall-rulesets/firewall-ruleset-in-use"  # terminating
-    await eventually(lam, f"/instances/{iid}", lambda r: r.status_code == 404)
+    await get_until(lam, f"/instances/{iid}", lambda r: r.status_code == 404)
     assert (await lam.delete(f"/firewall-rulesets/{made['id']}")).status_code == 200
     r = await lam.get(f"/firewall-rulesets/{made['id']}")
     assert r.status_code == 404 and code(r) == "global/object-does-not-exist"
@@ -128,7 +135,7 @@ async def test_tags_hostname_and_images(lam: httpx.AsyncClient) -> None:
 async def test_actions_follow_the_status(sim: FakeCloudServer, lam: httpx.AsyncClient) -> None:
     await add_key(lam)
     iid = await launch(lam)
-    active = (await eventually(lam, f"/instances/{iid}", status_is("active"))).json()["data"]
+    active = (await get_until(lam, f"/instances/{iid}", status_is("active"))).json()["data"]
     assert all(a == {"available": True} for a in active["actions"].values()), active["actions"]
     sim.admin.configure(terminate_delay=5)
     out = (await lam.post("/instance-operations/terminate", json={"instance_ids": [iid]})).json()["data"]
@@ -145,7 +152,7 @@ async def test_preempted_shows_until_terminated_and_holds_its_ruleset(sim: FakeC
                                                       "rules": [rule]})).json()["data"]["id"]
     sim.admin.add_fault("lambda", "create", "preempt", seconds=0)
     iid = await launch(lam, firewall_rulesets=[{"id": rs}])
-    inst = (await eventually(lam, f"/instances/{iid}", status_is("preempted"))).json()["data"]
+    inst = (await get_until(lam, f"/instances/{iid}", status_is("preempted"))).json()["data"]
     assert "ip" not in inst
     machine = sim.admin.machine(iid)
     assert (machine["status"], machine["detail"]) == ("terminated", "preempted")  # gone: not billing
@@ -157,7 +164,7 @@ async def test_preempted_shows_until_terminated_and_holds_its_ruleset(sim: FakeC
     assert (await lam.delete(f"/firewall-rulesets/{rs}")).status_code == 200
 
     other = await launch(lam)  # the admin's preempt, at any time
-    await eventually(lam, f"/instances/{other}", status_is("active"))
+    await get_until(lam, f"/instances/{other}", status_is("active"))
     sim.admin.preempt(other)
     assert (await lam.get(f"/instances/{other}")).json()["data"]["status"] == "preempted"
 
@@ -180,11 +187,12 @@ async def test_documented_rate_limits_are_429s(sim: FakeCloudServer, lam: httpx.
     # Once the second has passed (polled), one launch; the next launch is refused for 12 s, also once
     # the second has passed again (polled: until the refusal names the launch limit).
     assert (await eventually_post(lam, launch_body())).status_code == 200
-    deadline = time.monotonic() + WITHIN
-    while "launch rate limit" not in (r := await lam.post("/instance-operations/launch",
-                                                           json=launch_body(name="second"))).text:
-        assert r.status_code == 429 and time.monotonic() < deadline, r.text
-        await asyncio.sleep(0.05)
+    def refused_for_the_launch_limit(r: httpx.Response) -> bool:
+        assert r.status_code == 429, r.text
+        return "launch rate limit" in r.text
+
+    r = await until_answered(lambda: lam.post("/instance-operations/launch", json=launch_body(name="second")),
+                             refused_for_the_launch_limit, "a refusal naming the launch rate limit")
     assert r.status_code == 429 and code(r) == "global/too-many-requests"
     assert 0 < float(r.headers["Retry-After"]) <= 12.0
     assert [m["name"] for m in sim.admin.machines()] == ["job"]  # the refused launch made nothing
@@ -196,11 +204,9 @@ async def test_documented_rate_limits_are_429s(sim: FakeCloudServer, lam: httpx.
 
 
 async def eventually_post(lam: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
-    deadline = time.monotonic() + WITHIN
-    while (r := await lam.post("/instance-operations/launch", json=body)).status_code == 429:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
-    return r
+    """POST the launch until it is not refused as rate-limited (429)."""
+    return await until_answered(lambda: lam.post("/instance-operations/launch", json=body),
+                                lambda r: r.status_code != 429, "a launch past the rate limit")
 
 
 def test_the_facade_declares_the_documented_limits() -> None:

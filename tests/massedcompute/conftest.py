@@ -3,8 +3,6 @@ raw API clients on it, and the adapter pointed at it."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -18,6 +16,7 @@ from fakeclouds.server import FakeCloudServer
 from providers.base import ConnectionOptions, LaunchSpec, Ownership
 from providers.massedcompute import MassedComputeProvider
 from tests import simclouds
+from tests.eventually import eventually
 
 NAME = massedcompute_api.NAME
 PREFIX = massedcompute_api.FACADE.prefix
@@ -94,20 +93,15 @@ async def instance(api: httpx.AsyncClient, uuid_: str) -> dict[str, Any]:
 
 
 async def wait_booted(api: httpx.AsyncClient, uuid_: str) -> dict[str, Any]:
-    deadline = time.monotonic() + WITHIN
-    while True:
-        inst = await instance(api, uuid_)
-        if inst["os_booted"] == 1:
-            return inst
-        assert time.monotonic() < deadline, f"still booting: {inst['status']}"
-        await asyncio.sleep(0.03)
+    return await eventually(lambda: instance(api, uuid_), until=lambda inst: inst["os_booted"] == 1,
+                            within=WITHIN, what=f"{uuid_} booted")
 
 
 async def wait_gone(api: httpx.AsyncClient, uuid_: str) -> None:
-    deadline = time.monotonic() + WITHIN
-    while (await api.get(f"/instance/{uuid_}")).status_code != 404:
-        assert time.monotonic() < deadline, f"{uuid_} still there"
-        await asyncio.sleep(0.03)
+    async def status() -> int:
+        return (await api.get(f"/instance/{uuid_}")).status_code
+
+    await eventually(status, until=lambda code: code == 404, within=WITHIN, what=f"{uuid_} gone (404)")
 
 
 async def ssh_run(host: str, command: str, key: asyncssh.SSHKey = KEY) -> str:
