@@ -20,7 +20,7 @@ from sqlalchemy.orm import object_session
 from api.errors import shown
 from api.strict_json import loc_part
 from messages.enums import AllocationStatus
-from providers import endpoints, future, host_keys, registry, ssh_keys
+from providers import endpoints, future, host_keys, listing, registry, ssh_keys
 from providers.base import Capabilities, CloudProvider, Offer
 from store import host_keys as store_host_keys
 from store.models import ApiToken, Attempt, BackendPick, Connection, Instance, InstanceEvent
@@ -293,7 +293,8 @@ class CloudOut(BaseModel):
     @classmethod
     def of(cls, cloud: str, adapter: type[CloudProvider]) -> CloudOut:
         caps = adapter.capabilities
-        return cls(id=cloud, display_name=caps.display_name, capabilities=CapabilitiesOut.of(caps),
+        return cls(id=cloud, display_name=listing.of(adapter).display_name or cloud,
+                   capabilities=CapabilitiesOut.of(caps),
                    credentials=[CredentialFieldOut(**f) for f in adapter.credentials_model.form()])
 
     @classmethod

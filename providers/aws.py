@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
@@ -42,7 +39,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -54,6 +50,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 from providers.rest import ErrorKind
 from providers.sdk import SdkCloudProvider, SdkError
 
@@ -150,8 +147,7 @@ class AwsProvider(SdkCloudProvider):
     api_hosts: ClassVar[tuple[str, ...]] = ("sts.amazonaws.com", *(f"ec2.{r}.amazonaws.com" for r in REGIONS),
                                             *(f"sts.{r}.amazonaws.com" for r in REGIONS))
     request_timeout_s: ClassVar[float] = 30.0
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="AWS EC2",
+    listing: ClassVar[Listing] = Listing(
         tagline="Broadest GPU instance selection",
         connect_name="AWS",
         how_to_connect=("In the AWS console open IAM → Users → (a user allowed to run, describe and terminate"
@@ -159,6 +155,9 @@ class AwsProvider(SdkCloudProvider):
                         'key ("Application running outside AWS"). Paste the Access Key ID and Secret Access '
                         "Key. GPU instance types need an EC2 vCPU quota above 0 in each region (Service "
                         "Quotas → EC2)."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="AWS EC2",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,
@@ -173,7 +172,6 @@ class AwsProvider(SdkCloudProvider):
     )
 
     _session: Any = None
-    _ca_file: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -195,18 +193,10 @@ class AwsProvider(SdkCloudProvider):
                     creds = self.credentials.reveal()
                     self._session = boto3.session.Session(aws_access_key_id=creds["access_key_id"],
                                                           aws_secret_access_key=creds["secret_access_key"])
-                if self.options.ca_bundle and self._ca_file is None:
-                    # botocore takes one CA file: the default bundle plus the connection's own.
-                    from botocore.httpsession import get_cert_path
-
-                    default = Path(get_cert_path(True)).read_text()
-                    fd, self._ca_file = tempfile.mkstemp(prefix="gpuprov-aws-ca-", suffix=".pem")
-                    with os.fdopen(fd, "w") as f:
-                        f.write(default.rstrip("\n") + "\n" + self.options.ca_bundle)
                 config = Config(retries={"total_max_attempts": 1}, connect_timeout=10,
                                 read_timeout=self.request_timeout_s, max_pool_connections=32)
                 client = self._session.client(service, region_name=region, endpoint_url=self.options.endpoint,
-                                              verify=self._ca_file, config=config)
+                                              verify=self.ca_bundle_file(), config=config)
                 self._clients[(service, region)] = client
             return client
 
@@ -360,9 +350,7 @@ class AwsProvider(SdkCloudProvider):
                      memory_gib=round(int(spec["MemoryInfo"]["SizeInMiB"]) / 1024, 1),
                      region=region, zone=zone, price_per_hour=price, spot=False, available=True)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         if spec.image and not _AMI_ID.match(spec.image):
             raise InvalidRequest(f"{self.id}: --image must be an AMI id (ami-...) of region {offer.region}")
         data = user_data(spec.ssh_public_keys, spec.user_data, k3s=spec.k3s)
@@ -526,6 +514,4 @@ class AwsProvider(SdkCloudProvider):
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.close()
-        if self._ca_file is not None:
-            os.unlink(self._ca_file)
-            self._ca_file = None
+        await super().aclose()

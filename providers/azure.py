@@ -32,11 +32,8 @@ import asyncio
 import base64
 import functools
 import hashlib
-import os
-import tempfile
 import threading
 from datetime import datetime
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import SecretStr
@@ -53,7 +50,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -64,6 +60,7 @@ from providers.base import (
 )
 from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
+from providers.listing import Listing
 from providers.rest import ErrorKind
 from providers.sdk import SdkCloudProvider, SdkError
 
@@ -248,8 +245,7 @@ class AzureProvider(SdkCloudProvider):
     error_codes: ClassVar[dict[str, ErrorKind]] = _CODES
     # A connection's endpoint names the ARM host (the Entra authority follows from it).
     api_hosts: ClassVar[tuple[str, ...]] = tuple(AUTHORITIES)
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Microsoft Azure",
+    listing: ClassVar[Listing] = Listing(
         tagline="Enterprise-grade GPU VMs",
         connect_name="Azure",
         how_to_connect=("Create an app registration: Microsoft Entra ID → App registrations → New "
@@ -257,6 +253,9 @@ class AzureProvider(SdkCloudProvider):
                         "(tenant) ID. Under Certificates & secrets add a client secret and copy its Value. In"
                         " Subscriptions → (yours) → Access control (IAM) give the app the Contributor role; "
                         "the subscription's Overview shows its Subscription ID."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Microsoft Azure",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,
@@ -277,7 +276,6 @@ class AzureProvider(SdkCloudProvider):
         super().__init__(*args, **kwargs)
         self._lock = threading.Lock()
         self._clients: _Clients | None = None
-        self._ca_file: str | None = None
         self._prepared: set[str] = set()
 
     # ------------------------------------------------------------------ plumbing
@@ -311,21 +309,10 @@ class AzureProvider(SdkCloudProvider):
 
     def _client_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 60}
-        if self._ca_file:
-            kwargs["connection_verify"] = self._ca_file
+        ca_file = self.ca_bundle_file()
+        if ca_file:
+            kwargs["connection_verify"] = ca_file
         return kwargs
-
-    def _ca_bundle_file(self) -> str | None:
-        """The connection's CA bundle beside the default ones, as a file (the SDKs take a path; removed
-        by aclose). Only certificates: public, but written privately all the same (mkstemp: 0600)."""
-        if not self.options.ca_bundle:
-            return None
-        import certifi  # requests' own bundle: what the SDK trusts by default
-
-        fd, path = tempfile.mkstemp(prefix="gpuprov-ca-", suffix=".pem")
-        with os.fdopen(fd, "w") as f:
-            f.write(Path(certifi.where()).read_text() + "\n" + self.options.ca_bundle)
-        return path
 
     def _sdk_clients(self) -> _Clients:
         """Made on first use, on a pool thread (importing the SDKs takes a while)."""
@@ -337,12 +324,11 @@ class AzureProvider(SdkCloudProvider):
             from azure.mgmt.network import NetworkManagementClient
             from azure.mgmt.resource.resources import ResourceManagementClient
 
-            self._ca_file = self._ca_bundle_file()
             creds = self._creds
             cred_kwargs: dict[str, Any] = {"retry_total": 0}
             client_kwargs = self._client_kwargs()
-            if self._ca_file:
-                cred_kwargs["connection_verify"] = self._ca_file
+            if "connection_verify" in client_kwargs:  # the token endpoint trusts what ARM's clients do
+                cred_kwargs["connection_verify"] = client_kwargs["connection_verify"]
             cred_kwargs.update(self._authority())
             client_kwargs["base_url"] = self._arm_base()
             if self._arm_host() in AUTHORITIES:
@@ -534,10 +520,7 @@ class AzureProvider(SdkCloudProvider):
         await self._sdk(poller.result)
         self._prepared.add(region)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(
-            LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image, region=offer.region)
-        )
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         image = parse_image(spec.image or DEFAULT_IMAGE)
         data = custom_data(spec.user_data, k3s=spec.k3s)
         await self.prepare(offer.region)
@@ -875,9 +858,7 @@ class AzureProvider(SdkCloudProvider):
         if clients is not None:
             for client in (clients.compute, clients.network, clients.resource, clients.credential):
                 await self._sdk(client.close)
-        if self._ca_file:
-            os.unlink(self._ca_file)
-            self._ca_file = None
+        await super().aclose()
 
 
 def _statuses(props: dict[str, Any]) -> list[dict[str, Any]]:

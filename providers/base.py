@@ -15,12 +15,15 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from providers.credentials import Credentials, describe_error
 from providers.gpus import same_gpu
+
+if TYPE_CHECKING:
+    from providers.listing import Listing
 
 # --------------------------------------------------------------------------- errors
 
@@ -263,14 +266,16 @@ K3sMode = Literal["cloud-init", "ssh", "none"]
 
 
 class Capabilities(BaseModel):
-    """Static facts about a cloud, checked before any planning."""
+    """Static facts about a cloud, checked before any planning: what workflows and planning read.
 
-    display_name: str
-    tagline: str = ""  # one line for the connect grid (the studio seed's, where it names the cloud)
-    # The connect grid's name for it where the seed's differs from display_name ("AWS", not "AWS EC2"),
-    # and its connect page's "How to connect" text: where the credentials are made.
-    connect_name: str | None = None
-    how_to_connect: str = ""
+    It travels in activity results (ValidateResult) into every allocation's history, so it holds
+    behaviour only; the catalog's and console's copy (tagline, how to connect) is the adapter's
+    `listing` (providers/listing.py). Histories recorded before that split carry the copy here too:
+    unknown fields are ignored when one is decoded (never `forbid`), so they still replay."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    display_name: str  # the cloud's name in refusals and notes ("Lambda Cloud has no region ...")
     k3s: K3sMode = "none"
     k3s_reason: str | None = None  # why k3s is "none", shown to the user
     k8s_api: bool = False
@@ -392,7 +397,8 @@ class ConnectionOptions(BaseModel):
 class CloudProvider(abc.ABC):
     """One cloud. Construct with validated credentials (`credentials_model`) and connection options.
 
-    Subclasses set `id`, `capabilities` and `credentials_model`, and implement the six primitives;
+    Subclasses set `id`, `capabilities` and `credentials_model`, and implement the six primitives
+    (`create` as `_find_or_launch`: the contract runs the capability check first, for every cloud);
     `find_all(key)` and `release(key)` (terminate-by-key) have defaults an adapter overrides where
     its cloud allows duplicate names or keeps per-key side resources. All are async and raise only
     ProviderError subclasses. One instance serves many concurrent activities of one worker
@@ -401,6 +407,8 @@ class CloudProvider(abc.ABC):
 
     id: ClassVar[str]
     capabilities: ClassVar[Capabilities]
+    # The catalog's and console's copy (read through providers.listing.of); None: the name alone.
+    listing: ClassVar[Listing | None] = None
     credentials_model: ClassVar[type[Credentials]]
     # The hosts of the cloud's public API, as its documentation names them (lower case, no scheme or
     # port). A connection's `endpoint` may point at one of them over https; anything else only under
@@ -436,9 +444,20 @@ class CloudProvider(abc.ABC):
     async def offers(self, query: OfferQuery) -> list[Offer]:
         """Live offers matching `query`, cheapest first."""
 
-    @abc.abstractmethod
     async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        """Find-or-create by spec.key: a retry after a crash returns the machine already made."""
+        """Find-or-create by spec.key: a retry after a crash returns the machine already made.
+
+        The template every cloud shares: what the cloud's capabilities refuse (spot, ports, a custom
+        image, a region it lacks) is refused here, with the cloud's reason, before the adapter's
+        `_find_or_launch` runs. Adapters implement that, never this."""
+        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
+                                                   region=offer.region))
+        return await self._find_or_launch(offer, spec)
+
+    @abc.abstractmethod
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        """The adapter's create, once the capability check passed: look spec.key up first (a retry
+        after a crash returns the machine already made), else launch it."""
 
     @abc.abstractmethod
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:

@@ -2,14 +2,14 @@
 seed's order (../shared/seeds "Connecting a cloud provider"), and the "billed to your account" note.
 
 The nine are named here as the seed names them, never by cloud id (the registry is the one list of
-ids): a registered cloud is one of them when its `Capabilities.connect_name` (else `display_name`)
+ids): a registered cloud is one of them when its listing's `connect_name` (else `display_name`)
 is the seed's name; the others are listed futures (providers/future.py). A cloud's tagline and
-"How to connect" text are its own (`Capabilities.tagline`, `Capabilities.how_to_connect`).
+"How to connect" text are its own (`Listing.tagline`, `Listing.how_to_connect`, providers/listing.py).
 """
 
 from __future__ import annotations
 
-from providers.base import Capabilities
+from providers.listing import Listing
 
 # The seed's table, in its order: the grid shows these first, then every other registered cloud.
 SEED_ORDER: tuple[str, ...] = ("AWS", "Azure", "GCP", "RunPod", "Modal", "Nebius", "Oracle Cloud (OCI)",
@@ -19,13 +19,13 @@ SEED_ORDER: tuple[str, ...] = ("AWS", "Azure", "GCP", "RunPod", "Modal", "Nebius
 BILLED_NOTE = "Connecting lets the platform spin up GPU billed to your account at this provider."
 
 
-def name_of(caps: Capabilities) -> str:
+def name_of(listing: Listing) -> str:
     """A cloud's name on the connect grid and its offers page: the seed's where it has one."""
-    return caps.connect_name or caps.display_name
+    return listing.connect_name or listing.display_name or ""
 
 
-def how_to(caps: Capabilities) -> str:
+def how_to(listing: Listing) -> str:
     """A cloud's "How to connect" text; a generic one for a cloud that declares none."""
-    return caps.how_to_connect or (f"Create API credentials in your {name_of(caps)} account's console and "
-                                   "paste them into the fields below; they are verified before anything "
-                                   "is saved.")
+    return listing.how_to_connect or (f"Create API credentials in your {name_of(listing)} account's "
+                                      "console and paste them into the fields below; they are verified "
+                                      "before anything is saved.")

@@ -37,7 +37,7 @@ import httpx
 import yaml
 from pydantic import SecretStr
 
-from providers import cloudinit, rest
+from providers import account_objects, cloudinit, rest
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -47,7 +47,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -61,6 +60,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "https://api.digitalocean.com/v2"
 NAME_MAX = 255  # droplet, tag and firewall names
@@ -138,11 +138,13 @@ class DigitalOceanProvider(rest.RestCloudProvider):
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     api_hosts: ClassVar[tuple[str, ...]] = ("api.digitalocean.com",)
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="DigitalOcean",
+    listing: ClassVar[Listing] = Listing(
         tagline="Toronto RTX Ada / L40S, US H100 / MI300X",
         how_to_connect=("In the DigitalOcean control panel open API → Tokens → Generate New Token with read "
                         "and write scope (droplet, firewall, tag, ssh_key), and paste it here."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="DigitalOcean",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,
@@ -288,15 +290,18 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         fp = md5_fingerprint(public_key)
         if known.get(public_key) == fp:
             return fp
-        resp = await self._call("GET", f"/account/keys/{fp}", allow=(404,))
-        if resp.status_code == 404:
-            try:
-                await self._call("POST", "/account/keys", json={"name": f"gpuprov {self.installation_id}",
-                                                                "public_key": public_key.strip()})
-            except InvalidRequest:
-                # Most likely a concurrent create registered it first ("already in use"); else re-raise.
-                if (await self._call("GET", f"/account/keys/{fp}", allow=(404,))).status_code == 404:
-                    raise
+
+        async def find() -> str | None:
+            resp = await self._call("GET", f"/account/keys/{fp}", allow=(404,))
+            return None if resp.status_code == 404 else fp
+
+        async def register() -> str:
+            await self._call("POST", "/account/keys", json={"name": f"gpuprov {self.installation_id}",
+                                                            "public_key": public_key.strip()})
+            return fp
+
+        # A concurrent create's registration ("already in use") is adopted: providers/account_objects.py.
+        await account_objects.ensure(find, register)
         known[public_key] = fp
         return fp
 
@@ -331,9 +336,7 @@ class DigitalOceanProvider(rest.RestCloudProvider):
                       price_per_hour=float(size["price_hourly"]), spot=False, available=True)
                 for region in size.get("regions") or []]
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         image: str | int = spec.image or default_image(offer)
         if not _IMAGE.match(str(image)):
             raise InvalidRequest(f"{self.id}: --image must be an image slug (gpu-h100x1-base) or numeric id")

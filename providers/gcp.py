@@ -29,12 +29,10 @@ import functools
 import hashlib
 import json
 import re
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import SecretStr, field_validator, model_validator
@@ -51,7 +49,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -62,6 +59,7 @@ from providers.base import (
 )
 from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
+from providers.listing import Listing
 from providers.rest import ErrorKind, map_error
 from providers.sdk import SdkCloudProvider, SdkError
 
@@ -257,26 +255,12 @@ def label_value(text: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
 
 
-def _ca_file(pem: str) -> str:
-    """A CA file for requests (it takes a path): the system's roots plus `pem`, written once."""
-    import certifi
-
-    digest = hashlib.sha256(pem.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"gpuprov-ca-{digest}.pem"
-    if not path.exists():
-        tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
-        tmp.write_text(Path(certifi.where()).read_text() + "\n" + pem)
-        tmp.replace(path)
-    return str(path)
-
-
 class GcpProvider(SdkCloudProvider):
     id: ClassVar[str] = "gcp"
     credentials_model: ClassVar[type[GcpCredentials]] = GcpCredentials
     error_codes: ClassVar[Mapping[str, ErrorKind]] = _CODES
     api_hosts: ClassVar[tuple[str, ...]] = ("compute.googleapis.com",)
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Google Compute Engine",
+    listing: ClassVar[Listing] = Listing(
         tagline="TPUs & fast networking",
         connect_name="GCP",
         how_to_connect=("In the Google Cloud console open IAM & Admin → Service Accounts → Create service "
@@ -284,6 +268,9 @@ class GcpProvider(SdkCloudProvider):
                         "new key → JSON. Upload that file; the project ID is read from it when you leave the "
                         "field empty. The Compute Engine API must be enabled and GPU quota granted in the "
                         "regions you use."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Google Compute Engine",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,
@@ -327,8 +314,9 @@ class GcpProvider(SdkCloudProvider):
                     ) from None
             options = {"api_endpoint": self.options.endpoint.rstrip("/")} if self.options.endpoint else None
             client = getattr(compute, kind)(credentials=self._clients["credentials"], client_options=options)
-            if self.options.ca_bundle:
-                client._transport._session.verify = _ca_file(self.options.ca_bundle)  # requests takes a path
+            ca_file = self.ca_bundle_file()
+            if ca_file:
+                client._transport._session.verify = ca_file  # requests takes a path
             self._clients[kind] = client
             return client
 
@@ -571,10 +559,7 @@ class GcpProvider(SdkCloudProvider):
                 )
         return offers
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(
-            LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image, region=offer.region)
-        )
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         if not offer.zone:
             raise InvalidRequest(f"{self.id}: an offer must name its zone")
         zone, name = offer.zone, self._name(spec.key)
@@ -802,6 +787,12 @@ class GcpProvider(SdkCloudProvider):
     async def release(self, key: str) -> None:
         if not await self.find_all(key):
             await self._delete_firewall(key)
+
+    async def aclose(self) -> None:
+        # The cached clients trust the CA file the base removes: later calls build new ones.
+        with self._lock:
+            self._clients = {}
+        await super().aclose()
 
 
 def _shape(inst: Any) -> str:

@@ -37,7 +37,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -50,6 +49,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "https://infrahub-api.nexgencloud.com/v1"
 NAME_MAX = 50  # PROVIDER-APIS.md: VM names of at most 50 characters
@@ -145,11 +145,13 @@ class HyperstackProvider(rest.RestCloudProvider):
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     api_hosts: ClassVar[tuple[str, ...]] = ("infrahub-api.nexgencloud.com",)
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Hyperstack",
+    listing: ClassVar[Listing] = Listing(
         tagline="Cheap 24–48 GB NVIDIA GPUs in Canada",
         how_to_connect=("In the Hyperstack console (console.hyperstack.cloud) open API Keys → Generate New "
                         "Key and paste it here."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Hyperstack",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,
@@ -340,9 +342,7 @@ class HyperstackProvider(rest.RestCloudProvider):
                      vcpus=int(f.get("cpu") or 0), memory_gib=float(f.get("ram") or 0), region=region,
                      price_per_hour=round(price * count, 4), spot=spot, available=in_stock)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         name = self._name(spec.key)
         found = await self._existing(name, spec.key)
         if found is not None:

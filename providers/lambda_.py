@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import httpx
 import yaml
 
-from providers import cloudinit, naming, pacing, rest
+from providers import account_objects, cloudinit, naming, pacing, rest
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -38,7 +38,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -49,6 +48,7 @@ from providers.base import (
 )
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "https://cloud.lambda.ai/api/v1"  # OpenAPI 1.10 production (lambdalabs.com: deprecated)
 NAME_MAX = 64
@@ -138,10 +138,12 @@ class LambdaProvider(rest.RestCloudProvider):
     # the deprecated secondary (research/provider-facts.md, "A. Lambda Cloud").
     api_hosts: ClassVar[tuple[str, ...]] = ("cloud.lambda.ai", "cloud.lambdalabs.com")
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Lambda Cloud",
+    listing: ClassVar[Listing] = Listing(
         tagline="A second, independent US source",
         how_to_connect=("In the Lambda Cloud dashboard open API keys → Generate API key and paste it here."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Lambda Cloud",
         k3s="cloud-init",
         k8s_api=True,
         ports=True,  # a per-instance firewall ruleset
@@ -214,16 +216,16 @@ class LambdaProvider(rest.RestCloudProvider):
         return [i for i in await self._instances() if i.get("name") == name]
 
     async def _ensure_ssh_key(self, name: str, public_key: str) -> str:
-        """The per-machine SSH key object, registered once (a retried create reuses it)."""
-        if any(k.get("name") == name for k in await self._list("/ssh-keys")):
-            return name
-        try:
+        """The per-machine SSH key object, registered once (a retried create reuses it, a concurrent
+        create's registration is adopted: providers/account_objects.py)."""
+        async def find() -> str | None:
+            return name if any(k.get("name") == name for k in await self._list("/ssh-keys")) else None
+
+        async def register() -> str:
             await self._data("POST", "/ssh-keys", json={"name": name, "public_key": public_key.strip()})
-        except InvalidRequest:
-            # Most likely a concurrent create registered it first; anything else re-raises.
-            if not any(k.get("name") == name for k in await self._list("/ssh-keys")):
-                raise
-        return name
+            return name
+
+        return await account_objects.ensure(find, register)
 
     async def _delete_ssh_key(self, name: str) -> None:
         for k in await self._list("/ssh-keys"):
@@ -294,9 +296,7 @@ class LambdaProvider(rest.RestCloudProvider):
             for r in entry.get("regions_with_capacity_available") or []
         ]
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         user_data = merge_user_data(spec.ssh_public_keys[1:], spec.user_data, k3s=spec.k3s)
         if user_data and len(user_data.encode()) > USER_DATA_MAX:
             raise InvalidRequest(f"{self.id}: user data and SSH keys exceed Lambda's 1 MB of user data")

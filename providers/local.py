@@ -16,7 +16,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -25,6 +24,7 @@ from providers.base import (
 )
 from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8765/local/v1"
 
@@ -57,11 +57,13 @@ class LocalProvider(rest.RestCloudProvider):
     # (or `make run`) allows it (GPUPROV_ALLOWED_ENDPOINTS).
     api_hosts: ClassVar[tuple[str, ...]] = ()
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="local cloud",
+    listing: ClassVar[Listing] = Listing(
         tagline="Try gpuprov without any account",
         how_to_connect=("The local cloud runs simulated machines on this host: `make run` connects it with "
                         "its generated key ($GPUPROV_HOME/cloud-tokens.json). No account needed."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="local cloud",
         k3s="none",
         k3s_reason="the local cloud's machines are process sandboxes on this host; k3s cannot run there",
         ports=False,
@@ -131,9 +133,7 @@ class LocalProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "machine"):
             return self._ref(m)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         found = await self._find_for_create(spec.key)
         if found is not None:
             return found

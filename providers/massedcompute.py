@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 import httpx
 
-from providers import naming, rest, ssh_keys
+from providers import account_objects, naming, rest, ssh_keys
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -40,7 +40,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -53,6 +52,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "https://vm.massedcompute.com/api/v1"
 NAME_MAX = 64  # [unconfirmed]: no documented limit on instanceName; Lambda-like 64 is assumed
@@ -172,11 +172,13 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     api_hosts: ClassVar[tuple[str, ...]] = ("vm.massedcompute.com",)  # the OpenAPI `servers` entry
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Massed Compute",
+    listing: ClassVar[Listing] = Listing(
         tagline="Cheap 24–48 GB NVIDIA GPUs in the US",
         how_to_connect=("In the Massed Compute console (vm.massedcompute.com) open Account → API Keys, create"
                         " a key and paste it here."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Massed Compute",
         k3s="ssh",
         k8s_api=False,
         ports=False,
@@ -254,18 +256,14 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
                              if self._same_key(o, material) and isinstance(o.get("name"), str)]
             return str(found[0]["name"]) if found else None
 
-        existing = held(await self._key_objects())
-        if existing is not None:
-            return existing
-        try:
+        async def find() -> str | None:
+            return held(await self._key_objects())
+
+        async def register() -> str:
             await self._call("POST", "/ssh-keys", json={"name": name, "publicKey": line})
-        except InvalidRequest:
-            # Most likely a concurrent create registered it first; anything else re-raises.
-            existing = held(await self._key_objects())
-            if existing is None:
-                raise
-            return existing
-        return name
+            return name
+
+        return await account_objects.ensure(find, register)  # a concurrent create's is adopted
 
     async def _image_id(self, wanted: str | None) -> int:
         """The integer imageId launch requires: `wanted` as an id or a name (case-insensitive),
@@ -316,8 +314,7 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
             for r in entry.get("regions_with_capacity_available") or []
         ]
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         if spec.user_data:
             raise InvalidRequest(f"{self.id}: Massed Compute takes a startup command, "
                                  "not cloud-init user data")

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from providers import naming, rest
+from providers import account_objects, naming, rest
 from providers.base import (
     AuthError,
     Capabilities,
@@ -39,7 +39,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -54,6 +53,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
+from providers.listing import Listing as CloudListing  # `Listing` here: a marketplace listing
 
 DEFAULT_ENDPOINT = "https://api.primeintellect.ai/api/v1"
 NAME_MAX = 64  # [unconfirmed]: the API's limit on pod names is not published
@@ -215,11 +215,13 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
     credentials_model: ClassVar[type[ApiKeyCredentials]] = ApiKeyCredentials
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     api_hosts: ClassVar[tuple[str, ...]] = ("api.primeintellect.ai",)
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Prime Intellect",
+    listing: ClassVar[CloudListing] = CloudListing(
         tagline="Marketplace breadth across many providers",
         how_to_connect=("On app.primeintellect.ai open Settings → API Keys → Create API Key with Instances "
                         "read and write access, and paste it here."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Prime Intellect",
         k3s="ssh",
         k8s_api=False,
         ports=False,
@@ -328,19 +330,18 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
         registered by hand or by another installation is reused; a racing registration is fine."""
         wanted = public_key.split()[:2]
 
-        async def present() -> bool:
+        async def find() -> bool | None:
             body = await self._json_of("GET", SSH_KEYS)
             with rest.parsing(self.id, "ssh_keys"):
-                return any(str(k.get("publicKey") or "").split()[:2] == wanted for k in body["data"])
+                return any(str(k.get("publicKey") or "").split()[:2] == wanted for k in body["data"]) or None
 
-        if await present():
-            return
-        try:
+        async def register() -> bool:
             await self._req("POST", SSH_KEYS, json={"name": f"gpuprov-{self.installation_id}",
                                                      "publicKey": " ".join(wanted)})
-        except InvalidRequest:
-            if not await present():  # a concurrent create registered it first; else the refusal stands
-                raise
+            return True
+
+        # A concurrent create's registration is adopted; any other refusal stands.
+        await account_objects.ensure(find, register)
 
     # ------------------------------------------------------------------ primitives
 
@@ -403,9 +404,7 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
         raise CapacityError(f"{self.id}: {offer.instance_type} is no longer listed in "
                             f"{offer.zone or offer.region}", scope=scope)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         if spec.user_data:
             raise Unsupported("Prime Intellect pods take no user data (no cloud-init)")
         listing = Listing.parse(offer.instance_type)

@@ -45,7 +45,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -58,6 +57,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "https://api.runpod.io/v2"
 # What RunPod's docs deploy in their v2 examples; its official images start sshd from PUBLIC_KEY.
@@ -154,12 +154,14 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
     # v2's OpenAPI `servers` (api.runpod.io); rest.runpod.io served v1 until its retirement.
     api_hosts: ClassVar[tuple[str, ...]] = ("api.runpod.io",)
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="RunPod",
+    listing: ClassVar[Listing] = Listing(
         tagline="Per-second billing GPU pods",
         how_to_connect=("In the RunPod console open Settings → API Keys → Create API Key (read/write). Turn "
                         "on Include Community Cloud to add cheaper, less reliable Community Cloud offers "
                         "alongside Secure Cloud."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="RunPod",
         k3s="none",
         k3s_reason="RunPod pods are containers without systemd: k3s cannot run there (skipped)",
         k8s_api=False,
@@ -288,8 +290,6 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
         return out
 
     def _check(self, offer: Offer, spec: LaunchSpec) -> tuple[str, int, str]:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
         if spec.k3s or spec.user_data:
             raise Unsupported("RunPod pods are containers: no cloud-init user data, no k3s at boot")
         if spec.image is not None and not _IMAGE.fullmatch(spec.image):
@@ -301,7 +301,7 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
             raise InvalidRequest("runpod: the offer names no data center")
         return gpu_id, count, cloud
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         gpu_id, count, cloud = self._check(offer, spec)
         name = self._name(spec.key)
         found = await self._by_name(name)

@@ -8,14 +8,21 @@ google-cloud-compute, azure-mgmt) build on `SdkCloudProvider`.
   hides a multi-minute retry loop.
 - Errors map by table: the adapter says how to read (code, message, HTTP status) off its SDK's
   exception (`sdk_error`), and `error_codes` says what each code means. No raw SDK exception escapes.
+- A connection's `ca_bundle` (a private endpoint's or the simulation's TLS certificate) reaches every
+  SDK the same way: one file, the default roots plus it (`ca_bundle_file`), removed by `aclose`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
+import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from providers.base import CloudProvider, FailureScope, ProviderError, Transient
@@ -24,6 +31,7 @@ from providers.rest import ErrorKind, map_error
 T = TypeVar("T")
 
 SDK_THREADS = 32
+_CA_LOCK = threading.Lock()  # two pool threads' first clients must not write two files
 
 
 @functools.cache
@@ -44,6 +52,32 @@ class SdkCloudProvider(CloudProvider):
     """Base of adapters over a blocking SDK. Subclasses implement `sdk_error` and fill `error_codes`."""
 
     error_codes: ClassVar[Mapping[str, ErrorKind]] = {}
+    _ca_file: str | None = None  # written by ca_bundle_file, on first use
+
+    def ca_bundle_file(self) -> str | None:
+        """The connection's `ca_bundle` beside the default roots, as one PEM file: boto3, requests
+        (google-cloud) and azure-core take a path, and trust only that file once given one. The
+        defaults are certifi's — what each of them trusts without one (botocore too, certifi being
+        installed with requests). Written once per adapter, privately (mkstemp: 0600, though it holds
+        only public certificates); removed by aclose. None: no bundle, the SDK's own default stands."""
+        if not self.options.ca_bundle:
+            return None
+        with _CA_LOCK:
+            if self._ca_file is None:
+                import certifi
+
+                fd, path = tempfile.mkstemp(prefix=f"gpuprov-{self.id}-ca-", suffix=".pem")
+                with os.fdopen(fd, "w") as f:
+                    f.write(Path(certifi.where()).read_text().rstrip("\n") + "\n" + self.options.ca_bundle)
+                self._ca_file = path
+            return self._ca_file
+
+    async def aclose(self) -> None:
+        """Remove the CA file (subclasses close their clients first, then call this)."""
+        path, self._ca_file = self._ca_file, None
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def sdk_error(self, exc: Exception) -> SdkError | None:
         """(code, message, status) of an SDK exception; None for exceptions that are not the

@@ -36,7 +36,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -47,6 +46,7 @@ from providers.credentials import Credentials
 from providers.fleet_addresses import AddressRefused, FleetAddresses, checked_login
 from providers.future import SshFleetCredentials
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 from providers.ssh_login import Bastion, HostLogin, LoginFailed, login
 
 T = TypeVar("T")
@@ -214,12 +214,14 @@ def authorized_line(public_key: str, key: str) -> str:
 class SshFleetProvider(CloudProvider):
     id: ClassVar[str] = "ssh"
     credentials_model: ClassVar[type[SshFleetCredentials]] = SshFleetCredentials
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="SSH fleet",
+    listing: ClassVar[Listing] = Listing(
         connect_name="SSH / On-prem",  # the seed's name (its offers page: "SSH / On-prem — Available …")
         tagline="Bring your own GPU servers",
         how_to_connect="Save a fleet (POST /api/compute/fleets): SSH user, port, private key, hosts, "
                        "optional bastion. Its free GPU hosts are then offered at $0/hr.",
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="SSH fleet",
         k3s="ssh",
         ports=False,
         ports_reason="--port needs a firewall API; an SSH fleet's hosts are your own: open the port on "
@@ -360,9 +362,7 @@ class SshFleetProvider(CloudProvider):
                                      FailureScope(provider=self.id))
         return rank_offers(out, query)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         host = offer.instance_type
         if host not in self.hosts:
             raise InvalidRequest(f"{host!r} is not a host of this fleet")

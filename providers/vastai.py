@@ -38,7 +38,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -52,6 +51,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "https://console.vast.ai"  # the CLI's server_url; paths carry /api/v0 or /api/v1
 DEFAULT_IMAGE = "vastai/base-image:@vastai-automatic-tag"  # the documented default of `image`
@@ -125,11 +125,13 @@ class VastAIProvider(rest.RestCloudProvider):
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     api_hosts: ClassVar[tuple[str, ...]] = ("console.vast.ai",)
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Vast.ai",
+    listing: ClassVar[Listing] = Listing(
         tagline="Cheapest GPU marketplace",
         how_to_connect=("On console.vast.ai open Account → Keys (cloud.vast.ai/manage-keys) and create an API"
                         " key; paste it here."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Vast.ai",
         k3s="none",
         k3s_reason="Vast.ai instances are Docker containers without systemd; k3s cannot run there",
         ports=False,
@@ -297,9 +299,7 @@ class VastAIProvider(rest.RestCloudProvider):
             out.append(offer(float(bid), True))
         return out
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         ask = ask_of(offer)
         label = self._label(spec.key)
         found = await self._by_label(label)

@@ -37,7 +37,6 @@ from providers.base import (
     InstanceState,
     InstanceStatus,
     InvalidRequest,
-    LaunchRequirements,
     LaunchSpec,
     Offer,
     OfferQuery,
@@ -50,6 +49,7 @@ from providers.base import (
 from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.gpus import normalize_gpu
+from providers.listing import Listing
 
 DEFAULT_ENDPOINT = "https://api.verda.com/v1"  # the SDK's default base URL
 NAME_MAX = 60  # hostname length dstack keeps to [unconfirmed]
@@ -198,11 +198,13 @@ class VerdaProvider(rest.RestCloudProvider):
     default_endpoint: ClassVar[str] = DEFAULT_ENDPOINT
     api_hosts: ClassVar[tuple[str, ...]] = ("api.verda.com", "api.datacrunch.io")  # the latter: pre-rename
     error_codes: ClassVar[Mapping[str, rest.ErrorKind]] = _CODES
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        display_name="Verda",
+    listing: ClassVar[Listing] = Listing(
         tagline="European capacity, spot pricing",
         how_to_connect=("In the Verda (DataCrunch) cloud dashboard open Keys → Cloud API credentials → "
                         "Create: copy the client ID and client secret."),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Verda",
         k3s="cloud-init",  # at boot, through the instance's startup script
         k8s_api=False,  # no firewall API to open 6443: reached through an SSH tunnel
         ports=False,
@@ -365,9 +367,7 @@ class VerdaProvider(rest.RestCloudProvider):
                          memory_gib=float((t.get("memory") or {}).get("size_in_gigabytes") or 0),
                          region=location, price_per_hour=price, spot=spot, available=True)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         if offer.region not in LOCATIONS:
             raise InvalidRequest(f"{self.id}: an offer names a location, not {offer.region!r}")
         script = startup_script(spec.key, k3s=spec.k3s, user_data=spec.user_data)

@@ -197,7 +197,7 @@ class FakeInMemoryProvider(CloudProvider):
         await self.cloud.raise_fault("offers", self.id)
         return rank_offers(FAKE_OFFERS, query)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         cloud = self.cloud
         cloud.create_calls += 1
         found = await self.find(spec.key)

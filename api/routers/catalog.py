@@ -13,7 +13,7 @@ from fastapi import APIRouter
 
 from api.pagination import Page, PageDep, offset_page
 from api.schemas import CatalogFieldOut, CatalogProviderOut
-from providers import connect_guide, future, registry
+from providers import connect_guide, future, listing, registry
 from providers.credentials import Credentials
 
 router = APIRouter(prefix="/providers", tags=["providers"])
@@ -42,8 +42,8 @@ def _registered(key: str) -> CatalogProviderOut:
     except ImportError as e:  # its module or SDK is not installed here
         return _card(key, key, "", f"{key} is not available in this installation.", None, available=False,
                      reason=f"not available in this installation: {e}")
-    caps = adapter.capabilities
-    return _card(key, connect_guide.name_of(caps), caps.tagline, connect_guide.how_to(caps),
+    card = listing.of(adapter)
+    return _card(key, connect_guide.name_of(card), card.tagline, connect_guide.how_to(card),
                  adapter.credentials_model, available=True, reason=None)
 
 

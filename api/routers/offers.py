@@ -22,7 +22,7 @@ from api.schemas import (
     PickOut,
     PlacementId,
 )
-from providers import connect_guide, registry
+from providers import connect_guide, listing, registry
 from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
 from providers.market import CloudAnswer
 from store import fleets, repo
@@ -163,7 +163,7 @@ async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQ
 
 def title_of(provider: str) -> str:
     """The offers page's title, `{Provider} — Available Instances` (the connect grid's name)."""
-    return f"{connect_guide.name_of(adapter_class(provider).capabilities)} — Available Instances"
+    return f"{connect_guide.name_of(listing.of(adapter_class(provider)))} — Available Instances"
 
 
 _BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -36,7 +36,7 @@ from api.routers import fleets as fleet_routes
 from api.schemas import ConnectionRemoval, Timestamp, aware
 from messages.enums import ConnectionStatus
 from messages.health import HealthStatus
-from providers import registry
+from providers import listing, registry
 from providers.future import FUTURE, SSH_FLEET
 from store import fleets, repo
 from store.models import Connection, Fleet, FleetHost
@@ -93,8 +93,8 @@ class ProviderOut(BaseModel):
 
 def _row(c: Connection, totals: dict[str, tuple[int, float]]) -> ProviderOut:
     try:
-        caps = registry.capabilities(c.provider)
-        name, tagline = caps.display_name, caps.tagline
+        card = listing.of(registry.adapter_class(c.provider))
+        name, tagline = card.display_name or c.provider, card.tagline
     except Exception:  # noqa: BLE001 — a cloud no longer registered here still lists its connection
         name, tagline = c.provider, ""
     count, cost = totals.get(c.id, (0, 0.0))

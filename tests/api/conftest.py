@@ -68,7 +68,7 @@ class FakeCloud(CloudProvider):
             raise self.FAIL
         return rank_offers(self.OFFERS, query)
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         raise NotImplementedError
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:

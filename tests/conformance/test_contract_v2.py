@@ -41,7 +41,7 @@ class _Unimplemented:
     async def offers(self, query: OfferQuery) -> list[Offer]:
         raise NotImplementedError
 
-    async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         raise NotImplementedError
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:

@@ -287,3 +287,33 @@ async def test_unknown_statuses_and_junk_fields() -> None:
     assert st is not None
     assert (st.state, st.detail, st.host, st.ssh_user) == (InstanceState.ERROR, "weird", None, "Ubuntu")
     assert "hunter2" not in st.model_dump_json()
+
+
+async def test_a_key_registered_by_a_concurrent_create_is_adopted() -> None:
+    """The conflict path of "ensure the account key exists" (providers/account_objects.py): the first
+    look finds no key, the registration is refused because a racing create just made it, and the
+    second look adopts that one instead of failing the create."""
+    theirs = {"name": key_object_name("abcd1234", PUBKEY), "publicKey": PUBKEY}
+    registered: list[dict[str, Any]] = []
+    posts: list[dict[str, Any]] = []
+
+    def keys(_: httpx.Request) -> dict[str, Any]:
+        return {"sshKeys": registered}
+
+    def register(request: httpx.Request) -> dict[str, Any]:
+        posts.append(json.loads(request.content))
+        registered.append(theirs)  # the racing create's registration landed first
+        return {"message": "an SSH key with this name already exists"}
+
+    p = _faked({("GET", "/ssh-keys"): (200, keys), ("POST", "/ssh-keys"): (400, register)})
+    async with p:
+        assert await p._ensure_key_object(PUBKEY) == theirs["name"]
+        assert len(posts) == 1
+        assert await p._ensure_key_object(PUBKEY) == theirs["name"] and len(posts) == 1  # found first now
+
+
+async def test_a_refused_key_registration_with_no_key_behind_it_stands() -> None:
+    p = _faked({("GET", "/ssh-keys"): _KEYS, ("POST", "/ssh-keys"): (400, {"message": "invalid key"})})
+    async with p:
+        with pytest.raises(InvalidRequest):
+            await p._ensure_key_object(PUBKEY)
