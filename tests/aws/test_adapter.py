@@ -3,7 +3,6 @@ boto3 itself, as a user would look at the account)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from providers.base import (
 )
 from tests.aws.conftest import USER_KEY, adapter, boto, offer, spec
 from tests.conformance.checks import WAIT_GONE, WAIT_RUNNING, wait_for
+from tests.eventually import eventually
 
 
 def _running(st: InstanceStatus | None) -> bool:
@@ -182,10 +182,7 @@ async def test_user_data_runs_at_boot(sim: FakeCloudServer, aws: AwsProvider) ->
     ref = await aws.create(await offer(aws), s)
     await wait_for(aws, ref, _running, WAIT_RUNNING)
     home = Path(sim.admin.machine(ref.instance_id)["home"])
-    for _ in range(200):
-        if (home / "booted").exists():
-            break
-        await asyncio.sleep(0.02)
+    await eventually((home / "booted").exists, within=WAIT_RUNNING, what="the user data's boot mark")
     assert (home / "booted").read_text() == "booted\n"
 
 

@@ -3,7 +3,6 @@ droplets only with type=gpus, capacity and quota both 422, burst vs hourly 429s,
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import time
 from typing import Any
@@ -12,6 +11,7 @@ import httpx
 
 from fakeclouds.server import FakeCloudServer
 from tests.digitalocean.conftest import OTHER_KEY, add_key, client, launch, public
+from tests.eventually import eventually
 
 DEADLINE = 10.0
 
@@ -23,13 +23,12 @@ def _err(r: httpx.Response) -> tuple[int, str, str]:
 
 
 async def _wait_active(api: httpx.AsyncClient, droplet_id: int) -> dict[str, Any]:
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        droplet: dict[str, Any] = (await api.get(f"/droplets/{droplet_id}")).json()["droplet"]
-        if droplet["status"] == "active":
-            return droplet
-        assert time.monotonic() < deadline, droplet["status"]
-        await asyncio.sleep(0.05)
+    async def droplet() -> dict[str, Any]:
+        got: dict[str, Any] = (await api.get(f"/droplets/{droplet_id}")).json()["droplet"]
+        return got
+
+    return await eventually(droplet, until=lambda d: d["status"] == "active", within=DEADLINE,
+                            what=f"droplet {droplet_id} active")
 
 
 async def test_bad_token_is_unauthorized_with_ratelimit_headers(sim: FakeCloudServer) -> None:

@@ -5,7 +5,6 @@ pair, labels, rules, user data, port randomization off), statuses, addresses and
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,18 +26,21 @@ from providers.base import (
     Transient,
 )
 from providers.hyperstack import HyperstackProvider, gpu_of, vm_name
+from tests.eventually import eventually
 from tests.hyperstack.conftest import OTHER_KEY, USER_KEY, adapter, offer, public, spec
 
 
 async def _running(p: HyperstackProvider, ref: InstanceRef, within: float = 15.0) -> list[Any]:
-    seen, deadline = [], time.monotonic() + within
-    while True:
-        st = await p.get(ref)
-        seen.append(st)
-        if st is not None and st.state == InstanceState.RUNNING:
-            return seen
-        assert time.monotonic() < deadline, [s and s.state for s in seen]
-        await asyncio.sleep(0.02)
+    seen: list[Any] = []
+
+    async def read() -> Any:
+        seen.append(await p.get(ref))
+        return seen[-1]
+
+    await eventually(read, until=lambda st: st is not None and st.state == InstanceState.RUNNING,
+                     within=within, what=f"{ref.instance_id} running",
+                     detail=lambda: [s and s.state for s in seen])
+    return seen
 
 
 def _stub(answer: Callable[[httpx.Request], httpx.Response]) -> HyperstackProvider:

@@ -4,7 +4,6 @@ flavors, the per-IP rate limit that blocks every call for a minute)."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import time
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from fakeclouds import hyperstack_api
 from fakeclouds.engine import Machine
 from fakeclouds.server import FakeCloudServer
+from tests.eventually import eventually
 from tests.hyperstack.conftest import OTHER_KEY, USER_KEY, public
 
 VMS = "/core/virtual-machines"
@@ -41,14 +41,15 @@ def _vm(name: str, env: str = "env-ca", **extra: Any) -> dict[str, Any]:
 
 async def _wait(api: httpx.AsyncClient, vm_id: int, done: Any, within: float = 15.0) -> list[Any]:
     seen: list[Any] = []
-    deadline = time.monotonic() + within
-    while True:
+
+    async def read() -> httpx.Response:
         r = await api.get(f"{VMS}/{vm_id}")
         seen.append(r.json().get("instance") if r.status_code == 200 else None)
-        if done(r):
-            return seen
-        assert time.monotonic() < deadline, [s and s["status"] for s in seen]
-        await asyncio.sleep(0.02)
+        return r
+
+    await eventually(read, until=done, within=within, what=f"VM {vm_id}",
+                     detail=lambda: [s and s["status"] for s in seen])
+    return seen
 
 
 async def test_the_key_goes_in_an_api_key_header_and_errors_have_hyperstacks_shape(

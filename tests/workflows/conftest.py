@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -20,6 +19,7 @@ from messages.ids import allocation_workflow_id
 from providers import registry
 from store import repo
 from store.secrets import SecretBox
+from tests.eventually import eventually
 from tests.fakes import FakeCloud, FakeInMemoryProvider
 from worker import build_worker
 
@@ -86,17 +86,16 @@ async def start_allocate(client: Client, req: AllocateRequest) -> WorkflowHandle
                                        result_type=AllocationState)
 
 
-async def settled(handle: WorkflowHandle[Any, AllocationState]) -> AllocationState:
+async def settled(handle: WorkflowHandle[Any, AllocationState], within: float = 60) -> AllocationState:
     """The state once the allocation is ready; if the workflow closes instead, its result (which
     raises WorkflowFailureError when it failed)."""
-    async with asyncio.timeout(60):
-        while True:
-            if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
-                return await handle.result()
-            st = await handle.query("state", result_type=AllocationState)
-            if st.phase == Phase.READY:
-                return st
-            await asyncio.sleep(0.1)
+    async def ready_or_closed() -> AllocationState | None:
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return await handle.result()
+        st = await handle.query("state", result_type=AllocationState)
+        return st if st.phase == Phase.READY else None
+
+    return await eventually(ready_or_closed, within=within, what=f"allocation {handle.id} ready (or closed)")
 
 
 async def terminate(client: Client, allocation_id: str) -> AllocationState:
@@ -107,9 +106,6 @@ async def terminate(client: Client, allocation_id: str) -> AllocationState:
 
 async def wait_phase(handle: WorkflowHandle[Any, Any], phase: Phase) -> AllocationState:
     """Poll the `state` query until the workflow reaches `phase`."""
-    async with asyncio.timeout(30):
-        while True:
-            st = await handle.query("state", result_type=AllocationState)
-            if st.phase == phase:
-                return st
-            await asyncio.sleep(0.1)
+    return await eventually(lambda: handle.query("state", result_type=AllocationState),
+                            until=lambda st: st.phase == phase, within=30,
+                            what=f"{handle.id} in phase {phase}")
