@@ -3,10 +3,8 @@ simulation does not produce, a small hand-written fake transport)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from providers.massedcompute import (
     instance_name,
     key_object_name,
 )
+from tests.eventually import eventually
 from tests.massedcompute.conftest import (
     NAME,
     PUBKEY,
@@ -55,13 +54,10 @@ async def offer(p: MassedComputeProvider, product: str = "gpu_1x_a6000",
 
 
 async def wait_state(p: MassedComputeProvider, ref: InstanceRef, state: InstanceState) -> InstanceStatus:
-    deadline = time.monotonic() + WITHIN
-    while True:
-        st = await p.get(ref)
-        if st is not None and st.state == state:
-            return st
-        assert time.monotonic() < deadline, f"still {st and st.state}"
-        await asyncio.sleep(0.03)
+    st = await eventually(lambda: p.get(ref), until=lambda st: st and st.state == state, within=WITHIN,
+                          what=f"{ref.instance_id} {state}")
+    assert st is not None
+    return st
 
 
 async def test_offers_from_the_inventory(sim: FakeCloudServer, mc: MassedComputeProvider) -> None:
@@ -136,10 +132,8 @@ async def test_statuses_address_user_and_no_password(sim: FakeCloudServer, api: 
     await mc.terminate(ref)
     terminating = await mc.get(ref)
     assert terminating is None or terminating.state == InstanceState.TERMINATING
-    deadline = time.monotonic() + WITHIN
-    while await mc.get(ref) is not None:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.03)
+    await eventually(lambda: mc.get(ref), until=lambda st: st is None, within=WITHIN,
+                     what=f"{ref.instance_id} gone")
     await mc.terminate(ref)  # gone: success
     assert await mc.find(ref.key) is None and await mc.list_owned() == []
 
@@ -153,10 +147,9 @@ async def test_extra_keys_reach_authorized_keys_without_a_shell(sim: FakeCloudSe
     inst = await instance(api, ref.instance_id)
     assert "touch pwned" in inst["command_startup"]  # the startup command carries it, quoted
     up = await wait_state(mc, ref, InstanceState.RUNNING)
-    deadline = time.monotonic() + WITHIN
-    while "ed25519" not in (keys := await ssh_run(str(up.host), "cat .ssh/authorized_keys 2>/dev/null")):
-        assert time.monotonic() < deadline, "the startup command never wrote authorized_keys"
-        await asyncio.sleep(0.05)
+    keys = await eventually(lambda: ssh_run(str(up.host), "cat .ssh/authorized_keys 2>/dev/null"),
+                            until=lambda keys: "ed25519" in keys, within=WITHIN,
+                            what="the startup command to write authorized_keys")
     assert keys.splitlines() == [hostile]
     assert (await ssh_run(str(up.host), "ls pwned pwned2 2>&1 >/dev/null | wc -l")).strip() == "2"
 
