@@ -41,6 +41,7 @@ from providers.base import AuthError, CapacityError, LaunchSpec, Offer, OfferQue
 from providers.ssh_fleet import SshFleetProvider
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN
+from tests.eventually import eventually
 from tests.fleets.test_probe import LOOPBACK, gpu_type, make_home, snapshot
 from tests.jobs.conftest import FAST
 from tests.openssh import openssh
@@ -147,12 +148,12 @@ async def api(engine: sa.Engine, box: SecretBox, temporal_client: Client, k3s_ur
 async def until(api: httpx.AsyncClient, instance_id: str, *statuses: str,
                 kind: str = "instances") -> dict[str, Any]:
     """The instance (or, kind="jobs", the job) once its status is one of `statuses`."""
-    async with asyncio.timeout(120):
-        while True:
-            got: dict[str, Any] = (await api.get(f"/api/compute/{kind}/{instance_id}")).json()
-            if got["status"] in statuses:
-                return got
-            await asyncio.sleep(0.3)
+    async def read() -> dict[str, Any]:
+        got: dict[str, Any] = (await api.get(f"/api/compute/{kind}/{instance_id}")).json()
+        return got
+
+    return await eventually(read, until=lambda got: got["status"] in statuses, within=120,
+                            what=f"{kind} {instance_id} {' or '.join(statuses)}")
 
 
 async def up(api: httpx.AsyncClient) -> str:

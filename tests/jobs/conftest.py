@@ -27,7 +27,7 @@ from store.db import make_engine
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.api.conftest import TOKEN
-from tests.processes import until
+from tests.eventually import eventually
 from worker import GpuprovWorker, build_worker
 
 INSTALLATION = "jobtest01"
@@ -71,7 +71,7 @@ class Stack:
                 raise AssertionError(f"job ended {job['status']}, not {statuses}: {job}")
             return job if job["status"] in statuses else None
 
-        got: dict[str, Any] = await until(reached, within_s, f"job {job_id} {statuses}")
+        got: dict[str, Any] = await eventually(reached, within=within_s, what=f"job {job_id} {statuses}")
         return got
 
     async def run(self, command: str, **fields: Any) -> str:
