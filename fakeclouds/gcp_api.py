@@ -57,9 +57,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from fakeclouds import gcp_filter, k3s
-from fakeclouds.common import retry_after_header, run_op
+from fakeclouds.bodies import optional_object
+from fakeclouds.common import run_op
 from fakeclouds.engine import PENDING, RUNNING, TERMINATING, Engine, Machine
 from fakeclouds.errors import (
+    BadBody,
     CloudError,
     Invalid,
     LostResponse,
@@ -84,6 +86,7 @@ from fakeclouds.gcp_catalog import (
     region_of,
 )
 from fakeclouds.gcp_state import API, GcpState, Operation, numeric_id, operation_name, rfc3339, state_of
+from fakeclouds.vendor_errors import retry_after_header, vendor_router
 from providers.gcp_catalog import N1_ATTACHABLE, combo_type
 
 NAME = "gcp"
@@ -135,7 +138,9 @@ def _error(
     return JSONResponse({"error": err}, status_code=status, headers=headers)
 
 
-def error_response(exc: CloudError) -> JSONResponse:
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    if isinstance(exc, BadBody):  # not JSON, or not an object (an absent body is `{}`)
+        return _error(400, "invalid", "Invalid JSON payload received.")
     if isinstance(exc, Unauthorized):
         return _error(401, "authError", _UNAUTHENTICATED)
     if isinstance(exc, Forbidden):
@@ -469,16 +474,6 @@ def _request_id(request: Request) -> str | None:
     return str(parsed)
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise Invalid("Invalid JSON payload received.") from None
-    if not isinstance(body, dict):
-        raise Invalid("Invalid JSON payload received.")
-    return body
-
-
 def _aggregated(kind: str, key: str, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     items: dict[str, Any] = {}
     for zone in ZONES:
@@ -498,7 +493,7 @@ def _aggregated(kind: str, key: str, rows: dict[str, list[dict[str, Any]]]) -> d
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
+    router = vendor_router(error_response)
     verifier = Verifier.for_token(token)
     st: GcpState = state_of(engine)
     op_delay = lambda: engine.boot_delay / 4  # noqa: E731 — an insert's operation ends before the boot
@@ -525,11 +520,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         effect: Callable[[CallPlan, dict[str, Any]], Any],
         region: str | None = None,
     ) -> Response:
-        try:
-            claims = authorize(request, project, permission)
-            result = await run_op(engine, NAME, op, lambda plan: effect(plan, claims), region)
-        except CloudError as exc:
-            return error_response(exc)
+        claims = authorize(request, project, permission)
+        result = await run_op(engine, NAME, op, lambda plan: effect(plan, claims), region)
         return JSONResponse(result)
 
     def live_named(zone: str, name: str) -> Machine | None:
@@ -677,13 +669,10 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post(BASE + "/zones/{zone}/instances")
     async def insert_instance(request: Request, project: str, zone: str) -> Response:
-        try:
-            claims = authorize(request, project, "compute.instances.create")
-            zone_of(zone)
-            request_id = _request_id(request)
-            body = await _json_body(request)
-        except CloudError as exc:
-            return error_response(exc)
+        claims = authorize(request, project, "compute.instances.create")
+        zone_of(zone)
+        request_id = _request_id(request)
+        body = await optional_object(request) or {}
         user = str(claims.get("iss"))
 
         def effect(plan: CallPlan) -> dict[str, Any]:
@@ -749,8 +738,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
                 if known
                 else failed_insert(project, zone, body.get("name"), user, exc, request_id)
             )
-        except CloudError as exc:
-            return error_response(exc)
         return JSONResponse(result)
 
     @router.get(BASE + "/zones/{zone}/instances/{name}")
@@ -795,10 +782,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.delete(BASE + "/zones/{zone}/instances/{name}")
     async def delete_instance(request: Request, project: str, zone: str, name: str) -> Response:
-        try:
-            request_id = _request_id(request)
-        except CloudError as exc:
-            return error_response(exc)
+        request_id = _request_id(request)
 
         def effect(_: CallPlan, claims: dict[str, Any]) -> dict[str, Any]:
             known = st.by_request(project, request_id)
@@ -874,10 +858,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post(BASE + "/global/firewalls")
     async def insert_firewall(request: Request, project: str) -> Response:
-        try:
-            body = await _json_body(request)
-        except CloudError as exc:
-            return error_response(exc)
+        body = await optional_object(request) or {}
 
         def effect(_: CallPlan, claims: dict[str, Any]) -> dict[str, Any]:
             fw = _firewall(body, project)
