@@ -62,7 +62,6 @@ import hmac
 import json
 import re
 import time
-import urllib.parse
 import uuid
 from typing import Any
 
@@ -83,11 +82,20 @@ from fakeclouds.azure_arm import (
     ArmError,
     Outcome,
 )
-from fakeclouds.common import retry_after_header
+from fakeclouds.bodies import form_fields, optional_object
 from fakeclouds.engine import Engine
-from fakeclouds.errors import CloudError, LostResponse, NoCapacity, QuotaExceeded, RateLimit, ServerFault
+from fakeclouds.errors import (
+    BadBody,
+    CloudError,
+    LostResponse,
+    NoCapacity,
+    QuotaExceeded,
+    RateLimit,
+    ServerFault,
+)
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
+from fakeclouds.vendor_errors import retry_after_header, vendor_router
 
 PREFIX = "/azure"
 TOKEN_TTL = 3600
@@ -144,7 +152,16 @@ def arm_error(exc: ArmError) -> JSONResponse:
     )
 
 
+def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
+    """ARM's `{"error": {"code", "message"}}` for whatever an ARM call raised."""
+    return arm_error(exc if isinstance(exc, ArmError) else from_cloud_error(exc))
+
+
 def from_cloud_error(exc: CloudError) -> ArmError:
+    if isinstance(exc, BadBody):  # an absent body reads as {}
+        message = "The request content must be a JSON object." if exc.fault == "object" else \
+            "The request content was invalid and could not be deserialized."
+        return ArmError(400, "InvalidRequestContent", message)
     if isinstance(exc, RateLimit):
         return ArmError(
             429,
@@ -244,7 +261,7 @@ def _tag_filter(text: str | None) -> Any:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
+    router = vendor_router(error_response)
     account = Account(engine)
 
     # ------------------------------------------------------------------ Microsoft Entra ID
@@ -278,9 +295,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.post("/login/{tenant}/oauth2/v2.0/token")
     async def token_endpoint(request: Request, tenant: str) -> Response:
-        form = {
-            k: v[0] for k, v in urllib.parse.parse_qs((await request.body()).decode(errors="replace")).items()
-        }
+        form = await form_fields(request)
         if tenant.lower() != TENANT:
             return _login_error(400, "invalid_request", f"AADSTS90002: Tenant '{tenant}' not found.")
         if form.get("grant_type") != "client_credentials":
@@ -323,46 +338,37 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.api_route("/arm/{path:path}", methods=["GET", "PUT", "DELETE", "HEAD", "POST", "PATCH"])
     async def arm(request: Request, path: str) -> Response:
-        try:
-            check_token(request.headers.get("authorization", ""), token)
-            api_version = request.query_params.get("api-version")
-            if not api_version:
-                raise ArmError(
-                    400,
-                    "MissingApiVersionParameter",
-                    "The api-version query parameter (?api-version=) is required for all requests.",
-                )
-            route, m = next(((n, mm) for n, rx in ROUTES if (mm := rx.fullmatch("/" + path))), ("", None))
-            if m is None:
-                raise ArmError(
-                    404, "InvalidResourceType", f"The resource type could not be found for '/{path}'."
-                )
-            if m.group("sub").lower() != SUBSCRIPTION:
-                raise ArmError(
-                    403,
-                    "AuthorizationFailed",
-                    f"The client '{CLIENT_ID}' does not have authorization to perform action "
-                    f"'{request.method}' over scope '/subscriptions/{m.group('sub')}' or the scope is "
-                    "invalid.",
-                )
-            ctx = _Ctx(request, api_version, str(request.url).split("/arm/", 1)[0] + "/arm")
-            return await _dispatch(ctx, route, m.groupdict())
-        except ArmError as exc:
-            return arm_error(exc)
+        check_token(request.headers.get("authorization", ""), token)
+        api_version = request.query_params.get("api-version")
+        if not api_version:
+            raise ArmError(
+                400,
+                "MissingApiVersionParameter",
+                "The api-version query parameter (?api-version=) is required for all requests.",
+            )
+        route, m = next(((n, mm) for n, rx in ROUTES if (mm := rx.fullmatch("/" + path))), ("", None))
+        if m is None:
+            raise ArmError(
+                404, "InvalidResourceType", f"The resource type could not be found for '/{path}'."
+            )
+        if m.group("sub").lower() != SUBSCRIPTION:
+            raise ArmError(
+                403,
+                "AuthorizationFailed",
+                f"The client '{CLIENT_ID}' does not have authorization to perform action "
+                f"'{request.method}' over scope '/subscriptions/{m.group('sub')}' or the scope is "
+                "invalid.",
+            )
+        ctx = _Ctx(request, api_version, str(request.url).split("/arm/", 1)[0] + "/arm")
+        return await _dispatch(ctx, route, m.groupdict())
 
     async def _faults(op: str, region: str | None = None) -> CallPlan:
         plan = engine.faults.take(NAME, op, region)
-        try:
-            await plan.before()
-        except (RateLimit, ServerFault) as exc:
-            raise from_cloud_error(exc) from None
+        await plan.before()  # an injected refusal reaches the router's guard (from_cloud_error)
         return plan
 
     async def _finish(plan: CallPlan) -> None:
-        try:
-            await plan.after()
-        except LostResponse as exc:
-            raise from_cloud_error(exc) from None
+        await plan.after()
 
     async def _dispatch(ctx: _Ctx, route: str, g: dict[str, Any]) -> Response:
         method = ctx.request.method
@@ -473,17 +479,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             "For more details please go to https://aka.ms/ARMResourceNotFoundFix",
         )
 
-    async def _body(request: Request) -> dict[str, Any]:
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ArmError(
-                400, "InvalidRequestContent", "The request content was invalid and could not be deserialized."
-            ) from None
-        if not isinstance(body, dict):
-            raise ArmError(400, "InvalidRequestContent", "The request content must be a JSON object.")
-        return body
-
     def _respond(ctx: _Ctx, out: Outcome) -> Response:
         headers: dict[str, str] = {}
         if out.operation:
@@ -505,7 +500,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     async def _group_call(ctx: _Ctx, method: str, name: str) -> Response:
         if method == "PUT":
-            return _respond(ctx, account.put_group(name, await _body(ctx.request)))
+            return _respond(ctx, account.put_group(name, await optional_object(ctx.request) or {}))
         if method in ("GET", "HEAD"):
             if name.lower() not in account.groups:
                 if method == "HEAD":
@@ -524,7 +519,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     async def _network_call(ctx: _Ctx, method: str, group: str, rtype: str, name: str) -> Response:
         if method == "PUT":
-            return _respond(ctx, account.put_network(group, rtype, name, await _body(ctx.request)))
+            body = await optional_object(ctx.request) or {}
+            return _respond(ctx, account.put_network(group, rtype, name, body))
         if method == "GET":
             account.group(group)
             rec = account.find(account_id(account.group(group)["name"], rtype, name))
@@ -555,7 +551,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             raise ArmError(
                 405, "MethodNotAllowed", f"The method {method} is not allowed on a virtual machine."
             )
-        body = await _body(ctx.request)
+        body = await optional_object(ctx.request) or {}
         zones = body.get("zones") or []
         location = str(body.get("location") or "").lower()
         region = cat.engine_region(location, str(zones[0])) if zones and isinstance(zones, list) else location
@@ -576,8 +572,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
                     "Operation results in exceeding quota limits of Core. (injected)",
                 ) from None
             raise account.quota_error(size, location) from None
-        except (RateLimit, ServerFault) as exc:
-            raise from_cloud_error(exc) from None
         req = account.vm_checks(group, name, body)
         existing = account.existing_vm(group, name)
         if existing is not None and not existing.get("failed"):
