@@ -70,7 +70,7 @@ from fastapi.responses import Response
 from fakeclouds import aws_sigv4, aws_xml, cloudinit, k3s
 from fakeclouds.aws_moto import Moto
 from fakeclouds.catalog import Gpu, InstanceType, Region
-from fakeclouds.common import retry_after_header, run_op
+from fakeclouds.common import run_op
 from fakeclouds.engine import ERROR, PENDING, RUNNING, TERMINATED, TERMINATING, Engine
 from fakeclouds.errors import (
     CloudError,
@@ -86,6 +86,7 @@ from fakeclouds.errors import (
 )
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
+from fakeclouds.vendor_errors import retry_after_header, vendor_router
 from providers.aws_prices import ON_DEMAND
 
 NAME = "aws"
@@ -307,18 +308,20 @@ class AwsSim:
             return self._auth_failure(service, exc)
         call = Call(method=request.method, headers=headers, params=params, region=signed.region,
                     service=signed.service)
+        request.state.aws_call = call  # what error_response words a refusal after
         if not self._adopted:
             self._terminate_orphans()
-        try:
-            if call.service == "sts":
-                status, out = await run_op(self.engine, NAME, "verify", lambda _: self._moto(call))
-            elif call.service == "ec2":
-                status, out = await self._ec2(call)
-            else:
-                raise Ec2Error(400, "InvalidAction", f"The service {call.service} is not simulated here")
-        except CloudError as exc:
-            return self._error(call, exc)
+        if call.service == "sts":
+            status, out = await run_op(self.engine, NAME, "verify", lambda _: self._moto(call))
+        elif call.service == "ec2":
+            status, out = await self._ec2(call)
+        else:
+            raise Ec2Error(400, "InvalidAction", f"The service {call.service} is not simulated here")
         return Response(out, status_code=status, media_type="text/xml")
+
+    def error_response(self, exc: CloudError, request: Request) -> Response:
+        """The router's guard: a refusal as EC2 (or STS) words it for the call being served."""
+        return self._error(request.state.aws_call, exc)
 
     async def _ec2(self, call: Call) -> tuple[int, bytes]:
         handlers: dict[str, Callable[[Call, CallPlan], Awaitable[tuple[int, bytes]]]] = {
@@ -728,7 +731,7 @@ class AwsSim:
 def build_router(engine: Engine, token: str) -> APIRouter:
     sim = AwsSim(engine, token)
     _SIMS[engine] = sim
-    router = APIRouter()
+    router = vendor_router(sim.error_response)
 
     async def endpoint(request: Request) -> Response:
         return await sim.handle(request)
