@@ -37,10 +37,11 @@ from typing import Any, TypeVar
 import asyncssh
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from fakeclouds.bodies import json_body
 from fakeclouds.catalog import Gpu, InstanceType, Region
-from fakeclouds.common import check_bearer, check_rate, parse_body, retry_after_header, run_op
+from fakeclouds.common import check_bearer, check_rate, run_op
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import (
     CloudError,
@@ -56,6 +57,7 @@ from fakeclouds.errors import (
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit
+from fakeclouds.vendor_errors import retry_after_header, vendor_router
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -437,48 +439,49 @@ def _machine_id() -> str:
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
-    router = APIRouter()
+    def render(exc: CloudError, request: Request) -> Response:
+        """Vast.ai answers each endpoint's refusals in its own shape: by the op (and ask) the
+        request was serving, which `serving` noted."""
+        op, ask_id = getattr(request.state, "vastai", ("admin", None))
+        return error_response(exc, op, ask_id)
+
+    def serving(request: Request, op: str, ask_id: int | None = None) -> None:
+        request.state.vastai = (op, ask_id)
+
+    router = vendor_router(render)
 
     async def call(request: Request, op: str, effect: Callable[[CallPlan], Any], *,
                    region: str | None = None, ask_id: int | None = None) -> Response:
         # common.make_call, but a limiter refusal and an injected one answer differently (above).
+        serving(request, op, ask_id)
+        check_bearer(request, token)
         try:
-            check_bearer(request, token)
-            try:
-                check_rate(engine, NAME, request, op)
-            except RateLimit:
-                return too_frequent(op, None)
-            body = await run_op(engine, NAME, op, effect, region)
-        except CloudError as exc:
-            return error_response(exc, op, ask_id)
-        return JSONResponse(body)
+            check_rate(engine, NAME, request, op)
+        except RateLimit:
+            return too_frequent(op, None)
+        return JSONResponse(await run_op(engine, NAME, op, effect, region))
 
-    async def parsed(request: Request, model: type[M], op: str) -> M | Response:
-        try:
-            check_bearer(request, token)
-            return await parse_body(request, model)
-        except CloudError as exc:
-            return error_response(exc, op)
+    async def parsed(request: Request, model: type[M], op: str) -> M:
+        serving(request, op)
+        check_bearer(request, token)
+        return await json_body(request, model)
 
     @router.post("/api/v0/bundles/")
     async def bundles(request: Request) -> Response:
         q = await parsed(request, _Query, "offers")
-        return q if isinstance(q, Response) else await call(request, "offers",
-                                                            lambda _: search(engine, q.model_dump()))
+        return await call(request, "offers", lambda _: search(engine, q.model_dump()))
 
     @router.put("/api/v0/search/asks/")
     async def search_asks(request: Request) -> Response:
         q = await parsed(request, _NewSearch, "offers")
-        return q if isinstance(q, Response) else await call(request, "offers",
-                                                            lambda _: search(engine, dict(q.q)))
+        return await call(request, "offers", lambda _: search(engine, dict(q.q)))
 
     @router.put("/api/v0/asks/{ask_id}/")
     async def create_instance(request: Request, ask_id: str) -> Response:
+        serving(request, "create")
         if not ask_id.isdigit():
-            return error_response(Invalid("'id' is required and must be a valid offer ID"), "create")
+            raise Invalid("'id' is required and must be a valid offer ID")
         body = await parsed(request, CreateBody, "create")
-        if isinstance(body, Response):
-            return body
         ask = _ASKS.get(int(ask_id))
         return await call(request, "create", lambda plan: create(engine, int(ask_id), body, plan),
                           region=ask.country if ask else None, ask_id=int(ask_id))
@@ -506,8 +509,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.post("/api/v0/instances/{instance_id}/ssh/")
     async def attach_ssh(request: Request, instance_id: str) -> Response:
         body = await parsed(request, SshKeyBody, "ssh_keys")
-        if isinstance(body, Response):
-            return body
 
         def effect(_: CallPlan) -> dict[str, Any]:
             m = _visible(engine, instance_id)
@@ -535,13 +536,10 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.put("/_fake/asks/{ask_id}")
     async def set_ask(request: Request, ask_id: str) -> Response:
         """Simulation only (no auth): a host changes an ask's minimum bid."""
+        serving(request, "admin")
         if not ask_id.isdigit() or int(ask_id) not in _ASKS:
-            return error_response(NotFound(f"no ask {ask_id}"), "admin")
-        try:
-            raw = await request.json()
-            body = AskAdminBody.model_validate(raw)
-        except (ValueError, ValidationError):
-            return error_response(Invalid("body must be {\"min_bid\": <positive number>}"), "admin")
+            raise NotFound(f"no ask {ask_id}")
+        body = await json_body(request, AskAdminBody)  # refused: "Invalid args: min_bid: ..."
         engine.facade_state[NAME].setdefault("min_bid", {})[ask_id] = body.min_bid
         engine.save()
         return JSONResponse({"success": True, "min_bid": body.min_bid})
