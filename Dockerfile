@@ -1,4 +1,5 @@
-# One image for the worker and the API; docker-compose.yml picks the command.
+# One image for the worker and the API; docker-compose.yml picks the command. The simulated clouds
+# (fakeclouds/, a distribution of their own) are not in it.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GPUPROV_HOME=/var/lib/gpuprov
 WORKDIR /app
@@ -9,7 +10,6 @@ COPY activities activities
 COPY workflows workflows
 COPY api api
 COPY store store
-COPY fakeclouds fakeclouds
 COPY cli cli
 COPY worker.py settings.py logsafe.py ./
 RUN pip install --no-cache-dir .

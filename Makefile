@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench fuzz clean
 
-$(STAMP): pyproject.toml
+# The product and, beside it, the simulated clouds (a distribution of their own: fakeclouds/pyproject.toml).
+$(STAMP): pyproject.toml fakeclouds/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' -e ./fakeclouds
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -24,6 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.deps import ActivityDeps
 from bench.procs import pid_with_arg
 from bench.worker_proc import KEY_ENV
+from fakeclouds import clouds
 from fakeclouds.connect import allowed_env, ca_bundle, endpoint
 from fakeclouds.server import FakeCloudProcess, start_subprocess
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
@@ -147,7 +148,7 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
                 connections = {}
                 with session_scope(engine) as s:
                     for name in OVERHEAD_CLOUDS:
-                        sim = registry.simulation(name)
+                        sim = clouds.facade(name)
                         connections[name] = repo.add_connection(
                             s, box, provider=name, name="bench", endpoint=endpoint(cloud, name),
                             ca_bundle=ca_bundle(cloud, name),

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from bench.harness import INSTALLATION, Bench
+from fakeclouds import clouds
 from fakeclouds.connect import endpoints, options
 from providers import registry
 from providers.base import CloudProvider, OfferQuery
@@ -29,8 +30,8 @@ def _source(cloud: str, adapter: CloudProvider) -> Source:
 
 
 async def run(b: Bench, *, latency_s: float, rounds: int, warm_calls: int = 50) -> dict[str, Any]:
-    asked = [c for c in registry.simulated() if skip_reason(registry.capabilities(c), QUERY) is None]
-    adapters = {c: registry.build(c, registry.simulation(c).credentials(b.cloud.tokens[c]),
+    asked = [c for c in clouds.simulated() if skip_reason(registry.capabilities(c), QUERY) is None]
+    adapters = {c: registry.build(c, clouds.facade(c).credentials(b.cloud.tokens[c]),
                                   options=options(b.cloud, c), installation_id=INSTALLATION,
                                   allowed_endpoints=endpoints(b.cloud)) for c in asked}
     sources = [_source(c, a) for c, a in adapters.items()]

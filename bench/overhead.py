@@ -11,6 +11,7 @@ import time
 import asyncssh
 
 from bench.harness import INSTALLATION, Bench, region_for
+from fakeclouds import clouds
 from fakeclouds.connect import endpoint, options
 from messages.allocation import Timing
 from providers import registry
@@ -52,7 +53,7 @@ async def direct_once(b: Bench, p: CloudProvider, cloud: str, n: int) -> float:
 
 
 async def run(b: Bench, *, cloud: str = "lambda", latency_s: float, rounds: int) -> dict[str, float]:
-    sim = registry.simulation(cloud)
+    sim = clouds.facade(cloud)
     adapter = registry.build(cloud, sim.credentials(b.cloud.tokens[cloud]), options=options(b.cloud, cloud),
                              installation_id=INSTALLATION, allowed_endpoints=[endpoint(b.cloud, cloud)])
     b.cloud.admin.add_fault(cloud, "*", "latency", times=-1, seconds=latency_s)

@@ -1,10 +1,13 @@
 """`gpuprov dev` (what `make run` runs): the Temporal dev server, the simulated clouds, the worker
-and the API on this machine, with every simulated cloud of the registry connected.
+and the API on this machine, with every simulated cloud connected. The simulation is its own
+distribution (gpuprov-fakeclouds, ./fakeclouds): this is the one product module that imports it, and
+only once it runs (the rest of the `gpuprov` command works without it).
 Ctrl-C stops everything; state under $GPUPROV_HOME survives a restart."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import secrets
@@ -21,9 +24,16 @@ import typer
 from cli.output import reason
 from cli.supervise import DevError, Supervisor, http_ok, temporal_up, worker_polling
 from messages.enums import ConnectionStatus
-from providers import registry
 
 TOKENS_FILE = "cloud-tokens.json"
+SIMULATION_MISSING = (
+    "gpuprov dev runs the embedded default with its simulated clouds, and those are a package of their "
+    "own (gpuprov-fakeclouds) that is not installed here. From a checkout, `make run` installs it, or "
+    "install it beside gpuprov with: pip install -e ./fakeclouds")
+
+
+def simulation_installed() -> bool:
+    return importlib.util.find_spec("fakeclouds") is not None
 
 
 def _env_port(name: str, default: int) -> int:
@@ -120,18 +130,22 @@ def simulated_endpoints(cloud_url: str, clouds: list[str], tls_url: str | None =
     worker and the API allow besides documented hosts (GPUPROV_ALLOWED_ENDPOINTS) — never a whole
     loopback port (the API, Temporal and PostgreSQL listen there too). A facade whose SDK talks only
     https (`Facade.tls`) is served on `tls_url`."""
-    return {cloud: ((tls_url or cloud_url) if registry.simulation(cloud).tls else cloud_url)
-            + registry.simulation(cloud).prefix for cloud in clouds}
+    from fakeclouds import clouds as sim
+
+    return {cloud: ((tls_url or cloud_url) if sim.facade(cloud).tls else cloud_url)
+            + sim.facade(cloud).prefix for cloud in clouds}
 
 
 def connection_bodies(cloud_url: str, tokens: dict[str, str], tls_url: str | None = None,
                       ca_pem: str | None = None) -> dict[str, dict[str, Any]]:
-    """POST /connections bodies for every simulated cloud, from its facade in the registry (one
-    served over TLS also carries the simulation's CA as its ca_bundle)."""
+    """POST /connections bodies for every simulated cloud, from its facade (one served over TLS also
+    carries the simulation's CA as its ca_bundle)."""
+    from fakeclouds import clouds as sim
+
     bodies = {}
     endpoints = simulated_endpoints(cloud_url, list(tokens), tls_url)
     for cloud, token in tokens.items():
-        facade = registry.simulation(cloud)
+        facade = sim.facade(cloud)
         bodies[cloud] = {"provider": cloud, "name": facade.display_name,
                          "credentials": facade.credentials(token), "endpoint": endpoints[cloud]}
         if facade.tls and ca_pem:
@@ -206,6 +220,11 @@ async def run_dev(cfg: DevConfig) -> int:
     from store.migrate import upgrade
     from store.secrets import load_or_create_key
 
+    if not simulation_installed():
+        typer.secho(f"error: {SIMULATION_MISSING}", fg=typer.colors.RED, err=True)
+        return 1
+    from fakeclouds import clouds as sim
+
     private_home(cfg.home)  # before anything is written there; every child inherits the umask
     load_or_create_key(cfg.home)
     token = load_or_create_token(cfg.home)
@@ -214,7 +233,7 @@ async def run_dev(cfg: DevConfig) -> int:
     upgrade(engine)  # the identity lives in the database: migrate before reading it
     inst_id = installation_id(engine, settings.installation_id, legacy_home=cfg.home)
     engine.dispose()
-    simulated = registry.simulated()
+    simulated = sim.simulated()
     stack = Supervisor(cfg.home, child_env(cfg, simulated), boot_timeout_s=cfg.boot_timeout_s)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from providers import registry
+from fakeclouds import clouds
 from providers.base import ConnectionOptions
 
 
@@ -25,7 +25,7 @@ class SimServer(Protocol):
 
 
 def endpoint(server: SimServer, cloud: str) -> str:
-    facade = registry.simulation(cloud)
+    facade = clouds.facade(cloud)
     base = server.tls_url if facade.tls else server.url
     if base is None:
         raise RuntimeError(f"{cloud}'s simulation needs the server's TLS listener (tls=True)")
@@ -34,7 +34,7 @@ def endpoint(server: SimServer, cloud: str) -> str:
 
 def ca_bundle(server: SimServer, cloud: str) -> str | None:
     """The CA to trust for `cloud`'s endpoint: the server's, for a facade served over TLS."""
-    return server.ca_pem if registry.simulation(cloud).tls else None
+    return server.ca_pem if clouds.facade(cloud).tls else None
 
 
 def options(server: SimServer, cloud: str) -> ConnectionOptions:
@@ -44,8 +44,8 @@ def options(server: SimServer, cloud: str) -> ConnectionOptions:
 def endpoints(server: SimServer) -> list[str]:
     """Every simulated cloud's endpoint on `server`: what `make run` puts in GPUPROV_ALLOWED_ENDPOINTS
     (a server started without its TLS listener serves no TLS facade: those have none)."""
-    return [endpoint(server, cloud) for cloud in registry.simulated()
-            if server.tls_url is not None or not registry.simulation(cloud).tls]
+    return [endpoint(server, cloud) for cloud in clouds.simulated()
+            if server.tls_url is not None or not clouds.facade(cloud).tls]
 
 
 def allowed_env(server: SimServer) -> dict[str, str]:

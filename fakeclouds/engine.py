@@ -1,10 +1,11 @@
 """The one engine behind every simulated cloud: catalogue, stock, machines, billing, faults.
 
 Facades translate HTTP into these calls. What differs between clouds (catalogue, names, ids,
-login user, image, SSH address) comes from each one's `Facade` declaration; by default the engine
-serves every facade the cloud registry lists. Everything runs on one asyncio loop (the server's);
-lifecycle steps (boot, terminate, die) are tasks on that loop. With a `state_dir`, every change is
-written to `state.json` and `start()` brings machines back, same SSH addresses, ports and host keys.
+login user, image, SSH address) comes from each one's `Facade` declaration; the engine serves the
+facades it is given (`clouds.all_facades()`: every simulated cloud). Everything runs on one asyncio
+loop (the server's); lifecycle steps (boot, terminate, die) are tasks on that loop. With a
+`state_dir`, every change is written to `state.json` and `start()` brings machines back, same SSH
+addresses, ports and host keys.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import asyncssh
 from fakeclouds import catalog, cloudinit, nvidia_smi, who
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
-from fakeclouds.facade import Facade, registered
+from fakeclouds.facade import Facade
 from fakeclouds.faults import FaultBook
 from fakeclouds.ratelimit import RateLimiter
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
@@ -108,13 +109,13 @@ def _index(facades: Iterable[Facade]) -> dict[str, Facade]:
 
 
 class Engine:
-    def __init__(self, *, facades: Iterable[Facade] | None = None, boot_delay: float = 1.0,
+    def __init__(self, *, facades: Iterable[Facade], boot_delay: float = 1.0,
                  terminate_delay: float = 0.2, state_dir: str | Path | None = None,
                  loopback: LoopbackPool | None = None, time_scale: float = 1.0) -> None:
-        """`facades`: the clouds to simulate (default: every one the cloud registry lists).
+        """`facades`: the clouds to simulate (`clouds.all_facades()`: every simulated cloud).
         `loopback`: where machines of fixed-SSH-port clouds get their addresses (default: a random /24).
         `time_scale`: documented rate-limit windows run this much faster (1.0: real speed; 0: off)."""
-        self.facades = _index(registered() if facades is None else facades)
+        self.facades = _index(facades)
         self.loopback = loopback or LoopbackPool()
         self.boot_delay = boot_delay
         self.terminate_delay = terminate_delay

@@ -1,7 +1,8 @@
 """What a simulated cloud declares about itself: one `Facade` per provider API, defined as
-`FACADE` in its module (fakeclouds/<cloud>_api.py) and found through the cloud registry
-(providers/registry.py, `CloudEntry.simulation`). The server mounts every registered facade;
-`make run` connects each one with the credentials `credentials(token)` gives.
+`FACADE` in its module (fakeclouds/<cloud>_api.py) and found through the simulation's own list
+(fakeclouds/clouds.py, or an entry point in `gpuprov.simulations`). The server mounts every
+simulated cloud's facade; `make run` connects each one with the credentials `credentials(token)`
+gives.
 
 The engine knows nothing about any particular cloud: everything that differs between clouds
 (what they sell, how they name and number machines, who logs in, what the image carries, how
@@ -59,7 +60,7 @@ def hex_id() -> str:
 
 @dataclass(frozen=True)
 class Facade:
-    name: str  # the cloud id it simulates (registry); also the admin API's `facade`
+    name: str  # the cloud id it simulates (fakeclouds/clouds.py); also the admin API's `facade`
     prefix: str  # where the server mounts it, e.g. "/lambda/api/v1"
     display_name: str  # e.g. "Lambda Cloud (simulated)"
     build_router: Callable[[Engine, str], APIRouter]  # (engine, the facade's valid token)
@@ -99,9 +100,3 @@ class Facade:
     def instance_type(self, name: str) -> InstanceType | None:
         return next((t for t in self.instance_types if t.name == name), None)
 
-
-def registered() -> list[Facade]:
-    """Every simulation the cloud registry lists (built-in clouds and installed entry points)."""
-    from providers import registry  # the one list of clouds; imported late, it imports facade modules
-
-    return [registry.simulation(cloud) for cloud in registry.simulated()]

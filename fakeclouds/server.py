@@ -39,10 +39,10 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
-from fakeclouds import admin_api, tls
+from fakeclouds import admin_api, clouds, tls
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.engine import ADMIN_PREFIX, Engine
-from fakeclouds.facade import Facade, registered
+from fakeclouds.facade import Facade
 from fakeclouds.grpc_host import GrpcListener, grpc_facades
 from fakeclouds.tls import TlsFiles
 
@@ -188,12 +188,13 @@ class FakeCloudServer:
                  tokens: dict[str, str] | None = None, facades: Iterable[Facade] | None = None,
                  tls: bool | None = None, tls_port: int = 0, time_scale: float = 0.001,
                  grpc_port: int = 0) -> None:
-        """`facades`: default every registered one. `tokens`: default `<name>-dev-token` each.
+        """`facades`: default every simulated cloud's. `tokens`: default `<name>-dev-token` each.
         `time_scale`: documented rate limits run this much faster (in-process servers serve tests:
         a 12 s window lasts 12 ms unless a test asks for more). `grpc_port`: where facades that
         declare gRPC services are served (0: a free port; `grpc_target` once started)."""
         self.host, self.port = host, port
-        self.engine = Engine(facades=facades, boot_delay=boot_delay, terminate_delay=terminate_delay,
+        self.engine = Engine(facades=clouds.all_facades() if facades is None else facades,
+                             boot_delay=boot_delay, terminate_delay=terminate_delay,
                              state_dir=state_dir, time_scale=time_scale)
         self.tokens = with_defaults(self.engine.facades, tokens)
         self._grpc = GrpcListener(self.engine, self.tokens, host, grpc_port) \
@@ -334,7 +335,7 @@ def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot
     """Start `python -m fakeclouds.server` and wait until it prints its URL. Only the `tokens` given
     are passed (by a private file, removed once the server has read it); the process gives every
     other facade `<name>-dev-token` (so does `.tokens`)."""
-    given, tokens = tokens or {}, with_defaults([f.name for f in registered()], tokens)
+    given, tokens = tokens or {}, with_defaults(clouds.simulated(), tokens)
     root = Path(__file__).resolve().parent.parent
     argv = [sys.executable, "-m", "fakeclouds.server", "--port", str(port), "--boot-delay", str(boot_delay),
             "--terminate-delay", str(terminate_delay), "--time-scale", str(time_scale)]
@@ -351,7 +352,7 @@ def start_subprocess(port: int = 0, *, state_dir: str | Path | None = None, boot
         assert proc.stdout is not None
         stdout = proc.stdout
         url: list[str] = []
-        lines = 2 if needs_tls(registered()) else 1  # the https URL follows when TLS is served
+        lines = 2 if needs_tls(clouds.all_facades()) else 1  # the https URL follows when TLS is served
 
         def read() -> None:
             for _ in range(lines):
@@ -431,12 +432,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="documented rate-limit windows x this (1: real speed, 0: limits off)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    facades = clouds.all_facades()
     try:
-        tokens = tokens_of(args, [f.name for f in registered()])  # the engine's facades
+        tokens = tokens_of(args, [f.name for f in facades])  # the engine's facades
     except ValueError as exc:
         parser.error(str(exc))
     os.umask(0o077)  # the state dir holds host keys and machines' disks: the owner's only
-    engine = Engine(boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
+    engine = Engine(facades=facades, boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
                     state_dir=args.state_dir, time_scale=args.time_scale)
     asyncio.run(_serve(args, engine, tokens))
 

@@ -1,10 +1,11 @@
-"""The one list of clouds. The API, the CLI, the simulation server, `make run`'s auto-connect and
-the conformance suite all read it; no other module names cloud ids.
+"""The one list of clouds. The API (its cloud enum, the connections it accepts), the CLI and the
+conformance suite all read it; no other product module names cloud ids.
 
-Adding a cloud is one adapter module (`providers/<cloud>.py`), one simulation facade module
-(`fakeclouds/<cloud>_api.py`) and one `CloudEntry` below. A separately installed package can add
-a cloud without editing this file: it declares an entry point in the group `gpuprov.clouds`
-whose value names a `CloudEntry` object.
+Adding a cloud is one adapter module (`providers/<cloud>.py`) and one `CloudEntry` below; its
+simulation is the simulation's business (fakeclouds/clouds.py: one facade module and one line
+there), which this module never names. A separately installed package can add a cloud without
+editing this file: it declares an entry point in the group `gpuprov.clouds` whose value names a
+`CloudEntry` object (and, for its simulation, one in `gpuprov.simulations`).
 
 Modules are imported lazily, so a missing SDK for one cloud never breaks the others.
 """
@@ -16,39 +17,33 @@ import importlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from providers import endpoints
 from providers.base import Capabilities, CloudProvider, ConnectionOptions, InvalidRequest
-
-if TYPE_CHECKING:  # the simulation is only imported where it runs (server, dev, tests)
-    from fakeclouds.facade import Facade
 
 ENTRY_POINT_GROUP = "gpuprov.clouds"
 
 
 @dataclass(frozen=True)
 class CloudEntry:
-    id: str  # the `--cloud` id, also the simulated facade's name
+    id: str  # the `--cloud` id
     adapter: str  # "module:Class" of the CloudProvider subclass
-    simulation: str | None = None  # module whose FACADE (a fakeclouds.facade.Facade) simulates it
 
 
 BUILTIN: tuple[CloudEntry, ...] = (
-    CloudEntry("local", "providers.local:LocalProvider", "fakeclouds.local_api"),
-    CloudEntry("lambda", "providers.lambda_:LambdaProvider", "fakeclouds.lambda_api"),
-    CloudEntry("aws", "providers.aws:AwsProvider", "fakeclouds.aws_api"),
-    CloudEntry("gcp", "providers.gcp:GcpProvider", "fakeclouds.gcp_api"),
-    CloudEntry("azure", "providers.azure:AzureProvider", "fakeclouds.azure_api"),
-    CloudEntry("runpod", "providers.runpod:RunPodProvider", "fakeclouds.runpod_api"),
-    CloudEntry("massedcompute", "providers.massedcompute:MassedComputeProvider",
-               "fakeclouds.massedcompute_api"),
-    CloudEntry("hyperstack", "providers.hyperstack:HyperstackProvider", "fakeclouds.hyperstack_api"),
-    CloudEntry("vastai", "providers.vastai:VastAIProvider", "fakeclouds.vastai_api"),
-    CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider",
-               "fakeclouds.primeintellect_api"),
-    CloudEntry("verda", "providers.verda:VerdaProvider", "fakeclouds.verda_api"),
-    CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider", "fakeclouds.digitalocean_api"),
+    CloudEntry("local", "providers.local:LocalProvider"),
+    CloudEntry("lambda", "providers.lambda_:LambdaProvider"),
+    CloudEntry("aws", "providers.aws:AwsProvider"),
+    CloudEntry("gcp", "providers.gcp:GcpProvider"),
+    CloudEntry("azure", "providers.azure:AzureProvider"),
+    CloudEntry("runpod", "providers.runpod:RunPodProvider"),
+    CloudEntry("massedcompute", "providers.massedcompute:MassedComputeProvider"),
+    CloudEntry("hyperstack", "providers.hyperstack:HyperstackProvider"),
+    CloudEntry("vastai", "providers.vastai:VastAIProvider"),
+    CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider"),
+    CloudEntry("verda", "providers.verda:VerdaProvider"),
+    CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider"),
 )
 
 # SSH / on-prem fleets: placed on like a cloud (`--cloud ssh`), but configured as fleets
@@ -133,20 +128,6 @@ def build(cloud: str, credentials: Mapping[str, Any], *, options: ConnectionOpti
     endpoints.check(cls, options.endpoint if options else None, allowed_endpoints)
     return cls(cls.parse_credentials(credentials), options=options or ConnectionOptions(),
                installation_id=installation_id)
-
-
-def simulated() -> list[str]:
-    """Clouds that have a simulation facade (what `make run` serves and connects)."""
-    return [e.id for e in entries() if e.simulation]
-
-
-def simulation(cloud: str) -> Facade:
-    """The simulation facade of `cloud` (imports fakeclouds: never call it on a production path)."""
-    module = entry(cloud).simulation
-    if module is None:
-        raise InvalidRequest(f"cloud {cloud!r} has no simulation")
-    facade: Facade = _load(module).FACADE
-    return facade
 
 
 def register_for_tests(cls: type[CloudProvider]) -> None:

@@ -152,13 +152,13 @@ def endpoints(a: Audit) -> None:
 
 def local_connection(a: Audit) -> dict[str, Any]:
     """The body `make run` connected the simulated `local` cloud with (its endpoint and token)."""
-    from providers import registry
+    from fakeclouds import clouds
 
     with a.client() as c:
         [conn] = [x for x in c.get("/api/compute/connections").json()["items"] if x["provider"] == "local"]
     token = json.loads((a.home / "cloud-tokens.json").read_text())["local"]
     return {"provider": "local", "endpoint": conn["endpoint"],
-            "credentials": registry.simulation("local").credentials(token)}
+            "credentials": clouds.facade("local").credentials(token)}
 
 
 def projects(a: Audit) -> None:

@@ -1,7 +1,7 @@
 """Adapters and connections pointed at a simulated cloud server, the way `make run` points them:
 endpoint = server URL + the facade's prefix (the TLS listener's URL, with its CA as the ca_bundle,
 for a facade whose SDK talks only https), credentials = what the facade says its token means.
-Every simulated cloud is found through the registry, so a new cloud needs nothing here."""
+Every simulated cloud is found through fakeclouds/clouds.py, so a new cloud needs nothing here."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session
 
+from fakeclouds import clouds
 from fakeclouds.connect import SimServer, allowed_env, ca_bundle, endpoint, endpoints, options
 from providers import registry
 from providers.base import CloudProvider
@@ -37,7 +38,7 @@ def allowed(deps: ActivityDeps, server: SimServer) -> Iterator[None]:
 
 
 def credentials(server: SimServer, cloud: str, token: str | None = None) -> dict[str, Any]:
-    return registry.simulation(cloud).credentials(token or server.tokens[cloud])
+    return clouds.facade(cloud).credentials(token or server.tokens[cloud])
 
 
 def provider(server: SimServer, cloud: str, *, installation_id: str,

@@ -1,11 +1,13 @@
 """The shape of the code, checked: layers that don't loop, activities addressed by reference,
-a sandbox that passes through only pure modules, one list of clouds."""
+a sandbox that passes through only pure modules, one list of clouds, and the simulation in its own
+wing (its own distribution, which no product module imports)."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 import re
+import tomllib
 import typing
 from pathlib import Path
 
@@ -96,9 +98,11 @@ def cloud_id_literals(path: Path, ids: set[str]) -> list[str]:
 
 
 def test_no_list_of_cloud_ids_outside_the_registry() -> None:
+    """The product's one list (providers/registry.py) and the simulation's (fakeclouds/clouds.py)."""
     ids = set(registry.known())
+    lists = {ROOT / "providers" / "registry.py", ROOT / "fakeclouds" / "clouds.py"}
     paths = [p for pkg in ("api", "activities", "workflows", "messages", "store", "cli", "fakeclouds",
-                           "providers") for p in modules_in(pkg) if p.name != "registry.py"]
+                           "providers") for p in modules_in(pkg) if p not in lists]
     paths += [ROOT / "worker.py", ROOT / "settings.py"]
     assert [hit for p in paths for hit in cloud_id_literals(p, ids)] == []
 
@@ -109,3 +113,100 @@ def test_adapters_know_nothing_of_their_simulation() -> None:
         path = ROOT / (entry.adapter.partition(":")[0].replace(".", "/") + ".py")
         assert "x_sim" not in path.read_text(), path
         assert not {m for m in imports_of(path) if m.startswith("fakeclouds")}, path
+
+
+# --------------------------------------------------------------------------- the simulation's wing
+
+SIMULATION = "fakeclouds"
+# Where the simulation may be imported or named: itself, `gpuprov dev` (it runs the simulation for
+# `make run`), the benchmarks and the tests. Everything else is the product.
+SIMULATION_SIDE = ("fakeclouds", "bench", "tests", "cli/dev.py")
+NOT_SOURCE = {"__pycache__", "build", "dist", "node_modules"}
+# A module name, whole or the start of one being built ("fakeclouds.", "fakeclouds.x:FACADE"); not a
+# path (fakeclouds/...), another name (gpuprov-fakeclouds) or prose ("(fakeclouds)").
+NAMES_A_MODULE = re.compile(rf"(?<![\w/.-]){SIMULATION}(?:\.[A-Za-z_]\w*)*(?=$|[.:])")
+
+
+def simulation_references(path: Path) -> list[str]:
+    """Where `path` imports the simulation, or names one of its modules in a string (what
+    importlib.import_module or an entry point would load). A path in a comment or docstring
+    (fakeclouds/ratelimit.py) is no reference: the AST drops comments, and a path has a slash."""
+    tree = ast.parse(path.read_text())
+    hits = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [m.group(0) for m in NAMES_A_MODULE.finditer(node.value.strip())]
+        hits += [f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:"
+                 f"{getattr(node, 'lineno', '?')}: {n}" for n in names
+                 if n == SIMULATION or n.startswith(SIMULATION + ".")]
+    return hits
+
+
+def product_modules() -> list[Path]:
+    """Every Python file of the checkout outside the simulation's side (hidden folders, the venv,
+    build output and caches are not source)."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if any(p.startswith(".") or p in NOT_SOURCE or p.endswith(".egg-info") for p in rel.parts):
+            continue
+        if not any(rel.as_posix() == s or rel.as_posix().startswith(s + "/") for s in SIMULATION_SIDE):
+            found.append(path)
+    return found
+
+
+def test_the_reference_finder_finds_what_would_load_the_simulation(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text('''"""Reads fakeclouds/ratelimit.py and fakeclouds/README.md (gpuprov-fakeclouds)."""
+import importlib
+import fakeclouds
+import fakeclouds.server as s
+from fakeclouds.clouds import facade
+from fakeclouds import tls
+# fakeclouds.local_api in a comment is no string
+MODULE = "fakeclouds.local_api"
+TARGET = f"fakeclouds.{s}:FACADE"
+LOADED = importlib.import_module("fakeclouds")
+PATH = "fakeclouds/ratelimit.py"
+PROSE = "the simulated clouds (fakeclouds) are not installed"
+''')
+    hits = sorted(h.split(": ", 1)[1] for h in simulation_references(source))
+    assert hits == ["fakeclouds"] * 4 + ["fakeclouds.clouds", "fakeclouds.local_api", "fakeclouds.server"]
+
+
+def test_nothing_outside_the_simulation_side_imports_or_names_it() -> None:
+    """No module of providers/ api/ activities/ workflows/ store/ messages/, worker.py, settings.py,
+    logsafe.py, nor any cli/ module but cli/dev.py, nor any other product file imports fakeclouds or
+    names one of its modules: the product runs (and `pip install .` ships) without the simulation."""
+    paths = product_modules()
+    covered = {p.relative_to(ROOT).parts[0] for p in paths}
+    assert {"providers", "api", "activities", "workflows", "store", "messages", "cli", "worker.py",
+            "settings.py", "logsafe.py"} <= covered, covered
+    assert ROOT / "cli" / "dev.py" not in paths and ROOT / "cli" / "clouds.py" in paths
+    assert [hit for p in paths for hit in simulation_references(p)] == []
+
+
+def test_the_simulation_is_its_own_distribution() -> None:
+    """The product's distribution and image carry no simulation; fakeclouds/ is a package of its own
+    (`pip install ./fakeclouds`), and what only it needs (moto) is its dependency, not the product's."""
+    product = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = product["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not [p for p in include if SIMULATION.startswith(p.rstrip("*"))], include
+    extras = product["project"].get("optional-dependencies", {}).values()
+    requirements = [*product["project"]["dependencies"], *(r for extra in extras for r in extra)]
+    assert not [r for r in requirements if r.startswith("moto")], requirements
+    copies = [line.split()[1:] for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if line.startswith(("COPY", "ADD"))]
+    assert copies and not [c for c in copies if "." in c[:-1] or any(SIMULATION in s for s in c[:-1])], copies
+
+    own = tomllib.loads((ROOT / SIMULATION / "pyproject.toml").read_text())
+    assert own["project"]["name"] == "gpuprov-fakeclouds"
+    needs = own["project"]["dependencies"]
+    assert "gpuprov" in needs and any(r.startswith("moto") for r in needs), needs
+    assert own["tool"]["setuptools"]["packages"] == [SIMULATION]
+    assert own["tool"]["setuptools"]["package-dir"] == {SIMULATION: "."}

@@ -1,9 +1,10 @@
-"""A new cloud is one adapter, one simulation facade and one registry entry — nothing else.
+"""A new cloud is one adapter with its registry entry and one simulation facade with its line in
+the simulation's list — nothing else.
 
 tests/plugin_cloud/ is such a cloud, packaged as a separate distribution would be (its registry
-entry is a `gpuprov.clouds` entry point). With that folder on PYTHONPATH and no other edit, it
-appears in the API's cloud enum, in `make run` (served, connected, offered), in the CLI, and the
-conformance suite runs every check against it and passes.
+entry is a `gpuprov.clouds` entry point, its facade a `gpuprov.simulations` one). With that folder
+on PYTHONPATH and no other edit, it appears in the API's cloud enum, in `make run` (served,
+connected, offered), in the CLI, and the conformance suite runs every check against it and passes.
 """
 
 from __future__ import annotations
@@ -41,9 +42,19 @@ def run_python(code: str) -> str:
 
 
 def test_without_the_plugin_the_cloud_does_not_exist() -> None:
+    from fakeclouds import clouds
     from providers import registry
 
     assert "democloud" not in registry.known()  # so everything below is the plugin's doing
+    assert "democloud" not in clouds.simulated()
+
+
+def test_the_plugin_adds_an_adapter_to_the_registry_and_a_facade_to_the_simulation() -> None:
+    out = run_python(
+        "from fakeclouds import clouds; from providers import registry;"
+        "print(registry.adapter_class('democloud').__name__, clouds.facade('democloud').prefix,"
+        " 'democloud' in registry.known(), clouds.simulated()[-1])")
+    assert out.split() == ["DemoProvider", "/demo/v1", "True", "democloud"]
 
 
 def test_the_api_enum_lists_the_new_cloud() -> None:

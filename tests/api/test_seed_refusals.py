@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from fakeclouds import clouds
 from providers import registry
 from store import repo
 from store.secrets import SecretBox
@@ -29,7 +30,7 @@ async def test_unsupported_asks_are_refused_before_a_workflow_and_supported_ones
     caps, row = registry.capabilities(cloud), SEED[cloud]
     with Session(engine) as session:  # a stored connection: refusals come before the cloud is asked
         repo.add_connection(session, box, provider=cloud, name=cloud,
-                            credentials=registry.simulation(cloud).credentials("token-of-the-test"))
+                            credentials=clouds.facade(cloud).credentials("token-of-the-test"))
     base: dict[str, Any] = {"cloud": cloud, "ssh_public_keys": [ssh_key]}
     if caps.region_required:
         base["region"] = caps.regions[0]

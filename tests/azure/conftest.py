@@ -12,9 +12,9 @@ from typing import Any
 import asyncssh
 import pytest
 
+from fakeclouds import clouds
 from fakeclouds.azure_arm import CLIENT_ID, SUBSCRIPTION, TENANT
 from fakeclouds.server import FakeCloudServer
-from providers import registry
 from providers.azure import AzureProvider, group_name, vm_name
 from providers.base import LaunchSpec, Offer, OfferQuery, Ownership
 from tests import simclouds
@@ -135,4 +135,4 @@ def ours(items: Any, installation: str) -> list[dict[str, Any]]:
 
 
 def facade_name() -> str:
-    return registry.simulation(CLOUD).name
+    return clouds.facade(CLOUD).name

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from providers import registry
+from fakeclouds import clouds
 from tests import audit
 from tests.devrun import DevRun, alive, assert_private, dev_ports
 
@@ -33,7 +33,7 @@ def test_dev_starts_connects_stops_and_restarts(tmp_path: Path) -> None:
         assert httpx.get(f"{api}/api/compute/connections").status_code == 401
         conns = httpx.get(f"{api}/api/compute/connections", headers=headers).json()["items"]
         assert sorted((c["provider"], c["name"], c["status"]) for c in conns) == sorted(
-            (cloud, registry.simulation(cloud).display_name, "connected") for cloud in registry.simulated())
+            (cloud, clouds.facade(cloud).display_name, "connected") for cloud in clouds.simulated())
         # Every child has written its state (the worker ran ConnectWorkflow, each cloud verified the
         # tokens it read from cloud-tokens.json): all of it private, no secret in any argv.
         assert_private(run, home)
@@ -56,7 +56,7 @@ def test_dev_starts_connects_stops_and_restarts(tmp_path: Path) -> None:
             f"gpuprov: made {home} private (mode 700, was 755); its files are owner-only now"]
         assert_private(again, home)
         conns = httpx.get(f"{api}/api/compute/connections", headers=headers).json()["items"]
-        assert len(conns) == len(registry.simulated())
+        assert len(conns) == len(clouds.simulated())
         assert not any("connected " in line for line in again.lines)
     finally:
         assert again.interrupt() == 0

@@ -1,9 +1,11 @@
-"""What `gpuprov dev` derives from the registry: a token per simulated cloud, the simulation
-server's arguments, and one verified connection per simulated cloud (no process is started here)."""
+"""What `gpuprov dev` derives from the simulation's list of clouds: a token per simulated cloud, the
+simulation server's arguments, and one verified connection per simulated cloud (no process is
+started here); and what it says when the simulation is not installed."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +17,8 @@ import sqlalchemy as sa
 from api.app import create_app
 from api.deps import AppDeps
 from cli import dev
+from fakeclouds import clouds
 from fakeclouds.facade import Facade
-from providers import registry
 from providers.endpoints import parse_prefixes
 from providers.fleet_addresses import AddressRefused, FleetAddresses
 from settings import Settings
@@ -33,10 +35,10 @@ def facade(name: str, prefix: str) -> Facade:
 
 @pytest.fixture
 def simulated(monkeypatch: pytest.MonkeyPatch) -> dict[str, Facade]:
-    """The registry's simulated clouds, as the fakeclouds facades will declare them."""
+    """The simulated clouds, as the fakeclouds facades will declare them."""
     facades = {"fakecloud": facade("fakecloud", "/fake/v1"), "othersim": facade("othersim", "/other/api")}
-    monkeypatch.setattr(registry, "simulated", lambda: list(facades))
-    monkeypatch.setattr(registry, "simulation", lambda cloud: facades[cloud])
+    monkeypatch.setattr(clouds, "simulated", lambda: list(facades))
+    monkeypatch.setattr(clouds, "facade", lambda cloud: facades[cloud])
     return facades
 
 
@@ -55,6 +57,15 @@ def test_a_token_per_simulated_cloud_kept_across_starts(tmp_path: Path) -> None:
     assert set(json.loads(path.read_text())) == {"a", "b", "c"}
 
 
+async def test_without_the_simulation_installed_dev_says_how_to_install_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "fakeclouds", None)  # as if gpuprov-fakeclouds were not installed
+    assert await dev.run_dev(dev.DevConfig(home=tmp_path / "home")) == 1
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "pip install -e ./fakeclouds" in err and "make run" in err
+    assert not (tmp_path / "home").exists()  # said before anything was started or written
+
+
 def test_a_broken_tokens_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / dev.TOKENS_FILE).write_text("{not json")
     with pytest.raises(dev.DevError, match="remove it to start over"):
@@ -63,7 +74,7 @@ def test_a_broken_tokens_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_server_and_connections_come_from_the_facades(tmp_path: Path, simulated: dict[str, Facade]) -> None:
     cfg = dev.DevConfig(home=tmp_path, cloud_port=9999)
-    tokens = dev.cloud_tokens(tmp_path, registry.simulated())
+    tokens = dev.cloud_tokens(tmp_path, clouds.simulated())
     argv = dev.simulation_argv(cfg)
     assert argv[1:3] == ["-m", "fakeclouds.server"]
     # The tokens go by their private file, never on the command line (every local user can read that).
@@ -78,7 +89,7 @@ def test_server_and_connections_come_from_the_facades(tmp_path: Path, simulated:
 def test_the_worker_and_api_allow_exactly_the_simulated_clouds(tmp_path: Path,
                                                               simulated: dict[str, Facade]) -> None:
     cfg = dev.DevConfig(home=tmp_path, api_port=8111, temporal_port=7222, cloud_port=9999)
-    env = dev.child_env(cfg, registry.simulated())
+    env = dev.child_env(cfg, clouds.simulated())
     # Each simulated cloud's own prefix: not the whole port, and never the API's or Temporal's.
     assert env["GPUPROV_ALLOWED_ENDPOINTS"] == "http://127.0.0.1:9999/fake/v1,http://127.0.0.1:9999/other/api"
     assert parse_prefixes(env["GPUPROV_ALLOWED_ENDPOINTS"]) == (
@@ -91,7 +102,7 @@ def test_the_dev_stack_allows_loopback_fleet_hosts_but_not_its_own_ports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUPROV_FLEET_ALLOWED_NETWORKS", raising=False)
     cfg = dev.DevConfig(home=tmp_path, api_port=8111, temporal_port=7222, cloud_port=9999)
-    env = dev.child_env(cfg, registry.simulated())
+    env = dev.child_env(cfg, clouds.simulated())
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     policy = FleetAddresses.from_settings(Settings())  # as the dev stack's API and worker read it

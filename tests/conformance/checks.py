@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fakeclouds import clouds
 from messages.ids import allocation_of_key, attempt_key
 from providers import registry
 from providers.base import (
@@ -331,7 +332,7 @@ async def check_find_all_and_terminate_by_key(h: Harness) -> None:
         try:
             refs += await asyncio.gather(p.create(offer, spec), p.create(offer, spec))
             made = await h.machine_ids() - before
-            unique = registry.simulation(h.cloud).names.unique
+            unique = clouds.facade(h.cloud).names.unique
             assert len(made) == (1 if unique else 2), f"racing creates made {len(made)} machines"
             assert {r.instance_id for r in refs} == made
             found = await p.find_all(spec.key)

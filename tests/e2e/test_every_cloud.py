@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from providers import registry
+from fakeclouds import clouds
 from tests.devrun import DevRun, dev_ports
 from tests.e2e.test_user_flow import gpuprov, openssh, user_key
 
@@ -38,7 +38,7 @@ def settle(api: httpx.Client, ids: dict[str, str], done: set[str], deadline_s: f
 
 
 def test_every_gpu_cloud_allocates_logs_in_and_leaves_nothing(tmp_path: Path) -> None:
-    assert set(CLOUDS) <= set(registry.simulated())
+    assert set(CLOUDS) <= set(clouds.simulated())
     home, ports = tmp_path / "home", dev_ports()
     private, public = user_key(tmp_path)
     # The documented rate limits stay on, 100x faster (Lambda: a launch per 0.12 s).

@@ -14,10 +14,13 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from fakeclouds import clouds
 from fakeclouds.addresses import LoopbackPool
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.ssh import MachineSSH
 from tests.fakeclouds.helpers import wait_engine
+
+FACADES = clouds.all_facades()  # every simulated cloud
 
 
 def _gpu(engine: Engine, pubkey: str, **kw: object) -> list[Machine]:
@@ -57,7 +60,7 @@ def test_pool_draws_loopback_addresses_in_turn() -> None:
 
 async def test_machines_get_distinct_addresses_on_port_22(tmp_path: Path, pubkey: str,
                                                           ssh_key: asyncssh.SSHKey) -> None:
-    engine = Engine(boot_delay=0.01, terminate_delay=0.01, state_dir=tmp_path / "state")
+    engine = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, state_dir=tmp_path / "state")
     await engine.start()
     try:
         a, b = _gpu(engine, pubkey, quantity=2)
@@ -81,7 +84,7 @@ async def test_machines_get_distinct_addresses_on_port_22(tmp_path: Path, pubkey
 async def test_restart_brings_machine_back_on_its_address(tmp_path: Path, pubkey: str,
                                                           ssh_key: asyncssh.SSHKey) -> None:
     state = tmp_path / "state"
-    first = Engine(boot_delay=0.01, terminate_delay=0.01, state_dir=state)
+    first = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, state_dir=state)
     await first.start()
     (m,) = _gpu(first, pubkey)
     await wait_engine(first, m.id, "running")
@@ -92,7 +95,8 @@ async def test_restart_brings_machine_back_on_its_address(tmp_path: Path, pubkey
     with pytest.raises(OSError):  # nothing listens while the engine is down
         await _ssh(address, ssh_key, "true")
 
-    second = Engine(boot_delay=0.01, terminate_delay=0.01, state_dir=state)  # draws another block
+    # draws another block
+    second = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, state_dir=state)
     await second.start()
     try:
         back = second.machines[m.id]
@@ -104,13 +108,13 @@ async def test_restart_brings_machine_back_on_its_address(tmp_path: Path, pubkey
 
 async def test_restore_onto_a_taken_address_is_an_error(tmp_path: Path, pubkey: str) -> None:
     state = tmp_path / "state"
-    first = Engine(boot_delay=0.01, terminate_delay=0.01, state_dir=state)
+    first = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, state_dir=state)
     await first.start()
     (m,) = _gpu(first, pubkey)
     await wait_engine(first, m.id, "running")
     await first.stop()
     assert m.address is not None
-    second = Engine(boot_delay=0.01, terminate_delay=0.01, state_dir=state)
+    second = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, state_dir=state)
     with _occupied(m.address):
         await second.start()
         try:
@@ -123,7 +127,7 @@ async def test_restore_onto_a_taken_address_is_an_error(tmp_path: Path, pubkey: 
 async def test_an_address_held_elsewhere_is_skipped(pubkey: str, ssh_key: asyncssh.SSHKey) -> None:
     net = LoopbackPool().network
     first, second = (str(h) for h in itertools.islice(net.hosts(), 2))
-    engine = Engine(boot_delay=0.01, terminate_delay=0.01, loopback=LoopbackPool(str(net)))
+    engine = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, loopback=LoopbackPool(str(net)))
     await engine.start()
     try:
         with _occupied(first):
@@ -145,7 +149,7 @@ async def test_port_22_without_root_is_an_error_that_says_so(monkeypatch: pytest
         return await real_start(self, host, port)
 
     monkeypatch.setattr(MachineSSH, "start", unprivileged)
-    engine = Engine(boot_delay=0.01, terminate_delay=0.01)
+    engine = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01)
     await engine.start()
     try:
         (gpu,) = _gpu(engine, pubkey)
@@ -164,7 +168,7 @@ async def test_state_from_before_addresses_is_brought_forward(tmp_path: Path, pu
     """A state dir written before machines had addresses (Lambda shared 127.0.0.1 on a random port)
     and before stock was per facade: the machine comes back on its own address, port 22."""
     state = tmp_path / "state"
-    first = Engine(boot_delay=0.01, terminate_delay=0.01, state_dir=state)
+    first = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, state_dir=state)
     await first.start()
     (m,) = _gpu(first, pubkey)
     await wait_engine(first, m.id, "running")
@@ -176,7 +180,7 @@ async def test_state_from_before_addresses_is_brought_forward(tmp_path: Path, pu
     old["stock"] = [[t, r, n] for _, t, r, n in old["stock"]]
     (state / "state.json").write_text(json.dumps(old))
 
-    second = Engine(boot_delay=0.01, terminate_delay=0.01, state_dir=state)
+    second = Engine(facades=FACADES, boot_delay=0.01, terminate_delay=0.01, state_dir=state)
     await second.start()
     try:
         back = second.machines[m.id]

@@ -7,15 +7,18 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from fakeclouds import clouds
 from fakeclouds.engine import Engine
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from tests.devrun import alive
 from tests.fakeclouds.helpers import wait_engine
 
+FACADES = clouds.all_facades()  # every simulated cloud
+
 
 @pytest.fixture
 async def engine(tmp_path: Path):
-    eng = Engine(boot_delay=0.05, terminate_delay=0.01, state_dir=tmp_path / "state")
+    eng = Engine(facades=FACADES, boot_delay=0.05, terminate_delay=0.01, state_dir=tmp_path / "state")
     await eng.start()
     yield eng
     await eng.stop()
@@ -85,7 +88,7 @@ async def test_lambda_quantity_and_unique_ids(engine: Engine, pubkey: str) -> No
 async def test_persistence_restores_machines_same_port_and_host_key(tmp_path: Path, pubkey: str,
                                                                     ssh_key: asyncssh.SSHKey) -> None:
     state = tmp_path / "state"
-    first = Engine(boot_delay=0.05, terminate_delay=0.01, state_dir=state)
+    first = Engine(facades=FACADES, boot_delay=0.05, terminate_delay=0.01, state_dir=state)
     await first.start()
     (up,) = _local(first, pubkey, name="up")
     (stuck,) = _local(first, pubkey, name="stuck", stuck=True)
@@ -104,7 +107,7 @@ async def test_persistence_restores_machines_same_port_and_host_key(tmp_path: Pa
         await conn.run("echo kept > note")
     await first.stop()
 
-    second = Engine(boot_delay=0.05, terminate_delay=0.01, state_dir=state)
+    second = Engine(facades=FACADES, boot_delay=0.05, terminate_delay=0.01, state_dir=state)
     await second.start()
     try:
         assert second.machines[up.id].status == "running" and second.machines[up.id].ssh_port == port

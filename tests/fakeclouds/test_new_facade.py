@@ -1,5 +1,6 @@
-"""A new cloud's simulation is one module with FACADE plus one registry entry: tiny_cloud.py,
-registered the way a separately installed package would (an entry point in gpuprov.clouds)."""
+"""A new cloud's simulation is one module with FACADE plus one line in the simulation's list:
+tiny_cloud.py, declared the way a separately installed package would (an entry point in
+gpuprov.simulations). The product's registry is not involved."""
 
 from __future__ import annotations
 
@@ -12,32 +13,45 @@ import asyncssh
 import httpx
 import pytest
 
+from fakeclouds import clouds
 from fakeclouds.engine import Engine
+from fakeclouds.facade import Facade
 from fakeclouds.server import FakeCloudServer, parse_tokens
 from providers import registry
 from tests.fakeclouds import tiny_cloud
 from tests.fakeclouds.helpers import eventually
 
 
-@pytest.fixture
-def tiny_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A distribution on sys.path whose metadata declares the tiny cloud's entry point."""
+def declare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry_points: str) -> None:
+    """A distribution on sys.path whose metadata declares `entry_points` in gpuprov.simulations."""
     dist = tmp_path / "tiny_cloud_sim-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-cloud-sim\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        f"[{registry.ENTRY_POINT_GROUP}]\ntiny = tests.fakeclouds.tiny_cloud:ENTRY\n")
+    (dist / "entry_points.txt").write_text(f"[{clouds.ENTRY_POINT_GROUP}]\n{entry_points}")
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry.entries.cache_clear()
+    clouds.declared.cache_clear()
+
+
+@pytest.fixture
+def fresh_declarations() -> Iterator[None]:
     yield
-    registry.entries.cache_clear()  # the next caller sees sys.path without it (monkeypatch restores it)
+    clouds.declared.cache_clear()  # the next caller sees sys.path without it (monkeypatch restores it)
 
 
-def test_registry_lists_the_new_simulation(tiny_installed: None, tmp_path: Path) -> None:
-    assert {"local", "lambda", "tiny"} <= set(registry.simulated())
-    assert registry.simulation("tiny") is tiny_cloud.FACADE
-    names = list(Engine(state_dir=tmp_path).facades)  # the engine's default: whatever the registry lists
-    assert names == registry.simulated()
+@pytest.fixture
+def tiny_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_declarations: None) -> None:
+    declare(tmp_path, monkeypatch, "tiny = tests.fakeclouds.tiny_cloud:FACADE\n")
+
+
+def test_the_simulation_lists_the_new_cloud(tiny_installed: None, tmp_path: Path) -> None:
+    assert {"local", "lambda", "tiny"} <= set(clouds.simulated())
+    assert clouds.simulated()[-1] == "tiny"  # the built-in ones first
+    assert clouds.facade("tiny") is tiny_cloud.FACADE
+    assert "tiny" not in registry.known()  # the product's registry knows nothing of it
+    facades = clouds.all_facades()
+    assert all(isinstance(f, Facade) for f in facades) and [f.name for f in facades] == clouds.simulated()
+    names = list(Engine(facades=facades, state_dir=tmp_path).facades)
+    assert names == clouds.simulated()
     assert parse_tokens("tiny=s3cret,local=l", names) == {"tiny": "s3cret", "local": "l"}
     with pytest.raises(ValueError, match="facades: .*tiny"):
         parse_tokens("nimbus=x", names)
@@ -81,9 +95,33 @@ async def test_server_serves_the_new_cloud_with_its_own_token_and_ssh(
 
 
 def test_clashing_declarations_are_refused() -> None:
-    local = registry.simulation("local")
+    local = clouds.facade("local")
     with pytest.raises(ValueError, match="two facades"):
         Engine(facades=[local, dataclasses.replace(local, prefix="/other")])
     for prefix in ("/local/v1", "/local", "/local/v1/x", "/_fake", "/_fake/x", "nope"):
         with pytest.raises(ValueError, match="prefix"):
             Engine(facades=[local, dataclasses.replace(local, name="other", prefix=prefix)])
+
+
+def test_a_module_entry_point_means_its_facade(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               fresh_declarations: None) -> None:
+    declare(tmp_path, monkeypatch, "tiny = tests.fakeclouds.tiny_cloud\n")
+    assert clouds.facade("tiny") is tiny_cloud.FACADE
+
+
+def test_bad_declarations_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      fresh_declarations: None) -> None:
+    with pytest.raises(LookupError, match="'nimbus' has no simulation; simulated: local, lambda"):
+        clouds.facade("nimbus")
+    declare(tmp_path, monkeypatch, "other = tests.fakeclouds.tiny_cloud:FACADE\n"
+                                   "local = tests.fakeclouds.tiny_cloud:FACADE\n")
+    with pytest.raises(ValueError, match="'local' is simulated twice"):
+        clouds.simulated()
+    (tmp_path / "tiny_cloud_sim-0.1.dist-info" / "entry_points.txt").write_text(
+        f"[{clouds.ENTRY_POINT_GROUP}]\nother = tests.fakeclouds.tiny_cloud:FACADE\n"
+        "notafacade = tests.fakeclouds.tiny_cloud:NAME\n")
+    clouds.declared.cache_clear()
+    with pytest.raises(ValueError, match="simulates 'tiny', but is declared as cloud 'other'"):
+        clouds.facade("other")
+    with pytest.raises(TypeError, match="is not a fakeclouds.facade.Facade"):
+        clouds.facade("notafacade")

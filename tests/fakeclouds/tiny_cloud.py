@@ -1,6 +1,7 @@
 """A cloud that exists only in tests: the proof that simulating a new cloud takes one module
-with `FACADE` plus one registry entry (here an entry point, as a separately installed package
-would declare it), and no edit anywhere in fakeclouds/.
+with `FACADE` plus one line in the simulation's list (here an entry point in `gpuprov.simulations`,
+as a separately installed package would declare it), and no edit anywhere in fakeclouds/. The
+product's registry never hears of it: only the simulation is exercised, so it has no adapter.
 
 Its API is deliberately unlike the others: `/tiny/v1`, machines at `/boxes`, its own error
 shape, names unique but optional, ids `box-<hex>`, a preinstalled `tiny-agent`, and SSH on a
@@ -22,7 +23,6 @@ from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import CloudError, NotFound, Unauthorized
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
-from providers.registry import CloudEntry
 
 NAME = "tiny"
 LOGIN_USER = "tinyuser"
@@ -34,11 +34,6 @@ INSTANCE_TYPES = (
                  storage_gib=50, gpu=Gpu("T4", "Tesla T4", 15360, 1), prices={"tiny-west": 0.11},
                  default_stock={"tiny-west": 2}),
 )
-
-# The registry entry an installed package would point its `gpuprov.clouds` entry point at. The
-# adapter is never loaded here (only the simulation is exercised), so it names none that exists.
-ENTRY = CloudEntry(NAME, adapter="tests.fakeclouds.tiny_cloud:TinyProvider", simulation=__name__)
-
 
 class BoxBody(BaseModel):
     type: str

@@ -1,5 +1,6 @@
-"""A cloud added from outside gpuprov: one adapter module, one simulation facade module and one
-registry entry (the `gpuprov.clouds` entry point in this package's metadata names ENTRY).
+"""A cloud added from outside gpuprov: one adapter module, one simulation facade module and two
+entry points in this package's metadata — `gpuprov.clouds` names ENTRY (the product's registry
+entry: the adapter), `gpuprov.simulations` names the facade (the simulation's list of clouds).
 
 tests/test_new_cloud.py installs it by putting this folder and a `.dist-info` on PYTHONPATH and
 checks it appears in `make run`, the API's cloud enum, the CLI and the conformance suite with no
@@ -8,4 +9,4 @@ other edit anywhere.
 
 from providers.registry import CloudEntry
 
-ENTRY = CloudEntry("democloud", "gpuprov_democloud.adapter:DemoProvider", "gpuprov_democloud.facade")
+ENTRY = CloudEntry("democloud", "gpuprov_democloud.adapter:DemoProvider")
