@@ -8,10 +8,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
-from fakeclouds.common import parse_body
+from fakeclouds.bodies import json_body
 from fakeclouds.engine import Engine, Machine
-from fakeclouds.errors import CloudError, NotFound
+from fakeclouds.errors import BadBody, CloudError, NotFound
 from fakeclouds.faults import FaultRule
+from fakeclouds.vendor_errors import vendor_router
 
 
 class FaultBody(BaseModel):
@@ -37,9 +38,10 @@ class ConfigBody(BaseModel):
     time_scale: float | None = None  # documented rate-limit windows x this (1: real speed, 0: off)
 
 
-def _error(exc: CloudError) -> JSONResponse:
+def _error(exc: CloudError, _request: Request | None = None) -> JSONResponse:
     status = 404 if isinstance(exc, NotFound) else 400
-    return JSONResponse({"error": {"code": type(exc).__name__, "message": exc.message}}, status_code=status)
+    code = "Invalid" if isinstance(exc, BadBody) else type(exc).__name__  # codes name the engine's errors
+    return JSONResponse({"error": {"code": code, "message": exc.message}}, status_code=status)
 
 
 def admin_machine_json(engine: Engine, m: Machine) -> dict[str, Any]:
@@ -49,18 +51,17 @@ def admin_machine_json(engine: Engine, m: Machine) -> dict[str, Any]:
 
 
 def build_router(engine: Engine) -> APIRouter:
-    router = APIRouter()
+    router = vendor_router(_error)
 
     @router.post("/faults", status_code=201)
     async def add_fault(request: Request) -> Response:
+        body = await json_body(request, FaultBody)
         try:
-            body = await parse_body(request, FaultBody)
-            rule = engine.faults.add(FaultRule.build(body.facade, body.op, body.kind, body.times,
-                                                     facades=engine.facades, **(body.model_extra or {})))
-        except CloudError as exc:
-            return _error(exc)
+            built = FaultRule.build(body.facade, body.op, body.kind, body.times, facades=engine.facades,
+                                    **(body.model_extra or {}))
         except TypeError as exc:
-            return _error(CloudError(f"bad fault parameters: {exc}"))
+            raise CloudError(f"bad fault parameters: {exc}") from None
+        rule = engine.faults.add(built)
         return JSONResponse(rule.to_dict(), status_code=201)
 
     @router.get("/faults")
@@ -81,23 +82,17 @@ def build_router(engine: Engine) -> APIRouter:
     async def machine(machine_id: str) -> Response:
         m = engine.machines.get(machine_id)
         if m is None:
-            return _error(NotFound(f"no machine {machine_id!r}"))
+            raise NotFound(f"no machine {machine_id!r}")
         return JSONResponse(admin_machine_json(engine, m))
 
     @router.post("/machines/{machine_id}/die")
     async def die(machine_id: str) -> Response:
-        try:
-            m = await engine.kill(machine_id)
-        except CloudError as exc:
-            return _error(exc)
+        m = await engine.kill(machine_id)
         return JSONResponse(admin_machine_json(engine, m))
 
     @router.post("/machines/{machine_id}/preempt")
     async def preempt(machine_id: str) -> Response:
-        try:
-            m = await engine.preempt(machine_id)
-        except CloudError as exc:
-            return _error(exc)
+        m = await engine.preempt(machine_id)
         return JSONResponse(admin_machine_json(engine, m))
 
     @router.get("/side-resources")
@@ -115,7 +110,7 @@ def build_router(engine: Engine) -> APIRouter:
         """The TLS listener's URL and the CA its certificate chains to (for facades with `tls`)."""
         info = getattr(request.app.state, "tls", None)
         if info is None:
-            return _error(NotFound("this server has no TLS listener"))
+            raise NotFound("this server has no TLS listener")
         return JSONResponse(info)
 
     @router.get("/stock")
@@ -126,11 +121,8 @@ def build_router(engine: Engine) -> APIRouter:
 
     @router.put("/stock")
     async def set_stock(request: Request) -> Response:
-        try:
-            body = await parse_body(request, StockBody)
-            engine.set_stock(body.instance_type, body.region, body.count, body.facade)
-        except CloudError as exc:
-            return _error(exc)
+        body = await json_body(request, StockBody)
+        engine.set_stock(body.instance_type, body.region, body.count, body.facade)
         return JSONResponse(body.model_dump())
 
     @router.get("/config")
@@ -140,12 +132,9 @@ def build_router(engine: Engine) -> APIRouter:
 
     @router.put("/config")
     async def set_config(request: Request) -> Response:
-        try:
-            body = await parse_body(request, ConfigBody)
-            engine.configure(boot_delay=body.boot_delay, terminate_delay=body.terminate_delay,
-                             quota=body.quota, time_scale=body.time_scale)
-        except CloudError as exc:
-            return _error(exc)
+        body = await json_body(request, ConfigBody)
+        engine.configure(boot_delay=body.boot_delay, terminate_delay=body.terminate_delay,
+                         quota=body.quota, time_scale=body.time_scale)
         return JSONResponse(await get_config())
 
     @router.post("/reset")

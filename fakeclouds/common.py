@@ -17,7 +17,6 @@ from fakeclouds.engine import Engine
 from fakeclouds.errors import CloudError, Unauthorized
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import identity
-from fakeclouds.vendor_errors import retry_after_header as retry_after_header  # re-exported
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -27,9 +26,6 @@ def check_bearer(request: Request, token: str) -> None:
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value or value.strip() != token:
         raise Unauthorized("missing or invalid API token")
-
-
-parse_body = json_body  # the name facades outside this package (tests/fakeclouds/tiny_cloud.py) use
 
 
 async def authorized_body(request: Request, token: str, model: type[M]) -> M:
