@@ -442,11 +442,11 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     def render(exc: CloudError, request: Request) -> Response:
         """Vast.ai answers each endpoint's refusals in its own shape: by the op (and ask) the
         request was serving, which `serving` noted."""
-        op, ask_id = getattr(request.state, "vastai", ("admin", None))
+        op, ask_id = getattr(request.state, "vastai_call", ("admin", None))
         return error_response(exc, op, ask_id)
 
     def serving(request: Request, op: str, ask_id: int | None = None) -> None:
-        request.state.vastai = (op, ask_id)
+        request.state.vastai_call = (op, ask_id)
 
     router = vendor_router(render)
 

@@ -1,5 +1,7 @@
 """Shared fixtures: one Temporal dev server per session (real visibility and search
-attributes; the time-skipping server has neither), a migrated SQLite store, a secret box.
+attributes; the time-skipping server has neither), a time-skipping server for a test that asks,
+the `processes` permit for tests that run real service processes, a migrated SQLite store, a
+secret box. Each test's tier marker is read off these fixtures (tests/tiers.py).
 
 Directory-specific fixtures live in each directory's own conftest.py."""
 
@@ -17,6 +19,8 @@ from temporalio.testing import WorkflowEnvironment
 from store import migrate
 from store.db import make_engine
 from store.secrets import SecretBox
+from tests import processes as process_permit
+from tests import tiers
 from workflows import search_attributes
 from workflows.converter import data_converter
 
@@ -26,6 +30,7 @@ from workflows.converter import data_converter
 os.environ.setdefault("GPUPROV_CLOUD_TIME_SCALE", "0.001")
 
 TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
+TEST_SERVER_BIN = TEMPORAL_BIN.with_name("temporal-test-server")
 # The test session's secret key (a test key, committed on purpose): the payload codec encrypts every
 # history the tests write with it, so histories recorded by tests/workflows/test_replay.py (committed
 # under tests/workflows/histories/) stay decodable by later runs.
@@ -53,6 +58,25 @@ async def temporal_env(temporal_db: Path) -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server of this test's own (no schedules, no visibility)."""
+    env = await WorkflowEnvironment.start_time_skipping(data_converter=data_converter([TEST_SECRET_KEY]),
+                                                        test_server_existing_path=str(TEST_SERVER_BIN))
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def processes() -> Iterator[None]:
+    """Permits this test to start real service processes (tests/processes.py: DevRun, Process, the
+    simulation as a process); the test's tier is then `processes`."""
+    with process_permit.permitted():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +115,12 @@ def no_real_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.fake_resolver import FakeResolver
 
     monkeypatch.setattr(fleet_addresses, "system_resolver", FakeResolver())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.configure(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers it adds
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark(items)

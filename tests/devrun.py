@@ -10,9 +10,10 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
+from tests import processes
+from tests.eventually import eventually_sync
 from tests.processes import free_port
 
 
@@ -30,6 +31,7 @@ def alive(pid: int) -> bool:
 
 class DevRun:
     def __init__(self, home: Path, ports: dict[str, int], extra_env: dict[str, str] | None = None) -> None:
+        processes.require("gpuprov dev")
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
         env.update(GPUPROV_HOME=str(home), PYTHONUNBUFFERED="1", **{k: str(v) for k, v in ports.items()})
         # The simulated clouds' documented rate limits (and the adapters' pacing) 1000x faster than real.
@@ -47,15 +49,19 @@ class DevRun:
             self.lines.append(line.rstrip("\n"))
 
     def wait_for(self, pattern: str, timeout: float = 90) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """The first line matching `pattern`; fails at once if `gpuprov dev` exits without printing it."""
+        def printed() -> re.Match[str] | None:
+            ended = self.proc.poll() is not None and not self._reader.is_alive()  # before reading: all read
             for line in list(self.lines):
                 if m := re.search(pattern, line):
                     return m
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"{pattern!r} not printed; output:\n" + "\n".join(self.lines))
+            if ended:
+                raise AssertionError(f"{pattern!r} not printed; gpuprov dev exited ({self.proc.returncode}); "
+                                     "output:\n" + "\n".join(self.lines))
+            return None
+
+        return eventually_sync(printed, within=timeout, what=f"{pattern!r} printed",
+                               detail=lambda: "output:\n" + "\n".join(self.lines))
 
     def child_pids(self) -> list[int]:
         return [int(m.group(1)) for line in self.lines if (m := re.search(r" up \(pid (\d+)\)", line))]

@@ -1,5 +1,9 @@
 """Service processes for tests that run the real thing (the compose stack, the API killed mid-
-request): a process handle, a fresh PostgreSQL database, free ports, bounded waits."""
+request): a process handle, a fresh PostgreSQL database, free ports, bounded waits.
+
+Every helper here that starts a service process (and DevRun, WorkerProcess) first asks `require`:
+only a test that uses the `processes` fixture (tests/conftest.py) may, so such a test always
+carries the `processes` tier marker the suite's tiers are selected by (tests/tiers.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,34 @@ from tests.eventually import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+_permits = 0  # how many `permitted()` blocks are open (the `processes` fixture holds one per test)
+
+
+@contextmanager
+def permitted() -> Iterator[None]:
+    global _permits
+    _permits += 1
+    try:
+        yield
+    finally:
+        _permits -= 1
+
+
+def require(what: str) -> None:
+    """Refuse to start `what` outside a test that uses the `processes` fixture."""
+    if _permits <= 0:
+        raise RuntimeError(f"{what} starts a real process: the test must use the `processes` fixture "
+                           "(its tier marker, `processes`, is read off that fixture: tests/tiers.py)")
+
+
+def simulation_process(*args: Any, **kwargs: Any) -> Any:
+    """The simulated clouds as a process of their own (fakeclouds.server.start_subprocess)."""
+    require("the simulated clouds' process")
+    from fakeclouds.server import start_subprocess
+
+    return start_subprocess(*args, **kwargs)
 
 
 def _ephemeral_low() -> int:
@@ -75,6 +107,7 @@ class Process:
     """One service process, its output in `log`: kill (SIGKILL), restart, pause/resume, stop."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        require(f"Process {name!r}")
         self.name, self.argv, self.env, self.log = name, argv, env, log
         self.proc = self._spawn()
 

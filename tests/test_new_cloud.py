@@ -17,11 +17,8 @@ import sys
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.devrun import DevRun, dev_ports
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "tests" / "plugin_cloud"
@@ -79,7 +76,7 @@ def test_the_api_enum_lists_the_new_cloud() -> None:
     assert cloud_enums and all("democloud" in e for e in cloud_enums), cloud_enums
 
 
-def test_make_run_serves_and_connects_it_and_the_cli_shows_it(tmp_path: Path) -> None:
+def test_make_run_serves_and_connects_it_and_the_cli_shows_it(tmp_path: Path, processes: None) -> None:
     ports = dev_ports()
     run = DevRun(tmp_path / "home", ports, extra_env={"PYTHONPATH": plugin_env()["PYTHONPATH"]})
     try:

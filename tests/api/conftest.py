@@ -34,9 +34,9 @@ from providers.base import (
     rank_offers,
 )
 from providers.credentials import ApiKeyCredentials
-from store import migrate, repo
-from store.db import make_engine
+from store import repo
 from store.secrets import SecretBox
+from tests import migrated
 
 TOKEN = "test-token-123"
 GOOD_KEY = "fake-good-api-key-0001"
@@ -209,8 +209,7 @@ def fake_cloud(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.fixture
 def engine(tmp_path: Any) -> Any:
-    eng = make_engine(f"sqlite:///{tmp_path / 'api.db'}")
-    migrate.upgrade(eng)
+    eng = migrated.sqlite_engine(tmp_path / "api.db")
     yield eng
     eng.dispose()
 

@@ -117,6 +117,10 @@ def _spec() -> dict[str, Any]:
         registry.unregister_for_tests(FakeCloud.id)
 
 
+# Each test builds what it needs from session fixtures: pytest-xdist may spread them (tests/tiers.py).
+TESTS_RUN_APART = True
+
+
 schema = schemathesis.openapi.from_dict(_spec())
 schema.config.update(headers=AUTH)
 schema.config.generation.update(max_examples=MAX_EXAMPLES, deterministic=True)

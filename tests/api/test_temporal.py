@@ -23,8 +23,6 @@ from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, TOKEN
 from worker import build_worker
 
-pytestmark = pytest.mark.devserver
-
 
 @pytest.fixture
 async def real_client(engine: sa.Engine, box: SecretBox,

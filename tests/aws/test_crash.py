@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client, WorkflowHandle
@@ -31,8 +30,6 @@ from tests.crash.conftest import (  # noqa: F401 — fixtures, used by name
 )
 from tests.crash.test_worker_crash import TIMING, USER_KEY, until
 from tests.workflows.conftest import settled, terminate
-
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 
 def machines_of(server: FakeCloudServer, key: str) -> list[dict[str, object]]:

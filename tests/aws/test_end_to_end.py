@@ -26,8 +26,6 @@ from tests.aws.test_adapter import ours
 from tests.workflows.conftest import settled, terminate
 from worker import build_worker
 
-pytestmark = pytest.mark.devserver
-
 TASK_QUEUE = "gpuprov-aws-tests"
 INSTALLATION = "awstest1"
 FAST = Timing(heartbeat_timeout_s=5, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,

@@ -9,13 +9,12 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncssh
 import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client
 
 from activities.deps import ActivityDeps
 from fakeclouds.server import FakeCloudServer
@@ -26,9 +25,8 @@ from store.secrets import SecretBox
 from tests import simclouds
 from tests.azure.conftest import CLOUD, Sdk, ours
 from tests.openssh import openssh
+from tests.workflows.conftest import settled
 from worker import build_worker
-
-pytestmark = pytest.mark.devserver
 
 TASK_QUEUE = "gpuprov-azure-tests"
 INSTALLATION = "aztest01"
@@ -64,17 +62,6 @@ def user_key(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     yield path, key.export_public_key().decode().strip()
 
 
-async def settled(handle: WorkflowHandle[Any, AllocationState]) -> AllocationState:
-    async with asyncio.timeout(90):
-        while True:
-            if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
-                return await handle.result()
-            st = await handle.query("state", result_type=AllocationState)
-            if st.phase == Phase.READY:
-                return st
-            await asyncio.sleep(0.1)
-
-
 async def test_allocation_fails_over_a_full_zone_and_logs_in_with_openssh(
     temporal_client: Client,
     azure_worker: None,
@@ -105,7 +92,7 @@ async def test_allocation_fails_over_a_full_zone_and_logs_in_with_openssh(
         task_queue=TASK_QUEUE,
         result_type=AllocationState,
     )
-    st = await settled(handle)
+    st = await settled(handle, within=90)
 
     assert st.phase == Phase.READY, st.error
     first, last = st.attempts[0], st.attempts[-1]

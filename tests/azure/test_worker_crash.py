@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncssh
@@ -27,9 +27,8 @@ from store.secrets import SecretBox
 from tests import simclouds
 from tests.azure.conftest import CLOUD, Sdk, ours
 from tests.crash.conftest import ROOT, WorkerProcess
+from tests.eventually import eventually
 from tests.workflows.conftest import settled, terminate
-
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 TASK_QUEUE = "gpuprov-azure-crash-tests"
 TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.2, call_timeout_s=60, boot_timeout_s=60,
@@ -39,7 +38,7 @@ USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().deco
 
 @pytest.fixture
 def worker(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
-           db_engine: sa.Engine, sim: FakeCloudServer) -> Iterator[WorkerProcess]:
+           db_engine: sa.Engine, sim: FakeCloudServer, processes: None) -> Iterator[WorkerProcess]:
     env = {**os.environ, **simclouds.allowed_env(sim),
            "GPUPROV_HOME": str(tmp_path / "home"), "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
            "GPUPROV_SECRET_KEY": secret_key.decode(),
@@ -56,14 +55,6 @@ def vms_of(sim: FakeCloudServer, key: str) -> list[dict[str, object]]:
     return [m for m in sim.admin.machines() if str(m.get("name", "")).endswith(f"-{key}")]
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.1)
-
-
 async def test_kill_after_azure_accepted_the_create(temporal_client: Client, sim: FakeCloudServer,
                                                     worker: WorkerProcess, db_engine: sa.Engine,
                                                     secret_box: SecretBox, sdk: Sdk) -> None:
@@ -78,7 +69,7 @@ async def test_kill_after_azure_accepted_the_create(temporal_client: Client, sim
     handle = await temporal_client.start_workflow(
         "AllocationWorkflow", AllocationInput(request=req), id=allocation_workflow_id(allocation_id),
         task_queue=TASK_QUEUE, result_type=AllocationState)
-    await until(lambda: len(vms_of(sim, key)) == 1)
+    await eventually(lambda: len(vms_of(sim, key)) == 1, within=30, what=f"the VM of {key} made")
     worker.kill()
     sim.admin.clear_faults()
     worker.start()

@@ -19,10 +19,10 @@ import cli.client
 from api.app import create_app
 from api.deps import AppDeps
 from providers import registry
-from store import migrate, repo
-from store.db import make_engine
+from store import repo
 from store.models import Attempt, Instance
 from store.secrets import SecretBox
+from tests import migrated
 from tests.api.conftest import FakeCloud, FakeWorkflows
 
 TOKEN = "cli-test-token"
@@ -63,8 +63,7 @@ class FakeInstantWorkflows(FakeWorkflows):
 
 @pytest.fixture
 def engine(tmp_path: Any) -> Any:
-    eng = make_engine(f"sqlite:///{tmp_path / 'cli.db'}")
-    migrate.upgrade(eng)
+    eng = migrated.sqlite_engine(tmp_path / "cli.db")
     yield eng
     eng.dispose()
 

@@ -8,7 +8,6 @@ create; the fixture resets the cloud afterwards as a second line.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -39,6 +38,7 @@ from providers.base import (
 )
 from providers.lambda_ import LambdaProvider
 from tests.conformance.clouds import Harness, new_installation_id
+from tests.eventually import eventually
 
 POLL = 0.05
 WAIT_RUNNING = 20.0
@@ -57,14 +57,14 @@ async def wait_for(p: CloudProvider, ref: InstanceRef, done: Callable[[InstanceS
                    within: float) -> list[InstanceStatus | None]:
     """Poll get() until `done`; returns every status seen (for asserting the path taken)."""
     seen: list[InstanceStatus | None] = []
-    deadline = time.monotonic() + within
-    while True:
-        st = await p.get(ref)
-        seen.append(st)
-        if done(st):
-            return seen
-        assert time.monotonic() < deadline, f"timed out; states seen: {[s and s.state for s in seen]}"
-        await asyncio.sleep(POLL)
+
+    async def read() -> InstanceStatus | None:
+        seen.append(await p.get(ref))
+        return seen[-1]
+
+    await eventually(read, until=done, within=within, what=f"{p.id}: {ref.instance_id}'s state",
+                     detail=lambda: f"states seen: {[s and s.state for s in seen]}")
+    return seen
 
 
 def _gone(st: InstanceStatus | None) -> bool:

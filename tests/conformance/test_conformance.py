@@ -16,6 +16,9 @@ from tests.conformance import checks
 from tests.conformance.clouds import Harness, production_clouds
 from tests.conformance.conftest import make_harness
 
+# Each test builds what it needs from session fixtures: pytest-xdist may spread them (tests/tiers.py).
+TESTS_RUN_APART = True
+
 
 def test_every_adapter_has_a_simulated_cloud() -> None:
     known = production_clouds()

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from fakeclouds.server import FakeCloudServer
 from store.identity import installation_id
 from store.secrets import SecretBox
-from tests import simclouds
+from tests import processes, simclouds
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TASK_QUEUE = "gpuprov-crash-tests"
@@ -33,6 +33,7 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        processes.require("the worker process")
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT)
@@ -58,8 +59,8 @@ async def sim() -> AsyncIterator[FakeCloudServer]:
 
 
 @pytest.fixture
-def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path,
-                   secret_key: bytes, db_engine: sa.Engine, sim: FakeCloudServer) -> Iterator[WorkerProcess]:
+def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
+                   db_engine: sa.Engine, sim: FakeCloudServer, processes: None) -> Iterator[WorkerProcess]:
     env = {**os.environ,
            **simclouds.allowed_env(sim),
            "GPUPROV_HOME": str(tmp_path / "home"),

@@ -39,8 +39,6 @@ from tests import simclouds
 from tests.crash.conftest import ROOT, TASK_QUEUE, WorkerProcess
 from tests.processes import until
 
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
-
 TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,
                 ssh_timeout_s=20, max_retry_interval_s=1, record_timeout_s=5)
 MAX = 8

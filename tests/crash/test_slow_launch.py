@@ -26,9 +26,8 @@ from store import repo
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.crash.conftest import TASK_QUEUE, WorkerProcess
+from tests.eventually import eventually
 from tests.workflows.conftest import settled, terminate
-
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.5, call_timeout_s=60, boot_timeout_s=60,
                 ssh_timeout_s=30, max_retry_interval_s=1)
@@ -67,21 +66,17 @@ async def start(client: Client, connection: str) -> tuple[str, WorkflowHandle[An
 
 async def launch_sent(engine: sa.Engine, key: str) -> None:
     """Until the create activity has recorded that its launch request is going out."""
-    async with asyncio.timeout(30):
-        while True:
-            with Session(engine) as s:
-                if repo.create_in_flight_since(s, key) is not None:
-                    return
-            await asyncio.sleep(0.2)
+    def recorded() -> bool:
+        with Session(engine) as s:
+            return repo.create_in_flight_since(s, key) is not None
+
+    await eventually(recorded, within=30, what=f"the create of {key} recorded as in flight")
 
 
 async def launch_arrived(sim: FakeCloudServer) -> None:
     """Until the simulated Lambda has received the launch: the fault (times=1) is drawn on arrival."""
-    async with asyncio.timeout(30):
-        while True:
-            if not await sim.admin.aio.faults():
-                return
-            await asyncio.sleep(0.1)
+    await eventually(sim.admin.aio.faults, until=lambda faults: not faults, within=30,
+                     what="the launch to reach the simulated Lambda (its one-shot fault drawn)")
 
 
 @pytest.mark.parametrize("kill_worker", [False, True], ids=["no-crash", "worker-killed"])

@@ -9,7 +9,6 @@ import asyncio
 import uuid
 from datetime import datetime
 
-import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client
@@ -23,8 +22,6 @@ from store.models import SpendInterval, utcnow
 from tests.crash.conftest import TASK_QUEUE, WorkerProcess
 from tests.crash.test_worker_crash import TIMING, USER_KEY, until
 from tests.workflows.conftest import settled, terminate
-
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 
 def ledger(engine: sa.Engine, allocation_id: str) -> list[SpendInterval]:

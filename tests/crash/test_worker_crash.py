@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Callable
 
 import asyncssh
-import pytest
 from temporalio.client import Client
 
 from fakeclouds.server import FakeCloudServer
@@ -17,9 +16,8 @@ from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
 from tests import simclouds
 from tests.crash.conftest import TASK_QUEUE, WorkerProcess, machines_of
+from tests.eventually import eventually
 from tests.workflows.conftest import settled, terminate
-
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 # A 2 s heartbeat timeout: the server notices the dead worker's activity within seconds.
 TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.2, call_timeout_s=60, boot_timeout_s=60,
@@ -27,12 +25,9 @@ TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.2, call_timeout_s=60, b
 USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.1)
+async def until(predicate: Callable[[], bool], what: str = "the moment to kill the worker") -> None:
+    """Until `predicate()` (the moment a crash test kills the worker): tests/eventually.py, 30 s."""
+    await eventually(predicate, within=30, what=what)
 
 
 async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: WorkerProcess, conn: str,
@@ -44,7 +39,7 @@ async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: Wo
     handle = await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
                                          id=allocation_workflow_id(allocation_id), task_queue=TASK_QUEUE,
                                          result_type=AllocationState)
-    await until(lambda: crash_when(key))
+    await until(lambda: crash_when(key), f"the moment to kill the worker ({key})")
     worker.kill()
     sim.admin.clear_faults()
     worker.start()

@@ -33,8 +33,6 @@ from store.db import make_engine
 from tests import simclouds
 from tests.processes import Process, free_port, fresh_postgres_database, until
 
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
-
 ROOT = Path(__file__).resolve().parents[2]
 # Compose host names and what stands in for them here.
 COMPOSE_HOSTS = {"postgresql:5432", "temporal:7233"}
@@ -91,7 +89,7 @@ async def sim() -> AsyncIterator[FakeCloudServer]:
 
 @pytest.fixture
 async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: Path,
-                sim: FakeCloudServer) -> AsyncIterator[Stack]:
+                sim: FakeCloudServer, processes: None) -> AsyncIterator[Stack]:
     spec = compose()
     services = spec["services"]
     token = secrets.token_urlsafe(16)

@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from fakeclouds import clouds
 from tests.devrun import DevRun, dev_ports
 from tests.e2e.test_user_flow import gpuprov, openssh, user_key
-
-pytestmark = pytest.mark.slow
 
 CLOUDS = ("lambda", "runpod", "vastai", "hyperstack", "massedcompute", "digitalocean", "verda",
           "primeintellect")
@@ -37,7 +34,7 @@ def settle(api: httpx.Client, ids: dict[str, str], done: set[str], deadline_s: f
     raise AssertionError({c: (d["status"], d.get("error")) for c, d in last.items()})
 
 
-def test_every_gpu_cloud_allocates_logs_in_and_leaves_nothing(tmp_path: Path) -> None:
+def test_every_gpu_cloud_allocates_logs_in_and_leaves_nothing(tmp_path: Path, processes: None) -> None:
     assert set(CLOUDS) <= set(clouds.simulated())
     home, ports = tmp_path / "home", dev_ports()
     private, public = user_key(tmp_path)

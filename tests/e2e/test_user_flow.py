@@ -1,6 +1,12 @@
-"""The flow a user follows after `make run`, end to end with real processes: `gpuprov dev`,
+"""The flow a user follows after `make run`, end to end with real processes: `gpuprov dev` starts
+every child on free ports and connects the simulated clouds through the real ConnectWorkflow;
 `gpuprov up`, the real OpenSSH client logging into the new machine with the user's key, `ls`,
-`offers`, a restart of everything, and `down` until the cloud shows the machine gone."""
+`offers`; SIGINT stops everything; a restart keeps state (same token, connections not made twice,
+the machine still answers) and makes a home left readable private; `down` until the cloud shows
+the machine gone. Its home is its user's only and no process shows a secret on its command line.
+
+One `gpuprov dev` run and one restart cover all of it: each start costs the suite a Temporal dev
+server, the simulation, a worker and the API (tests/cli/test_dev.py was the same start and restart)."""
 
 from __future__ import annotations
 
@@ -13,11 +19,10 @@ from pathlib import Path
 
 import asyncssh
 import httpx
-import pytest
 
-from tests.devrun import DevRun, assert_private, dev_ports
-
-pytestmark = pytest.mark.slow
+from fakeclouds import clouds
+from tests import audit
+from tests.devrun import DevRun, alive, assert_private, dev_ports
 
 SSH = shutil.which("ssh")
 
@@ -50,12 +55,27 @@ def openssh(private: Path, port: int, user: str, command: str,
         capture_output=True, text=True, timeout=30)
 
 
-def test_up_ssh_ls_offers_restart_down(tmp_path: Path) -> None:
+def test_dev_up_ssh_ls_offers_stop_restart_down(tmp_path: Path, processes: None) -> None:
     home, ports = tmp_path / "home", dev_ports()
     private, public = user_key(tmp_path)
+    api = f"http://127.0.0.1:{ports['GPUPROV_API_PORT']}"
     run = DevRun(home, ports)
     try:
         token = run.wait_for(r"API token\s+(\S+)").group(1)
+        pids = run.child_pids()
+        assert len(pids) == 4  # temporal, localcloud, worker, api
+        token_file = home / "api-token"
+        assert token_file.read_text().strip() == token and (token_file.stat().st_mode & 0o777) == 0o600
+        headers = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(f"{api}/openapi.json", headers=headers).status_code == 200
+        assert httpx.get(f"{api}/api/compute/connections").status_code == 401
+        conns = httpx.get(f"{api}/api/compute/connections", headers=headers).json()["items"]
+        assert sorted((c["provider"], c["name"], c["status"]) for c in conns) == sorted(
+            (cloud, clouds.facade(cloud).display_name, "connected") for cloud in clouds.simulated())
+        # Every child has written its state (the worker ran ConnectWorkflow, each cloud verified the
+        # tokens it read from cloud-tokens.json): all of it private, no secret in any argv.
+        assert_private(run, home)
+
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
         env.update(GPUPROV_TOKEN=token, GPUPROV_API_URL=f"http://127.0.0.1:{ports['GPUPROV_API_PORT']}",
                    GPUPROV_POLL_INTERVAL="0.2")
@@ -90,13 +110,29 @@ def test_up_ssh_ls_offers_restart_down(tmp_path: Path) -> None:
         assert gpus.returncode == 0 and "A10" in gpus.stdout, gpus.stdout + gpus.stderr
         # Two machines' disks, host keys and cloud-init logs now exist too: all private.
         assert_private(run, home)
+        # The security audit's reproductions (tests/audit.py), against this running `make run`; last,
+        # as it makes instances, connections and projects of its own.
+        assert [f"{c.name}: {c.seen}" for c in audit.run(api, token, home) if not c.ok] == []
     finally:
-        assert run.interrupt() == 0, "\n".join(run.lines)
+        code = run.interrupt()
+    assert code == 0, "\n".join(run.lines)
+    assert "stopped" in run.lines
+    assert [p for p in pids if alive(p)] == []
 
-    # Everything stopped; state survives: same instance, still ready, machine still answers.
+    # A home an older gpuprov left readable by others is made private on the next start.
+    home.chmod(0o755)
+    (home / "logs" / "api.log").chmod(0o644)
+    # Everything stopped; state survives: same token, connections not made twice, same instance,
+    # still ready, machine still answers.
     again = DevRun(home, ports)
     try:
-        again.wait_for(r"API token\s+(\S+)")
+        assert again.wait_for(r"API token\s+(\S+)").group(1) == token
+        assert [line for line in again.lines if "private" in line] == [
+            f"gpuprov: made {home} private (mode 700, was 755); its files are owner-only now"]
+        assert_private(again, home)
+        conns = httpx.get(f"{api}/api/compute/connections", headers=headers).json()["items"]
+        assert len(conns) == len(clouds.simulated())
+        assert not any("connected " in line for line in again.lines)
         ls = gpuprov(env, "ls")
         assert instance_id in ls.stdout and "ready" in ls.stdout, ls.stdout
         assert openssh(private, port, user, "true").returncode == 0

@@ -5,7 +5,7 @@ from pathlib import Path
 import asyncssh
 import httpx
 
-from fakeclouds.server import start_subprocess
+from tests.processes import simulation_process
 
 
 def _ssh_ok(port: int, key: asyncssh.SSHKey) -> str:
@@ -18,10 +18,10 @@ def _ssh_ok(port: int, key: asyncssh.SSHKey) -> str:
     return asyncio.run(go())
 
 
-def test_own_process_survives_crash_and_clean_restart(tmp_path: Path, pubkey: str,
-                                                      ssh_key: asyncssh.SSHKey) -> None:
+def test_own_process_survives_crash_and_clean_restart(tmp_path: Path, pubkey: str, ssh_key: asyncssh.SSHKey,
+                                                      processes: None) -> None:
     state = tmp_path / "cloud"
-    cloud = start_subprocess(state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
+    cloud = simulation_process(state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
     headers = {"Authorization": "Bearer t0k"}
     assert "t0k" not in " ".join(map(str, cloud.proc.args))  # given by a file, not the command line
     try:
@@ -35,7 +35,7 @@ def test_own_process_survives_crash_and_clean_restart(tmp_path: Path, pubkey: st
             "name": "note", "instance_type": "cpu-small", "region": "local-1", "ssh_public_keys": [pubkey]})
     finally:
         cloud.kill()  # a crash: SIGKILL
-    cloud = start_subprocess(cloud.port, state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
+    cloud = simulation_process(cloud.port, state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
     try:
         assert cloud.admin.machine(mid)["ssh_port"] == port
         assert _ssh_ok(port, ssh_key) == "alive\n"
@@ -44,7 +44,7 @@ def test_own_process_survives_crash_and_clean_restart(tmp_path: Path, pubkey: st
         assert names == ["keep", "note"]
     finally:
         assert cloud.stop() == 0  # SIGTERM: clean exit
-    cloud = start_subprocess(cloud.port, state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
+    cloud = simulation_process(cloud.port, state_dir=state, boot_delay=0.1, tokens={"local": "t0k"})
     try:
         assert cloud.admin.machine(mid)["status"] == "running"
         assert _ssh_ok(port, ssh_key) == "alive\n"

@@ -11,12 +11,13 @@ import httpx
 import pytest
 
 from fakeclouds import tls
-from fakeclouds.server import start_subprocess
+from tests.processes import simulation_process
 
 
-def test_the_tls_listener_serves_the_app_with_a_ca_that_outlives_a_restart(tmp_path: Path) -> None:
+def test_the_tls_listener_serves_the_app_with_a_ca_that_outlives_a_restart(tmp_path: Path,
+                                                                           processes: None) -> None:
     state = tmp_path / "state"
-    with start_subprocess(state_dir=state) as first:
+    with simulation_process(state_dir=state) as first:
         assert first.tls_url is not None and first.tls_url.startswith("https://127.0.0.1:")
         ca = first.ca_pem
         assert ca is not None and first.admin.tls()["url"] == first.tls_url
@@ -25,7 +26,7 @@ def test_the_tls_listener_serves_the_app_with_a_ca_that_outlives_a_restart(tmp_p
         assert httpx.get(f"{first.url}/_fake/health").json() == {"ok": True}  # plain http as before
         with pytest.raises(httpx.ConnectError):  # the system's CAs do not know it
             httpx.get(f"{first.tls_url}/_fake/health")
-    second = start_subprocess(state_dir=state)
+    second = simulation_process(state_dir=state)
     try:
         assert second.ca_pem == ca
     finally:

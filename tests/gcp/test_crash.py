@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from google.cloud import compute_v1
 from sqlmodel import Session
@@ -26,9 +25,8 @@ from store.secrets import SecretBox
 from tests import simclouds
 from tests.crash.conftest import TASK_QUEUE, WorkerProcess, installation, worker_process  # noqa: F401
 from tests.crash.test_worker_crash import TIMING, USER_KEY
+from tests.eventually import eventually
 from tests.workflows.conftest import settled, terminate
-
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
 
 
 def instances_named(sim: FakeCloudServer, name: str) -> list[dict[str, Any]]:
@@ -68,11 +66,7 @@ async def test_kill_after_compute_engine_accepted_the_insert(
         task_queue=TASK_QUEUE,
         result_type=AllocationState,
     )
-    async with asyncio.timeout(60):
-        while True:
-            if instances_named(sim_clean, name):
-                break
-            await asyncio.sleep(0.1)
+    await eventually(lambda: instances_named(sim_clean, name), within=60, what=f"the instance {name} made")
     worker_process.kill()
     sim_clean.admin.clear_faults()
     worker_process.start()

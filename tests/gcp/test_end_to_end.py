@@ -31,7 +31,6 @@ from tests.gcp.conftest import INSTALLATION, TASK_QUEUE
 from tests.openssh import openssh
 from tests.workflows.conftest import FAST, settled, terminate
 
-pytestmark = pytest.mark.devserver
 USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 
 

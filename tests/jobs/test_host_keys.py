@@ -45,10 +45,10 @@ from messages.job import RunJobInput
 from providers.fleet_addresses import FleetAddresses
 from providers.host_keys import fingerprint
 from providers.ssh_fleet import SshFleetProvider
-from store import fleets, migrate
-from store.db import make_engine
+from store import fleets
 from store.models import Instance, Job, JobLogChunk
 from store.secrets import SecretBox
+from tests import migrated
 from tests.fleets.test_allocate import BEHIND, FLEET_KEY, _Jump
 from tests.fleets.test_probe import LOOPBACK
 from tests.processes import until
@@ -167,8 +167,7 @@ class Lab:
 
 @pytest.fixture
 async def lab(tmp_path: Path, secret_box: SecretBox) -> AsyncIterator[Lab]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'app.db'}")
-    migrate.upgrade(engine)
+    engine = migrated.sqlite_engine(tmp_path / "app.db")
     # Fleet hosts on loopback allowed, as in the fleet tests (GPUPROV_FLEET_ALLOWED_NETWORKS).
     deps = ActivityDeps(engine=engine, box=secret_box, installation_id="pins0001", fleet_addresses=LOOPBACK)
     net = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"

@@ -25,8 +25,6 @@ from store.models import Instance, MachineIdle, Policy, utcnow
 from tests.jobs.conftest import CLOUD, Stack
 from tests.processes import until
 
-pytestmark = pytest.mark.devserver
-
 USER_KEY = asyncssh.generate_private_key("ssh-ed25519")
 
 

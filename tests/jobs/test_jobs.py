@@ -18,8 +18,6 @@ from tests.jobs.conftest import CLOUD, Stack
 from tests.processes import until
 from worker import WORKFLOWS, workflow_runner
 
-pytestmark = pytest.mark.devserver
-
 JOB_HISTORIES = Path(__file__).resolve().parents[1] / "workflows" / "histories" / "jobs-v1"
 
 

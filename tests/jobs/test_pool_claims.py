@@ -11,14 +11,13 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from messages.pool import pool_allocation_id
-from store import migrate, pool_claims
-from store.db import make_engine
+from store import pool_claims
 from store.models import Instance, Job, Pool
+from tests import migrated
 
 
 def _engine(tmp_path: Path) -> sa.Engine:
-    engine = make_engine(f"sqlite:///{tmp_path / 'claims.db'}")
-    migrate.upgrade(engine)
+    engine = migrated.sqlite_engine(tmp_path / "claims.db")
     return engine
 
 

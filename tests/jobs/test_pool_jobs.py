@@ -27,8 +27,6 @@ from tests.jobs.conftest import CLOUD, FAST, Stack
 from tests.jobs.test_jobs import replays
 from tests.processes import until
 
-pytestmark = pytest.mark.devserver
-
 POOL, POOL_ID = "web", "pj0001"
 
 

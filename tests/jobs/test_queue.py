@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from sqlmodel import Session, col, select
 
 from store.models import Instance, Job, SpendInterval
@@ -38,7 +37,6 @@ def max_concurrent(intervals: list[tuple[datetime, datetime, int]]) -> int:
     return peak
 
 
-@pytest.mark.devserver
 async def test_20_jobs_under_a_4_gpu_limit(stack: Stack) -> None:
     http = stack.http
     r = await http.put("/api/compute/limits", json={"max_gpus": 4})

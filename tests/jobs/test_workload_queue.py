@@ -25,7 +25,6 @@ GROUP = {"sft": "SFT", "dpo": "SFT", "grpo": "GRPO", "ppo": "GRPO", "serving": "
          "task": "TASK", "kb_compile": "TASK", "synthetic": "SYNTHETIC"}
 
 
-@pytest.mark.devserver
 async def test_a_running_job_in_the_queue_with_its_logs_and_gpu_metrics(stack: Stack) -> None:
     http = stack.http
     # One GPU for the project: the SFT job takes it, the eval job waits its turn (a PRI).

@@ -38,8 +38,6 @@ from tests.processes import until
 from tests.workflows.conftest import settled, terminate
 from worker import GpuprovWorker, build_worker
 
-pytestmark = pytest.mark.devserver
-
 INSTALLATION = "lamflit1"
 FAST = Timing(heartbeat_timeout_s=3, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,
               ssh_timeout_s=20, k3s_timeout_s=30, max_retry_interval_s=1)

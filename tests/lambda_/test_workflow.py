@@ -29,8 +29,6 @@ from tests.workflows.conftest import settled, terminate
 from worker import build_worker
 from workflows.allocation import launch_task_queue
 
-pytestmark = pytest.mark.devserver
-
 TASK_QUEUE = "gpuprov-lambda-tests"
 INSTALLATION = "lamtest1"
 FAST = Timing(heartbeat_timeout_s=5, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,

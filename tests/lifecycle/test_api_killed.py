@@ -36,13 +36,11 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from api.idempotency import derived_id
-from fakeclouds.server import FakeCloudProcess, start_subprocess
+from fakeclouds.server import FakeCloudProcess
 from messages.ids import allocation_workflow_id
 from store.db import make_engine
 from tests import simclouds
-from tests.processes import Process, free_port, fresh_postgres_database, until
-
-pytestmark = [pytest.mark.devserver, pytest.mark.slow]
+from tests.processes import Process, free_port, fresh_postgres_database, simulation_process, until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS, FIRST_WAVE = 20, 5
@@ -56,8 +54,9 @@ def app_database() -> Iterator[str]:
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[FakeCloudProcess]:
-    with start_subprocess(boot_delay=0.2, terminate_delay=0.05, state_dir=tmp_path / "fakeclouds") as server:
+def sim(tmp_path: Path, processes: None) -> Iterator[FakeCloudProcess]:
+    state = tmp_path / "fakeclouds"
+    with simulation_process(boot_delay=0.2, terminate_delay=0.05, state_dir=state) as server:
         server.admin.set_stock("cpu-small", "local-1", 2 * CLIENTS, facade="local")  # no failover needed
         yield server
 
@@ -116,7 +115,7 @@ class Stack:
 
 @pytest.fixture
 async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: Path,
-                sim: FakeCloudProcess) -> AsyncIterator[Stack]:
+                sim: FakeCloudProcess, processes: None) -> AsyncIterator[Stack]:
     token, queue, port = secrets.token_urlsafe(16), f"kill-{uuid.uuid4().hex[:8]}", free_port()
     shared = {
         **simclouds.allowed_env(sim),

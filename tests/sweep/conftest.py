@@ -5,10 +5,9 @@ The sweep lists every connection of its database, so this one starts empty for e
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import asyncssh
 import pytest
@@ -32,7 +31,6 @@ from worker import build_worker
 TASK_QUEUE = "gpuprov-sweep-tests"
 PUBLIC_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 INSTALLATION = "sweep001"
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -130,17 +128,6 @@ async def sweep(client: Client, **kw: Any) -> SweepSummary:
 def actions(engine: sa.Engine) -> list[SweepAction]:
     with Session(engine) as s:
         return list(s.exec(select(SweepAction)).all())
-
-
-async def eventually(check: Callable[[], Awaitable[T | None]], within: float = 90, every: float = 0.2) -> T:
-    """Poll `check` until it returns something truthy; fail after `within` seconds."""
-    async with asyncio.timeout(within):
-        while True:
-            got = await check()
-            if got:
-                return got
-            await asyncio.sleep(every)
-
 
 
 async def launch_twin(sim: FakeCloudServer, ref: InstanceRef) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
-import pytest
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleHandle
 from temporalio.service import RPCError
 
@@ -19,10 +18,7 @@ from messages.ids import (
     HEALTH_WORKFLOW_ID,
     SWEEP_SCHEDULE_ID,
 )
-from tests.sweep.conftest import TASK_QUEUE
-from tests.sweep.test_schedule import schedules_named, worker_started
-
-pytestmark = pytest.mark.devserver
+from tests.sweep.test_schedule import SERVE_QUEUE, schedules_named, worker_started
 
 
 async def described(handle: ScheduleHandle) -> tuple[str, str, str, timedelta]:
@@ -40,7 +36,7 @@ async def test_the_worker_keeps_one_health_schedule(temporal_client: Client, swe
     sweep_existed = bool(await schedules_named(temporal_client, SWEEP_SCHEDULE_ID))
     try:
         async with worker_started(temporal_client, sweep_deps, health_interval_s=3600, sweep_interval_s=3600):
-            assert await described(handle) == ("HealthWorkflow", HEALTH_WORKFLOW_ID, TASK_QUEUE,
+            assert await described(handle) == ("HealthWorkflow", HEALTH_WORKFLOW_ID, SERVE_QUEUE,
                                                timedelta(hours=1))
         async with worker_started(temporal_client, sweep_deps, health_interval_s=1800, sweep_interval_s=3600):
             assert (await described(handle))[3] == timedelta(minutes=30)
@@ -48,7 +44,7 @@ async def test_the_worker_keeps_one_health_schedule(temporal_client: Client, swe
         # The degraded connections' re-check: its own, shorter Schedule, kept the same way.
         async with worker_started(temporal_client, sweep_deps, health_recheck_s=45, sweep_interval_s=3600):
             assert await described(recheck) == ("HealthRecheckWorkflow", HEALTH_RECHECK_WORKFLOW_ID,
-                                                TASK_QUEUE, timedelta(seconds=45))
+                                                SERVE_QUEUE, timedelta(seconds=45))
             assert await schedules_named(temporal_client, HEALTH_RECHECK_SCHEDULE_ID) == [
                 HEALTH_RECHECK_SCHEDULE_ID]
     finally:

@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleHandle
 from temporalio.service import RPCError
@@ -20,17 +19,20 @@ from messages.ids import SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
 from messages.sweep import SweepInput
 from settings import Settings
 from store.models import SweepAction
-from tests.sweep.conftest import TASK_QUEUE, actions, alive, eventually, plant
+from tests.eventually import eventually
+from tests.sweep.conftest import TASK_QUEUE, actions, alive, plant
 from worker import serve
 
-pytestmark = pytest.mark.devserver
+# The queue `worker_started` serves: not the session sweep worker's (tests/sweep/conftest.py), which
+# may be running in this process already: Temporal refuses two workers on one queue in a process.
+SERVE_QUEUE = f"{TASK_QUEUE}-serve"
 
 
 @asynccontextmanager
 async def worker_started(client: Client, deps: ActivityDeps, **settings: Any) -> AsyncIterator[None]:
     """What `python worker.py` does after connecting (worker.main -> serve), until the block ends."""
     stop, started = asyncio.Event(), asyncio.Event()
-    s = Settings(task_queue=TASK_QUEUE, **settings)
+    s = Settings(task_queue=SERVE_QUEUE, **settings)
     task = asyncio.create_task(serve(client, deps, s, stop, started))
     try:
         async with asyncio.timeout(60):
@@ -66,8 +68,9 @@ async def test_the_worker_keeps_one_sweep_schedule_that_sweeps(
     try:
         async with worker_started(temporal_client, sweep_deps, sweep_interval_s=3600, sweep_grace_s=900):
             every, inp, queue = await described(handle)
-            assert (every, inp.grace_s, queue) == (timedelta(hours=1), 900, TASK_QUEUE)
-        assert await eventually(lambda: schedules_named(temporal_client, SWEEP_SCHEDULE_ID), within=60)
+            assert (every, inp.grace_s, queue) == (timedelta(hours=1), 900, SERVE_QUEUE)
+        assert await eventually(lambda: schedules_named(temporal_client, SWEEP_SCHEDULE_ID), within=60,
+                                what="the sweep schedule listed")
         await handle.pause(note="an operator's pause")
         # The session's dev server is shared: worker processes of earlier tests (crash, deploy,
         # lifecycle) kept this same schedule on their own task queues, and an interval schedule fires
@@ -83,7 +86,7 @@ async def test_the_worker_keeps_one_sweep_schedule_that_sweeps(
         grace = 2.0
         async with worker_started(temporal_client, sweep_deps, sweep_interval_s=1, sweep_grace_s=grace):
             every, inp, queue = await described(handle)
-            assert (every, inp.grace_s, queue) == (timedelta(seconds=1), grace, TASK_QUEUE)
+            assert (every, inp.grace_s, queue) == (timedelta(seconds=1), grace, SERVE_QUEUE)
             assert (await handle.describe()).schedule.state.paused
             assert await schedules_named(temporal_client, SWEEP_SCHEDULE_ID) == [SWEEP_SCHEDULE_ID]
             await handle.unpause()
@@ -94,7 +97,7 @@ async def test_the_worker_keeps_one_sweep_schedule_that_sweeps(
             async def removed() -> list[SweepAction]:
                 return [a for a in actions(sweep_engine) if a.instance_id == ref.instance_id]
 
-            [action] = await eventually(removed, within=120)
+            [action] = await eventually(removed, within=120, what="the scheduled sweep to remove the orphan")
         assert not await alive(sim, ref.instance_id)
         assert action.sweep_id.startswith(SWEEP_WORKFLOW_ID) and action.verdict == "orphan"
         assert action.first_seen is not None

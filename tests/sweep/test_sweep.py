@@ -20,13 +20,13 @@ from providers.base import Transient
 from store import repo
 from store.secrets import SecretBox
 from tests import simclouds
+from tests.eventually import eventually
 from tests.sweep.conftest import (
     PUBLIC_KEY,
     TASK_QUEUE,
     actions,
     add_instance,
     alive,
-    eventually,
     launch_twin,
     new_allocation_id,
     plant,
@@ -35,8 +35,6 @@ from tests.sweep.conftest import (
     sweep,
 )
 from tests.workflows.conftest import FAST, settled
-
-pytestmark = pytest.mark.devserver
 
 
 def _utc(t: datetime) -> datetime:
@@ -71,7 +69,7 @@ async def test_an_orphan_goes_after_its_grace_period_not_before(temporal_client:
         assert await alive(sim, ref.instance_id)
         return None
 
-    summary = await eventually(removed)
+    summary = await eventually(removed, within=90, what="a sweep to remove the orphan past its grace")
     [done] = summary.removed
     assert (done.verdict, done.allocation_id, done.machine.ref.instance_id) == (Verdict.ORPHAN, allocation,
                                                                                 ref.instance_id)

@@ -23,8 +23,6 @@ from tests.sweep.conftest import (
 )
 from tests.workflows.conftest import FAST, settled
 
-pytestmark = pytest.mark.devserver
-
 
 async def allocate(client: Client, connection_id: str) -> tuple[AllocateRequest, WorkflowHandle[Any, Any]]:
     req = AllocateRequest(allocation_id=new_allocation_id(), connection_id=connection_id, cloud="lambda",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -19,11 +18,10 @@ from providers.credentials import ApiKeyCredentials
 from store import repo
 from store.db import session_scope
 from store.models import Instance
+from tests.eventually import eventually
 from tests.fakes import FakeCloud, FakeInMemoryProvider
 from tests.workflows.conftest import INSTALLATION, settled, start_allocate, wait_phase
 from workflows import search_attributes as sa_keys
-
-pytestmark = pytest.mark.devserver
 
 
 async def owned() -> list[Any]:
@@ -56,9 +54,8 @@ async def test_happy_path_ready_with_gpus(temporal_client: Client, fake_cloud: F
 
     # The state query shows ready as soon as the workflow enters it; the row follows once the
     # record activity ran.
-    async with asyncio.timeout(10):
-        while (r := row(db_engine, req.allocation_id)).status != "ready":  # noqa: ASYNC110 — a DB row
-            await asyncio.sleep(0.05)
+    r = await eventually(lambda: row(db_engine, req.allocation_id), until=lambda r: r.status == "ready",
+                         within=30, what="the instance row ready")
     assert (r.status, r.phase, r.cloud_instance_id, r.instance_type) == ("ready", "ready", st.ref.instance_id,
                                                                            "gpu.2x")
     assert r.gpus_found is not None and len(r.gpus_found) == 2 and r.ready_at is not None
@@ -158,11 +155,8 @@ async def test_cancel_at_every_phase_leaves_nothing(temporal_client: Client, fak
     req = make_request(gpu="a10")
     handle = await start_allocate(temporal_client, req)
     await wait_phase(handle, phase)
-    async with asyncio.timeout(30):  # in CREATE: once the cloud has acted on it, answer still held back
-        while True:
-            if fake_cloud.machines:
-                break
-            await asyncio.sleep(0.05)
+    # in CREATE: once the cloud has acted on it, answer still held back
+    await eventually(lambda: fake_cloud.machines, within=30, what="the cloud to make the machine")
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as info:
         await settled(handle)
@@ -251,11 +245,7 @@ async def test_a_create_that_lands_late_is_found_not_launched_again(
 
     if window == 0:
         # What the window prevents: the late one lands beside the retry's, unknown to the workflow.
-        async with asyncio.timeout(30):
-            while True:
-                if len(made()) == 2:
-                    break
-                await asyncio.sleep(0.1)
+        await eventually(lambda: len(made()) == 2, within=30, what="the late create beside the retry's")
         return
     assert st.phase == Phase.READY and len(made()) == 1 and st.ref is not None
     assert st.ref.instance_id == made()[0].ref.instance_id
@@ -273,11 +263,8 @@ async def test_every_phase_is_recorded_in_order_without_an_activity_each(
 
     # The state query shows ready as soon as the workflow enters it; the last record activity
     # writes the ready event right after: wait for it (bounded), then check the whole sequence.
-    events = events_now()
-    async with asyncio.timeout(30):
-        while not any(phase == "ready" for _, phase in events):  # noqa: ASYNC110 — DB rows
-            await asyncio.sleep(0.05)
-            events = events_now()
+    events = await eventually(events_now, until=lambda events: any(phase == "ready" for _, phase in events),
+                              within=30, what="the ready event recorded")
     assert [p for _, p in events] == ["validate", "plan", "create", "wait_running", "ssh", "k3s", "gpu_check",
                                       "ready"]
     assert events[-1] == ("ready", "ready") and {s for s, _ in events[:-1]} == {"provisioning"}

@@ -11,7 +11,6 @@ from typing import Any
 
 import asyncssh
 import httpx
-import pytest
 import sqlalchemy as sa
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHistory
@@ -24,7 +23,6 @@ from store.secrets import SecretBox
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import settled, start_allocate, terminate
 
-pytestmark = pytest.mark.devserver
 TOKEN = "codec-history-token"
 
 

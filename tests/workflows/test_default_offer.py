@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from temporalio.client import Client
 
 from messages.enums import Phase
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import settled, start_allocate
-
-pytestmark = pytest.mark.devserver
 
 
 async def test_planning_considers_only_the_requested_instance_type(temporal_client: Client,

@@ -24,9 +24,9 @@ from providers.base import OfferQuery
 from store.models import Instance
 from store.secrets import SecretBox
 from tests import simclouds
+from tests.eventually import eventually
 from tests.workflows.conftest import INSTALLATION, TASK_QUEUE, settled, start_allocate, terminate
 
-pytestmark = pytest.mark.devserver
 
 @pytest.fixture(scope="module")
 async def sim(activity_deps: ActivityDeps) -> AsyncIterator[FakeCloudServer]:
@@ -83,13 +83,13 @@ async def test_k3s_failure_compensates_with_the_reason(temporal_client: Any, wf_
     req = make_request(cloud="lambda", connection_id=connect_sim("lambda"), k3s=True, gpu="a10")
     handle = await start_allocate(temporal_client, req)
     # Remove the image's k3s as soon as the machine exists, so the installer must download.
-    for _ in range(200):
+    async def image_k3s() -> Path | None:
         live = [m for m in await sim.admin.aio.live_machines()
                 if req.allocation_id in (m.get("name") or "") and m.get("home")]
-        if live and (Path(live[0]["home"]) / "bin" / "k3s").exists():
-            (Path(live[0]["home"]) / "bin" / "k3s").unlink()
-            break
-        await asyncio.sleep(0.02)
+        k3s = Path(live[0]["home"]) / "bin" / "k3s" if live else None
+        return k3s if k3s is not None and k3s.exists() else None
+
+    (await eventually(image_k3s, within=30, what="the machine's home with the image's k3s")).unlink()
     with pytest.raises(WorkflowFailureError) as info:
         await settled(handle)
     assert "k3s" in str(info.value.cause)

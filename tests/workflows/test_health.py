@@ -8,7 +8,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client
@@ -23,8 +22,6 @@ from tests.fakes import FakeCloud
 from tests.workflows.conftest import TASK_QUEUE
 from tests.workflows.test_terminate_connect import connect, connect_request
 from worker import WORKFLOWS, workflow_runner
-
-pytestmark = pytest.mark.devserver
 
 HEALTH_HISTORIES = Path(__file__).resolve().parent / "histories" / "health-v1"
 

@@ -5,7 +5,6 @@ once per cooldown, and not while the project runs over its max spend — each ru
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,12 +27,9 @@ from messages.policy import (
     RecordPolicyRun,
 )
 from messages.policy_eval import decide
-from tests.conftest import TEMPORAL_BIN, TEST_SECRET_KEY
 from worker import workflow_runner
-from workflows.converter import data_converter
 from workflows.policy import PolicyWorkflow
 
-TEST_SERVER = TEMPORAL_BIN.parent / "temporal-test-server"
 QUEUE = "policy-eval-tests"
 SPEC = PolicySpec.model_validate({
     "when": {"kind": "spend", "window": "1h", "usd": 5},
@@ -95,13 +91,8 @@ async def every_minute(env: WorkflowEnvironment, n: int) -> list[bool]:
 
 
 @pytest.fixture
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    e = await WorkflowEnvironment.start_time_skipping(data_converter=data_converter([TEST_SECRET_KEY]),
-                                                      test_server_existing_path=str(TEST_SERVER))
-    try:
-        yield e
-    finally:
-        await e.shutdown()
+def env(time_skipping_env: WorkflowEnvironment) -> WorkflowEnvironment:
+    return time_skipping_env
 
 
 async def test_spend_policy_acts_once_per_cooldown_and_never_over_the_max_spend(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio import workflow
@@ -20,8 +19,6 @@ from messages.policy import ActInput, PolicyFacts, ScalePoolThen
 from messages.pool import PoolStatus, ScaleInput, pool_allocation_id
 from store import pools
 from store.models import Instance, Pool
-
-pytestmark = pytest.mark.devserver
 
 
 @workflow.defn(name="ScaleWorkflow")

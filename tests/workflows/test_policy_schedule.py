@@ -28,7 +28,6 @@ from store.secrets import SecretBox
 from tests.conftest import TEMPORAL_BIN, TEST_SECRET_KEY
 from tests.workflows.conftest import TASK_QUEUE
 
-pytestmark = pytest.mark.devserver
 TOKEN = "policy-test-token"
 
 

@@ -19,8 +19,6 @@ from tests.workflows.conftest import TASK_QUEUE, settled, start_allocate, termin
 from worker import WORKFLOWS, workflow_runner
 from workflows.converter import data_converter
 
-pytestmark = pytest.mark.devserver
-
 HISTORIES = Path(__file__).resolve().parent / "histories"
 CURRENT = HISTORIES / "v3"  # what GPUPROV_RECORD_HISTORIES=1 rewrites; older versions stay as they are
 

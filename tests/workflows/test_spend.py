@@ -25,8 +25,6 @@ from store.models import SpendInterval, utcnow
 from tests.fakes import FAKE_OFFERS, FakeCloud
 from tests.workflows.conftest import FAST, USER_KEY, settled, start_allocate, terminate
 
-pytestmark = pytest.mark.devserver
-
 
 def intervals(engine: sa.Engine, allocation_id: str) -> list[SpendInterval]:
     with Session(engine) as s:

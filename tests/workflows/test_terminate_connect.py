@@ -18,11 +18,10 @@ from messages.ids import allocate_workflow_id, terminate_workflow_id
 from store import repo
 from store.models import Connection, Instance
 from store.secrets import SecretBox
+from tests.eventually import eventually
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import FAST, TASK_QUEUE, settled, start_allocate, terminate, wait_phase
 from tests.workflows.test_allocate import owned
-
-pytestmark = pytest.mark.devserver
 
 
 def instance(engine: sa.Engine, allocation_id: str) -> Instance:
@@ -74,11 +73,8 @@ async def test_terminate_finds_the_machine_by_key_when_the_ref_was_never_recorde
     req = make_request()
     handle = await start_allocate(temporal_client, req)
     await wait_phase(handle, Phase.CREATE)
-    async with asyncio.timeout(30):  # the cloud has made it; its answer is still held back
-        while True:
-            if fake_cloud.machines:
-                break
-            await asyncio.sleep(0.05)
+    # the cloud has made it; its answer is still held back
+    await eventually(lambda: fake_cloud.machines, within=30, what="the cloud to make the machine")
     st = await terminate(temporal_client, req.allocation_id)
     assert st.phase == Phase.TERMINATED and st.ref is None
     assert await owned() == [] and len(fake_cloud.machines) == 1
@@ -103,11 +99,10 @@ async def test_a_long_lived_machine_continues_as_new_and_keeps_its_state(
     handle = await start_allocate(temporal_client, req)
     ready = await settled(handle)
     first_run = (await handle.describe()).run_id
-    async with asyncio.timeout(30):
-        while True:
-            if (await handle.describe()).run_id != first_run:
-                break
-            await asyncio.sleep(0.1)
+    async def next_run() -> bool:
+        return (await handle.describe()).run_id != first_run
+
+    await eventually(next_run, within=30, what=f"{handle.id} to continue as new")
     latest = temporal_client.get_workflow_handle(handle.id, result_type=AllocationState)
     carried = await latest.query("state", result_type=AllocationState)
     assert carried.ref == ready.ref and carried.phase == Phase.READY and carried.attempts == ready.attempts

@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio import workflow
@@ -24,8 +23,6 @@ from messages.policy import ActInput, IdleWhen, PolicyFacts, TerminateIdleThen
 from messages.pool import pool_allocation_id
 from store import idle
 from store.models import Instance, Job, utcnow
-
-pytestmark = pytest.mark.devserver
 
 
 @workflow.defn(name="FakeIdleAllocationWorkflow")
