@@ -48,7 +48,7 @@ class DevRun:
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
 
-    def wait_for(self, pattern: str, timeout: float = 90) -> re.Match[str]:
+    def wait_for(self, pattern: str, timeout: float = 180) -> re.Match[str]:
         """The first line matching `pattern`; fails at once if `gpuprov dev` exits without printing it."""
         def printed() -> re.Match[str] | None:
             ended = self.proc.poll() is not None and not self._reader.is_alive()  # before reading: all read

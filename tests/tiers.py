@@ -13,7 +13,8 @@ A test has exactly one tier, the first of that list it qualifies for. `make test
 For pytest-xdist (`make test` runs `--dist loadgroup`), each test also gets an `xdist_group`: its
 file, so a file's tests run in order on one worker and share its module fixtures — unless the
 module says `TESTS_RUN_APART = True` (its tests share no state but session fixtures, which each
-worker makes its own), when each test is a unit of its own. Collection orders the files heaviest
+worker makes its own), when each test is a unit of its own. All `processes` tests are one unit:
+they run one after another on one worker while the others share the rest. Collection orders the files heaviest
 tier first (stable within a tier), so the long process stacks start early instead of becoming the
 tail everyone waits for.
 """
@@ -98,7 +99,7 @@ def mark(items: list[pytest.Item]) -> None:
         tier = tier_of(item)
         item.add_marker(getattr(pytest.mark, tier))
         tiers[item.nodeid] = tier
-        item.add_marker(pytest.mark.xdist_group(_unit(item)))
+        item.add_marker(pytest.mark.xdist_group(_unit(item, tier)))
     # A file's rank is its heaviest test's, so a file's tests stay together.
     file_rank: dict[str, int] = {}
     for item in items:
@@ -107,8 +108,13 @@ def mark(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: file_rank[item.nodeid.split("::")[0]])
 
 
-def _unit(item: pytest.Item) -> str:
-    """The xdist unit of work `item` belongs to: its file, or itself where its module allows."""
+def _unit(item: pytest.Item, tier: str) -> str:
+    """The xdist unit of work `item` belongs to: its file, or itself where its module allows; every
+    `processes` test one unit together, run one after another on one worker — two stacks of
+    processes at once on a 2-core machine starve each other past their waits (seen: a worker that
+    took 10 s to start, a `gpuprov dev` that took over 90 s to connect its clouds)."""
+    if tier == "processes":
+        return "processes"
     module: Any = getattr(item, "module", None)
     if getattr(module, "TESTS_RUN_APART", False):
         return item.nodeid

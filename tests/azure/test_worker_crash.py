@@ -69,7 +69,7 @@ async def test_kill_after_azure_accepted_the_create(temporal_client: Client, sim
     handle = await temporal_client.start_workflow(
         "AllocationWorkflow", AllocationInput(request=req), id=allocation_workflow_id(allocation_id),
         task_queue=TASK_QUEUE, result_type=AllocationState)
-    await eventually(lambda: len(vms_of(sim, key)) == 1, within=30, what=f"the VM of {key} made")
+    await eventually(lambda: len(vms_of(sim, key)) == 1, within=90, what=f"the VM of {key} made")
     worker.kill()
     sim.admin.clear_faults()
     worker.start()

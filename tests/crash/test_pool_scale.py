@@ -50,7 +50,8 @@ BOOT_DELAY_S, TERMINATE_DELAY_S = 0.3, 0.05  # the crash tests' simulated cloud'
 
 @pytest.fixture
 def pool_worker(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
-                db_engine: sa.Engine, sim: FakeCloudServer, local_connection: str) -> Iterator[WorkerProcess]:
+                db_engine: sa.Engine, sim: FakeCloudServer, local_connection: str,
+                processes: None) -> Iterator[WorkerProcess]:
     """`python worker.py`, started after the connection exists (so its watch runs), watching every
     0.5 s, and handing a crashed worker's workflows to the next one after 1 s, not Temporal's 10 s."""
     env = {**os.environ, **simclouds.allowed_env(sim),

@@ -27,7 +27,7 @@ USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().deco
 
 async def until(predicate: Callable[[], bool], what: str = "the moment to kill the worker") -> None:
     """Until `predicate()` (the moment a crash test kills the worker): tests/eventually.py, 30 s."""
-    await eventually(predicate, within=30, what=what)
+    await eventually(predicate, within=90, what=what)
 
 
 async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: WorkerProcess, conn: str,
