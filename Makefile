@@ -23,11 +23,11 @@ run: $(STAMP)
 # TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 3
 test: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # The inner loop: the pure and simulation tiers, no Temporal server and no process stacks.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -n 2 --dist loadgroup -m "pure or simulation" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n 2 --dist loadscope -m "pure or simulation" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

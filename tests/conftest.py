@@ -119,8 +119,24 @@ def no_real_dns(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     tiers.configure(config)
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "loadscope":
+        tiers.units_folder()  # the xdist controller, before it starts its workers
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers it adds
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Schedule by tests/tiers.py's units where `make test` asks for loadscope."""
+    if config.getoption("dist") == "loadscope":
+        return tiers.unit_scheduling(config, log)
+    return None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    tiers.mark_one(item)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tiers.mark(items)
+    tiers.order(items)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        tiers.share_units(items, workerinput["workerid"])

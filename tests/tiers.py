@@ -10,7 +10,8 @@
 A test has exactly one tier, the first of that list it qualifies for. `make test-fast` runs
 `-m "pure or simulation"` (no Temporal server, no process stacks); `make test` runs all four.
 
-For pytest-xdist (`make test` runs `--dist loadgroup`), each test also gets an `xdist_group`: its
+For pytest-xdist (`make test` runs `--dist loadscope`, scheduled by `UnitScheduling` below), each test
+also gets a unit of work (an `xdist_group` marker): its
 file, so a file's tests run in order on one worker and share its module fixtures — unless the
 module says `TESTS_RUN_APART = True` (its tests share no state but session fixtures, which each
 worker makes its own), when each test is a unit of its own. All `processes` tests are one unit:
@@ -21,8 +22,14 @@ tail everyone waits for.
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -87,25 +94,33 @@ def configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: {DESCRIPTIONS[tier]} (applied by tests/tiers.py)")
 
 
-def mark(items: list[pytest.Item]) -> None:
-    """Give each item its tier marker (refusing a hand-written one), then order heaviest tier first."""
+def mark_one(item: pytest.Item) -> None:
+    """Give `item` its tier marker (refusing a hand-written one) and its xdist unit, as it is
+    collected: pytest-xdist reads `xdist_group` in its own pytest_collection_modifyitems, which may
+    run before any conftest's."""
+    written = [m.name for m in item.iter_markers() if m.name in TIERS]
+    if written:
+        raise pytest.UsageError(f"{item.nodeid}: tier markers are applied from fixtures (tests/"
+                                f"tiers.py), not written by hand: remove @pytest.mark.{written[0]}")
+    tier = tier_of(item)
+    item.add_marker(getattr(pytest.mark, tier))
+    item.add_marker(pytest.mark.xdist_group(_unit(item, tier)))
+
+
+def order(items: list[pytest.Item]) -> None:
+    """Files heaviest tier first; a file's rank is its heaviest test's, so its tests stay together."""
     rank = {tier: i for i, tier in enumerate(TIERS)}
-    tiers: dict[str, str] = {}
-    for item in items:
-        written = [m.name for m in item.iter_markers() if m.name in TIERS]
-        if written:
-            raise pytest.UsageError(f"{item.nodeid}: tier markers are applied from fixtures (tests/"
-                                    f"tiers.py), not written by hand: remove @pytest.mark.{written[0]}")
-        tier = tier_of(item)
-        item.add_marker(getattr(pytest.mark, tier))
-        tiers[item.nodeid] = tier
-        item.add_marker(pytest.mark.xdist_group(_unit(item, tier)))
-    # A file's rank is its heaviest test's, so a file's tests stay together.
+
+    def tier(item: pytest.Item) -> str:
+        return next(m.name for m in item.iter_markers() if m.name in TIERS)
+
+    def path(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
     file_rank: dict[str, int] = {}
     for item in items:
-        path = item.nodeid.split("::")[0]
-        file_rank[path] = min(file_rank.get(path, len(TIERS)), rank[tiers[item.nodeid]])
-    items.sort(key=lambda item: file_rank[item.nodeid.split("::")[0]])
+        file_rank[path(item)] = min(file_rank.get(path(item), len(TIERS)), rank[tier(item)])
+    items.sort(key=lambda item: file_rank[path(item)])
 
 
 def _unit(item: pytest.Item, tier: str) -> str:
@@ -119,3 +134,54 @@ def _unit(item: pytest.Item, tier: str) -> str:
     if getattr(module, "TESTS_RUN_APART", False):
         return item.nodeid
     return item.nodeid.split("::")[0]
+
+
+# --------------------------------------------------------------------------- xdist units
+
+# pytest-xdist's own `--dist loadgroup` renames each item's nodeid to carry its group, which pytest
+# 9.2 no longer allows (silently: every test is then a unit of its own). So the units travel
+# another way: each worker writes the units it collected (nodeid -> unit) to a folder the
+# controller made, and the controller's scheduler (`UnitScheduling`, a LoadScopeScheduling)
+# groups by them. The controller makes the folder and names it in the environment before it
+# starts the workers, which inherit it.
+UNITS_DIR_ENV = "GPUPROV_TEST_UNITS_DIR"
+
+
+def share_units(items: list[pytest.Item], worker_id: str) -> None:
+    folder = os.environ.get(UNITS_DIR_ENV)
+    if not folder:
+        return
+    units = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        units[item.nodeid] = mark.args[0] if mark else item.nodeid.split("::")[0]
+    path = Path(folder) / f"{worker_id}.json"
+    path.with_suffix(".tmp").write_text(json.dumps(units))
+    path.with_suffix(".tmp").replace(path)
+
+
+def units_folder() -> str:
+    folder = tempfile.mkdtemp(prefix="gpuprov-test-units-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ[UNITS_DIR_ENV] = folder
+    return folder
+
+
+def unit_scheduling(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    folder = os.environ[UNITS_DIR_ENV]
+
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """Load scheduling by the units tests/tiers.py gave each test (read once every worker has
+        collected: the scheduler asks for scopes only then)."""
+
+        _units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._units is None:
+                found = sorted(Path(folder).glob("*.json"))
+                self._units = json.loads(found[0].read_text()) if found else {}
+            return self._units.get(nodeid) or nodeid.split("::")[0]
+
+    return UnitScheduling(config, log)
