@@ -222,14 +222,15 @@ class Network(ArmState):
                 s["name"].lower() for s in subnets
             }
             for name in dropped:
-                users = self._subnet_users(f"{rid}/subnets/{name}".lower())
-                if users:
-                    raise ArmError(
-                        400,
-                        "InUseSubnetCannotBeDeleted",
-                        f"Subnet {name} is in use by {users[0]} and cannot be deleted.",
-                    )
+                self._refuse_if_in_use(rid, name)
         return {"addressSpace": {"addressPrefixes": list(prefixes)}, "subnets": subnets}
+
+    def _refuse_if_in_use(self, vnet_id: str, subnet: str) -> None:
+        """ARM refuses to delete a subnet a NIC still uses (a vnet PUT dropping it, or its DELETE)."""
+        users = self._subnet_users(f"{vnet_id}/subnets/{subnet}".lower())
+        if users:
+            raise ArmError(400, "InUseSubnetCannotBeDeleted",
+                           f"Subnet {subnet} is in use by {users[0]} and cannot be deleted.")
 
     def _subnet_users(self, subnet: str) -> list[str]:
         return [
@@ -280,13 +281,7 @@ class Network(ArmState):
                 )
         if rtype == VNET:
             for s in rec["properties"]["subnets"]:
-                users = self._subnet_users(f"{rid}/subnets/{s['name']}".lower())
-                if users:
-                    raise ArmError(
-                        400,
-                        "InUseSubnetCannotBeDeleted",
-                        f"Subnet {s['name']} is in use by {users[0]} and cannot be deleted.",
-                    )
+                self._refuse_if_in_use(rid, s["name"])
         del self.resources[rid.lower()]
         self.save()
         return Outcome(200, None)
