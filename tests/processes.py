@@ -63,22 +63,31 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+_handed_out: set[int] = set()  # every port free_port() has returned in this process
+
+
 def free_port() -> int:
-    """A free loopback port below the kernel's ephemeral range. A port the kernel picked for bind(0)
-    lies in that range, and once its first listener stops (a restart test), any outgoing connection
-    on the machine may take it as its source port: the restarted server then fails with "address
-    already in use" (seen as a Temporal dev server restart failing under a busy full suite). Ports
-    below the range are never handed out that way."""
+    """A free loopback port below the kernel's ephemeral range, never one this process was given
+    before. A port the kernel picked for bind(0) lies in that range, and once its first listener
+    stops (a restart test), any outgoing connection on the machine may take it as its source port:
+    the restarted server then fails with "address already in use" (seen as a Temporal dev server
+    restart failing under a busy full suite). Ports below the range are never handed out that way.
+    A port is still free after it is returned, so a second call could draw it again before anything
+    listens: five draws for one `gpuprov dev` once gave its TLS listener Temporal's port."""
     low = _ephemeral_low()
     rng = random.SystemRandom()
     for _ in range(200):
         port = rng.randrange(10000, low) if low > 11000 else 0
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return int(s.getsockname()[1])
+            port = int(s.getsockname()[1])
+        _handed_out.add(port)
+        return port
     raise RuntimeError("no free loopback port below the ephemeral range")
 
 
