@@ -4,6 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# This machine's environment sets PYTHONDONTWRITEBYTECODE=1, so every Python process would compile
+# every module it imports from source: about half of a worker's start-up CPU (2.6 -> 1.1 s) and of
+# pytest's collection (21 -> 10 s), paid again by each of the suite's ~100 service processes and each
+# xdist worker. Here Python caches bytecode (in __pycache__/, ignored by git) as it normally does.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test test-fast lint bench fuzz clean
 
 # The product and, beside it, the simulated clouds (a distribution of their own: fakeclouds/pyproject.toml).

@@ -14,10 +14,11 @@ For pytest-xdist (`make test` runs `--dist loadscope`, scheduled by `UnitSchedul
 also gets a unit of work (an `xdist_group` marker): its
 file, so a file's tests run in order on one worker and share its module fixtures — unless the
 module says `TESTS_RUN_APART = True` (its tests share no state but session fixtures, which each
-worker makes its own), when each test is a unit of its own. All `processes` tests are one unit:
-they run one after another on one worker while the others share the rest. Collection orders the files heaviest
-tier first (stable within a tier), so the long process stacks start early instead of becoming the
-tail everyone waits for.
+worker makes its own), when each test is a unit of its own. The `processes` tests are two units,
+two lanes that each run one test at a time: the crash tests (one `python worker.py` killed and
+restarted) and the stacks (`gpuprov dev`, the compose services, the API killed). Collection orders
+the files heaviest tier first (stable within a tier), and the scheduler hands units out in that
+order, so the two lanes start first instead of becoming the tail everyone waits for.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ DESCRIPTIONS = {
 # The fixtures that put a test in a tier (pytest's fixture closure includes every fixture a
 # fixture depends on, so a test that uses `stack`, which uses `temporal_client`, is devserver).
 PROCESS_FIXTURES = frozenset({"processes"})
+# A `processes` test with one of these runs in the crash lane (tests/crash/conftest.py's worker
+# process, killed and restarted); every other one in the stacks lane.
+CRASH_LANE_FIXTURES = frozenset({"worker_process", "pool_worker"})
 TEMPORAL_FIXTURES = frozenset({"temporal_env", "time_skipping_env"})
 SIMULATION_PACKAGE = "fakeclouds"
 
@@ -124,12 +128,14 @@ def order(items: list[pytest.Item]) -> None:
 
 
 def _unit(item: pytest.Item, tier: str) -> str:
-    """The xdist unit of work `item` belongs to: its file, or itself where its module allows; every
-    `processes` test one unit together, run one after another on one worker — two stacks of
-    processes at once on a 2-core machine starve each other past their waits (seen: a worker that
-    took 10 s to start, a `gpuprov dev` that took over 90 s to connect its clouds)."""
+    """The xdist unit of work `item` belongs to: its file, or itself where its module allows; the
+    `processes` tests in two lanes, each run one test after another on one worker. One lane was
+    the suite's tail (about 600 s of its 730); more than two at once on a 2-core machine starve
+    each other past their waits (seen with three: a worker that took 10 s to start, a `gpuprov
+    dev` that took over 90 s to connect its clouds)."""
     if tier == "processes":
-        return "processes"
+        names = set(getattr(item, "fixturenames", ()))
+        return "processes:crash" if names & CRASH_LANE_FIXTURES else "processes:stacks"
     module: Any = getattr(item, "module", None)
     if getattr(module, "TESTS_RUN_APART", False):
         return item.nodeid
@@ -174,9 +180,15 @@ def unit_scheduling(config: pytest.Config, log: Any) -> Any:
 
     class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
         """Load scheduling by the units tests/tiers.py gave each test (read once every worker has
-        collected: the scheduler asks for scopes only then)."""
+        collected: the scheduler asks for scopes only then), handed out in collection order (`order`
+        above: the process lanes first). LoadScope's own order, largest unit first, started the
+        process lane 50 s late, behind files of many small tests."""
 
         _units: dict[str, str] | None = None
+
+        def __init__(self, config: pytest.Config, log: Any) -> None:
+            super().__init__(config, log)
+            self.config.option.loadscopereorder = False
 
         def _split_scope(self, nodeid: str) -> str:
             if self._units is None:
