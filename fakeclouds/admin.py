@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +24,13 @@ class FakeCloudAdminError(Exception):
         super().__init__(f"fake cloud admin call failed ({status}): {body}")
         self.status = status
         self.body = body
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # A client of its own for every call, but one TLS context for all: httpx would load the CA
+    # bundle anew for each client (~30 ms CPU), and the tests make thousands of admin calls.
+    return ssl.create_default_context()
 
 
 def _decode(resp: httpx.Response) -> Any:
@@ -41,7 +50,7 @@ class FakeCloudAdmin:
         return AsyncFakeCloudAdmin(self.base_url, self.timeout)
 
     def _request(self, method: str, path: str, json: Any = None, pick: Pick | None = None) -> Any:
-        with httpx.Client(timeout=self.timeout) as client:
+        with httpx.Client(timeout=self.timeout, verify=_tls()) as client:
             body = _decode(client.request(method, f"{self.base_url}/_fake{path}", json=json))
         return pick(body) if pick else body
 
@@ -131,7 +140,7 @@ class AsyncFakeCloudAdmin(FakeCloudAdmin):
 
     def _request(self, method: str, path: str, json: Any = None, pick: Pick | None = None) -> Any:
         async def go() -> Any:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
+            async with httpx.AsyncClient(timeout=self.timeout, verify=_tls()) as client:
                 body = _decode(await client.request(method, f"{self.base_url}/_fake{path}", json=json))
             return pick(body) if pick else body
         return go()
