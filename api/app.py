@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from functools import partial
 
 from fastapi import Depends, FastAPI
 
 import logsafe
-from api.deps import AppDeps, deps_from_settings, require_token, token_is_valid
+from api.deps import AppDeps, deps_from_settings, require_token
 from api.errors import install_error_handlers
 from api.guard import EdgeGuard
 from api.openapi import install_openapi
@@ -41,10 +40,13 @@ API_PREFIX = "/api/compute"
 
 
 def create_app(deps: AppDeps) -> FastAPI:
+    """The app, serving `deps`. Everything in it reads them from `app.state.deps` when a request
+    comes (routes, the edge guard, the codec's CORS), never from what it was built with."""
+
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        await deps.market.aclose()  # the offers page's adapters and their HTTP pools
+        await app.state.deps.market.aclose()  # the offers page's adapters and their HTTP pools
 
     app = FastAPI(
         lifespan=lifespan,
@@ -71,10 +73,9 @@ def create_app(deps: AppDeps) -> FastAPI:
                                                                      Depends(known_query)])
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.
     app.include_router(codec.router, prefix=codec.PREFIX)
-    app.add_middleware(codec.CodecCors, origins=deps.codec_cors_origins)
+    app.add_middleware(codec.CodecCors)
     # Added last of the middlewares: the outermost, so it decides before any other reads the body.
-    app.add_middleware(EdgeGuard, token_ok=partial(token_is_valid, deps),
-                       session_ok=partial(codec.valid_session, deps))
+    app.add_middleware(EdgeGuard)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

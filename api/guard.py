@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import email.message
 import logging
-from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -35,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import logsafe
 from api import strict_json
-from api.deps import UNAUTHORIZED
+from api.deps import UNAUTHORIZED, AppDeps, token_is_valid
 from api.routers import codec
 
 log = logging.getLogger(__name__)
@@ -147,15 +146,12 @@ def replaying(body: bytes, receive: Receive) -> Receive:
 
 
 class EdgeGuard:
-    """See the module docstring. `token_ok(token)` is deps.token_is_valid bound to the app's deps;
-    it is sync (it may query the database) and runs on the threadpool. `session_ok(value)` is
-    codec.valid_session bound to them (an HMAC and a clock: cheap, no I/O)."""
+    """See the module docstring. Tokens are checked by deps.token_is_valid against the deps of the
+    app being called (`app.state.deps`); it is sync (it may query the database) and runs on the
+    threadpool. Session cookies by codec.valid_session (an HMAC and a clock: cheap, no I/O)."""
 
-    def __init__(self, app: ASGIApp, token_ok: Callable[[str], bool],
-                 session_ok: Callable[[str], bool]) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.token_ok = token_ok
-        self.session_ok = session_ok
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -214,12 +210,13 @@ class EdgeGuard:
     async def _authenticated(self, scope: Scope, headers: Headers) -> bool:
         """A valid bearer token; or, with no Authorization header, on the codec's payload routes, a
         session cookie whose value verifies (the route then checks its origin)."""
+        deps: AppDeps = scope["app"].state.deps
         authorization = headers.get("authorization")
         if authorization is None and (scope.get("method"), scope["path"]) in SESSION_ROUTES:
             value = session_cookie(headers)
-            return value is not None and self.session_ok(value)
+            return value is not None and codec.valid_session(deps, value)
         token = bearer_token(authorization)
-        return token is not None and await run_in_threadpool(self.token_ok, token)
+        return token is not None and await run_in_threadpool(token_is_valid, deps, token)
 
 
 def _strict_json_problem(body: bytes) -> str | None:

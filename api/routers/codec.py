@@ -244,18 +244,26 @@ document.getElementById("close").onclick = async () => {
 
 
 class CodecCors:
-    """CORS with credentials for the Web UI's origins, on /codec routes only (the rest of the API
-    is for non-browser clients and answers no cross-origin request)."""
+    """CORS with credentials for the Web UI's origins (the deps of the app being called), on /codec
+    routes only (the rest of the API is for non-browser clients and answers no cross-origin request)."""
 
-    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.cors = CORSMiddleware(app, allow_origins=list(origins), allow_credentials=True,
-                                   allow_methods=["POST"], max_age=600,
-                                   allow_headers=["Content-Type", "X-Namespace", "Authorization"])
+        self._cors: dict[tuple[str, ...], CORSMiddleware] = {}  # by origins: made once, not per request
+
+    def _for(self, origins: Sequence[str]) -> CORSMiddleware:
+        key = tuple(origins)
+        cors = self._cors.get(key)
+        if cors is None:
+            cors = self._cors[key] = CORSMiddleware(
+                self.app, allow_origins=list(origins), allow_credentials=True, allow_methods=["POST"],
+                max_age=600, allow_headers=["Content-Type", "X-Namespace", "Authorization"])
+        return cors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if path == PREFIX or path.startswith(PREFIX + "/"):
-            await self.cors(scope, receive, send)
+            deps: AppDeps = scope["app"].state.deps
+            await self._for(deps.codec_cors_origins)(scope, receive, send)
         else:
             await self.app(scope, receive, send)

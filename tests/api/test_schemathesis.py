@@ -32,7 +32,7 @@ from api.guard import CODEC_OPEN
 from messages.connection import ConnectResult
 from providers import registry
 from store.secrets import SecretBox
-from tests.api.conftest import GOOD_KEY, TOKEN, FakeCloud, FakeWorkflows
+from tests.api.conftest import GOOD_KEY, TOKEN, FakeCloud, FakeWorkflows, app_serving
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, allow_header_conformance,
@@ -87,7 +87,7 @@ class FuzzTarget:
 def fuzz_target(engine: sa.Engine, box: SecretBox, ssh_key: str) -> FuzzTarget:
     deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
                    workflows=FakeFuzzWorkflows(engine=engine, box=box))
-    app = create_app(deps)
+    app = app_serving(deps)
     with TestClient(app, headers=AUTH) as client:
         r = client.post("/api/compute/connections",
                         json={"provider": FakeCloud.id, "credentials": {"api_key": GOOD_KEY}})

@@ -16,14 +16,13 @@ from pydantic import BaseModel
 from sqlmodel import Session
 
 import cli.client
-from api.app import create_app
 from api.deps import AppDeps
 from providers import registry
 from store import repo
 from store.models import Attempt, Instance
 from store.secrets import SecretBox
 from tests import migrated
-from tests.api.conftest import FakeCloud, FakeWorkflows
+from tests.api.conftest import FakeCloud, FakeWorkflows, app_serving
 
 TOKEN = "cli-test-token"
 
@@ -80,7 +79,7 @@ def api(monkeypatch: pytest.MonkeyPatch, engine: sa.Engine,
     FakeCloud.FAIL = None
     deps = AppDeps(engine=engine, box=workflows.box, api_token=TOKEN, installation_id="inst0001",
                    workflows=workflows)
-    app = create_app(deps)
+    app = app_serving(deps)
 
     def http_client(base_url: str, token: str) -> TestClient:
         return TestClient(app, base_url=base_url, headers={"Authorization": f"Bearer {token}"})
