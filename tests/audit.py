@@ -4,7 +4,7 @@ starts. Each check sends what the audit sent and says whether the service now an
     GPUPROV_HOME=.gpuprov .venv/bin/python -m tests.audit            # after `make run`
 
 It prints one line per check (PASS/FAIL and what was seen) and exits 1 if any failed.
-tests/e2e/test_user_flow.py runs it against its own `gpuprov dev`.
+tests/e2e/test_make_run.py runs it against its own `gpuprov dev`.
 """
 
 from __future__ import annotations

@@ -79,6 +79,14 @@ def processes() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="module")
+def module_processes() -> Iterator[None]:
+    """The `processes` permit for a module-scoped fixture that starts real processes shared by the
+    module's tests (one `gpuprov dev` run for several checks); their tier is then `processes`."""
+    with process_permit.permitted():
+        yield
+
+
 @pytest.fixture(scope="session")
 def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client

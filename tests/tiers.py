@@ -1,8 +1,9 @@
 """The suite's tiers. Each test's tier is read off the fixtures it uses, never written by hand:
 
 - `processes`: it runs real service processes (`gpuprov dev`, a worker, the API, the simulation as a
-  process of its own): it uses the `processes` fixture, without which DevRun, Process, WorkerProcess
-  and `tests.processes.simulation_process` refuse to start (so the marker cannot be missing).
+  process of its own): it uses the `processes` fixture (or `module_processes`, for processes a
+  module's tests share), without which DevRun, Process, WorkerProcess and
+  `tests.processes.simulation_process` refuse to start (so the marker cannot be missing).
 - `devserver`: it needs a Temporal server (the session's dev server, or a time-skipping one).
 - `simulation`: it talks to the simulated clouds in this process (fakeclouds), no Temporal server.
 - `pure`: none of these.
@@ -45,7 +46,7 @@ DESCRIPTIONS = {
 }
 # The fixtures that put a test in a tier (pytest's fixture closure includes every fixture a
 # fixture depends on, so a test that uses `stack`, which uses `temporal_client`, is devserver).
-PROCESS_FIXTURES = frozenset({"processes"})
+PROCESS_FIXTURES = frozenset({"processes", "module_processes"})
 # A `processes` test with one of these runs in the crash lane (tests/crash/conftest.py's worker
 # process, killed and restarted); every other one in the stacks lane.
 CRASH_LANE_FIXTURES = frozenset({"worker_process", "pool_worker"})

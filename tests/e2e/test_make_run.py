@@ -1,0 +1,257 @@
+"""What a user gets from `make run`, end to end with real processes, on ONE `gpuprov dev` run (and one
+restart): each start costs the suite a Temporal dev server, the simulation, a worker, the API and
+twelve ConnectWorkflows, so the checks below share it, in this file's order.
+
+1. `gpuprov dev` starts every child on free ports and connects every simulated cloud through the
+   real ConnectWorkflow — here with a cloud from outside gpuprov installed too (tests/plugin_cloud:
+   an adapter and a facade on PYTHONPATH, nothing else), which is served, connected, listed by the
+   CLI and offered. Its home is its user's only and no process shows a secret on its command line.
+2. Every GPU cloud allocates over HTTP; the real OpenSSH client logs in with the user's key at the
+   address and port each cloud reports; after terminate the simulated clouds hold nothing of ours —
+   no machine, no per-VM side resource.
+3. The user's flow: `gpuprov up`, OpenSSH into the machine, `ls`, `offers`, a Lambda machine on port
+   22 at its own address, the security audit; SIGINT stops everything; a restart keeps state (same
+   token, connections not made twice, the machine still answers) and makes a home left readable
+   private; `down` until the cloud shows the machine gone.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import httpx
+import pytest
+
+from fakeclouds import clouds
+from tests import audit
+from tests.devrun import DevRun, alive, assert_private, dev_ports
+from tests.test_new_cloud import plugin_env
+
+SSH = shutil.which("ssh")
+PLUGIN_CLOUD = "democloud"  # tests/plugin_cloud's cloud
+GPU_CLOUDS = ("lambda", "runpod", "vastai", "hyperstack", "massedcompute", "digitalocean", "verda",
+              "primeintellect")
+OWNED_NAME = re.compile(r"gpuprov-[a-z0-9]{8}-(.+)")
+SSH_LINE = re.compile(r"ssh (?:-p (\d+) )?(\w+)@(127\.[\d.]+)")
+
+
+def user_key(tmp: Path) -> tuple[Path, Path]:
+    key = asyncssh.generate_private_key("ssh-ed25519", comment="user@test")
+    private = tmp / "id_ed25519"
+    private.write_bytes(key.export_private_key())
+    private.chmod(0o600)
+    public = tmp / "id_ed25519.pub"
+    public.write_bytes(key.export_public_key())
+    return private, public
+
+
+def openssh(private: Path, port: int, user: str, command: str,
+            host: str = "127.0.0.1") -> subprocess.CompletedProcess[str]:
+    assert SSH, "the OpenSSH client is required (Debian package openssh-client)"
+    return subprocess.run(
+        [SSH, "-i", str(private), "-p", str(port), "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+         "-o", "LogLevel=ERROR", f"{user}@{host}", command],
+        capture_output=True, text=True, timeout=30)
+
+
+@dataclass
+class Running:
+    """The module's `gpuprov dev`: where it listens, its token, and a CLI environment for it."""
+
+    run: DevRun
+    home: Path
+    ports: dict[str, int]
+    token: str
+    private: Path  # the user's SSH key
+    public: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['GPUPROV_API_PORT']}"
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
+
+    def cli_env(self) -> dict[str, str]:
+        """The CLI as the user runs it, with the plugin cloud installed (as for the run)."""
+        return {**plugin_env(), "GPUPROV_TOKEN": self.token, "GPUPROV_API_URL": self.url,
+                "GPUPROV_POLL_INTERVAL": "0.2"}
+
+    def gpuprov(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cli", *args], env=self.cli_env(), capture_output=True,
+                              text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory, module_processes: None) -> Iterator[Running]:
+    """`gpuprov dev` with the plugin cloud on its PYTHONPATH; the simulated clouds' documented rate
+    limits stay on, 100x faster than real (Lambda: a launch per 0.12 s). The last test stops it."""
+    tmp = tmp_path_factory.mktemp("make-run")
+    private, public = user_key(tmp)
+    home, ports = tmp / "home", dev_ports()
+    run = DevRun(home, ports, extra_env={"GPUPROV_DEV_CLOUD_TIME_SCALE": "0.01",
+                                         "PYTHONPATH": plugin_env()["PYTHONPATH"]})
+    try:
+        token = run.wait_for(r"API token\s+(\S+)").group(1)  # printed once every cloud is connected
+        yield Running(run, home, ports, token, private, public)
+    finally:
+        if run.proc.poll() is None:
+            run.interrupt()
+
+
+def test_every_child_up_every_cloud_connected_home_private(dev: Running) -> None:
+    assert len(dev.run.child_pids()) == 4  # temporal, localcloud, worker, api
+    token_file = dev.home / "api-token"
+    assert token_file.read_text().strip() == dev.token and (token_file.stat().st_mode & 0o777) == 0o600
+    with dev.api() as api:
+        assert api.get("/openapi.json").status_code == 200
+        assert httpx.get(f"{dev.url}/api/compute/connections").status_code == 401
+        conns = api.get("/api/compute/connections", params={"limit": 200}).json()["items"]
+    shown = {c["provider"]: (c["name"], c["status"]) for c in conns}
+    assert len(conns) == len(shown) == len(clouds.simulated()) + 1  # one connection each
+    assert {cloud: shown.get(cloud) for cloud in clouds.simulated()} == {
+        cloud: (clouds.facade(cloud).display_name, "connected") for cloud in clouds.simulated()}
+    # Every child has written its state (the worker ran ConnectWorkflow, each cloud verified the
+    # tokens it read from cloud-tokens.json): all of it private, no secret in any argv.
+    assert_private(dev.run, dev.home)
+
+
+def test_a_cloud_from_outside_gpuprov_is_served_connected_listed_and_offered(dev: Running) -> None:
+    with dev.api() as api:
+        conns = api.get("/api/compute/connections", params={"limit": 200}).json()["items"]
+    assert {c["provider"]: c["status"] for c in conns}.get(PLUGIN_CLOUD) == "connected", conns
+    listed = dev.gpuprov("clouds", timeout=60)
+    assert listed.returncode == 0 and PLUGIN_CLOUD in listed.stdout, listed.stdout + listed.stderr
+    offers = dev.gpuprov("offers", "--cloud", PLUGIN_CLOUD, timeout=60)
+    assert offers.returncode == 0 and "demo-l4" in offers.stdout, offers.stdout + offers.stderr
+
+
+def settle(api: httpx.Client, ids: dict[str, str], done: set[str], deadline_s: float = 240) -> dict[str, Any]:
+    """Poll each instance until its status is in `done`; their last details."""
+    last: dict[str, Any] = {}
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        last = {cloud: api.get(f"/api/compute/instances/{i}").json() for cloud, i in ids.items()}
+        if all(d["status"] in done for d in last.values()):
+            return last
+        time.sleep(0.5)
+    raise AssertionError({c: (d["status"], d.get("error")) for c, d in last.items()})
+
+
+def test_every_gpu_cloud_allocates_logs_in_and_leaves_nothing(dev: Running) -> None:
+    assert set(GPU_CLOUDS) <= set(clouds.simulated())
+    offers = dev.gpuprov("offers", "--gpu", "A100")
+    assert offers.returncode == 0, offers.stdout + offers.stderr
+    clouds_shown = {line.split()[0] for line in offers.stdout.splitlines()[1:] if line.strip()}
+    assert len(clouds_shown & set(GPU_CLOUDS)) >= 3, offers.stdout  # one list, several clouds
+    assert "answered" in offers.stderr or "offers" in offers.stderr, offers.stderr
+
+    key = dev.public.read_text().strip()
+    with dev.api() as api:
+        ids = {}
+        for cloud in GPU_CLOUDS:
+            body = {"cloud": cloud, "k3s": False, "ssh_public_keys": [key]}
+            r = api.post("/api/compute/instances", json=body)
+            assert r.status_code == 202, (cloud, r.text)
+            ids[cloud] = r.json()["id"]
+        ready = settle(api, ids, {"ready", "failed"})
+        assert {c: d["status"] for c, d in ready.items()} == dict.fromkeys(GPU_CLOUDS, "ready"), \
+            {c: d.get("error") for c, d in ready.items()}
+        for cloud, detail in ready.items():
+            ssh = detail["ssh"]
+            login = openssh(dev.private, ssh["port"], ssh["user"], "echo in as $USER", host=ssh["host"])
+            assert login.returncode == 0 and login.stdout.strip() == f"in as {ssh['user']}", (cloud, login)
+
+        for i in ids.values():
+            assert api.post(f"/api/compute/instances/{i}/terminate").status_code == 202
+        settle(api, ids, {"terminated"})
+
+    admin = f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_PORT']}/_fake"
+    machines = [m for m in httpx.get(f"{admin}/machines").json()["machines"] if m["facade"] in GPU_CLOUDS]
+    assert {m["facade"] for m in machines} == set(GPU_CLOUDS)
+    assert [m for m in machines if m["status"] != "terminated"] == []
+    keys = {m_.group(1) for m in machines if (m_ := OWNED_NAME.fullmatch(m.get("name") or ""))}
+    left = [row for row in httpx.get(f"{admin}/side-resources").json()["side_resources"]
+            if row["facade"] in GPU_CLOUDS and any(k in str(row.get("name")) for k in keys)]
+    assert left == [], left
+
+
+def test_up_ssh_ls_offers_then_stop_restart_down(dev: Running) -> None:
+    """Last in this file: it stops the module's run and starts it again on the same home."""
+    up = dev.gpuprov("up", "--cloud", "local", "--no-k3s", "--ssh-key", str(dev.public))
+    assert up.returncode == 0, up.stdout + up.stderr
+    for phase in ("plan", "create", "ssh", "gpu_check", "ready"):
+        assert phase in up.stdout, up.stdout  # phases were streamed
+    accepted = re.search(r"allocation (\S+) accepted", up.stdout)
+    m = re.search(r"ssh -p (\d+) (\w+)@127\.0\.0\.1", up.stdout)
+    assert accepted and m, up.stdout
+    instance_id, port, user = accepted.group(1), int(m.group(1)), m.group(2)
+    login = openssh(dev.private, port, user, "echo hello from $USER; pwd")
+    assert login.returncode == 0, login.stderr
+    assert login.stdout.startswith(f"hello from {user}\n")
+
+    ls = dev.gpuprov("ls")
+    assert ls.returncode == 0 and instance_id in ls.stdout, ls.stdout
+    assert re.search(rf"{instance_id}.*local.*ready|{instance_id}.*ready.*local", ls.stdout), ls.stdout
+
+    offers = dev.gpuprov("offers", "--cloud", "lambda")
+    assert offers.returncode == 0, offers.stderr
+    assert "gpu_1x_a10" in offers.stdout and "A10" in offers.stdout, offers.stdout
+
+    # A Lambda machine (simulated): SSH on port 22 at its own address, as on real Lambda; the
+    # user's key reaches it through cloud-init.
+    up_l = dev.gpuprov("up", "--cloud", "lambda", "--gpu", "A10", "--no-k3s", "--ssh-key", str(dev.public))
+    assert up_l.returncode == 0, up_l.stdout + up_l.stderr
+    ml = SSH_LINE.search(up_l.stdout)
+    assert ml and ml.group(1) is None and ml.group(3) != "127.0.0.1", up_l.stdout  # port 22: no -p
+    gpus = openssh(dev.private, 22, ml.group(2), "nvidia-smi -L", host=ml.group(3))
+    assert gpus.returncode == 0 and "A10" in gpus.stdout, gpus.stdout + gpus.stderr
+    # Machines' disks, host keys and cloud-init logs now exist too: all private.
+    assert_private(dev.run, dev.home)
+    # The security audit's reproductions (tests/audit.py), against this running `make run`; last
+    # before the restart, as it makes instances, connections and projects of its own.
+    assert [f"{c.name}: {c.seen}" for c in audit.run(dev.url, dev.token, dev.home) if not c.ok] == []
+
+    pids = dev.run.child_pids()
+    code = dev.run.interrupt()
+    assert code == 0, "\n".join(dev.run.lines)
+    assert "stopped" in dev.run.lines
+    assert [p for p in pids if alive(p)] == []
+
+    # A home an older gpuprov left readable by others is made private on the next start.
+    dev.home.chmod(0o755)
+    (dev.home / "logs" / "api.log").chmod(0o644)
+    # Everything stopped; state survives: same token, connections not made twice, same instance,
+    # still ready, machine still answers.
+    again = DevRun(dev.home, dev.ports, extra_env={"PYTHONPATH": plugin_env()["PYTHONPATH"]})
+    try:
+        assert again.wait_for(r"API token\s+(\S+)").group(1) == dev.token
+        assert [line for line in again.lines if "private" in line] == [
+            f"gpuprov: made {dev.home} private (mode 700, was 755); its files are owner-only now"]
+        assert_private(again, dev.home)
+        with dev.api() as api:
+            conns = api.get("/api/compute/connections", params={"limit": 200}).json()["items"]
+        assert len(conns) == len(clouds.simulated()) + 1  # the plugin cloud's too; none made twice
+        assert not any("connected " in line for line in again.lines)
+        ls = dev.gpuprov("ls")
+        assert instance_id in ls.stdout and "ready" in ls.stdout, ls.stdout
+        assert openssh(dev.private, port, user, "true").returncode == 0
+
+        down = dev.gpuprov("down", instance_id)
+        assert down.returncode == 0 and "terminated" in down.stdout, down.stdout + down.stderr
+        gone = openssh(dev.private, port, user, "true")
+        assert gone.returncode != 0  # the machine is gone, not just marked so
+        with dev.api() as api:
+            assert api.get(f"/api/compute/instances/{instance_id}").json()["status"] == "terminated"
+    finally:
+        assert again.interrupt() == 0, "\n".join(again.lines)
