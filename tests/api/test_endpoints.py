@@ -14,7 +14,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
-from api.app import create_app
 from api.deps import AppDeps
 from messages.connection import ConnectRequest
 from messages.enums import ErrorKind
@@ -26,7 +25,7 @@ from settings import Settings
 from store import repo
 from store.models import Connection
 from store.secrets import SecretBox
-from tests.api.conftest import GOOD_KEY, TOKEN, FakeCloud, FakeWorkflows
+from tests.api.conftest import GOOD_KEY, TOKEN, FakeCloud, FakeWorkflows, app_serving
 
 URL = "/api/compute/connections"
 SIM = "http://127.0.0.1:8765/fake/v1"  # what `make run` would allow for a simulated fakecloud
@@ -40,7 +39,7 @@ async def admin_client(engine: sa.Engine, box: SecretBox,
     deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001", workflows=workflows,
                    allowed_endpoints=(SIM,))
     workflows.allowed_endpoints = deps.allowed_endpoints
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://api",
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)), base_url="http://api",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c
 

@@ -14,13 +14,12 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from api.app import create_app
 from api.deps import AppDeps
 from messages.policy import PolicyInput
 from store import policies, spend
 from store.models import Policy, utcnow
 from store.secrets import SecretBox
-from tests.api.conftest import TOKEN, FakeWorkflows, all_items, make_project
+from tests.api.conftest import TOKEN, FakeWorkflows, all_items, app_serving, make_project
 
 HOOK = "https://hooks.example/gpuprov"
 SPEND_TO_WEBHOOK: dict[str, Any] = {
@@ -34,7 +33,7 @@ async def api(engine: sa.Engine, box: SecretBox,
               workflows: FakeWorkflows) -> AsyncIterator[httpx.AsyncClient]:
     deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001", workflows=workflows,
                    webhook_allowlist=(HOOK,), policy_interval_s=45)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://api",
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)), base_url="http://api",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c
 

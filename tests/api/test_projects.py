@@ -12,11 +12,10 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from api.app import create_app
 from api.deps import AppDeps
 from store import pools
 from store.models import ApiToken, Connection, Fleet, Instance, Policy, ReportedWorkload
-from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, connect_fake, make_project
+from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, app_serving, connect_fake, make_project
 
 INSTANCES = "/api/compute/instances"
 
@@ -165,7 +164,7 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
 
 async def test_every_route_answers_404_for_another_projects_object(
         engine: sa.Engine, box: Any, workflows: FakeWorkflows, ssh_key: str) -> None:
-    app = create_app(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
+    app = app_serving(AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
                              workflows=workflows))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api",

@@ -22,12 +22,11 @@ from pydantic import AfterValidator, BaseModel
 from sqlmodel import Session
 
 from api import routers as api_routers
-from api.app import create_app
 from api.deps import AppDeps
 from api.schemas import Timestamp, _utc
 from store import fleets, repo
 from store.secrets import SecretBox
-from tests.api.conftest import TOKEN, FakeWorkflows, connect_fake
+from tests.api.conftest import TOKEN, FakeWorkflows, app_serving, connect_fake
 
 HOOK = "https://hooks.example/gpuprov"
 # A string that starts like an ISO 8601 date and time: a timestamp as the API writes it.
@@ -40,7 +39,7 @@ async def api(engine: sa.Engine, box: SecretBox,
               workflows: FakeWorkflows) -> AsyncIterator[httpx.AsyncClient]:
     deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001", workflows=workflows,
                    webhook_allowlist=(HOOK,))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://api",
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)), base_url="http://api",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c
 

@@ -14,7 +14,6 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from api.app import create_app
 from api.deps import AppDeps
 from cli import dev
 from fakeclouds import clouds
@@ -22,7 +21,7 @@ from fakeclouds.facade import Facade
 from providers.endpoints import parse_prefixes
 from providers.fleet_addresses import AddressRefused, FleetAddresses
 from settings import Settings
-from tests.api.conftest import GOOD_KEY
+from tests.api.conftest import GOOD_KEY, app_serving
 from tests.cli.conftest import TOKEN, FakeInstantWorkflows
 
 
@@ -117,7 +116,7 @@ async def api_client(engine: sa.Engine, workflows: FakeInstantWorkflows) -> Asyn
     deps = AppDeps(engine=engine, box=workflows.box, api_token=TOKEN, installation_id="inst0001",
                    workflows=workflows, allowed_endpoints=("http://sim/fake/v1",))
     workflows.allowed_endpoints = deps.allowed_endpoints  # the worker's setting: the same list
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)),
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
                                  base_url="http://api/api/compute",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c

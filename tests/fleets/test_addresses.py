@@ -20,7 +20,6 @@ from sqlmodel import Session, select
 
 from activities.deps import ActivityDeps
 from activities.fleet import FleetActivities
-from api.app import create_app
 from api.deps import AppDeps
 from messages.fleet import FleetHostInput
 from providers import registry
@@ -38,7 +37,7 @@ from settings import Settings
 from store import fleets, repo
 from store.models import Fleet, FleetHost
 from store.secrets import SecretBox
-from tests.api.conftest import TOKEN, FakeWorkflows
+from tests.api.conftest import TOKEN, FakeWorkflows, app_serving
 from tests.fake_resolver import FakeResolver
 
 FLEETS = "/api/compute/fleets"
@@ -77,7 +76,7 @@ async def _client(engine: sa.Engine, box: SecretBox, workflows: FakeWorkflows,
                   policy: FleetAddresses) -> AsyncIterator[httpx.AsyncClient]:
     deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001", workflows=workflows,
                    fleet_addresses=policy)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(deps)), base_url="http://api",
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)), base_url="http://api",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c
 
