@@ -31,9 +31,12 @@ TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
-# The inner loop: the pure and simulation tiers, no Temporal server and no process stacks.
+# The inner loop: the pure and simulation tiers, no Temporal server and no process stacks. Three
+# workers on two cores: its tests wait often enough (simulated boots, rate limits) that a third fills
+# the gaps (measured here: 129 s with two, 119 s with three, 130 s with four).
+FAST_WORKERS ?= 3
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -n 2 --dist loadscope -m "pure or simulation" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(FAST_WORKERS) --dist loadscope -m "pure or simulation" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

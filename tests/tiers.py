@@ -113,7 +113,9 @@ def mark_one(item: pytest.Item) -> None:
 
 
 def order(items: list[pytest.Item]) -> None:
-    """Files heaviest tier first; a file's rank is its heaviest test's, so its tests stay together."""
+    """Files heaviest tier first (a file's rank is its heaviest test's, so its tests stay together);
+    within a tier, larger units first, so the last units handed out are single tests: the workers
+    then finish together instead of one finishing a whole file while the others wait."""
     rank = {tier: i for i, tier in enumerate(TIERS)}
 
     def tier(item: pytest.Item) -> str:
@@ -122,10 +124,16 @@ def order(items: list[pytest.Item]) -> None:
     def path(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
 
+    def unit(item: pytest.Item) -> str:
+        mark = item.get_closest_marker("xdist_group")
+        return str(mark.args[0]) if mark else path(item)
+
     file_rank: dict[str, int] = {}
+    unit_size: dict[str, int] = {}
     for item in items:
         file_rank[path(item)] = min(file_rank.get(path(item), len(TIERS)), rank[tier(item)])
-    items.sort(key=lambda item: file_rank[path(item)])
+        unit_size[unit(item)] = unit_size.get(unit(item), 0) + 1
+    items.sort(key=lambda item: (file_rank[path(item)], -unit_size[unit(item)]))
 
 
 def _unit(item: pytest.Item, tier: str) -> str:
