@@ -73,7 +73,9 @@ def test_the_api_enum_lists_the_new_cloud() -> None:
     assert cloud_enums and all("democloud" in e for e in cloud_enums), cloud_enums
 
 
-def test_the_conformance_suite_runs_every_check_against_it() -> None:
+def test_the_conformance_suite_runs_every_check_against_it(processes: None) -> None:
+    # A pytest process of its own (the plugin must be on its path from the start), which serves the
+    # simulated clouds in it: a process stack, so in the `processes` tier, not the inner loop's.
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "tests/conformance/test_conformance.py", "-k", "democloud"],
                          env=plugin_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
