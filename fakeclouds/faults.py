@@ -6,11 +6,15 @@ with a `region`, only calls in that region. Each match uses up one of its `times
 stuck_booting, die_after_boot, preempt) are only consumed by `create` calls.
 `preempt`: the cloud takes the machine back `seconds` after boot (it is gone, and stops
 billing; a facade whose cloud reports preemption shows it as such, e.g. Lambda's `preempted`).
+`barrier`: each of the `times` matching calls is held before it takes effect until all of them
+have arrived (or `seconds` have passed, default BARRIER_MAX_S): two racing creates both pass their
+lookups before either launch lands, however slow the machine — no fixed sleep to guess.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -19,12 +23,13 @@ from typing import Any
 from fakeclouds.errors import Invalid, LostResponse, NoCapacity, QuotaExceeded, RateLimit, ServerFault
 
 KINDS = ("capacity", "quota", "rate_limit", "server_error", "latency", "lose_response",
-         "stuck_booting", "die_after_boot", "preempt")
+         "stuck_booting", "die_after_boot", "preempt", "barrier")
 # side_resources: calls on per-machine side resources a facade keeps (firewall rules, security groups).
 OPS = ("create", "get", "list", "terminate", "offers", "verify", "ssh_keys", "side_resources", "*")
 _CREATE_ONLY = {"capacity", "quota", "stuck_booting", "die_after_boot", "preempt"}
 _REFUSALS = {"capacity", "quota", "rate_limit", "server_error"}
 _ids = itertools.count(1)
+BARRIER_MAX_S = 30.0  # a barrier whose other calls never come lets its calls go after this
 
 
 @dataclass
@@ -40,6 +45,7 @@ class FaultRule:
     when: str = "before"  # latency: "before" or "after" the call takes effect
     id: int = field(default_factory=lambda: next(_ids))
     hits: int = 0
+    _all_in: asyncio.Event | None = field(default=None, init=False, repr=False, compare=False)  # barrier
 
     @classmethod
     def build(cls, facade: str, op: str, kind: str, times: int = 1, *, facades: Collection[str],
@@ -64,7 +70,18 @@ class FaultRule:
             raise Invalid("server_error status must be 500, 502 or 503")
         if rule.seconds < 0 or rule.retry_after < 0:
             raise Invalid("seconds/retry_after must be >= 0")
+        if rule.kind == "barrier" and rule.times < 2:
+            raise Invalid("a barrier holds `times` calls until all have arrived: times must be >= 2")
         return rule
+
+    async def held(self) -> None:
+        """barrier: wait until every call it counts has drawn it (or its time is up)."""
+        if self._all_in is None:
+            self._all_in = asyncio.Event()
+        if self.times == 0:  # the last call drew it (take() counts down, then forgets the rule)
+            self._all_in.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_in.wait(), self.seconds or BARRIER_MAX_S)
 
     def matches(self, facade: str, op: str, region: str | None) -> bool:
         if self.facade not in ("*", facade) or self.op not in ("*", op):
@@ -107,6 +124,8 @@ class CallPlan:
         for r in self.rules:
             if r.kind == "latency" and r.when == "before":
                 await asyncio.sleep(r.seconds)
+            if r.kind == "barrier":
+                await r.held()
         for r in self.rules:
             if r.kind == "rate_limit":
                 raise RateLimit("rate limit exceeded (injected)", r.retry_after)

@@ -326,8 +326,8 @@ async def check_find_all_and_terminate_by_key(h: Harness) -> None:
         offer = await cheapest(p)
         spec = h.spec()
         before = await h.machine_ids()
-        # Each create's launch waits a second before it takes effect, so both lookups find nothing.
-        await h.add_fault("create", "latency", times=2, seconds=1.0)
+        # Each create's launch is held until both have arrived: by then both lookups found nothing.
+        await h.add_fault("create", "barrier", times=2)
         refs: list[InstanceRef] = []
         try:
             refs += await asyncio.gather(p.create(offer, spec), p.create(offer, spec))

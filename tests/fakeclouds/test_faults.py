@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from fakeclouds.admin import FakeCloudAdmin, FakeCloudAdminError
+from fakeclouds.faults import FaultBook, FaultRule
 from tests.fakeclouds.helpers import create_local, launch_lambda, wait_lambda, wait_local
 
 
@@ -122,7 +123,8 @@ async def test_kill_makes_local_machine_error(local: httpx.AsyncClient, admin: F
 
 def test_admin_refuses_bad_rules(admin: FakeCloudAdmin) -> None:
     for kwargs in ({"kind": "explode"}, {"kind": "latency", "when": "during"},
-                   {"kind": "latency", "bogus": 1}, {"kind": "capacity", "times": 0}):
+                   {"kind": "latency", "bogus": 1}, {"kind": "capacity", "times": 0},
+                   {"kind": "barrier"}, {"kind": "barrier", "times": -1}):
         with pytest.raises(FakeCloudAdminError) as err:
             admin.add_fault("local", "create", **kwargs)  # type: ignore[arg-type]
         assert err.value.status == 400
@@ -131,3 +133,25 @@ def test_admin_refuses_bad_rules(admin: FakeCloudAdmin) -> None:
     with pytest.raises(FakeCloudAdminError) as err:
         admin.kill("no-such-machine")
     assert err.value.status == 404
+
+
+async def test_a_barrier_holds_each_call_until_all_have_arrived() -> None:
+    """Counted in event-loop turns, not seconds: the first create stays held however long the
+    second takes to come, and both go once it has."""
+    book = FaultBook()
+    book.add(FaultRule.build("lambda", "create", "barrier", times=2, facades=["lambda"]))
+    first = asyncio.create_task(book.take("lambda", "create").before())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not first.done()  # held: the other call has not come
+    assert book.rules != []
+    await asyncio.wait_for(book.take("lambda", "create").before(), 10)  # the last one: not held
+    await asyncio.wait_for(first, 10)  # released with it
+    assert book.rules == []  # used up: the next create is not held
+    await asyncio.wait_for(book.take("lambda", "create").before(), 10)
+
+
+async def test_a_barrier_whose_other_calls_never_come_lets_its_call_go() -> None:
+    book = FaultBook()
+    book.add(FaultRule.build("lambda", "create", "barrier", times=2, seconds=0.01, facades=["lambda"]))
+    await asyncio.wait_for(book.take("lambda", "create").before(), 10)
