@@ -326,8 +326,12 @@ async def check_find_all_and_terminate_by_key(h: Harness) -> None:
         offer = await cheapest(p)
         spec = h.spec()
         before = await h.machine_ids()
-        # Each create's launch is held until both have arrived: by then both lookups found nothing.
-        await h.add_fault("create", "barrier", times=2)
+        if not callable(getattr(p, "pacer", None)):
+            # Each create's launch is held until both have arrived: by then both lookups found nothing.
+            # An adapter that sends one call at a time (Lambda's pacer) never has two launches in
+            # flight, so a barrier would hold the first for good; its queue (first come, first served)
+            # already runs both lookups before either launch.
+            await h.add_fault("create", "barrier", times=2)
         refs: list[InstanceRef] = []
         try:
             refs += await asyncio.gather(p.create(offer, spec), p.create(offer, spec))
