@@ -140,25 +140,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    _own_nodeid(item)
     tiers.mark_one(item)
-
-
-def _own_nodeid(item: pytest.Item) -> None:
-    """schemathesis 4.32 names each operation's test `test_x[GET /path]` but passes the bare name as
-    `originalname`, from which pytest 9.2 builds the nodeid: all 63 operations shared one nodeid,
-    and pytest-xdist, which schedules by nodeid, ran one of them. Each gets its name's nodeid."""
-    originalname = getattr(item, "originalname", None)
-    if originalname and item.name != originalname and not hasattr(item, "callspec") \
-            and item.nodeid.endswith("::" + originalname):
-        item._id = item.parent.id.child(originalname).with_params(  # type: ignore[union-attr]
-            item.name.removeprefix(originalname + "[").removesuffix("]"))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     twice = sorted(nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1)
-    if twice:  # pytest-xdist schedules by nodeid: all but one of them would never run
+    # pytest-xdist schedules by nodeid: all but one of them would never run. (schemathesis 4.32's
+    # `schema.parametrize()` named all 63 operations' tests `test_x` under pytest 9.2.)
+    if twice:
         raise pytest.UsageError(f"{len(twice)} nodeids name more than one test, e.g. {twice[0]}")
     tiers.order(items)
     workerinput = getattr(config, "workerinput", None)

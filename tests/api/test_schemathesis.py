@@ -7,6 +7,7 @@ More examples against a running `make run`: `make fuzz` (README, Testing)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, cast
@@ -20,11 +21,17 @@ from pydantic import BaseModel
 from schemathesis.checks import (
     allow_header_conformance,
     content_type_conformance,
+    load_all_checks,
     not_a_server_error,
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.generation.feedback import FeedbackSources
+from schemathesis.pytest._test_builder import (
+    build_operation_test,  # what schema.parametrize() builds each test with
+)
+from schemathesis.python._constants.orchestrator import make_constants_value_source
 
 from api.app import create_app
 from api.deps import AppDeps
@@ -124,14 +131,31 @@ TESTS_RUN_APART = True
 schema = schemathesis.openapi.from_dict(_spec())
 schema.config.update(headers=AUTH)
 schema.config.generation.update(max_examples=MAX_EXAMPLES, deterministic=True)
+# Each operation's test is built when it runs, not as pytest collects: `schema.parametrize()` builds
+# all 63 as it collects (schemathesis generates the ~3,700 coverage-phase cases then, 3-4 CPU-s), and
+# every xdist worker collects every test but runs a third of them. The build is the one the
+# schemathesis pytest plugin makes (its seed is derived from the operation's label, as there).
+OPERATIONS = {op.label: op for op in (result.ok() for result in schema.get_all_operations())}
 
 
-@schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
-def test_every_operation_answers_as_documented(case: Any, fuzz_target: FuzzTarget) -> None:
-    fuzz_target.make_realistic(case)
-    case.call_and_validate(app=fuzz_target.app, headers=AUTH, checks=CHECKS)
+@functools.cache
+def _feedback() -> FeedbackSources:
+    load_all_checks()
+    return FeedbackSources(constants_value_source=make_constants_value_source(schema))
+
+
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+def test_every_operation_answers_as_documented(operation: str, fuzz_target: FuzzTarget) -> None:
+    """The coverage phase's boundary cases, then MAX_EXAMPLES generated ones, each checked by CHECKS."""
+    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def answers_as_documented(case: Any) -> None:
+        fuzz_target.make_realistic(case)
+        case.call_and_validate(app=fuzz_target.app, headers=AUTH, checks=CHECKS)
+
+    test = build_operation_test(config=schema.config, operation=OPERATIONS[operation],
+                                test_func=answers_as_documented, given_kwargs={}, feedback=_feedback())
+    test()
 
 
 def test_openapi_documents_the_error_shape_and_cloud_enum(fuzz_app: Any) -> None:
