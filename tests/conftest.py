@@ -7,6 +7,8 @@ Directory-specific fixtures live in each directory's own conftest.py."""
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +34,12 @@ os.environ.setdefault("GPUPROV_CLOUD_TIME_SCALE", "0.001")
 
 TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
 TEST_SERVER_BIN = TEMPORAL_BIN.with_name("temporal-test-server")
+# As a test process exits, Python's finalization runs full garbage collections over every object still
+# alive: ~3 CPU-s (and seconds of wall time at the end of every run) in a process that has loaded the
+# cloud SDKs, moto and schemathesis. Nothing a test checks runs then (pytest's own collections, which
+# report unraisable exceptions, ran at unconfigure), so what survives is frozen out of them.
+atexit.register(gc.freeze)
+
 # The test session's secret key (a test key, committed on purpose): the payload codec encrypts every
 # history the tests write with it, so histories recorded by tests/workflows/test_replay.py (committed
 # under tests/workflows/histories/) stay decodable by later runs.
