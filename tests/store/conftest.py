@@ -10,12 +10,15 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
 
+from store import migrate
 from store.db import make_engine
+from tests.migrated import sqlite_engine
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -66,3 +69,20 @@ def engine(request: pytest.FixtureRequest, tmp_path) -> Iterator[sa.Engine]:  # 
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture
+def migrated(engine: sa.Engine) -> Iterator[sa.Engine]:
+    """`engine`'s kind of database at the migrations' head, for tests of what is stored rather than
+    of the migrations (tests/store/test_migrations.py): on SQLite a copy of a template migrated once
+    per process (tests/migrated.py), on PostgreSQL this test's schema migrated here."""
+    if engine.dialect.name != "sqlite":
+        migrate.upgrade(engine)
+        yield engine
+        return
+    assert engine.url.database is not None
+    copy = sqlite_engine(Path(engine.url.database).with_name("migrated.db"))
+    try:
+        yield copy
+    finally:
+        copy.dispose()

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
-from store import migrate, repo
+from store import repo
 from store.models import Instance
 from store.secrets import SecretBox
 
@@ -22,46 +22,42 @@ def claim(engine: sa.Engine, fingerprint: str, resource_id: str, key_hash: str =
         return rec.fingerprint, rec.resource_id
 
 
-def test_the_first_use_of_a_key_is_kept(engine: sa.Engine) -> None:
-    migrate.upgrade(engine)
-    assert claim(engine, "fp-a", "i1") == ("fp-a", "i1")
-    assert claim(engine, "fp-b", "i2") == ("fp-a", "i1")  # the caller sees the other fingerprint
-    assert claim(engine, "fp-b", "i2", key_hash="h2") == ("fp-b", "i2")
-    with Session(engine) as s:
+def test_the_first_use_of_a_key_is_kept(migrated: sa.Engine) -> None:
+    assert claim(migrated, "fp-a", "i1") == ("fp-a", "i1")
+    assert claim(migrated, "fp-b", "i2") == ("fp-a", "i1")  # the caller sees the other fingerprint
+    assert claim(migrated, "fp-b", "i2", key_hash="h2") == ("fp-b", "i2")
+    with Session(migrated) as s:
         found = repo.find_idempotency_key(s, "instances:default", "h1")
         assert found is not None and found.resource_id == "i1" and found.created_at is not None
         assert repo.find_idempotency_key(s, "instances:vision", "h1") is None  # scoped
 
 
-def test_racing_first_uses_agree_on_one_winner(engine: sa.Engine) -> None:
-    migrate.upgrade(engine)
+def test_racing_first_uses_agree_on_one_winner(migrated: sa.Engine) -> None:
     barrier = threading.Barrier(8)
 
     def racer(n: int) -> tuple[str, str]:
         barrier.wait()
-        return claim(engine, f"fp-{n}", f"i{n}")
+        return claim(migrated, f"fp-{n}", f"i{n}")
 
     with ThreadPoolExecutor(8) as pool:
         seen = set(pool.map(racer, range(8)))
     assert len(seen) == 1  # every racer reads the one row that won
 
 
-def test_insert_instance_if_absent_leaves_an_existing_row(engine: sa.Engine) -> None:
-    migrate.upgrade(engine)
-    with Session(engine) as s:
+def test_insert_instance_if_absent_leaves_an_existing_row(migrated: sa.Engine) -> None:
+    with Session(migrated) as s:
         assert repo.insert_instance_if_absent(s, Instance(id="a1", provider="local", connection_id="c",
                                                           workflow_id="allocation-a1", status="ready"))
-    with Session(engine) as s:
+    with Session(migrated) as s:
         assert not repo.insert_instance_if_absent(s, Instance(id="a1", provider="local", connection_id="c",
                                                               workflow_id="allocation-a1"))
         row = s.get(Instance, "a1")
         assert row is not None and row.status == "ready"
 
 
-def test_connected_lists_connected_connections_newest_first(engine: sa.Engine) -> None:
-    migrate.upgrade(engine)
+def test_connected_lists_connected_connections_newest_first(migrated: sa.Engine) -> None:
     box = SecretBox(Fernet.generate_key())
-    with Session(engine, expire_on_commit=False) as s:
+    with Session(migrated, expire_on_commit=False) as s:
         a = repo.add_connection(s, box, provider="local", name="a", credentials={})
         b = repo.add_connection(s, box, provider="lambda", name="b", credentials={})
         c = repo.add_connection(s, box, provider="local", name="c", credentials={})

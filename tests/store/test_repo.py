@@ -18,9 +18,8 @@ PLAINTEXT = "sk-live-very-secret-4242"
 
 
 @pytest.fixture
-def session(engine: sa.Engine):  # type: ignore[no-untyped-def]
-    migrate.upgrade(engine)
-    with Session(engine, expire_on_commit=False) as s:
+def session(migrated: sa.Engine):  # type: ignore[no-untyped-def]
+    with Session(migrated, expire_on_commit=False) as s:
         yield s
 
 

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from store import migrate, spend
+from store import spend
 from store.models import SpendInterval
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)  # 06:00 on the window's last day
@@ -88,9 +88,8 @@ def test_a_machine_starts_at_the_clouds_creation_time_clamped_to_when_it_can_hav
 
 
 @pytest.fixture
-def session(engine: sa.Engine):  # type: ignore[no-untyped-def]
-    migrate.upgrade(engine)
-    with Session(engine, expire_on_commit=False) as s:
+def session(migrated: sa.Engine):  # type: ignore[no-untyped-def]
+    with Session(migrated, expire_on_commit=False) as s:
         yield s
 
 
