@@ -380,6 +380,7 @@ def tokens_of(args: argparse.Namespace, facades: Collection[str]) -> dict[str, s
 
 
 async def _serve(args: argparse.Namespace, engine: Engine, tokens: dict[str, str]) -> None:
+    tokens = with_defaults(engine.facades, tokens)  # the gRPC listener, like the app, serves every facade
     grpc = GrpcListener(engine, tokens, args.host, args.grpc_port or 0) \
         if grpc_facades(engine.facades.values()) else None
     app = build_app(engine, tokens, grpc=grpc)
