@@ -26,6 +26,7 @@ from api.routers import (
     instances,
     jobs,
     limits,
+    modal_picker,
     offers,
     policies,
     pools,
@@ -64,9 +65,10 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.state.deps = deps
     install_error_handlers(app)
     install_openapi(app)  # built on first use: it covers every route, also those added below
-    # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could.
-    for module in (catalog, clouds, connections, providers, offers, instances, spend, fleets, policies,
-                   idle_policy, budget, workloads, jobs, limits, pools, queue, defaults):
+    # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could;
+    # `modal_picker` before `offers`: Modal's /backends/modal/... before /backends/{provider}/...
+    for module in (catalog, clouds, connections, providers, modal_picker, offers, instances, spend, fleets,
+                   policies, idle_policy, budget, workloads, jobs, limits, pools, queue, defaults):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token),
                                                                            Depends(known_query)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token),

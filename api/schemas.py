@@ -77,6 +77,27 @@ def _placeable_enum(schema: dict[str, Any]) -> None:
 PlacementId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_placeable_enum),
                         AfterValidator(_placeable_cloud)]
 
+# Backends whose offers page is not the offer table but a picker of their own, served by their own
+# routes (`GET /backends/<cloud>/offers`, `POST .../pick`), which match before the table's. Each
+# picker's module adds its cloud as it is imported (api/routers/modal_picker.py, which also has
+# the DELETE .../pick): cloud -> what its picker is called.
+OWN_PICKER: dict[str, str] = {}
+
+
+def _table_backend(value: str) -> str:
+    if value in OWN_PICKER:
+        raise ValueError(f"{value} has {OWN_PICKER[value]}: GET /api/compute/backends/{value}/offers")
+    return value
+
+
+def _table_backend_enum(schema: dict[str, Any]) -> None:
+    schema["enum"] = [c for c in registry.placeable() if c not in OWN_PICKER]
+
+
+# A backend whose page is the offer table: a placement id without those that have a picker of their own.
+TableBackendId = Annotated[str, Field(min_length=1, max_length=100, json_schema_extra=_table_backend_enum),
+                           AfterValidator(_placeable_cloud), AfterValidator(_table_backend)]
+
 # A project is an identifier (it becomes a search attribute and scopes idempotency keys), not free text.
 PROJECT_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 Project = Annotated[str, Field(pattern=PROJECT_PATTERN, description="a slug: a-z, 0-9 and -, up to 63")]

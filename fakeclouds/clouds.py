@@ -34,6 +34,8 @@ FACADE_MODULES: Mapping[str, str] = {
     "primeintellect": "fakeclouds.primeintellect_api",
     "verda": "fakeclouds.verda_api",
     "digitalocean": "fakeclouds.digitalocean_api",
+    "modal": "fakeclouds.modal_api",
+    "nebius": "fakeclouds.nebius_api",
 }
 
 

@@ -26,6 +26,11 @@ class SimServer(Protocol):
 
 def endpoint(server: SimServer, cloud: str) -> str:
     facade = clouds.facade(cloud)
+    if facade.grpc is not None:  # a gRPC-only cloud (Modal, Nebius): its client dials the gRPC listener
+        target = getattr(server, "grpc_target", None)
+        if target is None:
+            raise RuntimeError(f"{cloud}'s simulation needs the server's gRPC listener")
+        return f"http://{target}"
     base = server.tls_url if facade.tls else server.url
     if base is None:
         raise RuntimeError(f"{cloud}'s simulation needs the server's TLS listener (tls=True)")

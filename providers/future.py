@@ -1,4 +1,4 @@
-"""Providers the studio's connect grid lists that gpuprov has NO adapter for yet (Modal, Nebius, Oracle
+"""Providers the studio's connect grid lists that gpuprov has NO adapter for yet (Oracle
 Cloud), and the SSH / on-prem fleet form (fleets are not connections: /api/compute/fleets keeps them).
 
 Each is a typed credentials model like an adapter's (providers/credentials.py), so the catalog shows
@@ -14,24 +14,6 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from providers.credentials import Credentials, field
-
-
-class ModalCredentials(Credentials):
-    """A Modal API token (Settings → API Tokens) and the environment to run in. No adapter yet."""
-
-    token_id: str = field("Token ID", min_length=1, max_length=200, help="starts with ak-")
-    token_secret: SecretStr = field("Token Secret", "secret", min_length=1, max_length=200,
-                                    help="starts with as-")
-    environment: str = field("Environment", default="main", min_length=1, max_length=100)
-
-
-class NebiusCredentials(Credentials):
-    """A Nebius service account's authorized key. No adapter yet."""
-
-    service_account_id: str = field("Service Account ID", min_length=1, max_length=200)
-    public_key_id: str = field("Public Key ID", min_length=1, max_length=200)
-    private_key: SecretStr = field("Private key", "file", min_length=1, max_length=20_000,
-                                   help="the key pair's private key (.pem file)")
 
 
 class OciCredentials(Credentials):
@@ -83,17 +65,6 @@ SSH_FLEET = "ssh"
 
 FUTURE: dict[str, FutureProvider] = {
     p.key: p for p in (
-        FutureProvider(
-            "modal", "Modal", "Serverless GPUs, scale to zero",
-            "In Modal open Settings → API Tokens → New Token (or run `modal token new`): copy the Token ID "
-            "(ak-…) and Token Secret (as-…). Environment defaults to main.",
-            ModalCredentials, "Modal is not supported yet: no adapter"),
-        FutureProvider(
-            "nebius", "Nebius", "EU-based NVIDIA GPU cloud",
-            "In the Nebius console open Administration → IAM → Service accounts, create one in the editors "
-            "group, then Create authorized key: copy the service account ID and the public key ID, and "
-            "upload the private key (.pem) it downloads.",
-            NebiusCredentials, "Nebius is not supported yet: no adapter"),
         FutureProvider(
             "oci", "Oracle Cloud (OCI)", "Bare-metal RDMA GPU clusters",
             "In the OCI console open Profile → My profile → API keys → Add API key → Generate API key pair: "

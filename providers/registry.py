@@ -44,6 +44,8 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("primeintellect", "providers.primeintellect:PrimeIntellectProvider"),
     CloudEntry("verda", "providers.verda:VerdaProvider"),
     CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider"),
+    CloudEntry("nebius", "providers.nebius:NebiusProvider"),
+    CloudEntry("modal", "providers.modal_:ModalProvider"),
 )
 
 # SSH / on-prem fleets: placed on like a cloud (`--cloud ssh`), but configured as fleets

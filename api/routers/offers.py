@@ -1,6 +1,7 @@
 """Live offers (a read path: no workflow): of every connected cloud at once (`GET /offers`, the
 studio's offers browser and `gpuprov offers`), or of one cloud (`GET /backends/{cloud}/offers`, the
-backend's offers page), and the offer picked there as the backend's default (`POST .../pick`)."""
+backend's offers page), and the offer picked there as the backend's default (`POST .../pick`). Modal's
+page is its GPU picker instead (api/routers/modal_picker.py, whose routes match first)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from api.schemas import (
     OfferOut,
     PickCreate,
     PickOut,
-    PlacementId,
+    TableBackendId,
 )
 from providers import connect_guide, listing, registry
 from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
@@ -176,7 +177,7 @@ _BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {
 
 @router.get("/backends/{provider}/offers", response_model=BackendOffersPage, responses=_BACKEND_ERRORS)
 async def list_offers(
-    provider: Annotated[PlacementId, Path()],
+    provider: Annotated[TableBackendId, Path()],
     deps: DepsDep,
     caller: CallerDep,
     page: PageDep,
@@ -201,7 +202,7 @@ async def list_offers(
 @router.post("/backends/{provider}/pick", response_model=PickOut,
              responses={**_BACKEND_ERRORS,
                         422: {"description": "unknown cloud, or the offer is not among its current offers"}})
-async def pick_offer(provider: Annotated[PlacementId, Path()], body: PickCreate, deps: DepsDep,
+async def pick_offer(provider: Annotated[TableBackendId, Path()], body: PickCreate, deps: DepsDep,
                      caller: CallerDep) -> PickOut:
     """Make an offer of the table this backend's default in this project: a later allocation naming
     the backend (`cloud`) with no GPU and no instance type plans on that instance type in that
@@ -223,7 +224,7 @@ async def pick_offer(provider: Annotated[PlacementId, Path()], body: PickCreate,
 @router.delete("/backends/{provider}/pick", status_code=status.HTTP_204_NO_CONTENT,
                responses={404: {"description": "no offer is picked for this backend in this project"},
                           422: {"description": "unknown cloud"}})
-async def clear_pick(provider: Annotated[PlacementId, Path()], deps: DepsDep, caller: CallerDep) -> None:
+async def clear_pick(provider: Annotated[TableBackendId, Path()], deps: DepsDep, caller: CallerDep) -> None:
     """Forget the backend's default offer in this project: later allocations naming the backend
     with no GPU plan across all its offers again. Needs no connection (a disconnected backend's
     pick can be cleared too)."""

@@ -52,7 +52,8 @@ SEED_FIELDS: dict[str, list[tuple[str, str, bool, Any]]] = {
             ("Bastion host", "text", False, None), ("Bastion port", "text", False, 22),
             ("Bastion user", "text", False, None), ("Bastion private key", "secret", False, None)],
 }
-AVAILABLE = {"aws", "azure", "gcp", "runpod", "vastai"}  # the seed's providers with an adapter here
+# the seed's providers with an adapter here
+AVAILABLE = {"aws", "azure", "gcp", "runpod", "vastai", "modal", "nebius"}
 SECRET_VALUED = {("aws", "secret_access_key"), ("azure", "client_secret"), ("gcp", "service_account_key"),
                  ("runpod", "api_key"), ("modal", "token_secret"), ("nebius", "private_key"),
                  ("oci", "private_key"), ("vastai", "api_key"), ("ssh", "private_key"),
@@ -103,7 +104,7 @@ async def test_availability_billing_note_and_how_to_connect(client: httpx.AsyncC
             assert card["billed_note"] is False and card["billed_note_text"] is None
         else:
             assert card["billed_note"] is True and card["billed_note_text"] == BILLED
-    assert "not supported yet" in by_key["modal"]["reason"]
+    assert "not supported yet" in by_key["oci"]["reason"]
     assert "fleets" in by_key["ssh"]["reason"]
     # provider-specific: each says where its key is made
     assert "IAM" in by_key["aws"]["how_to_connect"] and "Create access key" in by_key["aws"]["how_to_connect"]
@@ -114,11 +115,10 @@ async def test_availability_billing_note_and_how_to_connect(client: httpx.AsyncC
     assert "AllowTcpForwarding" in by_key["ssh"]["how_to_connect"]
 
 
-@pytest.mark.parametrize(("provider", "name"), [("modal", "Modal"), ("nebius", "Nebius"),
-                                                ("oci", "Oracle Cloud (OCI)"), ("ssh", "SSH / On-prem")])
+@pytest.mark.parametrize(("provider", "name"), [("oci", "Oracle Cloud (OCI)"), ("ssh", "SSH / On-prem")])
 async def test_connecting_a_listed_future_provider_is_422_not_supported_yet(
         client: httpx.AsyncClient, workflows: FakeWorkflows, provider: str, name: str) -> None:
-    creds = {"token_id": "ak-1", "token_secret": "as-topsecret-2"} if provider == "modal" else {}
+    creds = {"private_key": "as-topsecret-2"} if provider == "oci" else {}
     r = await client.post("/api/compute/connections", json={"provider": provider, "credentials": creds})
     assert r.status_code == 422, r.text
     assert f"{name} is not supported yet" in r.json()["detail"]

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.schemas import OWN_PICKER
 from providers import registry
 from tests.api.conftest import FakeCloud, all_items
 
@@ -75,7 +76,9 @@ async def test_openapi_shows_cloud_fields_as_an_enum_of_the_registry(client: htt
     assert cloud["enum"] == placeable and clouds["items"]["enum"] == placeable
     [provider] = [p for p in spec["paths"]["/api/compute/backends/{provider}/offers"]["get"]["parameters"]
                   if p["name"] == "provider"]
-    assert provider["schema"]["enum"] == placeable  # a fleet kind's offers: its fleets' free hosts
+    # a fleet kind's offers: its fleets' free hosts; a backend with a picker of its own is not the table's
+    assert provider["schema"]["enum"] == [c for c in placeable if c not in OWN_PICKER]
+    assert all(f"/api/compute/backends/{c}/offers" in spec["paths"] for c in OWN_PICKER)
     page = spec["paths"]["/api/compute/instances"]["get"]["parameters"]
     assert {p["name"] for p in page} >= {"limit", "cursor", "status", "X-Project"}
     offers = spec["paths"]["/api/compute/backends/{provider}/offers"]["get"]["responses"]["200"]

@@ -1,0 +1,460 @@
+"""Nebius AI Cloud, on the official `nebius` Python SDK (gRPC; the wire in providers/nebius_wire.py).
+
+Credentials: a service account's authorized key (service account id, public key id, the private key
+.pem). Regions: Nebius scopes compute to a project and a project lives in one region, so the adapter
+learns the tenant's projects (profile -> the service account's project -> its tenant -> every project)
+and offers each region that has one; planning lists each project's live platforms and presets and
+prices each from Nebius's billing calculator (`billing.v1alpha1.CalculatorService/Estimate`, on-demand
+and preemptible), so no price table lives here.
+
+Identity and idempotency: the instance is named `gpuprov-<installation>-<key>` (unique within a
+project) and labelled `gpuprov-installation` / `gpuprov-key` / `gpuprov-allocation`; a create looks
+the name up first (`GetByName`), and the Create carries an `x-idempotency-key` derived from the key,
+region and type, so a retried create whose answer was lost is the same mutation. A name taken by
+someone else's instance is refused, not adopted. Listing has no label filter: labels are read here.
+
+Launch: platform + preset, a boot disk the VM manages (created and deleted with it: no side
+resource), the project's subnet with a public IP (the default security group allows all traffic, so
+`--port` needs nothing more), the user's SSH keys in `cloud_init_user_data` (the only way Nebius takes
+one) with k3s at boot, `--spot` as a preemptible instance (stop on preemption, recovery FAIL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from typing import Any, ClassVar
+
+from pydantic import SecretStr, field_validator
+
+from providers import cloudinit, naming
+from providers import nebius_wire as wire
+from providers.base import (
+    Capabilities,
+    CloudProvider,
+    FailureScope,
+    InstanceRef,
+    InstanceState,
+    InstanceStatus,
+    InvalidRequest,
+    LaunchSpec,
+    Offer,
+    OfferQuery,
+    launch_leaving,
+    launch_request,
+    rank_offers,
+)
+from providers.credentials import Credentials, field
+from providers.listing import Listing
+from providers.nebius_catalog import (
+    DEFAULT_IMAGE_FAMILY,
+    REGIONS,
+    authorized_keys_part,
+    instance_offers,
+    state_of,
+)
+
+OWNER_LABEL, KEY_LABEL, ALLOCATION_LABEL = "gpuprov-installation", "gpuprov-key", "gpuprov-allocation"
+NAME_MAX = 63
+BOOT_DISK_GIB = 100
+PAGE = 100
+_REQUEST_NS = uuid.UUID("7b0e3c8a-5f1d-4f0b-9a57-2f6c1e9d4b21")  # our idempotency keys' UUIDv5 namespace
+
+
+class NebiusCredentials(Credentials):
+    """The connect form's Nebius fields: a service account's authorized key."""
+
+    service_account_id: str = field(
+        "Service Account ID", min_length=1, max_length=200, help="serviceaccount-…"
+    )
+    public_key_id: str = field("Public Key ID", min_length=1, max_length=200, help="publickey-…")
+    private_key: SecretStr = field(
+        "Private key", "file", min_length=1, max_length=20_000, help="the key pair's private key (.pem file)"
+    )
+
+    @field_validator("private_key")
+    @classmethod
+    def _pem(cls, v: SecretStr) -> SecretStr:
+        if "-----BEGIN" not in v.get_secret_value() or "PRIVATE KEY-----" not in v.get_secret_value():
+            raise ValueError("must be a PEM private key (-----BEGIN PRIVATE KEY-----)")
+        return v
+
+
+class NebiusProvider(CloudProvider):
+    id: ClassVar[str] = "nebius"
+    credentials_model: ClassVar[type[NebiusCredentials]] = NebiusCredentials
+    api_hosts: ClassVar[tuple[str, ...]] = ("api.nebius.cloud",)
+    listing: ClassVar[Listing] = Listing(
+        display_name="Nebius",
+        tagline="EU-based NVIDIA GPU cloud",
+        how_to_connect=(
+            "In the Nebius console open Administration → IAM → Service accounts, create one in "
+            "the editors group, then Create authorized key: copy the service account ID and the "
+            "public key ID, and upload the private key (.pem) it downloads."
+        ),
+    )
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        display_name="Nebius AI Cloud",
+        k3s="cloud-init",
+        k8s_api=True,
+        ports=True,  # the default security group allows all traffic
+        spot=True,  # preemptible instances
+        custom_image=True,  # an image family or an image id
+        login_user="ubuntu",
+        side_resources=[],  # the boot disk is managed by the VM and goes with it
+        regions=REGIONS,
+        region_required=False,
+        create_in_flight_s=0.0,  # an idempotency key and a name unique per project
+    )
+
+    def __init__(self, credentials: Any, **kwargs: Any) -> None:
+        super().__init__(credentials, **kwargs)
+        self._sdk_obj: Any = None
+        self._lock = asyncio.Lock()
+        self._projects: dict[str, str] | None = None  # region -> project id
+        self._account = ""
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _sdk(self) -> Any:
+        async with self._lock:
+            if self._sdk_obj is None:
+                creds: NebiusCredentials = self.credentials  # type: ignore[assignment]
+                self._sdk_obj = wire.build_sdk(
+                    service_account_id=creds.service_account_id,
+                    public_key_id=creds.public_key_id,
+                    private_key_pem=creds.private_key.get_secret_value(),
+                    endpoint=self.options.endpoint,
+                    ca_bundle=self.options.ca_bundle,
+                    provider=self.id,
+                )
+            return self._sdk_obj
+
+    async def _client(self, module: str, name: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(f"nebius.api.nebius.{module}"), name)(await self._sdk())
+
+    async def _call(
+        self,
+        module: str,
+        client: str,
+        method: str,
+        request: Any,
+        *,
+        scope: FailureScope | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        c = await self._client(module, client)
+        return await wire.call(
+            self.id, getattr(c, method)(request, **wire.kwargs(idempotency_key=idempotency_key)), scope
+        )
+
+    async def _region_projects(self) -> dict[str, str]:
+        """Region -> the tenant's project there (the first by name when a region has several)."""
+        if self._projects is not None:
+            return self._projects
+        from nebius.api.nebius.iam import v1 as iam
+
+        profile = await self._call("iam.v1", "ProfileServiceClient", "get", iam.GetProfileRequest())
+        account = profile.service_account_profile
+        if profile.which_field_in_oneof("profile") != "service_account_profile":
+            raise InvalidRequest(f"{self.id}: the credentials are not a service account's")
+        self._account = account.info.metadata.id
+        home = await self._call(
+            "iam.v1", "ProjectServiceClient", "get", iam.GetProjectRequest(id=account.info.metadata.parent_id)
+        )
+        tenant, token = home.metadata.parent_id, ""
+        found: dict[str, str] = {}
+        while True:
+            page = await self._call(
+                "iam.v1",
+                "ProjectServiceClient",
+                "list",
+                iam.ListProjectsRequest(parent_id=tenant, page_size=PAGE, page_token=token),
+            )
+            for p in sorted(page.items, key=lambda p: p.metadata.name):
+                region = p.status.region or p.spec.region
+                if region:
+                    found.setdefault(region, p.metadata.id)
+            token = page.next_page_token
+            if not token:
+                break
+        self._projects = found
+        return found
+
+    def _name(self, key: str) -> str:
+        return naming.owned_name(self.installation_id, key, NAME_MAX, what="a Nebius instance name")
+
+    def _ref(self, inst: Any, region: str, key: str | None = None) -> InstanceRef:
+        created = inst.metadata.created_at
+        return InstanceRef(
+            provider=self.id,
+            instance_id=inst.metadata.id,
+            key=key or inst.metadata.labels.get(KEY_LABEL, ""),
+            region=region,
+            created_at=created if created and created.year > 1970 else None,
+        )
+
+    def _ours(self, inst: Any, key: str | None = None) -> bool:
+        labels = inst.metadata.labels
+        return labels.get(OWNER_LABEL) == self.installation_id and (
+            key is None or labels.get(KEY_LABEL) == key
+        )
+
+    # ------------------------------------------------------------------ primitives
+
+    async def verify(self) -> str:
+        projects = await self._region_projects()
+        regions = ", ".join(sorted(projects)) or "none"
+        return f"Nebius service account {self._account} (projects in {regions})"
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        from nebius.api.nebius.compute import v1 as compute
+
+        projects = await self._region_projects()
+        wanted = {r: p for r, p in projects.items() if not query.region or r == query.region}
+
+        async def region_offers(region: str, project: str) -> list[Offer]:
+            page = await self._call(
+                "compute.v1",
+                "PlatformServiceClient",
+                "list",
+                compute.ListPlatformsRequest(parent_id=project, page_size=PAGE),
+            )
+            shapes = instance_offers(self.id, region, list(page.items))
+            priced = await asyncio.gather(*(self._price(project, o) for o in shapes))
+            return [o for o in priced if o is not None]
+
+        found = await asyncio.gather(*(region_offers(r, p) for r, p in sorted(wanted.items())))
+        return rank_offers([o for offers in found for o in offers], query)
+
+    async def _price(self, project: str, offer: Offer) -> Offer | None:
+        """The offer priced by Nebius's calculator (hourly, USD); None when it will not price it."""
+        from nebius.api.nebius.billing import v1alpha1 as billing
+        from nebius.api.nebius.compute import v1 as compute
+
+        platform, _, preset = offer.instance_type.partition(".")
+        spec = compute.InstanceSpec(
+            resources=compute.ResourcesSpec(platform=platform, preset=preset),
+            preemptible=_preemptible() if offer.spot else None,
+        )
+        request = billing.EstimateRequest(
+            resource_spec=billing.ResourceSpec(
+                compute_instance_spec=compute.CreateInstanceRequest(
+                    metadata=_metadata(project, "estimate"), spec=spec
+                )
+            )
+        )
+        try:
+            answer = await self._call("billing.v1alpha1", "CalculatorServiceClient", "estimate", request)
+            total = answer.hourly_cost.general.total
+            return offer.model_copy(update={"price_per_hour": round(float(total.cost), 4)})
+        except InvalidRequest:
+            return None
+
+    async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        projects = await self._region_projects()
+        project = projects.get(offer.region)
+        if project is None:
+            raise InvalidRequest(f"{self.id}: no project of this tenant is in region {offer.region}")
+        scope = FailureScope(provider=self.id, region=offer.region, instance_type=offer.instance_type)
+        name = self._name(spec.key)
+        existing = await self._by_name(project, name)
+        if existing is not None:
+            return self._adopt(existing, spec.key, offer)
+        request = await self._create_request(project, name, offer, spec)
+        token = str(
+            uuid.uuid5(
+                _REQUEST_NS,
+                f"{self.installation_id}/{spec.key}/{offer.region}/{offer.instance_type}/{offer.spot}",
+            )
+        )
+        try:
+            with launch_request():
+                await launch_leaving()
+                op = await self._call(
+                    "compute.v1",
+                    "InstanceServiceClient",
+                    "create",
+                    request,
+                    scope=scope,
+                    idempotency_key=token,
+                )
+        except InvalidRequest as exc:
+            if "ALREADY_EXISTS" not in exc.message:
+                raise
+            taken = await self._by_name(project, name)  # raced with another try of this create
+            if taken is None:
+                raise
+            return self._adopt(taken, spec.key, offer)
+        return InstanceRef(provider=self.id, instance_id=op.resource_id, key=spec.key, region=offer.region)
+
+    def _adopt(self, inst: Any, key: str, offer: Offer) -> InstanceRef:
+        if not self._ours(inst, key):
+            raise InvalidRequest(
+                f"{self.id}: an instance named {inst.metadata.name} exists and is not ours under this key"
+            )
+        return self._ref(inst, offer.region, key)
+
+    async def _by_name(self, project: str, name: str) -> Any | None:
+        from nebius.api.nebius.common import v1 as common
+
+        try:
+            return await self._call(
+                "compute.v1",
+                "InstanceServiceClient",
+                "get_by_name",
+                common.GetByNameRequest(parent_id=project, name=name),
+            )
+        except InvalidRequest as exc:
+            if "NOT_FOUND" in exc.message:
+                return None
+            raise
+
+    async def _create_request(self, project: str, name: str, offer: Offer, spec: LaunchSpec) -> Any:
+        from nebius.api.nebius.compute import v1 as compute
+        from nebius.api.nebius.vpc import v1 as vpc
+
+        subnets = await self._call(
+            "vpc.v1", "SubnetServiceClient", "list", vpc.ListSubnetsRequest(parent_id=project, page_size=PAGE)
+        )
+        if not subnets.items:
+            raise InvalidRequest(f"{self.id}: project {project} has no subnet for the network interface")
+        image = await self._image(spec.image or DEFAULT_IMAGE_FAMILY)
+        platform, _, preset = offer.instance_type.partition(".")
+        user_data = cloudinit.combine(
+            authorized_keys_part(spec.ssh_public_keys),
+            cloudinit.K3S_AT_BOOT if spec.k3s else None,
+            spec.user_data,
+        )
+        disk = compute.ManagedDisk(
+            name=f"{name}-boot",
+            spec=compute.DiskSpec(
+                size_gibibytes=BOOT_DISK_GIB,
+                type=compute.DiskSpec.DiskType.NETWORK_SSD,
+                source_image_id=image,
+            ),
+        )
+        labels = {
+            OWNER_LABEL: self.installation_id,
+            KEY_LABEL: spec.key,
+            ALLOCATION_LABEL: spec.owner.allocation_id,
+        }
+        return compute.CreateInstanceRequest(
+            metadata=_metadata(project, name, labels),
+            spec=compute.InstanceSpec(
+                resources=compute.ResourcesSpec(platform=platform, preset=preset),
+                boot_disk=compute.AttachedDiskSpec(
+                    attach_mode=compute.AttachedDiskSpec.AttachMode.READ_WRITE, managed_disk=disk
+                ),
+                network_interfaces=[
+                    compute.NetworkInterfaceSpec(
+                        name="eth0",
+                        subnet_id=subnets.items[0].metadata.id,
+                        ip_address=compute.IPAddress(),
+                        public_ip_address=compute.PublicIPAddress(),
+                    )
+                ],
+                cloud_init_user_data=user_data or "",
+                preemptible=_preemptible() if offer.spot else None,
+                recovery_policy=compute.InstanceRecoveryPolicy.FAIL if offer.spot else None,
+            ),
+        )
+
+    async def _image(self, image: str) -> str:
+        """An image id: `--image` names one (`computeimage-…`) or a public image family."""
+        from nebius.api.nebius.compute import v1 as compute
+
+        if image.startswith("computeimage-"):
+            found = await self._call(
+                "compute.v1", "ImageServiceClient", "get", compute.GetImageRequest(id=image)
+            )
+        else:
+            found = await self._call(
+                "compute.v1",
+                "ImageServiceClient",
+                "get_latest_by_family",
+                compute.GetImageLatestByFamilyRequest(image_family=image),
+            )
+        return str(found.metadata.id)
+
+    async def get(self, ref: InstanceRef) -> InstanceStatus | None:
+        from nebius.api.nebius.compute import v1 as compute
+
+        try:
+            inst = await self._call(
+                "compute.v1", "InstanceServiceClient", "get", compute.GetInstanceRequest(id=ref.instance_id)
+            )
+        except InvalidRequest as exc:
+            if "NOT_FOUND" in exc.message:
+                return None
+            raise
+        state, detail = state_of(inst)
+        host = None
+        nics = inst.status.network_interfaces
+        if state == InstanceState.RUNNING and nics and nics[0].public_ip_address is not None:
+            host = nics[0].public_ip_address.address.split("/")[0] or None
+        res = inst.spec.resources
+        return InstanceStatus(
+            ref=ref,
+            state=state,
+            host=host,
+            ssh_port=22,
+            ssh_user=self.capabilities.login_user,
+            instance_type=f"{res.platform}.{res.preset}",
+            detail=detail,
+        )
+
+    async def terminate(self, ref: InstanceRef) -> None:
+        from nebius.api.nebius.compute import v1 as compute
+
+        digest = hashlib.sha256(f"delete/{ref.instance_id}".encode()).hexdigest()[:32]
+        try:
+            await self._call(
+                "compute.v1",
+                "InstanceServiceClient",
+                "delete",
+                compute.DeleteInstanceRequest(id=ref.instance_id),
+                idempotency_key=str(uuid.UUID(digest)),
+            )
+        except InvalidRequest as exc:
+            if "NOT_FOUND" not in exc.message:  # gone already: success
+                raise
+
+    async def list_owned(self) -> list[InstanceRef]:
+        from nebius.api.nebius.compute import v1 as compute
+
+        out: list[InstanceRef] = []
+        for region, project in sorted((await self._region_projects()).items()):
+            token = ""
+            while True:
+                page = await self._call(
+                    "compute.v1",
+                    "InstanceServiceClient",
+                    "list",
+                    compute.ListInstancesRequest(parent_id=project, page_size=PAGE, page_token=token),
+                )
+                out += [self._ref(i, region) for i in page.items if self._ours(i)]
+                token = page.next_page_token
+                if not token:
+                    break
+        return out
+
+    async def aclose(self) -> None:
+        sdk, self._sdk_obj = self._sdk_obj, None
+        if sdk is not None:
+            await sdk.close()  # stops the SDK's own event-loop thread and executor
+
+
+def _metadata(project: str, name: str, labels: dict[str, str] | None = None) -> Any:
+    from nebius.api.nebius.common import v1 as common
+
+    return common.ResourceMetadata(parent_id=project, name=name, labels=labels or {})
+
+
+def _preemptible() -> Any:
+    from nebius.api.nebius.compute import v1 as compute
+
+    return compute.PreemptibleSpec(on_preemption=compute.PreemptibleSpec.PreemptionPolicy.STOP)

@@ -1,0 +1,186 @@
+"""The Nebius adapter's wire: the official `nebius` SDK (asyncio-native, gRPC), built once per adapter,
+every call bounded and its failure mapped onto the taxonomy.
+
+Why `CloudProvider` and not `providers.sdk.SdkCloudProvider`: that base exists to move *blocking* SDK
+calls onto a thread pool. The nebius SDK is asyncio-native: it runs its own event-loop thread (one per
+`SDK` object) and its request handles are awaitable from any loop, so the worker's loop awaits them
+directly and no pool thread is held while a call waits. What the base also brings (a CA file, an error
+table) is done here for gRPC: the CA goes in-memory into `tls_credentials`.
+
+- Endpoint: none given, the SDK's own resolution (api.nebius.cloud). `https://host:port` (a private
+  endpoint, the simulation's TLS listener): every service resolves there (`resolver.Constant`), trusting
+  the connection's `ca_bundle` besides the system roots. `http://host:port` (only under a prefix the
+  administrator allows, providers/endpoints.py): the same, plain-text (`nebius.insecure`).
+- Credentials: the service account's key, in memory (`ServiceAccount` token requester): the SDK signs
+  the RS256 JWT and exchanges it at `iam.v1.TokenExchangeService/Exchange` itself, renewing the token.
+- Retries: the SDK's own are off (`retries=0`), each call has its `timeout`: Temporal owns retrying.
+- Idempotency: the SDK puts a fresh `x-idempotency-key` on each call; a create passes its own, derived
+  from the gpuprov key, so a retried create is the same mutation to Nebius.
+- The SDK's loop thread and executor are closed by `close()` (the adapter's `aclose`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+from urllib.parse import urlsplit
+
+from providers.base import (
+    AuthError,
+    CapacityError,
+    FailureScope,
+    InvalidRequest,
+    ProviderError,
+    QuotaError,
+    RateLimited,
+    Transient,
+)
+
+CALL_TIMEOUT = 30.0  # seconds, one call (auth included)
+USER_AGENT = "gpuprov"
+IDEMPOTENCY_HEADER = "x-idempotency-key"
+
+
+def build_sdk(
+    *,
+    service_account_id: str,
+    public_key_id: str,
+    private_key_pem: str,
+    endpoint: str | None,
+    ca_bundle: str | None,
+    provider: str,
+) -> Any:
+    """A `nebius.sdk.SDK` for these credentials and endpoint (imported here: importing the adapter
+    stays cheap). InvalidRequest when the key or endpoint cannot be used."""
+    import certifi
+    import grpc
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from nebius.base.options import INSECURE
+    from nebius.base.resolver import Constant
+    from nebius.base.service_account.service_account import ServiceAccount
+    from nebius.sdk import SDK
+
+    try:
+        key = serialization.load_pem_private_key(private_key_pem.encode(), password=None)
+    except (ValueError, TypeError):
+        raise AuthError(f"{provider}: the private key is not an unencrypted PEM private key") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise AuthError(f"{provider}: the private key must be an RSA key (Nebius signs RS256)")
+    kwargs: dict[str, Any] = {}
+    if endpoint:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("https", "http") or not parts.hostname or not parts.port:
+            raise InvalidRequest(f"{provider}: endpoint must be https://host:port (gRPC)")
+        target = f"{parts.hostname}:{parts.port}"
+        kwargs["resolver"] = Constant(target)
+        if parts.scheme == "http":
+            kwargs["address_options"] = {target: [(INSECURE, True)]}
+        else:
+            # The default roots (certifi's, as the other SDK adapters trust) plus the connection's CA.
+            with open(certifi.where(), "rb") as f:
+                trusted = f.read()
+            extra = (ca_bundle or "").encode()
+            kwargs["tls_credentials"] = grpc.ssl_channel_credentials(
+                root_certificates=trusted + b"\n" + extra
+            )
+    return SDK(
+        credentials=ServiceAccount(key, public_key_id, service_account_id),
+        user_agent_prefix=USER_AGENT,
+        **kwargs,
+    )
+
+
+def _service_error_kind(status: Any) -> str | None:
+    """Which `nebius.common.v1.ServiceError` detail a refusal carries (quota_failure, ...), if any."""
+    for err in getattr(status, "service_errors", None) or ():
+        which = err.which_field_in_oneof("details")
+        if which:
+            return str(which)
+    return None
+
+
+def map_failure(provider: str, exc: BaseException, scope: FailureScope | None = None) -> ProviderError:
+    """The taxonomy error for an SDK failure (a `RequestError` with the status Nebius answered, or
+    something that is not the cloud's answer)."""
+    import grpc
+    from nebius.aio.service_error import RequestError
+
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return Transient(f"{provider}: call timed out", in_doubt=True)
+    if not isinstance(exc, RequestError):
+        # The SDK wraps an exchange refused by IAM in its own errors; its text names the status.
+        text = str(exc)
+        if "UNAUTHENTICATED" in text or "PERMISSION_DENIED" in text:
+            return AuthError(f"{provider}: credentials refused: {text[:300]}")
+        return Transient(f"{provider}: {type(exc).__name__}: {text[:300]}", in_doubt=True)
+    status = exc.status
+    code, message = status.code, (status.message or "")[:500]
+    detail = _service_error_kind(status)
+    where = scope or FailureScope(provider=provider)
+    text = f"{provider}: {code.name}: {message}"
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return AuthError(text)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if detail == "quota_failure" or "quota" in message.lower():
+            return QuotaError(text, scope=FailureScope(provider=provider, region=where.region))
+        if detail == "too_many_requests":
+            return RateLimited(text, retry_after=_retry_after(exc))
+        return CapacityError(text, scope=where)
+    if code in (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+    ):
+        return InvalidRequest(text)
+    # DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL, UNKNOWN, ABORTED: the call may have acted.
+    return Transient(
+        text,
+        in_doubt=code
+        in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN),
+    )
+
+
+def _retry_after(exc: Any) -> float:
+    """The `google.rpc.RetryInfo` delay among the status details, else the default pause."""
+    from google.rpc import error_details_pb2
+
+    from providers.rest import parse_retry_after
+
+    for detail in getattr(exc.status, "details", None) or ():
+        if str(getattr(detail, "type_url", "")).endswith("/google.rpc.RetryInfo"):
+            info = error_details_pb2.RetryInfo.FromString(bytes(detail.value))
+            return max(0.0, info.retry_delay.ToTimedelta().total_seconds())
+    return parse_retry_after(None)
+
+
+async def call(provider: str, request: Awaitable[Any], scope: FailureScope | None = None) -> Any:
+    """Await one SDK request handle; its failure as a taxonomy error."""
+    try:
+        return await request
+    except ProviderError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — every SDK failure is mapped, none escapes raw
+        raise map_failure(provider, exc, scope) from None
+
+
+def kwargs(timeout: float = CALL_TIMEOUT, idempotency_key: str | None = None) -> dict[str, Any]:
+    """Per-call options: bounded, no SDK retries, and a stable idempotency key when given."""
+    # A refused token exchange (a wrong key, say) is reported to the call at once instead of being
+    # retried in the background until auth_timeout: credentials that cannot work fail fast.
+    out: dict[str, Any] = {
+        "timeout": timeout,
+        "retries": 0,
+        "auth_timeout": timeout,
+        "auth_options": {
+            "token_renew_report_error": "1",
+            "token_renew_synchronous": "1",
+            "max_fetch_token_retries": "1",
+        },
+    }
+    if idempotency_key:
+        out["metadata"] = [(IDEMPOTENCY_HEADER, idempotency_key)]
+    return out
