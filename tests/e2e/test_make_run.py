@@ -17,6 +17,7 @@ twelve ConnectWorkflows, so the checks below share it, in this file's order.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ import asyncssh
 import httpx
 import pytest
 
+from cli.dev import TOKENS_FILE, connection_bodies
 from fakeclouds import clouds
 from tests import audit
 from tests.devrun import DevRun, alive, assert_private, dev_ports
@@ -39,7 +41,7 @@ from tests.test_new_cloud import plugin_env
 SSH = shutil.which("ssh")
 PLUGIN_CLOUD = "democloud"  # tests/plugin_cloud's cloud
 GPU_CLOUDS = ("lambda", "runpod", "vastai", "hyperstack", "massedcompute", "digitalocean", "verda",
-              "primeintellect")
+              "primeintellect", "nebius", "modal")
 OWNED_NAME = re.compile(r"gpuprov-[a-z0-9]{8}-(.+)")
 SSH_LINE = re.compile(r"ssh (?:-p (\d+) )?(\w+)@(127\.[\d.]+)")
 
@@ -184,6 +186,34 @@ def test_every_gpu_cloud_allocates_logs_in_and_leaves_nothing(dev: Running) -> N
     left = [row for row in httpx.get(f"{admin}/side-resources").json()["side_resources"]
             if row["facade"] in GPU_CLOUDS and any(k in str(row.get("name")) for k in keys)]
     assert left == [], left
+
+
+def test_wrong_credentials_for_the_grpc_clouds_are_refused_with_the_reason_and_nothing_saved(
+        dev: Running) -> None:
+    """Through the real ConnectWorkflow, at the simulation's endpoint as `make run` connects it:
+    Nebius with a key its service account never registered (the SDK signs its JWT with it), Modal
+    with a wrong token secret — 400 with the cloud's reason, never the secret, nothing stored."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    wrong_secret = "as-wrong-as-can-be"
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    tokens = json.loads((dev.home / TOKENS_FILE).read_text())
+    bodies = connection_bodies(f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_PORT']}",
+                               {c: tokens[c] for c in ("nebius", "modal")},
+                               grpc_url=f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_GRPC_PORT']}")
+    bodies["nebius"]["credentials"]["private_key"] = other_key
+    bodies["modal"]["credentials"]["token_secret"] = wrong_secret
+    reasons = {"nebius": "signature does not match the public key", "modal": "token id or secret is invalid"}
+    with dev.api() as api:
+        before = api.get("/api/compute/connections").json()
+        for cloud, body in bodies.items():
+            r = api.post("/api/compute/connections", json={**body, "name": f"wrong {cloud}"})
+            assert r.status_code == 400, (cloud, r.text)
+            assert reasons[cloud] in r.json()["detail"].lower(), (cloud, r.text)
+            assert wrong_secret not in r.text and "PRIVATE KEY" not in r.text
+        assert api.get("/api/compute/connections").json() == before
 
 
 def test_up_ssh_ls_offers_then_stop_restart_down(dev: Running) -> None:
