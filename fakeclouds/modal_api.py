@@ -339,12 +339,16 @@ def build_services(engine: Engine, token: str) -> list[Any]:
 
         return await caller.run(ctx, method, "list", effect)
 
+    async def require_issued_token(ctx: grpc.aio.ServicerContext) -> None:
+        """The V2 routes carry the short-lived token AuthTokenGet issued, not the token pair."""
+        if not modal_keys.issued(state, metadata_value(ctx, AUTH_TOKEN_KEY)):
+            await caller.abort(ctx, Unauthorized("missing or expired x-modal-auth-token"))
+
     async def wait_v2(
         request: api_pb2.SandboxWaitRequest, ctx: grpc.aio.ServicerContext
     ) -> api_pb2.SandboxWaitResponse:
         # Sandbox.from_id routes ids not of the V1 shape here (with the AuthTokenGet token).
-        if not modal_keys.issued(state, metadata_value(ctx, AUTH_TOKEN_KEY)):
-            await caller.abort(ctx, Unauthorized("missing or expired x-modal-auth-token"))
+        await require_issued_token(ctx)
         return await wait(request, ctx, "SandboxWaitV2")
 
     async def list_v2(
@@ -352,8 +356,7 @@ def build_services(engine: Engine, token: str) -> list[Any]:
     ) -> api_pb2.SandboxListResponse:
         # The client's Sandbox.list (config sandbox_v2, on by default) lists V1 and V2 sandboxes here,
         # carrying the short-lived token AuthTokenGet issued.
-        if not modal_keys.issued(state, metadata_value(ctx, AUTH_TOKEN_KEY)):
-            await caller.abort(ctx, Unauthorized("missing or expired x-modal-auth-token"))
+        await require_issued_token(ctx)
         return await list_sandboxes(request, ctx, "SandboxListV2")
 
     async def auth_token(
