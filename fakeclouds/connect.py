@@ -48,9 +48,12 @@ def options(server: SimServer, cloud: str) -> ConnectionOptions:
 
 def endpoints(server: SimServer) -> list[str]:
     """Every simulated cloud's endpoint on `server`: what `make run` puts in GPUPROV_ALLOWED_ENDPOINTS
-    (a server started without its TLS listener serves no TLS facade: those have none)."""
+    (a server started without its TLS listener serves no TLS facade, and one serving no gRPC facade
+    has no gRPC listener: those have none)."""
+    tls = server.tls_url is not None
+    grpc = getattr(server, "grpc_target", None) is not None
     return [endpoint(server, cloud) for cloud in clouds.simulated()
-            if server.tls_url is not None or not clouds.facade(cloud).tls]
+            if (tls or not clouds.facade(cloud).tls) and (grpc or clouds.facade(cloud).grpc is None)]
 
 
 def allowed_env(server: SimServer) -> dict[str, str]:
