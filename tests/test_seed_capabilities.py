@@ -1,7 +1,7 @@
 """Each cloud declares the clouds page's capability row exactly (../shared/seeds: "Capabilities",
 "At a glance"): the row is the specification, so it is written out here once more, by hand, and
 compared with what each adapter declares. Vast.ai has no row there: it gets RunPod's, plus --spot
-(an interruptible bid)."""
+(an interruptible bid); nor has Modal: it gets the row issue 19 gives it."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ SEED = {
     "primeintellect": Row("ssh", False, False, False, False, None, False),
     "runpod": Row("none", False, False, False, True, "root", False),
     "vastai": Row("none", False, False, True, True, "root", False),
+    "nebius": Row("cloud-init", True, True, True, True, "ubuntu", False),
+    # No row on the clouds page: issue 19's (containers, so no k3s; no --port beyond its tunnels).
+    "modal": Row("none", False, False, False, False, "root", False),
+    # A local sshd container (issue's row): no systemd, no firewall, ubuntu@ a random local port.
+    "docker": Row("none", False, False, False, False, "ubuntu", False),
 }
 
 
