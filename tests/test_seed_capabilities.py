@@ -36,8 +36,6 @@ SEED = {
     "nebius": Row("cloud-init", True, True, True, True, "ubuntu", False),
     # No row on the clouds page: issue 19's (containers, so no k3s; no --port beyond its tunnels).
     "modal": Row("none", False, False, False, False, "root", False),
-    # A local sshd container (issue's row): no systemd, no firewall, ubuntu@ a random local port.
-    "docker": Row("none", False, False, False, False, "ubuntu", False),
 }
 
 
