@@ -5,13 +5,29 @@ loopback address, fails at once with what was asked — instead of reaching a re
 left on its public default endpoint), a resolver, or a private network, or silently waiting out a
 timeout there. Installed by tests/conftest.py for the pytest process and its xdist workers; the
 service processes the `processes` tests start are not covered (their clouds are the simulation's
-endpoints, and GPUPROV_ALLOWED_ENDPOINTS refuses others)."""
+endpoints, and GPUPROV_ALLOWED_ENDPOINTS refuses others). A test that makes network namespaces of
+its own (tests/fleets/test_probe.py) lets their addresses through with `allowed(network)`."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
+from collections.abc import Iterator
 from typing import Any
+
+_allowed: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+
+
+@contextlib.contextmanager
+def allowed(network: str) -> Iterator[None]:
+    """While the block runs, `network` (e.g. "10.201.7.0/29", a test's own namespaces) may be dialled."""
+    net = ipaddress.ip_network(network)
+    _allowed.append(net)
+    try:
+        yield
+    finally:
+        _allowed.remove(net)
 
 
 class OffLoopback(OSError):
@@ -26,7 +42,7 @@ def _is_local(host: object) -> bool:
         address = ipaddress.ip_address(text.split("%")[0])
     except ValueError:
         return text == "localhost"
-    return address.is_loopback or address.is_unspecified
+    return address.is_loopback or address.is_unspecified or any(address in net for net in _allowed)
 
 
 def install() -> None:
@@ -52,5 +68,5 @@ def install() -> None:
         return real_connect_ex(self, address)
 
     socket.getaddrinfo = getaddrinfo
-    socket.socket.connect = connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+    socket.socket.connect = connect  # type: ignore[method-assign, assignment]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign, assignment]

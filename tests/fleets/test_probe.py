@@ -52,6 +52,7 @@ from messages.ids import fleet_probe_workflow_id
 from providers.fleet_addresses import FleetAddresses, parse_networks
 from store.models import Fleet
 from store.secrets import SecretBox
+from tests import netguard
 from tests.api.conftest import TOKEN
 from worker import workflow_runner
 from workflows.fleet_probe import FleetProbeWorkflow
@@ -171,11 +172,13 @@ async def hidden(lab: Lab) -> AsyncIterator[Hidden]:
     ns_b, ns_h = f"gpfb{tag}", f"gpfh{tag}"
     net = f"10.{random.randint(200, 254)}.{random.randint(0, 255)}"
     procs: list[asyncio.subprocess.Process] = []
+    guard = contextlib.ExitStack()
     host_key = lab.root / "host_key"
     lab.host_key.write_private_key(str(host_key))
     (lab.root / "jump").mkdir()
     home = make_home(lab.root, "hidden", gpus=gpu_type("L4", "NVIDIA L4", 23034, 4), docker=True, sudo=True)
     try:
+        guard.enter_context(netguard.allowed(f"{net}.0/29"))  # this test's own namespaces
         for ns in (ns_b, ns_h):
             ip("netns", "add", ns)
             ip("-n", ns, "link", "set", "lo", "up")
@@ -202,6 +205,7 @@ async def hidden(lab: Lab) -> AsyncIterator[Hidden]:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         unmake(tag, ns_h, ns_b)
+        guard.close()
 
 
 class Api(httpx.AsyncClient):
