@@ -24,7 +24,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_val
 
 from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
 from api.errors import shown
-from api.routers.offers import title_of
+from api.routers.offers import no_connection, title_of
 from api.schemas import OWN_PICKER, GpuOut, PickOut, Strict, gpu_label
 from providers import modal_gpus
 from providers.modal_ import REGION, ModalProvider
@@ -134,9 +134,7 @@ def _require_connection(deps: AppDeps, project: str) -> None:
     with open_session(deps) as session:
         conn = repo.connection_for(session, CLOUD, project)
     if conn is None:
-        raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"no {CLOUD} connection: connect {CLOUD} first "
-                            f"(gpuprov connect {CLOUD} --credential ...)")
+        raise no_connection(CLOUD)
 
 
 def _picked(deps: AppDeps, project: str) -> BackendPick | None:

@@ -87,15 +87,19 @@ async def list_all_offers(
                       clouds=[CloudAnswerOut(**a.model_dump()) for a in answer.clouds])
 
 
+def no_connection(provider: str) -> HTTPException:
+    """409: the project has no connection to `provider` (its offers and picks need one)."""
+    return HTTPException(status.HTTP_409_CONFLICT, f"no {provider} connection: connect {provider} first "
+                                                   f"(gpuprov connect {provider} --credential ...)")
+
+
 def _connection(deps: AppDeps, project: str,
                 provider: str) -> tuple[str, dict[str, object], ConnectionOptions]:
     """The project's connection's id, decrypted credentials and options (409 when there is none)."""
     with open_session(deps) as session:
         conn = repo.connection_for(session, provider, project)
     if conn is None:
-        raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"no {provider} connection: connect {provider} first "
-                            f"(gpuprov connect {provider} --credential ...)")
+        raise no_connection(provider)
     try:
         credentials = repo.credentials_of(deps.box, conn)
     except SecretError as e:
