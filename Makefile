@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # xdist worker. Here Python caches bytecode (in __pycache__/, ignored by git) as it normally does.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-fast lint bench fuzz clean
+.PHONY: run test test-fast lint bench fuzz clean docker-engine
 
 # The product and, beside it, the simulated clouds (a distribution of their own: fakeclouds/pyproject.toml).
 # uv installs what pip would, from the same registry, several times faster (the suite's budget
@@ -23,6 +23,12 @@ $(STAMP): pyproject.toml fakeclouds/pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/gpuprov dev
+
+# The Docker cloud's engine, ahead of time (`make run` and the tests do this themselves when no engine
+# answers): Debian's podman, runc and mmdebstrap (about 45 s), and the sshd image's root file system
+# built into ~/.cache/gpuprov/engine (about 40 s). providers/docker_engine.py.
+docker-engine: $(STAMP)
+	$(BIN)/python -m providers.docker_engine
 
 # The whole suite, on pytest-xdist workers: a test file is one unit of work (tests/tiers.py), the
 # files with process stacks first. More workers than cores: most of a stack's time is waiting.

@@ -256,6 +256,10 @@ async def run_dev(cfg: DevConfig) -> int:
         loop.add_signal_handler(sig, stack.stop_requested.set)
 
     bindir = Path(sys.executable).parent
+    from cli import dev_docker
+
+    docker_svc = None
+    dev_docker.allow_own_engine(cfg.home)  # before any child starts: they inherit it
     typer.echo(f"gpuprov dev: home {cfg.home}, installation {inst_id}")
     try:
         tokens = cloud_tokens(cfg.home, simulated)
@@ -289,11 +293,14 @@ async def run_dev(cfg: DevConfig) -> int:
         async with httpx.AsyncClient(base_url=cfg.api_url + "/api/compute", timeout=90,
                                      headers={"Authorization": f"Bearer {token}"}) as client:
             await connect_simulated(client, bodies)
+            # Docker: a real engine, podman's where none answers (cli/dev_docker.py).
+            docker_svc = await dev_docker.connect(client, cfg.home)
     except DevError as e:
         if not stack.stop_requested.is_set():
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
         typer.echo("stopping")
         stack.stop_all()
+        dev_docker.stop(docker_svc)
         return 0 if stack.stop_requested.is_set() else 1
 
     example = f"gpuprov up --cloud {simulated[0]}" if simulated else "gpuprov connect <cloud> -c KEY=VALUE"
@@ -323,6 +330,7 @@ async def run_dev(cfg: DevConfig) -> int:
             pass
     typer.echo("stopping: api, worker, localcloud, temporal")
     stack.stop_all()
+    dev_docker.stop(docker_svc)
     typer.echo("stopped")
     return code
 

@@ -36,6 +36,7 @@ FACADE_MODULES: Mapping[str, str] = {
     "digitalocean": "fakeclouds.digitalocean_api",
     "modal": "fakeclouds.modal_api",
     "nebius": "fakeclouds.nebius_api",
+    "oci": "fakeclouds.oci_api",
 }
 
 

@@ -1,5 +1,6 @@
-"""Providers the studio's connect grid lists that gpuprov has NO adapter for yet (Oracle
-Cloud), and the SSH / on-prem fleet form (fleets are not connections: /api/compute/fleets keeps them).
+"""Providers the studio's connect grid lists that gpuprov has NO adapter for yet (none today: Oracle
+Cloud's is providers/oci.py), and the SSH / on-prem fleet form (fleets are not connections:
+/api/compute/fleets keeps them).
 
 Each is a typed credentials model like an adapter's (providers/credentials.py), so the catalog shows
 its form exactly as it will be asked for, but nothing here connects, verifies or launches: a
@@ -14,18 +15,6 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from providers.credentials import Credentials, field
-
-
-class OciCredentials(Credentials):
-    """An Oracle Cloud API signing key (Profile → API keys). No adapter yet."""
-
-    user_ocid: str = field("User OCID", min_length=1, max_length=300, help="ocid1.user.oc1..…")
-    tenancy_ocid: str = field("Tenancy OCID", min_length=1, max_length=300, help="ocid1.tenancy.oc1..…")
-    fingerprint: str = field("Fingerprint", min_length=1, max_length=100,
-                             help="of the API key, aa:bb:cc:…")
-    region: str = field("Home Region", min_length=1, max_length=100, help="e.g. us-ashburn-1")
-    private_key: SecretStr = field("Private Key", "file", min_length=1, max_length=20_000,
-                                   help="the API key's private key (.pem file)")
 
 
 class SshFleetCredentials(Credentials):
@@ -65,12 +54,6 @@ SSH_FLEET = "ssh"
 
 FUTURE: dict[str, FutureProvider] = {
     p.key: p for p in (
-        FutureProvider(
-            "oci", "Oracle Cloud (OCI)", "Bare-metal RDMA GPU clusters",
-            "In the OCI console open Profile → My profile → API keys → Add API key → Generate API key pair: "
-            "download the private key (.pem); the configuration preview shows the User OCID, Tenancy OCID, "
-            "Fingerprint and region (your Home Region).",
-            OciCredentials, "Oracle Cloud (OCI) is not supported yet: no adapter"),
         FutureProvider(
             SSH_FLEET, "SSH / On-prem", "Bring your own GPU servers",
             "Give the SSH user, port and a private key (pasted) that logs in to every host, the hosts one "

@@ -46,6 +46,8 @@ BUILTIN: tuple[CloudEntry, ...] = (
     CloudEntry("digitalocean", "providers.digitalocean:DigitalOceanProvider"),
     CloudEntry("nebius", "providers.nebius:NebiusProvider"),
     CloudEntry("modal", "providers.modal_:ModalProvider"),
+    CloudEntry("docker", "providers.docker_:DockerProvider"),
+    CloudEntry("oci", "providers.oci:OciProvider"),
 )
 
 # SSH / on-prem fleets: placed on like a cloud (`--cloud ssh`), but configured as fleets

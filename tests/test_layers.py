@@ -87,7 +87,9 @@ def cloud_id_literals(path: Path, ids: set[str]) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id in ("id", "NAME") for t in targets) and node.value:
+            # REGION: a region that shares a cloud's name (docker's one region is `local`) is no list.
+            own = ("id", "NAME", "REGION")
+            if any(isinstance(t, ast.Name) and t.id in own for t in targets) and node.value:
                 allowed.add(id(node.value))
         elif isinstance(node, ast.keyword) and node.arg == "display_name":
             allowed.add(id(node.value))
@@ -104,6 +106,8 @@ def test_no_list_of_cloud_ids_outside_the_registry() -> None:
     paths = [p for pkg in ("api", "activities", "workflows", "messages", "store", "cli", "fakeclouds",
                            "providers") for p in modules_in(pkg) if p not in lists]
     paths += [ROOT / "worker.py", ROOT / "settings.py"]
+    # Migrations are frozen history: 0011's fleet column `docker` predates the cloud of that name.
+    paths = [p for p in paths if "migrations" not in p.parts]
     assert [hit for p in paths for hit in cloud_id_literals(p, ids)] == []
 
 

@@ -34,8 +34,12 @@ SEED = {
     "runpod": Row("none", False, False, False, True, "root", False),
     "vastai": Row("none", False, False, True, True, "root", False),
     "nebius": Row("cloud-init", True, True, True, True, "ubuntu", False),
+    # "Bare-metal RDMA GPU clusters" (single machines): k3s at boot, --port by an NSG per machine.
+    "oci": Row("cloud-init", True, True, True, True, "ubuntu", True),
     # No row on the clouds page: issue 19's (containers, so no k3s; no --port beyond its tunnels).
     "modal": Row("none", False, False, False, False, "root", False),
+    # A local sshd container (issue's row): no systemd, no firewall, ubuntu@ a random local port.
+    "docker": Row("none", False, False, False, False, "ubuntu", False),
 }
 
 

@@ -53,7 +53,7 @@ SEED_FIELDS: dict[str, list[tuple[str, str, bool, Any]]] = {
             ("Bastion user", "text", False, None), ("Bastion private key", "secret", False, None)],
 }
 # the seed's providers with an adapter here
-AVAILABLE = {"aws", "azure", "gcp", "runpod", "vastai", "modal", "nebius"}
+AVAILABLE = {"aws", "azure", "gcp", "runpod", "vastai", "modal", "nebius", "oci"}
 SECRET_VALUED = {("aws", "secret_access_key"), ("azure", "client_secret"), ("gcp", "service_account_key"),
                  ("runpod", "api_key"), ("modal", "token_secret"), ("nebius", "private_key"),
                  ("oci", "private_key"), ("vastai", "api_key"), ("ssh", "private_key"),
@@ -104,7 +104,6 @@ async def test_availability_billing_note_and_how_to_connect(client: httpx.AsyncC
             assert card["billed_note"] is False and card["billed_note_text"] is None
         else:
             assert card["billed_note"] is True and card["billed_note_text"] == BILLED
-    assert "not supported yet" in by_key["oci"]["reason"]
     assert "fleets" in by_key["ssh"]["reason"]
     # provider-specific: each says where its key is made
     assert "IAM" in by_key["aws"]["how_to_connect"] and "Create access key" in by_key["aws"]["how_to_connect"]
@@ -115,10 +114,10 @@ async def test_availability_billing_note_and_how_to_connect(client: httpx.AsyncC
     assert "AllowTcpForwarding" in by_key["ssh"]["how_to_connect"]
 
 
-@pytest.mark.parametrize(("provider", "name"), [("oci", "Oracle Cloud (OCI)"), ("ssh", "SSH / On-prem")])
+@pytest.mark.parametrize(("provider", "name"), [("ssh", "SSH / On-prem")])
 async def test_connecting_a_listed_future_provider_is_422_not_supported_yet(
         client: httpx.AsyncClient, workflows: FakeWorkflows, provider: str, name: str) -> None:
-    creds = {"private_key": "as-topsecret-2"} if provider == "oci" else {}
+    creds = {"private_key": "as-topsecret-2"}
     r = await client.post("/api/compute/connections", json={"provider": provider, "credentials": creds})
     assert r.status_code == 422, r.text
     assert f"{name} is not supported yet" in r.json()["detail"]

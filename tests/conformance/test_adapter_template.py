@@ -170,7 +170,7 @@ PEM = "-----BEGIN CERTIFICATE-----\nMIIBtemplate\n-----END CERTIFICATE-----\n"
 
 
 def test_the_sdk_clouds_are_the_three() -> None:
-    assert sorted(SDK_CLOUDS) == ["aws", "azure", "gcp"]
+    assert sorted(SDK_CLOUDS) == ["aws", "azure", "gcp", "oci"]  # boto3, google-cloud, azure-mgmt, oci
 
 
 @pytest.mark.parametrize("cloud", SDK_CLOUDS)

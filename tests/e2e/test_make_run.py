@@ -32,8 +32,11 @@ import asyncssh
 import httpx
 import pytest
 
+from cli import dev_docker
 from cli.dev import TOKENS_FILE, connection_bodies
 from fakeclouds import clouds
+from providers import docker_engine
+from providers.docker_ import LABEL_ALLOCATION, DockerProvider
 from tests import audit
 from tests.devrun import DevRun, alive, assert_private, dev_ports
 from tests.test_new_cloud import plugin_env
@@ -41,7 +44,7 @@ from tests.test_new_cloud import plugin_env
 SSH = shutil.which("ssh")
 PLUGIN_CLOUD = "democloud"  # tests/plugin_cloud's cloud
 GPU_CLOUDS = ("lambda", "runpod", "vastai", "hyperstack", "massedcompute", "digitalocean", "verda",
-              "primeintellect", "nebius", "modal")
+              "primeintellect", "nebius", "modal", "oci")
 OWNED_NAME = re.compile(r"gpuprov-[a-z0-9]{8}-(.+)")
 SSH_LINE = re.compile(r"ssh (?:-p (\d+) )?(\w+)@(127\.[\d.]+)")
 
@@ -120,7 +123,9 @@ def test_every_child_up_every_cloud_connected_home_private(dev: Running) -> None
         assert httpx.get(f"{dev.url}/api/compute/connections").status_code == 401
         conns = api.get("/api/compute/connections", params={"limit": 200}).json()["items"]
     shown = {c["provider"]: (c["name"], c["status"]) for c in conns}
-    assert len(conns) == len(shown) == len(clouds.simulated()) + 1  # one connection each
+    # one connection each: the simulated clouds, the plugin's, and Docker (a real engine: cli/dev_docker.py)
+    assert len(conns) == len(shown) == len(clouds.simulated()) + 2
+    assert shown[DockerProvider.id] == ("Docker", "connected")
     assert {cloud: shown.get(cloud) for cloud in clouds.simulated()} == {
         cloud: (clouds.facade(cloud).display_name, "connected") for cloud in clouds.simulated()}
     # Every child has written its state (the worker ran ConnectWorkflow, each cloud verified the
@@ -188,6 +193,31 @@ def test_every_gpu_cloud_allocates_logs_in_and_leaves_nothing(dev: Running) -> N
     assert left == [], left
 
 
+def test_docker_up_logs_in_with_openssh_and_down_leaves_nothing(dev: Running) -> None:
+    """The issue's check: `gpuprov up` on Docker (a real engine: podman's where no Docker runs) is
+    ready, OpenSSH logs in as ubuntu with the user's key on 127.0.0.1, `gpuprov down` leaves nothing."""
+    up = dev.gpuprov("up", "--cloud", DockerProvider.id, "--ssh-key", str(dev.public))
+    assert up.returncode == 0, up.stdout + up.stderr
+    accepted = re.search(r"allocation (\S+) accepted", up.stdout)
+    m = re.search(r"ssh -p (\d+) (\w+)@127\.0\.0\.1", up.stdout)
+    assert accepted and m, up.stdout
+    assert "k3s skipped" in up.stdout, up.stdout
+    login = openssh(dev.private, int(m.group(1)), m.group(2), "echo in as $USER")
+    assert login.returncode == 0 and login.stdout.strip() == "in as ubuntu", login
+
+    engine = (docker_engine.existing_engine()
+              or docker_engine.PodmanService(dev_docker.engine_home(dev.home)).base_url)
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="1.41", timeout=30)
+    mine = {"label": f"{LABEL_ALLOCATION}={accepted.group(1)}"}
+    [ours] = client.containers.list(all=True, filters=mine)
+    assert [b["HostIp"] for b in ours.attrs["HostConfig"]["PortBindings"]["22/tcp"]] == ["127.0.0.1"]
+    down = dev.gpuprov("down", accepted.group(1))
+    assert down.returncode == 0 and "terminated" in down.stdout, down.stdout + down.stderr
+    assert client.containers.list(all=True, filters=mine) == []
+
+
 def test_wrong_credentials_for_the_grpc_clouds_are_refused_with_the_reason_and_nothing_saved(
         dev: Running) -> None:
     """Through the real ConnectWorkflow, at the simulation's endpoint as `make run` connects it:
@@ -201,11 +231,13 @@ def test_wrong_credentials_for_the_grpc_clouds_are_refused_with_the_reason_and_n
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
     tokens = json.loads((dev.home / TOKENS_FILE).read_text())
     bodies = connection_bodies(f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_PORT']}",
-                               {c: tokens[c] for c in ("nebius", "modal")},
+                               {c: tokens[c] for c in ("nebius", "modal", "oci")},
                                grpc_url=f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_GRPC_PORT']}")
     bodies["nebius"]["credentials"]["private_key"] = other_key
     bodies["modal"]["credentials"]["token_secret"] = wrong_secret
-    reasons = {"nebius": "signature does not match the public key", "modal": "token id or secret is invalid"}
+    bodies["oci"]["credentials"]["private_key"] = other_key  # OCI: the SDK signs every request with it
+    reasons = {"nebius": "signature does not match the public key", "modal": "token id or secret is invalid",
+               "oci": "does not verify with the registered api key"}
     with dev.api() as api:
         before = api.get("/api/compute/connections").json()
         for cloud, body in bodies.items():
@@ -271,7 +303,7 @@ def test_up_ssh_ls_offers_then_stop_restart_down(dev: Running) -> None:
         assert_private(again, dev.home)
         with dev.api() as api:
             conns = api.get("/api/compute/connections", params={"limit": 200}).json()["items"]
-        assert len(conns) == len(clouds.simulated()) + 1  # the plugin cloud's too; none made twice
+        assert len(conns) == len(clouds.simulated()) + 2  # the plugin cloud's and Docker's too; none twice
         assert not any("connected " in line for line in again.lines)
         ls = dev.gpuprov("ls")
         assert instance_id in ls.stdout and "ready" in ls.stdout, ls.stdout
