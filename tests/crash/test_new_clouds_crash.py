@@ -1,11 +1,12 @@
-"""SIGKILL a real worker process after Nebius and Modal each accepted a create but before either answer
-came back, then restart it: each allocation still ends with exactly one machine (Nebius's retried
-Create carries the same `x-idempotency-key` and finds the instance by name; Modal's sandbox name is
-taken, and the adapter adopts the sandbox it names), and terminate leaves nothing.
+"""SIGKILL a real worker process after Nebius, Modal and OCI each accepted a create but before any
+answer came back, then restart it: each allocation still ends with exactly one machine (Nebius's
+retried Create carries the same `x-idempotency-key` and finds the instance by name; Modal's sandbox
+name is taken, and the adapter adopts the sandbox it names; OCI's launch carries the key as its
+`opc-retry-token`), and terminate leaves nothing.
 
-The two clouds share one worker and one kill: a crash test costs a worker start and a Temporal
-round trip or two, and these two speak gRPC through the same simulation listener. Fixtures as in
-tests/aws/test_crash.py."""
+The clouds share one worker and one kill: a crash test costs a worker start and a Temporal round
+trip or two. Docker's engine is real, not the simulation: its lost answers are tested through its
+fault proxy (tests/docker_). Fixtures as in tests/aws/test_crash.py."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from messages.enums import Phase
 from messages.ids import attempt_key
 from store.secrets import SecretBox
 from tests import simclouds
-from tests.aws.test_crash import client_start, machines_of
+from tests.aws.test_crash import client_start
 from tests.crash.conftest import (  # noqa: F401 — fixtures, used by name
     WorkerProcess,
     clean_sim,
@@ -33,10 +34,16 @@ from tests.crash.conftest import (  # noqa: F401 — fixtures, used by name
 from tests.crash.test_worker_crash import TIMING, USER_KEY, until
 from tests.workflows.conftest import settled, terminate
 
-CLOUDS = ("nebius", "modal")
+CLOUDS = ("nebius", "modal", "oci")
 
 
-async def test_kill_after_both_grpc_clouds_accepted_the_create(
+def machines_of(server: FakeCloudServer, cloud: str, key: str) -> list[dict[str, object]]:
+    """`cloud`'s simulated machines of the key: by label, or (OCI keeps its tags to itself) by name."""
+    return [m for m in server.admin.machines() if m["facade"] == cloud
+            and (m["labels"].get("gpuprov-key") == key or str(m.get("name") or "").endswith(f"-{key}"))]
+
+
+async def test_kill_after_each_new_cloud_accepted_the_create(
         temporal_client: Client, sim: FakeCloudServer, worker_process: WorkerProcess,  # noqa: F811
         installation: str, db_engine: sa.Engine, secret_box: SecretBox) -> None:  # noqa: F811
     allocations: dict[str, str] = {}
@@ -52,7 +59,7 @@ async def test_kill_after_both_grpc_clouds_accepted_the_create(
         handles[cloud] = await client_start(temporal_client, req)
     keys = {cloud: attempt_key(a, 1) for cloud, a in allocations.items()}
 
-    await until(lambda: all(len(machines_of(sim, keys[c])) == 1 for c in CLOUDS))
+    await until(lambda: all(len(machines_of(sim, c, keys[c])) == 1 for c in CLOUDS))
     worker_process.kill()
     sim.admin.clear_faults()
     worker_process.start()
@@ -60,7 +67,7 @@ async def test_kill_after_both_grpc_clouds_accepted_the_create(
     states = dict(zip(CLOUDS, await asyncio.gather(*(settled(handles[c]) for c in CLOUDS)), strict=True))
     for cloud, st in states.items():
         assert st.phase == Phase.READY and st.ref is not None, (cloud, st.error)
-        made = machines_of(sim, keys[cloud])
+        made = machines_of(sim, cloud, keys[cloud])
         assert [m["id"] for m in made] == [st.ref.instance_id], (cloud, made)  # found, not launched again
 
     for cloud, allocation_id in allocations.items():
