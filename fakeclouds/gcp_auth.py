@@ -141,6 +141,12 @@ def private_key(token: str) -> rsa.RSAPrivateKey:
     return numbers.private_key()
 
 
+def pkcs8_pem(key: rsa.RSAPrivateKey) -> str:
+    """`key` as an unencrypted PKCS#8 PEM: how the clouds hand out a private key (GCP, Nebius, OCI)."""
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
+
+
 def key_id(token: str) -> str:
     return hashlib.sha256(b"kid\0" + token.encode()).hexdigest()[:40]
 
@@ -148,13 +154,7 @@ def key_id(token: str) -> str:
 def service_account_key(token: str) -> dict[str, str]:
     """The service-account key JSON (as a dict) the simulation issues for `token`: what a user
     downloads from the Cloud console. The private half is only here; the server keeps the public."""
-    pem = (
-        private_key(token)
-        .private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        .decode()
-    )
+    pem = pkcs8_pem(private_key(token))
     return {
         "type": "service_account",
         "project_id": PROJECT,

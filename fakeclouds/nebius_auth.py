@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from fakeclouds import gcp_auth
@@ -53,13 +52,7 @@ def public_key_id(token: str) -> str:
 
 
 def private_key_pem(token: str) -> str:
-    return (
-        private_key(token)
-        .private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        .decode()
-    )
+    return gcp_auth.pkcs8_pem(private_key(token))
 
 
 def credentials(token: str) -> dict[str, Any]:

@@ -60,13 +60,7 @@ def fingerprint_of(key: rsa.RSAPublicKey) -> str:
 
 
 def private_key_pem(token: str) -> str:
-    return (
-        private_key(token)
-        .private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        .decode()
-    )
+    return gcp_auth.pkcs8_pem(private_key(token))
 
 
 def credentials(token: str) -> dict[str, Any]:
