@@ -169,7 +169,7 @@ SDK_CLOUDS = [c for c in registry.known() if issubclass(registry.adapter_class(c
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBtemplate\n-----END CERTIFICATE-----\n"
 
 
-def test_the_sdk_clouds_are_the_three() -> None:
+def test_the_sdk_clouds_are_the_four() -> None:
     assert sorted(SDK_CLOUDS) == ["aws", "azure", "gcp", "oci"]  # boto3, google-cloud, azure-mgmt, oci
 
 
