@@ -48,11 +48,11 @@ from fakeclouds.nvidia_smi import script_for
 from fakeclouds.ssh import MachineSSH
 from messages.fleet import FleetProbeResult
 from messages.health import HealthInput, HealthSummary
-from messages.ids import fleet_probe_workflow_id
+from messages.ids import fleet_probe_workflow_id, fleet_reprobe_workflow_id
 from providers.fleet_addresses import FleetAddresses, parse_networks
 from store.models import Fleet
 from store.secrets import SecretBox
-from tests import netguard
+from tests import netguard, recorded
 from tests.api.conftest import TOKEN
 from worker import workflow_runner
 from workflows.fleet_probe import FleetProbeWorkflow
@@ -308,12 +308,17 @@ async def test_probe_reports_each_host_and_the_key_is_nowhere(
     assert (await api.get("/api/compute/providers")).json()["items"] == []
 
 
-async def health_run(client: Client, api: Api, fleet_id: str) -> HealthSummary:
-    """What the `gpuprov-health` Schedule starts every interval, run now for this fleet only."""
+async def health_run(client: Client, api: Api, fleet_id: str, *, keep: bool = False) -> HealthSummary:
+    """What the `gpuprov-health` Schedule starts every interval, run now for this fleet only. `keep`:
+    its history and its re-probe child's replayed, and kept when recording (tests/recorded.py)."""
     queue = api.task_queue
-    summary: HealthSummary = await client.execute_workflow(
+    handle = await client.start_workflow(
         HealthWorkflow.run, HealthInput(connection_ids=[], fleet_ids=[fleet_id]),
-        id=f"health-test-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=HealthSummary)
+        id=f"health-test-{uuid.uuid4().hex[:8]}", task_queue=queue)
+    summary = await handle.result()
+    if keep:
+        await recorded.replays(client, handle.id,
+                               fleet_reprobe_workflow_id(fleet_id, handle.result_run_id or ""))
     return summary
 
 
@@ -330,6 +335,7 @@ async def test_the_health_run_reprobes_fleets(api: Api, lab: Lab, temporal_clien
                                                     "hosts": [a, b, down]})
     fleet = r.json()
     await probed(temporal_client, probe_workflow_id(engine, fleet["id"]))
+    await recorded.replays(temporal_client, probe_workflow_id(engine, fleet["id"]))  # one host down
     row = await provider_row(api, fleet["id"])
     assert (row["status"], row["reason"]) == ("degraded", f"unreachable: {down} (connection refused)")
     assert (row["host_count"], row["gpu_count"]) == (3, 3)
@@ -341,7 +347,7 @@ async def test_the_health_run_reprobes_fleets(api: Api, lab: Lab, temporal_clien
                       env={"PATH": f"{home / 'bin'}:/usr/bin:/bin"})
     await late.start(down, lab.port)
     try:
-        summary = await health_run(temporal_client, api, fleet["id"])
+        summary = await health_run(temporal_client, api, fleet["id"], keep=True)
     finally:
         await late.stop()
     [result] = summary.probed

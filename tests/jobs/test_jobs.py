@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +13,13 @@ from sqlmodel import Session
 from temporalio.worker import Replayer
 
 from store.models import Instance
+from tests import recorded
 from tests.jobs.conftest import CLOUD, Stack
 from tests.processes import until
 from worker import WORKFLOWS, workflow_runner
 
-JOB_HISTORIES = Path(__file__).resolve().parents[1] / "workflows" / "histories" / "jobs-v1"
+# jobs-v1/ (committed) was recorded here; a new recording goes to the current round's folder.
+JOB_HISTORIES = recorded.BATCH
 
 
 async def replays(stack: Stack, job_id: str) -> None:

@@ -23,6 +23,7 @@ from messages.policy import Facts, PoolUtilisationWhen
 from messages.pool import PoolStatus, ScaleInput, ScaleState, scale_workflow_id, slot_of_allocation
 from store import pool_claims, pools, repo
 from store.models import Instance, Pool, utcnow
+from tests import recorded
 from tests.jobs.conftest import CLOUD, FAST, Stack
 from tests.jobs.test_jobs import replays
 from tests.processes import until
@@ -175,6 +176,7 @@ async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measu
             pools.mark_deleting(s, POOL_ID)
         await handle.execute_update("reconcile")
         await handle.result()  # the pool forgotten once the cloud shows none of its machines
+    await recorded.replays(stack.client, handle.id)  # its last run: scaled to 0, then deleted
 
 
 async def _async(value: bool) -> bool:

@@ -25,7 +25,7 @@ from store import migrate
 from store.db import make_engine
 from store.models import Attempt, Connection, Instance, InstanceEvent, SweepAction, SweepSighting
 from store.secrets import SecretBox
-from tests import simclouds
+from tests import recorded, simclouds
 from worker import build_worker
 
 TASK_QUEUE = "gpuprov-sweep-tests"
@@ -115,14 +115,19 @@ async def alive(sim: FakeCloudServer, instance_id: str) -> bool:
     return bool(m["status"] not in ("terminated", "terminating"))
 
 
-async def sweep(client: Client, **kw: Any) -> SweepSummary:
-    """One sweep run by hand (what the Schedule starts), with test timing."""
+async def sweep(client: Client, *, keep: bool = False, **kw: Any) -> SweepSummary:
+    """One sweep run by hand (what the Schedule starts), with test timing. `keep`: its history
+    replayed, and kept when recording (tests/recorded.py)."""
     fields: dict[str, Any] = dict(poll_interval_s=0.1, heartbeat_timeout_s=5, list_timeout_s=30,
                                   terminate_timeout_s=60, max_retry_interval_s=1)
     fields.update(kw)
-    return await client.execute_workflow("SweepWorkflow", SweepInput(**fields),
-                                         id=f"sweep-test-{uuid.uuid4().hex[:8]}", task_queue=TASK_QUEUE,
-                                         result_type=SweepSummary)
+    workflow_id = f"sweep-test-{uuid.uuid4().hex[:8]}"
+    summary: SweepSummary = await client.execute_workflow(
+        "SweepWorkflow", SweepInput(**fields), id=workflow_id, task_queue=TASK_QUEUE,
+        result_type=SweepSummary)
+    if keep:
+        await recorded.replays(client, workflow_id)
+    return summary
 
 
 def actions(engine: sa.Engine) -> list[SweepAction]:

@@ -96,7 +96,7 @@ async def test_machines_of_allocations_that_are_over_are_orphans(temporal_client
         refs[status] = ref = await plant(sim, "local", allocation)
         add_instance(sweep_engine, allocation, connection_id=conn, cloud="local", status=status, key=ref.key)
 
-    summary = await sweep(temporal_client, grace_s=0)
+    summary = await sweep(temporal_client, grace_s=0, keep=True)
 
     assert {r.machine.ref.instance_id: r.reason.rsplit(" ", 1)[-1] for r in summary.removed} == {
         ref.instance_id: status for status, ref in refs.items()}
@@ -206,7 +206,7 @@ async def test_a_connection_that_does_not_answer_is_reported_and_the_rest_swept(
                                   endpoint=simclouds.endpoint(sim, "local")).id
     ref = await plant(sim, "local")
 
-    summary = await sweep(temporal_client, grace_s=0)
+    summary = await sweep(temporal_client, grace_s=0, keep=True)
 
     assert summary.listed == [good] and len(summary.failures) == 1 and bad in summary.failures[0]
     assert [r.machine.ref.instance_id for r in summary.removed] == [ref.instance_id]

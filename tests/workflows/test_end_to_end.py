@@ -19,11 +19,11 @@ from activities.watch import start_watch
 from fakeclouds.server import FakeCloudServer
 from messages.allocation import AllocationState, CloudTarget
 from messages.enums import Phase
-from messages.ids import watch_workflow_id
+from messages.ids import allocation_workflow_id, watch_workflow_id
 from providers.base import OfferQuery
 from store.models import Instance
 from store.secrets import SecretBox
-from tests import simclouds
+from tests import recorded, simclouds
 from tests.eventually import eventually
 from tests.workflows.conftest import INSTALLATION, TASK_QUEUE, settled, start_allocate, terminate
 
@@ -69,6 +69,8 @@ async def test_allocate_then_terminate_on_the_simulated_clouds(temporal_client: 
 
     await terminate(temporal_client, req.allocation_id)
     assert await owned(sim, cloud) == []
+    if cloud == "lambda":  # a cloud with a launch rate: the create on its launch queue (LAUNCH_QUEUE_PATCH)
+        await recorded.replays(temporal_client, allocation_workflow_id(req.allocation_id))
     mine = [m for m in sim.admin.machines() if m["id"] == st.ref.instance_id]  # type: ignore[union-attr]
     assert len(mine) == 1 and mine[0]["status"] == "terminated"
 
@@ -121,7 +123,10 @@ async def test_a_machine_killed_while_ready_is_shown_lost_within_two_watch_inter
         row = s.get(Instance, req.allocation_id)
         assert row is not None and row.status == "lost" and row.error == final.error
     assert await owned(sim, "local") == []  # the broken machine was terminated: nothing bills
-    await temporal_client.get_workflow_handle(watch_workflow_id(connection)).signal("stop")
+    watch = temporal_client.get_workflow_handle(watch_workflow_id(connection))
+    await watch.signal("stop")
+    await asyncio.wait_for(watch.result(), 60)
+    await recorded.replays(temporal_client, watch.id, handle.id)
 
 
 async def test_across_clouds_capacity_everywhere_on_one_lands_on_the_next(

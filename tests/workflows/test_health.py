@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -18,12 +17,14 @@ from messages.ids import connection_health_workflow_id, health_recheck_child_id
 from store import repo
 from store.models import Connection
 from store.secrets import SecretBox
+from tests import recorded
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import TASK_QUEUE
 from tests.workflows.test_terminate_connect import connect, connect_request
 from worker import WORKFLOWS, workflow_runner
 
-HEALTH_HISTORIES = Path(__file__).resolve().parent / "histories" / "health-v1"
+# health-v1/ (committed) was recorded here; a new recording goes to the current round's folder.
+HEALTH_HISTORIES = recorded.BATCH
 
 
 async def replays(client: Client, *workflow_ids: str) -> None:
@@ -43,9 +44,11 @@ async def test_health_check_records_healthy_and_degraded_with_the_reason(
     with Session(db_engine) as s:
         good, bad = (repo.add_connection(s, secret_box, provider="fake", name=key,
                                          credentials={"api_key": key}).id for key in ("good", "nope"))
+    workflow_id = f"health-test-{uuid.uuid4().hex[:8]}"
     summary = await temporal_client.execute_workflow(
         "HealthWorkflow", HealthInput(connection_ids=[good, bad], verify_timeout_s=10),
-        id=f"health-test-{uuid.uuid4().hex[:8]}", task_queue=TASK_QUEUE, result_type=HealthSummary)
+        id=workflow_id, task_queue=TASK_QUEUE, result_type=HealthSummary)
+    await recorded.replays(temporal_client, workflow_id)
 
     assert {c.connection_id: c.ok for c in summary.checked} == {good: True, bad: False}
     with Session(db_engine) as s:

@@ -25,6 +25,7 @@ from messages.policy import PolicyInput, PolicyRunOutcome
 from store import policies, queue, spend
 from store.models import Job, Policy, utcnow
 from store.secrets import SecretBox
+from tests import recorded
 from tests.conftest import TEMPORAL_BIN, TEST_SECRET_KEY
 from tests.workflows.conftest import TASK_QUEUE
 
@@ -122,7 +123,7 @@ async def test_a_spend_policy_run_reads_the_ledger_posts_the_webhook_and_records
                                          webhook_query="token=t0k3n").id
 
     async def run(policy_id: str) -> PolicyRunOutcome:
-        return await run_policy(temporal_client, policy_id, project)
+        return await run_policy(temporal_client, policy_id, project, keep=True)
 
     first = await run(spend_pol)
     assert first.acted and first.result.endswith("webhook answered HTTP 204"), first
@@ -144,11 +145,14 @@ async def test_a_spend_policy_run_reads_the_ledger_posts_the_webhook_and_records
         assert row.last_result == second.result
 
 
-async def run_policy(client: Client, policy_id: str, project: str) -> PolicyRunOutcome:
+async def run_policy(client: Client, policy_id: str, project: str, *, keep: bool = False) -> PolicyRunOutcome:
+    """One run; `keep`: its history replayed, and kept when recording (tests/recorded.py)."""
+    workflow_id = f"policy-{policy_id}-{uuid.uuid4().hex[:6]}"
     out: PolicyRunOutcome = await client.execute_workflow(
-        "PolicyWorkflow", PolicyInput(policy_id=policy_id, project=project),
-        id=f"policy-{policy_id}-{uuid.uuid4().hex[:6]}", task_queue=TASK_QUEUE,
-        result_type=PolicyRunOutcome, execution_timeout=timedelta(seconds=120))
+        "PolicyWorkflow", PolicyInput(policy_id=policy_id, project=project), id=workflow_id,
+        task_queue=TASK_QUEUE, result_type=PolicyRunOutcome, execution_timeout=timedelta(seconds=120))
+    if keep:
+        await recorded.replays(client, workflow_id)
     return out
 
 

@@ -3,24 +3,29 @@ current workflow code, so a change that breaks determinism fails here, not in pr
 
 from __future__ import annotations
 
-import os
+import ast
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
 from messages.enums import Phase
+from tests import recorded
 from tests.conftest import TEST_SECRET_KEY
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import TASK_QUEUE, settled, start_allocate, terminate, wait_phase
 from worker import WORKFLOWS, workflow_runner
 from workflows.converter import data_converter
 
-HISTORIES = Path(__file__).resolve().parent / "histories"
-CURRENT = HISTORIES / "v3"  # what GPUPROV_RECORD_HISTORIES=1 rewrites; older versions stay as they are
+HISTORIES = recorded.HISTORIES
+WORKFLOW_SOURCES = Path(__file__).resolve().parents[2] / "workflows"
+PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
 
 
 async def test_histories_replay_deterministically(temporal_client: Client, fake_cloud: FakeCloud,
@@ -46,13 +51,11 @@ async def test_histories_replay_deterministically(temporal_client: Client, fake_
     assert "AllocationWorkflow" in types and len(histories) >= 3
 
     assert await replay_failures(histories) == {}
-    if os.environ.get("GPUPROV_RECORD_HISTORIES"):
-        # Refresh the committed histories (only when a change is *meant* to alter workflow code paths).
-        CURRENT.mkdir(exist_ok=True)
-        for old in CURRENT.glob("*.json"):
-            old.unlink()
+    if recorded.recording():
+        # Into the current round's folder; committed folders (v3/ was recorded here) stay as they are.
+        recorded.BATCH.mkdir(exist_ok=True)
         for h in histories:
-            (CURRENT / f"{h.workflow_id}.json").write_text(h.to_json())
+            (recorded.BATCH / f"{h.workflow_id}.json").write_text(h.to_json())
 
 
 async def replay_failures(histories: list[WorkflowHistory],
@@ -72,12 +75,107 @@ def committed_histories() -> list[WorkflowHistory]:
     return [WorkflowHistory.from_json(p.stem, p.read_text()) for p in sorted(HISTORIES.glob("*/*.json"))]
 
 
+def workflow_type(history: WorkflowHistory) -> str:
+    return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
+
+
 async def test_committed_histories_replay_against_current_code() -> None:
     """Histories recorded by an earlier version: a change that breaks running workflows fails here."""
     histories = committed_histories()
-    types = {h.events[0].workflow_execution_started_event_attributes.workflow_type.name for h in histories}
+    types = {workflow_type(h) for h in histories}
     assert {"AllocateWorkflow", "TerminateWorkflow", "AllocationWorkflow"} <= types
     assert await replay_failures(histories) == {}
+
+
+def registered_types(workflows: list[type] = WORKFLOWS) -> dict[str, type]:
+    """Workflow type name -> class, of every workflow the worker registers."""
+    names = {cls: workflow._Definition.must_from_class(cls).name for cls in workflows}
+    return {name: cls for cls, name in names.items() if name is not None}  # None: a dynamic workflow
+
+
+def test_every_registered_workflow_type_has_a_committed_history() -> None:
+    """A type the worker runs but no committed history holds is a type whose changes nothing replays."""
+    committed = {workflow_type(h) for h in committed_histories()}
+    missing = sorted(set(registered_types()) - committed)
+    assert missing == [], f"no committed history of {', '.join(missing)}"
+
+
+def patch_ids_in(source: str) -> set[str]:
+    """The ids passed to `workflow.patched(...)` / `workflow.deprecate_patch(...)` in one module's
+    source: a string literal, or a module-level string constant of that module."""
+    tree = ast.parse(source)
+    constants: dict[str, str] = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            constants.update({t.id: value.value for t in targets if isinstance(t, ast.Name)})
+    ids = set()
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else \
+            call.func.id if isinstance(call.func, ast.Name) else None
+        if name not in ("patched", "deprecate_patch"):
+            continue
+        arg = call.args[0] if call.args else None
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            ids.add(arg.value)
+        elif isinstance(arg, ast.Name) and arg.id in constants:
+            ids.add(constants[arg.id])
+        else:
+            raise AssertionError(f"line {call.lineno}: a patch id that is neither a string nor a "
+                                 f"module constant: {ast.unparse(call)}")
+    return ids
+
+
+def test_patch_ids_are_read_from_literals_and_module_constants() -> None:
+    source = ('from temporalio import workflow\nfrom temporalio.workflow import patched\n'
+              'P: str = "annotated"\nQ = "plain"\n'
+              'def f():\n    workflow.patched(P) or workflow.patched("literal") or patched(Q)\n'
+              '    workflow.deprecate_patch("old")\n    other.call(Q)\n')
+    assert patch_ids_in(source) == {"annotated", "plain", "literal", "old"}
+    with pytest.raises(AssertionError, match="neither a string"):
+        patch_ids_in("from temporalio import workflow\nworkflow.patched(make_id())\n")
+
+
+def patches() -> dict[str, set[str]]:
+    """Each patch id used in workflows/ -> the registered workflow types defined in its module (all
+    of them, for a helper module that defines none)."""
+    types = registered_types()
+    found: dict[str, set[str]] = {}
+    for path in sorted(WORKFLOW_SOURCES.rglob("*.py")):
+        here = {name for name, cls in types.items()
+                if Path(sys.modules[cls.__module__].__file__ or "").resolve() == path.resolve()}
+        for patch_id in patch_ids_in(path.read_text()):
+            found.setdefault(patch_id, set()).update(here or types)
+    return found
+
+
+def patch_markers(history: WorkflowHistory) -> set[str]:
+    """The patch ids a history marks (MarkerRecorded events of temporalio's patch marker)."""
+    ids = set()
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED \
+                and e.marker_recorded_event_attributes.marker_name == PATCH_MARKER:
+            for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads:
+                ids.add(json.loads(payload.data)["id"])
+    return ids
+
+
+def test_every_patch_has_committed_histories_with_and_without_its_marker() -> None:
+    """Both branches of every `workflow.patched` replay: a history recorded since the patch (its
+    marker) and one of the same workflow type recorded before it (none)."""
+    assert patches(), "the scan of workflows/ found no patch (LAUNCH_QUEUE_PATCH is one)"
+    histories = committed_histories()
+    lacking = {}
+    for patch_id, types in patches().items():
+        of_type = [h for h in histories if workflow_type(h) in types]
+        marked = sum(patch_id in patch_markers(h) for h in of_type)
+        if not marked or marked == len(of_type):
+            lacking[patch_id] = f"{marked} of {len(of_type)} histories of {sorted(types)} mark it"
+    assert lacking == {}
 
 
 @workflow.defn(name="AllocateWorkflow", sandboxed=False)

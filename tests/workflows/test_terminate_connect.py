@@ -18,6 +18,7 @@ from messages.ids import allocate_workflow_id, terminate_workflow_id
 from store import repo
 from store.models import Connection, Instance
 from store.secrets import SecretBox
+from tests import recorded
 from tests.eventually import eventually
 from tests.fakes import FakeCloud
 from tests.workflows.conftest import FAST, TASK_QUEUE, settled, start_allocate, terminate, wait_phase
@@ -139,6 +140,7 @@ async def test_connect_saves_only_verified_credentials(temporal_client: Client, 
                                                        db_engine: sa.Engine, secret_box: SecretBox) -> None:
     good, bad = connect_request(secret_box, "good"), connect_request(secret_box, "nope")
     ok, refused = await connect(temporal_client, good), await connect(temporal_client, bad)
+    await recorded.replays(temporal_client, f"connect-{good.connection_id}", f"connect-{bad.connection_id}")
 
     assert ok.ok and ok.account == "fake-account"
     assert not refused.ok and "invalid api key" in (refused.reason or "")
@@ -155,6 +157,7 @@ async def test_connect_gives_up_on_an_unreachable_cloud(temporal_client: Client,
     req = connect_request(secret_box, "good")
     result = await connect(temporal_client, req)
     assert not result.ok and "503" in (result.reason or "")
+    await recorded.replays(temporal_client, f"connect-{req.connection_id}")
     with Session(db_engine) as s:
         assert s.get(Connection, req.connection_id) is None
 
@@ -180,6 +183,7 @@ async def test_disconnect_terminates_live_instances_then_deletes_the_connection(
         id=f"disconnect-{fake_connection}", task_queue=TASK_QUEUE, result_type=DisconnectResult)
 
     assert result.terminated == [req.allocation_id]
+    await recorded.replays(temporal_client, f"disconnect-{fake_connection}")
     assert await owned() == []
     assert instance(db_engine, req.allocation_id).status == "terminated"
     with Session(db_engine) as s:

@@ -1,0 +1,45 @@
+"""Committed workflow histories (tests/workflows/histories/README.md), recorded from tests' real runs.
+
+A test that runs a workflow passes its ids to `replays`: each run's history is replayed against the
+current code, and with GPUPROV_RECORD_HISTORIES=1 it is also kept in `BATCH`, the folder of the
+current round of recordings, which tests/workflows/test_replay.py replays on every run. A later
+round records into a new folder (named for its date): a folder once committed is never rewritten.
+The histories hold the tests' payloads as the worker wrote them, encrypted by the codec."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from worker import WORKFLOWS, workflow_runner
+
+HISTORIES = Path(__file__).resolve().parent / "workflows" / "histories"
+BATCH = HISTORIES / "2026-12-02"
+
+CLOSED = {EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+          EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+          EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW}
+
+
+def recording() -> bool:
+    return bool(os.environ.get("GPUPROV_RECORD_HISTORIES"))
+
+
+async def replays(client: Client, *workflow_ids: str) -> list[WorkflowHistory]:
+    """The latest run of each workflow, closed, replayed against the current code (a replay failure
+    raises); kept in BATCH when recording."""
+    histories = [await client.get_workflow_handle(w).fetch_history() for w in workflow_ids]
+    replayer = Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(),
+                        data_converter=client.data_converter)
+    for history in histories:
+        assert history.events[-1].event_type in CLOSED, f"{history.workflow_id} has not closed"
+        await replayer.replay_workflow(history)
+    if recording():
+        BATCH.mkdir(exist_ok=True)
+        for history in histories:
+            (BATCH / f"{history.workflow_id}.json").write_text(history.to_json())
+    return histories
