@@ -32,6 +32,9 @@ from workflows.converter import data_converter
 # Subprocesses started with this environment (workers) inherit it; a test may set its own.
 os.environ.setdefault("GPUPROV_CLOUD_TIME_SCALE", "0.001")
 
+# The Docker cloud's real engine and its fault proxy: fixtures for tests/docker_ and the crash tests.
+pytest_plugins = ("tests.docker_.fixtures",)
+
 TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
 TEST_SERVER_BIN = TEMPORAL_BIN.with_name("temporal-test-server")
 netguard.install()  # nothing but loopback from a test process (tests/netguard.py)

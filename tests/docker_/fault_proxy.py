@@ -8,7 +8,10 @@ op: `create` (POST /containers/create), `get` (GET /containers/{id}/json), `list
 /containers/json), `terminate` (DELETE /containers/{id}), `offers` (GET /info), `verify` (GET
 /version, /_ping); anything else (the start) is `start`, which only a `*` rule matches.
 `server_error` answers its status without reaching the engine; `lose_response` lets the request take
-effect on the engine, then closes the client's connection without a byte of the answer.
+effect on the engine, then closes the client's connection without a byte of the answer; `latency`
+with `when="after"` lets it take effect, then holds the answer for its `seconds` (the crash test's
+"create accepted, worker killed before the answer": tests/crash/test_docker_crash.py) — or until the
+client's connection closes (a killed client), when there is no one left to answer.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 from pathlib import Path
 
 from fakeclouds.errors import LostResponse, RateLimit, ServerFault
-from fakeclouds.faults import FaultBook
+from fakeclouds.faults import CallPlan, FaultBook
 
 FACADE = "docker"
 _OPS = (
@@ -45,6 +48,7 @@ class FaultProxy:
         self.upstream, self.listen = upstream, listen
         self.book = FaultBook()
         self.seen: list[tuple[str, str]] = []  # (op, path) of every request, in order
+        self.holding = 0  # answers being held now (latency after): 0 once a killed client's is dropped
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
@@ -111,7 +115,8 @@ class FaultProxy:
                     return
                 answer = await self._forward(method, target, headers, body)
                 try:
-                    await plan.after()
+                    if not await self._held(plan, reader):
+                        return  # the client is gone while its answer was held: no one to answer
                 except LostResponse:
                     return  # it took effect; the answer is lost: close without a byte of it
                 writer.write(answer)
@@ -120,6 +125,25 @@ class FaultProxy:
                     return
         finally:
             writer.close()
+
+    async def _held(self, plan: CallPlan, reader: asyncio.StreamReader) -> bool:
+        """Run the plan's after-effects (a held answer); False when the client closed its connection
+        first. A client of the engine sends nothing more until its answer (no pipelining: the SDK's
+        requests wait for theirs), so the only thing to read meanwhile is the end of the stream."""
+        after = asyncio.ensure_future(plan.after())
+        closed = asyncio.ensure_future(reader.read(1))
+        self.holding += 1
+        try:
+            await asyncio.wait({after, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.holding -= 1
+            for task in (after, closed):
+                if not task.done():
+                    task.cancel()
+        if after.done():
+            after.result()  # LostResponse: the caller closes without the answer
+            return True
+        return False
 
     async def _forward(self, method: str, target: str, headers: list[str], body: bytes) -> bytes:
         path = self.upstream.removeprefix("unix://")

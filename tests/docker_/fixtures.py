@@ -2,10 +2,14 @@
 answers there, else Debian's podman serving one on a socket of this session's own
 (providers/docker_engine.py), stopped, with every container in its storage, at the session's end.
 
-The engine starts only when a test asks for `docker_engine`, which needs `module_processes`: those
+The engine starts only when a test asks for `docker_engine_url`, which needs `module_processes`: those
 tests are in the `processes` tier (tests/tiers.py), never in `make test-fast`. The first session on a
-machine pays the image build (mmdebstrap, about 40 s; cached under ~/.cache/gpuprov/docker) and,
+machine pays the image build (mmdebstrap, about 40 s; cached under ~/.cache/gpuprov/engine) and,
 where podman is missing, its install (about 45 s).
+
+A plugin of the whole suite (tests/conftest.py's `pytest_plugins`), not tests/docker_'s conftest: the
+session's one engine is shared with the Docker crash test (tests/crash/test_docker_crash.py) — a
+session fixture defined twice would be two engines, each importing the image.
 """
 
 from __future__ import annotations
