@@ -5,8 +5,8 @@ name is taken, and the adapter adopts the sandbox it names; OCI's launch carries
 `opc-retry-token`), and terminate leaves nothing.
 
 The clouds share one worker and one kill: a crash test costs a worker start and a Temporal round
-trip or two. Docker's engine is real, not the simulation: its lost answers are tested through its
-fault proxy (tests/docker_). Fixtures as in tests/aws/test_crash.py."""
+trip or two. Docker's engine is real, not the simulation: its crash test is test_docker_crash.py
+(the held answer comes from its fault proxy). Fixtures as in tests/aws/test_crash.py."""
 
 from __future__ import annotations
 
