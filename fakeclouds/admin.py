@@ -115,6 +115,13 @@ class FakeCloudAdmin:
             body["quota"] = quota
         return self._request("PUT", "/config", body)
 
+    def calls(self) -> Any:
+        """Per facade, the names of the calls served since `clear_calls` (fakeclouds/calls.py)."""
+        return self._request("GET", "/calls", pick=lambda b: b["calls"])
+
+    def clear_calls(self) -> Any:
+        return self._request("DELETE", "/calls")
+
     def reset(self) -> Any:
         """A fresh cloud: terminate and forget every machine, clear faults, restore stock and quotas."""
         return self._request("POST", "/reset")

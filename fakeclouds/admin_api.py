@@ -137,6 +137,16 @@ def build_router(engine: Engine) -> APIRouter:
                          quota=body.quota, time_scale=body.time_scale)
         return JSONResponse(await get_config())
 
+    @router.get("/calls")
+    async def calls() -> dict[str, Any]:
+        """Per facade, the calls served since the last clear (fakeclouds/calls.py)."""
+        return {"calls": engine.calls.as_json()}
+
+    @router.delete("/calls")
+    async def clear_calls() -> dict[str, Any]:
+        engine.calls.clear()
+        return {"ok": True}
+
     @router.post("/reset")
     async def reset() -> dict[str, Any]:
         await engine.reset()

@@ -69,6 +69,7 @@ from fastapi.responses import Response
 
 from fakeclouds import aws_sigv4, aws_xml, cloudinit, k3s
 from fakeclouds.aws_moto import Moto
+from fakeclouds.calls import name_call
 from fakeclouds.catalog import Gpu, InstanceType, Region
 from fakeclouds.common import run_op
 from fakeclouds.engine import ERROR, PENDING, RUNNING, TERMINATED, TERMINATING, Engine
@@ -297,6 +298,7 @@ class AwsSim:
             params.update(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
         scope = aws_sigv4.scope_of(headers)
         service = scope.service if scope else ("sts" if params.get("Version") == "2011-06-15" else "ec2")
+        name_call(request.scope, f"{service}:{params.get('Action', '?')}")  # a refused one too
         raw_path = request.scope.get("raw_path") or request.url.path.encode()
         query = request.scope.get("query_string", b"").decode()
         url = f"{request.url.scheme}://{headers.get('host', '')}{raw_path.decode()}"

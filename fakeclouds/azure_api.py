@@ -83,6 +83,7 @@ from fakeclouds.azure_arm import (
     Outcome,
 )
 from fakeclouds.bodies import form_fields, optional_object
+from fakeclouds.calls import name_call
 from fakeclouds.engine import Engine
 from fakeclouds.errors import (
     BadBody,
@@ -359,6 +360,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
                 f"'{request.method}' over scope '/subscriptions/{m.group('sub')}' or the scope is "
                 "invalid.",
             )
+        # The call by what it acts on: "PUT virtualMachines", "GET skus" (one route serves them all).
+        name_call(request.scope, f"{request.method} {m.groupdict().get('type') or route}")
         ctx = _Ctx(request, api_version, str(request.url).split("/arm/", 1)[0] + "/arm")
         return await _dispatch(ctx, route, m.groupdict())
 

@@ -32,6 +32,7 @@ import asyncssh
 
 from fakeclouds import catalog, cloudinit, nvidia_smi, who
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
+from fakeclouds.calls import CallLog
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from fakeclouds.facade import Facade
 from fakeclouds.faults import FaultBook
@@ -120,6 +121,7 @@ class Engine:
         self.boot_delay = boot_delay
         self.terminate_delay = terminate_delay
         self.faults = FaultBook()
+        self.calls = CallLog()  # what adapters asked of each facade (fakeclouds/calls.py)
         self.limiter = RateLimiter(time_scale)
         self.machines: dict[str, Machine] = {}
         self.stock = self._default_stock()

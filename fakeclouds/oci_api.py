@@ -65,13 +65,6 @@ from fakeclouds.oci_state import (
 )
 from fakeclouds.vendor_errors import vendor_router
 
-_SEEN: dict[int, set[str]] = {}  # id(engine) -> "METHOD /path-template" of every call served
-
-
-def calls_seen(engine: Engine) -> set[str]:
-    """Every call this engine's OCI facade served, as "GET /instances/{instance_id}" (the remote-call pin)."""
-    return _SEEN.setdefault(id(engine), set())
-
 
 def build_router(engine: Engine, token: str) -> APIRouter:
     sigs = Signatures(token)
@@ -93,8 +86,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         sigs.check(
             request.method, target, {k.lower(): v for k, v in request.headers.items()}, await request.body()
         )
-        route = request.scope.get("route")
-        calls_seen(engine).add(f"{request.method} {str(getattr(route, 'path', '?')).split(V, 1)[-1]}")
         check_rate(engine, NAME, request, op)
         body = await run_op(engine, NAME, op, effect, region)
         if status == 204:

@@ -12,7 +12,7 @@ from fakeclouds import clouds
 from providers.base import InstanceRef, LaunchSpec, Offer, launch_leaving, launch_request
 from providers.lambda_ import LambdaProvider
 from providers.local import LocalProvider
-from tests.conformance import checks
+from tests.conformance import checks, remote_calls
 from tests.conformance.clouds import Harness, production_clouds
 from tests.conformance.conftest import make_harness
 
@@ -29,7 +29,12 @@ def test_every_adapter_has_a_simulated_cloud() -> None:
 
 @pytest.mark.parametrize("check", checks.ALL_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
 async def test_conformance(harness: Harness, check: checks.Check) -> None:
+    """The check, and the remote calls the adapter made during it: the ones pinned (remote_calls.py)."""
+    await harness.admin_do("clear_calls")
     await check(harness)
+    seen = await harness.admin_do("calls")
+    remote_calls.compare(harness.cloud, check.__name__.removeprefix("check_"),
+                         remote_calls.named(seen, harness.cloud))
 
 
 class DoubleCreatingFakeLambdaProvider(LambdaProvider):
@@ -138,3 +143,21 @@ async def test_suite_catches_a_launch_marked_early_or_not_at_all(fake_server: An
             await checks.check_launch_send_is_marked(h)
     finally:
         await h.admin_do("reset")
+
+
+class ChattyFakeLambdaProvider(LambdaProvider):
+    """Changed on purpose: verifies with a second call, as an SDK upgrade might."""
+
+    async def verify(self) -> str:
+        await self._list("/instances")
+        return await super().verify()
+
+
+async def test_pinned_remote_calls_catch_an_adapter_that_calls_differently(fake_server: Any) -> None:
+    h = make_harness("lambda", fake_server, provider_cls=ChattyFakeLambdaProvider)
+    await h.admin_do("clear_calls")
+    await checks.check_verify(h)
+    seen = remote_calls.named(await h.admin_do("calls"), "lambda")
+    assert "GET /instances" in seen and "GET /ssh-keys" in seen
+    with pytest.raises(AssertionError, match=r"new \['GET /instances'\], no longer \[\]"):
+        remote_calls.compare("lambda", "verify", seen)
