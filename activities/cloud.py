@@ -310,7 +310,8 @@ async def terminate_refs(p: CloudProvider, refs: list[InstanceRef], *, poll_inte
         polls = 0
         while True:
             if polls % _TERMINATE_REISSUE_POLLS == 0:
-                await p.terminate(ref)
+                # heartbeats continue while the cloud deletes (an adapter may wait on the delete)
+                await heartbeating(p.terminate(ref), heartbeat_every_s, f"terminating {ref.instance_id}")
             st = await heartbeating(p.get(ref), heartbeat_every_s, f"waiting for {ref.instance_id} gone")
             if st is None or st.state == InstanceState.TERMINATED:
                 return

@@ -48,7 +48,8 @@ class DevConfig:
     ui_port: int = 8233
     cloud_port: int = 8765
     cloud_tls_port: int = 8766  # the same simulated clouds over TLS (for SDKs that talk only https)
-    cloud_grpc_port: int = 8767  # the simulated clouds whose API is gRPC (Nebius, Modal)
+    cloud_grpc_port: int = 8767  # the simulated clouds whose API is gRPC, plain text (Modal)
+    cloud_grpc_tls_port: int = 8768  # the same over TLS, for SDKs that talk TLS (Nebius)
     boot_timeout_s: float = 60.0
     host: str = "127.0.0.1"
     # The simulated clouds' documented rate limits run at real speed (1.0); tests run them faster.
@@ -65,6 +66,7 @@ class DevConfig:
                    cloud_port=_env_port("GPUPROV_LOCALCLOUD_PORT", 8765),
                    cloud_tls_port=_env_port("GPUPROV_LOCALCLOUD_TLS_PORT", 8766),
                    cloud_grpc_port=_env_port("GPUPROV_LOCALCLOUD_GRPC_PORT", 8767),
+                   cloud_grpc_tls_port=_env_port("GPUPROV_LOCALCLOUD_GRPC_TLS_PORT", 8768),
                    boot_timeout_s=float(os.environ.get("GPUPROV_DEV_BOOT_TIMEOUT", "60")),
                    cloud_time_scale=float(os.environ.get("GPUPROV_DEV_CLOUD_TIME_SCALE", "1")))
 
@@ -91,6 +93,10 @@ class DevConfig:
     @property
     def cloud_grpc_url(self) -> str:
         return f"http://{self.host}:{self.cloud_grpc_port}"
+
+    @property
+    def cloud_grpc_tls_url(self) -> str:
+        return f"https://{self.host}:{self.cloud_grpc_tls_port}"
 
     @property
     def temporal_address(self) -> str:
@@ -132,33 +138,37 @@ def cloud_tokens(home: Path, clouds: list[str]) -> dict[str, str]:
 
 
 def simulated_endpoints(cloud_url: str, clouds: list[str], tls_url: str | None = None,
-                        grpc_url: str | None = None) -> dict[str, str]:
+                        grpc_url: str | None = None, grpc_tls_url: str | None = None) -> dict[str, str]:
     """Where each simulated cloud is served: its connection's endpoint, and the only prefixes the
     worker and the API allow besides documented hosts (GPUPROV_ALLOWED_ENDPOINTS) — never a whole
     loopback port shared with anything else (the API, Temporal and PostgreSQL listen there too). A
     facade whose SDK talks only https (`Facade.tls`) is served on `tls_url`; one whose API is gRPC
-    (`Facade.grpc`: Nebius, Modal) at the gRPC listener, `grpc_url`, a port that serves nothing else."""
+    (`Facade.grpc`: Nebius, Modal) at the gRPC listener, `grpc_url`, a port that serves nothing else
+    (`grpc_tls_url`, its TLS port, for one whose SDK talks TLS: Nebius)."""
     from fakeclouds import clouds as sim
 
     def where(cloud: str) -> str:
         facade = sim.facade(cloud)
         if facade.grpc is not None:
-            if grpc_url is None:
-                raise DevError(f"{cloud}'s simulation is served over gRPC: no gRPC listener given")
-            return grpc_url
+            url = grpc_tls_url if facade.tls else grpc_url
+            if url is None:
+                over = "gRPC with TLS" if facade.tls else "gRPC"
+                raise DevError(f"{cloud}'s simulation is served over {over}: no such gRPC listener given")
+            return url
         return ((tls_url or cloud_url) if facade.tls else cloud_url) + facade.prefix
 
     return {cloud: where(cloud) for cloud in clouds}
 
 
 def connection_bodies(cloud_url: str, tokens: dict[str, str], tls_url: str | None = None,
-                      ca_pem: str | None = None, grpc_url: str | None = None) -> dict[str, dict[str, Any]]:
-    """POST /connections bodies for every simulated cloud, from its facade (one served over TLS also
-    carries the simulation's CA as its ca_bundle)."""
+                      ca_pem: str | None = None, grpc_url: str | None = None,
+                      grpc_tls_url: str | None = None) -> dict[str, dict[str, Any]]:
+    """POST /connections bodies for every simulated cloud, from its facade (one served over TLS, HTTPS
+    or gRPC, also carries the simulation's CA as its ca_bundle)."""
     from fakeclouds import clouds as sim
 
     bodies = {}
-    endpoints = simulated_endpoints(cloud_url, list(tokens), tls_url, grpc_url)
+    endpoints = simulated_endpoints(cloud_url, list(tokens), tls_url, grpc_url, grpc_tls_url)
     for cloud, token in tokens.items():
         facade = sim.facade(cloud)
         bodies[cloud] = {"provider": cloud, "name": facade.display_name,
@@ -203,6 +213,7 @@ def simulation_argv(cfg: DevConfig) -> list[str]:
     (by file: an argument would show the tokens to every local user in the process list)."""
     return [sys.executable, "-m", "fakeclouds.server", "--host", cfg.host, "--port", str(cfg.cloud_port),
             "--tls-port", str(cfg.cloud_tls_port), "--grpc-port", str(cfg.cloud_grpc_port),
+            "--grpc-tls-port", str(cfg.cloud_grpc_tls_port),
             "--state-dir", str(cfg.home / "localcloud"),
             "--tokens-file", str(cfg.home / TOKENS_FILE), "--time-scale", str(cfg.cloud_time_scale)]
 
@@ -220,7 +231,8 @@ def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
             # Adapters pace their calls at the speed the simulated clouds run their rate limits.
             "GPUPROV_CLOUD_TIME_SCALE": str(cfg.cloud_time_scale),
             "GPUPROV_ALLOWED_ENDPOINTS": ",".join(simulated_endpoints(
-                cfg.cloud_url, simulated, cfg.cloud_tls_url, cfg.cloud_grpc_url).values()),
+                cfg.cloud_url, simulated, cfg.cloud_tls_url, cfg.cloud_grpc_url,
+                cfg.cloud_grpc_tls_url).values()),
             # Fleets of simulated hosts (fakeclouds/ssh.py) listen on 127.x.y.z: loopback allowed as a
             # fleet host here (the API's, Temporal's and the database's ports stay refused), unless
             # the environment says otherwise.
@@ -269,7 +281,7 @@ async def run_dev(cfg: DevConfig) -> int:
 
         ca_pem = tls.ensure(cfg.home / "localcloud", (cfg.host,)).ca_pem
         bodies = connection_bodies(cfg.cloud_url, tokens, cfg.cloud_tls_url, ca_pem,  # facades load
-                                   cfg.cloud_grpc_url)
+                                   cfg.cloud_grpc_url, cfg.cloud_grpc_tls_url)
         from workflows.search_attributes import dev_server_args
 
         await stack.launch("temporal", [
@@ -307,7 +319,7 @@ async def run_dev(cfg: DevConfig) -> int:
     typer.echo(f"""
   API          {cfg.api_url}   (docs {cfg.api_url}/docs)
   Web UI       {cfg.ui_url}   (Temporal; to decode payloads, open {cfg.codec_url}/ once)
-  clouds       {cfg.cloud_url}, {cfg.cloud_tls_url}, {cfg.cloud_grpc_url} (gRPC)
+  clouds       {cfg.cloud_url}, {cfg.cloud_tls_url}, {cfg.cloud_grpc_url} and {cfg.cloud_grpc_tls_url} (gRPC)
                simulated: {', '.join(simulated) or 'none'}
   logs         {cfg.home / 'logs'}
   API token    {token}

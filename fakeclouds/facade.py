@@ -81,7 +81,9 @@ class Facade:
     ssh_port: int | None = None
     # The provider's SDK talks only https (Azure's refuses a bearer token over plain http): clients
     # use the server's TLS listener (`FakeCloudServer.tls_url`) and trust its CA (`ca_pem`), which
-    # `make run` passes as the connection's ca_bundle.
+    # `make run` passes as the connection's ca_bundle. A gRPC facade (`grpc`) with `tls`: clients dial
+    # the gRPC listener's TLS port (`grpc_tls_target`) instead, trusting the same CA (Nebius: its SDK
+    # talks TLS to the real cloud, so it does here too).
     tls: bool = False
     # The provider's account-level resources beside machines (network interfaces, addresses, firewall
     # rules, ...): rows of {"kind", "id", "name"} for the admin API's /_fake/side-resources.

@@ -6,8 +6,13 @@ Such a facade declares `Facade.grpc`: `(engine, token) -> [grpc.GenericRpcHandle
 classes, no code generated at build time). The server (fakeclouds/server.py) starts one
 `GrpcListener` for every facade that declares services, in the HTTP app's lifespan: on the same
 event loop, after the engine started and stopped before it, so gRPC calls share the one engine, its
-machines, and the fault rules added through `/_fake/faults`. Plain-text HTTP/2 on the listen host
-(127.0.0.1); port 0 picks a free one, `port` holds the bound one once started.
+machines, and the fault rules added through `/_fake/faults`.
+
+Two ports, every service on both: plain-text HTTP/2 on `port` (Modal's grpclib client dials
+`http://` and takes no CA of ours), and TLS on `tls_port` with a certificate for the listen host
+signed by the simulation's CA (fakeclouds/tls.py, the same CA as the HTTPS listener's), for SDKs
+that talk TLS as they do to the real cloud (Nebius: `Facade.tls`). Port 0 picks a free one; `port`
+and `tls_port` hold the bound ones once started. `tls_port=None`: no TLS port.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 
 import grpc
 
+from fakeclouds import tls
+from fakeclouds.calls import CallLog
 from fakeclouds.engine import Engine
 from fakeclouds.facade import Facade
 
@@ -40,34 +47,74 @@ def grpc_facades(facades: Iterable[Facade]) -> list[Facade]:
     return [f for f in facades if f.grpc is not None]
 
 
+class _RecordCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Names each call a facade serves ("pkg.v1.Service/Method") in the engine's call log
+    (fakeclouds/calls.py), as the HTTP app does for REST facades."""
+
+    def __init__(self, log: CallLog) -> None:
+        self.log = log
+        self.facades: dict[str, str] = {}  # service name -> the facade serving it
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        service, _, method = str(details.method).lstrip("/").partition("/")
+        if (facade := self.facades.get(service)) is not None:
+            self.log.record(facade, f"{service}/{method}")
+        return await continuation(details)
+
+
 class GrpcListener:
     """The gRPC server of every facade of `engine` that declares services."""
 
     def __init__(self, engine: Engine, tokens: Mapping[str, str], host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+                 port: int = 0, tls_port: int | None = 0) -> None:
         self.engine, self.tokens, self.host, self.port = engine, dict(tokens), host, port
+        self.tls_port = tls_port
         self.services: list[str] = []  # fully qualified names, once started
+        self.tls_files: tls.TlsFiles | None = None  # once started with a TLS port
         self._server: grpc.aio.Server | None = None
 
     @property
     def target(self) -> str:
-        """What a client dials (`grpc.aio.insecure_channel(target)`): "host:port"."""
+        """What a plain-text client dials (`grpc.aio.insecure_channel(target)`): "host:port"."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def tls_target(self) -> str | None:
+        """What a TLS client dials, trusting `ca_pem`: "host:port" (None without a TLS port)."""
+        return f"{self.host}:{self.tls_port}" if self.tls_port is not None else None
+
+    @property
+    def ca_pem(self) -> str | None:
+        """The CA the TLS port's certificate chains to (None before start or without a TLS port)."""
+        return self.tls_files.ca_pem if self.tls_files else None
 
     async def start(self) -> int:
         """Build the handlers, bind and serve; returns the bound port (RuntimeError if it cannot bind)."""
-        server = grpc.aio.server()
+        recorder = _RecordCalls(self.engine.calls)
+        server = grpc.aio.server(interceptors=[recorder])
         self.services = []
         for facade in grpc_facades(self.engine.facades.values()):
             assert facade.grpc is not None
             handlers = list(facade.grpc(self.engine, self.tokens[facade.name]))
             server.add_generic_rpc_handlers(handlers)
-            self.services += [h.service_name() for h in handlers if hasattr(h, "service_name")]
+            names = [h.service_name() for h in handlers if hasattr(h, "service_name")]
+            self.services += names
+            recorder.facades.update(dict.fromkeys(names, facade.name))
         bound = server.add_insecure_port(f"{self.host}:{self.port}")
         if not bound:  # older grpcio answers 0 instead of raising
             raise RuntimeError(f"gRPC listener cannot bind {self.host}:{self.port}")
+        bound_tls = None
+        if self.tls_port is not None:
+            # The state dir's CA (made once, reused: clients that trust it keep trusting restarts).
+            files = self.tls_files = tls.ensure(self.engine.root, (self.host,))
+            creds = grpc.ssl_server_credentials([(files.key_file.read_bytes(), files.cert_file.read_bytes())])
+            bound_tls = server.add_secure_port(f"{self.host}:{self.tls_port}", creds)
+            if not bound_tls:
+                raise RuntimeError(f"gRPC listener cannot bind {self.host}:{self.tls_port} (TLS)")
         await server.start()
         self._server, self.port = server, int(bound)
+        if bound_tls is not None:
+            self.tls_port = int(bound_tls)
         return self.port
 
     async def stop(self, grace: float = 1.0) -> None:

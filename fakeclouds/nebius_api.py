@@ -33,7 +33,7 @@ from fastapi import APIRouter
 from fakeclouds import cloudinit, k3s
 from fakeclouds import nebius_catalog as cat
 from fakeclouds.engine import Engine, Machine
-from fakeclouds.errors import Invalid, NotFound
+from fakeclouds.errors import CloudError, Invalid, NoCapacity, NotFound
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.grpc_call import metadata_value
@@ -213,6 +213,18 @@ def build_services(engine: Engine, token: str) -> list[Any]:
     caller = _CALLERS[id(engine)] = NebiusCaller(engine, NAME, iam)
     ops = Operations(engine, NAME)
 
+    def placement_failed(context: Any) -> Any:
+        """A Create that Nebius admits and then cannot place (no capacity) answers an operation that
+        ends in the refusal, with nothing made; other refusals are the call's own."""
+
+        def refused(exc: CloudError) -> Any:
+            if not isinstance(exc, NoCapacity):
+                return None
+            op = ops.record("create", machine_id(), caller.authenticate(context), None, refusal=exc)
+            return ops.message(op, "create instance")
+
+        return refused
+
     def handler(svc: str, method: str, op: str, effect: Any, *, auth: bool = True, check: Any = None) -> Any:
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
             return await caller.run(
@@ -222,6 +234,7 @@ def build_services(engine: Engine, token: str) -> list[Any]:
                 op=op,
                 auth=auth,
                 parse=(lambda: check(request)) if check else None,
+                refused=placement_failed(context) if method == "Create" else None,
             )
 
         return handle
@@ -456,4 +469,5 @@ FACADE = Facade(
     preinstalled={"k3s": k3s.SCRIPT},
     ssh_port=22,
     grpc=build_services,
+    tls=True,  # served on the gRPC listener's TLS port: the SDK talks TLS, as to api.nebius.cloud
 )

@@ -7,9 +7,14 @@ long-running operations.
   `google.rpc.Status` whose details hold a `nebius.common.v1.ServiceError` (`quota_failure`,
   `not_enough_resources`, `too_many_requests`, `resource_already_exists`, ...), which the SDK decodes
   into `RequestError.status.details`. Capacity and quota are both RESOURCE_EXHAUSTED, told apart there.
-- Operations: Create/Delete answer a `nebius.common.v1.Operation`; `OperationService/Get` answers it
-  again, `status` unset while it runs (the SDK's `op.wait()` polls until it is set). Operations live
-  in `engine.facade_state` (persisted) and are finished from the machine's state when read.
+- Operations: Create/Delete answer a `nebius.common.v1.Operation` with `status` unset while the
+  machine is provisioning / deleting; `OperationService/Get` answers it again, finished (`status`
+  OK, `finished_at`) once the engine shows the machine running / gone (the SDK's `op.wait()` polls
+  until then). A Create that cannot be placed (no capacity: the engine's stock, or an injected
+  `capacity` fault) is not refused at once: like Nebius placing a VM after admitting it, its
+  operation ends in RESOURCE_EXHAUSTED with a `not_enough_resources` ServiceError and no instance is
+  left. Quota and malformed requests stay refused by the call itself. Operations live in
+  `engine.facade_state` (persisted) and are finished from the machine's state when read.
 - Idempotency: the SDK sends `x-idempotency-key` on every call; a Create whose key was seen answers
   the operation that key made, as Nebius documents for retried mutations.
 """
@@ -49,6 +54,7 @@ from fakeclouds.vendor_errors import retry_after_header
 T = TypeVar("T")
 IDEMPOTENCY_KEY = "x-idempotency-key"
 SERVICE_ERROR_URL = "type.googleapis.com/nebius.common.v1.ServiceError"
+SERVICE = "compute"  # the ServiceError.service an operation's refusal names
 
 _CODES: list[tuple[type[CloudError], grpc.StatusCode, str]] = [
     (Unauthorized, grpc.StatusCode.UNAUTHENTICATED, ""),
@@ -150,8 +156,11 @@ class NebiusCaller:
         parse: Callable[[], Any] | None = None,
         region: str | None = None,
         auth: bool = True,
+        refused: Callable[[CloudError], Any] | None = None,
     ) -> Any:
-        """`method` is "nebius.x.v1.Service/Method" (recorded); `op` the fault rules' name for it."""
+        """`method` is "nebius.x.v1.Service/Method" (recorded); `op` the fault rules' name for it.
+        `refused`: the answer to a refusal that Nebius reports later, in an operation (None: the
+        call itself is refused)."""
         self.seen.add(method)
         service = method.partition("/")[0]
         try:
@@ -165,6 +174,9 @@ class NebiusCaller:
                 self.engine.limiter.check(self.facade, limits, who, op)
             return await run_op(self.engine, self.facade, op, effect, region)
         except CloudError as exc:
+            answer = refused(exc) if refused is not None else None
+            if answer is not None:
+                return answer
             await self.abort(context, service, exc)
 
 
@@ -189,9 +201,21 @@ class Operations:
         op_id = self._state["idempotency"].get(key) if key else None
         return self._state["operations"].get(op_id) if op_id else None
 
-    def record(self, kind: str, resource_id: str, account: str, key: str | None) -> dict[str, Any]:
+    def record(
+        self, kind: str, resource_id: str, account: str, key: str | None, refusal: CloudError | None = None
+    ) -> dict[str, Any]:
+        """A new operation on `resource_id`. With `refusal`, one that will end in that error (its key
+        is not kept: a retry is a new attempt, as nothing was made)."""
+        import base64
         import uuid
 
+        failed = None
+        if refusal is not None:
+            code, message, _ = status_of(SERVICE, refusal)
+            detail = next((d for cls, _c, d in _CODES if isinstance(refusal, cls)), "")
+            packed = _service_error(SERVICE, refusal, detail) if detail else b""
+            failed = {"code": code.value[0], "message": message,
+                      "service_error": base64.b64encode(packed).decode()}
         op = {
             "id": f"computeoperation-e00{uuid.uuid4().hex[:20]}",
             "kind": kind,
@@ -200,9 +224,10 @@ class Operations:
             "created_by": account,
             "finished_at": None,
             "error": None,
+            "refusal": failed,
         }
         self._state["operations"][op["id"]] = op
-        if key:
+        if key and refusal is None:
             self._state["idempotency"][key] = op["id"]
         self.engine.save()
         return op
@@ -219,7 +244,9 @@ class Operations:
         """An operation is done once its machine reached where the call was taking it."""
         m = self.engine.machines.get(op["resource_id"])
         gone = m is None or m.status == "terminated"
-        if op["kind"] == "delete" and gone:
+        if op.get("refusal"):  # never placed: it ends with its refusal when first read
+            op["finished_at"] = time.time()
+        elif op["kind"] == "delete" and gone:
             op["finished_at"] = time.time()
         elif op["kind"] == "create" and (m is None or m.status in ("running", "error", "terminated")):
             op["finished_at"] = time.time()
@@ -229,11 +256,19 @@ class Operations:
             self.engine.save()
 
     def message(self, op: dict[str, Any], description: str) -> Any:
+        import base64
+
+        from nebius.api.google.protobuf import Any as AnyMessage
         from nebius.api.google.rpc import Status
         from nebius.api.nebius.common import v1 as common
 
         status = None
-        if op["finished_at"] is not None:
+        refusal = op.get("refusal")
+        if op["finished_at"] is not None and refusal:
+            packed = base64.b64decode(refusal["service_error"])
+            details = [AnyMessage(type_url=SERVICE_ERROR_URL, value=packed)] if packed else []
+            status = Status(code=refusal["code"], message=refusal["message"], details=details)
+        elif op["finished_at"] is not None:
             status = Status(code=13, message=op["error"]) if op["error"] else Status(code=0, message="")
         return common.Operation(
             id=op["id"],

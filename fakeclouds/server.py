@@ -12,8 +12,9 @@ served at /_fake/tls. A facade's token defaults to
 `<name>-dev-token`; real ones come from --tokens-file (a JSON object, facade to token: what
 `gpuprov dev` keeps), since a --token NAME=TOKEN argument is visible to every local user.
 A facade that declares gRPC services (`Facade.grpc`, fakeclouds/grpc_host.py) is served by one
-gRPC listener on a port of its own (--grpc-port, 0 or none given: a free one), on the same event
-loop and engine as the HTTP app; `GET /_fake/grpc` answers its target. SIGTERM/SIGINT stop it
+gRPC listener on ports of its own, plain text (--grpc-port) and TLS with the same CA's certificate
+(--grpc-tls-port; 0 or none given: free ones), on the same event loop and engine as the HTTP app;
+`GET /_fake/grpc` answers its targets. SIGTERM/SIGINT stop it
 cleanly; with --state-dir machines come back (same SSH addresses, ports and host keys) on restart.
 """
 
@@ -98,13 +99,15 @@ def build_app(engine: Engine, tokens: dict[str, str] | None = None,
         if grpc is None:
             missing = {"code": "NotFound", "message": "this server has no gRPC listener"}
             return JSONResponse({"error": missing}, status_code=404)
-        return JSONResponse({"target": grpc.target, "services": grpc.services})
+        return JSONResponse({"target": grpc.target, "tls_target": grpc.tls_target, "services": grpc.services})
 
     return app
 
 
 def needs_tls(facades: Iterable[Facade]) -> bool:
-    return any(f.tls for f in facades)
+    """Whether the HTTP app must also be served over TLS: a facade served over HTTP needs it (a gRPC
+    one that talks TLS is served on the gRPC listener's TLS port instead)."""
+    return any(f.tls and f.grpc is None for f in facades)
 
 
 def uvicorn_servers(app: FastAPI, host: str, port: int, tls_port: int | None, tls_files: tls.TlsFiles | None,
@@ -187,17 +190,18 @@ class FakeCloudServer:
                  terminate_delay: float = 0.05, state_dir: str | Path | None = None,
                  tokens: dict[str, str] | None = None, facades: Iterable[Facade] | None = None,
                  tls: bool | None = None, tls_port: int = 0, time_scale: float = 0.001,
-                 grpc_port: int = 0) -> None:
+                 grpc_port: int = 0, grpc_tls_port: int = 0) -> None:
         """`facades`: default every simulated cloud's. `tokens`: default `<name>-dev-token` each.
         `time_scale`: documented rate limits run this much faster (in-process servers serve tests:
         a 12 s window lasts 12 ms unless a test asks for more). `grpc_port`: where facades that
-        declare gRPC services are served (0: a free port; `grpc_target` once started)."""
+        declare gRPC services are served (0: a free port; `grpc_target` once started), and over TLS
+        at `grpc_tls_port` (`grpc_tls_target`, trusting `ca_pem`)."""
         self.host, self.port = host, port
         self.engine = Engine(facades=clouds.all_facades() if facades is None else facades,
                              boot_delay=boot_delay, terminate_delay=terminate_delay,
                              state_dir=state_dir, time_scale=time_scale)
         self.tokens = with_defaults(self.engine.facades, tokens)
-        self._grpc = GrpcListener(self.engine, self.tokens, host, grpc_port) \
+        self._grpc = GrpcListener(self.engine, self.tokens, host, grpc_port, grpc_tls_port) \
             if grpc_facades(self.engine.facades.values()) else None
         self.app = build_app(self.engine, self.tokens, grpc=self._grpc)
         self._tls = needs_tls(self.engine.facades.values()) if tls is None else tls
@@ -216,7 +220,10 @@ class FakeCloudServer:
 
     @property
     def ca_pem(self) -> str | None:
-        return self._tls_files.ca_pem if self._tls_files else None
+        """The simulation's CA: the HTTPS listener's and the gRPC TLS port's (one CA, one state dir)."""
+        if self._tls_files:
+            return self._tls_files.ca_pem
+        return self._grpc.ca_pem if self._grpc else None
 
     @property
     def grpc_port(self) -> int | None:
@@ -227,6 +234,11 @@ class FakeCloudServer:
     def grpc_target(self) -> str | None:
         """What a gRPC client dials, "127.0.0.1:PORT" (`grpc.aio.insecure_channel(target)`)."""
         return self._grpc.target if self._grpc else None
+
+    @property
+    def grpc_tls_target(self) -> str | None:
+        """The gRPC listener's TLS "127.0.0.1:PORT" (trusting `ca_pem`)."""
+        return self._grpc.tls_target if self._grpc else None
 
     @property
     def admin(self) -> FakeCloudAdmin:
@@ -300,6 +312,12 @@ class FakeCloudProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def grpc_tls_target(self) -> str | None:
+        """The gRPC listener's TLS "host:port" (trusting `ca_pem`)."""
+        r = httpx.get(f"{self.url}{ADMIN_PREFIX}/grpc", timeout=10)
+        return str(r.json()["tls_target"]) if r.status_code == 200 else None
 
     @property
     def admin(self) -> FakeCloudAdmin:
@@ -381,7 +399,7 @@ def tokens_of(args: argparse.Namespace, facades: Collection[str]) -> dict[str, s
 
 async def _serve(args: argparse.Namespace, engine: Engine, tokens: dict[str, str]) -> None:
     tokens = with_defaults(engine.facades, tokens)  # the gRPC listener, like the app, serves every facade
-    grpc = GrpcListener(engine, tokens, args.host, args.grpc_port or 0) \
+    grpc = GrpcListener(engine, tokens, args.host, args.grpc_port or 0, args.grpc_tls_port or 0) \
         if grpc_facades(engine.facades.values()) else None
     app = build_app(engine, tokens, grpc=grpc)
     tls_port = args.tls_port
@@ -427,6 +445,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grpc-port", type=int, default=None,
                         help="serve the facades that declare gRPC services on this port (0 or none: a "
                              "free one; GET /_fake/grpc tells which); no listener without such a facade")
+    parser.add_argument("--grpc-tls-port", type=int, default=None,
+                        help="serve them over TLS on this port too (0 or none: a free one), with a "
+                             "certificate of the same CA as --tls-port's")
     parser.add_argument("--boot-delay", type=float, default=1.0)
     parser.add_argument("--terminate-delay", type=float, default=0.2)
     parser.add_argument("--time-scale", type=float, default=1.0,

@@ -17,12 +17,22 @@ Launch: platform + preset, a boot disk the VM manages (created and deleted with 
 resource), the project's subnet with a public IP (the default security group allows all traffic, so
 `--port` needs nothing more), the user's SSH keys in `cloud_init_user_data` (the only way Nebius takes
 one) with k3s at boot, `--spot` as a preemptible instance (stop on preemption, recovery FAIL).
+
+Operations: Create and Delete answer an operation still running (it finishes when the instance runs,
+or is gone). A create polls its operation (`op.update()`) until the operation fails, or finishes, or
+the instance shows it was placed (STARTING or later: the boot is `wait_running`'s to follow, and the
+contract's create returns while pending), for at most CREATE_WAIT_S. A Create whose operation fails
+(Nebius could not place the VM: RESOURCE_EXHAUSTED in the operation's status) is the same typed
+refusal as one refused at once, and the failed instance is deleted so the name is free for the next
+offer. A terminate waits on its operation (`op.wait()`) for at most DELETE_WAIT_S; past either bound
+the instance's own state (`get`), which the workflow polls, tells the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import uuid
 from typing import Any, ClassVar
 
@@ -32,6 +42,7 @@ from providers import cloudinit, naming
 from providers import nebius_wire as wire
 from providers.base import (
     Capabilities,
+    CapacityError,
     CloudProvider,
     FailureScope,
     InstanceRef,
@@ -41,6 +52,7 @@ from providers.base import (
     LaunchSpec,
     Offer,
     OfferQuery,
+    QuotaError,
     launch_leaving,
     launch_request,
     rank_offers,
@@ -59,6 +71,8 @@ OWNER_LABEL, KEY_LABEL, ALLOCATION_LABEL = "gpuprov-installation", "gpuprov-key"
 NAME_MAX = 63
 BOOT_DISK_GIB = 100
 PAGE = 100
+CREATE_WAIT_S = 10.0  # at most, for a create's operation to fail or its instance to be placed
+DELETE_WAIT_S = 10.0  # at most, for a terminate's operation to finish; past it, `get` shows the rest
 _REQUEST_NS = uuid.UUID("7b0e3c8a-5f1d-4f0b-9a57-2f6c1e9d4b21")  # our idempotency keys' UUIDv5 namespace
 
 
@@ -289,7 +303,30 @@ class NebiusProvider(CloudProvider):
             if taken is None:
                 raise
             return self._adopt(taken, spec.key, offer)
-        return InstanceRef(provider=self.id, instance_id=op.resource_id, key=spec.key, region=offer.region)
+        ref = InstanceRef(provider=self.id, instance_id=op.resource_id, key=spec.key, region=offer.region)
+        try:
+            await self._placed(op, ref, scope)
+        except (CapacityError, QuotaError):
+            # Not placed: an instance left in ERROR would hold the name (the next offer in this
+            # project would find and adopt it), so it goes before the refusal is reported.
+            await self.terminate(ref)
+            raise
+        return ref
+
+    async def _placed(self, op: Any, ref: InstanceRef, scope: FailureScope) -> None:
+        """Poll the create's operation until it finished (a failure raises its typed error), or the
+        instance is past CREATING (placed: it boots), or CREATE_WAIT_S have passed."""
+        deadline = time.monotonic() + CREATE_WAIT_S
+        while True:
+            if await wire.poll(self.id, op, scope):
+                return
+            status = await self.get(ref)
+            if status is not None and status.detail != "CREATING":
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(wire.OP_POLL_S, left))
 
     def _adopt(self, inst: Any, key: str, offer: Offer) -> InstanceRef:
         if not self._ours(inst, key):
@@ -412,7 +449,7 @@ class NebiusProvider(CloudProvider):
 
         digest = hashlib.sha256(f"delete/{ref.instance_id}".encode()).hexdigest()[:32]
         try:
-            await self._call(
+            op = await self._call(
                 "compute.v1",
                 "InstanceServiceClient",
                 "delete",
@@ -422,6 +459,9 @@ class NebiusProvider(CloudProvider):
         except InvalidRequest as exc:
             if "NOT_FOUND" not in exc.message:  # gone already: success
                 raise
+            return
+        # Bounded: the caller polls `get` until the instance is gone (and retries a failed delete).
+        await wire.settle(self.id, op, DELETE_WAIT_S)
 
     async def list_owned(self) -> list[InstanceRef]:
         from nebius.api.nebius.compute import v1 as compute

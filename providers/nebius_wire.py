@@ -7,15 +7,20 @@ calls onto a thread pool. The nebius SDK is asyncio-native: it runs its own even
 directly and no pool thread is held while a call waits. What the base also brings (a CA file, an error
 table) is done here for gRPC: the CA goes in-memory into `tls_credentials`.
 
-- Endpoint: none given, the SDK's own resolution (api.nebius.cloud). `https://host:port` (a private
-  endpoint, the simulation's TLS listener): every service resolves there (`resolver.Constant`), trusting
-  the connection's `ca_bundle` besides the system roots. `http://host:port` (only under a prefix the
-  administrator allows, providers/endpoints.py): the same, plain-text (`nebius.insecure`).
+- Endpoint: none given, the SDK's own resolution and TLS (api.nebius.cloud and its service hosts,
+  the system roots). `https://host:port` (a private endpoint, the simulation's gRPC TLS port): every
+  service resolves there (`resolver.Constant`) over TLS (`tls_credentials`), trusting the connection's
+  `ca_bundle` (the simulation's CA) besides the default roots. Never plain text: Nebius serves TLS
+  only, and so does its simulation (an `http://` endpoint is refused).
 - Credentials: the service account's key, in memory (`ServiceAccount` token requester): the SDK signs
   the RS256 JWT and exchanges it at `iam.v1.TokenExchangeService/Exchange` itself, renewing the token.
 - Retries: the SDK's own are off (`retries=0`), each call has its `timeout`: Temporal owns retrying.
 - Idempotency: the SDK puts a fresh `x-idempotency-key` on each call; a create passes its own, derived
   from the gpuprov key, so a retried create is the same mutation to Nebius.
+- Operations: Create/Delete answer a `common.v1.Operation` that may still be running; `settle` polls it
+  (`OperationService/Get`, the SDK's `op.wait()`) for at most a bounded time, so a never-finishing
+  operation cannot hold an activity: past the bound the caller follows the resource instead. An
+  operation that ends in an error is mapped like a refused call (capacity, quota, ...).
 - The SDK's loop thread and executor are closed by `close()` (the adapter's `aclose`).
 """
 
@@ -38,6 +43,7 @@ from providers.base import (
 )
 
 CALL_TIMEOUT = 30.0  # seconds, one call (auth included)
+OP_POLL_S = 0.5  # between OperationService/Get polls
 USER_AGENT = "gpuprov"
 IDEMPOTENCY_HEADER = "x-idempotency-key"
 
@@ -53,11 +59,8 @@ def build_sdk(
 ) -> Any:
     """A `nebius.sdk.SDK` for these credentials and endpoint (imported here: importing the adapter
     stays cheap). InvalidRequest when the key or endpoint cannot be used."""
-    import certifi
-    import grpc
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
-    from nebius.base.options import INSECURE
     from nebius.base.resolver import Constant
     from nebius.base.service_account.service_account import ServiceAccount
     from nebius.sdk import SDK
@@ -71,25 +74,28 @@ def build_sdk(
     kwargs: dict[str, Any] = {}
     if endpoint:
         parts = urlsplit(endpoint)
-        if parts.scheme not in ("https", "http") or not parts.hostname or not parts.port:
-            raise InvalidRequest(f"{provider}: endpoint must be https://host:port (gRPC)")
-        target = f"{parts.hostname}:{parts.port}"
-        kwargs["resolver"] = Constant(target)
-        if parts.scheme == "http":
-            kwargs["address_options"] = {target: [(INSECURE, True)]}
-        else:
-            # The default roots (certifi's, as the other SDK adapters trust) plus the connection's CA.
-            with open(certifi.where(), "rb") as f:
-                trusted = f.read()
-            extra = (ca_bundle or "").encode()
-            kwargs["tls_credentials"] = grpc.ssl_channel_credentials(
-                root_certificates=trusted + b"\n" + extra
-            )
+        if parts.scheme != "https" or not parts.hostname or not parts.port:
+            raise InvalidRequest(f"{provider}: endpoint must be https://host:port (gRPC over TLS)")
+        kwargs["resolver"] = Constant(f"{parts.hostname}:{parts.port}")
+        kwargs["tls_credentials"] = channel_credentials(ca_bundle)
     return SDK(
         credentials=ServiceAccount(key, public_key_id, service_account_id),
         user_agent_prefix=USER_AGENT,
         **kwargs,
     )
+
+
+def channel_credentials(ca_bundle: str | None) -> Any:
+    """TLS credentials for a private endpoint: the default roots (certifi's, as the other SDK adapters
+    trust) and, when the connection gives one, its CA (the simulation's)."""
+    import certifi
+    import grpc
+
+    with open(certifi.where(), "rb") as f:
+        trusted = f.read()
+    if ca_bundle:
+        trusted += b"\n" + ca_bundle.encode()
+    return grpc.ssl_channel_credentials(root_certificates=trusted)
 
 
 def _service_error_kind(status: Any) -> str | None:
@@ -167,19 +173,64 @@ async def call(provider: str, request: Awaitable[Any], scope: FailureScope | Non
         raise map_failure(provider, exc, scope) from None
 
 
+async def settle(
+    provider: str, op: Any, wait_s: float, scope: FailureScope | None = None, poll_s: float = OP_POLL_S
+) -> bool:
+    """Wait (polling `OperationService/Get` through the SDK's `op.wait()`) up to `wait_s` seconds for
+    the operation to finish: True once it finished well, False when it is still running at the bound
+    (the caller follows the resource itself); a failed operation raises its taxonomy error."""
+    from nebius.aio.operation import OperationError
+
+    try:
+        await op.wait(
+            interval=poll_s,
+            timeout=wait_s,
+            poll_iteration_timeout=min(CALL_TIMEOUT, wait_s),
+            poll_retries=0,
+            auth_timeout=CALL_TIMEOUT,
+            auth_options=_AUTH_OPTIONS,
+        )
+    except TimeoutError:  # still running at the bound
+        return False
+    except OperationError as exc:  # finished, refused: its status is the cloud's answer
+        raise map_failure(provider, exc, scope) from None
+    except ProviderError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — a failed poll (its status mapped), none escapes raw
+        raise map_failure(provider, exc, scope) from None
+    return True
+
+
+async def poll(provider: str, op: Any, scope: FailureScope | None = None) -> bool:
+    """One `OperationService/Get` of the operation (`op.update()`): True once it finished well, False
+    while it runs; a failed operation raises its taxonomy error, as a refused call would."""
+    from nebius.aio.operation import OperationError
+
+    if not op.done():
+        await call(provider, op.update(**kwargs()), scope)
+    if not op.done():
+        return False
+    if not op.successful():
+        raise map_failure(provider, OperationError(op), scope)
+    return True
+
+
+# A refused token exchange (a wrong key, say) is reported to the call at once instead of being
+# retried in the background until auth_timeout: credentials that cannot work fail fast.
+_AUTH_OPTIONS = {
+    "token_renew_report_error": "1",
+    "token_renew_synchronous": "1",
+    "max_fetch_token_retries": "1",
+}
+
+
 def kwargs(timeout: float = CALL_TIMEOUT, idempotency_key: str | None = None) -> dict[str, Any]:
     """Per-call options: bounded, no SDK retries, and a stable idempotency key when given."""
-    # A refused token exchange (a wrong key, say) is reported to the call at once instead of being
-    # retried in the background until auth_timeout: credentials that cannot work fail fast.
     out: dict[str, Any] = {
         "timeout": timeout,
         "retries": 0,
         "auth_timeout": timeout,
-        "auth_options": {
-            "token_renew_report_error": "1",
-            "token_renew_synchronous": "1",
-            "max_fetch_token_retries": "1",
-        },
+        "auth_options": dict(_AUTH_OPTIONS),
     }
     if idempotency_key:
         out["metadata"] = [(IDEMPOTENCY_HEADER, idempotency_key)]

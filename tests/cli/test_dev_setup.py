@@ -97,6 +97,21 @@ def test_the_worker_and_api_allow_exactly_the_simulated_clouds(tmp_path: Path,
         "http://127.0.0.1:9999/fake/v1"]
 
 
+def test_grpc_clouds_go_to_the_grpc_listener_over_tls_when_their_sdk_talks_tls(tmp_path: Path) -> None:
+    """Nebius (its SDK talks TLS, as to the real cloud) at the gRPC listener's TLS port with the
+    simulation's CA; Modal (grpclib, plain text to a local server) at its plain port."""
+    cfg = dev.DevConfig(home=tmp_path, cloud_grpc_port=9767, cloud_grpc_tls_port=9768)
+    argv = dev.simulation_argv(cfg)
+    assert argv[argv.index("--grpc-tls-port") + 1] == "9768"
+    bodies = dev.connection_bodies(cfg.cloud_url, {"nebius": "n", "modal": "m"}, cfg.cloud_tls_url, "CA PEM",
+                                   cfg.cloud_grpc_url, cfg.cloud_grpc_tls_url)
+    assert bodies["nebius"]["endpoint"] == "https://127.0.0.1:9768"
+    assert bodies["nebius"]["ca_bundle"] == "CA PEM"
+    assert bodies["modal"]["endpoint"] == "http://127.0.0.1:9767" and "ca_bundle" not in bodies["modal"]
+    with pytest.raises(dev.DevError, match="TLS"):
+        dev.simulated_endpoints(cfg.cloud_url, ["nebius"], grpc_url=cfg.cloud_grpc_url)
+
+
 def test_the_dev_stack_allows_loopback_fleet_hosts_but_not_its_own_ports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUPROV_FLEET_ALLOWED_NETWORKS", raising=False)

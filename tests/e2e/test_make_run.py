@@ -230,9 +230,11 @@ def test_wrong_credentials_for_the_grpc_clouds_are_refused_with_the_reason_and_n
     other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
     tokens = json.loads((dev.home / TOKENS_FILE).read_text())
+    ca_pem = (dev.home / "localcloud" / "tls" / "ca.pem").read_text()  # what `make run` hands Nebius
     bodies = connection_bodies(f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_PORT']}",
-                               {c: tokens[c] for c in ("nebius", "modal", "oci")},
-                               grpc_url=f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_GRPC_PORT']}")
+                               {c: tokens[c] for c in ("nebius", "modal", "oci")}, ca_pem=ca_pem,
+                               grpc_url=f"http://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_GRPC_PORT']}",
+                               grpc_tls_url=f"https://127.0.0.1:{dev.ports['GPUPROV_LOCALCLOUD_GRPC_TLS_PORT']}")
     bodies["nebius"]["credentials"]["private_key"] = other_key
     bodies["modal"]["credentials"]["token_secret"] = wrong_secret
     bodies["oci"]["credentials"]["private_key"] = other_key  # OCI: the SDK signs every request with it

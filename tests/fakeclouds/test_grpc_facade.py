@@ -207,7 +207,8 @@ async def test_the_http_side_is_served_beside_it(fresh: FakeCloudServer) -> None
     async with httpx.AsyncClient(base_url=fresh.url) as http:
         r = await http.get("/_fake/grpc")
         assert r.status_code == 200
-        assert r.json() == {"target": fresh.grpc_target, "services": [demo.SERVICE]}
+        assert r.json() == {"target": fresh.grpc_target, "tls_target": fresh.grpc_tls_target,
+                            "services": [demo.SERVICE]}
         r = await http.get("/local/v1/account", headers={"Authorization": f"Bearer {fresh.tokens['local']}"})
         assert r.status_code == 200 and r.json()["id"] == "local"
     assert fresh.grpc_target == f"127.0.0.1:{fresh.grpc_port}" and fresh.grpc_port != fresh.port

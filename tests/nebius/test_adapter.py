@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 import asyncssh
 import pytest
 
-from fakeclouds import nebius_api
+from fakeclouds import connect, nebius_api
 from fakeclouds.server import FakeCloudServer
-from providers.base import ConnectionOptions, LaunchSpec, OfferQuery, Ownership
+from providers.base import LaunchSpec, OfferQuery, Ownership
 from providers.nebius import NebiusProvider
 
 # Every remote call a full lifecycle makes (verify, offers, create, get, list, terminate). Changing
@@ -31,6 +31,7 @@ PINNED_CALLS = {
     "nebius.compute.v1.InstanceService/Get",
     "nebius.compute.v1.InstanceService/List",
     "nebius.compute.v1.InstanceService/Delete",
+    "nebius.common.v1.OperationService/Get",  # Create's and Delete's operations, polled until done
 }
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 
@@ -47,9 +48,8 @@ def server() -> Iterator[FakeCloudServer]:
 async def provider(server: FakeCloudServer) -> AsyncIterator[NebiusProvider]:
     server.admin.reset()
     creds = NebiusProvider.parse_credentials(nebius_api.FACADE.credentials(server.tokens["nebius"]))
-    async with NebiusProvider(
-        creds, installation_id="abcd1234", options=ConnectionOptions(endpoint=f"http://{server.grpc_target}")
-    ) as p:
+    p = NebiusProvider(creds, installation_id="abcd1234", options=connect.options(server, "nebius"))
+    async with p:
         yield p
 
 
@@ -77,8 +77,7 @@ async def test_lifecycle_pins_the_remote_calls(server: FakeCloudServer, provider
     await running(provider, ref)
     assert [r.instance_id for r in await provider.list_owned()] == [ref.instance_id]
     await provider.terminate(ref)
-    assert nebius_api.calls_seen(server.engine) >= PINNED_CALLS
-    assert nebius_api.calls_seen(server.engine) - PINNED_CALLS <= {"nebius.common.v1.OperationService/Get"}
+    assert nebius_api.calls_seen(server.engine) == PINNED_CALLS
 
 
 async def test_lost_create_answer_is_one_instance(server: FakeCloudServer, provider: NebiusProvider) -> None:

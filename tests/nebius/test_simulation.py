@@ -8,14 +8,15 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import grpc
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from fakeclouds import nebius_api, nebius_auth
+from fakeclouds import connect, nebius_api, nebius_auth
 from fakeclouds.server import FakeCloudServer
-from providers.base import AuthError, ConnectionOptions
+from providers.base import AuthError
 from providers.nebius import NebiusProvider
 
 
@@ -44,7 +45,6 @@ def _jwt(token: str, key: Any, **claims: Any) -> str:
 def _exchange_with(server: FakeCloudServer, subject: str) -> Any:
     """The SDK's own exchange path, its JWT replaced: a TokenRequester handing `subject` over."""
     from nebius.api.nebius.iam import v1 as iam
-    from nebius.base.options import INSECURE
     from nebius.base.resolver import Constant
     from nebius.base.service_account.service_account import TokenRequester
     from nebius.sdk import SDK
@@ -58,11 +58,10 @@ def _exchange_with(server: FakeCloudServer, subject: str) -> Any:
                 requested_token_type="urn:ietf:params:oauth:token-type:access_token",
             )
 
-    target = str(server.grpc_target)
     return SDK(
         credentials=Fixed(),
-        resolver=Constant(target),
-        address_options={target: [(INSECURE, True)]},
+        resolver=Constant(str(server.grpc_tls_target)),
+        tls_credentials=grpc.ssl_channel_credentials(root_certificates=str(server.ca_pem).encode()),
         user_agent_prefix="gpuprov-test",
     )
 
@@ -117,7 +116,7 @@ async def test_adapter_refuses_a_key_the_account_does_not_have(server: FakeCloud
     async with NebiusProvider(
         NebiusProvider.parse_credentials(creds),
         installation_id="abcd1234",
-        options=ConnectionOptions(endpoint=f"http://{server.grpc_target}"),
+        options=connect.options(server, "nebius"),
     ) as p:
         with pytest.raises(AuthError) as caught:
             await p.verify()
