@@ -87,7 +87,7 @@ class CloudActivities:
             self.deps.load_fleet(target.connection_id)  # the fleet exists (not found: non-retryable)
             with provider_errors():
                 caps.check(LaunchRequirements(spot=req.spot, ports=req.ports, image=req.image,
-                                              region=req.region, k3s=req.k3s))
+                                              region=req.region, k3s=req.k3s, max_hours=req.max_hours))
             return caps
         conn = self.deps.load_connection(target.connection_id)
         if conn.provider != target.cloud:
@@ -98,7 +98,7 @@ class CloudActivities:
                                    non_retryable=True)
         with provider_errors():
             caps.check(LaunchRequirements(spot=req.spot, ports=req.ports, image=req.image,
-                                          region=req.region, k3s=req.k3s))
+                                          region=req.region, k3s=req.k3s, max_hours=req.max_hours))
         return caps
 
     @activity.defn(name=acts.PLAN_ALLOCATION.name)
@@ -173,7 +173,7 @@ class CloudActivities:
             owner=Ownership(installation_id=self.deps.installation_id, allocation_id=inp.allocation_id),
             # first: some clouds (Lambda) take one key natively and the rest via cloud-init
             ssh_public_keys=[public, *(k for k in inp.ssh_public_keys if k != public)],
-            image=inp.image, ports=inp.ports, k3s=inp.k3s_at_boot)
+            image=inp.image, ports=inp.ports, k3s=inp.k3s_at_boot, lifetime_s=inp.lifetime_s)
         with provider_errors():
             p = await self.deps.provider(inp.target)
             await heartbeating(p.prepare(inp.offer.region), inp.heartbeat_every_s, "preparing")

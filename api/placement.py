@@ -45,7 +45,7 @@ def refusal(cloud: str, req: LaunchRequirements) -> str | None:
 
 def requirements(body: InstanceCreate) -> LaunchRequirements:
     return LaunchRequirements(spot=body.spot, ports=body.ports, image=body.image, region=body.region,
-                              k3s=body.k3s)
+                              k3s=body.k3s, max_hours=body.max_hours)
 
 
 def _candidates(session: Session, project: str,

@@ -282,13 +282,14 @@ class CapabilitiesOut(BaseModel):
     login_user: str
     side_resources: list[str]
     regions: list[str]  # empty: any region the cloud names
+    max_lifetime_h: float | None = None  # the longest max_hours it takes; None: it takes none
 
     @classmethod
     def of(cls, caps: Capabilities) -> CapabilitiesOut:
         return cls(k3s=caps.k3s, k3s_reason=caps.k3s_reason, k8s_api=caps.k8s_api, ports=caps.ports,
                    ports_reason=caps.ports_reason, spot=caps.spot, custom_image=caps.custom_image,
                    login_user=caps.login_user, side_resources=list(caps.side_resources),
-                   regions=list(caps.regions))
+                   regions=list(caps.regions), max_lifetime_h=caps.max_lifetime_h)
 
 
 class CredentialFieldOut(BaseModel):
@@ -457,6 +458,10 @@ class InstanceCreate(Strict):
     k3s: bool = True
     ssh_public_keys: list[str] = Field(min_length=1, max_length=20)
     name: Annotated[str, Field(min_length=1, max_length=63), Printable] | None = None
+    # How long the machine may live, in hours: the cloud stops it then. Only clouds that enforce a
+    # lifetime take it (capability `max_lifetime_h`: Modal, up to 24 h); others are refused or skipped.
+    # Strict: a JSON number (neither "2" nor true).
+    max_hours: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)] | None = None
 
     @model_validator(mode="after")
     def _one_selector(self) -> InstanceCreate:

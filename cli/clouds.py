@@ -66,6 +66,8 @@ def clouds() -> None:
         caps = c.get("capabilities") or {}
         fields = ", ".join(f["name"] + ("" if f["required"] else "?") for f in c.get("credentials", []))
         features = [f for f in ("spot", "ports", "custom_image", "k8s_api") if caps.get(f)]
+        if caps.get("max_lifetime_h"):  # --max-hours, up to this
+            features.append(f"max_hours<={caps['max_lifetime_h']:g}")
         rows.append([c["id"], c["display_name"], caps.get("k3s", "-"), ",".join(features) or "-",
                      (fields or "-") if c["available"] else f"unavailable: {c.get('reason')}"])
     table(rows, ["ID", "NAME", "K3S", "FEATURES", "CREDENTIALS"])

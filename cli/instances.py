@@ -96,6 +96,9 @@ def up(
     ssh_key: Annotated[Path | None, typer.Option(
         "--ssh-key", help="public key (default ~/.ssh/id_ed25519.pub, then id_rsa.pub)")] = None,
     name: Annotated[str | None, typer.Option()] = None,
+    max_hours: Annotated[float | None, typer.Option(
+        "--max-hours", min=0, help="the machine lives at most this long, in hours: the cloud stops it "
+                                   "then (only clouds that enforce it, e.g. Modal up to 24)")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="return once accepted")] = False,
 ) -> None:
     """Allocate a machine on the cheapest offer of the clouds allowed (every connected cloud unless
@@ -107,7 +110,7 @@ def up(
     body: dict[str, Any] = {
         "gpu": gpu, "gpu_count": gpu_count, "region": region, "spot": spot or None, "ports": port or [],
         "image": image, "k3s": not no_k3s, "ssh_public_keys": [read_ssh_key(ssh_key)], "name": name,
-        "connection_id": connection}
+        "connection_id": connection, "max_hours": max_hours}
     if len(clouds) == 1:
         body["cloud"] = clouds[0]
     elif clouds:

@@ -130,6 +130,7 @@ class CreateInput(Marked):
     heartbeat_every_s: float = 1.0
     poll_interval_s: float = 2.0  # looking up a launch that may still land (clouds without a token)
     k3s_at_boot: bool = False  # the cloud installs k3s from its user data (capability `cloud-init`)
+    lifetime_s: int | None = None  # the allocation's max_hours: the cloud stops the machine then
 
 
 class WaitRunningInput(Marked):

@@ -65,9 +65,16 @@ class AllocateRequest(BaseModel):
     k3s: bool = True
     ssh_public_keys: list[str] = Field(min_length=1)
     timing: Timing = Field(default_factory=Timing)
+    # How long the machine may live: the cloud stops it then (only clouds whose capabilities enforce a
+    # lifetime take it: Modal's sandbox timeout); None: as long as the cloud lets it.
+    max_hours: float | None = Field(default=None, gt=0)
 
     def all_targets(self) -> list[CloudTarget]:
         return self.targets or [CloudTarget(connection_id=self.connection_id, cloud=self.cloud)]
+
+    def lifetime_s(self) -> int | None:
+        """max_hours in whole seconds (at least one), as the create activity hands it to the cloud."""
+        return None if self.max_hours is None else max(1, round(self.max_hours * 3600))
 
 
 class AttemptRecord(BaseModel):

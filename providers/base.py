@@ -206,6 +206,10 @@ class LaunchSpec(BaseModel):
     # Install k3s at boot (providers/cloudinit.py): set for clouds whose k3s capability is
     # `cloud-init` when the allocation wants k3s; others get it over SSH after boot.
     k3s: bool = False
+    # How long the machine may live, in seconds (the allocation's max_hours): the cloud stops it
+    # then. Only for clouds whose capabilities say they enforce one (`max_lifetime_h`); None: as
+    # long as the cloud lets it (Modal: its 24 h cap).
+    lifetime_s: int | None = Field(default=None, gt=0)
 
     @field_validator("key")
     @classmethod
@@ -308,6 +312,11 @@ class Capabilities(BaseModel):
     # this cloud's create activity on a task queue of its own that Temporal dispatches at no more
     # than this rate across every worker (worker.py); the adapter paces its own process too.
     launches_per_s: float | None = Field(default=None, gt=0)
+    # The cloud itself stops a machine once a lifetime set at launch has passed (--max-hours), up to
+    # this many hours (Modal: a sandbox's timeout, at most 24 h). None: it stops none by itself, so
+    # a request with a lifetime is refused (gpuprov does not stop machines on a clock).
+    max_lifetime_h: float | None = Field(default=None, gt=0)
+    lifetime_reason: str | None = None  # the cloud's own words for its cap, shown when it refuses
 
     def check(self, req: LaunchRequirements) -> None:
         """Raise Unsupported with the cloud's reason when `req` cannot be met here."""
@@ -320,6 +329,14 @@ class Capabilities(BaseModel):
             raise Unsupported(f"--image needs custom images; {name} boots its own image only")
         if req.region and self.regions and req.region not in self.regions:
             raise Unsupported(f"{name} has no region {req.region!r} (regions: {', '.join(self.regions)})")
+        if req.max_hours is not None:
+            cap = self.max_lifetime_h
+            if cap is None:
+                raise Unsupported(f"--max-hours needs a cloud that stops a machine itself after a set "
+                                  f"lifetime; {name} does not")
+            if req.max_hours > cap:
+                why = self.lifetime_reason or f"{name} caps a machine's lifetime at {cap:g} h"
+                raise Unsupported(f"--max-hours {req.max_hours:g}: {why}")
 
 
 class LaunchRequirements(BaseModel):
@@ -330,6 +347,7 @@ class LaunchRequirements(BaseModel):
     image: str | None = None
     region: str | None = None
     k3s: bool = True
+    max_hours: float | None = None  # how long the machine may live (the cloud must enforce it)
 
 
 # --------------------------------------------------------------------------- the launch's send
@@ -448,10 +466,11 @@ class CloudProvider(abc.ABC):
         """Find-or-create by spec.key: a retry after a crash returns the machine already made.
 
         The template every cloud shares: what the cloud's capabilities refuse (spot, ports, a custom
-        image, a region it lacks) is refused here, with the cloud's reason, before the adapter's
-        `_find_or_launch` runs. Adapters implement that, never this."""
-        self.capabilities.check(LaunchRequirements(spot=offer.spot, ports=spec.ports, image=spec.image,
-                                                   region=offer.region))
+        image, a region it lacks, a lifetime it does not enforce) is refused here, with the cloud's
+        reason, before the adapter's `_find_or_launch` runs. Adapters implement that, never this."""
+        self.capabilities.check(LaunchRequirements(
+            spot=offer.spot, ports=spec.ports, image=spec.image, region=offer.region,
+            max_hours=None if spec.lifetime_s is None else spec.lifetime_s / 3600))
         return await self._find_or_launch(offer, spec)
 
     @abc.abstractmethod

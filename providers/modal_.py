@@ -15,8 +15,9 @@ Find-or-create: the sandbox's name is `gpuprov-<installation>-<key>` (unique wit
 create under one key is refused by Modal itself: ALREADY_EXISTS, then the existing one is found), and
 its tags carry the installation and key, which is how `list_owned` finds ours (Sandbox.list by tags).
 
-Lifetime: a sandbox lives at most its `timeout` (Modal caps it at 24 h); it is set to that cap, and a
-sandbox that reached it is reported terminated with that reason.
+Lifetime: a sandbox lives at most its `timeout` (Modal caps it at 24 h); it is set from the
+allocation's max_hours (`LaunchSpec.lifetime_s`), else to that cap, and a sandbox that reached it is
+reported terminated with that reason.
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ class ModalProvider(CloudProvider):
         custom_image=False,
         login_user="root",
         regions=[REGION],
+        max_lifetime_h=MAX_TIMEOUT_S / 3600,  # the sandbox's timeout
+        lifetime_reason="Modal caps a sandbox's lifetime (its timeout) at 24 h",
         create_in_flight_s=0.0,  # names are unique within the app: Modal refuses a second create
         boot_timeout_s=1500.0,  # Sandbox.create itself waits up to 21 min for scheduling
     )
@@ -259,6 +262,8 @@ class ModalProvider(CloudProvider):
             parse_spec(offer.instance_type)
         except ValueError as exc:
             raise InvalidRequest(f"modal: {exc}") from None
+        # Over 24 h was refused by create's capability check (max_lifetime_h), as Modal would.
+        timeout = MAX_TIMEOUT_S if spec.lifetime_s is None else spec.lifetime_s
         found = await self.find(spec.key)
         if found is not None:
             return found
@@ -278,7 +283,7 @@ class ModalProvider(CloudProvider):
                     name=self._name(spec.key),
                     tags=tags,
                     unencrypted_ports=[22],
-                    timeout=MAX_TIMEOUT_S,
+                    timeout=timeout,
                     client=client,
                 )
         except modal.exception.AlreadyExistsError:

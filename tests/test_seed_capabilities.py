@@ -69,3 +69,12 @@ def test_regions_and_defaults_follow_the_at_a_glance_table() -> None:
     assert registry.capabilities("massedcompute").ports_reason == "Massed Compute has no firewall API"
     for cloud in ("aws", "gcp"):
         assert registry.capabilities(cloud).region_required
+
+
+def test_only_modal_stops_a_machine_after_a_set_lifetime() -> None:
+    """--max-hours has no column on the clouds page; the issue gives Modal one (a sandbox lives at most
+    its timeout, capped at 24 h, set from the allocation). No other cloud stops a machine itself."""
+    enforcing = {cloud: registry.capabilities(cloud).max_lifetime_h for cloud in SEED}
+    assert {cloud: h for cloud, h in enforcing.items() if h is not None} == {"modal": 24}
+    modal = registry.capabilities("modal")
+    assert modal.lifetime_reason == "Modal caps a sandbox's lifetime (its timeout) at 24 h"

@@ -281,7 +281,7 @@ class AllocationWorkflow:
             CreateInput(target=st.target, offer=offer, key=key, ssh_public_keys=req.ssh_public_keys,
                         image=req.image, ports=req.ports, heartbeat_every_s=self._hb_every,
                         poll_interval_s=t.poll_interval_s, k3s_at_boot=req.k3s and caps.k3s == "cloud-init",
-                        **self._marked()),
+                        lifetime_s=req.lifetime_s(), **self._marked()),
             # A retry may first wait out the cloud's in-flight window (clouds without a token).
             start_to_close_timeout=timedelta(seconds=t.call_timeout_s + caps.create_in_flight_s),
             heartbeat_timeout=self._hb,

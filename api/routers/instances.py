@@ -121,7 +121,9 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
     key = idempotency_key
     project = caller.project
     scope = idem.scope_of("instances", project)
-    fingerprint = idem.fingerprint(body.model_dump(mode="json"))
+    # max_hours only when given: a retry keeps the fingerprint stored before the field existed
+    fingerprint = idem.fingerprint(body.model_dump(
+        mode="json", exclude=None if body.max_hours is not None else {"max_hours"}))
     if key is None:
         allocation_id = repo.new_id()
     else:
@@ -148,7 +150,8 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
         allocation_id=allocation_id, connection_id=first.connection_id, cloud=first.cloud,
         targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, instance_type=default.instance_type,
-        ports=body.ports, image=body.image, k3s=body.k3s, ssh_public_keys=body.ssh_public_keys)
+        ports=body.ports, image=body.image, k3s=body.k3s, ssh_public_keys=body.ssh_public_keys,
+        max_hours=body.max_hours)
     workflow_id = allocation_workflow_id(allocation_id)
     try:
         # Once per id: a retry joins the run the first attempt started; an id that ran never runs again.

@@ -282,6 +282,7 @@ async def check_unsupported(h: Harness) -> None:
             (LaunchRequirements(spot=True), caps.spot, None),
             (LaunchRequirements(ports=[8080]), caps.ports, caps.ports_reason),
             (LaunchRequirements(image="ubuntu:24.04"), caps.custom_image, None),
+            (LaunchRequirements(max_hours=1), caps.max_lifetime_h is not None, None),
         ]
         for req, supported, reason in cases:
             if supported:
@@ -299,6 +300,9 @@ async def check_unsupported(h: Harness) -> None:
             with pytest.raises(Unsupported):
                 await p.create(await cheapest(p), h.spec(ports=[8080]))
             assert await h.machine_ids() == before
+        if caps.max_lifetime_h is not None:  # --max-hours: no more than the cloud's own cap
+            with pytest.raises(Unsupported, match="--max-hours"):
+                caps.check(LaunchRequirements(max_hours=caps.max_lifetime_h + 1))
 
 
 async def side_resources_of(h: Harness, key: str) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     Ownership,
+    Unsupported,
 )
 from providers.credentials import ApiKeyCredentials
 from providers.gpus import normalize_gpu, same_gpu
@@ -154,6 +155,21 @@ async def test_lambda_create_finds_existing_instance_without_launching() -> None
         ref = await p.create(OFFER, spec())
     assert ref.instance_id == "i-1" and ref.key == "alloc-1-a0" and ref.region == "us-east-1"
     assert paths == ["GET /api/v1/instances"]
+
+
+async def test_a_lifetime_on_a_cloud_that_enforces_none_is_refused_before_any_call() -> None:
+    """The shared create template checks LaunchSpec.lifetime_s against the capabilities: Lambda stops
+    no machine by itself, so a lifetime is refused with the reason and nothing is sent."""
+    paths: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        paths.append(f"{req.method} {req.url.path}")
+        return data([])
+
+    async with lam(handler) as p:
+        with pytest.raises(Unsupported, match="--max-hours needs .*; Lambda Cloud does not"):
+            await p.create(OFFER, spec().model_copy(update={"lifetime_s": 3600}))
+    assert paths == []
 
 
 async def test_lambda_create_registers_first_key_and_passes_the_rest_as_user_data() -> None:

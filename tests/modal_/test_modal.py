@@ -16,7 +16,16 @@ import pytest
 
 from fakeclouds import modal_api
 from fakeclouds.server import FakeCloudServer
-from providers.base import AuthError, InstanceState, LaunchSpec, OfferQuery, Ownership
+from messages.allocation import AllocateRequest
+from providers.base import (
+    AuthError,
+    CloudProvider,
+    InstanceState,
+    LaunchSpec,
+    OfferQuery,
+    Ownership,
+    Unsupported,
+)
 from providers.modal_ import TIMEOUT_DETAIL, ModalProvider
 from tests import simclouds
 from tests.eventually import eventually
@@ -61,16 +70,24 @@ def provider(
     return p
 
 
-def spec(p: ModalProvider, *keys: asyncssh.SSHKey) -> LaunchSpec:
+def spec(p: CloudProvider, *keys: asyncssh.SSHKey, lifetime_s: int | None = None) -> LaunchSpec:
     key = f"t-{uuid.uuid4().hex[:10]}"
     return LaunchSpec(
         key=key,
         owner=Ownership(installation_id=p.installation_id, allocation_id=key),
         ssh_public_keys=[public(k) for k in keys],
+        lifetime_s=lifetime_s,
     )
 
 
-async def running(p: ModalProvider, ref):  # type: ignore[no-untyped-def]
+def allocation_lifetime_s(max_hours: float) -> int | None:
+    """The lifetime an allocation asking for `max_hours` hands the create (the workflow's CreateInput)."""
+    return AllocateRequest(
+        allocation_id="al-1", connection_id="c-1", cloud="modal", ssh_public_keys=["k"], max_hours=max_hours
+    ).lifetime_s()
+
+
+async def running(p: CloudProvider, ref):  # type: ignore[no-untyped-def]
     return await eventually(
         lambda: p.get(ref),
         until=lambda s: s is not None and s.state == "running",
@@ -119,12 +136,36 @@ async def test_sshd_accepts_exactly_the_keys_sent(sim: FakeCloudServer) -> None:
         assert await p.list_owned() == []
 
 
-async def test_an_expired_sandbox_is_reported_gone_with_the_reason(sim: FakeCloudServer) -> None:
+async def test_a_sandbox_for_an_allocation_with_max_hours_times_out_then(sim: FakeCloudServer) -> None:
     async with provider(sim) as p:
-        ref = await p.create((await p.offers(OfferQuery(gpu="t4")))[0], spec(p, USER_KEY))
+        offer = (await p.offers(OfferQuery(gpu="t4")))[0]
+        ref = await p.create(offer, spec(p, USER_KEY, lifetime_s=allocation_lifetime_s(2)))
+        try:
+            assert sim.engine.machines[ref.instance_id].extra["timeout_secs"] == 7200
+        finally:
+            await p.terminate(ref)
+
+
+async def test_more_than_24_hours_is_refused_before_modal_is_asked(sim: FakeCloudServer) -> None:
+    async with provider(sim) as p:
+        offer = (await p.offers(OfferQuery(gpu="t4")))[0]
+        before = set(sim.engine.machines)
+        with pytest.raises(Unsupported, match="Modal caps a sandbox's lifetime .* at 24 h"):
+            await p.create(offer, spec(p, USER_KEY, lifetime_s=allocation_lifetime_s(25)))
+        assert set(sim.engine.machines) == before
+
+
+async def test_an_expired_sandbox_is_reported_gone_with_the_reason(sim: FakeCloudServer) -> None:
+    # A short lifetime (a minute): the simulation's clock is moved, nothing waits for it.
+    async with provider(sim) as p:
+        ref = await p.create((await p.offers(OfferQuery(gpu="t4")))[0], spec(p, USER_KEY, lifetime_s=60))
         await running(p, ref)
         machine = sim.engine.machines[ref.instance_id]
-        sim.call(_expire_at(sim, machine.created_at + machine.extra["timeout_secs"]))
+        assert machine.extra["timeout_secs"] == 60
+        sim.call(_expire_at(sim, machine.created_at + 59))
+        st = await p.get(ref)
+        assert st is not None and st.state == InstanceState.RUNNING  # not yet
+        sim.call(_expire_at(sim, machine.created_at + 60))
         st = await p.get(ref)
         assert st is not None and st.state == InstanceState.TERMINATED and st.detail == TIMEOUT_DETAIL
         assert await p.find_all(ref.key) == []

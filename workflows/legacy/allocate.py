@@ -150,7 +150,7 @@ class AllocateWorkflow:
             acts.CREATE_INSTANCE,
             CreateInput(target=self._target, offer=offer, key=key, allocation_id=req.allocation_id,
                         ssh_public_keys=req.ssh_public_keys, image=req.image, ports=req.ports,
-                        heartbeat_every_s=self._hb_every),
+                        heartbeat_every_s=self._hb_every, lifetime_s=req.lifetime_s()),
             start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s), heartbeat_timeout=self._hb,
             retry_policy=_Retry.calls(self._t),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)

@@ -1,0 +1,46 @@
+"""`gpuprov up --max-hours`: parsed as a number, sent as the request's max_hours, and refused with the
+cloud's reason where the cloud enforces no lifetime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from tests.api.conftest import GOOD_KEY, FakeCloud
+from tests.cli.conftest import FakeInstantWorkflows
+
+runner = CliRunner()
+
+
+def _connect() -> None:
+    r = runner.invoke(app, ["connect", "fakecloud", "--credential", f"api_key={GOOD_KEY}"])
+    assert r.exit_code == 0, r.output
+
+
+def test_up_max_hours_is_refused_where_the_cloud_enforces_no_lifetime(
+        key_file: Path, workflows: FakeInstantWorkflows) -> None:
+    _connect()
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--max-hours", "2", "--ssh-key", str(key_file)])
+    assert r.exit_code == 1
+    assert ("error: --max-hours needs a cloud that stops a machine itself after a set lifetime; "
+            "Fake Cloud does not (HTTP 422)") in r.output
+    assert workflows.starts_of("AllocationWorkflow") == []
+
+
+def test_up_max_hours_reaches_the_request(key_file: Path, workflows: FakeInstantWorkflows,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FakeCloud, "capabilities",
+                        FakeCloud.capabilities.model_copy(update={"max_lifetime_h": 24.0}))
+    _connect()
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--max-hours", "1.5", "--detach",
+                            "--ssh-key", str(key_file)])
+    assert r.exit_code == 0, r.output
+    [start] = workflows.starts_of("AllocationWorkflow")
+    assert start.arg.request.max_hours == 1.5  # type: ignore[attr-defined]
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--max-hours", "2h", "--ssh-key", str(key_file)])
+    assert r.exit_code == 2 and "--max-hours" in r.output  # not a number: refused before any request
+    r = runner.invoke(app, ["clouds"])
+    assert r.exit_code == 0 and "max_hours<=24" in r.output
