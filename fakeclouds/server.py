@@ -42,6 +42,7 @@ from fastapi.responses import JSONResponse, Response
 
 from fakeclouds import admin_api, clouds, tls
 from fakeclouds.admin import FakeCloudAdmin
+from fakeclouds.calls import RecordCalls
 from fakeclouds.engine import ADMIN_PREFIX, Engine
 from fakeclouds.facade import Facade
 from fakeclouds.grpc_host import GrpcListener, grpc_facades
@@ -85,6 +86,7 @@ def build_app(engine: Engine, tokens: dict[str, str] | None = None,
 
     app = FastAPI(title="gpuprov simulated clouds", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
+    app.add_middleware(RecordCalls, log=engine.calls, facades=list(engine.facades.values()))
     for facade in engine.facades.values():
         app.include_router(facade.build_router(engine, tokens[facade.name]), prefix=facade.prefix)
     app.include_router(admin_api.build_router(engine), prefix=ADMIN_PREFIX)
@@ -310,14 +312,14 @@ class FakeCloudProcess:
         return str(r.json()["target"]) if r.status_code == 200 else None
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
     def grpc_tls_target(self) -> str | None:
         """The gRPC listener's TLS "host:port" (trusting `ca_pem`)."""
         r = httpx.get(f"{self.url}{ADMIN_PREFIX}/grpc", timeout=10)
         return str(r.json()["tls_target"]) if r.status_code == 200 else None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     @property
     def admin(self) -> FakeCloudAdmin:
