@@ -3,6 +3,11 @@ google-cloud-compute's REST transport calls, served under this facade's prefix, 
 the official SDK unchanged with `client_options={"api_endpoint": <server>/gcp}`. `FACADE` at the
 bottom declares it.
 
+This module is the router: each route authorizes, runs its effect on the engine and answers. Its
+pieces: what a request may carry, `gcp_requests.py`; what is answered (errors, instance and catalogue
+JSON), `gcp_responses.py`; operations, request ids and firewall rules, `gcp_state.py`; zones and
+types, `gcp_catalog.py`; list filters, `gcp_filter.py`; the service-account key and JWTs, `gcp_auth.py`.
+
 Modelled, as Compute Engine does it:
 - Auth: every request carries the SDK's self-signed JWT; it is verified against the public half of
   the service-account key this simulation issues (fakeclouds/gcp_auth.py): signature, key id,
@@ -44,411 +49,37 @@ none: its per-minute quotas refill at the next minute) so tests can steer the de
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import re
 import time
-import uuid
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from fakeclouds import gcp_filter, k3s
+from fakeclouds import gcp_filter, gcp_requests, k3s
 from fakeclouds.bodies import optional_object
 from fakeclouds.common import run_op
-from fakeclouds.engine import PENDING, RUNNING, TERMINATING, Engine, Machine
-from fakeclouds.errors import (
-    BadBody,
-    CloudError,
-    Invalid,
-    LostResponse,
-    NameConflict,
-    NoCapacity,
-    NotFound,
-    QuotaExceeded,
-    RateLimit,
-    ServerFault,
-    Unauthorized,
-)
+from fakeclouds.engine import Engine, Machine
+from fakeclouds.errors import CloudError, NameConflict, NoCapacity, NotFound, QuotaExceeded, Unauthorized
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.gcp_auth import PROJECT, AuthFailure, Verifier, service_account_key
-from fakeclouds.gcp_catalog import (
-    ACCELERATOR_TYPES,
-    INSTANCE_TYPES,
-    MACHINE_TYPES,
-    REGIONS,
-    ZONES,
-    machine_types_in,
-    region_of,
+from fakeclouds.gcp_catalog import INSTANCE_TYPES, REGIONS, ZONES, region_of
+from fakeclouds.gcp_requests import LOGIN_USER, NAME_PATTERN
+from fakeclouds.gcp_responses import (
+    Forbidden,
+    accelerator_types,
+    aggregated_list,
+    error_response,
+    instance_json,
+    machine_types,
 )
-from fakeclouds.gcp_state import API, GcpState, Operation, numeric_id, operation_name, rfc3339, state_of
-from fakeclouds.vendor_errors import retry_after_header, vendor_router
-from providers.gcp_catalog import N1_ATTACHABLE, combo_type
+from fakeclouds.gcp_state import API, GcpState, Operation, numeric_id, operation_name, state_of
+from fakeclouds.vendor_errors import vendor_router
 
 NAME = "gcp"
-LOGIN_USER = "ubuntu"
-NAME_PATTERN = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 BASE = "/compute/v1/projects/{project}"
-PUBLIC_IMAGE_PROJECTS = frozenset(
-    {
-        "ubuntu-os-cloud",
-        "ubuntu-os-accelerator-images",
-        "ubuntu-os-pro-cloud",
-        "debian-cloud",
-        "deeplearning-platform-release",
-        "cos-cloud",
-    }
-)
-_IMAGE = re.compile(
-    r"(?:https://www\.googleapis\.com/compute/v1/)?projects/([a-z][-a-z0-9]{4,28}[a-z0-9])"
-    r"/global/images/(?:family/)?" + NAME_PATTERN
-)
-_NETWORKS = {None, "default", "global/networks/default"}
-_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_PROTOCOLS = {"tcp", "udp", "icmp", "esp", "ah", "sctp", "ipip", "all"}
-METADATA_MAX = 512 * 1024
-_TYPES = {t.name: t for t in INSTANCE_TYPES}
-_UNAUTHENTICATED = (
-    "Request had invalid authentication credentials. Expected OAuth 2 access token, login "
-    "cookie or other valid authentication credential. See "
-    "https://developers.google.com/identity/sign-in/web/devconsole-project."
-)
-
-
-class Forbidden(CloudError):
-    """403 `forbidden`: the credentials lack permission (here: another project than the key's)."""
-
-
-def _error(
-    status: int, reason: str, message: str, domain: str = "global", headers: dict[str, str] | None = None
-) -> JSONResponse:
-    err: dict[str, Any] = {
-        "code": status,
-        "message": message,
-        "errors": [{"message": message, "domain": domain, "reason": reason}],
-    }
-    if status == 401:
-        err["errors"][0].update(location="Authorization", locationType="header")
-        err["status"] = "UNAUTHENTICATED"
-    return JSONResponse({"error": err}, status_code=status, headers=headers)
-
-
-def error_response(exc: CloudError, _request: Request | None = None) -> JSONResponse:
-    if isinstance(exc, BadBody):  # not JSON, or not an object (an absent body is `{}`)
-        return _error(400, "invalid", "Invalid JSON payload received.")
-    if isinstance(exc, Unauthorized):
-        return _error(401, "authError", _UNAUTHENTICATED)
-    if isinstance(exc, Forbidden):
-        return _error(403, "forbidden", exc.message)
-    if isinstance(exc, RateLimit):
-        # Compute Engine sends no Retry-After; the simulation does, so tests can steer the delay.
-        return _error(
-            403,
-            "rateLimitExceeded",
-            "Rate Limit Exceeded",
-            "usageLimits",
-            headers={"Retry-After": retry_after_header(exc.retry_after)},
-        )
-    if isinstance(exc, NotFound):
-        return _error(404, "notFound", exc.message)
-    if isinstance(exc, NameConflict):
-        return _error(409, "alreadyExists", exc.message)
-    if isinstance(exc, QuotaExceeded):
-        return _error(403, "quotaExceeded", exc.message, "usageLimits")
-    if isinstance(exc, LostResponse):
-        return _error(504, "deadlineExceeded", "Deadline exceeded (the call took effect; injected)")
-    if isinstance(exc, ServerFault):
-        return _error(
-            exc.status, "backendError", "Internal error. Please try again or contact Google Support."
-        )
-    return _error(400, "invalid", exc.message)
-
-
-def _invalid(field: str, value: object, why: str) -> Invalid:
-    return Invalid(f"Invalid value for field '{field}': '{value}'. {why}")
-
-
-def _check_name(field: str, name: object) -> str:
-    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
-        raise _invalid(field, name, f"Must be a match of regex '(?:{NAME_PATTERN})'")
-    return name
-
-
-def _last(path: object, collection: str, field: str, zone: str | None = None) -> str:
-    """The resource name at the end of a (partial) URL like `zones/Z/machineTypes/T`; its zone must be
-    the request's."""
-    text = str(path or "")
-    m = re.fullmatch(r"(?:.*/)?(?:zones/([^/]+)/)?" + collection + r"/([^/]+)", text)
-    if m is None or (zone is not None and m.group(1) not in (None, zone)):
-        raise _invalid(field, text, f"Must be a {collection} URL in zone '{zone}'")
-    return m.group(2)
-
-
-# --------------------------------------------------------------------------- instances
-
-
-def _accelerators(body: dict[str, Any], zone: str) -> list[tuple[str, int]]:
-    out = []
-    for i, acc in enumerate(body.get("guestAccelerators") or []):
-        field = f"resource.guestAccelerators[{i}].acceleratorType"
-        name = _last(acc.get("acceleratorType"), "acceleratorTypes", field, zone)
-        if name not in ZONES[zone][1]:
-            raise _invalid(field, name, f"Accelerator type '{name}' does not exist in zone '{zone}'.")
-        count = int(acc.get("acceleratorCount") or 0)
-        if not 1 <= count <= ACCELERATOR_TYPES[name].max_cards:
-            raise _invalid(
-                f"resource.guestAccelerators[{i}].acceleratorCount",
-                count,
-                f"At most {ACCELERATOR_TYPES[name].max_cards} of '{name}' per instance.",
-            )
-        out.append((name, count))
-    return out
-
-
-def _engine_type(body: dict[str, Any], zone: str) -> tuple[str, str, list[tuple[str, int]]]:
-    """(engine instance type, machine type, accelerators) of an insert body."""
-    given = body.get("machineType")
-    machine_name = _last(given, "machineTypes", "resource.machineType", zone)
-    machine = MACHINE_TYPES.get(machine_name)
-    if machine is None or machine not in machine_types_in(zone):
-        raise _invalid(
-            "resource.machineType",
-            given,
-            f"Machine type with name '{machine_name}' does not exist in zone '{zone}'.",
-        )
-    accelerators = _accelerators(body, zone)
-    if machine.accelerator is not None:  # A2/G2: the GPUs come with the machine type
-        if accelerators and accelerators != [(machine.accelerator, machine.count)]:
-            raise Invalid(
-                f"Machine type '{machine_name}' has its accelerators built in; "
-                "guestAccelerators must be empty or match them."
-            )  # wording [unconfirmed]
-        return machine_name, machine_name, [(machine.accelerator, machine.count)]
-    if len(accelerators) > 1:
-        raise Invalid("Only one accelerator type may be attached to an instance.")  # wording [unconfirmed]
-    if not accelerators:
-        return machine_name, machine_name, []
-    accelerator, count = accelerators[0]
-    if accelerator not in N1_ATTACHABLE:
-        raise Invalid(
-            f"Accelerator type '{accelerator}' cannot be attached to machine type '{machine_name}'."
-        )  # wording [unconfirmed]
-    name = combo_type(machine_name, accelerator, count)
-    if name not in _TYPES or zone not in _TYPES[name].prices:
-        raise Invalid(f"{count} x {accelerator} on {machine_name} is not modelled by this simulation")
-    return name, machine_name, accelerators
-
-
-def _scheduling(body: dict[str, Any], gpus: bool) -> tuple[dict[str, Any], bool]:
-    given = dict(body.get("scheduling") or {})
-    spot = given.get("provisioningModel") == "SPOT" or bool(given.get("preemptible"))
-    sched = {
-        "onHostMaintenance": "TERMINATE" if spot else "MIGRATE",
-        "automaticRestart": not spot,
-        "provisioningModel": "SPOT" if spot else "STANDARD",
-        "preemptible": bool(given.get("preemptible")),
-    }
-    sched.update(given)
-    if gpus and sched["onHostMaintenance"] != "TERMINATE":
-        raise Invalid("Instances with guest accelerators do not support live migration.")
-    if spot and sched["automaticRestart"]:
-        raise Invalid("Scheduling.automaticRestart must be false for Spot VMs.")  # wording [unconfirmed]
-    return sched, spot
-
-
-def _metadata(body: dict[str, Any]) -> tuple[list[dict[str, str]], list[str], str | None]:
-    """(items, login user's SSH keys, user-data) of the instance's metadata."""
-    items = [
-        {"key": str(i.get("key")), "value": str(i.get("value") or "")}
-        for i in (body.get("metadata") or {}).get("items") or []
-    ]
-    if sum(len(i["key"]) + len(i["value"]) for i in items) > METADATA_MAX:
-        raise Invalid("Metadata exceeds the maximum size of 512 KB.")
-    by_key = {i["key"]: i["value"] for i in items}
-    keys = []
-    for line in by_key.get("ssh-keys", "").splitlines():
-        user, sep, key = line.strip().partition(":")
-        if sep and user == LOGIN_USER and key.strip():
-            keys.append(key.strip())
-    if not keys:  # a simulation limit: its machines only take logins with a key
-        raise Invalid(f"the simulation needs an 'ssh-keys' metadata line for user {LOGIN_USER!r}")
-    return items, keys, by_key.get("user-data")
-
-
-def _labels(labels: object) -> dict[str, str]:
-    if not isinstance(labels, dict) or len(labels) > 64:
-        raise _invalid("resource.labels", "", "At most 64 labels.")
-    for k, v in labels.items():
-        if not _LABEL_KEY.fullmatch(str(k)) or not _LABEL_VALUE.fullmatch(str(v)):
-            raise _invalid("resource.labels", k, "Label keys and values violate format constraints.")
-    return {str(k): str(v) for k, v in labels.items()}
-
-
-def _tags(body: dict[str, Any]) -> list[str]:
-    items = list((body.get("tags") or {}).get("items") or [])
-    return [_check_name(f"resource.tags.items[{i}]", t) for i, t in enumerate(items)]
-
-
-def _boot_image(body: dict[str, Any], project: str) -> str:
-    disks = list(body.get("disks") or [])
-    boot = [d for d in disks if d.get("boot")] or disks[:1]
-    image = ((boot[0].get("initializeParams") or {}).get("sourceImage") if boot else None) or ""
-    m = _IMAGE.fullmatch(image)
-    if m is None:
-        raise _invalid(
-            "resource.disks[0].initializeParams.sourceImage",
-            image,
-            "A boot disk with a source image (projects/P/global/images/[family/]NAME) is required.",
-        )
-    if m.group(1) not in PUBLIC_IMAGE_PROJECTS | {project}:
-        raise NotFound(f"The resource 'projects/{m.group(1)}/global/images/...' was not found")
-    return image
-
-
-def _nat(body: dict[str, Any], project: str) -> bool:
-    nics = list(body.get("networkInterfaces") or [])
-    if not nics:
-        raise _invalid("resource.networkInterfaces", "", "At least one network interface is required.")
-    for nic in nics:
-        network = nic.get("network")
-        if network not in _NETWORKS and not str(network).endswith(
-            f"projects/{project}/global/networks/default"
-        ):
-            raise NotFound(f"The resource '{network}' was not found")
-    return any(
-        a.get("type", "ONE_TO_ONE_NAT") == "ONE_TO_ONE_NAT" for a in nics[0].get("accessConfigs") or []
-    )
-
-
-def _instance_status(m: Machine, now: float) -> str:
-    if m.status == PENDING:
-        return "PROVISIONING" if now < (m.created_at + m.boot_at) / 2 else "STAGING"
-    return {RUNNING: "RUNNING", TERMINATING: "STOPPING"}.get(m.status, "TERMINATED")
-
-
-def instance_json(m: Machine, project: str, now: float | None = None) -> dict[str, Any]:
-    now = time.time() if now is None else now
-    x = m.extra
-    zone_url = f"{API}/projects/{project}/zones/{m.region}"
-    status = _instance_status(m, now)
-    access: dict[str, Any] = {
-        "kind": "compute#accessConfig",
-        "type": "ONE_TO_ONE_NAT",
-        "name": "External NAT",
-        "networkTier": "PREMIUM",
-    }
-    if m.address and status != "PROVISIONING" and status != "STAGING":
-        access["natIP"] = m.address  # an external address stays with the instance once it has one
-    out: dict[str, Any] = {
-        "kind": "compute#instance",
-        "id": m.id,
-        "creationTimestamp": rfc3339(m.created_at),
-        "name": m.name,
-        "description": x.get("description", ""),
-        "tags": {"items": x.get("tags", []), "fingerprint": "sim"},
-        "machineType": f"{zone_url}/machineTypes/{x['machine_type']}",
-        "status": status,
-        "zone": zone_url,
-        "networkInterfaces": [
-            {
-                "kind": "compute#networkInterface",
-                "name": "nic0",
-                "network": f"{API}/projects/{project}/global/networks/default",
-                "networkIP": f"10.128.{int(m.id) % 250}.{int(m.id) // 250 % 250 + 2}",
-                "accessConfigs": [access] if x.get("nat") else [],
-            }
-        ],
-        "disks": [
-            {
-                "kind": "compute#attachedDisk",
-                "type": "PERSISTENT",
-                "mode": "READ_WRITE",
-                "boot": True,
-                "autoDelete": True,
-                "deviceName": "persistent-disk-0",
-                "index": 0,
-                "source": f"{zone_url}/disks/{m.name}",
-                "diskSizeGb": str(x.get("disk_gb", 10)),
-            }
-        ],
-        "metadata": {"kind": "compute#metadata", "items": x.get("metadata", []), "fingerprint": "sim"},
-        "scheduling": x.get("scheduling", {}),
-        "labels": m.labels,
-        "labelFingerprint": "sim",
-        "guestAccelerators": [
-            {"acceleratorType": f"{zone_url}/acceleratorTypes/{a}", "acceleratorCount": n}
-            for a, n in x.get("accelerators", [])
-        ],
-        "cpuPlatform": "Intel Cascade Lake",
-        "deletionProtection": False,
-        "selfLink": f"{zone_url}/instances/{m.name}",
-    }
-    if status == "TERMINATED":
-        out["statusMessage"] = m.detail or "Instance terminated by Compute Engine."
-    if x.get("spot"):
-        out["scheduling"] = {**out["scheduling"], "provisioningModel": "SPOT"}
-    return out
-
-
-# --------------------------------------------------------------------------- firewalls
-
-
-def _firewall(body: dict[str, Any], project: str) -> dict[str, Any]:
-    name = _check_name("resource.name", body.get("name"))
-    network = body.get("network")
-    if network not in _NETWORKS and not str(network).endswith(f"projects/{project}/global/networks/default"):
-        raise NotFound(f"The resource '{network}' was not found")
-    direction = body.get("direction", "INGRESS")
-    if direction not in ("INGRESS", "EGRESS"):
-        raise _invalid("resource.direction", direction, "Must be INGRESS or EGRESS.")
-    allowed = list(body.get("allowed") or [])
-    if not allowed and not body.get("denied"):
-        raise _invalid("resource.allowed", "", "A firewall must allow or deny something.")
-    for i, rule in enumerate(allowed):
-        proto = str(rule.get("IPProtocol", "")).lower()
-        if proto not in _PROTOCOLS:
-            raise _invalid(f"resource.allowed[{i}].IPProtocol", proto, "Unknown protocol.")
-        for port in rule.get("ports") or []:
-            lo, _, hi = str(port).partition("-")
-            if (
-                proto not in ("tcp", "udp", "sctp")
-                or not (lo.isdigit() and (not hi or hi.isdigit()))
-                or not 0 <= int(lo) <= int(hi or lo) <= 65535
-            ):
-                raise _invalid(f"resource.allowed[{i}].ports", port, "Invalid port or port range.")
-    for cidr in body.get("sourceRanges") or []:
-        try:
-            ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            raise _invalid("resource.sourceRanges", cidr, "Must be an IP range in CIDR notation.") from None
-    tags = [_check_name(f"resource.targetTags[{i}]", t) for i, t in enumerate(body.get("targetTags") or [])]
-    priority = int(body.get("priority", 1000))
-    if not 0 <= priority <= 65535:
-        raise _invalid("resource.priority", priority, "Must be 0 to 65535.")
-    if len(str(body.get("description") or "")) > 2048:
-        raise _invalid("resource.description", "...", "At most 2048 characters.")
-    return {
-        "kind": "compute#firewall",
-        "id": numeric_id(),
-        "creationTimestamp": rfc3339(time.time()),
-        "name": name,
-        "description": str(body.get("description") or ""),
-        "network": f"{API}/projects/{project}/global/networks/default",
-        "priority": priority,
-        "direction": direction,
-        "sourceRanges": list(body.get("sourceRanges") or []),
-        "targetTags": tags,
-        "allowed": allowed,
-        "denied": list(body.get("denied") or []),
-        "logConfig": {"enable": False},
-        "disabled": bool(body.get("disabled", False)),
-        "selfLink": f"{API}/projects/{project}/global/firewalls/{name}",
-    }
 
 
 def side_resources(engine: Engine) -> list[dict[str, Any]]:
@@ -457,39 +88,6 @@ def side_resources(engine: Engine) -> list[dict[str, Any]]:
         for fw in state_of(engine).firewalls.values()
     ]
 
-
-# --------------------------------------------------------------------------- the router
-
-
-def _request_id(request: Request) -> str | None:
-    raw = request.query_params.get("requestId")
-    if raw is None:
-        return None
-    try:
-        parsed = uuid.UUID(raw)
-    except ValueError:
-        raise _invalid("requestId", raw, "Must be a UUID.") from None
-    if parsed.int == 0:
-        raise _invalid("requestId", raw, "The zero UUID is not supported.")
-    return str(parsed)
-
-
-def _aggregated(kind: str, key: str, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    items: dict[str, Any] = {}
-    for zone in ZONES:
-        found = rows.get(zone, [])
-        items[f"zones/{zone}"] = (
-            {key: found}
-            if found
-            else {
-                "warning": {
-                    "code": "NO_RESULTS_ON_PAGE",
-                    "message": f"There are no results for scope 'zones/{zone}' on this page.",
-                    "data": [{"key": "scope", "value": f"zones/{zone}"}],
-                }
-            }
-        )
-    return {"kind": kind, "id": f"projects/{PROJECT}/aggregated/{key}", "items": items}
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
@@ -509,7 +107,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     def zone_of(zone: str) -> str:
         if zone not in ZONES:
-            raise _invalid("zone", zone, "Unknown zone.")
+            raise gcp_requests.invalid("zone", zone, "Unknown zone.")
         return zone
 
     async def call(
@@ -565,45 +163,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
         return await call(request, project, "offers", "compute.zones.list", effect)
 
-    def machine_type_json(project: str, zone: str, name: str) -> dict[str, Any]:
-        m = MACHINE_TYPES[name]
-        out: dict[str, Any] = {
-            "kind": "compute#machineType",
-            "id": str(zlib.crc32(name.encode())),
-            "name": name,
-            "description": m.description,
-            "guestCpus": m.vcpus,
-            "memoryMb": m.memory_mb,
-            "zone": zone,
-            "isSharedCpu": False,
-            "maximumPersistentDisks": 128,
-            "maximumPersistentDisksSizeGb": "263168",
-            "selfLink": f"{API}/projects/{project}/zones/{zone}/machineTypes/{name}",
-        }
-        if m.accelerator:
-            out["accelerators"] = [{"guestAcceleratorType": m.accelerator, "guestAcceleratorCount": m.count}]
-        return out
-
-    def machine_types(project: str, zone: str, flt: str | None) -> list[dict[str, Any]]:
-        keep = gcp_filter.parse(flt)
-        rows = [machine_type_json(project, zone, m.name) for m in machine_types_in(zone)]
-        return [r for r in rows if keep(r)]
-
-    def accelerator_types(project: str, zone: str, flt: str | None) -> list[dict[str, Any]]:
-        keep = gcp_filter.parse(flt)
-        rows = [
-            {
-                "kind": "compute#acceleratorType",
-                "id": str(zlib.crc32(a.encode())),
-                "name": a,
-                "description": ACCELERATOR_TYPES[a].description,
-                "maximumCardsPerInstance": ACCELERATOR_TYPES[a].max_cards,
-                "zone": f"{API}/projects/{project}/zones/{zone}",
-                "selfLink": f"{API}/projects/{project}/zones/{zone}/acceleratorTypes/{a}",
-            }
-            for a in ZONES[zone][1]
-        ]
-        return [r for r in rows if keep(r)]
 
     def catalogue_routes(collection: str, kind: str,
                          rows: Callable[[str, str, str | None], list[dict[str, Any]]]) -> None:
@@ -622,7 +181,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         async def aggregated(request: Request, project: str) -> Response:
             def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
                 flt = request.query_params.get("filter")
-                return _aggregated(f"compute#{kind}AggregatedList", collection,
+                return aggregated_list(f"compute#{kind}AggregatedList", collection,
                                    {z: rows(project, z, flt) for z in ZONES})
 
             return await call(request, project, "offers", f"compute.{collection}.list", effect)
@@ -671,7 +230,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     async def insert_instance(request: Request, project: str, zone: str) -> Response:
         claims = authorize(request, project, "compute.instances.create")
         zone_of(zone)
-        request_id = _request_id(request)
+        request_id = gcp_requests.request_id(request)
         body = await optional_object(request) or {}
         user = str(claims.get("iss"))
 
@@ -679,26 +238,26 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             known = st.by_request(project, request_id)
             if known is not None:  # a retry: the first request's operation, nothing else happens
                 return known.to_json(engine)
-            name = _check_name("resource.name", body.get("name"))
+            name = gcp_requests.check_name("resource.name", body.get("name"))
             if live_named(zone, name) is not None:
                 raise NameConflict(
                     f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists"
                 )
-            itype, machine, accelerators = _engine_type(body, zone)
-            scheduling, spot = _scheduling(body, bool(accelerators))
-            items, keys, user_data = _metadata(body)
+            itype, machine, accelerators = gcp_requests.engine_type(body, zone)
+            scheduling, spot = gcp_requests.scheduling(body, bool(accelerators))
+            items, keys, user_data = gcp_requests.metadata(body)
             extra = {
                 "machine_type": machine,
                 "accelerators": accelerators,
                 "scheduling": scheduling,
                 "metadata": items,
-                "tags": _tags(body),
-                "nat": _nat(body, project),
+                "tags": gcp_requests.tags(body),
+                "nat": gcp_requests.nat(body, project),
                 "spot": spot,
-                "image": _boot_image(body, project),
+                "image": gcp_requests.boot_image(body, project),
                 "description": str(body.get("description") or ""),
             }
-            labels = _labels(body.get("labels") or {})
+            labels = gcp_requests.labels(body.get("labels") or {})
             try:
                 m = engine.create(
                     NAME,
@@ -772,7 +331,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.get(BASE + "/aggregated/instances")
     async def aggregated_instances(request: Request, project: str) -> Response:
         def effect(_: CallPlan, __: dict[str, Any]) -> dict[str, Any]:
-            return _aggregated(
+            return aggregated_list(
                 "compute#instanceAggregatedList",
                 "instances",
                 instances(project, request.query_params.get("filter")),
@@ -782,7 +341,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.delete(BASE + "/zones/{zone}/instances/{name}")
     async def delete_instance(request: Request, project: str, zone: str, name: str) -> Response:
-        request_id = _request_id(request)
+        request_id = gcp_requests.request_id(request)
 
         def effect(_: CallPlan, claims: dict[str, Any]) -> dict[str, Any]:
             known = st.by_request(project, request_id)
@@ -861,7 +420,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         body = await optional_object(request) or {}
 
         def effect(_: CallPlan, claims: dict[str, Any]) -> dict[str, Any]:
-            fw = _firewall(body, project)
+            fw = gcp_requests.firewall(body, project)
             if fw["name"] in st.firewalls:
                 raise NameConflict(
                     f"The resource 'projects/{project}/global/firewalls/{fw['name']}' already exists"
