@@ -1,4 +1,6 @@
-"""Google Compute Engine, on the official SDK (google-cloud-compute, its REST transport).
+"""Google Compute Engine, on the official SDK (google-cloud-compute, its REST transport): the
+contract here; the SDK's clients, calls, error codes and operation polling in providers/gcp_client.py
+(`ComputeClient`, this adapter's base); regions, prices and GPU shapes in providers/gcp_catalog.py.
 
 Credentials: a project id and a service-account key (JSON); the project id is filled from the key
 when left empty. The SDK signs its own JWT with the key (self-signed JWT access) and never calls
@@ -25,14 +27,11 @@ deletes it once the instance is gone; release(key) deletes one left without an i
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 import re
 import threading
-import time
 import uuid
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import SecretStr, field_validator, model_validator
@@ -40,7 +39,6 @@ from pydantic import SecretStr, field_validator, model_validator
 from providers import cloudinit
 from providers import gcp_catalog as catalog
 from providers.base import (
-    AuthError,
     Capabilities,
     CapacityError,
     FailureScope,
@@ -52,16 +50,14 @@ from providers.base import (
     LaunchSpec,
     Offer,
     OfferQuery,
-    ProviderError,
     QuotaError,
     Transient,
     rank_offers,
 )
 from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
+from providers.gcp_client import ComputeClient, compute_v1
 from providers.listing import Listing
-from providers.rest import ErrorKind, map_error
-from providers.sdk import SdkCloudProvider, SdkError
 
 NAME_MAX = 63
 _NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
@@ -79,35 +75,11 @@ _IMAGE = re.compile(
     r"/global/images/(?:family/)?[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 )
 BOOT_DISK_GB = 50
-CALL_TIMEOUT = 30.0  # seconds, one HTTP call (the SDK's retry layer is off: retry=None)
 INSERT_WAIT_S = 90.0  # an insert's operation; past it the create is in doubt and retried (same requestId)
 TERMINATE_WAIT_S = 8.0  # a delete's operation inside terminate (called without heartbeats)
 FIREWALL_WAIT_S = 20.0
 _REQUEST_NS = uuid.UUID("3c1f7e52-5a4e-4c55-9d49-6a0c2b7f0e11")  # our requestIds' UUIDv5 namespace
 
-_CODES: dict[str, ErrorKind] = {
-    # in an operation's error.errors[0].code
-    "ZONE_RESOURCE_POOL_EXHAUSTED": "capacity",
-    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": "capacity",
-    "QUOTA_EXCEEDED": "quota",
-    "RESOURCE_OPERATION_RATE_EXCEEDED": "rate_limit",
-    "INTERNAL_ERROR": "transient",
-    # in an HTTP error's errors[0].reason
-    "quotaExceeded": "quota",
-    "rateLimitExceeded": "rate_limit",
-    "userRateLimitExceeded": "rate_limit",
-    "authError": "auth",
-    "forbidden": "auth",
-    "accessNotConfigured": "auth",
-    "invalid": "invalid",
-    "badRequest": "invalid",
-    "notFound": "invalid",
-    "alreadyExists": "invalid",
-    "backendError": "transient",
-    "internalError": "transient",
-    "resourceNotReady": "transient",
-}
-_RATE_LIMITS = {code for code, kind in _CODES.items() if kind == "rate_limit"}
 
 _STATES = {
     "PROVISIONING": InstanceState.PENDING,
@@ -127,45 +99,6 @@ _STATES = {
     "TERMINATED": InstanceState.ERROR,
 }
 
-# Compute Engine regions with GPUs (the API refuses a create without a zone; gpuprov asks for a
-# region and picks the zones). Offers exist where the price table (gcp_catalog) has prices.
-REGIONS = [
-    "us-central1",
-    "us-east1",
-    "us-east4",
-    "us-east5",
-    "us-south1",
-    "us-west1",
-    "us-west2",
-    "us-west3",
-    "us-west4",
-    "northamerica-northeast1",
-    "southamerica-east1",
-    "europe-west1",
-    "europe-west2",
-    "europe-west3",
-    "europe-west4",
-    "europe-west6",
-    "europe-west8",
-    "europe-west9",
-    "europe-north1",
-    "europe-central2",
-    "me-west1",
-    "asia-east1",
-    "asia-northeast1",
-    "asia-northeast3",
-    "asia-south1",
-    "asia-southeast1",
-    "australia-southeast1",
-]
-
-
-@functools.cache
-def _compute() -> Any:
-    """google.cloud.compute_v1, imported on first use (importing providers.gcp stays cheap)."""
-    from google.cloud import compute_v1
-
-    return compute_v1
 
 
 def _secret(value: object) -> str:
@@ -255,10 +188,9 @@ def label_value(text: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
 
 
-class GcpProvider(SdkCloudProvider):
+class GcpProvider(ComputeClient):
     id: ClassVar[str] = "gcp"
     credentials_model: ClassVar[type[GcpCredentials]] = GcpCredentials
-    error_codes: ClassVar[Mapping[str, ErrorKind]] = _CODES
     api_hosts: ClassVar[tuple[str, ...]] = ("compute.googleapis.com",)
     listing: ClassVar[Listing] = Listing(
         tagline="TPUs & fast networking",
@@ -278,7 +210,7 @@ class GcpProvider(SdkCloudProvider):
         custom_image=True,
         login_user="ubuntu",
         side_resources=["firewall-rule"],
-        regions=REGIONS,
+        regions=catalog.REGIONS,
         region_required=True,
         create_in_flight_s=0.0,  # requestId + a name unique per zone: a second insert cannot make another
     )
@@ -294,165 +226,11 @@ class GcpProvider(SdkCloudProvider):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _client(self, kind: str) -> Any:
-        """A cached SDK client (e.g. "InstancesClient"), built on first use (in a pool thread)."""
-        with self._lock:
-            client = self._clients.get(kind)
-            if client is not None:
-                return client
-            compute = _compute()
-            if "credentials" not in self._clients:
-                from google.oauth2 import service_account
-
-                try:
-                    self._clients["credentials"] = service_account.Credentials.from_service_account_info(
-                        self._info
-                    )
-                except (ValueError, KeyError) as exc:
-                    raise AuthError(
-                        f"{self.id}: the service-account key cannot be used ({type(exc).__name__})"
-                    ) from None
-            options = {"api_endpoint": self.options.endpoint.rstrip("/")} if self.options.endpoint else None
-            client = getattr(compute, kind)(credentials=self._clients["credentials"], client_options=options)
-            ca_file = self.ca_bundle_file()
-            if ca_file:
-                client._transport._session.verify = ca_file  # requests takes a path
-            self._clients[kind] = client
-            return client
-
-    def _call(self, kind: str, method: str, **request: Any) -> Any:
-        """One SDK call, blocking (run through self._sdk): no SDK retries, a bounded timeout."""
-        return getattr(self._client(kind), method)(**request, retry=None, timeout=CALL_TIMEOUT)
-
-    def sdk_error(self, exc: Exception) -> SdkError | None:
-        from google.api_core import exceptions as api_exceptions
-        from google.auth import exceptions as auth_exceptions
-
-        if isinstance(exc, api_exceptions.GoogleAPICallError):
-            first = exc.errors[0] if exc.errors and isinstance(exc.errors[0], dict) else {}
-            reason = str(first.get("reason") or "")
-            message = str(first.get("message") or exc.message)
-            status = int(exc.code or 500) if isinstance(exc.code, int) else 500
-            headers = getattr(exc.response, "headers", None) or {}
-            retry_after = headers.get("Retry-After")
-            if retry_after is None and (reason in _RATE_LIMITS or status == 429):
-                # Compute Engine sends none: its per-minute quotas refill at the next minute.
-                retry_after = str(max(1, 60 - int(time.time()) % 60))
-            return SdkError(reason or str(status), message[:500], status, retry_after)
-        if isinstance(exc, auth_exceptions.RefreshError | auth_exceptions.MalformedError):
-            return SdkError("authError", f"credentials refused: {exc}"[:300], 401)
-        return None
-
     def _name(self, key: str) -> str:
         return instance_name(self.installation_id, key)
 
     def _request_id(self, key: str, zone: str, after: str = "") -> str:
         return str(uuid.uuid5(_REQUEST_NS, f"{self.project}/{self.installation_id}/{key}/{zone}/{after}"))
-
-    def _op_error(self, op: Any, scope: FailureScope) -> ProviderError | None:
-        """The taxonomy error of a DONE operation that failed (whatever httpErrorStatusCode says)."""
-        errors = list(op.error.errors) if op.error else []
-        if not errors:
-            return None
-        code, message = str(errors[0].code or ""), str(errors[0].message or "")
-        status = int(op.http_error_status_code or 0) or 400
-        if self.error_codes.get(code) == "quota":
-            # "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 1.0 globally." blocks every region.
-            where = (
-                FailureScope(provider=self.id)
-                if "globally" in message or "ALL_REGIONS" in message
-                else FailureScope(provider=self.id, region=scope.region)
-            )
-            return QuotaError(f"{self.id}: {code}: {message}", scope=where)
-        return map_error(
-            provider=self.id, code=code, message=message, status=status, scope=scope, codes=self.error_codes
-        )
-
-    async def _wait(self, op: Any, *, zone: str | None, within: float) -> Any | None:
-        """Poll our own operations client until `op` is DONE; None if it is not within `within` s."""
-        compute = _compute()
-        deadline = time.monotonic() + within
-        pause = 0.05
-        while op.status != compute.Operation.Status.DONE:
-            if time.monotonic() >= deadline:
-                return None
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
-            if zone:
-                op = await self._sdk(
-                    self._call,
-                    "ZoneOperationsClient",
-                    "get",
-                    project=self.project,
-                    zone=zone,
-                    operation=op.name,
-                )
-            else:
-                op = await self._sdk(
-                    self._call, "GlobalOperationsClient", "get", project=self.project, operation=op.name
-                )
-        return op
-
-    # ------------------------------------------------------------------ blocking helpers (pool threads)
-
-    def _get_instance(self, zone: str, name: str) -> Any | None:
-        from google.api_core import exceptions as api_exceptions
-
-        try:
-            return self._call("InstancesClient", "get", project=self.project, zone=zone, instance=name)
-        except api_exceptions.NotFound:
-            return None
-
-    def _instances(self, flt: str) -> list[tuple[str, Any]]:
-        """(zone, instance) for every instance matching `flt`, all zones."""
-        compute = _compute()
-        request = compute.AggregatedListInstancesRequest(project=self.project, filter=flt)
-        found = []
-        for scope, listed in self._call("InstancesClient", "aggregated_list", request=request):
-            found += [(scope.rpartition("/")[2], inst) for inst in listed.instances]
-        return found
-
-    def _insert(self, zone: str, instance: Any, request_id: str) -> Any | None:
-        """The insert's operation; None when the name is taken in the zone (409 alreadyExists)."""
-        from google.api_core import exceptions as api_exceptions
-
-        compute = _compute()
-        request = compute.InsertInstanceRequest(
-            project=self.project, zone=zone, instance_resource=instance, request_id=request_id
-        )
-        try:
-            return self._call("InstancesClient", "insert_unary", request=request)
-        except api_exceptions.Conflict:
-            return None
-
-    def _delete(self, kind: str, **where: Any) -> Any | None:
-        """A delete's operation; None when already gone (404)."""
-        from google.api_core import exceptions as api_exceptions
-
-        try:
-            return self._call(kind, "delete_unary", project=self.project, **where)
-        except api_exceptions.NotFound:
-            return None
-
-    def _insert_firewall(self, firewall: Any) -> Any | None:
-        from google.api_core import exceptions as api_exceptions
-
-        try:
-            return self._call(
-                "FirewallsClient", "insert_unary", project=self.project, firewall_resource=firewall
-            )
-        except api_exceptions.Conflict:
-            return None
-
-    def _firewalls(self) -> list[Any]:
-        prefix = f"gpuprov-{self.installation_id}-"  # [a-z0-9-]: nothing to escape in a regex
-        return list(
-            self._call(
-                "FirewallsClient",
-                "list",
-                request=_compute().ListFirewallsRequest(project=self.project, filter=f'name eq "{prefix}.*"'),
-            )
-        )
 
     # ------------------------------------------------------------------ refs
 
@@ -493,7 +271,7 @@ class GcpProvider(SdkCloudProvider):
         return f"Compute Engine project {project.name} as {self._info.get('client_email')}"
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
-        compute = _compute()
+        compute = compute_v1()
         families = "|".join(sorted({m.split("-")[0] for r in catalog.HOSTS.values() for m in r}))
         types_req = compute.AggregatedListMachineTypesRequest(
             project=self.project, filter=f'name eq "({families})-.*"'
@@ -620,7 +398,7 @@ class GcpProvider(SdkCloudProvider):
         image: str,
         spot: bool,
     ) -> Any:
-        compute = _compute()
+        compute = compute_v1()
         metadata = [
             compute.Items(
                 key="ssh-keys",
@@ -698,7 +476,7 @@ class GcpProvider(SdkCloudProvider):
         return self._ref(zone, inst)
 
     async def _ensure_firewall(self, name: str, spec: LaunchSpec) -> None:
-        compute = _compute()
+        compute = compute_v1()
         ports = sorted({22, *spec.ports})
         firewall = compute.Firewall(
             name=name,

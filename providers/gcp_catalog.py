@@ -1,5 +1,6 @@
 """What Compute Engine's API does not say, and gpuprov needs to make offers: prices, GPU memory,
-and which GPUs attach to N1 machines. A dated table, shipped with the adapter.
+which GPUs attach to N1 machines, and the GPU regions the adapter offers. A dated table, shipped with
+the adapter.
 
 Prices. Compute Engine's prices live in the Cloud Billing Catalog API (`services/6F81-5844-456A`
 SKUs), a separate service with its own auth that the simulation does not serve; on-demand and spot
@@ -99,6 +100,39 @@ N1_ATTACHABLE = frozenset({"nvidia-tesla-t4", "nvidia-tesla-p4", "nvidia-tesla-p
 # The N1 host gpuprov offers per GPU count: one shape per count (4 vCPUs a GPU), within every
 # attachable GPU's vCPU limit for that count.
 N1_HOSTS: dict[int, str] = {1: "n1-standard-4", 2: "n1-standard-8", 4: "n1-standard-16"}
+
+
+# Compute Engine regions with GPUs (the API refuses a create without a zone; gpuprov asks for a
+# region and picks the zones). Offers exist where the price table (above) has prices.
+REGIONS = [
+    "us-central1",
+    "us-east1",
+    "us-east4",
+    "us-east5",
+    "us-south1",
+    "us-west1",
+    "us-west2",
+    "us-west3",
+    "us-west4",
+    "northamerica-northeast1",
+    "southamerica-east1",
+    "europe-west1",
+    "europe-west2",
+    "europe-west3",
+    "europe-west4",
+    "europe-west6",
+    "europe-west8",
+    "europe-west9",
+    "europe-north1",
+    "europe-central2",
+    "me-west1",
+    "asia-east1",
+    "asia-northeast1",
+    "asia-northeast3",
+    "asia-south1",
+    "asia-southeast1",
+    "australia-southeast1",
+]
 
 
 def combo_type(host: str, accelerator: str, count: int) -> str:
