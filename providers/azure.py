@@ -2,6 +2,11 @@
 azure-mgmt-network and azure-mgmt-resource, all blocking, so every call runs on SdkCloudProvider's
 thread pool. The SDKs are imported on first use.
 
+The contract is here; the SDKs' clients, endpoints, error codes and polling in
+providers/azure_client.py (`ArmClient`, this adapter's base); the VM's ARM JSON (names, image, custom
+data, NSG rules, the VM body, its state read back) in providers/azure_vm.py; regions and SKUs as
+offers in providers/azure_catalog.py, priced by providers/azure_prices.py.
+
 Layout in the subscription: one resource group per installation and region
 (`gpuprov-<installation>-<region>`, made by `prepare`) holding a shared virtual network; per machine a
 network security group (SSH + the requested ports), a Standard static public IP and a NIC, then the VM.
@@ -28,24 +33,29 @@ short backoff.
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import functools
-import hashlib
-import threading
-from datetime import datetime
 from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
-from providers import cloudinit
-from providers.azure_prices import SIZES
+from providers.azure_catalog import REGIONS, offers_of
+from providers.azure_client import AUTHORITIES, ArmClient, Clients, polling
+from providers.azure_vm import (
+    DEFAULT_IMAGE,
+    custom_data,
+    group_name,
+    nsg_rule,
+    parse_image,
+    provisioning_failure,
+    time_created,
+    vm_body,
+    vm_name,
+    vm_state,
+)
 from providers.base import (
     AuthError,
     Capabilities,
     CapacityError,
     FailureScope,
-    GpuSpec,
     InstanceRef,
     InstanceState,
     InstanceStatus,
@@ -58,87 +68,15 @@ from providers.base import (
     Transient,
     rank_offers,
 )
-from providers.cloudtime import created_at
 from providers.credentials import Credentials, field
 from providers.listing import Listing
-from providers.rest import ErrorKind
-from providers.sdk import SdkCloudProvider, SdkError
 
-DEFAULT_ARM_HOST = "management.azure.com"
-# Azure's clouds: ARM host -> its Microsoft Entra authority (public, US Government, China).
-AUTHORITIES = {
-    "management.azure.com": "login.microsoftonline.com",
-    "management.usgovcloudapi.net": "login.microsoftonline.us",
-    "management.chinacloudapi.cn": "login.chinacloudapi.cn",
-}
 SUBSCRIPTION_API_VERSION = "2022-12-01"
-DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"  # Ubuntu 22.04 with NVIDIA drivers and CUDA
 TAG_INSTALLATION, TAG_KEY, TAG_ALLOCATION = "gpuprov-installation", "gpuprov-key", "gpuprov-allocation"
-VM_NAME_MAX = 64
-MAX_CUSTOM_DATA = 65535
 VNET, SUBNET, ADDRESS_SPACE = "gpuprov-vnet", "default", "10.64.0.0/16"
 NSG_FIRST_PRIORITY = 1000
-# The SDK's poller sleeps what Retry-After says; without one (or 0) ours backs off from the first
-# delay to the last (the SDK's own default is a flat 30 s: a create would answer half a minute late).
-BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.1, 5.0
 
 _GUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-
-# Azure regions with GPU sizes this adapter prices (providers/azure_prices.py sells by size).
-REGIONS = [
-    "eastus",
-    "eastus2",
-    "southcentralus",
-    "westus2",
-    "westus3",
-    "northcentralus",
-    "centralus",
-    "westeurope",
-    "northeurope",
-    "swedencentral",
-    "uksouth",
-    "francecentral",
-    "germanywestcentral",
-    "switzerlandnorth",
-    "japaneast",
-    "koreacentral",
-    "southeastasia",
-    "centralindia",
-    "australiaeast",
-    "canadacentral",
-]
-
-_CODES: dict[str, ErrorKind] = {
-    "AllocationFailed": "capacity",
-    "ZonalAllocationFailed": "capacity",
-    "OverconstrainedAllocationRequest": "capacity",
-    "OverconstrainedZonalAllocationRequest": "capacity",
-    "SkuNotAvailable": "capacity",
-    "OperationNotAllowed": "quota",  # refined in _map: only a quota message is quota
-    "QuotaExceeded": "quota",
-    "TooManyRequests": "rate_limit",
-    "SubscriptionRequestsThrottled": "rate_limit",
-    "InvalidAuthenticationToken": "auth",
-    "ExpiredAuthenticationToken": "auth",
-    "AuthenticationFailed": "auth",
-    "AuthorizationFailed": "auth",
-    "SubscriptionNotFound": "auth",
-    "InvalidSubscriptionId": "auth",
-    "InternalServerError": "transient",
-    "InternalExecutionError": "transient",
-    "ServiceUnavailable": "transient",
-    "GatewayTimeout": "transient",
-    "BadGateway": "transient",
-    "RetryableError": "transient",
-    "RetryableErrorDueToAnotherOperation": "transient",
-    # Deletes racing the machine's own deletion: retrying after it is gone succeeds.
-    "NicInUse": "transient",
-    "PublicIPAddressCannotBeDeleted": "transient",
-    "InUseNetworkSecurityGroupCannotBeDeleted": "transient",
-    "Conflict": "transient",
-    "ResourceGroupNotFound": "transient",  # deleted behind our back: prepare() makes it again
-}
-
 
 
 class AzureCredentials(Credentials):
@@ -156,93 +94,9 @@ class AzureCredentials(Credentials):
     client_secret: SecretStr = field("Client Secret", "secret", min_length=1, max_length=1024)
 
 
-def vm_name(installation_id: str, key: str) -> str:
-    """`gpuprov-<installation>-<key>`, at most 64 characters (Linux VM names); a longer one is
-    shortened deterministically (head + hash), so a key always yields the same name."""
-    name = f"gpuprov-{installation_id}-{key}"
-    if len(name) <= VM_NAME_MAX and not name.endswith("-"):
-        return name
-    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-    head = name[: VM_NAME_MAX - 9].rstrip("-")
-    return f"{head}-{digest}"
-
-
-def group_name(installation_id: str, region: str) -> str:
-    return f"gpuprov-{installation_id}-{region}"
-
-
-def parse_image(urn: str) -> dict[str, str]:
-    """An image URN `publisher:offer:sku:version` as an imageReference."""
-    parts = urn.split(":")
-    if len(parts) != 4 or not all(parts):
-        raise InvalidRequest(
-            "azure: --image takes an image URN publisher:offer:sku:version "
-            "(e.g. Canonical:ubuntu-24_04-lts:server:latest)"
-        )
-    return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
-
-
-def custom_data(user_data: str | None, *, k3s: bool) -> str:
-    """Base64 cloud-init for osProfile.customData: k3s at boot (when asked), then the caller's own
-    user data (MIME multipart, so cloud-init runs both)."""
-    text = cloudinit.boot_user_data(user_data, k3s=k3s) or ""
-    raw = text.encode()
-    if len(raw) > MAX_CUSTOM_DATA:
-        raise InvalidRequest(f"azure: user data is {len(raw)} bytes; Azure takes at most {MAX_CUSTOM_DATA}")
-    return base64.b64encode(raw).decode()
-
-
-def _caps(sku: dict[str, Any]) -> dict[str, str]:
-    return {str(c.get("name")): str(c.get("value")) for c in sku.get("capabilities") or []}
-
-
-def _number(value: str | None) -> float:
-    try:
-        return float(value or 0)
-    except ValueError:
-        return 0.0
-
-
-@functools.cache
-def _backoff_polling() -> type:
-    """ARMPolling that honours Retry-After and otherwise backs off 0.1, 0.2, 0.4 ... 5 s."""
-    from azure.core.pipeline.policies._utils import get_retry_after
-    from azure.mgmt.core.polling.arm_polling import ARMPolling
-
-    class BackoffPolling(ARMPolling):  # type: ignore[misc]
-        _next = BACKOFF_FIRST_S
-
-        def _extract_delay(self) -> float:
-            given = get_retry_after(self._pipeline_response)
-            if given:
-                return float(given)
-            delay, self._next = self._next, min(self._next * 2, BACKOFF_MAX_S)
-            return delay
-
-    return BackoffPolling
-
-
-def _polling() -> Any:
-    """A fresh poller strategy for one long-running operation."""
-    return _backoff_polling()(BACKOFF_MAX_S)
-
-
-def _time_created(vm: dict[str, Any]) -> datetime | None:
-    """The VM's `properties.timeCreated` (ISO 8601, compute API 2021-11-01 and later)."""
-    return created_at((vm.get("properties") or {}).get("timeCreated"))
-
-
-class _Clients:
-    """The SDK clients of one connection (thread-safe; made once, on a pool thread)."""
-
-    def __init__(self, credential: Any, compute: Any, network: Any, resource: Any) -> None:
-        self.credential, self.compute, self.network, self.resource = credential, compute, network, resource
-
-
-class AzureProvider(SdkCloudProvider):
+class AzureProvider(ArmClient):
     id: ClassVar[str] = "azure"
     credentials_model: ClassVar[type[AzureCredentials]] = AzureCredentials
-    error_codes: ClassVar[dict[str, ErrorKind]] = _CODES
     # A connection's endpoint names the ARM host (the Entra authority follows from it).
     api_hosts: ClassVar[tuple[str, ...]] = tuple(AUTHORITIES)
     listing: ClassVar[Listing] = Listing(
@@ -274,107 +128,9 @@ class AzureProvider(SdkCloudProvider):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._lock = threading.Lock()
-        self._clients: _Clients | None = None
         self._prepared: set[str] = set()
 
-    # ------------------------------------------------------------------ plumbing
-
-    @property
-    def _creds(self) -> dict[str, Any]:
-        return self.credentials.reveal()
-
-    @property
-    def _endpoint(self) -> str | None:
-        return self.options.endpoint.rstrip("/") if self.options.endpoint else None
-
-    def _arm_host(self) -> str:
-        from urllib.parse import urlsplit
-
-        return (urlsplit(self._endpoint).hostname or "").lower() if self._endpoint else DEFAULT_ARM_HOST
-
-    def _arm_base(self) -> str:
-        """The endpoint itself when it is one of Azure's ARM hosts, else `<endpoint>/arm` (a proxy or
-        a simulation serving both halves under one base)."""
-        if self._endpoint is None:
-            return f"https://{DEFAULT_ARM_HOST}"
-        return self._endpoint if self._arm_host() in AUTHORITIES else f"{self._endpoint}/arm"
-
-    def _authority(self) -> dict[str, Any]:
-        """azure-identity's authority for the endpoint: Azure's own for its ARM hosts, else
-        `<endpoint>/login` without instance discovery (which only knows Microsoft's hosts)."""
-        if self._arm_host() in AUTHORITIES:
-            return {"authority": AUTHORITIES[self._arm_host()]}
-        return {"authority": f"{self._endpoint}/login", "disable_instance_discovery": True}
-
-    def _client_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"retry_total": 0, "connection_timeout": 10, "read_timeout": 60}
-        ca_file = self.ca_bundle_file()
-        if ca_file:
-            kwargs["connection_verify"] = ca_file
-        return kwargs
-
-    def _sdk_clients(self) -> _Clients:
-        """Made on first use, on a pool thread (importing the SDKs takes a while)."""
-        with self._lock:
-            if self._clients is not None:
-                return self._clients
-            from azure.identity import ClientSecretCredential
-            from azure.mgmt.compute import ComputeManagementClient
-            from azure.mgmt.network import NetworkManagementClient
-            from azure.mgmt.resource.resources import ResourceManagementClient
-
-            creds = self._creds
-            cred_kwargs: dict[str, Any] = {"retry_total": 0}
-            client_kwargs = self._client_kwargs()
-            if "connection_verify" in client_kwargs:  # the token endpoint trusts what ARM's clients do
-                cred_kwargs["connection_verify"] = client_kwargs["connection_verify"]
-            cred_kwargs.update(self._authority())
-            client_kwargs["base_url"] = self._arm_base()
-            if self._arm_host() in AUTHORITIES:
-                client_kwargs["credential_scopes"] = [f"https://{self._arm_host()}/.default"]
-            credential = ClientSecretCredential(
-                creds["tenant_id"], creds["client_id"], creds["client_secret"], **cred_kwargs
-            )
-            sub = creds["subscription_id"]
-            self._clients = _Clients(
-                credential,
-                ComputeManagementClient(credential, sub, **client_kwargs),
-                NetworkManagementClient(credential, sub, **client_kwargs),
-                ResourceManagementClient(credential, sub, **client_kwargs),
-            )
-            return self._clients
-
-    async def _c(self) -> _Clients:
-        return await self._sdk(self._sdk_clients)
-
-    def sdk_error(self, exc: Exception) -> SdkError | None:
-        from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
-
-        if isinstance(exc, ClientAuthenticationError) and exc.response is None:
-            # azure-identity wraps everything that goes wrong getting a token in this one class: Entra's
-            # refusals (their words carry an AADSTS code; an unknown tenant fails the discovery), but
-            # also a refused connection or a 5xx — those are worth retrying, not an auth failure.
-            text = str(exc.message or exc)
-            if "AADSTS" in text or "Unable to get authority configuration" in text:
-                return SdkError("AuthenticationFailed", text[:500], 401)
-            return None
-        if isinstance(exc, HttpResponseError) and exc.response is not None:
-            error = getattr(exc, "error", None)
-            code = str(getattr(error, "code", "") or "")
-            message = str(getattr(error, "message", "") or exc.reason or "")
-            return SdkError(
-                code, message[:500], int(exc.status_code or 0),
-                getattr(exc.response, "headers", {}).get("Retry-After"),
-            )
-        return None
-
-    def _map(self, exc: Exception, scope: FailureScope | str | None) -> ProviderError:
-        err = self.sdk_error(exc)
-        if err is not None and err.code == "OperationNotAllowed" and "quota" not in err.message.lower():
-            # "...not allowed since the VM is marked for deletion" and the like: a passing state
-            return Transient(f"{self.id}: {err.code}: {err.message}")
-        return super()._map(exc, scope)
+    # ------------------------------------------------------------------ names and tags
 
     def _group(self, region: str) -> str:
         return group_name(self.installation_id, region)
@@ -387,33 +143,6 @@ class AzureProvider(SdkCloudProvider):
         if allocation:
             tags[TAG_ALLOCATION] = allocation
         return tags
-
-    def _is_404(self, exc: Exception) -> bool:
-        return getattr(exc, "status_code", None) == 404
-
-    async def _get_or_none(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-        """`fn(...)`'s answer as wire JSON, or None when the resource (or its group) does not exist."""
-
-        def call() -> dict[str, Any] | None:
-            from azure.core.exceptions import ResourceNotFoundError
-
-            try:
-                return dict(fn(*args, **kwargs).as_dict())
-            except ResourceNotFoundError:
-                return None
-
-        return await self._sdk(call)
-
-    async def _wait(self, poller: Any, within: float) -> bool:
-        """Whether the SDK's poller (polling on its own thread) reached its end within `within` seconds."""
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        poller.add_done_callback(lambda _: loop.call_soon_threadsafe(done.set))
-        try:
-            await asyncio.wait_for(done.wait(), within)
-        except TimeoutError:
-            return False
-        return True
 
     # ------------------------------------------------------------------ primitives
 
@@ -444,57 +173,8 @@ class AzureProvider(SdkCloudProvider):
 
         out: list[Offer] = []
         for sku in await self._sdk(skus):
-            out += self._offers_of(sku)
+            out += offers_of(self.id, sku)
         return rank_offers(out, query)
-
-    def _offers_of(self, sku: dict[str, Any]) -> list[Offer]:
-        if sku.get("resourceType") != "virtualMachines":
-            return []
-        name = str(sku.get("name") or "")
-        info = SIZES.get(name)
-        caps = _caps(sku)
-        gpus = int(_number(caps.get("GPUs")))
-        if info is None or gpus < 1:
-            return []  # not a GPU size, or not in the price table (no price: no offer)
-        restrictions = sku.get("restrictions") or []
-        out = []
-        for loc in sku.get("locationInfo") or []:
-            location = str(loc.get("location") or "").lower()
-            if location not in REGIONS:
-                continue
-            blocked_zones: set[str] = set()
-            blocked = False
-            for r in restrictions:
-                info_r = r.get("restrictionInfo") or {}
-                if location not in [str(x).lower() for x in info_r.get("locations") or r.get("values") or []]:
-                    continue
-                if r.get("type") == "Location":
-                    blocked = True
-                else:
-                    blocked_zones |= {str(z) for z in info_r.get("zones") or []}
-            if blocked:
-                continue
-            zones = sorted(str(z) for z in loc.get("zones") or [])
-            places: list[str | None] = [z for z in zones if z not in blocked_zones] if zones else [None]
-            markets = [(False, info.on_demand)]
-            if caps.get("LowPriorityCapable") == "True" and info.spot is not None:
-                markets.append((True, info.spot))
-            for zone in places:
-                for spot, price in markets:
-                    out.append(
-                        Offer(
-                            provider=self.id,
-                            instance_type=name,
-                            gpu=GpuSpec(name=info.gpu, count=gpus, memory_gib=info.gpu_memory_gib),
-                            vcpus=int(_number(caps.get("vCPUs"))),
-                            memory_gib=_number(caps.get("MemoryGB")),
-                            region=location,
-                            zone=zone,
-                            price_per_hour=price,
-                            spot=spot,
-                        )
-                    )
-        return out
 
     async def prepare(self, region: str) -> None:
         """The installation's resource group in `region` and its virtual network (idempotent PUTs)."""
@@ -515,7 +195,7 @@ class AzureProvider(SdkCloudProvider):
             },
         }
         poller = await self._sdk(
-            c.network.virtual_networks.begin_create_or_update, group, VNET, vnet, polling=_polling()
+            c.network.virtual_networks.begin_create_or_update, group, VNET, vnet, polling=polling()
         )
         await self._sdk(poller.result)
         self._prepared.add(region)
@@ -546,7 +226,7 @@ class AzureProvider(SdkCloudProvider):
                 self._prepared.discard(offer.region)
             raise
 
-    async def _launch(self, c: _Clients, group: str, name: str, offer: Offer, spec: LaunchSpec,
+    async def _launch(self, c: Clients, group: str, name: str, offer: Offer, spec: LaunchSpec,
                       image: dict[str, str], data: str, scope: FailureScope) -> InstanceRef:
         nic_id = await self._ensure_network(c, group, name, offer.region, spec)
         vm = self._vm_body(offer, spec, image, data, nic_id)
@@ -556,7 +236,7 @@ class AzureProvider(SdkCloudProvider):
                 group,
                 name,
                 vm,
-                polling=_polling(),
+                polling=polling(),
                 scope=scope,
             )
         except QuotaError as e:  # a family's cores in the region, whatever the size or zone
@@ -585,22 +265,22 @@ class AzureProvider(SdkCloudProvider):
             view = await self._get_or_none(
                 c.compute.virtual_machines.instance_view, self._group(offer.region), self._name(spec.key)
             )
-            code, message = _failure(view)
+            code, message = provisioning_failure(view)
             await self._drop_failed(c, self._group(offer.region), self._name(spec.key))
             if self.error_codes.get(code) == "capacity":
                 raise CapacityError(f"{self.id}: {code}: {message}", scope)
             raise Transient(f"{self.id}: VM failed ({code or 'unknown'}): {message}; deleted, retry")
         return self._ref(vm, spec.key, offer.region)
 
-    async def _drop_network_quietly(self, c: _Clients, group: str, name: str) -> None:
+    async def _drop_network_quietly(self, c: Clients, group: str, name: str) -> None:
         try:
             await self._delete_side_resources(c, group, name)
         except ProviderError:
             pass  # reported by list_owned; release() or the sweep finishes it
 
-    async def _drop_failed(self, c: _Clients, group: str, name: str) -> None:
+    async def _drop_failed(self, c: Clients, group: str, name: str) -> None:
         """Azure may leave a VM resource behind when provisioning fails: delete it."""
-        poller = await self._sdk(c.compute.virtual_machines.begin_delete, group, name, polling=_polling())
+        poller = await self._sdk(c.compute.virtual_machines.begin_delete, group, name, polling=polling())
         await self._wait(poller, self.terminate_wait_s)
 
     def _ref(self, vm: dict[str, Any], key: str, region: str) -> InstanceRef:
@@ -608,14 +288,14 @@ class AzureProvider(SdkCloudProvider):
         if not vm_id:
             raise Transient(f"{self.id}: VM without a vmId")
         return InstanceRef(provider=self.id, instance_id=str(vm_id), key=key, region=region,
-                           created_at=_time_created(vm))
+                           created_at=time_created(vm))
 
-    async def _ensure_network(self, c: _Clients, group: str, name: str, region: str, spec: LaunchSpec) -> str:
+    async def _ensure_network(self, c: Clients, group: str, name: str, region: str, spec: LaunchSpec) -> str:
         """NSG (SSH + requested ports), public IP and NIC for the machine: idempotent PUTs."""
         tags = self._tags(spec.key, spec.owner.allocation_id)
-        rules = [self._rule("ssh", 22, NSG_FIRST_PRIORITY)]
+        rules = [nsg_rule("ssh", 22, NSG_FIRST_PRIORITY)]
         rules += [
-            self._rule(f"port-{p}", p, NSG_FIRST_PRIORITY + 10 * (i + 1))
+            nsg_rule(f"port-{p}", p, NSG_FIRST_PRIORITY + 10 * (i + 1))
             for i, p in enumerate(sorted(set(spec.ports) - {22}))
         ]
         nsg = await self._sdk(
@@ -623,7 +303,7 @@ class AzureProvider(SdkCloudProvider):
             group,
             f"{name}-nsg",
             {"location": region, "tags": tags, "properties": {"securityRules": rules}},
-            polling=_polling(),
+            polling=polling(),
         )
         nsg_json = (await self._sdk(nsg.result)).as_dict()
         pip = await self._sdk(
@@ -636,7 +316,7 @@ class AzureProvider(SdkCloudProvider):
                 "sku": {"name": "Standard", "tier": "Regional"},
                 "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"},
             },
-            polling=_polling(),
+            polling=polling(),
         )
         pip_json = (await self._sdk(pip.result)).as_dict()
         vnet_id = (
@@ -664,66 +344,17 @@ class AzureProvider(SdkCloudProvider):
                     "networkSecurityGroup": {"id": nsg_json["id"]},
                 },
             },
-            polling=_polling(),
+            polling=polling(),
         )
         return str((await self._sdk(nic.result)).as_dict()["id"])
-
-    @staticmethod
-    def _rule(name: str, port: int, priority: int) -> dict[str, Any]:
-        return {
-            "name": name,
-            "properties": {
-                "protocol": "Tcp",
-                "sourcePortRange": "*",
-                "destinationPortRange": str(port),
-                "sourceAddressPrefix": "*",
-                "destinationAddressPrefix": "*",
-                "access": "Allow",
-                "priority": priority,
-                "direction": "Inbound",
-            },
-        }
 
     def _vm_body(
         self, offer: Offer, spec: LaunchSpec, image: dict[str, str], data: str, nic_id: str
     ) -> dict[str, Any]:
-        user = self.capabilities.login_user
-        props: dict[str, Any] = {
-            "hardwareProfile": {"vmSize": offer.instance_type},
-            "storageProfile": {
-                "imageReference": image,
-                "osDisk": {
-                    "createOption": "FromImage",
-                    "deleteOption": "Delete",
-                    "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
-                },
-            },
-            "osProfile": {
-                "computerName": self._name(spec.key),
-                "adminUsername": user,
-                "customData": data,
-                "linuxConfiguration": {
-                    "disablePasswordAuthentication": True,
-                    "ssh": {
-                        "publicKeys": [
-                            {"path": f"/home/{user}/.ssh/authorized_keys", "keyData": k.strip()}
-                            for k in spec.ssh_public_keys
-                        ]
-                    },
-                },
-            },
-            "networkProfile": {"networkInterfaces": [{"id": nic_id, "properties": {"primary": True}}]},
-        }
-        if offer.spot:
-            props.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
-        body: dict[str, Any] = {
-            "location": offer.region,
-            "tags": self._tags(spec.key, spec.owner.allocation_id),
-            "properties": props,
-        }
-        if offer.zone:
-            body["zones"] = [offer.zone]
-        return body
+        return vm_body(
+            offer, spec, image, data, nic_id, user=self.capabilities.login_user,
+            computer_name=self._name(spec.key), tags=self._tags(spec.key, spec.owner.allocation_id),
+        )
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:
         if not ref.region:
@@ -736,7 +367,7 @@ class AzureProvider(SdkCloudProvider):
         props = vm.get("properties") or {}
         if props.get("vmId") != ref.instance_id:
             return None  # another VM under the name: this one is gone
-        state, detail = _state(props)
+        state, detail = vm_state(props)
         host = None
         if state == InstanceState.RUNNING:
             pip = await self._get_or_none(c.network.public_ip_addresses.get, group, f"{name}-ip")
@@ -762,13 +393,13 @@ class AzureProvider(SdkCloudProvider):
         if vm is not None:
             if (vm.get("properties") or {}).get("vmId") != ref.instance_id:
                 return  # another VM holds the name and the side resources
-            poller = await self._sdk(c.compute.virtual_machines.begin_delete, group, name, polling=_polling())
+            poller = await self._sdk(c.compute.virtual_machines.begin_delete, group, name, polling=polling())
             await self._wait(poller, self.terminate_wait_s)
             if await self._get_or_none(c.compute.virtual_machines.get, group, name) is not None:
                 return  # still going: the next terminate (or release) removes the side resources
         await self._delete_side_resources(c, group, name)
 
-    async def _delete_side_resources(self, c: _Clients, group: str, name: str) -> None:
+    async def _delete_side_resources(self, c: Clients, group: str, name: str) -> None:
         """NIC first: Azure refuses to delete a public IP or an NSG still attached to one."""
         for ops, suffix in (
             (c.network.network_interfaces, "nic"),
@@ -776,17 +407,6 @@ class AzureProvider(SdkCloudProvider):
             (c.network.network_security_groups, "nsg"),
         ):
             await self._delete(ops, group, f"{name}-{suffix}")
-
-    async def _delete(self, ops: Any, group: str, name: str) -> None:
-        def delete() -> None:
-            from azure.core.exceptions import ResourceNotFoundError
-
-            try:
-                ops.begin_delete(group, name, polling=_polling()).result()
-            except ResourceNotFoundError:  # the resource group is gone: so is the resource
-                pass
-
-        await self._sdk(delete)
 
     async def list_owned(self) -> list[InstanceRef]:
         c = await self._c()
@@ -809,7 +429,7 @@ class AzureProvider(SdkCloudProvider):
                         instance_id=str(vm_id),
                         key=tags[TAG_KEY],
                         region=str(vm.get("location") or "") or None,
-                        created_at=_time_created(vm),
+                        created_at=time_created(vm),
                     )
                 )
         keys = {m.key for m in machines}
@@ -853,47 +473,3 @@ class AzureProvider(SdkCloudProvider):
         for group in sorted(groups):
             await self._delete_side_resources(c, group, self._name(key))
 
-    async def aclose(self) -> None:
-        clients, self._clients = self._clients, None
-        if clients is not None:
-            for client in (clients.compute, clients.network, clients.resource, clients.credential):
-                await self._sdk(client.close)
-        await super().aclose()
-
-
-def _statuses(props: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(((props.get("instanceView") or {}).get("statuses")) or [])
-
-
-def _failure(view: dict[str, Any] | None) -> tuple[str, str]:
-    """(code, message) of a failed provisioning, from an instance view's statuses."""
-    for s in (view or {}).get("statuses") or []:
-        code = str(s.get("code") or "")
-        if code.startswith("ProvisioningState/failed/"):
-            return code.rsplit("/", 1)[1], str(s.get("message") or "")
-    return "", ""
-
-
-def _state(props: dict[str, Any]) -> tuple[InstanceState, str]:
-    provisioning = str(props.get("provisioningState") or "")
-    power = next(
-        (
-            str(s.get("code"))[len("PowerState/") :]
-            for s in _statuses(props)
-            if str(s.get("code") or "").startswith("PowerState/")
-        ),
-        "",
-    )
-    if provisioning == "Failed":
-        code, message = _failure(props.get("instanceView"))
-        return InstanceState.ERROR, f"Failed: {code}: {message}".rstrip(": ")
-    if provisioning == "Deleting":
-        return InstanceState.TERMINATING, "Deleting"
-    detail = f"{provisioning}, {power or 'no power state'}"
-    if power == "running" and provisioning == "Succeeded":
-        return InstanceState.RUNNING, detail
-    if power in ("stopped", "deallocated"):
-        return InstanceState.STOPPED, detail
-    if power in ("stopping", "deallocating"):
-        return InstanceState.STOPPING, detail
-    return InstanceState.PENDING, detail

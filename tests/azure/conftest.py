@@ -15,7 +15,8 @@ import pytest
 from fakeclouds import clouds
 from fakeclouds.azure_arm import CLIENT_ID, SUBSCRIPTION, TENANT
 from fakeclouds.server import FakeCloudServer
-from providers.azure import AzureProvider, group_name, vm_name
+from providers.azure import AzureProvider
+from providers.azure_vm import group_name, vm_name
 from providers.base import LaunchSpec, Offer, OfferQuery, Ownership
 from tests import simclouds
 

@@ -8,7 +8,9 @@ import pytest
 
 from fakeclouds.server import FakeCloudServer
 from providers import registry
-from providers.azure import AzureProvider, vm_name
+from providers.azure import AzureProvider
+from providers.azure_catalog import offers_of
+from providers.azure_vm import vm_name
 from providers.base import (
     AuthError,
     CapacityError,
@@ -276,7 +278,6 @@ def test_vm_names_fit_azure_and_stay_stable() -> None:
 
 
 def test_offers_skip_sizes_without_a_price_and_cpu_sizes() -> None:
-    p = AzureProvider.__new__(AzureProvider)
     cpu = {
         "resourceType": "virtualMachines",
         "name": "Standard_D2s_v5",
@@ -284,7 +285,7 @@ def test_offers_skip_sizes_without_a_price_and_cpu_sizes() -> None:
         "capabilities": [{"name": "vCPUs", "value": "2"}],
     }
     unpriced = {**cpu, "name": "Standard_NX99_v9", "capabilities": [{"name": "GPUs", "value": "1"}]}
-    assert p._offers_of(cpu) == [] and p._offers_of(unpriced) == []
+    assert offers_of(AzureProvider.id, cpu) == [] and offers_of(AzureProvider.id, unpriced) == []
 
 
 async def test_no_k3s_part_unless_asked(provider: AzureProvider, sim: FakeCloudServer) -> None:

@@ -26,7 +26,7 @@ async def vm_body(p: AzureProvider, offer: Offer, key: str) -> tuple[str, str, d
     await p.prepare(offer.region)
     group, name = names(p.installation_id, key, offer.region)
     nic = await p._ensure_network(await p._c(), group, name, offer.region, s)
-    from providers.azure import DEFAULT_IMAGE, custom_data, parse_image
+    from providers.azure_vm import DEFAULT_IMAGE, custom_data, parse_image
 
     return group, name, p._vm_body(offer, s, parse_image(DEFAULT_IMAGE), custom_data(None, k3s=True), nic)
 
