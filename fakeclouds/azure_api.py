@@ -10,7 +10,8 @@ so an adapter is pointed here with `authority=<endpoint>/login`, `base_url=<endp
 `disable_instance_discovery=True` and the server's CA as `connection_verify`. Access tokens are
 HMAC-signed by the client secret (the facade's token): they survive a server restart.
 
-ARM resources and their refusals live in `azure_arm.py`; machines in the engine (each VM's machine
+This module is ARM's router. Entra's endpoints and the tokens they issue live in `azure_login.py`;
+ARM resources and their refusals in `azure_arm.py`; machines in the engine (each VM's machine
 listens on its own 127.x.y.z:22, which is also its public IP's address). Stock is per zone
 (`azure_catalog.py`).
 
@@ -56,12 +57,7 @@ images accept only adminUsername `ubuntu` (the simulated machine's one login use
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import re
-import time
 import uuid
 from typing import Any
 
@@ -82,7 +78,8 @@ from fakeclouds.azure_arm import (
     ArmError,
     Outcome,
 )
-from fakeclouds.bodies import form_fields, optional_object
+from fakeclouds.azure_login import add_login_routes, check_token
+from fakeclouds.bodies import optional_object
 from fakeclouds.calls import name_call
 from fakeclouds.engine import Engine
 from fakeclouds.errors import (
@@ -99,48 +96,12 @@ from fakeclouds.faults import CallPlan
 from fakeclouds.vendor_errors import retry_after_header, vendor_router
 
 PREFIX = "/azure"
-TOKEN_TTL = 3600
 # Retry-After on long-running operations. The SDK reads it as an integer (a fraction breaks it) and
 # treats 0 as "none given": then the client's own polling_interval applies.
 LRO_RETRY_AFTER = 0
 OTHER_OP = "other"  # resource groups and network calls: only "*" fault rules hit them
 
 _SERVER_ERRORS = {500: "InternalServerError", 502: "BadGateway", 503: "ServiceUnavailable"}
-
-
-# --------------------------------------------------------------------------- tokens
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
-def issue_token(secret: str, client_id: str, now: float | None = None) -> str:
-    claims = {
-        "tid": TENANT,
-        "appid": client_id,
-        "exp": int((now or time.time()) + TOKEN_TTL),
-        "aud": "https://management.azure.com/",
-        "jti": uuid.uuid4().hex,
-    }
-    payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
-    sig = _b64(hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest())
-    return f"{payload}.{sig}"
-
-
-def check_token(header: str, secret: str) -> None:
-    scheme, _, value = header.partition(" ")
-    payload, _, sig = value.strip().partition(".")
-    expected = _b64(hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest())
-    if scheme.lower() != "bearer" or not payload or not hmac.compare_digest(sig, expected):
-        raise ArmError(401, "InvalidAuthenticationToken", "The access token is invalid.")
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    if claims.get("exp", 0) < time.time():
-        raise ArmError(
-            401,
-            "ExpiredAuthenticationToken",
-            "The access token expiry UTC time is earlier than current UTC time.",
-        )
 
 
 # --------------------------------------------------------------------------- responses
@@ -186,18 +147,6 @@ def from_cloud_error(exc: CloudError) -> ArmError:
     return ArmError(500, "InternalServerError", exc.message)
 
 
-def _login_error(status: int, error: str, description: str) -> JSONResponse:
-    return JSONResponse(
-        {
-            "error": error,
-            "error_description": description,
-            "error_codes": [],
-            "timestamp": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()),
-            "trace_id": str(uuid.uuid4()),
-            "correlation_id": str(uuid.uuid4()),
-        },
-        status_code=status,
-    )
 
 
 _SUB = r"/subscriptions/(?P<sub>[^/]+)"
@@ -265,75 +214,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     router = vendor_router(error_response)
     account = Account(engine)
 
-    # ------------------------------------------------------------------ Microsoft Entra ID
-
-    @router.get("/login/{tenant}/v2.0/.well-known/openid-configuration")
-    async def openid_configuration(request: Request, tenant: str) -> Response:
-        if tenant.lower() not in (TENANT, "organizations", "common"):
-            return _login_error(
-                400,
-                "invalid_tenant",
-                f"AADSTS90002: Tenant '{tenant}' not found. Check to make sure you have the "
-                "correct tenant ID and are signing into the correct cloud.",
-            )
-        base = str(request.url).split("/v2.0/.well-known", 1)[0]
-        return JSONResponse(
-            {
-                "issuer": f"{base}/v2.0",
-                "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
-                "token_endpoint": f"{base}/oauth2/v2.0/token",
-                "device_authorization_endpoint": f"{base}/oauth2/v2.0/devicecode",
-                "jwks_uri": f"{base}/discovery/v2.0/keys",
-                "response_types_supported": ["code", "id_token", "code id_token", "id_token token"],
-                "token_endpoint_auth_methods_supported": [
-                    "client_secret_post",
-                    "private_key_jwt",
-                    "client_secret_basic",
-                ],
-                "tenant_region_scope": "NA",
-            }
-        )
-
-    @router.post("/login/{tenant}/oauth2/v2.0/token")
-    async def token_endpoint(request: Request, tenant: str) -> Response:
-        form = await form_fields(request)
-        if tenant.lower() != TENANT:
-            return _login_error(400, "invalid_request", f"AADSTS90002: Tenant '{tenant}' not found.")
-        if form.get("grant_type") != "client_credentials":
-            return _login_error(
-                400, "unsupported_grant_type", "AADSTS70003: The app requested an unsupported grant type."
-            )
-        if not str(form.get("scope", "")).endswith("/.default"):
-            return _login_error(
-                400,
-                "invalid_scope",
-                "AADSTS1002012: The provided value for scope is not valid. "
-                "Client credential flows must have a scope value with /.default suffixed.",
-            )
-        if form.get("client_id") != CLIENT_ID:
-            return _login_error(
-                400,
-                "unauthorized_client",
-                f"AADSTS700016: Application with identifier '{form.get('client_id')}' was not "
-                f"found in the directory '{TENANT}'.",
-            )
-        secret = form.get("client_secret", "")
-        if not hmac.compare_digest(secret.encode(), token.encode()):
-            return _login_error(
-                401,
-                "invalid_client",
-                "AADSTS7000215: Invalid client secret provided. Ensure the secret being sent in "
-                "the request is the client secret value, not the client secret ID, for a "
-                f"secret added to app '{CLIENT_ID}'.",
-            )
-        return JSONResponse(
-            {
-                "token_type": "Bearer",
-                "expires_in": TOKEN_TTL,
-                "ext_expires_in": TOKEN_TTL,
-                "access_token": issue_token(token, CLIENT_ID),
-            }
-        )
+    add_login_routes(router, token)  # Microsoft Entra ID, under /login
 
     # ------------------------------------------------------------------ ARM
 
