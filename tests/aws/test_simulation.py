@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from fakeclouds import aws_api, aws_moto, aws_sigv4
+from fakeclouds import aws_api, aws_catalog, aws_moto, aws_sigv4
 from fakeclouds.server import FakeCloudServer
 from providers.aws_prices import ON_DEMAND
 from tests import simclouds
@@ -24,7 +24,7 @@ def code(exc: pytest.ExceptionInfo[ClientError]) -> str:
 def test_catalogue_agrees_with_ec2s_instance_data_and_the_price_table() -> None:
     from moto.ec2.models.instance_types import INSTANCE_TYPES as EC2
 
-    for t in aws_api.INSTANCE_TYPES:
+    for t in aws_catalog.INSTANCE_TYPES:
         real = EC2[t.name]
         assert t.vcpus == real["VCpuInfo"]["DefaultVCpus"]
         assert t.memory_gib * 1024 == real["MemoryInfo"]["SizeInMiB"]
@@ -118,9 +118,9 @@ def test_new_instances_appear_in_listings_late_and_terminated_ones_age_out(sim: 
 def test_spot_prices_and_offerings_follow_the_catalogue(sim: FakeCloudServer, ec2: Any) -> None:
     history = ec2.describe_spot_price_history(InstanceTypes=["g5.xlarge"], ProductDescriptions=["Linux/UNIX"],
                                               StartTime=dt.datetime.now(dt.UTC))["SpotPriceHistory"]
-    assert {h["AvailabilityZone"] for h in history} == set(aws_api.zones_of("us-east-1"))
+    assert {h["AvailabilityZone"] for h in history} == set(aws_catalog.zones_of("us-east-1"))
     assert all(float(h["SpotPrice"]) < ON_DEMAND["us-east-1"]["g5.xlarge"] for h in history)
     offered = ec2.describe_instance_type_offerings(LocationType="availability-zone", Filters=[
         {"Name": "instance-type", "Values": ["p5.*"]}])["InstanceTypeOfferings"]
     assert {(o["InstanceType"], o["Location"]) for o in offered} == {
-        ("p5.48xlarge", z) for z in aws_api.zones_of("us-east-1")}
+        ("p5.48xlarge", z) for z in aws_catalog.zones_of("us-east-1")}
