@@ -1,6 +1,7 @@
 """Hyperstack (NexGen Cloud Infrahub), simulated: its public API under /hyperstack/v1, translating
 to the engine. Shapes follow the official SDK (NexGenCloud/hyperstack-sdk-python docs/*.md) and
 research/provider-facts.md B.1; guesses are marked [unconfirmed].
+Its regions, flavors, images and protocols: `hyperstack_catalog.py`.
 
 What it models:
 - auth by the `api_key` header (not Bearer); every error as `{status: false, message, error_reason}`;
@@ -31,7 +32,7 @@ from pydantic import BaseModel, Field
 
 from fakeclouds import k3s
 from fakeclouds.bodies import json_body
-from fakeclouds.catalog import Gpu, InstanceType, Region
+from fakeclouds.catalog import InstanceType
 from fakeclouds.common import check_rate, iso, run_op
 from fakeclouds.engine import ERROR, PENDING, RUNNING, TERMINATING, Engine, Machine
 from fakeclouds.errors import (
@@ -48,60 +49,22 @@ from fakeclouds.errors import (
 )
 from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
+from fakeclouds.hyperstack_catalog import (
+    BY_NAME,
+    DEFAULT_IMAGE,
+    FLAVORS,
+    IMAGES,
+    INSTANCE_TYPES,
+    PROTOCOLS,
+    REGIONS,
+    SPOT_SUFFIX,
+)
 from fakeclouds.ratelimit import Limit
 from fakeclouds.ssh import parse_public_key
 from fakeclouds.vendor_errors import CodeTable, retry_after, status_of, vendor_router
 
 NAME = "hyperstack"
-SPOT_SUFFIX = "-spot"  # [unconfirmed] how spot flavors are named
-DEFAULT_IMAGE = "Ubuntu Server 22.04 LTS R535 CUDA 12.2"
-IMAGES = (DEFAULT_IMAGE, "Ubuntu Server 24.04 LTS R570 CUDA 12.8 with Docker", "Ubuntu Server 22.04 LTS")
-PROTOCOLS = ("any", "ah", "dccp", "egp", "esp", "gre", "icmp", "igmp", "ipv6-encap", "ipv6-icmp", "ospf",
-             "pgm", "rsvp", "sctp", "tcp", "udp", "udplite", "vrrp")
 
-REGIONS = (
-    Region("CANADA-1", "Montreal, Canada"),
-    Region("US-1", "United States"),
-    Region("NORWAY-1", "Oslo, Norway"),
-)
-
-
-class Flavor(BaseModel):
-    """A flavor and its GPU model as Hyperstack's API names it (InstanceType carries the rest)."""
-
-    id: int
-    model: str  # FlavorFields.gpu, e.g. "A100-80G-PCIe"; also the pricebook's name
-    disk: int
-    ephemeral: int
-
-
-def _type(name: str, gpu: Gpu, vcpus: int, ram: int, price: float, stock: dict[str, int],
-          spot_factor: float | None) -> InstanceType:
-    return InstanceType(name=name, description=f"{gpu.count}x {gpu.name}", gpu_description=gpu.smi_name,
-                        vcpus=vcpus, memory_gib=ram, storage_gib=100, gpu=gpu,
-                        prices={r: price for r in stock}, spot_factor=spot_factor, default_stock=stock)
-
-
-# Flavor names, shapes and on-demand prices as Hyperstack publishes them (hyperstack.cloud/gpu-pricing).
-INSTANCE_TYPES = (
-    _type("n3-RTX-A6000x1", Gpu("A6000", "NVIDIA RTX A6000", 49140, 1), 28, 58, 0.50,
-          {"CANADA-1": 4, "NORWAY-1": 4}, 0.6),
-    _type("n3-L40x1", Gpu("L40", "NVIDIA L40", 46068, 1), 28, 58, 1.00, {"NORWAY-1": 2}, None),
-    _type("n3-A100x1", Gpu("A100", "NVIDIA A100 80GB PCIe", 81920, 1), 28, 120, 1.35,
-          {"CANADA-1": 3, "US-1": 2}, 0.6),
-    _type("n3-H100x1", Gpu("H100", "NVIDIA H100 PCIe", 81559, 1), 28, 180, 1.90, {"CANADA-1": 2, "US-1": 2},
-          None),
-    _type("n3-H100-SXM5x8", Gpu("H100", "NVIDIA H100 80GB HBM3", 81559, 8), 192, 1800, 19.20, {"US-1": 1},
-          None),
-)
-FLAVORS = {
-    "n3-RTX-A6000x1": Flavor(id=101, model="RTX-A6000", disk=100, ephemeral=0),
-    "n3-L40x1": Flavor(id=102, model="L40", disk=100, ephemeral=725),
-    "n3-A100x1": Flavor(id=103, model="A100-80G-PCIe", disk=100, ephemeral=750),
-    "n3-H100x1": Flavor(id=104, model="H100-80G-PCIe", disk=100, ephemeral=750),
-    "n3-H100-SXM5x8": Flavor(id=105, model="H100-80G-SXM5", disk=100, ephemeral=32000),
-}
-_TYPES = {t.name: t for t in INSTANCE_TYPES}
 
 class Conflict(CloudError):
     """409 for a state conflict (deleting a VM that is already being deleted) [unconfirmed]."""
@@ -251,7 +214,7 @@ def instance_json(m: Machine) -> dict[str, Any]:
         "port_randomization": randomized,
         "port_randomization_status": "ENABLED" if randomized else "DISABLED",
         "labels": list(m.extra.get("labels", [])), "security_rules": list(m.extra.get("security_rules", [])),
-        "flavor": flavor_json(_TYPES[m.instance_type], m.spot), "image": {"name": m.extra.get("image_name")},
+        "flavor": flavor_json(BY_NAME[m.instance_type], m.spot), "image": {"name": m.extra.get("image_name")},
         "keypair": {"name": m.extra.get("key_name")}, "environment": m.extra.get("environment"),
         "created_at": iso(m.created_at), "os": "linux", "locked": False, "requires_public_ip": floating,
         "callback_url": m.extra.get("callback_url"), "contract_id": None, "volume_attachments": [],
@@ -553,7 +516,7 @@ def _create(engine: Engine, plan: CallPlan, body: CreateBody) -> list[Machine]:
         raise NotFound(f"Keypair {body.key_name} not found in environment {env['name']}")
     spot = body.flavor_name.endswith(SPOT_SUFFIX)
     base = body.flavor_name.removesuffix(SPOT_SUFFIX) if spot else body.flavor_name
-    itype = _TYPES.get(base)
+    itype = BY_NAME.get(base)
     if itype is None or env["region"] not in itype.prices or (spot and not itype.spot_factor):
         raise Invalid(f"Flavor {body.flavor_name} is not available in region {env['region']}")
     image = body.image_name or DEFAULT_IMAGE
