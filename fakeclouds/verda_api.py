@@ -1,5 +1,6 @@
 """Verda (formerly DataCrunch), simulated: its public API at /v1 as the official SDK
 (verda-cloud/sdk-python) calls it, translated to the engine. `FACADE` at the bottom declares it.
+Request bodies: `verda_bodies.py`; locations, images and instance types: `verda_catalog.py`.
 
 - OAuth2 client credentials: `POST /oauth2/token` (JSON) issues short-lived access tokens and a
   refresh token; `grant_type=refresh_token` renews them. Tokens are HMAC-signed by the client secret
@@ -31,11 +32,10 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, Field
 
 from fakeclouds import k3s
 from fakeclouds.bodies import json_body, optional_object
@@ -57,6 +57,19 @@ from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ssh import parse_public_key
 from fakeclouds.vendor_errors import CodeTable, retry_after, vendor_router
+from fakeclouds.verda_bodies import (
+    ActionBody,
+    CreateBody,
+    DeleteKeysBody,
+    DeleteScriptsBody,
+    OsVolume,
+    ScriptBody,
+    SshKeyBody,
+    TokenBody,
+    VolumeActionBody,
+    ids_of,
+    is_spot,
+)
 from fakeclouds.verda_catalog import (
     COUNTRY,
     CUDA_24,
@@ -203,85 +216,6 @@ def instance_json(engine: Engine, m: Machine) -> dict[str, Any]:
     }
 
 
-# ----------------------------------------------------------------------------- request bodies
-
-
-class TokenBody(BaseModel):
-    grant_type: str
-    client_id: str | None = None
-    client_secret: str | None = None
-    refresh_token: str | None = None
-
-
-class OsVolume(BaseModel):
-    name: str = Field(min_length=1, max_length=100)
-    size: int = Field(ge=1, le=10_000)
-    on_spot_discontinue: Literal["keep_detached", "move_to_trash", "delete_permanently"] | None = None
-
-
-class CreateBody(BaseModel):
-    instance_type: str
-    image: str
-    hostname: str
-    description: str = Field(default="", max_length=255)
-    ssh_key_ids: list[str] = Field(default_factory=list)
-    location_code: str = "FIN-03"  # the SDK's default location
-    startup_script_id: str | None = None
-    os_volume: OsVolume | None = None
-    volumes: list[dict[str, Any]] = Field(default_factory=list)
-    existing_volumes: list[str] = Field(default_factory=list)
-    is_spot: bool = False
-    coupon: str | None = None
-    contract: Literal["LONG_TERM", "PAY_AS_YOU_GO", "SPOT"] | None = None
-    pricing: Literal["DYNAMIC_PRICE", "FIXED_PRICE"] | None = None
-
-
-class ActionBody(BaseModel):
-    id: list[str] | str
-    action: str
-    volume_ids: list[str] | None = None
-    delete_permanently: bool = False
-
-
-class SshKeyBody(BaseModel):
-    name: str = Field(min_length=1, max_length=255)
-    key: str
-
-
-class ScriptBody(BaseModel):
-    name: str = Field(min_length=1, max_length=255)
-    script: str = Field(min_length=1, max_length=1_000_000)
-
-
-class DeleteKeysBody(BaseModel):
-    keys: list[str]
-
-
-class DeleteScriptsBody(BaseModel):
-    scripts: list[str]
-
-
-class VolumeActionBody(BaseModel):
-    id: list[str] | str
-    action: str
-    is_permanent: bool = False
-
-
-def _ids(value: list[str] | str) -> list[str]:
-    ids = [value] if isinstance(value, str) else list(value)
-    if not ids:
-        raise Invalid("id must name at least one resource")
-    return ids
-
-
-def _is_spot(raw: str | None) -> bool:
-    if raw in (None, "", "false"):
-        return False
-    if raw == "true":
-        return True
-    raise Invalid("isSpot must be true or false")
-
-
 # ----------------------------------------------------------------------------- the API
 
 
@@ -362,7 +296,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.get("/instance-availability")
     async def availability(request: Request, location_code: str | None = None) -> Response:
         def effect(_: CallPlan) -> Any:
-            spot = _is_spot(request.query_params.get("isSpot"))
+            spot = is_spot(request.query_params.get("isSpot"))
             return [{"location_code": loc,
                      "availabilities": [t.name for t in INSTANCE_TYPES if available(spot, loc, t)]}
                     for loc in locations_of(location_code)]
@@ -375,7 +309,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             itype = TYPES.get(instance_type)
             if itype is None:
                 raise Invalid("Invalid instance type")
-            spot = _is_spot(request.query_params.get("isSpot"))
+            spot = is_spot(request.query_params.get("isSpot"))
             return any(available(spot, loc, itype) for loc in locations_of(location_code))
         return await call(request, "offers", effect)
 
@@ -505,7 +439,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         def effect(body: VolumeActionBody, _: CallPlan) -> None:
             if body.action != "delete":
                 raise Invalid(f"volume action {body.action!r} is not supported by this simulation")
-            delete_volumes(_ids(body.id), body.is_permanent)
+            delete_volumes(ids_of(body.id), body.is_permanent)
         return await with_body(request, VolumeActionBody, "side_resources", effect, status=202)
 
     # ------------------------------------------------------------------ instances
@@ -575,7 +509,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             known = body.action in ("start", "shutdown", "hibernate", "restore")
             raise Invalid(f"action {body.action!r} is not supported by this simulation" if known
                           else "Invalid action")
-        machines = [machine(i) for i in _ids(body.id)]
+        machines = [machine(i) for i in ids_of(body.id)]
         for m in machines:  # every instance may be deleted, or none is
             if m.status not in _STATUS:
                 raise Forbidden(DISCONTINUED)
