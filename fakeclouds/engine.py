@@ -5,7 +5,8 @@ login user, image, SSH address) comes from each one's `Facade` declaration; the 
 facades it is given (`clouds.all_facades()`: every simulated cloud). Everything runs on one asyncio
 loop (the server's); lifecycle steps (boot, terminate, die) are tasks on that loop. With a
 `state_dir`, every change is written to `state.json` and `start()` brings machines back, same SSH
-addresses, ports and host keys.
+addresses, ports and host keys. What runs on a machine besides its SSH server (user data at boot,
+power-off) is in `machine_processes.py`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ import errno
 import functools
 import json
 import logging
-import os
 import re
 import shutil
-import signal
 import tempfile
 import time
 import uuid
@@ -36,6 +35,7 @@ from fakeclouds.calls import CallLog
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from fakeclouds.facade import Facade
 from fakeclouds.faults import FaultBook
+from fakeclouds.machine_processes import power_off, run_user_data
 from fakeclouds.ratelimit import RateLimiter
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
 
@@ -555,27 +555,9 @@ class Engine:
             await self._gone(m)
 
     def _run_user_data(self, m: Machine) -> None:
-        # Like cloud-init, run the user data's "#!" scripts once at boot (keys were added at create).
         home = self.machine_home(m)
-        for i, text in enumerate(cloudinit.parse(m.user_data).scripts):
-            script = home / f".user-data-{i}"
-            script.write_text(text)
-            script.chmod(0o700)  # run as the service's own user: nobody else's to read
-            server = self._ssh.get(m.id)
-            env = server._env() if server else {"HOME": str(home)}
-            log_file = (home / "cloud-init-output.log").open("ab")
-            asyncio.get_running_loop().create_task(self._run_detached([str(script)], home, env, log_file))
-
-    @staticmethod
-    async def _run_detached(argv: list[str], cwd: Path, env: dict[str, str], log_file: Any) -> None:
-        try:
-            proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdout=log_file,
-                                                        stderr=log_file, start_new_session=True)
-            await proc.wait()
-        except OSError as exc:
-            log.warning("user_data failed to start: %s", exc)
-        finally:
-            log_file.close()
+        server = self._ssh.get(m.id)
+        run_user_data(home, m.user_data, server._env() if server else {"HOME": str(home)})
 
     async def _die(self, m: Machine, why: str) -> None:
         await self._stop_ssh(m)
@@ -594,21 +576,3 @@ class Engine:
         key = (m.facade, m.instance_type, m.region)
         self.stock[key] = self.stock.get(key, 0) + 1
         self.save()
-
-
-def power_off(home: Path) -> int:
-    """Kill what still runs on a terminated machine: every process whose HOME is the machine's home
-    (its SSH server runs commands there). A detached command (setsid, nohup) outlives its session,
-    as on a real VM, but not the VM itself. Returns how many were killed."""
-    wanted = f"HOME={home}".encode()
-    killed = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-        except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
-            continue
-    return killed

@@ -1,0 +1,56 @@
+"""The processes of a simulated machine, beside its SSH server: its user data's `#!` scripts, run
+once at boot and detached (output in `$HOME/cloud-init-output.log`), and power-off, which kills
+everything still running in its home. The engine (`engine.py`) calls these as machines boot and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from fakeclouds import cloudinit
+
+log = logging.getLogger(__name__)
+
+
+def run_user_data(home: Path, user_data: str | None, env: dict[str, str]) -> None:
+    # Like cloud-init, run the user data's "#!" scripts once at boot (keys were added at create).
+    for i, text in enumerate(cloudinit.parse(user_data).scripts):
+        script = home / f".user-data-{i}"
+        script.write_text(text)
+        script.chmod(0o700)  # run as the service's own user: nobody else's to read
+        log_file = (home / "cloud-init-output.log").open("ab")
+        asyncio.get_running_loop().create_task(_run_detached([str(script)], home, env, log_file))
+
+
+async def _run_detached(argv: list[str], cwd: Path, env: dict[str, str], log_file: Any) -> None:
+    try:
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdout=log_file,
+                                                    stderr=log_file, start_new_session=True)
+        await proc.wait()
+    except OSError as exc:
+        log.warning("user_data failed to start: %s", exc)
+    finally:
+        log_file.close()
+
+
+def power_off(home: Path) -> int:
+    """Kill what still runs on a terminated machine: every process whose HOME is the machine's home
+    (its SSH server runs commands there). A detached command (setsid, nohup) outlives its session,
+    as on a real VM, but not the VM itself. Returns how many were killed."""
+    wanted = f"HOME={home}".encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
+            continue
+    return killed
