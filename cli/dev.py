@@ -7,6 +7,7 @@ Ctrl-C stops everything; state under $GPUPROV_HOME survives a restart."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -48,8 +49,8 @@ class DevConfig:
     ui_port: int = 8233
     cloud_port: int = 8765
     cloud_tls_port: int = 8766  # the same simulated clouds over TLS (for SDKs that talk only https)
-    cloud_grpc_port: int = 8767  # the simulated clouds whose API is gRPC, plain text (Modal)
-    cloud_grpc_tls_port: int = 8768  # the same over TLS, for SDKs that talk TLS (Nebius)
+    cloud_grpc_port: int = 8767  # the simulated gRPC clouds: plain text (Modal); TLS one port up (Nebius)
+    cloud_grpc_tls_port: int = 8768
     boot_timeout_s: float = 60.0
     host: str = "127.0.0.1"
     # The simulated clouds' documented rate limits run at real speed (1.0); tests run them faster.
@@ -150,10 +151,9 @@ def simulated_endpoints(cloud_url: str, clouds: list[str], tls_url: str | None =
     def where(cloud: str) -> str:
         facade = sim.facade(cloud)
         if facade.grpc is not None:
-            url = grpc_tls_url if facade.tls else grpc_url
-            if url is None:
-                over = "gRPC with TLS" if facade.tls else "gRPC"
-                raise DevError(f"{cloud}'s simulation is served over {over}: no such gRPC listener given")
+            if (url := grpc_tls_url if facade.tls else grpc_url) is None:
+                raise DevError(f"{cloud}'s simulation is served over gRPC{' with TLS' * facade.tls}: "
+                               "no such gRPC listener given")
             return url
         return ((tls_url or cloud_url) if facade.tls else cloud_url) + facade.prefix
 
@@ -336,10 +336,8 @@ async def run_dev(cfg: DevConfig) -> int:
                         f"{dead.tail()}", fg=typer.colors.RED, err=True)
             code = 1
             break
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stack.stop_requested.wait(), timeout=0.5)
-        except TimeoutError:
-            pass
     typer.echo("stopping: api, worker, localcloud, temporal")
     stack.stop_all()
     dev_docker.stop(docker_svc)
