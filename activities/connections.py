@@ -7,13 +7,13 @@ from datetime import timedelta
 
 from sqlmodel import col, select
 from temporalio import activity
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.deps import ActivityDeps, heartbeating
 from activities.watch import start_watch
 from messages import activities as acts
+from messages import workflows as wf
 from messages.activities import ConnectionIdInput, LiveAllocation, LiveAllocations, TerminateAllocationInput
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import ConnectionStatus, ErrorKind
@@ -25,6 +25,7 @@ from store import repo
 from store.db import session_scope
 from store.models import Connection, Instance
 from store.secrets import SecretError
+from workflows import client_calls
 
 
 class ConnectionActivities:
@@ -74,11 +75,10 @@ class ConnectionActivities:
         task_queue = activity.info().task_queue
         await start_watch(self.deps.client, task_queue, inp.connection_id, self.deps.watch_interval_s)
         # A retry of this activity joins the check already started (one per connection).
-        await self.deps.client.start_workflow(
-            "HealthWorkflow", HealthInput(connection_ids=[inp.connection_id], fleet_ids=[]),
-            id=connection_health_workflow_id(inp.connection_id), task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            execution_timeout=timedelta(minutes=5))
+        await client_calls.start(
+            self.deps.client, wf.HEALTH, HealthInput(connection_ids=[inp.connection_id], fleet_ids=[]),
+            workflow_id=connection_health_workflow_id(inp.connection_id), task_queue=task_queue,
+            use_existing=True, execution_timeout=timedelta(minutes=5))
 
     @activity.defn(name=acts.BEGIN_DISCONNECT.name)
     def begin_disconnect(self, inp: ConnectionIdInput) -> LiveAllocations:
@@ -100,9 +100,9 @@ class ConnectionActivities:
         machine gone. A closed workflow has nothing left to terminate."""
         if self.deps.client is None:
             raise RuntimeError("ActivityDeps.client is required for terminate_allocation")
-        handle = self.deps.client.get_workflow_handle(inp.workflow_id)
         try:
-            await heartbeating(handle.execute_update("terminate"), inp.heartbeat_every_s, "terminating")
+            ending = client_calls.update(self.deps.client, inp.workflow_id, wf.ALLOCATION.terminate)
+            await heartbeating(ending, inp.heartbeat_every_s, "terminating")
         except RPCError as e:
             if e.status != RPCStatusCode.NOT_FOUND:
                 raise

@@ -29,6 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities import machine_ssh
 from activities.deps import ActivityDeps, heartbeating
 from messages import activities as acts
+from messages import workflows as wf
 from messages.allocation import AllocationState
 from messages.enums import ErrorKind
 from messages.job import (
@@ -49,6 +50,7 @@ from store import jobs as job_store
 from store import pool_claims, queue
 from store.db import session_scope
 from store.models import Job, SpendInterval, utcnow
+from workflows import client_calls
 
 READ_MAX = 1 << 20  # bytes read (and stored as one chunk) per poll
 GPU_QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"
@@ -170,16 +172,14 @@ class JobActivities:
         """The allocation once ready (or ended): its `ready` update, a long poll; a workflow already
         closed answers its last state."""
         assert self.deps.client is not None, "ActivityDeps.client is required"
-        handle = self.deps.client.get_workflow_handle(inp.workflow_id)
+        client = self.deps.client
         try:
-            state: AllocationState = await heartbeating(
-                handle.execute_update("ready", result_type=AllocationState), inp.heartbeat_every_s, "ready?")
-            return state
+            return await heartbeating(client_calls.update(client, inp.workflow_id, wf.ALLOCATION.ready),
+                                      inp.heartbeat_every_s, "ready?")
         except (RPCError, WorkflowUpdateFailedError) as e:
             if isinstance(e, RPCError) and e.status != RPCStatusCode.NOT_FOUND:
                 raise
-            ended: AllocationState = await handle.query("state", result_type=AllocationState)
-            return ended
+            return await client_calls.query(client, inp.workflow_id, wf.ALLOCATION.state)
 
     def _allocation_of(self, job_id: str) -> str | None:
         with session_scope(self.deps.engine) as session:

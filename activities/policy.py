@@ -21,12 +21,12 @@ from typing import Any
 import httpx
 from sqlmodel import Session, col, func, select
 from temporalio import activity
-from temporalio.client import WorkflowUpdateStage
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import policy_pools
 from activities.deps import ActivityDeps
 from messages import activities as acts
+from messages import workflows as wf
 from messages.policy import (
     ActInput,
     ActResult,
@@ -51,6 +51,7 @@ from providers.endpoints import EndpointError, check_webhook, webhook_shown
 from store import idle, policies, pool_claims, pools, queue, spend
 from store.db import session_scope
 from store.models import Instance, Job, Pool, utcnow
+from workflows import client_calls
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +222,7 @@ async def terminate_idle_action(deps: ActivityDeps, inp: ActInput, then: Termina
         await policy_pools.wake(deps, pool)
     for allocation_id, workflow_id in chosen:
         try:
-            await deps.client.get_workflow_handle(workflow_id).start_update(
-                "terminate", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+            await client_calls.request_update(deps.client, workflow_id, wf.ALLOCATION.terminate)
             done.append(allocation_id)
         except RPCError as e:
             if e.status != RPCStatusCode.NOT_FOUND:  # NOT_FOUND: closed already, nothing to do

@@ -9,14 +9,15 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 from temporalio import activity
-from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.deps import ActivityDeps
+from messages import workflows as wf
 from messages.policy import ActInput, ActResult, ScalePoolThen
 from messages.pool import PoolStatus, ScaleInput
 from store import pool_claims, pools
 from store.db import session_scope
 from store.models import Instance, Pool
+from workflows import client_calls
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,9 @@ async def wake(deps: ActivityDeps, pool: Pool) -> None:
     """Start the pool's ScaleWorkflow unless it runs, and have it reconcile to the saved size now."""
     assert deps.client is not None, "the worker sets the Temporal client"
     scale = ScaleInput(pool_id=pool.id, project=pool.project, name=pool.name)
-    await deps.client.start_workflow("ScaleWorkflow", scale, id=pool.workflow_id,
-                                     task_queue=activity.info().task_queue,
-                                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-    await deps.client.get_workflow_handle(pool.workflow_id).execute_update("reconcile")
+    await client_calls.start(deps.client, wf.SCALE, scale, workflow_id=pool.workflow_id,
+                             task_queue=activity.info().task_queue, use_existing=True)
+    await client_calls.update(deps.client, pool.workflow_id, wf.SCALE.reconcile)
 
 
 def shrink_by_idle(session: Session, pool_id: str, idle_count: int) -> tuple[Pool, int] | None:

@@ -13,13 +13,12 @@ from typing import Any
 from sqlmodel import col, select
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.deps import ActivityDeps, heartbeating
 from activities.errors import provider_errors
 from messages import activities as acts
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, CloudTarget
 from messages.ids import allocation_of_key, allocation_workflow_id
 from messages.pool import (
@@ -40,6 +39,7 @@ from providers.base import InstanceRef
 from store import allocations, pool_claims, pools, repo
 from store.db import session_scope
 from store.models import Instance, Pool
+from workflows import client_calls
 
 
 class PoolActivities:
@@ -165,13 +165,11 @@ class PoolActivities:
         workflow_id = allocation_workflow_id(inp.allocation_id)
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
         task_timeout = timedelta(seconds=inp.task_timeout_s) if inp.task_timeout_s else None
-        try:
-            await heartbeating(self.deps.client.start_workflow(
-                "AllocationWorkflow", AllocationInput(request=request), id=workflow_id,
-                task_queue=activity.info().task_queue, task_timeout=task_timeout,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE), inp.heartbeat_every_s, "starting")
-        except WorkflowAlreadyStartedError:
+        started = await heartbeating(client_calls.start(
+            self.deps.client, wf.ALLOCATION, AllocationInput(request=request), workflow_id=workflow_id,
+            task_queue=activity.info().task_queue, once=True, task_timeout=task_timeout),
+            inp.heartbeat_every_s, "starting")
+        if not started:
             return StartResult(started=False, reason=f"allocation {inp.allocation_id} already ran")
         await self.deps.blocking(allocations.record_started, self.deps.engine, request, workflow_id)
         return StartResult(started=True)

@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel import col, select
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import idle
 from activities.deps import ActivityDeps, heartbeating
 from messages import activities as acts
+from messages import workflows as wf
 from messages.allocation import CloudTarget, MachineLost
 from messages.enums import AllocationStatus
 from messages.ids import LEGACY_ALLOCATE_PREFIX, watch_workflow_id
@@ -27,6 +27,7 @@ from providers.ssh_fleet import SshFleetProvider
 from store import fleets, repo
 from store.db import session_scope
 from store.models import Connection, Fleet, Instance, utcnow
+from workflows import client_calls
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +151,8 @@ class WatchActivities:
     async def _tell(self, workflow_id: str, reason: str) -> bool:
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
         try:
-            handle = self.deps.client.get_workflow_handle(workflow_id)
-            await handle.signal("machine_lost", MachineLost(reason=reason))
+            await client_calls.signal(self.deps.client, workflow_id, wf.ALLOCATION.machine_lost,
+                                      MachineLost(reason=reason))
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
                 return False  # the allocation already closed
@@ -162,9 +163,8 @@ class WatchActivities:
 async def start_watch(client: Client, task_queue: str, connection_id: str, interval_s: float) -> None:
     """The connection's watch, started unless it runs already (any number of callers)."""
     request = WatchRequest(connection_id=connection_id, interval_s=interval_s)
-    running = WorkflowIDConflictPolicy.USE_EXISTING
-    await client.start_workflow("WatchWorkflow", request, id=watch_workflow_id(connection_id),
-                                task_queue=task_queue, id_conflict_policy=running)
+    await client_calls.start(client, wf.WATCH, request, workflow_id=watch_workflow_id(connection_id),
+                             task_queue=task_queue, use_existing=True)
 
 
 async def start_all_watches(client: Client, deps: ActivityDeps, task_queue: str) -> int:

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 from fastapi import Depends, FastAPI
 
 import logsafe
-from api.deps import AppDeps, deps_from_settings, require_token
+from api.auth import require_token
+from api.deps import AppDeps, deps_from_settings
 from api.errors import install_error_handlers
 from api.guard import EdgeGuard
 from api.openapi import install_openapi
@@ -33,6 +34,7 @@ from api.routers import (
     projects,
     providers,
     queue,
+    retired,
     spend,
     workloads,
 )
@@ -68,7 +70,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could;
     # `modal_picker` before `offers`: Modal's /backends/modal/... before /backends/{provider}/...
     for module in (catalog, clouds, connections, providers, modal_picker, offers, instances, spend, fleets,
-                   policies, idle_policy, budget, workloads, jobs, limits, pools, queue, defaults):
+                   policies, idle_policy, budget, workloads, jobs, limits, pools, queue, defaults, retired):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token),
                                                                            Depends(known_query)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token),

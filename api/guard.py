@@ -34,7 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import logsafe
 from api import strict_json
-from api.deps import UNAUTHORIZED, AppDeps, token_is_valid
+from api.auth import UNAUTHORIZED, token_is_valid
+from api.deps import AppDeps
 from api.routers import codec
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from bench.worker_proc import KEY_ENV
 from fakeclouds import clouds
 from fakeclouds.connect import allowed_env, ca_bundle, endpoint
 from fakeclouds.server import FakeCloudProcess, start_subprocess
-from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
+from messages import workflows as wf
+from messages.allocation import AllocateRequest, AllocationInput, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
 from providers import registry
@@ -35,7 +36,7 @@ from providers.pacing import TIME_SCALE_ENV
 from store import migrate, repo
 from store.db import make_engine, session_scope
 from store.secrets import SecretBox
-from workflows import search_attributes
+from workflows import client_calls, search_attributes
 from workflows.converter import data_converter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,18 +80,17 @@ class Bench:
         """Run one allocation to ready on a simulated cloud (Lambda unless told); its wall time in s."""
         req = self.request(allocation_id, timing, cloud=cloud, **fields)
         t0 = time.perf_counter()
-        handle = await self.client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
-                                                  id=allocation_workflow_id(allocation_id),
-                                                  task_queue=task_queue)
-        state = await handle.execute_update("ready", result_type=AllocationState)  # a long poll, no polling
+        workflow_id = allocation_workflow_id(allocation_id)
+        await client_calls.start(self.client, wf.ALLOCATION, AllocationInput(request=req),
+                                 workflow_id=workflow_id, task_queue=task_queue)
+        state = await client_calls.update(self.client, workflow_id, wf.ALLOCATION.ready)  # a long poll
         if state.phase != Phase.READY:
             raise RuntimeError(f"allocation {allocation_id} ended {state.phase}: {state.error}")
         return time.perf_counter() - t0
 
     async def release(self, allocation_id: str) -> None:
         """Terminate an allocation and wait until the cloud shows its machine gone (not timed)."""
-        handle = self.client.get_workflow_handle(allocation_workflow_id(allocation_id))
-        await handle.execute_update("terminate", result_type=AllocationState)
+        await client_calls.update(self.client, allocation_workflow_id(allocation_id), wf.ALLOCATION.terminate)
 
     @asynccontextmanager
     async def worker_process(self, kind: str, task_queue: str) -> AsyncIterator[int]:

@@ -17,6 +17,7 @@ from temporalio.service import RPCError
 
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import cpu_snapshot, cpu_used, rss_kb
+from messages import workflows as wf
 from messages.allocation import AllocationInput, Timing
 from messages.ids import allocation_workflow_id
 
@@ -45,7 +46,7 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, timeout_s: fl
         b.cloud.admin.configure(boot_delay=NEVER_BOOTS_S)
         try:
             handles = [await b.client.start_workflow(
-                "AllocationWorkflow", AllocationInput(request=b.request(f"rss{i}", TIMING, **PLACEMENT)),
+                wf.ALLOCATION.name, AllocationInput(request=b.request(f"rss{i}", TIMING, **PLACEMENT)),
                 id=allocation_workflow_id(f"rss{i}"), task_queue=queue) for i in range(m)]
             pending, deadline = list(handles), time.monotonic() + timeout_s
             while pending:

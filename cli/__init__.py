@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from cli import client, clouds, connections, defaults, dev, instances, jobs, projects, ssh
+from cli import client, clouds, connections, defaults, dev, instances, jobs, operations, projects, ssh
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Provision GPU machines across clouds (Temporal workflows underneath).")
@@ -35,6 +35,7 @@ app.command("ssh")(ssh.ssh)
 app.command()(connections.connect)
 app.command()(connections.connections)
 app.command()(clouds.clouds)
+app.command()(operations.retired)
 app.add_typer(projects.app, name="project")
 app.add_typer(jobs.app, name="job")
 app.add_typer(defaults.app, name="defaults")

@@ -16,6 +16,7 @@ import pytest
 import worker
 from activities.deps import ActivityDeps
 from messages import activities as acts
+from messages import workflows as wf
 from providers import registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,9 +37,69 @@ def modules_in(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+# What activities may import of workflows/: the client-side calls (starting, updating, signalling
+# a workflow by reference), which import no workflow definition (checked below).
+CLIENT_CALLS = "workflows.client_calls"
+
+
 @pytest.mark.parametrize("path", modules_in("activities"), ids=lambda p: p.name)
 def test_no_activity_module_imports_workflows(path: Path) -> None:
-    assert not {m for m in imports_of(path) if m == "workflows" or m.startswith("workflows.")}
+    assert not {m for m in imports_of(path) if (m == "workflows" or m.startswith("workflows."))
+                and m != CLIENT_CALLS and not (m == "workflows" and _imports_only_client_calls(path))}
+
+
+def _imports_only_client_calls(path: Path) -> bool:
+    """`from workflows import client_calls` (and nothing else from the package)."""
+    tree = ast.parse(path.read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "workflows"
+             for a in n.names}
+    return names == {"client_calls"}
+
+
+def test_the_client_side_calls_import_no_workflow_definition() -> None:
+    imported = imports_of(ROOT / "workflows" / "client_calls.py")
+    assert {m for m in imported if not re.match(r"^(__future__|datetime|typing|pydantic|temporalio(\..+)?"
+                                                r"|messages\.workflows)$", m)} == set()
+
+
+# --------------------------------------------------------------------------- workflows by reference
+
+
+def _workflow_literals(path: Path) -> list[str]:
+    """String literals that name a workflow type, or name an update, signal or query where one is
+    sent or declared (`.signal("…")`, `.execute_update("…")`, `@workflow.update(name="…")`)."""
+    types = {ref.name for ref in wf.ALL}
+    handlers = {h.name for ref in wf.ALL for h in wf.handlers(ref)}
+    senders = {"signal", "execute_update", "start_update", "query", "update"}
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and node.value in types:
+            hits.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in senders):
+            args = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "name")]
+            hits += [f"{path.relative_to(ROOT)}:{a.lineno}: {a.value}" for a in args
+                     if isinstance(a, ast.Constant) and a.value in handlers]
+    return hits
+
+
+def test_no_workflow_type_update_or_signal_name_is_written_outside_its_reference() -> None:
+    """messages/workflows.py names each workflow type, update, signal and query once; everything
+    else — the product, bench, and tests — goes through the reference."""
+    paths = [p for p in product_modules() + modules_in("bench") + modules_in("tests")
+             if p != ROOT / "messages" / "workflows.py"]
+    assert [hit for p in paths for hit in _workflow_literals(p)] == []
+
+
+def test_every_registered_workflow_has_a_reference_and_every_reference_a_workflow() -> None:
+    from temporalio import workflow
+
+    registered = {workflow._Definition.must_from_class(cls).name: cls for cls in worker.WORKFLOWS}
+    assert set(registered) == {ref.name for ref in wf.ALL}
+    for ref in wf.ALL:
+        defn = workflow._Definition.must_from_class(registered[ref.name])
+        declared = set(defn.updates) | set(defn.signals) | set(defn.queries)
+        assert declared == {h.name for h in wf.handlers(ref)}, ref.name
 
 
 @pytest.mark.parametrize("path", modules_in("workflows"), ids=lambda p: p.name)

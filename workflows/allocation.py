@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -31,6 +30,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as ActivityTimeout  # not the builtin wait_condition raises
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.activities import (
     CreateInput,
     PhaseMark,
@@ -55,6 +55,7 @@ from providers.base import Capabilities, FailureScope, Offer, OfferQuery
 from workflows import search_attributes as sa
 from workflows.calls import call
 from workflows.failures import failure_kind, failure_reason
+from workflows.retries import backoff
 
 # Clouds with a documented launch rate (Capabilities.launches_per_s) create on a task queue of their
 # own, which their workers' Worker rate-limits across every worker (worker.py). A patch: histories
@@ -75,12 +76,8 @@ def _timed_out(err: ActivityError) -> bool:
     return isinstance(err.cause, ActivityTimeout)
 
 
-def _retry(max_interval_s: float, attempts: int = 0) -> RetryPolicy:
-    return RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                       maximum_interval=timedelta(seconds=max_interval_s), maximum_attempts=attempts)
 
-
-@workflow.defn(name="AllocationWorkflow")
+@workflow.defn(name=wf.ALLOCATION.name)
 class AllocationWorkflow:
     @workflow.init
     def __init__(self, inp: AllocationInput) -> None:
@@ -100,11 +97,11 @@ class AllocationWorkflow:
 
     # ------------------------------------------------------------------ the entity's interface
 
-    @workflow.query(name="state")
+    @workflow.query(name=wf.ALLOCATION.state.name)
     def state(self) -> AllocationState:
         return self._state
 
-    @workflow.update(name="terminate")
+    @workflow.update(name=wf.ALLOCATION.terminate.name)
     async def terminate(self) -> AllocationState:
         """Remove the machine; returns once the cloud shows it gone. Any number of callers."""
         self._terminate_requested = True
@@ -113,7 +110,7 @@ class AllocationWorkflow:
         await workflow.wait_condition(lambda: self._closed)
         return self._state
 
-    @workflow.update(name="ready")
+    @workflow.update(name=wf.ALLOCATION.ready.name)
     async def ready(self) -> AllocationState:
         """Wait until the allocation is ready or has ended (failed, terminated, lost): a client's
         long poll instead of polling the `state` query."""
@@ -121,7 +118,7 @@ class AllocationWorkflow:
         await workflow.wait_condition(lambda: self._state.phase in ended or self._closed)
         return self._state
 
-    @workflow.signal(name="machine_lost")
+    @workflow.signal(name=wf.ALLOCATION.machine_lost.name)
     def machine_lost(self, report: MachineLost) -> None:
         if self._state.phase == Phase.READY and self._lost is None:
             self._lost = report.reason
@@ -234,7 +231,7 @@ class AllocationWorkflow:
         self._state.notes += self._req.notes
         result = await call(acts.VALIDATE_ALLOCATION, ValidateInput(request=self._req, **self._marked()),
                             start_to_close_timeout=timedelta(seconds=self._t.record_timeout_s),
-                            retry_policy=_retry(self._t.max_retry_interval_s, 5))
+                            retry_policy=backoff(self._t.max_retry_interval_s, 5))
         self._caps = result.capabilities
         self._state.notes += [f"skipped {s}" for s in result.skipped]
 
@@ -247,7 +244,7 @@ class AllocationWorkflow:
         targets = [t for t in req.all_targets() if t.cloud in self._caps]
         plan = await call(acts.PLAN_ALLOCATION, PlanInput(targets=targets, query=query, **self._marked()),
                           start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
-                          heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 8))
+                          heartbeat_timeout=self._hb, retry_policy=backoff(self._t.max_retry_interval_s, 8))
         self._state.notes += [f"no offers from {f}" for f in plan.failures]
         if req.max_price_per_hour is not None and plan.offers:
             plan.offers = [o for o in plan.offers if o.price_per_hour <= req.max_price_per_hour]
@@ -285,7 +282,7 @@ class AllocationWorkflow:
             # A retry may first wait out the cloud's in-flight window (clouds without a token).
             start_to_close_timeout=timedelta(seconds=t.call_timeout_s + caps.create_in_flight_s),
             heartbeat_timeout=self._hb,
-            retry_policy=_retry(t.max_retry_interval_s, 8), cancellation_type=wait_cancel, **paced)
+            retry_policy=backoff(t.max_retry_interval_s, 8), cancellation_type=wait_cancel, **paced)
         self._attempt_done(AttemptOutcome.CREATED)
         await self._record(AllocationStatus.PROVISIONING)  # the machine's id, for the watch and the sweep
 
@@ -297,7 +294,7 @@ class AllocationWorkflow:
             # One bound for the whole wait, retries included: past it, the next offer is tried.
             schedule_to_close_timeout=timedelta(seconds=self._boot_timeout(offer)),
             heartbeat_timeout=self._hb,
-            retry_policy=_retry(t.max_retry_interval_s, 20), cancellation_type=wait_cancel)
+            retry_policy=backoff(t.max_retry_interval_s, 20), cancellation_type=wait_cancel)
         st.host, st.ssh_port, st.ssh_user = status.host, status.ssh_port, status.ssh_user
 
         if req.ports:
@@ -314,7 +311,7 @@ class AllocationWorkflow:
         await call(acts.WAIT_SSH, ssh.model_copy(update=self._marked()),
                    start_to_close_timeout=timedelta(seconds=t.ssh_timeout_s),
                    heartbeat_timeout=self._hb,
-                   retry_policy=_retry(t.max_retry_interval_s, 2))  # it polls inside; a retry covers a crash
+                   retry_policy=backoff(t.max_retry_interval_s, 2))  # it polls inside; a retry covers a crash
 
         await self._advance(Phase.K3S)
         if not req.k3s:
@@ -324,12 +321,12 @@ class AllocationWorkflow:
         else:
             await call(acts.INSTALL_K3S, ssh.model_copy(update=self._marked()),
                        start_to_close_timeout=timedelta(seconds=t.k3s_timeout_s),
-                       heartbeat_timeout=self._hb, retry_policy=_retry(t.max_retry_interval_s, 3))
+                       heartbeat_timeout=self._hb, retry_policy=backoff(t.max_retry_interval_s, 3))
 
         await self._advance(Phase.GPU_CHECK)
         st.gpus = await call(acts.PROBE_GPUS, ssh.model_copy(update=self._marked()),
                              start_to_close_timeout=timedelta(seconds=60),
-                             heartbeat_timeout=self._hb, retry_policy=_retry(t.max_retry_interval_s, 3))
+                             heartbeat_timeout=self._hb, retry_policy=backoff(t.max_retry_interval_s, 3))
         expected = offer.gpu.count if offer.gpu else 0
         if expected and len(st.gpus) != expected:
             st.notes.append(f"offer promised {expected} GPU(s); nvidia-smi shows {len(st.gpus)}")
@@ -397,7 +394,7 @@ class AllocationWorkflow:
                    TerminateInput(target=self._state.target, key=key, ref=self._state.ref, **self._marked(),
                                   poll_interval_s=self._t.poll_interval_s, heartbeat_every_s=self._hb_every),
                    start_to_close_timeout=timedelta(seconds=self._t.boot_timeout_s),
-                   heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s))
+                   heartbeat_timeout=self._hb, retry_policy=backoff(self._t.max_retry_interval_s))
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -445,4 +442,4 @@ class AllocationWorkflow:
                    RecordAllocationInput(request=self._req, state=self._state, status=status,
                                          **self._marked()),
                    start_to_close_timeout=timedelta(seconds=self._t.record_timeout_s),
-                   retry_policy=_retry(self._t.max_retry_interval_s))
+                   retry_policy=backoff(self._t.max_retry_interval_s))

@@ -1,5 +1,6 @@
-"""Calling an activity from a workflow by its reference (messages/activities.py): the name and
-the result type come from the reference, so workflows never import activity implementations."""
+"""Calling an activity or a child workflow from a workflow by its reference (messages/activities.py,
+messages/workflows.py): the name and the result type come from the reference, so workflows never
+import activity implementations, and a child is addressed as every other caller addresses it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 from messages.activities import ActivityRef
+from messages.workflows import WorkflowRef
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -17,4 +19,15 @@ O = TypeVar("O")  # noqa: E741
 async def call(ref: ActivityRef[I, O], arg: I, **options: Any) -> O:
     """`workflow.execute_activity` for `ref`; `options` are its timeouts, retry policy and so on."""
     result: O = await workflow.execute_activity(ref.name, arg, result_type=ref.output, **options)
+    return result
+
+
+async def start_child(ref: WorkflowRef[I, O], arg: I, **options: Any) -> workflow.ChildWorkflowHandle[Any, O]:
+    """`workflow.start_child_workflow` for `ref`; `options` are its id, timeouts, close policy."""
+    return await workflow.start_child_workflow(ref.name, arg, result_type=ref.output, **options)
+
+
+async def child(ref: WorkflowRef[I, O], arg: I, **options: Any) -> O:
+    """Run the child workflow `ref`(arg) to its result."""
+    result: O = await workflow.execute_child_workflow(ref.name, arg, result_type=ref.output, **options)
     return result

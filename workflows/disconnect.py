@@ -11,22 +11,23 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.activities import ConnectionIdInput, LiveAllocation, TerminateAllocationInput
 from messages.allocation import TerminateRequest
 from messages.connection import DisconnectRequest, DisconnectResult
 from messages.ids import LEGACY_ALLOCATE_PREFIX
+from workflows import retries
 from workflows.calls import call
 from workflows.legacy.terminate import TerminateWorkflow
 
 
-@workflow.defn(name="DisconnectWorkflow")
+@workflow.defn(name=wf.DISCONNECT.name)
 class DisconnectWorkflow:
     @workflow.run
     async def run(self, req: DisconnectRequest) -> DisconnectResult:
-        forever = RetryPolicy(maximum_interval=timedelta(seconds=req.timing.max_retry_interval_s))
+        forever = retries.until_done(req.timing.max_retry_interval_s)
         ids = ConnectionIdInput(connection_id=req.connection_id)
         live = await call(acts.BEGIN_DISCONNECT, ids, start_to_close_timeout=timedelta(seconds=30),
                           retry_policy=forever)
@@ -48,4 +49,4 @@ class DisconnectWorkflow:
         await call(acts.TERMINATE_ALLOCATION, TerminateAllocationInput(workflow_id=alloc.workflow_id),
                    start_to_close_timeout=timedelta(seconds=req.timing.boot_timeout_s),
                    heartbeat_timeout=timedelta(seconds=req.timing.heartbeat_timeout_s),
-                   retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=req.timing.max_retry_interval_s)))
+                   retry_policy=retries.until_done(req.timing.max_retry_interval_s))

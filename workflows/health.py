@@ -26,10 +26,10 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.allocation import CloudTarget
 from messages.fleet import FleetProbeRequest, FleetProbeResult
 from messages.health import (
@@ -42,28 +42,23 @@ from messages.health import (
     RecordHealthInput,
 )
 from messages.ids import fleet_reprobe_workflow_id, health_recheck_child_id
-from workflows.calls import call
+from workflows import retries
+from workflows.calls import call, child
 from workflows.failures import failure_reason
 
-_DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                        maximum_interval=timedelta(seconds=10), maximum_attempts=5)
-# The check catches the cloud's errors itself (they are its answer); a retry only covers a worker
-# lost mid-check.
-_CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 
-
-@workflow.defn(name="HealthWorkflow")
+@workflow.defn(name=wf.HEALTH.name)
 class HealthWorkflow:
     @workflow.run
     async def run(self, inp: HealthInput) -> HealthSummary:
         found = await call(acts.HEALTH_TARGETS, HealthTargetsInput(connection_ids=inp.connection_ids,
                                                                    fleet_ids=inp.fleet_ids),
-                           start_to_close_timeout=timedelta(seconds=30), retry_policy=_DB_RETRY)
+                           start_to_close_timeout=timedelta(seconds=30), retry_policy=retries.DATABASE)
         probes = asyncio.gather(*(self._probe(f) for f in found.fleets))
         checks = await asyncio.gather(*(self._check(t, inp.verify_timeout_s) for t in found.targets))
         if checks:
             await call(acts.RECORD_HEALTH, RecordHealthInput(checks=list(checks)),
-                       start_to_close_timeout=timedelta(seconds=30), retry_policy=_DB_RETRY)
+                       start_to_close_timeout=timedelta(seconds=30), retry_policy=retries.DATABASE)
         probed = [p for p in await probes if p is not None]
         return HealthSummary(checked=list(checks), probed=probed)
 
@@ -71,9 +66,8 @@ class HealthWorkflow:
         """Re-probe one fleet; its failure (e.g. the fleet deleted mid-run) is logged, never this
         run's: the other fleets and clouds are recorded all the same."""
         try:
-            result: FleetProbeResult = await workflow.execute_child_workflow(
-                "FleetProbeWorkflow", req, result_type=FleetProbeResult,
-                id=fleet_reprobe_workflow_id(req.fleet_id, workflow.info().run_id))
+            result: FleetProbeResult = await child(
+                wf.FLEET_PROBE, req, id=fleet_reprobe_workflow_id(req.fleet_id, workflow.info().run_id))
         except ChildWorkflowError as e:
             workflow.logger.warning("re-probe of fleet %s failed: %s", req.fleet_id, failure_reason(e))
             return None
@@ -84,14 +78,14 @@ class HealthWorkflow:
             return await call(acts.CHECK_CONNECTION, CheckInput(target=target, timeout_s=timeout_s),
                               # verify is bounded inside the activity; this bounds the activity itself
                               start_to_close_timeout=timedelta(seconds=timeout_s + 15),
-                              retry_policy=_CHECK_RETRY)
+                              retry_policy=retries.ONCE_MORE)
         except ActivityError as e:
             return HealthCheck(connection_id=target.connection_id, ok=False,
                                reason=f"health check failed: {failure_reason(e)}",
                                checked_at=workflow.now().isoformat())
 
 
-@workflow.defn(name="HealthRecheckWorkflow")
+@workflow.defn(name=wf.HEALTH_RECHECK.name)
 class HealthRecheckWorkflow:
     """The degraded connections verified again (a HealthWorkflow child over just those, no fleet
     re-probe); none degraded: one read, nothing asked of any cloud."""
@@ -99,11 +93,11 @@ class HealthRecheckWorkflow:
     @workflow.run
     async def run(self, inp: HealthRecheckInput) -> HealthSummary:
         found = await call(acts.DEGRADED_CONNECTIONS, inp, start_to_close_timeout=timedelta(seconds=30),
-                           retry_policy=_DB_RETRY)
+                           retry_policy=retries.DATABASE)
         if not found.connection_ids:
             return HealthSummary()
-        summary: HealthSummary = await workflow.execute_child_workflow(
-            "HealthWorkflow", HealthInput(connection_ids=found.connection_ids, fleet_ids=[],
-                                          verify_timeout_s=inp.verify_timeout_s),
-            result_type=HealthSummary, id=health_recheck_child_id(workflow.info().run_id))
+        summary: HealthSummary = await child(
+            wf.HEALTH, HealthInput(connection_ids=found.connection_ids, fleet_ids=[],
+                                   verify_timeout_s=inp.verify_timeout_s),
+            id=health_recheck_child_id(workflow.info().run_id))
         return summary

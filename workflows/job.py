@@ -24,11 +24,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.activities import TerminateAllocationInput
 from messages.allocation import AllocationInput, AllocationState
 from messages.enums import Phase
@@ -46,15 +46,12 @@ from messages.job import (
     RunJobInput,
     RunJobResult,
 )
-from workflows.calls import call
+from workflows.calls import call, start_child
 from workflows.failures import failure_reason
+from workflows.retries import backoff
 
 LAST_LINES = 20  # of output, in a failed job's error
 
-
-def _retry(max_interval_s: float, attempts: int = 0) -> RetryPolicy:
-    return RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                       maximum_interval=timedelta(seconds=max_interval_s), maximum_attempts=attempts)
 
 
 def _retrieved(task: asyncio.Task[Any]) -> None:
@@ -63,7 +60,7 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-@workflow.defn(name="JobWorkflow")
+@workflow.defn(name=wf.JOB.name)
 class JobWorkflow:
     @workflow.init
     def __init__(self, inp: JobInput) -> None:
@@ -77,11 +74,11 @@ class JobWorkflow:
         self._done = False
         self._child: asyncio.Task[str | None] | None = None  # the allocation; its error when it failed
 
-    @workflow.query(name="state")
+    @workflow.query(name=wf.JOB.state.name)
     def state(self) -> JobState:
         return self._state
 
-    @workflow.update(name="cancel")
+    @workflow.update(name=wf.JOB.cancel.name)
     async def cancel(self) -> JobState:
         """Cancel the job: a queued one leaves the queue, a running one is stopped; returns once it
         has ended and its machine is gone. Any number of callers; a job that ended stays as it ended."""
@@ -115,9 +112,8 @@ class JobWorkflow:
         self._state.allocation_id = alloc.allocation_id
         await self._record(JobStatus.PROVISIONING)
         wid = allocation_workflow_id(alloc.allocation_id)
-        child = await workflow.start_child_workflow(
-            "AllocationWorkflow", AllocationInput(request=alloc), id=wid, result_type=AllocationState,
-            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL)
+        child = await start_child(wf.ALLOCATION, AllocationInput(request=alloc), id=wid,
+                                  parent_close_policy=ParentClosePolicy.REQUEST_CANCEL)
         self._child = asyncio.create_task(self._ended(child))
 
         t = alloc.timing
@@ -126,7 +122,7 @@ class JobWorkflow:
             AllocationReadyInput(workflow_id=wid, heartbeat_every_s=self._hb_every),
             start_to_close_timeout=timedelta(seconds=t.boot_timeout_s + t.ssh_timeout_s + t.k3s_timeout_s
                                              + 600),
-            heartbeat_timeout=self._hb, retry_policy=_retry(self._max_retry)))
+            heartbeat_timeout=self._hb, retry_policy=backoff(self._max_retry)))
         child_task = self._child
         await workflow.wait_condition(lambda: ready.done() or child_task.done() or self._cancel)
         if not ready.done():
@@ -154,7 +150,7 @@ class JobWorkflow:
         run = asyncio.create_task(call(
             acts.RUN_JOB, run_input,
             start_to_close_timeout=timedelta(days=30), heartbeat_timeout=self._hb,
-            retry_policy=_retry(self._max_retry),
+            retry_policy=backoff(self._max_retry),
             # its cancel stops the command before the machine goes
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED))
         child_task = machine
@@ -189,7 +185,7 @@ class JobWorkflow:
         while True:
             got = await call(acts.CLAIM_POOL_MACHINE, ClaimInput(job_id=inp.job_id, pool_id=pool.pool_id),
                              start_to_close_timeout=timedelta(seconds=60),
-                             retry_policy=_retry(self._max_retry))
+                             retry_policy=backoff(self._max_retry))
             if got.gone is not None:
                 return JobStatus.FAILED, None, f"no machine of pool {pool.name}: {got.gone}"
             if got.machine is not None:
@@ -211,7 +207,7 @@ class JobWorkflow:
             MachineEndInput(workflow_id=allocation_workflow_id(m.allocation_id),
                             heartbeat_every_s=self._hb_every),
             start_to_close_timeout=timedelta(days=30), heartbeat_timeout=self._hb,
-            retry_policy=_retry(self._max_retry)))
+            retry_policy=backoff(self._max_retry)))
 
         async def went() -> str | None:
             return await machine_end
@@ -238,7 +234,7 @@ class JobWorkflow:
         while not self._cancel:
             got = await call(acts.ADMIT_JOB, AdmitInput(job_id=self._inp.job_id),
                              start_to_close_timeout=timedelta(seconds=60),
-                             retry_policy=_retry(self._max_retry))
+                             retry_policy=backoff(self._max_retry))
             if got.granted:
                 return
             if workflow.info().is_continue_as_new_suggested() and not self._cancel:
@@ -276,7 +272,7 @@ class JobWorkflow:
                    TerminateAllocationInput(workflow_id=allocation_workflow_id(self._state.allocation_id),
                                             heartbeat_every_s=self._hb_every),
                    start_to_close_timeout=timedelta(seconds=self._inp.allocation.timing.boot_timeout_s),
-                   heartbeat_timeout=self._hb, retry_policy=_retry(self._max_retry))
+                   heartbeat_timeout=self._hb, retry_policy=backoff(self._max_retry))
         await self._child
 
     async def _close(self, status: JobStatus, exit_code: int | None, error: str | None) -> JobState:
@@ -292,4 +288,4 @@ class JobWorkflow:
         await call(acts.RECORD_JOB,
                    RecordJobInput(job_id=self._inp.job_id, status=status,
                                   allocation_id=self._state.allocation_id, **fields),
-                   start_to_close_timeout=timedelta(seconds=30), retry_policy=_retry(self._max_retry))
+                   start_to_close_timeout=timedelta(seconds=30), retry_policy=backoff(self._max_retry))

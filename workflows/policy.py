@@ -19,28 +19,23 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.policy import ActInput, PolicyInput, PolicyRunOutcome, RecordPolicyRun
 from messages.policy_eval import decide
+from workflows import retries
 from workflows.calls import call
 from workflows.failures import failure_reason
 
-_DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                        maximum_interval=timedelta(seconds=10), maximum_attempts=5)
-# An action (a webhook) is not repeated on its own failure — that is its result; only a worker lost
-# mid-call retries it once.
-_ACT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 
-
-@workflow.defn(name="PolicyWorkflow")
+@workflow.defn(name=wf.POLICY.name)
 class PolicyWorkflow:
     @workflow.run
     async def run(self, inp: PolicyInput) -> PolicyRunOutcome:
         facts = await call(acts.POLICY_FACTS, inp, start_to_close_timeout=timedelta(seconds=60),
-                           retry_policy=_DB_RETRY)
+                           retry_policy=retries.DATABASE)
         if not facts.exists:
             return PolicyRunOutcome(acted=False, result="the policy was deleted")
         decision = decide(facts, workflow.now())
@@ -49,7 +44,8 @@ class PolicyWorkflow:
             try:
                 done = await call(acts.POLICY_ACT, ActInput(policy_id=inp.policy_id, project=inp.project,
                                                             facts=facts, reason=decision.reason),
-                                  start_to_close_timeout=timedelta(seconds=120), retry_policy=_ACT_RETRY)
+                                  start_to_close_timeout=timedelta(seconds=120),
+                                  retry_policy=retries.ONCE_MORE)
                 # An action that changed nothing (it needs pools; already paused) is no trigger.
                 acted = done.ran
                 result = f"{decision.reason} → {done.result}"
@@ -58,5 +54,5 @@ class PolicyWorkflow:
         await call(acts.RECORD_POLICY_RUN,
                    RecordPolicyRun(policy_id=inp.policy_id, run_id=workflow.info().run_id, acted=acted,
                                    result=result, at=workflow.now().isoformat()),
-                   start_to_close_timeout=timedelta(seconds=30), retry_policy=_DB_RETRY)
+                   start_to_close_timeout=timedelta(seconds=30), retry_policy=retries.DATABASE)
         return PolicyRunOutcome(acted=acted, result=result)

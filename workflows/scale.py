@@ -29,10 +29,10 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.activities import TerminateAllocationInput, TerminateInput
 from messages.enums import AllocationStatus
 from messages.ids import allocation_workflow_id
@@ -51,14 +51,10 @@ from messages.pool import (
 )
 from workflows.calls import call
 from workflows.failures import failure_reason
+from workflows.retries import backoff
 
 
-def _retry(max_interval_s: float, attempts: int = 0) -> RetryPolicy:
-    return RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                       maximum_interval=timedelta(seconds=max_interval_s), maximum_attempts=attempts)
-
-
-@workflow.defn(name="ScaleWorkflow")
+@workflow.defn(name=wf.SCALE.name)
 class ScaleWorkflow:
     @workflow.init
     def __init__(self, inp: ScaleInput) -> None:
@@ -69,11 +65,11 @@ class ScaleWorkflow:
         self._hb_every = max(0.2, self._t.heartbeat_timeout_s / 4)
         self._wake = False
 
-    @workflow.query(name="state")
+    @workflow.query(name=wf.SCALE.state.name)
     def state(self) -> ScaleState:
         return self._state
 
-    @workflow.update(name="reconcile")
+    @workflow.update(name=wf.SCALE.reconcile.name)
     def reconcile(self) -> None:
         """Read the pool's spec again and reconcile now (PUT and DELETE send it)."""
         self._wake = True
@@ -96,12 +92,12 @@ class ScaleWorkflow:
 
     def _db_call(self) -> dict[str, Any]:
         return {"start_to_close_timeout": timedelta(seconds=15),
-                "retry_policy": _retry(self._t.max_retry_interval_s)}
+                "retry_policy": backoff(self._t.max_retry_interval_s)}
 
     def _teardown_call(self) -> dict[str, Any]:
         """A teardown waits until the cloud shows the machine gone: as long as a boot may take."""
         return {"start_to_close_timeout": timedelta(seconds=self._t.boot_timeout_s),
-                "heartbeat_timeout": self._hb, "retry_policy": _retry(self._t.max_retry_interval_s, 5)}
+                "heartbeat_timeout": self._hb, "retry_policy": backoff(self._t.max_retry_interval_s, 5)}
 
     # ------------------------------------------------------------------ one pass
 
@@ -116,7 +112,8 @@ class ScaleWorkflow:
                                           allocation_ids=[s.allocation_id for s in st.slots.values()],
                                           heartbeat_every_s=self._hb_every),
                              start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
-                             heartbeat_timeout=self._hb, retry_policy=_retry(self._t.max_retry_interval_s, 3))
+                             heartbeat_timeout=self._hb,
+                             retry_policy=backoff(self._t.max_retry_interval_s, 3))
         except ActivityError as e:
             st.errors = [f"observing the pool: {failure_reason(e)}"]  # nothing is judged on no answer
             await call(acts.RECORD_POOL,
@@ -256,7 +253,7 @@ class ScaleWorkflow:
                                                   heartbeat_every_s=self._hb_every),
                                 start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
                                 heartbeat_timeout=self._hb,
-                                retry_policy=_retry(self._t.max_retry_interval_s, 5))
+                                retry_policy=backoff(self._t.max_retry_interval_s, 5))
             if not result.started and result.reason:
                 errors.append(f"slot {i}: {result.reason}")
 

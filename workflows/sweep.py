@@ -22,6 +22,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.allocation import CloudTarget
 from messages.sweep import (
     JudgeInput,
@@ -36,11 +37,12 @@ from messages.sweep import (
     SweepTargetsInput,
     Verdict,
 )
+from workflows import retries
 from workflows.calls import call
 from workflows.failures import failure_reason
 
 
-@workflow.defn(name="SweepWorkflow")
+@workflow.defn(name=wf.SWEEP.name)
 class SweepWorkflow:
     @workflow.run
     async def run(self, inp: SweepInput) -> SweepSummary:
@@ -97,9 +99,7 @@ class SweepWorkflow:
         return summary
 
     def _retry(self, attempts: int) -> RetryPolicy:
-        return RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                           maximum_interval=timedelta(seconds=self._inp.max_retry_interval_s),
-                           maximum_attempts=attempts)
+        return retries.backoff(self._inp.max_retry_interval_s, attempts)
 
     async def _list(self, target: CloudTarget) -> OwnedMachines:
         return await call(acts.LIST_OWNED, ListOwnedInput(target=target, heartbeat_every_s=self._hb_every),

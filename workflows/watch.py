@@ -8,20 +8,21 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.watch import WatchInput, WatchRequest
+from workflows import retries
 from workflows.calls import call
 
 
-@workflow.defn(name="WatchWorkflow")
+@workflow.defn(name=wf.WATCH.name)
 class WatchWorkflow:
     def __init__(self) -> None:
         self._stop = False
 
-    @workflow.signal(name="stop")
+    @workflow.signal(name=wf.WATCH.stop.name)
     def stop(self) -> None:
         self._stop = True
 
@@ -32,7 +33,7 @@ class WatchWorkflow:
                 report = await call(
                     acts.WATCH_CONNECTION, WatchInput(connection_id=req.connection_id),
                     start_to_close_timeout=timedelta(seconds=max(60.0, req.interval_s)),
-                    heartbeat_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=1))
+                    heartbeat_timeout=timedelta(seconds=30), retry_policy=retries.NEVER)
             except ActivityError:
                 report = None  # the cloud did not answer: the next round asks again
             if (report is not None and not report.connection_found) or self._stop:

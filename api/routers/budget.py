@@ -8,7 +8,8 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, Field
 from sqlmodel import Session
 
-from api.deps import CallerDep, SessionDep
+from api.auth import CallerDep
+from api.deps import SessionDep
 from api.schemas import Strict
 from store import policies, spend
 from store.models import utcnow

@@ -32,7 +32,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.api.common.v1 import Payload
 
-from api.deps import AppDeps, BearerDep, DepsDep, require_admin_token
+from api.auth import BearerDep, require_admin_token
+from api.deps import AppDeps, DepsDep
 from api.schemas import Timestamp
 from workflows.codec import CodecError, EncryptionCodec
 

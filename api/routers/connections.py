@@ -9,20 +9,14 @@ from fastapi.exceptions import RequestValidationError
 from sqlmodel import select
 
 from api import idempotency as idem
-from api.deps import (
-    AppDeps,
-    CallerDep,
-    DepsDep,
-    SessionDep,
-    WorkflowFailed,
-    WorkflowUnavailable,
-    in_thread,
-    open_session,
-)
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import adapter_class, shown
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import ConnectionCreate, ConnectionOut, ConnectionRemoval
-from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest
+from api.temporal import WorkflowFailed, WorkflowUnavailable
+from messages import workflows as wf
+from messages.connection import ConnectRequest, DisconnectRequest
 from messages.enums import ConnectionStatus
 from messages.ids import connect_workflow_id, disconnect_workflow_id
 from providers import endpoints
@@ -94,9 +88,9 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep, caller: Calle
                              options=ConnectionOptions(endpoint=body.endpoint, ca_bundle=body.ca_bundle))
     try:
         # Keyed: a retry attaches to the first attempt's run (still verifying) and gets its answer.
-        result: ConnectResult = await deps.workflows.execute(
-            "ConnectWorkflow", request, workflow_id=connect_workflow_id(request.connection_id),
-            execution_timeout_s=deps.connect_timeout_s, result_type=ConnectResult, attach=key is not None)
+        result = await deps.workflows.execute(
+            wf.CONNECT, request, workflow_id=connect_workflow_id(request.connection_id),
+            execution_timeout_s=deps.connect_timeout_s, attach=key is not None)
     except WorkflowUnavailable as e:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
     except WorkflowFailed as e:
@@ -131,7 +125,7 @@ async def delete_connection(connection_id: str, deps: DepsDep, caller: CallerDep
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {shown(connection_id)}")
     try:
         # One disconnect per connection: a repeated request joins the running one.
-        await deps.workflows.start("DisconnectWorkflow", DisconnectRequest(connection_id=connection_id),
+        await deps.workflows.start(wf.DISCONNECT, DisconnectRequest(connection_id=connection_id),
                                    workflow_id=disconnect_workflow_id(connection_id), use_existing=True)
     except WorkflowUnavailable as e:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None

@@ -11,7 +11,8 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, Field
 
-from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import adapter_class, shown
 from api.schemas import CloudId, InstanceCreate, Printable, Strict, Timestamp, aware
 from store import defaults, repo

@@ -21,10 +21,13 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, Field, field_validator
 from sqlmodel import select
 
-from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import Name, Strict, Timestamp, aware
+from api.temporal import WorkflowUnavailable
+from messages import workflows as wf
 from messages.fleet import FleetProbeRequest
 from messages.ids import fleet_probe_workflow_id
 from providers.fleet_addresses import AddressRefused, FleetAddresses
@@ -260,7 +263,7 @@ async def _probe(deps: AppDeps, fleet_id: str, probe_id: str) -> None:
     hosts keep their last answer); logged, not an error."""
     try:
         request = FleetProbeRequest(fleet_id=fleet_id, probe_id=probe_id)
-        await deps.workflows.start("FleetProbeWorkflow", request,
+        await deps.workflows.start(wf.FLEET_PROBE, request,
                                    workflow_id=fleet_probe_workflow_id(fleet_id, probe_id))
     except WorkflowUnavailable as e:
         log.warning("fleet %s saved, probe not started: %s", fleet_id, e)

@@ -13,7 +13,8 @@ import logging
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import CallerDep, DepsDep, SessionDep, in_thread
+from api.auth import CallerDep
+from api.deps import DepsDep, SessionDep, in_thread
 from api.routers.policies import SAVE_ERRORS, PolicyIn, PolicyOut, save_card, sync_schedule
 from messages.policy import IdleWhen, Minutes, TerminateIdleThen
 from store import policies

@@ -14,13 +14,16 @@ from fastapi import APIRouter, HTTPException, Query, status
 from sqlmodel import Session, col, select
 
 from api import idempotency as idem
-from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
 from api.routers.defaults import with_project_default
 from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusFilter
+from api.temporal import WorkflowUnavailable
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, TerminateRequest
 from messages.enums import AllocationStatus
 from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
@@ -155,7 +158,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
     workflow_id = allocation_workflow_id(allocation_id)
     try:
         # Once per id: a retry joins the run the first attempt started; an id that ran never runs again.
-        running = await deps.workflows.start("AllocationWorkflow", AllocationInput(request=request),
+        running = await deps.workflows.start(wf.ALLOCATION, AllocationInput(request=request),
                                              workflow_id=workflow_id, once=True)
     except WorkflowUnavailable as e:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
@@ -212,11 +215,11 @@ async def terminate_instance(instance_id: str, deps: DepsDep, caller: CallerDep)
             # Started by an earlier gpuprov: one TerminateWorkflow, a repeated request joins it.
             # Its row is marked here (that workflow does not record `terminating` itself).
             await in_thread(_mark_terminating, deps, instance_id)
-            await deps.workflows.start("TerminateWorkflow", TerminateRequest(allocation_id=instance_id),
+            await deps.workflows.start(wf.LEGACY_TERMINATE, TerminateRequest(allocation_id=instance_id),
                                        workflow_id=terminate_workflow_id(instance_id), use_existing=True)
         # The update first, and nothing written here: the workflow records `terminating` itself, so
         # an API that dies now leaves nothing claiming a teardown that was never asked for.
-        elif not await deps.workflows.request_update(row.workflow_id, "terminate"):
+        elif not await deps.workflows.request_update(row.workflow_id, wf.ALLOCATION.terminate):
             # its run has closed: as it ended
             ended = await in_thread(_instance, deps, caller.project, instance_id)
             return InstanceAccepted(id=instance_id,

@@ -17,13 +17,16 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 from sqlmodel import select
 
 from api import idempotency as idem
-from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
 from api.routers.defaults import with_project_default
 from api.schemas import InstanceCreate, PlacementId, Printable, Strict, Timestamp
+from api.temporal import WorkflowUnavailable
+from messages import workflows as wf
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType, PoolTarget
 from messages.job_text import MAX_IMAGE, command_text, image_reference
@@ -286,7 +289,7 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
                    queue_poll_s=deps.job_queue_poll_s)
     try:
         # Once per id: a retry joins the run the first request started, and never runs one again.
-        await deps.workflows.start("JobWorkflow", inp, workflow_id=workflow_id, once=True)
+        await deps.workflows.start(wf.JOB, inp, workflow_id=workflow_id, once=True)
     except WorkflowUnavailable as e:
         if key is None:  # a keyed request is retried (and starts it then); any other is not
             await in_thread(_not_started, deps, job_id, str(e))
@@ -324,7 +327,7 @@ async def cancel_job(job_id: str, deps: DepsDep, caller: CallerDep) -> JobAccept
     if JobStatus(row.status).ended:
         return JobAccepted(id=job_id, status=row.status)
     try:
-        if not await deps.workflows.request_update(row.workflow_id, "cancel"):
+        if not await deps.workflows.request_update(row.workflow_id, wf.JOB.cancel):
             ended = await in_thread(_job, deps, caller.project, job_id)
             return JobAccepted(id=job_id, status=ended.status if ended else row.status)
     except WorkflowUnavailable as e:

@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from api.deps import CallerDep, SessionDep, require_admin
+from api.auth import CallerDep, require_admin
+from api.deps import SessionDep
 from api.schemas import Strict
 from store import queue
 from store.models import JobLimit

@@ -22,7 +22,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, status
 from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
 
-from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import shown
 from api.routers.offers import no_connection, title_of
 from api.schemas import OWN_PICKER, GpuOut, PickOut, Strict, gpu_label

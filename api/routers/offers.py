@@ -10,7 +10,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel
 
-from api.deps import AppDeps, CallerDep, DepsDep, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
 from api.errors import shown as shown_value
 from api.pagination import PageDep, offset_page

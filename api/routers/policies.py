@@ -16,10 +16,13 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
-from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import Name, Timestamp, aware
+from api.temporal import WorkflowUnavailable
+from messages import workflows as wf
 from messages.ids import policy_schedule_id, policy_workflow_id
 from messages.policy import CronWhen, PolicyInput, PolicySpec, Then, WebhookThen, When
 from providers.endpoints import EndpointError, check_webhook, split_query
@@ -143,7 +146,7 @@ async def sync_schedule(deps: AppDeps, project: str, row: Policy) -> None:
     note = "" if row.enabled else "the policy is disabled"
     try:
         await deps.workflows.put_schedule(
-            policy_schedule_id(project, row.id), "PolicyWorkflow",
+            policy_schedule_id(project, row.id), wf.POLICY,
             PolicyInput(policy_id=row.id, project=project),
             workflow_id=policy_workflow_id(project, row.id), every_s=deps.policy_interval_s, cron=cron,
             paused=not row.enabled, note=note)

@@ -15,11 +15,14 @@ from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel, Field, field_validator, model_validator
 from sqlmodel import select
 
-from api.deps import AppDeps, CallerDep, DepsDep, SessionDep, WorkflowUnavailable, in_thread, open_session
+from api.auth import CallerDep
+from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
 from api.pagination import Keyset, Page, PageDep
 from api.placement import refusal
 from api.schemas import CloudId, Printable, Strict, Timestamp, openssh_key_lines
+from api.temporal import WorkflowUnavailable
+from messages import workflows as wf
 from messages.pool import MAX_POOL_SIZE, POOL_ID_LENGTH, POOL_NAME, PoolStatus, ScaleInput, scale_workflow_id
 from providers.base import LaunchRequirements
 from store import pools, repo
@@ -158,8 +161,8 @@ def _mark_deleting(deps: AppDeps, pool_id: str) -> Pool | None:
 async def _wake(deps: AppDeps, row: Pool) -> None:
     """Start the pool's ScaleWorkflow unless it runs, and have it reconcile now."""
     scale = ScaleInput(pool_id=row.id, project=row.project, name=row.name)
-    await deps.workflows.start("ScaleWorkflow", scale, workflow_id=row.workflow_id, use_existing=True)
-    await deps.workflows.request_update(row.workflow_id, "reconcile")
+    await deps.workflows.start(wf.SCALE, scale, workflow_id=row.workflow_id, use_existing=True)
+    await deps.workflows.request_update(row.workflow_id, wf.SCALE.reconcile)
 
 
 # --------------------------------------------------------------------------- routes

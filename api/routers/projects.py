@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, status
 from sqlmodel import Session, select
 
-from api.deps import BearerDep, Caller, CallerDep, SessionDep, no_project, require_admin
+from api.auth import BearerDep, Caller, CallerDep, no_project, require_admin
+from api.deps import SessionDep
 from api.pagination import Keyset, Page, PageDep
 from api.schemas import ProjectCreate, ProjectOut, TokenCreate, TokenCreated, TokenOut
 from store import repo

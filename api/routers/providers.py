@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field
 from sqlmodel import select
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from api.deps import CallerDep, DepsDep, SessionDep, in_thread
+from api.auth import CallerDep
+from api.deps import DepsDep, SessionDep, in_thread
 from api.pagination import Keyset, Page, PageDep, encode_cursor
 from api.routers import connections
 from api.routers import fleets as fleet_routes

@@ -9,7 +9,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlmodel import Session, col, func, select
 
-from api.deps import CallerDep, SessionDep
+from api.auth import CallerDep
+from api.deps import SessionDep
 from api.schemas import Strict, Timestamp, aware
 from messages.queue_groups import QUEUE_GROUPS, QueueGroup, group_of
 from store import queue

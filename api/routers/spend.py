@@ -7,7 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import CallerDep, SessionDep
+from api.auth import CallerDep
+from api.deps import SessionDep
 from api.schemas import SpendDayOut, SpendJobTypeOut, SpendOut, SpendProjectOut
 from store import repo, spend
 from store.models import utcnow

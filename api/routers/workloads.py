@@ -18,7 +18,8 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator
 from sqlmodel import Session
 
-from api.deps import CallerDep, SessionDep
+from api.auth import CallerDep
+from api.deps import SessionDep
 from api.errors import shown
 from api.pagination import Page, PageDep, offset_page
 from api.schemas import Name, Strict, Timestamp, aware, instance_gpu_label

@@ -4,7 +4,7 @@ FakeCloud adapter and a FakeWorkflows recorder in place of Temporal."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -18,8 +18,11 @@ from pydantic import BaseModel
 from sqlmodel import Session
 
 from api.app import create_app
-from api.deps import AppDeps, WorkflowFailed, WorkflowUnavailable
+from api.deps import AppDeps
+from api.temporal import OpenRun, WorkflowFailed, WorkflowUnavailable
+from messages import workflows as wf
 from messages.connection import ConnectRequest, ConnectResult
+from messages.workflows import UpdateRef, WorkflowRef
 from providers import registry
 from providers.base import (
     AuthError,
@@ -123,11 +126,14 @@ class FakeWorkflows:
     fail_with: Exception | None = None
     allowed_endpoints: tuple[str, ...] = ()  # the worker's GPUPROV_ALLOWED_ENDPOINTS
     schedules: dict[str, FakeSchedule] = field(default_factory=dict)  # FAKE Temporal Schedules, by id
+    open: list[OpenRun] = field(default_factory=list)  # runs a test says are open (open_runs reads them)
 
-    async def start(self, workflow: str, arg: BaseModel, *, workflow_id: str,
+    async def start(self, ref: WorkflowRef[Any, Any], arg: BaseModel, *, workflow_id: str,
                     use_existing: bool = False, once: bool = False) -> bool:
         if self.fail_with is not None:
             raise self.fail_with
+        assert isinstance(arg, ref.input), f"{ref.name} takes {ref.input.__name__}"
+        workflow = ref.name
         self.starts.append(Start(workflow, arg, workflow_id, use_existing, once))
         if workflow_id in self.runs:
             if workflow_id in self.closed:
@@ -148,19 +154,18 @@ class FakeWorkflows:
     def starts_of(self, workflow: str) -> list[Start]:
         return [s for s in self.starts if s.workflow == workflow]
 
-    async def request_update(self, workflow_id: str, update: str) -> bool:
+    async def request_update(self, workflow_id: str, update: UpdateRef[Any]) -> bool:
         if self.fail_with is not None:
             raise self.fail_with
-        self.updates.append((workflow_id, update))
+        self.updates.append((workflow_id, update.name))
         return workflow_id not in self.closed
 
-    async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                      execution_timeout_s: float, result_type: type | None = None,
-                      attach: bool = False) -> Any:
-        self.executes.append((workflow, arg, workflow_id))
+    async def execute(self, ref: WorkflowRef[Any, Any], arg: BaseModel, *, workflow_id: str,
+                      execution_timeout_s: float, attach: bool = False) -> Any:
+        self.executes.append((ref.name, arg, workflow_id))
         if self.fail_with is not None:
             raise self.fail_with
-        assert workflow == "ConnectWorkflow" and isinstance(arg, ConnectRequest)
+        assert ref == wf.CONNECT and isinstance(arg, ConnectRequest)
         if attach and workflow_id in self.results and workflow_id not in self.closed:
             return self.results[workflow_id]  # a run still open (a test put it there): joined
         self.runs.append(workflow_id)
@@ -179,13 +184,18 @@ class FakeWorkflows:
         self.closed.add(workflow_id)
         return result
 
-    async def put_schedule(self, schedule_id: str, workflow: str, arg: BaseModel, *, workflow_id: str,
-                           every_s: float | None = None, cron: str | None = None, paused: bool = False,
-                           note: str = "", run_timeout_s: float = 300.0) -> None:
+    async def put_schedule(self, schedule_id: str, ref: WorkflowRef[Any, Any], arg: BaseModel, *,
+                           workflow_id: str, every_s: float | None = None, cron: str | None = None,
+                           paused: bool = False, note: str = "", run_timeout_s: float = 300.0) -> None:
         if self.fail_with is not None:
             raise self.fail_with
         every = every_s if cron is None else None
-        self.schedules[schedule_id] = FakeSchedule(workflow, arg, workflow_id, every, cron, paused, note)
+        self.schedules[schedule_id] = FakeSchedule(ref.name, arg, workflow_id, every, cron, paused, note)
+
+    async def open_runs(self, types: Sequence[str]) -> list[OpenRun]:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return [r for r in self.open if r.workflow_type in types]
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         if self.fail_with is not None:

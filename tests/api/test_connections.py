@@ -12,7 +12,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from sqlmodel import Session, select
 
-from api.deps import WorkflowFailed, WorkflowUnavailable
+from api.temporal import WorkflowFailed, WorkflowUnavailable
+from messages import workflows as wf
 from store import repo
 from store.models import Connection, Instance
 from store.secrets import SecretBox
@@ -27,7 +28,7 @@ async def test_connect_verifies_and_never_returns_secrets(client: httpx.AsyncCli
     assert created["status"] == "connected" and created["account"] == "fake-account-7"
     assert created["name"] == "Fake Cloud" and created["provider"] == "fakecloud"
     [(name, arg, wf_id)] = workflows.executes
-    assert name == "ConnectWorkflow" and wf_id == f"connect-{created['id']}"
+    assert name == wf.CONNECT.name and wf_id == f"connect-{created['id']}"
     # The credentials travel sealed: nothing in the workflow input is the key in clear.
     assert arg.connection_id == created["id"] and GOOD_KEY not in arg.model_dump_json()
     listed = await client.get(URL)
@@ -77,7 +78,7 @@ async def test_delete_starts_the_disconnect_workflow(client: httpx.AsyncClient,
     assert again.status_code == 202
     assert [(s.workflow, s.arg.connection_id, s.workflow_id, s.use_existing)  # type: ignore[attr-defined]
             for s in workflows.starts] == [
-        ("DisconnectWorkflow", created["id"], f"disconnect-{created['id']}", True)] * 2
+        (wf.DISCONNECT.name, created["id"], f"disconnect-{created['id']}", True)] * 2
     r = await client.delete(f"{URL}/nosuch")
     assert r.status_code == 404 and "nosuch" in r.json()["detail"]
 

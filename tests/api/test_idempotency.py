@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, select
 
 from api import idempotency
-from api.deps import WorkflowUnavailable
+from api.temporal import WorkflowUnavailable
 from messages.connection import ConnectResult
 from store import allocations as started_rows
 from store.models import Connection, IdempotencyRecord, Instance

@@ -8,7 +8,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from api.deps import WorkflowUnavailable
+from api.temporal import WorkflowUnavailable
+from messages import workflows as wf
+from messages.workflows import UpdateRef
 from store import repo
 from store.models import Attempt, Instance
 from tests.api.conftest import FakeWorkflows, connect_fake, make_project
@@ -74,7 +76,7 @@ async def test_create_starts_allocate_then_records_the_row(
     [start] = workflows.starts
     # Once per id: a retry joins the run, an id that ran never runs again.
     assert (start.workflow, start.workflow_id, start.once) == (
-        "AllocationWorkflow", f"allocation-{iid}", True)
+        wf.ALLOCATION.name, f"allocation-{iid}", True)
     assert rows_at_start == [0]  # the row comes after the workflow, never before
     asked = start.arg.request  # type: ignore[attr-defined]
     assert asked.allocation_id == iid and asked.connection_id == conn["id"]
@@ -127,7 +129,7 @@ async def test_terminate_is_idempotent(client: httpx.AsyncClient, workflows: Fak
         r = await client.post(f"{URL}/{iid}/terminate")
         assert r.status_code == 202 and r.json() == {"id": iid, "status": "terminating"}
     # The allocation's own `terminate` update, idempotent on the workflow's side.
-    assert workflows.updates == [(f"allocation-{iid}", "terminate")] * 2
+    assert workflows.updates == [(f"allocation-{iid}", wf.ALLOCATION.terminate.name)] * 2
     # The route wrote nothing: the workflow records `terminating` itself when it begins the teardown.
     assert (await client.get(f"{URL}/{iid}")).json()["status"] == "provisioning"
     with Session(engine) as s:
@@ -147,7 +149,7 @@ async def test_terminate_of_a_legacy_allocation_starts_its_terminate_workflow(
         s.commit()
     assert (await client.post(f"{URL}/old1/terminate")).status_code == 202
     assert [(s.workflow, s.workflow_id, s.use_existing) for s in workflows.starts] == [
-        ("TerminateWorkflow", "terminate-old1", True)]
+        (wf.LEGACY_TERMINATE.name, "terminate-old1", True)]
     assert workflows.updates == []
     # Its TerminateWorkflow does not record `terminating` itself: for legacy rows the route does.
     assert (await client.get(f"{URL}/old1")).json()["status"] == "terminating"
@@ -168,7 +170,7 @@ async def test_terminate_sends_the_update_before_any_row_write(
     seen_at_update: list[list[str]] = []
     real_update = workflows.request_update
 
-    async def request_update(workflow_id: str, update: str) -> bool:
+    async def request_update(workflow_id: str, update: UpdateRef[Any]) -> bool:
         seen_at_update.append(list(writes))
         return await real_update(workflow_id, update)
 

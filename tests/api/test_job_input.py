@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
+from messages import workflows as wf
 from messages.job_text import command_text, image_reference
 from store.models import Job
 from tests.api.conftest import FakeWorkflows, connect_fake
@@ -29,7 +30,7 @@ BAD_IMAGES = ["--privileged", "-v/:/host", "--volume=/:/host", "ubuntu --privile
 def _nothing_stored(engine: sa.Engine, workflows: FakeWorkflows) -> None:
     with Session(engine) as s:
         assert s.exec(select(Job)).first() is None
-    assert workflows.starts_of("JobWorkflow") == []
+    assert workflows.starts_of(wf.JOB.name) == []
 
 
 @pytest.mark.parametrize("image", BAD_IMAGES)

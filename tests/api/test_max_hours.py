@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from fakeclouds import clouds
+from messages import workflows as wf
 from messages.allocation import AllocationInput
 from providers import registry
 from store import repo
@@ -33,7 +34,7 @@ def connect(engine: sa.Engine, box: SecretBox, *names: str) -> None:
 
 
 def started_request(workflows: FakeWorkflows) -> Any:
-    [start] = workflows.starts_of("AllocationWorkflow")
+    [start] = workflows.starts_of(wf.ALLOCATION.name)
     assert isinstance(start.arg, AllocationInput)
     return start.arg.request
 
@@ -101,7 +102,7 @@ async def test_planning_over_several_clouds_keeps_only_those_that_enforce_it(
     # No cloud named: every connected one is a candidate, and the same holds.
     r = await client.post(INSTANCES, json={"max_hours": 1, "ssh_public_keys": [ssh_key]})
     assert r.status_code == 202, r.text
-    second = workflows.starts_of("AllocationWorkflow")[-1].arg.request  # type: ignore[attr-defined]
+    second = workflows.starts_of(wf.ALLOCATION.name)[-1].arg.request  # type: ignore[attr-defined]
     assert [t.cloud for t in second.targets] == ["modal"]
 
 

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput
 from providers import registry
 from providers.base import OfferQuery, rank_offers
@@ -61,7 +62,7 @@ def stored_pick(engine: sa.Engine, project: str = "default") -> tuple[str, str] 
 
 
 def last_request(workflows: FakeWorkflows) -> AllocateRequest:
-    start = workflows.starts_of("AllocationWorkflow")[-1]
+    start = workflows.starts_of(wf.ALLOCATION.name)[-1]
     assert isinstance(start.arg, AllocationInput)
     return start.arg.request
 

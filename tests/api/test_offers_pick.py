@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import Session
 
 from api.routers.offers import title_of
+from messages import workflows as wf
 from messages.allocation import AllocationInput
 from providers.base import GpuSpec, Offer, OfferQuery, rank_offers
 from store import repo
@@ -117,7 +118,7 @@ async def test_a_pick_needs_a_connection_and_a_valid_body(client: httpx.AsyncCli
 
 
 def _requests(workflows: FakeWorkflows) -> list[Any]:
-    return [s.arg.request for s in workflows.starts_of("AllocationWorkflow")
+    return [s.arg.request for s in workflows.starts_of(wf.ALLOCATION.name)
             if isinstance(s.arg, AllocationInput)]
 
 

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from api.deps import AppDeps
+from messages import workflows as wf
 from messages.policy import PolicyInput
 from store import policies, spend
 from store.models import Policy, utcnow
@@ -55,7 +56,7 @@ async def test_a_policy_is_saved_with_its_schedule_paused_when_disabled_and_dele
     assert (card["cooldown_minutes"], card["max_spend_per_hour"]) == (10, 20.0)
     assert (card["trigger_count"], card["triggered"]) == (0, "Triggered 0 times · last: never")
     sched = workflows.schedules[sid]
-    assert (sched.workflow, sched.every_s, sched.cron, sched.paused) == ("PolicyWorkflow", 45, None, False)
+    assert (sched.workflow, sched.every_s, sched.cron, sched.paused) == (wf.POLICY.name, 45, None, False)
     assert sched.arg == PolicyInput(policy_id=pid, project="default")
 
     # Edit to a cron policy, disabled: the Schedule runs on the cron expression, paused.

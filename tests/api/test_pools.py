@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from messages import workflows as wf
 from messages.ids import attempt_key
 from messages.pool import POOL_NAME, POOL_NAME_MAX, PoolSlot, ScaleInput, pool_allocation_id, slot_of_key
 from providers import naming
@@ -32,7 +33,7 @@ async def test_size_outside_min_max_is_refused_naming_the_bound(client: httpx.As
     assert r.status_code == 422 and "below min 2" in r.text, r.text
     r = await client.put(f"{URL}/Not_A_Name", json={"cloud": "fakecloud", "max": 8, "size": 1})
     assert r.status_code == 422, r.text
-    assert workflows.starts_of("ScaleWorkflow") == []
+    assert workflows.starts_of(wf.SCALE.name) == []
     assert (await client.get(f"{URL}/web")).status_code == 404
 
 
@@ -44,13 +45,13 @@ async def test_put_starts_and_wakes_the_scale_workflow_then_delete_scales_to_zer
     r = await client.put(f"{URL}/web", json={"cloud": "fakecloud", "gpu": "H100", "max": 8, "size": 2})
     assert r.status_code == 202, r.text
     assert r.json()["size"] == 2 and r.json()["status"] == "active" and r.json()["current"] == 0
-    (start,) = workflows.starts_of("ScaleWorkflow")
+    (start,) = workflows.starts_of(wf.SCALE.name)
     assert isinstance(start.arg, ScaleInput) and start.arg.name == "web" and start.use_existing
-    assert (start.workflow_id, "reconcile") in workflows.updates
+    assert (start.workflow_id, wf.SCALE.reconcile.name) in workflows.updates
 
     r = await client.put(f"{URL}/web", json={"cloud": "fakecloud", "gpu": "H100", "max": 8, "size": 5})
     assert r.status_code == 202 and r.json()["size"] == 5
-    assert {s.workflow_id for s in workflows.starts_of("ScaleWorkflow")} == {start.workflow_id}
+    assert {s.workflow_id for s in workflows.starts_of(wf.SCALE.name)} == {start.workflow_id}
     r = await client.put(f"{URL}/web", json={"cloud": "fakecloud", "gpu": "A100", "max": 8, "size": 5})
     assert r.status_code == 409 and "gpu" in r.text  # the machines of a pool stay identical
 
@@ -58,7 +59,7 @@ async def test_put_starts_and_wakes_the_scale_workflow_then_delete_scales_to_zer
     assert [p["name"] for p in listed] == ["web"]
     r = await client.delete(f"{URL}/web")
     assert r.status_code == 202 and r.json()["status"] == "deleting"
-    assert workflows.updates.count((start.workflow_id, "reconcile")) == 3
+    assert workflows.updates.count((start.workflow_id, wf.SCALE.reconcile.name)) == 3
     r = await client.put(f"{URL}/web", json={"cloud": "fakecloud", "gpu": "H100", "max": 8, "size": 1})
     assert r.status_code == 409 and "being deleted" in r.text
 

@@ -18,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
 from activities.health import HealthActivities
+from messages import workflows as wf
 from messages.activities import ConnectionIdInput
 from messages.allocation import CloudTarget
 from messages.connection import DisconnectRequest
@@ -35,7 +36,7 @@ class DisconnectingWorkflows(FakeWorkflows):
     """Plays DisconnectWorkflow's first activity (begin_disconnect: the row becomes `removing`)."""
 
     async def started(self, workflow: str, arg: BaseModel, workflow_id: str) -> None:
-        if workflow == "DisconnectWorkflow":
+        if workflow == wf.DISCONNECT.name:
             assert isinstance(arg, DisconnectRequest)
             conns = ConnectionActivities(activity_deps(self.engine, self.box))
             await asyncio.to_thread(conns.begin_disconnect,
@@ -127,7 +128,7 @@ async def test_delete_disconnects_and_the_row_shows_removing(client: httpx.Async
     r = await client.delete(f"{URL}/{conn['id']}")
     assert r.status_code == 202 and r.json() == {"id": conn["id"], "status": "removing"}
     [start] = workflows.starts
-    assert (start.workflow, start.workflow_id) == ("DisconnectWorkflow", f"disconnect-{conn['id']}")
+    assert (start.workflow, start.workflow_id) == (wf.DISCONNECT.name, f"disconnect-{conn['id']}")
     [row] = (await client.get(URL)).json()["items"]
     assert (row["status"], row["reason"], row["instance_count"]) == (
         "removing", "terminating 1 instance(s) before removal", 1)

@@ -37,6 +37,7 @@ from api.app import create_app
 from api.deps import AppDeps
 from api.guard import CODEC_OPEN
 from messages.connection import ConnectResult
+from messages.workflows import WorkflowRef
 from providers import registry
 from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, TOKEN, FakeCloud, FakeWorkflows, app_serving
@@ -52,17 +53,15 @@ class FakeFuzzWorkflows(FakeWorkflows):
     """Records every start and execute like FakeWorkflows, but verifies only Fake Cloud's
     credentials: any other cloud's adapter would call out to its endpoint, which the fuzzer makes up."""
 
-    async def execute(self, workflow: str, arg: BaseModel, *, workflow_id: str,
-                      execution_timeout_s: float, result_type: type | None = None,
-                      attach: bool = False) -> Any:
+    async def execute(self, ref: WorkflowRef[Any, Any], arg: BaseModel, *, workflow_id: str,
+                      execution_timeout_s: float, attach: bool = False) -> Any:
         provider = getattr(arg, "provider", None)
         if provider != FakeCloud.id:
-            self.executes.append((workflow, arg, workflow_id))
+            self.executes.append((ref.name, arg, workflow_id))
             return ConnectResult(connection_id=getattr(arg, "connection_id", ""), ok=False,
                                  reason=f"{provider} is not verified under fuzzing")
-        return await super().execute(workflow, arg, workflow_id=workflow_id,
-                                     execution_timeout_s=execution_timeout_s, result_type=result_type,
-                                     attach=attach)
+        return await super().execute(ref, arg, workflow_id=workflow_id,
+                                     execution_timeout_s=execution_timeout_s, attach=attach)
 
 
 @dataclass

@@ -18,7 +18,9 @@ from temporalio.worker import Worker
 
 from activities.deps import ActivityDeps
 from api.app import create_app
-from api.deps import AppDeps, TemporalGateway
+from api.deps import AppDeps
+from api.temporal import TemporalGateway
+from messages.workflows import WorkflowRef
 from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, TOKEN
 from worker import build_worker
@@ -76,6 +78,9 @@ class HoldWorkflow:
         self._go = True
 
 
+FAKE_HOLD: WorkflowRef[Note, str] = WorkflowRef("HoldWorkflow", Note, str)  # a test's own workflow
+
+
 @pytest.fixture
 async def hold(temporal_client: Client, box: SecretBox) -> AsyncIterator[TemporalGateway]:
     queue = f"gateway-test-{uuid.uuid4().hex[:8]}"
@@ -88,22 +93,22 @@ async def hold(temporal_client: Client, box: SecretBox) -> AsyncIterator[Tempora
 async def test_start_once_joins_a_running_run_and_never_reruns_a_closed_one(
         hold: TemporalGateway, temporal_client: Client) -> None:
     wid = f"hold-{uuid.uuid4().hex[:8]}"
-    assert await hold.start("HoldWorkflow", Note(text="first"), workflow_id=wid, once=True)
+    assert await hold.start(FAKE_HOLD, Note(text="first"), workflow_id=wid, once=True)
     first_run = (await temporal_client.get_workflow_handle(wid).describe()).run_id
-    assert await hold.start("HoldWorkflow", Note(text="second"), workflow_id=wid, once=True)  # joined
+    assert await hold.start(FAKE_HOLD, Note(text="second"), workflow_id=wid, once=True)  # joined
     handle = temporal_client.get_workflow_handle(wid)
     assert (await handle.describe()).run_id == first_run
     await handle.signal(HoldWorkflow.go)
     assert await handle.result() == "first"  # the retry's input did not replace the first one
     # Closed: a start with `once` starts nothing (an allocation id never provisions twice).
-    assert await hold.start("HoldWorkflow", Note(text="third"), workflow_id=wid, once=True) is False
+    assert await hold.start(FAKE_HOLD, Note(text="third"), workflow_id=wid, once=True) is False
     assert (await handle.describe()).run_id == first_run
 
 
 async def test_execute_attach_answers_with_the_running_runs_result(
         hold: TemporalGateway, temporal_client: Client) -> None:
     wid = f"hold-{uuid.uuid4().hex[:8]}"
-    assert await hold.start("HoldWorkflow", Note(text="first attempt"), workflow_id=wid)
+    assert await hold.start(FAKE_HOLD, Note(text="first attempt"), workflow_id=wid)
     attached = asyncio.Event()
 
     class Spy:
@@ -118,8 +123,8 @@ async def test_execute_attach_answers_with_the_running_runs_result(
             return await handle.result()
 
     hold._client = Spy()
-    waiting = asyncio.create_task(hold.execute("HoldWorkflow", Note(text="retry"), workflow_id=wid,
-                                               execution_timeout_s=30, result_type=str, attach=True))
+    waiting = asyncio.create_task(hold.execute(FAKE_HOLD, Note(text="retry"), workflow_id=wid,
+                                               execution_timeout_s=30, attach=True))
     await asyncio.wait_for(attached.wait(), 30)
     await temporal_client.get_workflow_handle(wid).signal(HoldWorkflow.go)
     assert await asyncio.wait_for(waiting, 30) == "first attempt"

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.deps import TemporalGateway, WorkflowUnavailable
+from api.temporal import TemporalGateway, WorkflowUnavailable
+from messages import workflows as wf
 
 
 class FakeUpdateHandle:
@@ -27,7 +28,7 @@ class FakeUpdateHandle:
 
 def _gateway(errors: list[Exception],
              monkeypatch: pytest.MonkeyPatch) -> tuple[TemporalGateway, FakeUpdateHandle]:
-    monkeypatch.setattr("api.deps.UPDATE_RETRY_DELAYS_S", (0, 0, 0))
+    monkeypatch.setattr("api.temporal.UPDATE_RETRY_DELAYS_S", (0, 0, 0))
     gateway, fake = TemporalGateway("unused", "default", "q", keys=[]), FakeUpdateHandle(errors)
     gateway._client = fake
     return gateway, fake
@@ -42,14 +43,14 @@ NOT_READY = "Unable to perform workflow execution update due to unexpected workf
 
 async def test_an_update_whose_workflow_task_failed_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
     gateway, fake = _gateway([_rpc(RPCStatusCode.FAILED_PRECONDITION, NOT_READY)] * 2, monkeypatch)
-    assert await gateway.request_update("allocation-x", "terminate") is True and fake.sent == 3
+    assert await gateway.request_update("allocation-x", wf.ALLOCATION.terminate) is True and fake.sent == 3
     gateway, fake = _gateway([_rpc(RPCStatusCode.FAILED_PRECONDITION, NOT_READY)] * 4, monkeypatch)
     with pytest.raises(WorkflowUnavailable, match="workflow task failure"):
-        await gateway.request_update("allocation-x", "terminate")
+        await gateway.request_update("allocation-x", wf.ALLOCATION.terminate)
     assert fake.sent == 4  # bounded: then a 503
     gateway, fake = _gateway([_rpc(RPCStatusCode.UNAVAILABLE, "down")], monkeypatch)
     with pytest.raises(WorkflowUnavailable):
-        await gateway.request_update("allocation-x", "terminate")
+        await gateway.request_update("allocation-x", wf.ALLOCATION.terminate)
     assert fake.sent == 1  # only the not-accepted case is sent again
     gateway, fake = _gateway([_rpc(RPCStatusCode.NOT_FOUND, "closed")], monkeypatch)
-    assert await gateway.request_update("allocation-x", "terminate") is False
+    assert await gateway.request_update("allocation-x", wf.ALLOCATION.terminate) is False

@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from fakeclouds import aws_api
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -68,6 +69,6 @@ async def test_kill_after_ec2_accepted_the_launch(temporal_client: Client, sim: 
 
 
 async def client_start(client: Client, req: AllocateRequest) -> WorkflowHandle[Any, AllocationState]:
-    return await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+    return await client.start_workflow(wf.ALLOCATION.name, AllocationInput(request=req),
                                        id=allocation_workflow_id(req.allocation_id), task_queue=TASK_QUEUE,
                                        result_type=AllocationState)

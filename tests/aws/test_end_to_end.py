@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from activities.deps import ActivityDeps
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
@@ -51,7 +52,7 @@ async def allocate(client: Client, connection: str, **kw: Any) -> WorkflowHandle
     req = AllocateRequest(allocation_id=f"aws-{uuid.uuid4().hex[:8]}", connection_id=connection, cloud="aws",
                           region="us-east-1", ssh_public_keys=[USER_KEY.export_public_key().decode().strip()],
                           timing=FAST, **kw)
-    return await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+    return await client.start_workflow(wf.ALLOCATION.name, AllocationInput(request=req),
                                        id=allocation_workflow_id(req.allocation_id), task_queue=TASK_QUEUE,
                                        result_type=AllocationState)
 

@@ -18,6 +18,7 @@ from temporalio.client import Client
 
 from activities.deps import ActivityDeps
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
@@ -86,7 +87,7 @@ async def test_allocation_fails_over_a_full_zone_and_logs_in_with_openssh(
         timing=TIMING,
     )
     handle = await temporal_client.start_workflow(
-        "AllocationWorkflow",
+        wf.ALLOCATION.name,
         AllocationInput(request=req),
         id=allocation_workflow_id(req.allocation_id),
         task_queue=TASK_QUEUE,
@@ -110,7 +111,7 @@ async def test_allocation_fails_over_a_full_zone_and_logs_in_with_openssh(
     assert login.stdout.strip() == "logged in as ubuntu"
 
     handle_t = temporal_client.get_workflow_handle(allocation_workflow_id(req.allocation_id))
-    done = await handle_t.execute_update("terminate", result_type=AllocationState)
+    done = await handle_t.execute_update(wf.ALLOCATION.terminate.name, result_type=AllocationState)
     assert done.phase == Phase.TERMINATED
     for listing in (
         sdk.compute.virtual_machines.list_all(),

@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -67,7 +68,7 @@ async def test_kill_after_azure_accepted_the_create(temporal_client: Client, sim
     req = AllocateRequest(allocation_id=allocation_id, connection_id=connection, cloud=CLOUD, region="eastus",
                           gpu="t4", ssh_public_keys=[USER_KEY], timing=TIMING)
     handle = await temporal_client.start_workflow(
-        "AllocationWorkflow", AllocationInput(request=req), id=allocation_workflow_id(allocation_id),
+        wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(allocation_id),
         task_queue=TASK_QUEUE, result_type=AllocationState)
     await eventually(lambda: len(vms_of(sim, key)) == 1, within=90, what=f"the VM of {key} made")
     worker.kill()

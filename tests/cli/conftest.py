@@ -17,6 +17,8 @@ from sqlmodel import Session
 
 import cli.client
 from api.deps import AppDeps
+from messages import workflows as wf
+from messages.workflows import UpdateRef
 from providers import registry
 from store import repo
 from store.models import Attempt, Instance
@@ -32,7 +34,7 @@ class FakeInstantWorkflows(FakeWorkflows):
     the workflow's own record does; terminate ends it."""
 
     async def started(self, workflow: str, arg: BaseModel, workflow_id: str) -> None:
-        if workflow != "AllocationWorkflow":
+        if workflow != wf.ALLOCATION.name:
             return
         req = arg.request  # type: ignore[attr-defined]
         iid = req.allocation_id
@@ -49,10 +51,10 @@ class FakeInstantWorkflows(FakeWorkflows):
                                  offer_region="r2", price_per_hour=0.75,
                                  gpus_found=[{"index": 0, "name": "NVIDIA A10"}])
 
-    async def request_update(self, workflow_id: str, update: str) -> bool:
+    async def request_update(self, workflow_id: str, update: UpdateRef[Any]) -> bool:
         """The allocation's `terminate` update: the machine is gone at once."""
         accepted = await super().request_update(workflow_id, update)
-        if accepted and update == "terminate":
+        if accepted and update == wf.ALLOCATION.terminate:
             with Session(self.engine) as s:
                 iid = workflow_id.removeprefix("allocation-")
                 repo.update_instance(s, iid, status="terminated", phase="terminated")

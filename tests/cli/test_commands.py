@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -8,6 +9,7 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from cli import app
+from messages.workflows import UpdateRef
 from store import repo
 from tests.api.conftest import GOOD_KEY
 from tests.cli.conftest import FakeInstantWorkflows
@@ -129,7 +131,7 @@ def test_down_prints_the_teardown_not_the_provisioning_history(
                                   ("provisioning", "wait_running"), ("ready", "ready")])
     plain_terminate = workflows.request_update
 
-    async def terminate_in_steps(workflow_id: str, update: str) -> bool:
+    async def terminate_in_steps(workflow_id: str, update: UpdateRef[Any]) -> bool:
         accepted = await plain_terminate(workflow_id, update)
         with Session(engine) as s:  # the teardown's own steps, recorded like the workflow's
             repo.mark_phases(s, iid, [("terminating", "terminate"), ("terminated", "terminated")])

@@ -8,6 +8,7 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from cli import app
+from messages import workflows as wf
 from messages.job import JobStatus, RecordJobInput
 from store import jobs as job_store
 from tests.api.conftest import GOOD_KEY
@@ -27,7 +28,7 @@ def test_run_ls_logs_cancel(engine: sa.Engine, workflows: FakeInstantWorkflows) 
     out = ok("job", "run", "echo hi", "--name", "hello", "--type", "sft", "--gpu", "a10",
              "--requested-by", "me")
     job_id = out.split()[1]
-    assert [s.workflow for s in workflows.starts_of("JobWorkflow")] == ["JobWorkflow"]
+    assert [s.workflow for s in workflows.starts_of(wf.JOB.name)] == [wf.JOB.name]
     assert "hello" in ok("job", "ls") and "1× a10" in ok("job", "ls")
     with Session(engine) as s:
         job_store.append_chunk(s, job_id, 0, b"hi\n")
@@ -47,4 +48,4 @@ def test_run_refuses_an_option_as_image_and_control_characters_before_sending(
                       (["echo a\x00b"], "U+0000")):
         r = runner.invoke(app, ["job", "run", *args])
         assert r.exit_code == 1 and why in r.output, r.output
-    assert workflows.starts_of("JobWorkflow") == []
+    assert workflows.starts_of(wf.JOB.name) == []

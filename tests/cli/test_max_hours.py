@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from messages import workflows as wf
 from tests.api.conftest import GOOD_KEY, FakeCloud
 from tests.cli.conftest import FakeInstantWorkflows
 
@@ -27,7 +28,7 @@ def test_up_max_hours_is_refused_where_the_cloud_enforces_no_lifetime(
     assert r.exit_code == 1
     assert ("error: --max-hours needs a cloud that stops a machine itself after a set lifetime; "
             "Fake Cloud does not (HTTP 422)") in r.output
-    assert workflows.starts_of("AllocationWorkflow") == []
+    assert workflows.starts_of(wf.ALLOCATION.name) == []
 
 
 def test_up_max_hours_reaches_the_request(key_file: Path, workflows: FakeInstantWorkflows,
@@ -38,7 +39,7 @@ def test_up_max_hours_reaches_the_request(key_file: Path, workflows: FakeInstant
     r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--max-hours", "1.5", "--detach",
                             "--ssh-key", str(key_file)])
     assert r.exit_code == 0, r.output
-    [start] = workflows.starts_of("AllocationWorkflow")
+    [start] = workflows.starts_of(wf.ALLOCATION.name)
     assert start.arg.request.max_hours == 1.5  # type: ignore[attr-defined]
     r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--max-hours", "2h", "--ssh-key", str(key_file)])
     assert r.exit_code == 2 and "--max-hours" in r.output  # not a number: refused before any request

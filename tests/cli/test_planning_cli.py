@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import cli.client
 from cli import app
+from messages import workflows as wf
 from providers import registry
 from providers.base import Capabilities
 from tests.api.conftest import GOOD_KEY, FakeCloud
@@ -49,7 +50,7 @@ def connect(cloud: str) -> str:
 
 
 def last_request(workflows: FakeInstantWorkflows) -> Any:
-    return workflows.starts_of("AllocationWorkflow")[-1].arg.request  # type: ignore[attr-defined]
+    return workflows.starts_of(wf.ALLOCATION.name)[-1].arg.request  # type: ignore[attr-defined]
 
 
 def test_up_without_cloud_plans_across_every_connected_cloud(key_file: Path,
@@ -99,7 +100,7 @@ def test_up_sends_a_key_and_a_lost_answer_is_asked_again(key_file: Path, workflo
     assert r.exit_code == 0, r.output
     assert len(sent) == 2 and sent[0] is not None and sent[0] == sent[1]  # the same key, twice
     # The retry found the allocation the first request made: nothing was started again.
-    [start] = workflows.starts_of("AllocationWorkflow")
+    [start] = workflows.starts_of(wf.ALLOCATION.name)
     iid = r.output.split()[1]
     assert len(iid) == 12 and start.workflow_id == f"allocation-{iid}"
     [row] = runner.invoke(app, ["ls"]).output.splitlines()[1:]  # one allocation

@@ -24,6 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from fakeclouds.engine import PENDING, TERMINATED, Machine
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import Timing
 from messages.pool import (
     POOL_ID_LENGTH,
@@ -158,7 +159,7 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
                                       min_size=0, max_size=MAX, size=MAX, status=PoolStatus.ACTIVE,
                                       workflow_id=scale_workflow_id(pool_id)))
     handle: WorkflowHandle[Any, ScaleState] = await temporal_client.start_workflow(
-        "ScaleWorkflow", ScaleInput(pool_id=pool_id, project=repo.DEFAULT_PROJECT, name=name, timing=TIMING,
+        wf.SCALE.name, ScaleInput(pool_id=pool_id, project=repo.DEFAULT_PROJECT, name=name, timing=TIMING,
                                     resync_s=0.5, parallel=PARALLEL, task_timeout_s=TASK_TIMEOUT_S),
         id=scale_workflow_id(pool_id), task_queue=TASK_QUEUE, result_type=ScaleState,
         task_timeout=timedelta(seconds=TASK_TIMEOUT_S))
@@ -175,7 +176,7 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
         # 8 → 3: teardowns are slowed so the kill lands while machines are being removed.
         await sim.admin.aio.configure(terminate_delay=1.5)
         await asyncio.to_thread(_resize, db_engine, pool_id, 3)
-        await handle.execute_update("reconcile")
+        await handle.execute_update(wf.SCALE.reconcile.name)
         await until(lambda: _terminating(cloud, 5), 60, "the 5 teardowns under way")
         await crash(pool_worker)
         await sim.admin.aio.configure(terminate_delay=TERMINATE_DELAY_S)
@@ -190,7 +191,7 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
         # 3 → 0 (DELETE): killed during the teardown; the pool is forgotten once the cloud shows none.
         await sim.admin.aio.configure(terminate_delay=1.5)
         await asyncio.to_thread(_delete, db_engine, pool_id)
-        await handle.execute_update("reconcile")
+        await handle.execute_update(wf.SCALE.reconcile.name)
         await until(lambda: _terminating(cloud, 3), 60, "the 3 teardowns under way")
         await crash(pool_worker)
         await sim.admin.aio.configure(terminate_delay=TERMINATE_DELAY_S)

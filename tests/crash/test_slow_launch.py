@@ -18,6 +18,7 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowHandle
 
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -58,7 +59,7 @@ async def start(client: Client, connection: str) -> tuple[str, WorkflowHandle[An
     allocation_id = f"slow-{uuid.uuid4().hex[:8]}"
     req = AllocateRequest(allocation_id=allocation_id, connection_id=connection, cloud="lambda", gpu="a10",
                           k3s=False, ssh_public_keys=[USER_KEY], timing=TIMING)
-    handle = await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+    handle = await client.start_workflow(wf.ALLOCATION.name, AllocationInput(request=req),
                                          id=allocation_workflow_id(allocation_id), task_queue=TASK_QUEUE,
                                          result_type=AllocationState)
     return allocation_id, handle

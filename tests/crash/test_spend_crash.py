@@ -14,6 +14,7 @@ from sqlmodel import Session
 from temporalio.client import Client
 
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -37,7 +38,7 @@ def at(t: datetime | None) -> datetime:
 async def running(client: Client, ids: list[str], connection_id: str) -> list[AllocationState]:
     """Allocate `ids` on the simulated cloud and wait until each is ready."""
     handles = [await client.start_workflow(
-        "AllocationWorkflow",
+        wf.ALLOCATION.name,
         AllocationInput(request=AllocateRequest(allocation_id=a, connection_id=connection_id, cloud="local",
                                                 ssh_public_keys=[USER_KEY], timing=TIMING)),
         id=allocation_workflow_id(a), task_queue=TASK_QUEUE, result_type=AllocationState) for a in ids]

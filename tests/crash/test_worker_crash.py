@@ -11,6 +11,7 @@ import asyncssh
 from temporalio.client import Client
 
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -36,7 +37,7 @@ async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: Wo
     key = attempt_key(allocation_id, 1)
     req = AllocateRequest(allocation_id=allocation_id, connection_id=conn, cloud="local",
                           ssh_public_keys=[USER_KEY], timing=TIMING)
-    handle = await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+    handle = await client.start_workflow(wf.ALLOCATION.name, AllocationInput(request=req),
                                          id=allocation_workflow_id(allocation_id), task_queue=TASK_QUEUE,
                                          result_type=AllocationState)
     await until(lambda: crash_when(key), f"the moment to kill the worker ({key})")

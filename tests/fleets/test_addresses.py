@@ -21,6 +21,7 @@ from sqlmodel import Session, select
 from activities.deps import ActivityDeps
 from activities.fleet import FleetActivities
 from api.deps import AppDeps
+from messages import workflows as wf
 from messages.fleet import FleetHostInput
 from providers import registry
 from providers.base import AuthError, LaunchSpec, Offer, Ownership
@@ -104,7 +105,7 @@ def fleet(hosts: list[str], port: int = 22, **kw: Any) -> dict[str, Any]:
 def nothing_saved(engine: sa.Engine, workflows: FakeWorkflows) -> None:
     with Session(engine) as s:
         assert s.exec(select(Fleet)).first() is None
-    assert workflows.starts_of("FleetProbeWorkflow") == []
+    assert workflows.starts_of(wf.FLEET_PROBE.name) == []
 
 
 @pytest.mark.parametrize(("hosts", "port", "why"), [

@@ -30,10 +30,12 @@ from temporalio.client import Client
 
 from activities.deps import ActivityDeps
 from api.app import create_app
-from api.deps import AppDeps, TemporalGateway
+from api.deps import AppDeps
+from api.temporal import TemporalGateway
 from fakeclouds.k3s import INSTALLER
 from fakeclouds.k3s import SCRIPT as K3S
 from fakeclouds.ssh import MachineSSH
+from messages import workflows as wf
 from messages.ids import attempt_key, watch_workflow_id
 from messages.sweep import SweepInput, SweepSummary
 from providers import registry
@@ -331,7 +333,7 @@ async def test_the_sweep_frees_a_claim_whose_allocation_is_unknown_and_no_other(
     theirs = _built(fleet, "other001")
     kept = await theirs.create(_offer(fleet.b), _spec("theirs-1", "other001"))
     summary = await temporal_client.execute_workflow(
-        "SweepWorkflow", SweepInput(grace_s=0, connection_ids=[r.json()["id"]], poll_interval_s=0.1,
+        wf.SWEEP.name, SweepInput(grace_s=0, connection_ids=[r.json()["id"]], poll_interval_s=0.1,
                                     heartbeat_timeout_s=5, list_timeout_s=60, terminate_timeout_s=60,
                                     max_retry_interval_s=1),
         id=f"sweep-fleet-{uuid.uuid4().hex[:8]}", task_queue=queue, result_type=SweepSummary)
@@ -353,7 +355,8 @@ async def test_a_host_whose_claim_vanishes_is_reported_lost_by_the_fleets_watch(
         lost = await until(api, got["id"], "lost")
         assert "no longer lists machine" in lost["error"], lost
     finally:
-        await temporal_client.get_workflow_handle(watch_workflow_id(r.json()["id"])).signal("stop")
+        watch = temporal_client.get_workflow_handle(watch_workflow_id(r.json()["id"]))
+        await watch.signal(wf.WATCH.stop.name)
 
 
 def _offer(host: str) -> Offer:

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
+from messages import workflows as wf
 from messages.fleet import FleetProbeRequest
 from messages.ids import fleet_probe_workflow_id
 from store.models import Fleet, FleetHost
@@ -60,7 +61,7 @@ async def test_create_get_list_never_show_the_key(client: httpx.AsyncClient, eng
         assert row is not None and key_material(key)[0].encode() not in row.secret
     assert sealed_key(engine, box, made["id"]).strip() == key.strip()
     # The probe started with the fleet id only.
-    [start] = workflows.starts_of("FleetProbeWorkflow")
+    [start] = workflows.starts_of(wf.FLEET_PROBE.name)
     with Session(engine) as s:
         row = s.get(Fleet, made["id"])
         assert row is not None and row.probe_id is not None
@@ -116,7 +117,7 @@ async def test_put_with_a_blank_key_keeps_it_and_a_new_key_replaces_it(
     other = new_key()
     r = await client.put(f"{FLEETS}/{made['id']}", json=body(other))
     assert r.status_code == 200 and sealed_key(engine, box, made["id"]).strip() == other.strip()
-    starts = workflows.starts_of("FleetProbeWorkflow")
+    starts = workflows.starts_of(wf.FLEET_PROBE.name)
     assert len({s.workflow_id for s in starts}) == 5  # POST and every PUT: a probe of their own
 
 
@@ -169,7 +170,7 @@ async def test_pins_survive_a_put_and_trust_forgets_only_those_named(
     assert r.json()["bastion"]["host_key_fingerprint"] is None
     assert [h["host_key_fingerprint"] for h in r.json()["hosts"]] == [fp, fp]
 
-    before = len(workflows.starts_of("FleetProbeWorkflow"))
+    before = len(workflows.starts_of(wf.FLEET_PROBE.name))
     for bad in ({}, {"hosts": ["10.9.9.9"]}, {"hosts": ["a;b"]}):
         assert (await client.post(f"{url}/trust", json=bad)).status_code == 422
     token = await make_project(client, "other")
@@ -180,7 +181,7 @@ async def test_pins_survive_a_put_and_trust_forgets_only_those_named(
     assert r.status_code == 200, r.text
     assert [h["host_key_fingerprint"] for h in r.json()["hosts"]] == [None, fp]
     # It probes again, as the fleet's latest probe (so the answer is pinned).
-    [start] = workflows.starts_of("FleetProbeWorkflow")[before:]
+    [start] = workflows.starts_of(wf.FLEET_PROBE.name)[before:]
     with Session(engine) as s:
         row = s.get(Fleet, made["id"])
         assert row is not None and start.arg == FleetProbeRequest(fleet_id=made["id"], probe_id=row.probe_id)

@@ -42,7 +42,8 @@ from activities.deps import ActivityDeps
 from activities.fleet import FleetActivities
 from activities.health import HealthActivities
 from api.app import create_app
-from api.deps import AppDeps, TemporalGateway
+from api.deps import AppDeps
+from api.temporal import TemporalGateway
 from fakeclouds.catalog import Gpu, InstanceType
 from fakeclouds.nvidia_smi import script_for
 from fakeclouds.ssh import MachineSSH

@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from fakeclouds.gcp_auth import PROJECT
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -60,7 +61,7 @@ async def test_kill_after_compute_engine_accepted_the_insert(
         timing=TIMING,
     )
     handle = await temporal_client.start_workflow(
-        "AllocationWorkflow",
+        wf.ALLOCATION.name,
         AllocationInput(request=req),
         id=allocation_workflow_id(allocation_id),
         task_queue=TASK_QUEUE,

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from fakeclouds.gcp_auth import PROJECT
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
@@ -49,7 +50,7 @@ def make_request(connection_id: str, **kw: Any) -> AllocateRequest:
 
 async def start_allocate(client: Client, req: AllocateRequest) -> WorkflowHandle[Any, AllocationState]:
     return await client.start_workflow(
-        "AllocationWorkflow",
+        wf.ALLOCATION.name,
         AllocationInput(request=req),
         id=allocation_workflow_id(req.allocation_id),
         task_queue=TASK_QUEUE,

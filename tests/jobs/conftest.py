@@ -19,7 +19,8 @@ from temporalio.client import Client
 
 from activities.deps import ActivityDeps
 from api.app import create_app
-from api.deps import AppDeps, TemporalGateway
+from api.deps import AppDeps
+from api.temporal import TemporalGateway
 from fakeclouds.server import FakeCloudServer
 from messages.allocation import Timing
 from store import migrate

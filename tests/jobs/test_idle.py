@@ -18,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.idle import parse_sample
 from activities.watch import WatchActivities
+from messages import workflows as wf
 from messages.policy import PolicyInput, PolicyRunOutcome
 from messages.watch import WatchInput, WatchReport
 from store import idle
@@ -118,7 +119,7 @@ async def test_the_watch_measures_idleness_and_terminate_idle_needs_the_opt_in(s
             s.add(card)
             s.commit()
         out: PolicyRunOutcome = await stack.client.execute_workflow(
-            "PolicyWorkflow", PolicyInput(policy_id=policy_id, project=row.project),
+            wf.POLICY.name, PolicyInput(policy_id=policy_id, project=row.project),
             id=f"policy-{policy_id}-{uuid.uuid4().hex[:6]}", task_queue=stack.queue,
             result_type=PolicyRunOutcome, execution_timeout=timedelta(seconds=120))
         return out

@@ -19,6 +19,7 @@ from sqlmodel import Session
 from temporalio.client import WorkflowHandle
 
 from activities.policy import pool_utilisation_facts
+from messages import workflows as wf
 from messages.policy import Facts, PoolUtilisationWhen
 from messages.pool import PoolStatus, ScaleInput, ScaleState, scale_workflow_id, slot_of_allocation
 from store import pool_claims, pools, repo
@@ -55,7 +56,7 @@ async def resize(stack: Stack, handle: WorkflowHandle[Any, ScaleState], size: in
         assert row is not None
         row.size = size
         pools.save_pool(s, row)
-    await handle.execute_update("reconcile")
+    await handle.execute_update(wf.SCALE.reconcile.name)
 
 
 async def post(stack: Stack, command: str, **fields: Any) -> httpx.Response:
@@ -112,7 +113,7 @@ async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measu
     assert facts(stack).not_evaluated == "the pool has no ready machine"
 
     handle: WorkflowHandle[Any, ScaleState] = await stack.client.start_workflow(
-        "ScaleWorkflow", ScaleInput(pool_id=POOL_ID, project=repo.DEFAULT_PROJECT, name=POOL, timing=FAST,
+        wf.SCALE.name, ScaleInput(pool_id=POOL_ID, project=repo.DEFAULT_PROJECT, name=POOL, timing=FAST,
                                     resync_s=0.5),
         id=scale_workflow_id(POOL_ID), task_queue=stack.queue, result_type=ScaleState)
     try:
@@ -174,7 +175,7 @@ async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measu
     finally:
         with Session(stack.deps.engine) as s:
             pools.mark_deleting(s, POOL_ID)
-        await handle.execute_update("reconcile")
+        await handle.execute_update(wf.SCALE.reconcile.name)
         await handle.result()  # the pool forgotten once the cloud shows none of its machines
     await recorded.replays(stack.client, handle.id)  # its last run: scaled to 0, then deleted
 

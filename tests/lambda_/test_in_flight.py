@@ -24,6 +24,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.deps import ActivityDeps
 from activities.watch import WatchActivities
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -92,7 +93,7 @@ async def start(worker: Worker, sim: FakeCloudServer, db_engine: sa.Engine,
     req = AllocateRequest(allocation_id=allocation_id, connection_id=connection, cloud="lambda",
                           region="us-east-1", gpu="a10", k3s=False, ssh_public_keys=[PUBLIC], timing=FAST)
     handle = await worker.client.start_workflow(
-        "AllocationWorkflow", AllocationInput(request=req), id=allocation_workflow_id(allocation_id),
+        wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(allocation_id),
         task_queue=worker.queue, result_type=AllocationState)
     return connection, allocation_id, handle
 
@@ -184,7 +185,7 @@ async def test_a_launch_landing_after_the_window_is_removed_by_the_next_watch_ro
     assert report.twins == {allocation_id: [twin["id"]]}, report
     assert twins() == [], "the twin outlived the watch round"
     assert [m["id"] for m in made(sim, allocation_id) if m["status"] != "terminated"] == [own]
-    assert (await handle.query("state", result_type=AllocationState)).phase == Phase.READY
+    assert (await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)).phase == Phase.READY
     assert report.lost == {}
 
     # The next round finds nothing more under the key.

@@ -19,6 +19,7 @@ from activities.deps import ActivityDeps
 from fakeclouds import lambda_api
 from fakeclouds.server import FakeCloudServer
 from messages import activities as acts
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
@@ -54,7 +55,7 @@ async def test_ten_allocations_at_once_under_the_limits(temporal_client: Client,
                                 cloud="lambda", region="us-east-1", gpu="a10", k3s=False,
                                 ssh_public_keys=[PUBLIC], timing=FAST) for _ in range(10)]
     handles = await asyncio.gather(*(
-        temporal_client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+        temporal_client.start_workflow(wf.ALLOCATION.name, AllocationInput(request=req),
                                        id=allocation_workflow_id(req.allocation_id), task_queue=TASK_QUEUE,
                                        result_type=AllocationState) for req in requests))
     states = await asyncio.gather(*(settled(h) for h in handles))

@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from activities.deps import ActivityDeps
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.ids import attempt_key
 from messages.sweep import SweepInput, SweepSummary
 from providers.base import CloudProvider, InstanceRef, LaunchSpec, OfferQuery, Ownership
@@ -123,7 +124,7 @@ async def sweep(client: Client, *, keep: bool = False, **kw: Any) -> SweepSummar
     fields.update(kw)
     workflow_id = f"sweep-test-{uuid.uuid4().hex[:8]}"
     summary: SweepSummary = await client.execute_workflow(
-        "SweepWorkflow", SweepInput(**fields), id=workflow_id, task_queue=TASK_QUEUE,
+        wf.SWEEP.name, SweepInput(**fields), id=workflow_id, task_queue=TASK_QUEUE,
         result_type=SweepSummary)
     if keep:
         await recorded.replays(client, workflow_id)

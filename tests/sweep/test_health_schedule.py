@@ -11,6 +11,7 @@ from temporalio.service import RPCError
 
 from activities.deps import ActivityDeps
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.ids import (
     HEALTH_RECHECK_SCHEDULE_ID,
     HEALTH_RECHECK_WORKFLOW_ID,
@@ -36,14 +37,14 @@ async def test_the_worker_keeps_one_health_schedule(temporal_client: Client, swe
     sweep_existed = bool(await schedules_named(temporal_client, SWEEP_SCHEDULE_ID))
     try:
         async with worker_started(temporal_client, sweep_deps, health_interval_s=3600, sweep_interval_s=3600):
-            assert await described(handle) == ("HealthWorkflow", HEALTH_WORKFLOW_ID, SERVE_QUEUE,
+            assert await described(handle) == (wf.HEALTH.name, HEALTH_WORKFLOW_ID, SERVE_QUEUE,
                                                timedelta(hours=1))
         async with worker_started(temporal_client, sweep_deps, health_interval_s=1800, sweep_interval_s=3600):
             assert (await described(handle))[3] == timedelta(minutes=30)
             assert await schedules_named(temporal_client, HEALTH_SCHEDULE_ID) == [HEALTH_SCHEDULE_ID]
         # The degraded connections' re-check: its own, shorter Schedule, kept the same way.
         async with worker_started(temporal_client, sweep_deps, health_recheck_s=45, sweep_interval_s=3600):
-            assert await described(recheck) == ("HealthRecheckWorkflow", HEALTH_RECHECK_WORKFLOW_ID,
+            assert await described(recheck) == (wf.HEALTH_RECHECK.name, HEALTH_RECHECK_WORKFLOW_ID,
                                                 SERVE_QUEUE, timedelta(seconds=45))
             assert await schedules_named(temporal_client, HEALTH_RECHECK_SCHEDULE_ID) == [
                 HEALTH_RECHECK_SCHEDULE_ID]

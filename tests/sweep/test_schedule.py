@@ -15,6 +15,7 @@ from temporalio.service import RPCError
 
 from activities.deps import ActivityDeps
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.ids import SWEEP_SCHEDULE_ID, SWEEP_WORKFLOW_ID
 from messages.sweep import SweepInput
 from settings import Settings
@@ -51,7 +52,7 @@ async def described(handle: ScheduleHandle) -> tuple[timedelta, SweepInput, str]
     schedule = (await handle.describe()).schedule
     action = schedule.action
     assert isinstance(action, ScheduleActionStartWorkflow)
-    assert (action.workflow, action.id) == ("SweepWorkflow", SWEEP_WORKFLOW_ID)
+    assert (action.workflow, action.id) == (wf.SWEEP.name, SWEEP_WORKFLOW_ID)
     [inp] = await handle._client.data_converter.decode(list(action.args), [SweepInput])  # type: ignore[arg-type]
     [interval] = schedule.spec.intervals
     return interval.every, inp, action.task_queue

@@ -12,6 +12,7 @@ from sqlmodel import Session
 from temporalio.client import Client
 
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -139,7 +140,7 @@ async def test_a_lambda_twin_of_a_ready_allocation_goes_and_the_allocation_keeps
     req = AllocateRequest(allocation_id=new_allocation_id(), connection_id=conn, cloud="lambda", gpu="a10",
                           k3s=False, ssh_public_keys=[PUBLIC_KEY], timing=FAST)
     handle = await temporal_client.start_workflow(
-        "AllocationWorkflow", AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
+        wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
         task_queue=TASK_QUEUE, result_type=AllocationState)
     st = await settled(handle)
     assert st.phase == Phase.READY and st.ref is not None
@@ -156,7 +157,7 @@ async def test_a_lambda_twin_of_a_ready_allocation_goes_and_the_allocation_keeps
     again = await sweep(temporal_client, grace_s=0)
     assert (again.seen, again.kept, again.removed, again.waiting) == (1, 1, [], [])
 
-    await handle.execute_update("terminate", result_type=AllocationState)
+    await handle.execute_update(wf.ALLOCATION.terminate.name, result_type=AllocationState)
     async with provider(sim, "lambda") as p:
         assert await p.list_owned() == []
     assert await ssh_key_objects(sim, st.ref.key) == []

@@ -9,6 +9,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
@@ -28,7 +29,7 @@ async def allocate(client: Client, connection_id: str) -> tuple[AllocateRequest,
     req = AllocateRequest(allocation_id=new_allocation_id(), connection_id=connection_id, cloud="lambda",
                           gpu="a10", k3s=False, ssh_public_keys=[PUBLIC_KEY], timing=FAST)
     handle = await client.start_workflow(
-        "AllocationWorkflow", AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
+        wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
         task_queue=TASK_QUEUE, result_type=AllocationState)
     return req, handle
 
@@ -40,7 +41,7 @@ async def test_terminate_removes_a_twin_under_the_allocations_key(temporal_clien
     assert st.phase == Phase.READY and st.ref is not None
     twin = await launch_twin(sim, st.ref)
 
-    done = await handle.execute_update("terminate", result_type=AllocationState)
+    done = await handle.execute_update(wf.ALLOCATION.terminate.name, result_type=AllocationState)
 
     assert done.phase == Phase.TERMINATED
     assert not await alive(sim, st.ref.instance_id) and not await alive(sim, twin)
@@ -60,7 +61,7 @@ async def test_a_launch_that_never_happens_leaves_no_ssh_key_object(
             await settled(handle)
     finally:
         await sim.admin.aio.clear_faults()
-    st = await handle.query("state", result_type=AllocationState)
+    st = await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)
     key = attempt_key(req.allocation_id, 1)
     assert st.phase == Phase.FAILED and [a.key for a in st.attempts] == [key]
     assert [m for m in await sim.admin.aio.machines() if key in (m.get("name") or "")] == []

@@ -13,6 +13,7 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from activities.deps import ActivityDeps
+from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
@@ -81,7 +82,7 @@ def make_request(fake_connection: str) -> Any:
 
 
 async def start_allocate(client: Client, req: AllocateRequest) -> WorkflowHandle[Any, AllocationState]:
-    return await client.start_workflow("AllocationWorkflow", AllocationInput(request=req),
+    return await client.start_workflow(wf.ALLOCATION.name, AllocationInput(request=req),
                                        id=allocation_workflow_id(req.allocation_id), task_queue=TASK_QUEUE,
                                        result_type=AllocationState)
 
@@ -92,7 +93,7 @@ async def settled(handle: WorkflowHandle[Any, AllocationState], within: float = 
     async def ready_or_closed() -> AllocationState | None:
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             return await handle.result()
-        st = await handle.query("state", result_type=AllocationState)
+        st = await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)
         return st if st.phase == Phase.READY else None
 
     return await eventually(ready_or_closed, within=within, what=f"allocation {handle.id} ready (or closed)")
@@ -101,11 +102,11 @@ async def settled(handle: WorkflowHandle[Any, AllocationState], within: float = 
 async def terminate(client: Client, allocation_id: str) -> AllocationState:
     """The allocation's `terminate` update: returns once the cloud shows the machine gone."""
     handle = client.get_workflow_handle(allocation_workflow_id(allocation_id))
-    return await handle.execute_update("terminate", result_type=AllocationState)
+    return await handle.execute_update(wf.ALLOCATION.terminate.name, result_type=AllocationState)
 
 
 async def wait_phase(handle: WorkflowHandle[Any, Any], phase: Phase) -> AllocationState:
     """Poll the `state` query until the workflow reaches `phase`."""
-    return await eventually(lambda: handle.query("state", result_type=AllocationState),
+    return await eventually(lambda: handle.query(wf.ALLOCATION.state.name, result_type=AllocationState),
                             until=lambda st: st.phase == phase, within=30,
                             what=f"{handle.id} in phase {phase}")

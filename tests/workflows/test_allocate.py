@@ -11,6 +11,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.deps import ActivityDeps
+from messages import workflows as wf
 from messages.allocation import AllocationState
 from messages.enums import Phase
 from messages.ids import attempt_key
@@ -98,7 +99,7 @@ async def test_capacity_everywhere_fails_with_the_history(temporal_client: Clien
     with pytest.raises(WorkflowFailureError) as info:
         await settled(handle)
     assert isinstance(info.value.cause, ApplicationError) and info.value.cause.type == "NoCapacity"
-    st = await handle.query("state", result_type=AllocationState)
+    st = await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)
     assert [a.outcome for a in st.attempts] == ["capacity", "capacity"]
     assert row(db_engine, req.allocation_id).status == "failed"
     assert await owned() == []
@@ -114,7 +115,7 @@ async def test_failure_after_create_compensates(temporal_client: Client, fake_cl
     assert isinstance(info.value.cause, ApplicationError) and info.value.cause.type == "InstanceFailed"
     assert await owned() == []
     assert len(fake_cloud.machines) == 1  # it was made, then torn down
-    st = await handle.query("state", result_type=AllocationState)
+    st = await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)
     assert st.phase == Phase.FAILED and st.attempts[0].outcome == "failed"
     r = row(db_engine, req.allocation_id)
     assert r.status == "failed" and "failed" in (r.error or "")
@@ -164,7 +165,7 @@ async def test_cancel_at_every_phase_leaves_nothing(temporal_client: Client, fak
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
     assert await owned() == []
     assert len(fake_cloud.machines) == 1
-    st = await handle.query("state", result_type=AllocationState)
+    st = await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)
     assert st.attempts[0].outcome == "cancelled" and st.phase == Phase.FAILED
     assert row(db_engine, req.allocation_id).status == "failed"
 
@@ -279,10 +280,10 @@ async def test_the_ready_update_answers_once_ready_or_ended(temporal_client: Cli
                                                             make_request: Any) -> None:
     """A client's long poll: no polling of the state query."""
     ok = await start_allocate(temporal_client, make_request())
-    st = await ok.execute_update("ready", result_type=AllocationState)
+    st = await ok.execute_update(wf.ALLOCATION.ready.name, result_type=AllocationState)
     assert st.phase == Phase.READY and st.ref is not None
 
     fake_cloud.add_fault("create", "die_at_boot")
     failing = await start_allocate(temporal_client, make_request())
-    st = await failing.execute_update("ready", result_type=AllocationState)
+    st = await failing.execute_update(wf.ALLOCATION.ready.name, result_type=AllocationState)
     assert st.phase == Phase.FAILED and "failed" in (st.error or "")

@@ -17,6 +17,7 @@ from temporalio.client import WorkflowFailureError
 from activities.deps import ActivityDeps
 from activities.watch import start_watch
 from fakeclouds.server import FakeCloudServer
+from messages import workflows as wf
 from messages.allocation import AllocationState, CloudTarget
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, watch_workflow_id
@@ -95,7 +96,7 @@ async def test_k3s_failure_compensates_with_the_reason(temporal_client: Any, wf_
     with pytest.raises(WorkflowFailureError) as info:
         await settled(handle)
     assert "k3s" in str(info.value.cause)
-    st = await handle.query("state", result_type=AllocationState)
+    st = await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)
     assert st.attempts[-1].outcome == "failed" and "k3s" in (st.attempts[-1].reason or "")
     assert await owned(sim, "lambda") == []
 
@@ -124,7 +125,7 @@ async def test_a_machine_killed_while_ready_is_shown_lost_within_two_watch_inter
         assert row is not None and row.status == "lost" and row.error == final.error
     assert await owned(sim, "local") == []  # the broken machine was terminated: nothing bills
     watch = temporal_client.get_workflow_handle(watch_workflow_id(connection))
-    await watch.signal("stop")
+    await watch.signal(wf.WATCH.stop.name)
     await asyncio.wait_for(watch.result(), 60)
     await recorded.replays(temporal_client, watch.id, handle.id)
 
@@ -161,7 +162,7 @@ async def test_across_clouds_capacity_everywhere_on_one_lands_on_the_next(
         message = str(info.value.cause)
         assert "local" in message and "lambda" in message and "capacity" in message, message
         state = await temporal_client.get_workflow_handle(f"allocation-{both.allocation_id}").query(
-            "state", result_type=AllocationState)
+            wf.ALLOCATION.state.name, result_type=AllocationState)
         assert {a.offer.provider for a in state.attempts} == {"local", "lambda"}
         assert all(a.outcome == "capacity" and a.reason for a in state.attempts)
     finally:

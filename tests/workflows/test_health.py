@@ -12,6 +12,7 @@ from sqlmodel import Session
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
+from messages import workflows as wf
 from messages.health import HealthInput, HealthRecheckInput, HealthSummary
 from messages.ids import connection_health_workflow_id, health_recheck_child_id
 from store import repo
@@ -46,7 +47,7 @@ async def test_health_check_records_healthy_and_degraded_with_the_reason(
                                          credentials={"api_key": key}).id for key in ("good", "nope"))
     workflow_id = f"health-test-{uuid.uuid4().hex[:8]}"
     summary = await temporal_client.execute_workflow(
-        "HealthWorkflow", HealthInput(connection_ids=[good, bad], verify_timeout_s=10),
+        wf.HEALTH.name, HealthInput(connection_ids=[good, bad], verify_timeout_s=10),
         id=workflow_id, task_queue=TASK_QUEUE, result_type=HealthSummary)
     await recorded.replays(temporal_client, workflow_id)
 
@@ -89,7 +90,7 @@ async def test_the_recheck_verifies_only_the_degraded_connections(
         repo.record_health(s, healthy, status="healthy", reason=None, checked_at=was, latency_ms=3)
         s.commit()
     handle = await temporal_client.start_workflow(
-        "HealthRecheckWorkflow", HealthRecheckInput(verify_timeout_s=10),
+        wf.HEALTH_RECHECK.name, HealthRecheckInput(verify_timeout_s=10),
         id=f"health-recheck-test-{uuid.uuid4().hex[:8]}", task_queue=TASK_QUEUE, result_type=HealthSummary)
     summary = await handle.result()
     await replays(temporal_client, handle.id, health_recheck_child_id(handle.result_run_id or ""))

@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from messages import workflows as wf
 from messages.policy import (
     ActInput,
     ActResult,
@@ -83,7 +84,7 @@ async def every_minute(env: WorkflowEnvironment, n: int) -> list[bool]:
         # next timer (the run's timeout, years away).
         with env.auto_time_skipping_disabled():
             out = await env.client.execute_workflow(
-                "PolicyWorkflow", PolicyInput(policy_id="pol1", project="default"),
+                wf.POLICY.name, PolicyInput(policy_id="pol1", project="default"),
                 id=f"policy-test-{uuid.uuid4().hex[:8]}", task_queue=QUEUE, result_type=PolicyRunOutcome)
         acted.append(out.acted)
         await env.sleep(timedelta(minutes=1))

@@ -15,13 +15,14 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.deps import ActivityDeps
 from activities.policy_pools import scale_pool_action, scale_pool_cost, shrink_by_idle, size_of
+from messages import workflows as wf
 from messages.policy import ActInput, PolicyFacts, ScalePoolThen
 from messages.pool import PoolStatus, ScaleInput, pool_allocation_id
 from store import pools
 from store.models import Instance, Pool
 
 
-@workflow.defn(name="ScaleWorkflow")
+@workflow.defn(name=wf.SCALE.name)
 class FakeScaleWorkflow:
     """FAKE: stands in for workflows/scale.py, counting the wake-ups the action sends."""
 
@@ -29,7 +30,7 @@ class FakeScaleWorkflow:
         self.reconciles = 0
         self.done = False
 
-    @workflow.update(name="reconcile")
+    @workflow.update(name=wf.SCALE.reconcile.name)
     async def reconcile(self) -> None:
         self.reconciles += 1
 
@@ -37,7 +38,7 @@ class FakeScaleWorkflow:
     def count(self) -> int:
         return self.reconciles
 
-    @workflow.signal(name="stop")
+    @workflow.signal(name="done")  # the fake's own: the test ends it
     def stop(self) -> None:
         self.done = True
 
@@ -96,7 +97,7 @@ async def test_scale_pool_saves_the_size_within_max_wakes_the_pool_and_a_retry_s
         missing = ScalePoolThen(pool="nosuch", by=1)
         gone = await env.run(scale_pool_action, activity_deps, act_input(None, missing), missing)
         assert not gone.ran and "no active pool 'nosuch'" in gone.result
-        await handle.signal("stop")
+        await handle.signal("done")
 
 
 def test_an_unpriced_pool_has_an_unknown_cost_and_shrinking_costs_nothing(db_engine: sa.Engine) -> None:

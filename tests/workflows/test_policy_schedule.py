@@ -20,7 +20,9 @@ from temporalio.client import Client
 
 from activities.deps import ActivityDeps
 from api.app import create_app
-from api.deps import AppDeps, TemporalGateway
+from api.deps import AppDeps
+from api.temporal import TemporalGateway
+from messages import workflows as wf
 from messages.policy import PolicyInput, PolicyRunOutcome
 from store import policies, queue, spend
 from store.models import Job, Policy, utcnow
@@ -64,7 +66,7 @@ async def test_each_policy_is_a_schedule_the_cli_lists_paused_when_disabled_gone
     listed = await asyncio.to_thread(cli, temporal_client, "list")
     assert sid in {s["scheduleId"] for s in listed}
     described = await asyncio.to_thread(cli, temporal_client, "describe", "--schedule-id", sid)
-    assert described["schedule"]["action"]["startWorkflow"]["workflowType"]["name"] == "PolicyWorkflow"
+    assert described["schedule"]["action"]["startWorkflow"]["workflowType"]["name"] == wf.POLICY.name
     assert not described["schedule"]["state"].get("paused", False)
 
     assert described["schedule"]["spec"]["interval"][0]["interval"] == "3600s"
@@ -149,7 +151,7 @@ async def run_policy(client: Client, policy_id: str, project: str, *, keep: bool
     """One run; `keep`: its history replayed, and kept when recording (tests/recorded.py)."""
     workflow_id = f"policy-{policy_id}-{uuid.uuid4().hex[:6]}"
     out: PolicyRunOutcome = await client.execute_workflow(
-        "PolicyWorkflow", PolicyInput(policy_id=policy_id, project=project), id=workflow_id,
+        wf.POLICY.name, PolicyInput(policy_id=policy_id, project=project), id=workflow_id,
         task_queue=TASK_QUEUE, result_type=PolicyRunOutcome, execution_timeout=timedelta(seconds=120))
     if keep:
         await recorded.replays(client, workflow_id)

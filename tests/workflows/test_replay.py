@@ -15,6 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
+from messages import workflows as wf
 from messages.enums import Phase
 from tests import recorded
 from tests.conftest import TEST_SECRET_KEY
@@ -48,7 +49,7 @@ async def test_histories_replay_deterministically(temporal_client: Client, fake_
     histories = [await temporal_client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
                  async for w in listed]
     types = {h.events[0].workflow_execution_started_event_attributes.workflow_type.name for h in histories}
-    assert "AllocationWorkflow" in types and len(histories) >= 3
+    assert wf.ALLOCATION.name in types and len(histories) >= 3
 
     assert await replay_failures(histories) == {}
     if recorded.recording():
@@ -83,7 +84,7 @@ async def test_committed_histories_replay_against_current_code() -> None:
     """Histories recorded by an earlier version: a change that breaks running workflows fails here."""
     histories = committed_histories()
     types = {workflow_type(h) for h in histories}
-    assert {"AllocateWorkflow", "TerminateWorkflow", "AllocationWorkflow"} <= types
+    assert {wf.LEGACY_ALLOCATE.name, wf.LEGACY_TERMINATE.name, wf.ALLOCATION.name} <= types
     assert await replay_failures(histories) == {}
 
 
@@ -178,7 +179,7 @@ def test_every_patch_has_committed_histories_with_and_without_its_marker() -> No
     assert lacking == {}
 
 
-@workflow.defn(name="AllocateWorkflow", sandboxed=False)
+@workflow.defn(name=wf.LEGACY_ALLOCATE.name, sandboxed=False)
 class NondeterministicFakeAllocateWorkflow:
     """A deliberately incompatible 'new version': it sleeps before doing what the old one did."""
 
@@ -190,6 +191,6 @@ class NondeterministicFakeAllocateWorkflow:
 async def test_replay_guard_catches_an_incompatible_change() -> None:
     allocate = [h for h in committed_histories()
                 if h.events[0].workflow_execution_started_event_attributes.workflow_type.name
-                == "AllocateWorkflow"]
+                == wf.LEGACY_ALLOCATE.name]
     failures = await replay_failures(allocate[:1], workflows=[NondeterministicFakeAllocateWorkflow])
     assert len(failures) == 1 and "Nondeterminism" in next(iter(failures.values()))

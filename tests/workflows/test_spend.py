@@ -15,6 +15,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.cloud import CloudActivities, open_spend
 from activities.deps import ActivityDeps
+from messages import workflows as wf
 from messages.activities import CreateInput, TerminateInput
 from messages.allocation import CloudTarget, MachineLost
 from messages.enums import Phase
@@ -119,7 +120,7 @@ async def test_a_lost_machine_closes_its_interval_once_the_cloud_shows_it_gone(
     handle = await start_allocate(temporal_client, req)
     await settled(handle)
     assert intervals(db_engine, req.allocation_id)[0].ended_at is None
-    await handle.signal("machine_lost", MachineLost(reason="preempted by the cloud"))
+    await handle.signal(wf.ALLOCATION.machine_lost.name, MachineLost(reason="preempted by the cloud"))
     assert (await handle.result()).phase == Phase.LOST
     [iv] = intervals(db_engine, req.allocation_id)
     assert iv.ended_at is not None

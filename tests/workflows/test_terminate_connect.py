@@ -11,6 +11,7 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from messages import workflows as wf
 from messages.allocation import AllocationState, MachineLost, TerminateRequest, TerminateResult
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
 from messages.enums import Phase
@@ -86,7 +87,7 @@ async def test_a_lost_machine_is_recorded_with_the_reason_and_cleaned_up(
     req = make_request()
     handle = await start_allocate(temporal_client, req)
     await settled(handle)
-    await handle.signal("machine_lost", MachineLost(reason="preempted by the cloud"))
+    await handle.signal(wf.ALLOCATION.machine_lost.name, MachineLost(reason="preempted by the cloud"))
     st = await handle.result()
     assert st.phase == Phase.LOST and st.error == "preempted by the cloud"
     assert await owned() == []  # a broken machine still bills: it is terminated too
@@ -105,7 +106,7 @@ async def test_a_long_lived_machine_continues_as_new_and_keeps_its_state(
 
     await eventually(next_run, within=30, what=f"{handle.id} to continue as new")
     latest = temporal_client.get_workflow_handle(handle.id, result_type=AllocationState)
-    carried = await latest.query("state", result_type=AllocationState)
+    carried = await latest.query(wf.ALLOCATION.state.name, result_type=AllocationState)
     assert carried.ref == ready.ref and carried.phase == Phase.READY and carried.attempts == ready.attempts
     st = await terminate(temporal_client, req.allocation_id)  # the fresh run still owns the machine
     assert st.phase == Phase.TERMINATED and await owned() == []
@@ -115,12 +116,12 @@ async def test_legacy_allocations_still_finish_as_they_began(temporal_client: Cl
                                                              make_request: Any) -> None:
     """An AllocateWorkflow started by an earlier gpuprov runs to ready; its TerminateWorkflow ends it."""
     req = make_request()
-    st = await temporal_client.execute_workflow("AllocateWorkflow", req,
+    st = await temporal_client.execute_workflow(wf.LEGACY_ALLOCATE.name, req,
                                                 id=allocate_workflow_id(req.allocation_id),
                                                 task_queue=TASK_QUEUE, result_type=AllocationState)
     assert st.phase == Phase.READY and len(await owned()) == 1
     result = await temporal_client.execute_workflow(
-        "TerminateWorkflow", TerminateRequest(allocation_id=req.allocation_id, timing=FAST),
+        wf.LEGACY_TERMINATE.name, TerminateRequest(allocation_id=req.allocation_id, timing=FAST),
         id=terminate_workflow_id(req.allocation_id), task_queue=TASK_QUEUE, result_type=TerminateResult)
     assert result.terminated and await owned() == []
 
@@ -132,7 +133,7 @@ def connect_request(box: SecretBox, api_key: str) -> ConnectRequest:
 
 
 async def connect(client: Client, req: ConnectRequest) -> ConnectResult:
-    return await client.execute_workflow("ConnectWorkflow", req, id=f"connect-{req.connection_id}",
+    return await client.execute_workflow(wf.CONNECT.name, req, id=f"connect-{req.connection_id}",
                                          task_queue=TASK_QUEUE, result_type=ConnectResult)
 
 
@@ -179,7 +180,7 @@ async def test_disconnect_terminates_live_instances_then_deletes_the_connection(
     assert len(await owned()) == 1
 
     result = await temporal_client.execute_workflow(
-        "DisconnectWorkflow", DisconnectRequest(connection_id=fake_connection, timing=FAST),
+        wf.DISCONNECT.name, DisconnectRequest(connection_id=fake_connection, timing=FAST),
         id=f"disconnect-{fake_connection}", task_queue=TASK_QUEUE, result_type=DisconnectResult)
 
     assert result.terminated == [req.allocation_id]

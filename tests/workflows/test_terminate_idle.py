@@ -19,6 +19,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.deps import ActivityDeps
 from activities.policy import idle_facts, terminate_idle_action
+from messages import workflows as wf
 from messages.policy import ActInput, IdleWhen, PolicyFacts, TerminateIdleThen
 from messages.pool import pool_allocation_id
 from store import idle
@@ -33,7 +34,7 @@ class FakeIdleAllocationWorkflow:
         self.terminates = 0
         self.done = False
 
-    @workflow.update(name="terminate")
+    @workflow.update(name=wf.ALLOCATION.terminate.name)
     async def terminate(self) -> None:
         self.terminates += 1
 
@@ -41,7 +42,7 @@ class FakeIdleAllocationWorkflow:
     def count(self) -> int:
         return self.terminates
 
-    @workflow.signal(name="stop")
+    @workflow.signal(name="done")  # the fake's own: the test ends it
     def stop(self) -> None:
         self.done = True
 
@@ -121,4 +122,4 @@ async def test_terminate_idle_takes_job_machines_leaves_pool_ones_and_hand_ones_
         counts = {kind: await h.query("terminates") for kind, h in handles.items()}
         assert counts == {"job": 2, "pool": 0, "manual": 1, "recent": 0, "failed": 0, "stale": 0, "busy": 0}
         for h in handles.values():
-            await h.signal("stop")
+            await h.signal("done")

@@ -16,6 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, is_cancelled_exception
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.activities import (
     CloudTarget,
     CreateInput,
@@ -58,7 +59,7 @@ class _Retry:
                            maximum_interval=timedelta(seconds=t.max_retry_interval_s))
 
 
-@workflow.defn(name="AllocateWorkflow")
+@workflow.defn(name=wf.LEGACY_ALLOCATE.name)
 class AllocateWorkflow:
     @workflow.init
     def __init__(self, req: AllocateRequest) -> None:
@@ -69,7 +70,7 @@ class AllocateWorkflow:
         self._hb = timedelta(seconds=self._t.heartbeat_timeout_s)
         self._hb_every = max(0.2, self._t.heartbeat_timeout_s / 4)
 
-    @workflow.query(name="state")
+    @workflow.query(name=wf.LEGACY_ALLOCATE.state.name)
     def state(self) -> AllocationState:
         return self._state
 

@@ -10,6 +10,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from messages import activities as acts
+from messages import workflows as wf
 from messages.activities import AllocationIdInput, CloudTarget, RecordStatusInput, TerminateInput
 from messages.allocation import TerminateRequest, TerminateResult
 from messages.enums import AllocationStatus, ErrorKind, Phase
@@ -18,7 +19,7 @@ from workflows import search_attributes as sa
 from workflows.calls import call
 
 
-@workflow.defn(name="TerminateWorkflow")
+@workflow.defn(name=wf.LEGACY_TERMINATE.name)
 class TerminateWorkflow:
     @workflow.run
     async def run(self, req: TerminateRequest) -> TerminateResult:

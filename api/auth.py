@@ -1,0 +1,113 @@
+"""Who is calling: the bearer token (the installation's admin token or a project token) and the
+project a request works in, as FastAPI dependencies (`CallerDep`, `require_token`)."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.deps import AppDeps, DepsDep, open_session
+from api.schemas import PROJECT_PATTERN
+from store import repo
+
+_bearer = HTTPBearer(auto_error=False, description="the admin token printed by `gpuprov dev`, or a project "
+                                                   "token (POST /api/projects/{project}/tokens)")
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+DEFAULT_PROJECT = "default"
+PROJECT_HEADER = "X-Project"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling. `project` is the one project this request works in: the token's own, or for
+    the admin token the X-Project header's (default `default`)."""
+
+    admin: bool
+    project: str
+
+
+def token_project(deps: AppDeps, token: str) -> str | None:
+    """The project of a live project token; None for an unknown or revoked one. Sync (a database
+    read): call it from the threadpool."""
+    with open_session(deps) as session:
+        return repo.project_of_token(session, token)
+
+
+def is_admin_token(deps: AppDeps, token: str) -> bool:
+    # compare_digest: the time taken does not reveal how much of the token matched.
+    return hmac.compare_digest(token.encode(), deps.api_token.encode())
+
+
+def token_is_valid(deps: AppDeps, token: str) -> bool:
+    """Whether `token` may use the API: the admin token or a live project token. The one place tokens
+    are checked (the edge guard, before any body is read, and `current_caller`). Sync: it may look
+    tokens up in the database, so call it from the threadpool."""
+    return bool(token) and (is_admin_token(deps, token) or token_project(deps, token) is not None)
+
+
+UNAUTHORIZED = "missing or invalid bearer token"
+
+
+def _unauthorized() -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+
+
+def no_project(project: str) -> HTTPException:
+    """Another project's object, or one that does not exist: the same 404 (never 403), so a project
+    token cannot even learn which projects exist."""
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no project {project!r}")
+
+
+ProjectHeader = Annotated[str | None, Header(
+    alias=PROJECT_HEADER, pattern=PROJECT_PATTERN,
+    description="The project to work in. Admin token: any project (default `default`); a project "
+                "token: only its own (another answers 404).")]
+
+
+def current_caller(creds: BearerDep, deps: DepsDep, x_project: ProjectHeader = None) -> Caller:
+    """Authenticate the request and settle its project. A sync dependency: FastAPI runs it on its
+    threadpool, so the token lookup never blocks the event loop."""
+    if creds is None:
+        raise _unauthorized()
+    if is_admin_token(deps, creds.credentials):
+        project = x_project or DEFAULT_PROJECT
+        with open_session(deps) as session:
+            if repo.get_project(session, project) is None:
+                raise no_project(project)
+        return Caller(admin=True, project=project)
+    own = token_project(deps, creds.credentials)
+    if own is None:
+        raise _unauthorized()
+    if x_project is not None and x_project != own:
+        raise no_project(x_project)
+    return Caller(admin=False, project=own)
+
+
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+def require_token(caller: CallerDep) -> None:
+    """Router-wide: every route authenticates, whether or not it reads the caller (FastAPI runs
+    `current_caller` once per request however many times it is named)."""
+
+
+def require_admin_token(creds: BearerDep, deps: DepsDep) -> None:
+    """The installation's admin token, whatever the project (the codec endpoint: it decodes every
+    project's payloads). 401 without a valid token, 403 for a project token."""
+    if creds is None:
+        raise _unauthorized()
+    if is_admin_token(deps, creds.credentials):
+        return
+    if token_project(deps, creds.credentials) is None:
+        raise _unauthorized()
+    raise HTTPException(status.HTTP_403_FORBIDDEN, "this needs the installation's admin token")
+
+
+def require_admin(caller: Caller) -> None:
+    if not caller.admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this needs the installation's admin token")
