@@ -19,6 +19,10 @@ from worker import WORKFLOWS, workflow_runner
 
 HISTORIES = Path(__file__).resolve().parent / "workflows" / "histories"
 BATCH = HISTORIES / "2026-12-02"
+# The old branch of LAUNCH_QUEUE_PATCH (workflows/allocation.py), recorded by a FAKE pre-patch worker
+# (tests/workflows/test_end_to_end.py::test_a_run_from_before_the_launch_queue_patch_…): one round of
+# its own, beside BATCH, since BATCH is committed.
+PREPATCH = HISTORIES / "2026-12-02-prepatch"
 
 CLOSED = {EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
           EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
@@ -29,9 +33,9 @@ def recording() -> bool:
     return bool(os.environ.get("GPUPROV_RECORD_HISTORIES"))
 
 
-async def replays(client: Client, *workflow_ids: str) -> list[WorkflowHistory]:
+async def replays(client: Client, *workflow_ids: str, into: Path | None = None) -> list[WorkflowHistory]:
     """The latest run of each workflow, closed, replayed against the current code (a replay failure
-    raises); kept in BATCH when recording."""
+    raises); kept in `into` (default BATCH) when recording."""
     histories = [await client.get_workflow_handle(w).fetch_history() for w in workflow_ids]
     replayer = Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(),
                         data_converter=client.data_converter)
@@ -39,7 +43,8 @@ async def replays(client: Client, *workflow_ids: str) -> list[WorkflowHistory]:
         assert history.events[-1].event_type in CLOSED, f"{history.workflow_id} has not closed"
         await replayer.replay_workflow(history)
     if recording():
-        BATCH.mkdir(exist_ok=True)
+        folder = into or BATCH
+        folder.mkdir(exist_ok=True)
         for history in histories:
-            (BATCH / f"{history.workflow_id}.json").write_text(history.to_json())
+            (folder / f"{history.workflow_id}.json").write_text(history.to_json())
     return histories

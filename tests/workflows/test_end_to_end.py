@@ -13,12 +13,13 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import WorkflowFailureError
+from temporalio.worker import PatchActivationInput
 
 from activities.deps import ActivityDeps
 from activities.watch import start_watch
 from fakeclouds.server import FakeCloudServer
 from messages import workflows as wf
-from messages.allocation import AllocationState, CloudTarget
+from messages.allocation import AllocationInput, AllocationState, CloudTarget
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, watch_workflow_id
 from providers.base import OfferQuery
@@ -26,7 +27,10 @@ from store.models import Instance
 from store.secrets import SecretBox
 from tests import recorded, simclouds
 from tests.eventually import eventually
+from tests.workflows import patch_branches
 from tests.workflows.conftest import INSTALLATION, TASK_QUEUE, settled, start_allocate, terminate
+from worker import build_worker
+from workflows.allocation import LAUNCH_QUEUE_PATCH
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +78,40 @@ async def test_allocate_then_terminate_on_the_simulated_clouds(temporal_client: 
         await recorded.replays(temporal_client, allocation_workflow_id(req.allocation_id))
     mine = [m for m in sim.admin.machines() if m["id"] == st.ref.instance_id]  # type: ignore[union-attr]
     assert len(mine) == 1 and mine[0]["status"] == "terminated"
+
+
+def fake_prepatch_worker(patch: PatchActivationInput) -> bool:
+    """FAKE: the answer of a worker from before LAUNCH_QUEUE_PATCH existed — its first `patched` call
+    for that id is False (no marker; the old branch), every other patch as usual (True). temporalio's
+    `patch_activation_callback` asks only on a run's first, non-replayed call: replays still follow
+    the history, so a run recorded this way replays on the real worker like one started before the
+    patch."""
+    return patch.patch_id != LAUNCH_QUEUE_PATCH
+
+
+async def test_a_run_from_before_the_launch_queue_patch_creates_on_the_workflows_own_queue(
+        temporal_client: Any, activity_deps: ActivityDeps, fake_registered: None, sim: FakeCloudServer,
+        connect_sim: Any, make_request: Any) -> None:
+    """LAUNCH_QUEUE_PATCH's old branch, end to end on simulated Lambda (a cloud with a launch rate),
+    as the Lambda run above: the create on the workflow's own task queue, no marker. With
+    GPUPROV_RECORD_HISTORIES=1 its history goes to recorded.PREPATCH (histories/README.md)."""
+    queue = f"{TASK_QUEUE}-prepatch"  # its own worker: the session's one (wf_worker) takes the new branch
+    worker = build_worker(temporal_client, activity_deps, task_queue=queue,
+                          patch_activation_callback=fake_prepatch_worker)
+    req = make_request(cloud="lambda", connection_id=connect_sim("lambda"), k3s=True, gpu="a10")
+    async with worker:
+        handle = await temporal_client.start_workflow(
+            wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
+            task_queue=queue, result_type=AllocationState)
+        st = await settled(handle)
+        assert st.phase == Phase.READY and st.host is not None and st.host.startswith("127.")
+        assert [r.key for r in await owned(sim, "lambda")] == [st.attempts[-1].key]
+        await terminate(temporal_client, req.allocation_id)
+        assert await owned(sim, "lambda") == []
+        [history] = await recorded.replays(temporal_client, allocation_workflow_id(req.allocation_id),
+                                           into=recorded.PREPATCH)
+    assert patch_branches.creates(history) == [("lambda", queue)]
+    assert patch_branches.launch_queue_old_branch(history)
 
 
 async def test_k3s_failure_compensates_with_the_reason(temporal_client: Any, wf_worker: None,

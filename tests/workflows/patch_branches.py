@@ -1,0 +1,71 @@
+"""How a committed history shows that a `workflow.patched(...)` call was reached and returned False:
+the old branch taken, as a run started before the patch existed records it.
+
+A history without a patch's marker proves nothing by itself — most never reach the `patched` call
+(an allocation on a cloud without a launch rate never asks about LAUNCH_QUEUE_PATCH). Each patch id
+therefore names here what its old branch leaves in a history, read from the events alone (no
+payload: the histories' payloads are encrypted by the test codec), and tests/workflows/test_replay.py
+requires a committed history of which it holds. A new patch adds its entry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+
+from messages import activities as acts
+from providers import registry
+from workflows import search_attributes as sa
+from workflows.allocation import LAUNCH_QUEUE_PATCH
+
+PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
+
+
+def workflow_type(history: WorkflowHistory) -> str:
+    return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
+
+
+def patch_markers(history: WorkflowHistory) -> set[str]:
+    """The patch ids a history marks (MarkerRecorded events of temporalio's patch marker)."""
+    ids = set()
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED \
+                and e.marker_recorded_event_attributes.marker_name == PATCH_MARKER:
+            for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads:
+                ids.add(json.loads(payload.data)["id"])
+    return ids
+
+
+def creates(history: WorkflowHistory) -> list[tuple[str, str]]:
+    """(cloud, task queue) of each `create_instance` the workflow scheduled, in order. The cloud is
+    the provider search attribute the workflow upserts right before each create (search attributes
+    are not encoded by the codec)."""
+    cloud, found = "", []
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            fields = e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            if sa.PROVIDER.name in fields:
+                cloud = json.loads(fields[sa.PROVIDER.name].data)
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = e.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == acts.CREATE_INSTANCE.name:
+                found.append((cloud, attrs.task_queue.name))
+    return found
+
+
+def launch_queue_old_branch(history: WorkflowHistory) -> bool:
+    """LAUNCH_QUEUE_PATCH's `patched` is asked only for a cloud with a launch rate; its old branch
+    schedules that cloud's create on the workflow's own task queue (the new: on the cloud's launch
+    queue)."""
+    own = history.events[0].workflow_execution_started_event_attributes.task_queue.name
+    return LAUNCH_QUEUE_PATCH not in patch_markers(history) and any(
+        queue == own and cloud in registry.known() and registry.capabilities(cloud).launches_per_s
+        for cloud, queue in creates(history))
+
+
+OLD_BRANCH_TAKEN: dict[str, Callable[[WorkflowHistory], bool]] = {
+    LAUNCH_QUEUE_PATCH: launch_queue_old_branch,
+}
