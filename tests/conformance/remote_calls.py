@@ -13,6 +13,11 @@ review the diff like code:
 
 Recording rewrites only the entries of the checks that ran (a `-k` subset leaves the rest alone).
 
+Docker has no simulation: its checks run against a real engine (tests/docker_/test_docker.py), whose
+fault proxy names the calls the same way ("GET /containers/{id}/json"); record them with
+
+    GPUPROV_RECORD_CALLS=1 .venv/bin/pytest tests/docker_ -k "conformance or lost_create_answer"
+
 A call that a check makes or not depending on what ran before it in the same process (an SDK that
 caches a lookup per process) or on timing it does not control is listed, with why, under the file's
 `"_sometimes"`: such a call is neither required nor refused in any check. Keep that list short — each

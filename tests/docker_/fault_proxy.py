@@ -12,6 +12,12 @@ effect on the engine, then closes the client's connection without a byte of the 
 with `when="after"` lets it take effect, then holds the answer for its `seconds` (the crash test's
 "create accepted, worker killed before the answer": tests/crash/test_docker_crash.py) — or until the
 client's connection closes (a killed client), when there is no one left to answer.
+
+It also names each request as the simulations name theirs (fakeclouds/calls.py), for the pinned
+remote calls (tests/conformance/remote_calls/docker.json): "METHOD /path-template", the API version
+prefix stripped, the query dropped, a container's id or name (and any other per-run value in the
+path) replaced by a placeholder — "GET /containers/{id}/json". `call_names` are those since the last
+`clear_calls`, every request the adapter made, including those a fault answered.
 """
 
 from __future__ import annotations
@@ -26,6 +32,40 @@ from fakeclouds.errors import LostResponse, RateLimit, ServerFault
 from fakeclouds.faults import CallPlan, FaultBook
 
 FACADE = "docker"
+_VERSION = re.compile(r"^/v[\d.]+(?=/)")
+# Per resource of the Engine API, the words after it that name a collection-wide endpoint rather
+# than one object (POST /containers/create, GET /images/json); any other segment there is an object's
+# id or name: a placeholder. An image's name may span segments (localhost/gpuprov-sshd:bookworm).
+_COLLECTION = {
+    "containers": {"create", "json", "prune"},
+    "images": {"create", "json", "load", "search", "prune", "get"},
+    "networks": {"create", "prune"},
+    "volumes": {"create", "prune"},
+    "exec": set(),
+    "plugins": {"json", "pull", "privileges", "create"},
+    "secrets": {"create"},
+    "configs": {"create"},
+    "services": {"create"},
+    "nodes": set(),
+    "tasks": set(),
+}
+_IMAGE_VERBS = {"json", "history", "push", "tag", "get"}  # what may follow an image's name
+
+
+def call_name(method: str, target: str) -> str:
+    """A request's name as the pinned remote calls hold it: "GET /containers/{id}/json"."""
+    path = _VERSION.sub("", target.split("?", 1)[0]).rstrip("/") or "/"
+    parts = path.lstrip("/").split("/")
+    resource, rest = parts[0], parts[1:]
+    if resource in _COLLECTION and rest and rest[0] not in _COLLECTION[resource]:
+        if resource == "images":  # the name up to a verb that may follow it: DELETE has none
+            verb = rest[-1] if len(rest) > 1 and rest[-1] in _IMAGE_VERBS else None
+            rest = ["{name}", *([verb] if verb else [])]
+        else:
+            rest = ["{id}", *rest[1:]]
+    return f"{method} /{'/'.join([resource, *rest])}"
+
+
 _OPS = (
     ("POST", re.compile(r"^(/v[\d.]+)?/containers/create"), "create"),
     ("GET", re.compile(r"^(/v[\d.]+)?/containers/json"), "list"),
@@ -48,6 +88,7 @@ class FaultProxy:
         self.upstream, self.listen = upstream, listen
         self.book = FaultBook()
         self.seen: list[tuple[str, str]] = []  # (op, path) of every request, in order
+        self._calls: set[str] = set()  # call_name of every request since clear_calls (the loop's)
         self.holding = 0  # answers being held now (latency after): 0 once a killed client's is dropped
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -82,6 +123,13 @@ class FaultProxy:
             return fn()
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
+    def call_names(self) -> list[str]:
+        """The distinct calls (call_name) the proxy was asked since the last `clear_calls`, sorted."""
+        return self.call(lambda: sorted(self._calls))  # type: ignore[no-any-return]
+
+    def clear_calls(self) -> None:
+        self.call(self._calls.clear)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -101,6 +149,7 @@ class FaultProxy:
                 path = target.split("?", 1)[0]
                 op = op_of(method, path)
                 self.seen.append((op, target))
+                self._calls.add(call_name(method, target))
                 plan = self.book.take(FACADE, op)
                 try:
                     await plan.before()

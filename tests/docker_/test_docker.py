@@ -1,7 +1,10 @@
 """The Docker adapter on the official `docker` SDK against a real Docker Engine API (podman's, where
 no Docker runs: tests/docker_/conftest.py): SSH as `ubuntu` with exactly the keys sent, published on
 127.0.0.1 only, nothing left behind by terminate; and the conformance checks that apply to a local
-engine, through a fault-injecting proxy in front of its socket (tests/docker_/fault_proxy.py)."""
+engine, through a fault-injecting proxy in front of its socket (tests/docker_/fault_proxy.py), each
+with the engine calls it made compared with the pinned ones (tests/conformance/remote_calls.py:
+remote_calls/docker.json; GPUPROV_RECORD_CALLS=1 records them), so a `docker` SDK upgrade or an
+adapter change that calls the engine differently fails here."""
 
 from __future__ import annotations
 
@@ -35,9 +38,9 @@ from providers.docker_ import (
     sshd_command,
 )
 from providers.docker_engine import IMAGE
-from tests.conformance import checks
+from tests.conformance import checks, remote_calls
 from tests.conformance.clouds import Harness, new_installation_id
-from tests.docker_.fault_proxy import FACADE, FaultProxy, op_of
+from tests.docker_.fault_proxy import FACADE, FaultProxy, call_name, op_of
 
 USER_KEY = asyncssh.generate_private_key("ssh-ed25519")
 OTHER_KEY = asyncssh.generate_private_key("ssh-ed25519")
@@ -114,6 +117,28 @@ def test_the_proxy_names_each_engine_call_by_its_op() -> None:
     assert op_of("DELETE", "/v1.41/containers/abc") == "terminate"
     assert op_of("POST", "/v1.41/containers/abc/start") == "start"
     assert op_of("GET", "/v1.41/info") == "offers"
+
+
+def test_the_proxy_names_each_engine_call_by_its_path_template() -> None:
+    assert call_name("POST", "/v1.41/containers/create?name=dk-1") == "POST /containers/create"
+    assert call_name("GET", "/v1.41/containers/json?all=1&filters=%7B%7D") == "GET /containers/json"
+    assert call_name("GET", "/v1.41/containers/4f0c9e/json") == "GET /containers/{id}/json"
+    assert call_name("GET", "/v1.45/containers/dk-abc/json") == "GET /containers/{id}/json"
+    assert call_name("POST", "/v1.41/containers/4f0c9e/start") == "POST /containers/{id}/start"
+    assert call_name("DELETE", "/v1.41/containers/4f0c9e?force=True&v=True") == "DELETE /containers/{id}"
+    assert call_name("GET", "/v1.41/info") == "GET /info" and call_name("GET", "/_ping") == "GET /_ping"
+    assert call_name("GET", "/v1.41/images/localhost/gpuprov-sshd:bookworm/json") == "GET /images/{name}/json"
+    assert call_name("GET", "/v1.41/images/json") == "GET /images/json"
+    assert call_name("POST", "/v1.41/exec/9a1b/start") == "POST /exec/{id}/start"
+
+
+def test_a_docker_call_not_pinned_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pins are compared, not skipped: docker.json holds every check run here."""
+    monkeypatch.delenv(remote_calls.RECORD, raising=False)
+    pinned = remote_calls.pinned("docker")
+    assert {c.__name__.removeprefix("check_") for c in APPLY} | {LOST_CREATE_ANSWER} <= set(pinned)
+    with pytest.raises(AssertionError, match=r"new \['GET /images/\{name\}/json'\], no longer \[\]"):
+        remote_calls.compare("docker", "lifecycle", [*pinned["lifecycle"], "GET /images/{name}/json"])
 
 
 # ------------------------------------------------------------------ against the engine
@@ -217,6 +242,13 @@ class ProxyAdmin:
     def clear_faults(self) -> None:
         self.proxy.call(self.proxy.book.clear)
 
+    def clear_calls(self) -> None:
+        self.proxy.clear_calls()
+
+    def calls(self) -> dict[str, list[str]]:
+        """As a simulation's admin answers: per facade, the calls made since `clear_calls`."""
+        return {FACADE: self.proxy.call_names()}
+
     def machines(self) -> list[dict[str, str]]:
         return [{"id": c.id} for c in self.engine.containers.list(all=True)]
 
@@ -265,14 +297,46 @@ def harness(fault_proxy: FaultProxy, docker_engine_url: str) -> Iterator[DockerH
     admin.clear_faults()
 
 
+LOST_CREATE_ANSWER = "lost_create_answer"  # test_a_lost_create_answer_…'s entry in docker.json
+
+
+async def compare_calls(harness: DockerHarness, check: str) -> None:
+    """The engine calls made since the last `clear_calls`, against the pinned ones (remote_calls.py)."""
+    seen = await harness.admin_do("calls")
+    remote_calls.compare(harness.cloud, check, remote_calls.named(seen, harness.cloud))
+
+
 @pytest.mark.parametrize("check", APPLY, ids=lambda c: c.__name__.removeprefix("check_"))
 async def test_conformance_through_the_fault_proxy(harness: DockerHarness, check: checks.Check) -> None:
+    await harness.admin_do("clear_calls")
     await check(harness)
+    await compare_calls(harness, check.__name__.removeprefix("check_"))
+
+
+class ChattyFakeDockerProvider(DockerProvider):
+    """Changed on purpose: reads the image before answering offers, as an SDK upgrade might."""
+
+    async def offers(self, query: OfferQuery) -> list[Any]:
+        await self._run(lambda: self._docker().images.get(IMAGE))
+        return await super().offers(query)
+
+
+async def test_pinned_calls_catch_an_adapter_that_calls_the_engine_differently(
+        harness: DockerHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(remote_calls.RECORD, raising=False)
+    await harness.admin_do("clear_calls")
+    p = ChattyFakeDockerProvider(DockerCredentials(docker_host=harness.server),
+                                 installation_id=harness.installation_id)
+    async with p:
+        assert await p.offers(OfferQuery(spot=True)) == []  # what check_spot asks
+    with pytest.raises(AssertionError, match=r"new \['GET /images/\{name\}/json'\], no longer \[\]"):
+        await compare_calls(harness, "spot")
 
 
 async def test_a_lost_create_answer_still_made_the_container(harness: DockerHarness,
                                                            fault_proxy: FaultProxy) -> None:
     """The proxy really loses the answer after the engine made the container (not a refusal)."""
+    await harness.admin_do("clear_calls")
     p = harness.provider()
     async with p:
         [offer] = await p.offers(OfferQuery())
@@ -289,3 +353,4 @@ async def test_a_lost_create_answer_still_made_the_container(harness: DockerHarn
         await p.terminate(again)
         assert await p.find(s.key) is None
     assert IMAGE
+    await compare_calls(harness, LOST_CREATE_ANSWER)
