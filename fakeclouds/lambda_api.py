@@ -129,6 +129,7 @@ class KeyNotFound(NotFound):
 
 # (HTTP status, code, suggestion) per engine error; the last class that matches wins. Codes marked
 # [unconfirmed] are our guess.
+INTERNAL_SUGGESTION = "Try again later. Contact Support if the problem persists."
 _ERRORS = CodeTable([
     (Unauthorized, (401, "global/invalid-api-key", "Check your API key.")),
     (NotFound, (404, "global/object-does-not-exist", "Check the resource exists.")),
@@ -141,9 +142,10 @@ _ERRORS = CodeTable([
                   "Try again later or choose another region or instance type.")),
     (QuotaExceeded, (400, "global/quota-exceeded", "Contact support to raise your quota.")),
     (RateLimit, (429, "global/too-many-requests", "Slow down.")),  # status from SkyPilot; code [unconfirmed]
-    (ServerFault, (500, "global/internal-error", None)),
+    # the spec's ApiErrorInternal requires `suggestion`; this is its documented default
+    (ServerFault, (500, "global/internal-error", INTERNAL_SUGGESTION)),
     (LostResponse, (504, "global/gateway-timeout", None)),  # simulation only
-], default=(500, "global/internal-error", None))
+], default=(500, "global/internal-error", INTERNAL_SUGGESTION))
 
 
 class Tag(BaseModel):
