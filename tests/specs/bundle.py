@@ -4,12 +4,13 @@ Usage (from the repository root, with the vendors' repositories fetched as bare 
 
     .venv/bin/python -m tests.specs.bundle <cloud> <git-dir> [<git-dir> ...]
 
-Each cloud's extract keeps only the operations its adapter calls (OPERATIONS) and everything they
+Each cloud's extract keeps only the operations its adapter calls (SOURCES[cloud]["ops"]) and everything they
 reference, transitively: `#/components/...` entries are kept as they are; a reference to another
-file (DigitalOcean's multi-file spec) is inlined in place, its own file references resolved against
-that file. Nothing else is changed — no schema is edited by hand — so a diff against a newer vendor
-file shows exactly what the vendor changed. The source blob's id is recorded in the extract
-(`x-gpuprov-source`) and in tests/specs/README.md.
+file (DigitalOcean's multi-file spec) points to one copy of its target kept under `x-files` (named
+by its path and fragment), whose own references are resolved against that file the same way.
+Nothing else is changed — no schema is edited by hand — so a diff against a newer vendor file shows
+exactly what the vendor changed. The source blob's id is recorded in the extract (`x-gpuprov-source`)
+and in tests/specs/README.md.
 """
 
 from __future__ import annotations
@@ -89,9 +90,18 @@ def _git_show(git_dir: str, path: str) -> str:
                           capture_output=True, text=True).stdout
 
 
+class _TextDates(yaml.SafeLoader):
+    """YAML as JSON sees it: a date stays the string it is written as (not a datetime)."""
+
+
+_TextDates.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def _load(git_dir: str, path: str) -> Any:
     text = _git_show(git_dir, path)
-    return json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    return json.loads(text) if path.endswith(".json") else yaml.load(text, Loader=_TextDates)  # noqa: S506
 
 
 def _pointer(doc: Any, fragment: str) -> Any:
@@ -101,22 +111,26 @@ def _pointer(doc: Any, fragment: str) -> Any:
     return node
 
 
-def _inline_files(node: Any, git_dir: str, here: str, stack: tuple[str, ...] = ()) -> Any:
-    """`node` with every reference to another file replaced by that file's (fragment's) content."""
+def _bundle_refs(node: Any, git_dir: str, here: str, root: str, files: dict[str, Any]) -> Any:
+    """`node` with every reference into another file (or, inside another file, into that file) made a
+    reference to a copy of its target kept once under the extract's `x-files`, named by file and
+    fragment; those copies' own references bundled the same way (so recursion stays a reference)."""
     if isinstance(node, list):
-        return [_inline_files(n, git_dir, here, stack) for n in node]
+        return [_bundle_refs(n, git_dir, here, root, files) for n in node]
     if not isinstance(node, dict):
         return node
     ref = node.get("$ref")
-    if isinstance(ref, str) and not ref.startswith("#"):
+    if isinstance(ref, str) and not (ref.startswith("#") and here == root):
         file, _, fragment = ref.partition("#")
-        target = posixpath.normpath(posixpath.join(posixpath.dirname(here), file))
-        key = f"{target}#{fragment}"
-        if key in stack:
-            raise ValueError(f"recursive file reference {key}: not bundled by inlining")
-        content = _pointer(copy.deepcopy(_load(git_dir, target)), fragment)
-        return _inline_files(content, git_dir, target, (*stack, key))
-    return {k: _inline_files(v, git_dir, here, stack) for k, v in node.items()}
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(here), file)) if file else here
+        name = f"{posixpath.relpath(target, posixpath.dirname(root))}{'#' + fragment if fragment else ''}"
+        name = name.replace("/", ".").replace("#", "").replace("..", ".")
+        if name not in files:
+            files[name] = None  # taken: a reference back to it while it is being bundled stays one
+            content = _pointer(copy.deepcopy(_load(git_dir, target)), fragment)
+            files[name] = _bundle_refs(content, git_dir, target, root, files)
+        return {"$ref": f"#/x-files/{name}"}
+    return {k: _bundle_refs(v, git_dir, here, root, files) for k, v in node.items()}
 
 
 def _local_refs(node: Any) -> set[str]:
@@ -146,6 +160,7 @@ def extract(cloud: str, git_dirs: list[str]) -> dict[str, Any]:
             out[key] = first[key]
     wanted = list(src["ops"])
     blobs = []
+    files: dict[str, Any] = {}  # other files' objects the kept operations reference (multi-file specs)
     for i, (doc, file) in enumerate(docs):
         git_dir = git_dirs[min(i, len(git_dirs) - 1)]
         blob = subprocess.run(["git", "-C", git_dir, "rev-parse", f"HEAD:{file}"], check=True,
@@ -161,10 +176,10 @@ def extract(cloud: str, git_dirs: list[str]) -> dict[str, Any]:
                 op = copy.deepcopy(paths[path][method])
                 if params:  # path-level parameters apply to every operation: copy them onto this one
                     op["parameters"] = copy.deepcopy(params) + op.get("parameters", [])
-                item[method] = _inline_files(op, git_dir, file)
+                item[method] = _bundle_refs(op, git_dir, file, file, files)
                 wanted.remove((method, path))
         # components referenced (transitively) by what was kept from this document
-        components = _inline_files(doc.get("components", {}), git_dir, file)
+        components = _bundle_refs(doc.get("components", {}), git_dir, file, file, files)
         todo = _local_refs(out["paths"]) | set(src.get("extra", []))
         seen: set[str] = set()
         while todo:
@@ -181,6 +196,10 @@ def extract(cloud: str, git_dirs: list[str]) -> dict[str, Any]:
                 continue  # defined by another of the cloud's documents
             out["components"].setdefault(parts[1], {})[parts[2]] = value
             todo |= _local_refs(value)
+    # in name order: the extract is the same file whichever order the references were followed in
+    out["components"] = {k: dict(sorted(v.items())) for k, v in sorted(out["components"].items())}
+    if files:
+        out["x-files"] = files
     if wanted:
         raise SystemExit(f"{cloud}: not in the vendor spec: {wanted}")
     out["x-gpuprov-source"] = {"repo": src["repo"], "files": blobs, "official": src["official"],

@@ -20,6 +20,7 @@ formats included. Nothing here knows a cloud: each test module says which spec a
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import urllib.parse
@@ -99,6 +100,12 @@ class Exchanges:
             ex.answer_type = response.headers.get("content-type", "")
             ex.answer = response.content
 
+    def find(self, method: str, path: str, status: int) -> Exchange:
+        """A copy (to mutate) of the first exchange `method path -> status`."""
+        found = [e for e in self.seen if e.method == method and e.path == path and e.status == status]
+        assert found, f"no {method} {path} -> {status} in {[str(e) for e in self.seen]}"
+        return copy.deepcopy(found[0])
+
     def calls(self) -> list[str]:
         return [f"{e.method} {e.path}" for e in self.seen]
 
@@ -122,6 +129,17 @@ class SpecOracle:
         self._registry: Registry = Registry().with_resource(
             "", Resource.from_contents(self.spec, default_specification=DRAFT202012))
         self._templates = [(self._pattern(t), t) for t in self.spec["paths"]]
+        self.amended: list[tuple[str, list[Any], str]] = []
+
+    def amend_enum(self, pointer: str, add: list[Any], why: str) -> None:
+        """Add `add` to the enum at `pointer` (a JSON pointer into the extract) where the vendor's
+        spec lags its API; `why` says what shows the API has them (required: no silent amendments)."""
+        assert why.strip(), "say why the vendor's enum is stale"
+        node: Any = self.spec
+        for part in pointer.lstrip("/").split("/"):
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        node["enum"] = [*node["enum"], *[v for v in add if v not in node["enum"]]]
+        self.amended.append((pointer, add, why))
 
     # ------------------------------------------------------------------ schemas
 
@@ -169,7 +187,7 @@ class SpecOracle:
             return f"path {full} is not in the spec"
         template, m = matches[0]
         item = self.spec["paths"][template]
-        op = item.get(method.lower())
+        op = self._deref(item.get(method.lower()))  # a multi-file spec's operation may be a $ref
         if op is None:
             return f"{method} {template} is not documented (only {[x.upper() for x in item if x in METHODS]})"
         names = re.findall(r"\{([^}]+)\}", template)
@@ -263,6 +281,15 @@ class SpecOracle:
         """Every problem of every exchange, each prefixed with the exchange it is from."""
         seen = exchanges.seen if isinstance(exchanges, Exchanges) else exchanges
         return [f"[{ex}] {p}" for ex in seen for p in self.problems(ex)]
+
+    def templates(self, exchanges: Exchanges) -> set[str]:
+        """`METHOD template` of each exchange (the template without this oracle's prefix)."""
+        out = set()
+        for e in exchanges.seen:
+            found = self.operation(e.method, e.path)
+            named = found[0].removeprefix(self.prefix) if isinstance(found, tuple) else e.path
+            out.add(f"{e.method} {named}")
+        return out
 
     def _is_array(self, schema: dict[str, Any]) -> bool:
         schema = self._deref(schema)
