@@ -63,18 +63,16 @@ from workflows.disconnect import DisconnectWorkflow
 from workflows.fleet_probe import FleetProbeWorkflow
 from workflows.health import HealthRecheckWorkflow, HealthWorkflow
 from workflows.job import JobWorkflow
-from workflows.legacy.allocate import AllocateWorkflow
-from workflows.legacy.terminate import TerminateWorkflow
 from workflows.policy import PolicyWorkflow
 from workflows.scale import ScaleWorkflow
 from workflows.sweep import SweepWorkflow
 from workflows.watch import WatchWorkflow
 
-# AllocateWorkflow and TerminateWorkflow stay for allocations an earlier version started.
+# The retired AllocateWorkflow and TerminateWorkflow are gone (workflows/README.md, "A rewrite"):
+# migration 0023 refuses a database with a live instance still on one.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
                          SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, PolicyWorkflow, JobWorkflow,
-                         ScaleWorkflow, HealthRecheckWorkflow,
-                         AllocateWorkflow, TerminateWorkflow]
+                         ScaleWorkflow, HealthRecheckWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
 # are shared): the messages, the contract's models, pydantic. Everything with I/O stays out.
@@ -90,14 +88,13 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     jobs = JobActivities(deps)
     pools = PoolActivities(deps)
     return [
-        cloud.validate_allocation, cloud.plan_allocation, cloud.validate_request, cloud.plan_offers,
+        cloud.validate_allocation, cloud.plan_allocation,
         cloud.create_instance, cloud.wait_running,
         cloud.terminate_and_verify,
         conns.verify_credentials, conns.save_connection, conns.begin_disconnect, conns.delete_connection,
         conns.terminate_allocation, conns.start_watch, WatchActivities(deps).watch_connection,
         ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus,
-        records.record_allocation, records.record_status, records.load_instance,
-        records.await_allocate_closed,
+        records.record_allocation,
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
         health.health_targets, health.check_connection, health.record_health, health.degraded_connections,
         FleetActivities(deps).fleet_hosts, FleetActivities(deps).probe_fleet_host,

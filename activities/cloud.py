@@ -18,7 +18,6 @@ from activities.watch import start_watch
 from messages import activities as acts
 from messages.activities import (
     CreateInput,
-    LegacyPlanInput,
     PlanInput,
     PlanResult,
     TerminateInput,
@@ -37,14 +36,12 @@ from providers.base import (
     InstanceStatus,
     LaunchRequirements,
     LaunchSpec,
-    Offer,
     Ownership,
     ProviderError,
     on_launch_send,
-    rank_offers,
 )
 from providers.market import Source, gather_offers
-from store import repo, spend
+from store import creates_in_flight, projects, spend
 from store.db import session_scope
 from store.models import Connection, Instance, utcnow
 
@@ -72,12 +69,6 @@ class CloudActivities:
             raise ApplicationError("no cloud can serve this request: " + "; ".join(skipped),
                                    type=ErrorKind.UNSUPPORTED, non_retryable=True)
         return ValidateResult(capabilities=caps, skipped=skipped)
-
-    @activity.defn(name=acts.VALIDATE_REQUEST.name)
-    def validate_request(self, inp: ValidateInput) -> Capabilities:
-        """The legacy AllocateWorkflow's validate: one cloud."""
-        return self._validate(inp.request, CloudTarget(connection_id=inp.request.connection_id,
-                                                       cloud=inp.request.cloud))
 
     def _validate(self, req: AllocateRequest, target: CloudTarget) -> Capabilities:
         """Refuse what this cloud cannot do, with its reason, before any planning."""
@@ -131,14 +122,6 @@ class CloudActivities:
                                    non_retryable=not retry)
         return PlanResult(offers=answer.offers, failures=failures)
 
-    @activity.defn(name=acts.PLAN_OFFERS.name)
-    async def plan_offers(self, inp: LegacyPlanInput) -> list[Offer]:
-        """The legacy AllocateWorkflow's plan: one cloud."""
-        with provider_errors():
-            p = await self.deps.provider(inp.target)
-            offers = await heartbeating(p.offers(inp.query), 1.0, "listing offers")
-            return rank_offers(offers, inp.query)
-
     @activity.defn(name=acts.CREATE_INSTANCE.name)
     async def create_instance(self, inp: CreateInput) -> InstanceRef:
         """Find-or-create by key. The installation's key is always added so gpuprov can log in,
@@ -190,7 +173,7 @@ class CloudActivities:
                 # pacing: providers/base.py): a create that fails, or whose worker dies, before
                 # then sent nothing, and its retry does not wait the window.
                 nonlocal sent
-                await self.deps.blocking(self._sends, repo.create_sent, inp.key)
+                await self.deps.blocking(self._sends, creates_in_flight.create_sent, inp.key)
                 sent = True
 
             try:
@@ -200,10 +183,11 @@ class CloudActivities:
                 if sent:  # else nothing left: whatever an earlier attempt sent is as it was
                     # The cloud answered: whatever it refused is not in flight. No answer: the launch
                     # may still land, even after the window (the watch then hunts for its twin).
-                    record = repo.create_doubted if e.in_doubt else repo.create_answered
+                    record = (creates_in_flight.create_doubted if e.in_doubt
+                              else creates_in_flight.create_answered)
                     await self.deps.blocking(self._sends, record, inp.key)
                 raise
-            await self.deps.blocking(self._sends, repo.create_answered, inp.key)
+            await self.deps.blocking(self._sends, creates_in_flight.create_answered, inp.key)
             return ref
 
     def _sends(self, record: Callable[[Session, str], object], key: str) -> None:
@@ -215,13 +199,13 @@ class CloudActivities:
         doubt, or the window after it was sent has passed without it (launching is safe then)."""
         def since() -> datetime | None:
             with session_scope(self.deps.engine) as session:
-                return repo.create_in_flight_since(session, inp.key)
+                return creates_in_flight.create_in_flight_since(session, inp.key)
 
         sent_at = await self.deps.blocking(since)
         if sent_at is None:
             return None
         # An earlier launch got no answer (a timeout; a worker that died with it in flight).
-        await self.deps.blocking(self._sends, repo.create_doubted, inp.key)
+        await self.deps.blocking(self._sends, creates_in_flight.create_doubted, inp.key)
         deadline = sent_at.timestamp() + window
         while True:
             found = await heartbeating(p.find(inp.key), inp.heartbeat_every_s, "awaiting an earlier launch")
@@ -273,7 +257,7 @@ def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef,
         row = session.get(Instance, inp.allocation_id)
         conn = session.get(Connection, inp.target.connection_id)
         project = (row.project if row is not None
-                   else conn.project if conn is not None else repo.DEFAULT_PROJECT)
+                   else conn.project if conn is not None else projects.DEFAULT_PROJECT)
         spend.open_interval(session, key=inp.key, instance_id=inp.allocation_id, project=project,
                             connection_id=inp.target.connection_id, provider=inp.target.cloud,
                             rate_per_hour=inp.offer.price_per_hour, started_at=started)

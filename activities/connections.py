@@ -21,7 +21,7 @@ from messages.health import HealthInput
 from messages.ids import connection_health_workflow_id
 from providers import registry
 from providers.base import ProviderError
-from store import repo
+from store import connections, instances
 from store.db import session_scope
 from store.models import Connection, Instance
 from store.secrets import SecretError
@@ -60,11 +60,11 @@ class ConnectionActivities:
     def save_connection(self, req: ConnectRequest) -> None:
         """Insert the verified connection (the secret stays sealed as it came). Idempotent."""
         with session_scope(self.deps.engine) as session:
-            repo.save_connection(session, connection_id=req.connection_id, provider=req.provider,
-                                 name=req.name,
-                                 secret=req.sealed_credentials.encode(), endpoint=req.options.endpoint,
-                                 ca_bundle=req.options.ca_bundle, account=req.account,
-                                 project=req.project)
+            connections.save_connection(session, connection_id=req.connection_id, provider=req.provider,
+                                        name=req.name,
+                                        secret=req.sealed_credentials.encode(), endpoint=req.options.endpoint,
+                                        ca_bundle=req.options.ca_bundle, account=req.account,
+                                        project=req.project)
 
     @activity.defn(name=acts.START_WATCH.name)
     async def start_watch(self, inp: ConnectionIdInput) -> None:
@@ -87,10 +87,10 @@ class ConnectionActivities:
             row = session.get(Connection, inp.connection_id)
             if row is None:
                 return LiveAllocations(allocations=[])
-            live = repo.live_instances(session, inp.connection_id)
+            live = instances.live_instances(session, inp.connection_id)
             why = f"terminating {len(live)} instance(s) before removal" if live else None
-            repo.mark_connection(session, row.id, status=ConnectionStatus.REMOVING, account=row.account,
-                                 error=why)
+            connections.mark_connection(session, row.id, status=ConnectionStatus.REMOVING,
+                                        account=row.account, error=why)
             return LiveAllocations(allocations=[LiveAllocation(allocation_id=i.id, workflow_id=i.workflow_id)
                                                 for i in live])
 
@@ -113,8 +113,8 @@ class ConnectionActivities:
         with session_scope(self.deps.engine) as session:
             live = session.exec(select(Instance.id).where(
                 Instance.connection_id == inp.connection_id,
-                col(Instance.status).in_(repo.LIVE_STATUSES))).first()
+                col(Instance.status).in_(instances.LIVE_STATUSES))).first()
             if live is not None:
                 raise ApplicationError(f"allocation {live} on connection {inp.connection_id} is still live",
                                        type=ErrorKind.TRANSIENT)
-            repo.delete_connection(session, inp.connection_id)
+            connections.delete_connection(session, inp.connection_id)

@@ -24,7 +24,7 @@ from providers import registry
 from providers.base import CloudProvider, ConnectionOptions
 from providers.fleet_addresses import FleetAddresses
 from providers.ssh_fleet import SshFleetProvider
-from store import fleets, repo
+from store import connections, fleets, instances
 from store.db import session_scope
 from store.identity import ssh_identity
 from store.models import Connection
@@ -48,7 +48,7 @@ class ProviderCache:
 
     @staticmethod
     def fingerprint(row: Connection) -> str:
-        return repo.fingerprint(row)
+        return connections.fingerprint(row)
 
     def get(self, row: Connection, build: Callable[[Connection], CloudProvider]) -> CloudProvider:
         """The cached adapter for `row`, or a new one from `build(row)` when none or stale.
@@ -137,7 +137,7 @@ class ActivityDeps:
         if inp.marks:
             with session_scope(self.engine) as session:
                 marks = [(m.status.value, m.phase.value) for m in inp.marks]
-                repo.mark_phases(session, inp.allocation_id, marks)
+                instances.mark_phases(session, inp.allocation_id, marks)
 
     def load_connection(self, connection_id: str) -> Connection:
         with session_scope(self.engine) as session:

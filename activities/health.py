@@ -28,7 +28,7 @@ from messages.health import (
     RecordHealthInput,
 )
 from providers.base import ProviderError
-from store import fleets, repo
+from store import connections, fleets
 from store.db import session_scope
 from store.models import utcnow
 
@@ -43,7 +43,7 @@ class HealthActivities:
         checked: their rows show `removing` until deleted. And every SSH fleet (or those named)
         with its latest probe id, to re-probe."""
         with session_scope(self.deps.engine) as session:
-            rows = repo.connected_anywhere(session, inp.connection_ids)
+            rows = connections.connected_anywhere(session, inp.connection_ids)
             found = fleets.probe_targets(session, inp.fleet_ids)
         return HealthTargets(targets=[CloudTarget(connection_id=r.id, cloud=r.provider) for r in rows],
                              fleets=[FleetProbeRequest(fleet_id=f, probe_id=p) for f, p in found])
@@ -52,7 +52,7 @@ class HealthActivities:
     def degraded_connections(self, inp: HealthRecheckInput) -> DegradedConnections:
         """The connected connections whose last check found them degraded: what a re-check verifies."""
         with session_scope(self.deps.engine) as session:
-            rows = repo.connected_anywhere(session)
+            rows = connections.connected_anywhere(session)
         return DegradedConnections(connection_ids=[r.id for r in rows
                                                    if r.health_status == HealthStatus.DEGRADED])
 
@@ -87,10 +87,11 @@ class HealthActivities:
         """Write each answer on its connection (one removed meanwhile is skipped). Idempotent."""
         with session_scope(self.deps.engine) as session:
             for c in inp.checks:
-                repo.record_health(session, c.connection_id,
-                                   status=HealthStatus.HEALTHY if c.ok else HealthStatus.DEGRADED,
-                                   reason=None if c.ok else c.reason,
-                                   checked_at=datetime.fromisoformat(c.checked_at), latency_ms=c.latency_ms)
+                connections.record_health(session, c.connection_id,
+                                          status=HealthStatus.HEALTHY if c.ok else HealthStatus.DEGRADED,
+                                          reason=None if c.ok else c.reason,
+                                          checked_at=datetime.fromisoformat(c.checked_at),
+                                          latency_ms=c.latency_ms)
             session.commit()
 
 

@@ -36,7 +36,7 @@ from messages.pool import (
     slot_of_key,
 )
 from providers.base import InstanceRef
-from store import allocations, pool_claims, pools, repo
+from store import allocations, connections, pool_claims, pools
 from store.db import session_scope
 from store.models import Instance, Pool
 from workflows import client_calls
@@ -55,7 +55,7 @@ class PoolActivities:
             row = session.get(Pool, pool_id)
             if row is None or row.project != project:
                 return None, []
-            conns = repo.connected(session, [row.cloud], project)
+            conns = connections.connected(session, [row.cloud], project)
             return row, [CloudTarget(connection_id=c.id, cloud=c.provider) for c in conns]
 
     def _rows(self, allocation_ids: list[str]) -> dict[str, Instance]:

@@ -6,20 +6,15 @@ its event loop (heartbeats, cloud calls) never waits on the database."""
 
 from __future__ import annotations
 
-import asyncio
-
 from sqlmodel import Session, select
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.deps import ActivityDeps
 from messages import activities as acts
-from messages.activities import AllocationIdInput, InstanceRecord, RecordAllocationInput, RecordStatusInput
+from messages.activities import RecordAllocationInput
 from messages.enums import AllocationStatus
-from messages.ids import allocate_workflow_id, allocation_workflow_id
-from providers.base import InstanceRef
-from store import repo, spend
+from messages.ids import allocation_workflow_id
+from store import instances, spend
 from store.db import session_scope
 from store.models import Attempt, Instance, InstanceEvent, utcnow
 
@@ -37,7 +32,7 @@ class RecordActivities:
         with session_scope(self.deps.engine) as session:
             # One transaction with the snapshot below: no reader sees `ready` before the address.
             marks = [(m.status.value, m.phase.value) for m in inp.marks]
-            repo.mark_phases(session, req.allocation_id, marks, commit=False)
+            instances.mark_phases(session, req.allocation_id, marks, commit=False)
             row = session.get(Instance, req.allocation_id)
             if row is None:
                 # The workflow writes its own row when the API did not (or died before it could).
@@ -72,7 +67,7 @@ class RecordActivities:
             session.flush()
             _log_transition(session, row.id, before, (inp.status, st.phase.value))
             for a in st.attempts:
-                repo.record_attempt(session, Attempt(
+                instances.record_attempt(session, Attempt(
                     instance_id=req.allocation_id, seq=a.seq, provider=a.offer.provider,
                     instance_type=a.offer.instance_type, region=a.offer.region, spot=a.offer.spot,
                     price_per_hour=a.offer.price_per_hour, outcome=a.outcome, reason=a.reason), commit=False)
@@ -86,55 +81,6 @@ class RecordActivities:
                                     project=row.project, connection_id=row.connection_id,
                                     provider=row.provider, rate_per_hour=st.offer.price_per_hour,
                                     started_at=now)
-
-    @activity.defn(name=acts.RECORD_STATUS.name)
-    def record_status(self, inp: RecordStatusInput) -> None:
-        with session_scope(self.deps.engine) as session:
-            row = session.get(Instance, inp.allocation_id)
-            if row is None:
-                return
-            _log_transition(session, row.id, (row.status, row.phase), (inp.status, inp.phase))
-            row.status, row.phase = inp.status, inp.phase
-            if inp.error is not None:
-                row.error = inp.error
-            if inp.note is not None:
-                row.note = "; ".join(filter(None, [row.note, inp.note]))
-            row.updated_at = utcnow()
-            if inp.status == AllocationStatus.TERMINATED and row.terminated_at is None:
-                row.terminated_at = row.updated_at
-            session.add(row)
-            session.commit()
-
-    @activity.defn(name=acts.LOAD_INSTANCE.name)
-    def load_instance(self, inp: AllocationIdInput) -> InstanceRecord | None:
-        with session_scope(self.deps.engine) as session:
-            row = session.get(Instance, inp.allocation_id)
-        if row is None:
-            return None
-        ref = None
-        if row.cloud_instance_id and row.key:
-            ref = InstanceRef(provider=row.provider, instance_id=row.cloud_instance_id, key=row.key,
-                              region=row.offer_region)
-        return InstanceRecord(allocation_id=row.id, connection_id=row.connection_id, cloud=row.provider,
-                              status=AllocationStatus(row.status), key=row.key, ref=ref)
-
-    @activity.defn(name=acts.AWAIT_ALLOCATE_CLOSED.name)
-    async def await_allocate_closed(self, inp: AllocationIdInput) -> None:
-        """Wait until the allocate workflow is no longer running (it may be compensating)."""
-        if self.deps.client is None:
-            raise RuntimeError("ActivityDeps.client is required for await_allocate_closed")
-        handle = self.deps.client.get_workflow_handle(allocate_workflow_id(inp.allocation_id))
-        while True:
-            activity.heartbeat("waiting for allocate to close")
-            try:
-                desc = await handle.describe()
-            except RPCError as e:
-                if e.status == RPCStatusCode.NOT_FOUND:
-                    return
-                raise
-            if desc.status != WorkflowExecutionStatus.RUNNING:
-                return
-            await asyncio.sleep(inp.poll_interval_s)
 
 
 def _log_transition(session: Session, instance_id: str, before: tuple[str, str],

@@ -34,7 +34,8 @@ from messages.sweep import (
 )
 from providers import registry
 from providers.base import InstanceRef
-from store import fleets, repo
+from store import connections as connection_store
+from store import fleets
 from store.db import session_scope
 from store.models import Connection, Instance, SweepAction, SweepSighting, utcnow
 
@@ -88,7 +89,7 @@ class SweepActivities:
         every SSH fleet: a claim of ours whose allocation is over (a crash between claim and record)
         frees its host the same way, after the same grace."""
         with session_scope(self.deps.engine) as session:
-            rows = repo.list_connections(session)
+            rows = connection_store.list_connections(session)
             fleet_ids = fleets.all_fleet_ids(session)
         wanted = None if inp.connection_ids is None else set(inp.connection_ids)
         targets = [CloudTarget(connection_id=r.id, cloud=r.provider) for r in rows]

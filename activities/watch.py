@@ -20,11 +20,11 @@ from messages import activities as acts
 from messages import workflows as wf
 from messages.allocation import CloudTarget, MachineLost
 from messages.enums import AllocationStatus
-from messages.ids import LEGACY_ALLOCATE_PREFIX, watch_workflow_id
+from messages.ids import watch_workflow_id
 from messages.watch import WatchInput, WatchReport, WatchRequest
 from providers.base import CloudProvider, InstanceRef, InstanceState, InstanceStatus, ProviderError
 from providers.ssh_fleet import SshFleetProvider
-from store import fleets, repo
+from store import creates_in_flight, fleets
 from store.db import session_scope
 from store.models import Connection, Fleet, Instance, utcnow
 from workflows import client_calls
@@ -77,8 +77,6 @@ class WatchActivities:
         target, rows = await self.deps.blocking(self._ready_on, inp.connection_id)
         if target is None:
             return WatchReport(connection_found=False)
-        # Allocations started by an earlier gpuprov closed at ready: nothing listens to them.
-        rows = [r for r in rows if not r.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX)]
         if not rows:
             return WatchReport()
         p = await self.deps.provider(target)
@@ -123,7 +121,7 @@ class WatchActivities:
 
         def doubted() -> dict[str, datetime]:
             with session_scope(self.deps.engine) as session:
-                return repo.doubted_keys(session, [r.key for r in rows if r.key])
+                return creates_in_flight.doubted_keys(session, [r.key for r in rows if r.key])
 
         since = await self.deps.blocking(doubted)
         hunted = [r for r in rows if r.key in since and max(since[r.key], aware(r.ready_at or now))

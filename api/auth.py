@@ -11,8 +11,8 @@ from fastapi import Depends, Header, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.deps import AppDeps, DepsDep, open_session
-from api.schemas import PROJECT_PATTERN
-from store import repo
+from api.fields import PROJECT_PATTERN
+from store import projects
 
 _bearer = HTTPBearer(auto_error=False, description="the admin token printed by `gpuprov dev`, or a project "
                                                    "token (POST /api/projects/{project}/tokens)")
@@ -35,7 +35,7 @@ def token_project(deps: AppDeps, token: str) -> str | None:
     """The project of a live project token; None for an unknown or revoked one. Sync (a database
     read): call it from the threadpool."""
     with open_session(deps) as session:
-        return repo.project_of_token(session, token)
+        return projects.project_of_token(session, token)
 
 
 def is_admin_token(deps: AppDeps, token: str) -> bool:
@@ -77,7 +77,7 @@ def current_caller(creds: BearerDep, deps: DepsDep, x_project: ProjectHeader = N
     if is_admin_token(deps, creds.credentials):
         project = x_project or DEFAULT_PROJECT
         with open_session(deps) as session:
-            if repo.get_project(session, project) is None:
+            if projects.get_project(session, project) is None:
                 raise no_project(project)
         return Caller(admin=True, project=project)
     own = token_project(deps, creds.credentials)

@@ -9,7 +9,7 @@ No state can diverge because nothing is looked up by chance:
   unique constraint, so reusing the key with another body is refused instead of answered with the
   other request's resource. The key itself is never stored, nor put in a workflow id.
 
-Without a key, ids are random (`repo.new_id()`) as before.
+Without a key, ids are random (`store.ids.new_id()`) as before.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from fastapi import Header, HTTPException, status
 
 from api.deps import AppDeps, open_session
-from store import repo
+from store import idempotency
 
 HEADER = "Idempotency-Key"
 MAX_KEY = 200
@@ -64,7 +64,7 @@ def check(deps: AppDeps, scope: str, key: str, fingerprint_: str) -> bool:
     """Whether the key was used before in this scope (sync: call through `in_thread`); 422 when
     it was used with another request."""
     with open_session(deps) as session:
-        found = repo.find_idempotency_key(session, scope, key_hash(key))
+        found = idempotency.find_idempotency_key(session, scope, key_hash(key))
     if found is not None and found.fingerprint != fingerprint_:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, REUSED)
     return found is not None
@@ -74,8 +74,8 @@ def claim(deps: AppDeps, scope: str, key: str, fingerprint_: str, resource_id: s
     """Record the key's first use (or find it, also when a concurrent request won the race); the
     resource id it names. 422 when it was used with another request. Sync: call through `in_thread`."""
     with open_session(deps) as session:
-        record = repo.claim_idempotency_key(session, scope=scope, key_hash=key_hash(key),
-                                            fingerprint=fingerprint_, resource_id=resource_id)
+        record = idempotency.claim_idempotency_key(session, scope=scope, key_hash=key_hash(key),
+                                                   fingerprint=fingerprint_, resource_id=resource_id)
     if record.fingerprint != fingerprint_:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, REUSED)
     return record.resource_id
@@ -85,4 +85,5 @@ def release(deps: AppDeps, scope: str, key: str, fingerprint_: str) -> None:
     """A keyed request that ended in a 4xx having made nothing leaves no record: a retry, with this
     body or a corrected one, is a first use again. Sync: call through `in_thread`."""
     with open_session(deps) as session:
-        repo.release_idempotency_key(session, scope=scope, key_hash=key_hash(key), fingerprint=fingerprint_)
+        idempotency.release_idempotency_key(session, scope=scope, key_hash=key_hash(key),
+                                            fingerprint=fingerprint_)

@@ -19,7 +19,7 @@ from providers.base import (
 from providers.fleet_addresses import FleetAddresses
 from providers.market import DEFAULT_TIMEOUT_S, DEFAULT_TTL_S, MarketAnswer, OfferCache, Source, gather_offers
 from providers.ssh_fleet import SshFleetProvider
-from store import fleets, repo
+from store import connections, fleets
 from store.models import Connection
 from store.secrets import SecretBox, SecretError
 
@@ -38,12 +38,12 @@ class Market:
                 allowed_endpoints: Collection[str]) -> CloudProvider:
         """The connection's adapter, rebuilt when its credentials or options changed. Raises
         InvalidRequest when its secret cannot be opened or its cloud refuses the stored settings."""
-        fp = repo.fingerprint(conn)
+        fp = connections.fingerprint(conn)
         cached = self._adapters.get(conn.id)
         if cached is not None and cached[0] == fp:
             return cached[1]
         try:
-            credentials = repo.credentials_of(box, conn)
+            credentials = connections.credentials_of(box, conn)
         except SecretError as e:
             raise InvalidRequest(f"connection {conn.id}: {e}") from None
         adapter = registry.build(conn.provider, credentials,
@@ -70,7 +70,7 @@ class Market:
                 return Source(connection_id=conn.id, cloud=conn.provider,
                               capabilities=Capabilities(display_name=conn.provider), adapter=unavailable)
             return Source(connection_id=conn.id, cloud=conn.provider, capabilities=caps, adapter=adapter,
-                          fingerprint=repo.fingerprint(conn))
+                          fingerprint=connections.fingerprint(conn))
         return [make(c) for c in conns]
 
     def fleet_sources(self, kind: str, found: Sequence[fleets.SealedFleet], box: SecretBox, *,

@@ -11,12 +11,12 @@ from sqlmodel import Session
 
 from api.deps import AppDeps, open_session
 from api.errors import adapter_class, shown
-from api.schemas import InstanceCreate
+from api.shared_bodies import InstanceCreate
 from messages.allocation import CloudTarget
 from messages.enums import ConnectionStatus
 from providers import registry
 from providers.base import LaunchRequirements, Unsupported
-from store import fleets, repo
+from store import connections, fleets
 from store.models import Connection
 
 
@@ -52,7 +52,7 @@ def _candidates(session: Session, project: str,
                 body: InstanceCreate) -> tuple[list[str] | None, list[Connection]]:
     """The clouds the request named (None: it named none) and the project's connections they may use."""
     if body.connection_id is not None:
-        conn = repo.get_connection(session, body.connection_id)
+        conn = connections.get_connection(session, body.connection_id)
         if conn is None or conn.project != project:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no connection {shown(body.connection_id)}")
         if conn.status != ConnectionStatus.CONNECTED:
@@ -60,7 +60,7 @@ def _candidates(session: Session, project: str,
                                 f"connection {conn.id!r} is {conn.status}: it takes no new allocations")
         return [conn.provider], [conn]
     named = [body.cloud] if body.cloud is not None else body.clouds
-    return named, list(repo.connected(session, named, project))
+    return named, list(connections.connected(session, named, project))
 
 
 def resolve(deps: AppDeps, project: str, body: InstanceCreate) -> Targets:

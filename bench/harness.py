@@ -33,7 +33,8 @@ from messages.enums import Phase
 from messages.ids import allocation_workflow_id
 from providers import registry
 from providers.pacing import TIME_SCALE_ENV
-from store import migrate, repo
+from store import connections as connection_store
+from store import migrate
 from store.db import make_engine, session_scope
 from store.secrets import SecretBox
 from workflows import client_calls, search_attributes
@@ -149,7 +150,7 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
                 with session_scope(engine) as s:
                     for name in OVERHEAD_CLOUDS:
                         sim = clouds.facade(name)
-                        connections[name] = repo.add_connection(
+                        connections[name] = connection_store.add_connection(
                             s, box, provider=name, name="bench", endpoint=endpoint(cloud, name),
                             ca_bundle=ca_bundle(cloud, name),
                             credentials=sim.credentials(cloud.tokens[name])).id

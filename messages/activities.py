@@ -104,13 +104,6 @@ class PlanInput(Marked):
     query: OfferQuery
 
 
-class LegacyPlanInput(BaseModel):
-    """plan_offers' input for AllocateWorkflow runs started before cross-cloud planning."""
-
-    target: CloudTarget
-    query: OfferQuery
-
-
 class PlanResult(BaseModel):
     offers: list[Offer]  # from every target that answered, each with its connection_id, cheapest first
     failures: list[str] = Field(default_factory=list)  # targets that did not answer, with the reason
@@ -170,30 +163,6 @@ class RecordAllocationInput(Marked):
     status: AllocationStatus
 
 
-class RecordStatusInput(BaseModel):
-    allocation_id: str
-    status: AllocationStatus
-    phase: Phase
-    error: str | None = None
-    note: str | None = None
-
-
-class InstanceRecord(BaseModel):
-    """What TerminateWorkflow needs from the Instance row."""
-
-    allocation_id: str
-    connection_id: str
-    cloud: str
-    status: AllocationStatus
-    key: str | None = None
-    ref: InstanceRef | None = None
-
-
-class AllocationIdInput(BaseModel):
-    allocation_id: str
-    poll_interval_s: float = 1.0
-
-
 class ConnectionIdInput(BaseModel):
     connection_id: str
 
@@ -219,11 +188,6 @@ class TerminateAllocationInput(BaseModel):
 VALIDATE_ALLOCATION: ActivityRef[ValidateInput, ValidateResult] = ActivityRef(
     "validate_allocation", ValidateInput, ValidateResult)
 PLAN_ALLOCATION: ActivityRef[PlanInput, PlanResult] = ActivityRef("plan_allocation", PlanInput, PlanResult)
-# What the legacy AllocateWorkflow calls (same names and types as when those runs began).
-VALIDATE_REQUEST: ActivityRef[ValidateInput, Capabilities] = ActivityRef(
-    "validate_request", ValidateInput, Capabilities)
-PLAN_OFFERS: ActivityRef[LegacyPlanInput, list[Offer]] = ActivityRef(
-    "plan_offers", LegacyPlanInput, list[Offer])
 CREATE_INSTANCE: ActivityRef[CreateInput, InstanceRef] = ActivityRef(
     "create_instance", CreateInput, InstanceRef)
 WAIT_RUNNING: ActivityRef[WaitRunningInput, InstanceStatus] = ActivityRef(
@@ -240,11 +204,6 @@ PROBE_GPUS: ActivityRef[SshTarget, list[GpuInfo]] = ActivityRef("probe_gpus", Ss
 
 RECORD_ALLOCATION: ActivityRef[RecordAllocationInput, None] = ActivityRef(
     "record_allocation", RecordAllocationInput, None)
-RECORD_STATUS: ActivityRef[RecordStatusInput, None] = ActivityRef("record_status", RecordStatusInput, None)
-LOAD_INSTANCE: ActivityRef[AllocationIdInput, InstanceRecord | None] = ActivityRef(
-    "load_instance", AllocationIdInput, InstanceRecord | None)
-AWAIT_ALLOCATE_CLOSED: ActivityRef[AllocationIdInput, None] = ActivityRef(
-    "await_allocate_closed", AllocationIdInput, None)
 BEGIN_DISCONNECT: ActivityRef[ConnectionIdInput, LiveAllocations] = ActivityRef(
     "begin_disconnect", ConnectionIdInput, LiveAllocations)
 DELETE_CONNECTION: ActivityRef[ConnectionIdInput, None] = ActivityRef(
@@ -302,9 +261,9 @@ RECORD_POOL: ActivityRef[RecordPoolInput, None] = ActivityRef("record_pool", Rec
 FORGET_POOL: ActivityRef[ForgetPoolInput, None] = ActivityRef("forget_pool", ForgetPoolInput, None)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
-    VALIDATE_ALLOCATION, PLAN_ALLOCATION, VALIDATE_REQUEST, PLAN_OFFERS, CREATE_INSTANCE, WAIT_RUNNING,
+    VALIDATE_ALLOCATION, PLAN_ALLOCATION, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
-    RECORD_ALLOCATION, RECORD_STATUS, LOAD_INSTANCE, AWAIT_ALLOCATE_CLOSED, BEGIN_DISCONNECT,
+    RECORD_ALLOCATION, BEGIN_DISCONNECT,
     DELETE_CONNECTION, TERMINATE_ALLOCATION, WATCH_CONNECTION, START_WATCH,
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH, DEGRADED_CONNECTIONS,

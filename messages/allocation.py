@@ -123,12 +123,3 @@ class MachineLost(BaseModel):
 
     reason: str
 
-
-class TerminateRequest(BaseModel):
-    allocation_id: str
-    timing: Timing = Field(default_factory=Timing)
-
-
-class TerminateResult(BaseModel):
-    allocation_id: str
-    terminated: bool  # False: the allocation never reached a create, so nothing was on the cloud

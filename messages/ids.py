@@ -33,16 +33,9 @@ def allocation_workflow_id(allocation_id: str) -> str:
     return f"allocation-{allocation_id}"
 
 
+# The workflow id of the retired AllocateWorkflow ("allocate-<allocation>"): the drain check and
+# migration 0023 look for live instances still on one (store/retired.py).
 LEGACY_ALLOCATE_PREFIX = "allocate-"
-
-
-def allocate_workflow_id(allocation_id: str) -> str:
-    """The legacy AllocateWorkflow's id (allocations started before AllocationWorkflow)."""
-    return f"{LEGACY_ALLOCATE_PREFIX}{allocation_id}"
-
-
-def terminate_workflow_id(allocation_id: str) -> str:
-    return f"terminate-{allocation_id}"
 
 
 def connect_workflow_id(connection_id: str) -> str:

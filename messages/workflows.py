@@ -20,12 +20,9 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from messages.allocation import (
-    AllocateRequest,
     AllocationInput,
     AllocationState,
     MachineLost,
-    TerminateRequest,
-    TerminateResult,
 )
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
 from messages.fleet import FleetProbeRequest, FleetProbeResult
@@ -99,11 +96,6 @@ class WatchRef(WorkflowRef[WatchRequest, None]):
     stop: SignalRef[BaseModel] = SignalRef("stop")
 
 
-@dataclass(frozen=True)
-class AllocateLegacyRef(WorkflowRef[AllocateRequest, AllocationState]):
-    state: QueryRef[AllocationState] = QueryRef("state", AllocationState)
-
-
 ALLOCATION = AllocationRef("AllocationWorkflow", AllocationInput, AllocationState)
 JOB = JobRef("JobWorkflow", JobInput, JobState)
 SCALE = ScaleRef("ScaleWorkflow", ScaleInput, ScaleState)
@@ -124,21 +116,16 @@ POLICY: WorkflowRef[PolicyInput, PolicyRunOutcome] = WorkflowRef(
     "PolicyWorkflow", PolicyInput, PolicyRunOutcome)
 SWEEP: WorkflowRef[SweepInput, SweepSummary] = WorkflowRef("SweepWorkflow", SweepInput, SweepSummary)
 
-# --------------------------------------------------------------------------- retired (workflows/legacy)
+# --------------------------------------------------------------------------- retired
 
-# Registered only for runs started before AllocationWorkflow: nothing starts AllocateWorkflow any
-# more; TerminateWorkflow still ends a machine whose legacy allocation closed at ready.
-LEGACY_ALLOCATE = AllocateLegacyRef("AllocateWorkflow", AllocateRequest, AllocationState)
-LEGACY_TERMINATE: WorkflowRef[TerminateRequest, TerminateResult] = WorkflowRef(
-    "TerminateWorkflow", TerminateRequest, TerminateResult)
-
-# Types retired from service: nothing starts them; they stay registered until drained — no run of
-# one open and no live instance on one (`gpuprov retired`, GET /api/compute/retired-workflows).
-RETIRED: tuple[str, ...] = (LEGACY_ALLOCATE.name, LEGACY_TERMINATE.name)
+# Types retired from service and removed (workflows/README.md, "A rewrite: a new type, then drain"):
+# the single-shot AllocateWorkflow and its TerminateWorkflow, before AllocationWorkflow. Named here
+# only for the drain check (`gpuprov retired`, GET /api/compute/retired-workflows), which must still
+# find a run of one an older worker left open.
+RETIRED: tuple[str, ...] = ("AllocateWorkflow", "TerminateWorkflow")
 
 ALL: tuple[WorkflowRef[Any, Any], ...] = (
     ALLOCATION, JOB, SCALE, WATCH, CONNECT, DISCONNECT, FLEET_PROBE, HEALTH, HEALTH_RECHECK, POLICY, SWEEP,
-    LEGACY_ALLOCATE, LEGACY_TERMINATE,
 )
 
 

@@ -4,7 +4,7 @@ Cloud's is providers/oci.py), and the SSH / on-prem fleet form (fleets are not c
 
 Each is a typed credentials model like an adapter's (providers/credentials.py), so the catalog shows
 its form exactly as it will be asked for, but nothing here connects, verifies or launches: a
-connection naming one is refused with "<name> is not supported yet" (api/schemas.py). When an
+connection naming one is refused with "<name> is not supported yet" (api/fields.py). When an
 adapter lands, its `CloudEntry` goes into the registry and its entry here goes away.
 """
 

@@ -1,7 +1,7 @@
 """What the catalog (the connect grid) and the console show of a cloud: its one-line tagline, its name
 where the grid's differs, and where its credentials are made.
 
-Read only by them (api/routers/catalog.py, api/routers/providers.py, api/schemas.py,
+Read only by them (api/routers/catalog.py, api/routers/providers.py, api/routers/clouds.py,
 providers/connect_guide.py, providers/table.py) — never by workflows or planning, which read the
 cloud's `Capabilities` (providers/base.py). So a wording change touches one adapter's `listing` and
 nothing a workflow records: the copy never travels in an activity result into a history.

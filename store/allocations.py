@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from messages.allocation import AllocateRequest
 from messages.enums import AllocationStatus, Phase
-from store import repo
+from store import instances
 from store.db import session_scope
 from store.models import Instance
 
@@ -27,6 +27,6 @@ def record_started(engine: sa.Engine, request: AllocateRequest, workflow_id: str
     """Insert the started allocation's row unless its workflow wrote it first; its status now."""
     row = started_row(request, workflow_id)
     with session_scope(engine) as session:
-        repo.insert_instance_if_absent(session, row)
-        current = repo.get_instance(session, row.id)
+        instances.insert_instance_if_absent(session, row)
+        current = instances.get_instance(session, row.id)
         return current.status if current is not None else row.status

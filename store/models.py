@@ -29,7 +29,7 @@ class Project(SQLModel, table=True):
     """A tenant: every connection, instance and (later) fleet and workload belongs to one, and a
     project token sees only its own. `default` always exists (migration 0007)."""
 
-    id: str = Field(primary_key=True)  # a slug (api/schemas.py PROJECT_PATTERN)
+    id: str = Field(primary_key=True)  # a slug (api/fields.py PROJECT_PATTERN)
     created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 

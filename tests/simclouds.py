@@ -15,7 +15,7 @@ from fakeclouds import clouds
 from fakeclouds.connect import SimServer, allowed_env, ca_bundle, endpoint, endpoints, options
 from providers import registry
 from providers.base import CloudProvider
-from store import repo
+from store import connections
 from store.secrets import SecretBox
 
 __all__ = ["SimServer", "add_connection", "allowed", "allowed_env", "ca_bundle", "credentials", "endpoint",
@@ -48,6 +48,6 @@ def provider(server: SimServer, cloud: str, *, installation_id: str,
 
 
 def add_connection(session: Session, box: SecretBox, server: SimServer, cloud: str) -> str:
-    return repo.add_connection(session, box, provider=cloud, name=cloud,
-                               credentials=credentials(server, cloud), endpoint=endpoint(server, cloud),
-                               ca_bundle=ca_bundle(server, cloud)).id
+    return connections.add_connection(session, box, provider=cloud, name=cloud,
+                                      credentials=credentials(server, cloud),
+                                      endpoint=endpoint(server, cloud), ca_bundle=ca_bundle(server, cloud)).id

@@ -15,12 +15,9 @@ from temporalio import workflow
 from messages import activities as acts
 from messages import workflows as wf
 from messages.activities import ConnectionIdInput, LiveAllocation, TerminateAllocationInput
-from messages.allocation import TerminateRequest
 from messages.connection import DisconnectRequest, DisconnectResult
-from messages.ids import LEGACY_ALLOCATE_PREFIX
 from workflows import retries
 from workflows.calls import call
-from workflows.legacy.terminate import TerminateWorkflow
 
 
 @workflow.defn(name=wf.DISCONNECT.name)
@@ -40,12 +37,6 @@ class DisconnectWorkflow:
     @staticmethod
     async def _terminate(alloc: LiveAllocation, req: DisconnectRequest) -> None:
         """Each allocation ends when the cloud shows its machine gone (terminating twice is harmless)."""
-        if alloc.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX):
-            # Started by an earlier gpuprov: its TerminateWorkflow, as a child.
-            await workflow.execute_child_workflow(
-                TerminateWorkflow.run, TerminateRequest(allocation_id=alloc.allocation_id, timing=req.timing),
-                id=f"{workflow.info().workflow_id}-terminate-{alloc.allocation_id}")
-            return
         await call(acts.TERMINATE_ALLOCATION, TerminateAllocationInput(workflow_id=alloc.workflow_id),
                    start_to_close_timeout=timedelta(seconds=req.timing.boot_timeout_s),
                    heartbeat_timeout=timedelta(seconds=req.timing.heartbeat_timeout_s),

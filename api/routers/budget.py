@@ -10,7 +10,7 @@ from sqlmodel import Session
 
 from api.auth import CallerDep
 from api.deps import SessionDep
-from api.schemas import Strict
+from api.fields import Strict
 from store import policies, spend
 from store.models import utcnow
 

@@ -10,11 +10,33 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from pydantic import BaseModel, Field
 
 from api.pagination import Page, PageDep, offset_page
-from api.schemas import CatalogFieldOut, CatalogProviderOut
+from api.shared_bodies import CredentialFieldOut
 from providers import connect_guide, future, listing, registry
 from providers.credentials import Credentials
+
+
+class CatalogFieldOut(CredentialFieldOut):
+    """One field of a provider's connect form, as the connect page draws it. `secret`: its value is
+    never shown back (nor pre-filled); a secret field's `default` is always null."""
+
+    secret: bool = False
+
+
+class CatalogProviderOut(BaseModel):
+    """One card of the connect grid and what its connect page shows."""
+
+    key: str = Field(description="the provider's id: `provider` of POST /api/compute/connections")
+    name: str
+    tagline: str
+    how_to_connect: str = Field(description="provider-specific setup: where to create the key")
+    billed_note: bool = Field(description="show the amber \"billed to your account\" note (all but SSH)")
+    billed_note_text: str | None
+    available: bool = Field(description="false: no adapter here yet (connecting it answers 422)")
+    reason: str | None = None  # why it is not available
+    credentials: list[CatalogFieldOut] = Field(description="the credential form, one entry per field")
 
 router = APIRouter(prefix="/providers", tags=["providers"])
 

@@ -3,10 +3,56 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from pydantic import BaseModel, Field
 
 from api.pagination import Page, PageDep, bad_cursor, decode_cursor, encode_cursor
-from api.schemas import CloudOut
-from providers import registry
+from api.shared_bodies import CredentialFieldOut
+from providers import listing, registry
+from providers.base import Capabilities, CloudProvider
+
+
+class CapabilitiesOut(BaseModel):
+    """What a cloud can do, checked before any planning."""
+
+    k3s: str  # cloud-init | ssh | none
+    k3s_reason: str | None
+    k8s_api: bool
+    ports: bool
+    ports_reason: str | None
+    spot: bool
+    custom_image: bool
+    login_user: str
+    side_resources: list[str]
+    regions: list[str]  # empty: any region the cloud names
+    max_lifetime_h: float | None = None  # the longest max_hours it takes; None: it takes none
+
+    @classmethod
+    def of(cls, caps: Capabilities) -> CapabilitiesOut:
+        return cls(k3s=caps.k3s, k3s_reason=caps.k3s_reason, k8s_api=caps.k8s_api, ports=caps.ports,
+                   ports_reason=caps.ports_reason, spot=caps.spot, custom_image=caps.custom_image,
+                   login_user=caps.login_user, side_resources=list(caps.side_resources),
+                   regions=list(caps.regions), max_lifetime_h=caps.max_lifetime_h)
+
+
+class CloudOut(BaseModel):
+    id: str
+    display_name: str
+    available: bool = True  # False: its adapter (or SDK) is not installed here; `reason` says why
+    reason: str | None = None
+    capabilities: CapabilitiesOut | None
+    credentials: list[CredentialFieldOut] = Field(default_factory=list,
+                                                  description="the connect form, one entry per field")
+
+    @classmethod
+    def of(cls, cloud: str, adapter: type[CloudProvider]) -> CloudOut:
+        caps = adapter.capabilities
+        return cls(id=cloud, display_name=listing.of(adapter).display_name or cloud,
+                   capabilities=CapabilitiesOut.of(caps),
+                   credentials=[CredentialFieldOut(**f) for f in adapter.credentials_model.form()])
+
+    @classmethod
+    def unavailable(cls, cloud: str, reason: str) -> CloudOut:
+        return cls(id=cloud, display_name=cloud, available=False, reason=reason, capabilities=None)
 
 router = APIRouter(prefix="/clouds", tags=["clouds"])
 

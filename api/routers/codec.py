@@ -34,7 +34,7 @@ from temporalio.api.common.v1 import Payload
 
 from api.auth import BearerDep, require_admin_token
 from api.deps import AppDeps, DepsDep
-from api.schemas import Timestamp
+from api.fields import Timestamp
 from workflows.codec import CodecError, EncryptionCodec
 
 PREFIX = "/codec"

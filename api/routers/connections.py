@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import logging
+from typing import Annotated, Any
 
+from cryptography import x509
 from fastapi import APIRouter, HTTPException, status
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, field_validator
 from sqlmodel import select
 
 from api import idempotency as idem
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import adapter_class, shown
+from api.fields import CloudId, Name, Printable, Strict, Timestamp, aware
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import ConnectionCreate, ConnectionOut, ConnectionRemoval
+from api.shared_bodies import ConnectionRemoval
+from api.strict_json import loc_part
 from api.temporal import WorkflowFailed, WorkflowUnavailable
 from messages import workflows as wf
 from messages.connection import ConnectRequest, DisconnectRequest
@@ -21,8 +26,83 @@ from messages.enums import ConnectionStatus
 from messages.ids import connect_workflow_id, disconnect_workflow_id
 from providers import endpoints
 from providers.base import ConnectionOptions, InvalidRequest
-from store import repo
+from store import ids
 from store.models import Connection
+
+MAX_CA_BUNDLE = 64_000  # characters of PEM: a private CA chain, not a system trust store
+CredentialName = Annotated[str, Field(min_length=1, max_length=100), Printable]
+MAX_CREDENTIAL_VALUE = 64_000
+
+
+class ConnectionCreate(Strict):
+    provider: CloudId
+    name: Name | None = None
+    credentials: dict[CredentialName, Any] = Field(
+        default_factory=dict, max_length=50,
+        description="fields of the cloud's credential form (GET /api/compute/clouds)")
+    endpoint: Annotated[str, Field(max_length=2000, description=(
+        "API base URL: https on one of the cloud's documented API hosts, or under a prefix the "
+        "administrator allows (GPUPROV_ALLOWED_ENDPOINTS); no user:pass@, query or fragment"))] | None = None
+    ca_bundle: Annotated[str, Field(min_length=1, max_length=MAX_CA_BUNDLE)] | None = Field(
+        None, description="PEM certificates to trust for the endpoint, besides the system's")
+
+    @field_validator("credentials")
+    @classmethod
+    def _scalar_values(cls, credentials: dict[str, Any]) -> dict[str, Any]:
+        """The cloud's credentials model (providers/credentials.py) decides names and types when the
+        request is handled; here only the shape and size, naming the field and never its value."""
+        for key, value in credentials.items():
+            name = loc_part(key)
+            if not isinstance(value, str | bool | int | float):
+                raise ValueError(f"credentials.{name} must be a string, a number or true/false")
+            if isinstance(value, str) and len(value) > MAX_CREDENTIAL_VALUE:
+                raise ValueError(f"credentials.{name} is longer than {MAX_CREDENTIAL_VALUE} characters")
+        return credentials
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_shape(cls, url: str | None) -> str | None:
+        """The rules of every endpoint; which hosts are allowed is the route's check (it needs the
+        administrator's setting), done again wherever an adapter is built."""
+        if url is not None:
+            try:
+                endpoints.parse(url)
+            except endpoints.EndpointError as e:
+                raise ValueError(f"endpoint {e}") from None
+        return url
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _pem_certificates(cls, pem: str | None) -> str | None:
+        if pem is None:
+            return None
+        try:
+            x509.load_pem_x509_certificates(pem.encode())
+        except ValueError:
+            raise ValueError("ca_bundle is not PEM certificates (-----BEGIN CERTIFICATE----- ...)") from None
+        return pem.strip() + "\n"
+
+
+class ConnectionOut(BaseModel):
+    """A connection as shown to users: never its credentials."""
+
+    id: str
+    project: str
+    provider: str
+    name: str
+    account: str | None
+    status: str
+    endpoint: str | None
+    has_ca_bundle: bool = False
+    error: str | None = None
+    created_at: Timestamp | None
+
+    @classmethod
+    def of(cls, row: Connection) -> ConnectionOut:
+        return cls(id=row.id, project=row.project, provider=row.provider, name=row.name, account=row.account,
+                   status=row.status,
+                   endpoint=row.endpoint, has_ca_bundle=bool(row.ca_bundle),
+                   error=row.error, created_at=aware(row.created_at))
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/connections", tags=["connections"])
@@ -70,7 +150,7 @@ async def create_connection(body: ConnectionCreate, deps: DepsDep, caller: Calle
     key = idempotency_key
     scope, fingerprint = idem.scope_of("connections", caller.project), ""
     if key is None:
-        connection_id = repo.new_id()
+        connection_id = ids.new_id()
     else:
         connection_id = idem.derived_id("connection", caller.project, key)
         # Keyed (HMAC), not a bare hash: the body holds credentials, and the record must not let

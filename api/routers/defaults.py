@@ -14,8 +14,9 @@ from pydantic import BaseModel, Field
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import adapter_class, shown
-from api.schemas import CloudId, InstanceCreate, Printable, Strict, Timestamp, aware
-from store import defaults, repo
+from api.fields import CloudId, Printable, Strict, Timestamp, aware
+from api.shared_bodies import InstanceCreate
+from store import connections, defaults
 from store.models import ProjectDefaults
 
 router = APIRouter(prefix="/defaults", tags=["projects"])
@@ -44,7 +45,7 @@ def _save(deps: AppDeps, project: str, body: DefaultsIn) -> ProjectDefaults:
                             f"{body.cloud} has no region {shown(body.region)} "
                             f"(regions: {', '.join(caps.regions)})")
     with open_session(deps) as session:
-        if not repo.connected(session, [body.cloud], project):
+        if not connections.connected(session, [body.cloud], project):
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                                 f"{body.cloud} is not connected in project {project}: connect it first "
                                 f"(gpuprov connect {body.cloud} --credential ...)")

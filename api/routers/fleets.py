@@ -24,15 +24,15 @@ from sqlmodel import select
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
+from api.fields import Name, Strict, Timestamp, aware
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import Name, Strict, Timestamp, aware
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
 from messages.fleet import FleetProbeRequest
 from messages.ids import fleet_probe_workflow_id
 from providers.fleet_addresses import AddressRefused, FleetAddresses
 from providers.host_keys import fingerprint
-from store import fleets, repo
+from store import fleets, ids, instances
 from store.models import Fleet, FleetHost
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ def _save(deps: AppDeps, project: str, fleet_id: str, body: FleetIn, *, create: 
                                      private_key=b.private_key)
         row = fleets.save_fleet(session, deps.box, fleet_id=fleet_id, project=project, name=body.name,
                                 user=body.user, port=body.port, hosts=body.hosts,
-                                private_key=body.private_key, bastion=bastion, new_host_id=repo.new_id,
+                                private_key=body.private_key, bastion=bastion, new_host_id=ids.new_id,
                                 probe_id=probe_id)
         return FleetOut.of(row, list(fleets.hosts_of(session, row.id)))
 
@@ -247,7 +247,7 @@ def forget_fleet(deps: AppDeps, project: str, fleet_id: str) -> bool:
             return False
         # Allocations on its hosts are freed with the fleet's key: without the fleet, `down` could
         # not remove their keys, k3s and claims. They go first.
-        live = [i.id for i in repo.live_instances(session, fleet_id)]
+        live = [i.id for i in instances.live_instances(session, fleet_id)]
         if live:
             raise HTTPException(status.HTTP_409_CONFLICT,
                                 f"fleet {fleet_id} has live allocations ({', '.join(live)}): `gpuprov down` "
@@ -282,7 +282,7 @@ async def create_fleet(body: FleetIn, deps: DepsDep, caller: CallerDep) -> Fleet
     if body.private_key is None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "private_key is required")
     await in_thread(check_addresses, deps.fleet_addresses, body)
-    fleet_id, probe_id = repo.new_id(), repo.new_id()
+    fleet_id, probe_id = ids.new_id(), ids.new_id()
     out = await in_thread(_save, deps, caller.project, fleet_id, body, create=True, probe_id=probe_id)
     assert out is not None
     log.info("fleet %s saved (%d hosts)", fleet_id, len(out.hosts))
@@ -313,7 +313,7 @@ async def update_fleet(fleet_id: str, body: FleetIn, deps: DepsDep, caller: Call
     """Replace the configuration (a blank or missing private_key keeps the saved one; hosts kept
     keep their last answer) and probe again."""
     await in_thread(check_addresses, deps.fleet_addresses, body)
-    probe_id = repo.new_id()
+    probe_id = ids.new_id()
     out = await in_thread(_save, deps, caller.project, fleet_id, body, create=False, probe_id=probe_id)
     if out is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")
@@ -330,7 +330,7 @@ async def trust_host_keys(fleet_id: str, body: TrustIn, deps: DepsDep, caller: C
     change is legitimate: a changed key is also what a machine in the middle shows."""
     if not body.hosts and not body.bastion:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "name hosts, or bastion: true")
-    probe_id = repo.new_id()
+    probe_id = ids.new_id()
     out = await in_thread(_trust, deps, caller.project, fleet_id, body, probe_id)
     if out is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no fleet {shown(fleet_id)}")

@@ -8,27 +8,177 @@ before anything is written (the workflow records `terminating` itself)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import object_session
 from sqlmodel import Session, col, select
 
 from api import idempotency as idem
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
+from api.fields import Timestamp, aware
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
 from api.routers.defaults import with_project_default
-from api.schemas import ACTIVE, InstanceAccepted, InstanceCreate, InstanceOut, InstanceStatusFilter
+from api.shared_bodies import InstanceCreate, instance_gpu_label
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
-from messages.allocation import AllocateRequest, AllocationInput, TerminateRequest
+from messages.allocation import AllocateRequest, AllocationInput
 from messages.enums import AllocationStatus
-from messages.ids import LEGACY_ALLOCATE_PREFIX, allocation_workflow_id, terminate_workflow_id
-from store import allocations, repo
-from store.models import Instance
+from messages.ids import allocation_workflow_id
+from providers import host_keys, registry
+from store import allocations, connections, ids, instances, picks
+from store import host_keys as store_host_keys
+from store.models import Attempt, Instance, InstanceEvent
+
+# The `?status=` filter: a status, or `active` — every status in which a machine may exist and bill
+# (provisioning, ready, terminating): the Compute page's "Active cloud instances".
+ACTIVE = "active"
+InstanceStatusFilter = Literal["active", "provisioning", "ready", "terminating", "terminated", "failed",
+                               "lost"]
+
+
+class InstanceAccepted(BaseModel):
+    id: str
+    status: str
+
+
+class HostKeyOut(BaseModel):
+    """A host key gpuprov pinned (it checks every login against it): for the user's own SSH."""
+
+    fingerprint: str  # "SHA256:…"
+    known_hosts: str  # "<host or [host]:port> <keytype> <base64>", a line for a known_hosts file
+
+    @classmethod
+    def of(cls, host: str, port: int, key_line: str | None) -> HostKeyOut | None:
+        if not key_line:
+            return None
+        return cls(fingerprint=str(host_keys.fingerprint(key_line)),
+                   known_hosts=store_host_keys.known_hosts_line(host, port, key_line))
+
+
+class SshBastion(BaseModel):
+    """The proxy jump a fleet host is reached through (`ssh -J user@host:port`), with its pinned key."""
+
+    host: str
+    port: int
+    user: str
+    host_key: HostKeyOut | None = None
+
+
+class Ssh(BaseModel):
+    host: str
+    port: int
+    user: str
+    bastion: SshBastion | None = None  # a fleet host behind a bastion
+
+
+class AttemptOut(BaseModel):
+    seq: int
+    provider: str
+    instance_type: str
+    region: str
+    spot: bool
+    price_per_hour: float
+    outcome: str
+    reason: str | None
+    at: Timestamp | None
+
+    @classmethod
+    def of(cls, row: Attempt) -> AttemptOut:
+        return cls(seq=row.seq, provider=row.provider, instance_type=row.instance_type, region=row.region,
+                   spot=row.spot, price_per_hour=row.price_per_hour, outcome=row.outcome, reason=row.reason,
+                   at=aware(row.at))
+
+
+class EventOut(BaseModel):
+    """One status/phase transition; `id` orders them (pass the last one seen as `after`)."""
+
+    id: int
+    status: str
+    phase: str
+    at: Timestamp | None
+
+    @classmethod
+    def of(cls, row: InstanceEvent) -> EventOut:
+        assert row.id is not None
+        return cls(id=row.id, status=row.status, phase=row.phase, at=aware(row.at))
+
+
+class InstanceOut(BaseModel):
+    id: str
+    name: str | None
+    project: str
+    cloud: str
+    connection_id: str
+    status: str  # provisioning|ready|failed|terminating|terminated
+    phase: str
+    requested: dict[str, Any]  # gpu, gpu_count, region, spot as asked
+    instance_type: str | None
+    region: str | None  # where it landed
+    price_per_hour: float | None
+    ssh: Ssh | None
+    gpus: list[dict[str, Any]]
+    attempts: list[AttemptOut] = Field(default_factory=list)
+    events: list[EventOut] = Field(default_factory=list)
+    error: str | None
+    note: str | None
+    created_at: Timestamp | None
+    updated_at: Timestamp | None
+    ready_at: Timestamp | None
+    terminated_at: Timestamp | None
+    gpu_label: str | None = None  # "2× NVIDIA H100 80GB HBM3" as found, else as asked ("2× H100")
+    uptime_s: float | None = None  # since ready, while it is not ended
+    # The machine's SSH host key once gpuprov has seen it (pinned: every login of gpuprov's is
+    # checked against it); a fleet host's is the fleet's pin. `gpuprov ssh <id>` logs in with it.
+    host_key: HostKeyOut | None = None
+
+    @classmethod
+    def of(cls, row: Instance, attempts: list[Attempt] | None = None,
+           events: list[InstanceEvent] | None = None,
+           route: store_host_keys.MachineRoute | None = None) -> InstanceOut:
+        ssh, host_key = None, None
+        if row.ssh_host and row.ssh_port:
+            ssh = Ssh(host=row.ssh_host, port=row.ssh_port, user=row.ssh_user or "root")
+            route = route or _route_of(row)
+            host_key = HostKeyOut.of(row.ssh_host, row.ssh_port, route.host_key)
+            if route.bastion is not None:
+                b = route.bastion
+                ssh.bastion = SshBastion(host=b.host, port=b.port, user=b.user,
+                                         host_key=HostKeyOut.of(b.host, b.port, b.host_key))
+        return cls(
+            id=row.id, name=row.name, project=row.project, cloud=row.provider,
+            connection_id=row.connection_id, status=row.status, phase=row.phase,
+            requested={"gpu": row.gpu, "gpu_count": row.gpu_count, "region": row.region, "spot": row.spot},
+            instance_type=row.instance_type, region=row.offer_region, price_per_hour=row.price_per_hour,
+            ssh=ssh, gpus=row.gpus_found or [], attempts=[AttemptOut.of(a) for a in attempts or []],
+            events=[EventOut.of(e) for e in events or []],
+            error=row.error, note=row.note, created_at=aware(row.created_at),
+            updated_at=aware(row.updated_at), ready_at=aware(row.ready_at),
+            terminated_at=aware(row.terminated_at), gpu_label=instance_gpu_label(row), uptime_s=uptime_s(row),
+            host_key=host_key,
+        )
+
+
+def _route_of(row: Instance) -> store_host_keys.MachineRoute:
+    """The pinned keys (and a fleet host's bastion) of the instance's machine, read in the session
+    the row was read in (a fleet host's pin is the fleet's); a row without one: its own pin."""
+    session = object_session(row)
+    if session is None or not registry.is_fleet(row.provider):
+        return store_host_keys.MachineRoute(host_key=store_host_keys.pinned_key(row))
+    return store_host_keys.route_of(session, row, fleet=True)  # type: ignore[arg-type]
+
+
+def uptime_s(row: Instance) -> float | None:
+    ready = aware(row.ready_at)
+    if ready is None or row.status not in (AllocationStatus.READY, AllocationStatus.TERMINATING):
+        return None
+    return max(0.0, round((datetime.now(UTC) - ready).total_seconds(), 1))
 
 router = APIRouter(prefix="/instances", tags=["instances"])
 
@@ -38,7 +188,7 @@ KEYSET = Keyset("instances", Instance.created_at, Instance.id, descending=True)
 
 def _get(session: Session, project: str, instance_id: str) -> Instance:
     """The project's instance of that id: another project's answers the same 404 as an unknown id."""
-    row = repo.get_instance(session, instance_id)
+    row = instances.get_instance(session, instance_id)
     if row is None or row.project != project:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {shown(instance_id)}")
     return row
@@ -61,7 +211,7 @@ def with_default(deps: AppDeps, project: str, body: InstanceCreate) -> tuple[Ins
         return body, Default()
     with open_session(deps) as session:
         if body.connection_id is not None:
-            conn = repo.get_connection(session, body.connection_id)
+            conn = connections.get_connection(session, body.connection_id)
             if conn is None or conn.project != project:
                 return body, Default()  # resolve() answers the 404
             cloud = conn.provider
@@ -71,7 +221,7 @@ def with_default(deps: AppDeps, project: str, body: InstanceCreate) -> tuple[Ins
             cloud = body.clouds[0]
         else:
             return body, Default()
-        pick = repo.get_pick(session, project, cloud)
+        pick = picks.get_pick(session, project, cloud)
     if pick is None or body.region not in (None, pick.region) or body.spot not in (None, pick.spot):
         return body, Default()
     spot = " (spot)" if pick.spot else ""
@@ -86,24 +236,19 @@ def with_default(deps: AppDeps, project: str, body: InstanceCreate) -> tuple[Ins
 def _instance(deps: AppDeps, project: str, instance_id: str) -> Instance | None:
     """The project's instance of that id; None for an unknown id or another project's."""
     with open_session(deps) as session:
-        row = repo.get_instance(session, instance_id)
+        row = instances.get_instance(session, instance_id)
     return row if row is not None and row.project == project else None
 
 
 def _update(deps: AppDeps, instance_id: str, **fields: object) -> None:
     with open_session(deps) as session:
-        repo.update_instance(session, instance_id, **fields)
+        instances.update_instance(session, instance_id, **fields)
 
 
 def _within_budget(deps: AppDeps, project: str) -> None:
     """409 naming the project's daily budget once today's spend has reached it."""
     with open_session(deps) as session:
         refuse_over_budget(session, project)
-
-
-def _mark_terminating(deps: AppDeps, instance_id: str) -> None:
-    """For legacy rows only: their TerminateWorkflow does not record `terminating` itself."""
-    _update(deps, instance_id, status=AllocationStatus.TERMINATING)
 
 
 # --------------------------------------------------------------------------- routes
@@ -128,7 +273,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
     fingerprint = idem.fingerprint(body.model_dump(
         mode="json", exclude=None if body.max_hours is not None else {"max_hours"}))
     if key is None:
-        allocation_id = repo.new_id()
+        allocation_id = ids.new_id()
     else:
         allocation_id = idem.derived_id("instance", project, key)
         if await in_thread(idem.check, deps, scope, key, fingerprint):
@@ -184,7 +329,7 @@ def list_instances(
     `status=active`: every one whose machine may exist and bill (provisioning, ready, terminating)."""
     stmt = select(Instance).where(Instance.project == caller.project)
     if status_ == ACTIVE:
-        stmt = stmt.where(col(Instance.status).in_(sorted(repo.LIVE_STATUSES)))
+        stmt = stmt.where(col(Instance.status).in_(sorted(instances.LIVE_STATUSES)))
     elif status_ is not None:
         stmt = stmt.where(Instance.status == status_)
     rows, following = KEYSET.fetch(session, stmt, page)
@@ -194,8 +339,8 @@ def list_instances(
 @router.get("/{instance_id}", response_model=InstanceOut, responses={404: {"description": "unknown"}})
 def get_instance(instance_id: str, session: SessionDep, caller: CallerDep) -> InstanceOut:
     row = _get(session, caller.project, instance_id)
-    return InstanceOut.of(row, list(repo.attempts_of(session, instance_id)),
-                          list(repo.events_of(session, instance_id)))
+    return InstanceOut.of(row, list(instances.attempts_of(session, instance_id)),
+                          list(instances.events_of(session, instance_id)))
 
 
 @router.post("/{instance_id}/terminate", status_code=status.HTTP_202_ACCEPTED,
@@ -209,23 +354,14 @@ async def terminate_instance(instance_id: str, deps: DepsDep, caller: CallerDep)
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no instance {shown(instance_id)}")
     if not AllocationStatus(row.status).live:
         return InstanceAccepted(id=instance_id, status=row.status)  # nothing is on the cloud
-    legacy, previous = row.workflow_id.startswith(LEGACY_ALLOCATE_PREFIX), row.status
     try:
-        if legacy:
-            # Started by an earlier gpuprov: one TerminateWorkflow, a repeated request joins it.
-            # Its row is marked here (that workflow does not record `terminating` itself).
-            await in_thread(_mark_terminating, deps, instance_id)
-            await deps.workflows.start(wf.LEGACY_TERMINATE, TerminateRequest(allocation_id=instance_id),
-                                       workflow_id=terminate_workflow_id(instance_id), use_existing=True)
         # The update first, and nothing written here: the workflow records `terminating` itself, so
         # an API that dies now leaves nothing claiming a teardown that was never asked for.
-        elif not await deps.workflows.request_update(row.workflow_id, wf.ALLOCATION.terminate):
+        if not await deps.workflows.request_update(row.workflow_id, wf.ALLOCATION.terminate):
             # its run has closed: as it ended
             ended = await in_thread(_instance, deps, caller.project, instance_id)
             return InstanceAccepted(id=instance_id,
                                     status=ended.status if ended else AllocationStatus.TERMINATED)
     except WorkflowUnavailable as e:
-        if legacy:
-            await in_thread(_update, deps, instance_id, status=previous)
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
     return InstanceAccepted(id=instance_id, status=AllocationStatus.TERMINATING)

@@ -20,19 +20,20 @@ from api import idempotency as idem
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
+from api.fields import PlacementId, Printable, Strict, Timestamp
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
 from api.routers.defaults import with_project_default
-from api.schemas import InstanceCreate, PlacementId, Printable, Strict, Timestamp
+from api.shared_bodies import InstanceCreate
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
 from messages.allocation import AllocateRequest
 from messages.job import JobInput, JobStatus, JobType, PoolTarget
 from messages.job_text import MAX_IMAGE, command_text, image_reference
 from messages.pool import POOL_NAME, POOL_NAME_MAX, PoolStatus
+from store import ids, pools, queue
 from store import jobs as job_store
-from store import pools, queue, repo
 from store.identity import ssh_identity
 from store.models import Job, Pool, utcnow
 
@@ -237,7 +238,7 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
     priority_allowed(body.priority, deps.job_priority_max)
     project, key = caller.project, idempotency_key
     scope, fingerprint = idem.scope_of("jobs", project), idem.fingerprint(body.model_dump(mode="json"))
-    job_id = repo.new_id() if key is None else idem.derived_id("job", project, key)
+    job_id = ids.new_id() if key is None else idem.derived_id("job", project, key)
     existing = None
     if key is not None and await in_thread(idem.check, deps, scope, key, fingerprint):
         existing = await in_thread(_job, deps, project, job_id)

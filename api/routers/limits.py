@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from api.auth import CallerDep, require_admin
 from api.deps import SessionDep
-from api.schemas import Strict
+from api.fields import Strict
 from store import queue
 from store.models import JobLimit
 

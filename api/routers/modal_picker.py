@@ -11,7 +11,7 @@ made. The pick is stored like any backend's default offer (instance type = the s
 exactly that spec (api/routers/instances.py `with_default`); `DELETE /backends/modal/pick` forgets it.
 
 These routes are included before api/routers/offers.py's `/backends/{provider}/...`, whose path
-parameter leaves Modal out (api/schemas.py `TableBackendId`).
+parameter leaves Modal out (api/fields.py `TableBackendId`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_val
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import shown
+from api.fields import OWN_PICKER, Strict
 from api.routers.offers import no_connection, title_of
-from api.schemas import OWN_PICKER, GpuOut, PickOut, Strict, gpu_label
+from api.shared_bodies import GpuOut, PickOut, gpu_label
 from providers import modal_gpus
 from providers.modal_ import REGION, ModalProvider
-from store import repo
+from store import connections, picks
 from store.models import BackendPick
 
 CLOUD = ModalProvider.id
@@ -133,23 +134,23 @@ class ModalPickCreate(Strict):
 
 def _require_connection(deps: AppDeps, project: str) -> None:
     with open_session(deps) as session:
-        conn = repo.connection_for(session, CLOUD, project)
+        conn = connections.connection_for(session, CLOUD, project)
     if conn is None:
         raise no_connection(CLOUD)
 
 
 def _picked(deps: AppDeps, project: str) -> BackendPick | None:
     with open_session(deps) as session:
-        return repo.get_pick(session, project, CLOUD)
+        return picks.get_pick(session, project, CLOUD)
 
 
 def _save(deps: AppDeps, project: str, gpu: modal_gpus.ModalGpu, count: int) -> BackendPick:
     """Saved only once the connection is there (checked in the same call: nothing stored otherwise)."""
     _require_connection(deps, project)
     with open_session(deps) as session:
-        return repo.save_pick(session, project=project, provider=CLOUD, instance_type=gpu.spec(count),
-                              region=REGION, spot=False, gpu_label=_label(gpu, count),
-                              price_per_hour=round(gpu.price_per_hour * count, 4))
+        return picks.save_pick(session, project=project, provider=CLOUD, instance_type=gpu.spec(count),
+                               region=REGION, spot=False, gpu_label=_label(gpu, count),
+                               price_per_hour=round(gpu.price_per_hour * count, 4))
 
 
 # --------------------------------------------------------------------------- routes
@@ -186,7 +187,7 @@ async def pick_modal_gpu(body: ModalPickCreate, deps: DepsDep, caller: CallerDep
 
 def _clear(deps: AppDeps, project: str) -> bool:
     with open_session(deps) as session:
-        return repo.clear_pick(session, project, CLOUD)
+        return picks.clear_pick(session, project, CLOUD)
 
 
 @router.delete("/pick", status_code=status.HTTP_204_NO_CONTENT,

@@ -8,28 +8,80 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
 from api.errors import shown as shown_value
+from api.fields import CloudId, Printable, Strict, TableBackendId
 from api.pagination import PageDep, offset_page
-from api.schemas import (
-    BackendOfferOut,
-    BackendOffersPage,
-    CloudId,
-    OfferOut,
-    PickCreate,
-    PickOut,
-    TableBackendId,
-)
+from api.shared_bodies import GpuOut, PickOut, gpu_label
 from providers import connect_guide, listing, registry
 from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
 from providers.market import CloudAnswer
-from store import fleets, repo
+from store import connections, fleets, picks
 from store.models import BackendPick, Connection
 from store.secrets import SecretError
+
+
+class OfferOut(BaseModel):
+    """One live offer: launchable now unless `available` is false."""
+
+    provider: str
+    instance_type: str
+    gpu: GpuOut | None  # None: a CPU-only machine
+    vcpus: int
+    memory_gib: float
+    region: str
+    zone: str | None
+    price_per_hour: float  # USD
+    spot: bool
+    available: bool
+    connection_id: str | None = None  # the connection that offered it (cross-cloud offers)
+
+    @classmethod
+    def of(cls, offer: Offer) -> OfferOut:
+        gpu = offer.gpu
+        return cls(provider=offer.provider, instance_type=offer.instance_type,
+                   gpu=GpuOut(name=gpu.name, count=gpu.count, memory_gib=gpu.memory_gib) if gpu else None,
+                   vcpus=offer.vcpus, memory_gib=offer.memory_gib, region=offer.region, zone=offer.zone,
+                   price_per_hour=offer.price_per_hour, spot=offer.spot, available=offer.available,
+                   connection_id=offer.connection_id)
+
+
+class BackendOfferOut(OfferOut):
+    """An offer with the offers table's columns: Instance, GPU, vCPUs, RAM, Region, $/hr (+ spot)."""
+
+    instance: str = Field(description="the instance / machine type (= instance_type)")
+    gpu_label: str | None = Field(description="`N× name (memory)`, or null for CPU-only")
+    ram: str = Field(description="system memory for people, e.g. `64 GB` (memory_gib in GiB)")
+
+    @classmethod
+    def of(cls, offer: Offer) -> BackendOfferOut:
+        base = OfferOut.of(offer)
+        return cls(**base.model_dump(), instance=base.instance_type, gpu_label=gpu_label(base.gpu),
+                   ram=f"{base.memory_gib:g} GB")
+
+
+class PickCreate(Strict):
+    """The offer picked in the offers table: the backend's default for this project from now on."""
+
+    instance_type: Annotated[str, Field(min_length=1, max_length=200), Printable]
+    region: Annotated[str, Field(min_length=1, max_length=64), Printable]
+    spot: bool = False
+    gpu: Annotated[str, Field(max_length=100), Printable] | None = Field(
+        None, description="the GPU cell as shown (display only: the offer's own is stored)")
+
+
+class BackendOffersPage(BaseModel):
+    """The offers browser of one backend: its title, a page of offers cheapest first, and the
+    offer picked as its default (null: none)."""
+
+    title: str = Field(description="`{Provider} — Available Instances`")
+    items: list[BackendOfferOut]
+    next_cursor: str | None = None
+    picked: PickOut | None = None
 
 router = APIRouter(tags=["offers"])
 
@@ -49,7 +101,7 @@ class MarketPage(BaseModel):
 
 def _connected(deps: AppDeps, project: str, cloud: str | None = None) -> list[Connection]:
     with open_session(deps) as session:
-        return list(repo.connected(session, None if cloud is None else [cloud], project))
+        return list(connections.connected(session, None if cloud is None else [cloud], project))
 
 
 @router.get("/offers", response_model=MarketPage,
@@ -98,11 +150,11 @@ def _connection(deps: AppDeps, project: str,
                 provider: str) -> tuple[str, dict[str, object], ConnectionOptions]:
     """The project's connection's id, decrypted credentials and options (409 when there is none)."""
     with open_session(deps) as session:
-        conn = repo.connection_for(session, provider, project)
+        conn = connections.connection_for(session, provider, project)
     if conn is None:
         raise no_connection(provider)
     try:
-        credentials = repo.credentials_of(deps.box, conn)
+        credentials = connections.credentials_of(deps.box, conn)
     except SecretError as e:
         raise HTTPException(status.HTTP_409_CONFLICT, f"{provider} connection {conn.id}: {e}") from None
     options = ConnectionOptions(endpoint=conn.endpoint, ca_bundle=conn.ca_bundle)
@@ -111,15 +163,15 @@ def _connection(deps: AppDeps, project: str,
 
 def _picked(deps: AppDeps, project: str, provider: str) -> BackendPick | None:
     with open_session(deps) as session:
-        return repo.get_pick(session, project, provider)
+        return picks.get_pick(session, project, provider)
 
 
 def _save_pick(deps: AppDeps, project: str, provider: str, offer: Offer) -> BackendPick:
     with open_session(deps) as session:
-        return repo.save_pick(session, project=project, provider=provider, instance_type=offer.instance_type,
-                              region=offer.region, spot=offer.spot,
-                              gpu_label=BackendOfferOut.of(offer).gpu_label,
-                              price_per_hour=offer.price_per_hour)
+        return picks.save_pick(session, project=project, provider=provider, instance_type=offer.instance_type,
+                               region=offer.region, spot=offer.spot,
+                               gpu_label=BackendOfferOut.of(offer).gpu_label,
+                               price_per_hour=offer.price_per_hour)
 
 
 def _fleets(deps: AppDeps, project: str) -> list[fleets.SealedFleet]:
@@ -148,7 +200,7 @@ async def _fleet_offers(deps: AppDeps, project: str, kind: str, query: OfferQuer
 
 def _clear_pick(deps: AppDeps, project: str, provider: str) -> bool:
     with open_session(deps) as session:
-        return repo.clear_pick(session, project, provider)
+        return picks.clear_pick(session, project, provider)
 
 
 async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQuery) -> list[Offer]:

@@ -19,14 +19,14 @@ from sqlmodel import select
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
+from api.fields import Name, Timestamp, aware
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import Name, Timestamp, aware
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
 from messages.ids import policy_schedule_id, policy_workflow_id
 from messages.policy import CronWhen, PolicyInput, PolicySpec, Then, WebhookThen, When
 from providers.endpoints import EndpointError, check_webhook, split_query
-from store import policies, repo
+from store import ids, policies
 from store.models import Policy
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def _delete(deps: AppDeps, policy_id: str) -> None:
 async def create_policy(body: PolicyIn, deps: DepsDep, caller: CallerDep) -> PolicyOut:
     """Save a policy and its Schedule (paused when `enabled` is false)."""
     _check_webhook(deps, body)
-    row = await in_thread(save_card, deps, caller.project, repo.new_id(), body, create=True)
+    row = await in_thread(save_card, deps, caller.project, ids.new_id(), body, create=True)
     assert row is not None
     try:
         await sync_schedule(deps, caller.project, row)

@@ -18,14 +18,14 @@ from sqlmodel import select
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
+from api.fields import CloudId, Printable, Strict, Timestamp, openssh_key_lines
 from api.pagination import Keyset, Page, PageDep
 from api.placement import refusal
-from api.schemas import CloudId, Printable, Strict, Timestamp, openssh_key_lines
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
 from messages.pool import MAX_POOL_SIZE, POOL_ID_LENGTH, POOL_NAME, PoolStatus, ScaleInput, scale_workflow_id
 from providers.base import LaunchRequirements
-from store import pools, repo
+from store import connections, ids, pools
 from store.models import Pool
 
 log = logging.getLogger(__name__)
@@ -123,12 +123,12 @@ def _get(deps: AppDeps, project: str, name: str) -> Pool | None:
 def _save(deps: AppDeps, project: str, name: str, body: PoolIn) -> tuple[Pool, bool]:
     """Insert or update the pool's desired spec; (the row, whether it is new)."""
     with open_session(deps) as session:
-        if not repo.connected(session, [body.cloud], project):
+        if not connections.connected(session, [body.cloud], project):
             raise HTTPException(status.HTTP_409_CONFLICT, f"no {body.cloud} connection: connect {body.cloud} "
                                                           f"first (gpuprov connect {body.cloud} ...)")
         row = pools.get_pool(session, project, name)
         if row is None:
-            pool_id = repo.new_id(POOL_ID_LENGTH)
+            pool_id = ids.new_id(POOL_ID_LENGTH)
             row = Pool(id=pool_id, project=project, name=name, cloud=body.cloud, gpu=body.gpu,
                        gpu_count=body.gpu_count, region=body.region, spot=body.spot, k3s=body.k3s,
                        min_size=body.min, max_size=body.max, size=body.size,

@@ -6,14 +6,52 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
+from pydantic import BaseModel, Field
 from sqlmodel import Session, select
 
 from api.auth import BearerDep, Caller, CallerDep, no_project, require_admin
 from api.deps import SessionDep
+from api.fields import Name, Strict, Timestamp, aware
+from api.fields import Project as ProjectSlug
 from api.pagination import Keyset, Page, PageDep
-from api.schemas import ProjectCreate, ProjectOut, TokenCreate, TokenCreated, TokenOut
-from store import repo
+from store import projects
 from store.models import ApiToken, Project
+
+
+class ProjectCreate(Strict):
+    id: ProjectSlug
+
+
+class ProjectOut(BaseModel):
+    id: str
+    created_at: Timestamp | None
+
+    @classmethod
+    def of(cls, row: Project) -> ProjectOut:
+        return cls(id=row.id, created_at=aware(row.created_at))
+
+
+class TokenCreate(Strict):
+    label: Name | None = Field(None, description="what the token is for, e.g. `ci`")
+
+
+class TokenOut(BaseModel):
+    """A project token as listed: never its value (only its hash is kept)."""
+
+    id: str
+    project: str
+    label: str | None
+    created_at: Timestamp | None
+    revoked_at: Timestamp | None
+
+    @classmethod
+    def of(cls, row: ApiToken) -> TokenOut:
+        return cls(id=row.id, project=row.project, label=row.label, created_at=aware(row.created_at),
+                   revoked_at=aware(row.revoked_at))
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the token: shown this once, not kept (only its hash is)")
 
 router = APIRouter(prefix="/projects", tags=["projects"])
 
@@ -26,7 +64,7 @@ UNKNOWN: Responses = {404: {"description": "no such project (or another project'
 
 def _visible(session: Session, caller: Caller, project: str) -> None:
     """404 unless the caller may see `project`: the admin token any existing one, a project token its own."""
-    if (not caller.admin and project != caller.project) or repo.get_project(session, project) is None:
+    if (not caller.admin and project != caller.project) or projects.get_project(session, project) is None:
         raise no_project(project)
 
 
@@ -34,7 +72,7 @@ def _visible(session: Session, caller: Caller, project: str) -> None:
              responses={**ADMIN_ONLY, 409: {"description": "the project exists"}})
 def create_project(body: ProjectCreate, session: SessionDep, caller: CallerDep) -> ProjectOut:
     require_admin(caller)
-    row = repo.add_project(session, body.id)
+    row = projects.add_project(session, body.id)
     if row is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"project {body.id!r} exists")
     return ProjectOut.of(row)
@@ -56,7 +94,7 @@ def create_token(project: str, body: TokenCreate, session: SessionDep, caller: C
     """A new token of the project: its value is in this answer only (the database keeps its hash)."""
     _visible(session, caller, project)
     require_admin(caller)
-    row, value = repo.add_token(session, project, body.label)
+    row, value = projects.add_token(session, project, body.label)
     return TokenCreated(**TokenOut.of(row).model_dump(), token=value)
 
 
@@ -80,11 +118,11 @@ def revoke_token(project: str, token_id: str, session: SessionDep, caller: Calle
     _visible(session, caller, project)
     target = session.get(ApiToken, token_id)
     if (not caller.admin and target is not None and target.project == project
-            and (creds is None or target.token_hash != repo.token_hash(creds.credentials))):
+            and (creds is None or target.token_hash != projects.token_hash(creds.credentials))):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "revoking another token of the project needs "
                                                        "the installation's admin token; a token may revoke "
                                                        "itself")
-    row = repo.revoke_token(session, project, token_id)
+    row = projects.revoke_token(session, project, token_id)
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no token {token_id!r} in project {project!r}")
     return TokenOut.of(row)

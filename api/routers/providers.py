@@ -31,15 +31,17 @@ from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.auth import CallerDep
 from api.deps import DepsDep, SessionDep, in_thread
+from api.fields import Timestamp, aware
 from api.pagination import Keyset, Page, PageDep, encode_cursor
 from api.routers import connections
 from api.routers import fleets as fleet_routes
-from api.schemas import ConnectionRemoval, Timestamp, aware
+from api.shared_bodies import ConnectionRemoval
 from messages.enums import ConnectionStatus
 from messages.health import HealthStatus
 from providers import listing, registry
 from providers.future import FUTURE, SSH_FLEET
-from store import fleets, repo
+from store import connections as connection_store
+from store import fleets
 from store.models import Connection, Fleet, FleetHost
 
 router = APIRouter(prefix="/providers", tags=["providers"])
@@ -146,7 +148,7 @@ def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Pag
     if rest or more_conns or more_fleets:
         last = shown[-1]
         following = encode_cursor(KEYSET.kind, t=last.created_at.isoformat(), i=last.id)
-    totals = repo.live_totals(session, [r.id for r in shown if isinstance(r, Connection)])
+    totals = connection_store.live_totals(session, [r.id for r in shown if isinstance(r, Connection)])
     hosts = fleets.hosts_by_fleet(session, [r.id for r in shown if isinstance(r, Fleet)])
     return Page(items=[_row(r, totals) if isinstance(r, Connection) else _fleet_row(r, hosts.get(r.id, []))
                        for r in shown], next_cursor=following)

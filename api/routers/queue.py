@@ -11,7 +11,7 @@ from sqlmodel import Session, col, func, select
 
 from api.auth import CallerDep
 from api.deps import SessionDep
-from api.schemas import Strict, Timestamp, aware
+from api.fields import Strict, Timestamp, aware
 from messages.queue_groups import QUEUE_GROUPS, QueueGroup, group_of
 from store import queue
 from store.models import Job

@@ -3,15 +3,47 @@ type and per project — the Cloud tab's spend card in one call."""
 
 from __future__ import annotations
 
+from datetime import date as date_
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
 
 from api.auth import CallerDep
 from api.deps import SessionDep
-from api.schemas import SpendDayOut, SpendJobTypeOut, SpendOut, SpendProjectOut
-from store import repo, spend
+from store import connections, spend
 from store.models import utcnow
+
+
+class SpendDayOut(BaseModel):
+    date: date_  # a UTC day
+    cost: float = Field(description="$ accrued that day: each interval's $/hr × its hours within the day")
+
+
+class SpendJobTypeOut(BaseModel):
+    job_type: str = Field(description="the workload type the machines served; `manual`: allocated by hand")
+    cost: float
+
+
+class SpendProjectOut(BaseModel):
+    project: str
+    cost: float
+
+
+class SpendOut(BaseModel):
+    """The Cloud tab's spend card in one answer: daily totals (zero-filled), by job type, by project."""
+
+    days: int
+    currency: str = "USD"
+    daily: list[SpendDayOut] = Field(description="one row per UTC day of the window, oldest first")
+    by_job_type: list[SpendJobTypeOut] = Field(description="the window's cost per job type, largest first")
+    by_project: list[SpendProjectOut] = Field(
+        description="the window's cost per project, largest first: every project for the admin token, "
+                    "its own for a project token")
+    total: float
+    empty: bool = Field(description="true until a provider is connected and spend was recorded: the page "
+                                    "hides the card")
+    reason: str | None = Field(default=None, description="why it is empty")
 
 router = APIRouter(prefix="/spend", tags=["spend"])
 
@@ -39,7 +71,7 @@ def get_spend(session: SessionDep, caller: CallerDep,
         everyone = spend.window_intervals(session, days=days, now=now)
         by_project = spend.summarize(everyone, days, now).by_project
     reason = None
-    if not repo.connected(session, project=caller.project):
+    if not connections.connected(session, project=caller.project):
         reason = f"no provider is connected in project {caller.project!r}"
     elif not spend.any_recorded(session, [caller.project]):
         reason = f"no spend was recorded in project {caller.project!r}"

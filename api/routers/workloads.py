@@ -21,8 +21,9 @@ from sqlmodel import Session
 from api.auth import CallerDep
 from api.deps import SessionDep
 from api.errors import shown
+from api.fields import Name, Strict, Timestamp, aware
 from api.pagination import Page, PageDep, offset_page
-from api.schemas import Name, Strict, Timestamp, aware, instance_gpu_label
+from api.shared_bodies import instance_gpu_label
 from messages.workloads import (
     ACTIVE,
     GROUP,

@@ -38,7 +38,7 @@ from providers.base import (
     rank_offers,
 )
 from providers.credentials import ApiKeyCredentials
-from store import repo
+from store import connections
 from store.secrets import SecretBox
 from tests import migrated
 
@@ -204,10 +204,10 @@ class FakeWorkflows:
 
     def _save(self, req: ConnectRequest, account: str) -> None:
         with Session(self.engine) as session:
-            repo.save_connection(session, connection_id=req.connection_id, provider=req.provider,
-                                 name=req.name, secret=req.sealed_credentials.encode(),
-                                 endpoint=req.options.endpoint, ca_bundle=req.options.ca_bundle,
-                                 account=account, project=req.project)
+            connections.save_connection(session, connection_id=req.connection_id, provider=req.provider,
+                                        name=req.name, secret=req.sealed_credentials.encode(),
+                                        endpoint=req.options.endpoint, ca_bundle=req.options.ca_bundle,
+                                        account=account, project=req.project)
 
 
 @pytest.fixture(autouse=True)

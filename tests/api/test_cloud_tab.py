@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from providers import registry
-from store import repo, spend
+from store import instances, spend
 from tests.api.conftest import connect_fake
 
 
@@ -29,8 +29,9 @@ async def test_each_card_of_the_cloud_tab_is_one_response(client: httpx.AsyncCli
     instance_id = made.json()["id"]
     started = datetime.now(UTC) - timedelta(hours=1)
     with Session(engine) as s:
-        repo.update_instance(s, instance_id, status="ready", instance_type="gpu.h100", price_per_hour=2.5,
-                             gpus_found=[{"index": 0, "name": "NVIDIA H100"}], ready_at=started)
+        instances.update_instance(s, instance_id, status="ready", instance_type="gpu.h100",
+                                  price_per_hour=2.5, gpus_found=[{"index": 0, "name": "NVIDIA H100"}],
+                                  ready_at=started)
         assert spend.open_interval(s, key="k-cloud-tab", instance_id=instance_id, project="default",
                                    connection_id=conn["id"], provider="fakecloud", rate_per_hour=2.5,
                                    started_at=started, job_type="manual")

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.schemas import OWN_PICKER
+from api.fields import OWN_PICKER
 from providers import registry
 from tests.api.conftest import FakeCloud, all_items
 

@@ -14,7 +14,7 @@ from sqlmodel import Session, select
 
 from api.temporal import WorkflowFailed, WorkflowUnavailable
 from messages import workflows as wf
-from store import repo
+from store import connections, instances
 from store.models import Connection, Instance
 from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, FakeWorkflows, connect_fake
@@ -127,7 +127,7 @@ async def test_credentials_are_stored_as_the_model_normalises_them(client: httpx
     with Session(engine) as s:
         row = s.get(Connection, r.json()["id"])
         assert row is not None and GOOD_KEY.encode() not in row.secret
-        assert repo.credentials_of(box, row) == {"api_key": GOOD_KEY}
+        assert connections.credentials_of(box, row) == {"api_key": GOOD_KEY}
 
 
 def pem_certificate() -> str:
@@ -176,8 +176,8 @@ async def test_listing_connections_writes_nothing(client: httpx.AsyncClient, wor
                        status="ready"))
         s.commit()
     with Session(engine) as s:  # being removed, its instance gone: what the old GET purged
-        repo.mark_connection(s, conn["id"], status="removing")
-        repo.update_instance(s, "live1", status="terminated")
+        connections.mark_connection(s, conn["id"], status="removing")
+        instances.update_instance(s, "live1", status="terminated")
     statements: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:

@@ -22,7 +22,7 @@ from providers.base import ConnectionOptions, InvalidRequest
 from providers.lambda_ import LambdaProvider
 from providers.local import LocalProvider
 from settings import Settings
-from store import repo
+from store import connections
 from store.models import Connection
 from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, TOKEN, FakeCloud, FakeWorkflows, app_serving
@@ -131,8 +131,8 @@ def test_the_setting_is_parsed_and_normalised_and_a_bad_entry_stops_the_process(
 def stored(engine: sa.Engine, box: SecretBox, endpoint: str) -> Connection:
     """A connection saved before the rule existed (or under a prefix since removed)."""
     with Session(engine, expire_on_commit=False) as s:
-        return repo.add_connection(s, box, provider="fakecloud", name="old",
-                                   credentials={"api_key": GOOD_KEY}, endpoint=endpoint)
+        return connections.add_connection(s, box, provider="fakecloud", name="old",
+                                          credentials={"api_key": GOOD_KEY}, endpoint=endpoint)
 
 
 def test_the_worker_refuses_to_build_an_adapter_for_a_stored_foreign_endpoint(

@@ -11,7 +11,7 @@ from sqlmodel import Session, select
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
 from messages.workflows import UpdateRef
-from store import repo
+from store import instances
 from store.models import Attempt, Instance
 from tests.api.conftest import FakeWorkflows, connect_fake, make_project
 
@@ -96,15 +96,16 @@ async def test_reads_come_from_the_database(client: httpx.AsyncClient, ssh_key: 
     await connect_fake(client)
     iid = (await client.post(URL, json=body(ssh_key))).json()["id"]
     with Session(engine) as s:  # what the allocate activities write as they go
-        repo.record_attempt(s, Attempt(instance_id=iid, seq=1, provider="fakecloud", instance_type="gpu.a10",
-                                       region="r1", price_per_hour=0.75, outcome="capacity",
-                                       reason="no A10 left in r1"))
-        repo.record_attempt(s, Attempt(instance_id=iid, seq=2, provider="fakecloud", instance_type="gpu.h100",
-                                       region="r2", price_per_hour=2.5, outcome="created"))
-        repo.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1", ssh_port=2222,
-                             ssh_user="ubuntu", instance_type="gpu.h100", offer_region="r2",
-                             price_per_hour=2.5, gpus_found=[{"index": 0, "name": "NVIDIA H100"}],
-                             note="k3s skipped")
+        instances.record_attempt(s, Attempt(instance_id=iid, seq=1, provider="fakecloud",
+                                            instance_type="gpu.a10", region="r1", price_per_hour=0.75,
+                                            outcome="capacity", reason="no A10 left in r1"))
+        instances.record_attempt(s, Attempt(instance_id=iid, seq=2, provider="fakecloud",
+                                            instance_type="gpu.h100", region="r2", price_per_hour=2.5,
+                                            outcome="created"))
+        instances.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1", ssh_port=2222,
+                                  ssh_user="ubuntu", instance_type="gpu.h100", offer_region="r2",
+                                  price_per_hour=2.5, gpus_found=[{"index": 0, "name": "NVIDIA H100"}],
+                                  note="k3s skipped")
     got = (await client.get(f"{URL}/{iid}")).json()
     assert got["status"] == "ready" and got["ssh"] == {"host": "127.0.0.1", "port": 2222, "user": "ubuntu",
                                                        "bastion": None}
@@ -133,26 +134,11 @@ async def test_terminate_is_idempotent(client: httpx.AsyncClient, workflows: Fak
     # The route wrote nothing: the workflow records `terminating` itself when it begins the teardown.
     assert (await client.get(f"{URL}/{iid}")).json()["status"] == "provisioning"
     with Session(engine) as s:
-        repo.update_instance(s, iid, status="terminated")
+        instances.update_instance(s, iid, status="terminated")
     r = await client.post(f"{URL}/{iid}/terminate")
     assert r.status_code == 202 and r.json()["status"] == "terminated" and len(workflows.updates) == 2
     assert (await client.post(f"{URL}/nope/terminate")).status_code == 404
 
-
-async def test_terminate_of_a_legacy_allocation_starts_its_terminate_workflow(
-        client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
-    """Rows of allocations an earlier gpuprov started still point at AllocateWorkflow."""
-    conn = await connect_fake(client)
-    with Session(engine) as s:
-        s.add(Instance(id="old1", provider="fakecloud", connection_id=conn["id"], workflow_id="allocate-old1",
-                       status="ready"))
-        s.commit()
-    assert (await client.post(f"{URL}/old1/terminate")).status_code == 202
-    assert [(s.workflow, s.workflow_id, s.use_existing) for s in workflows.starts] == [
-        (wf.LEGACY_TERMINATE.name, "terminate-old1", True)]
-    assert workflows.updates == []
-    # Its TerminateWorkflow does not record `terminating` itself: for legacy rows the route does.
-    assert (await client.get(f"{URL}/old1")).json()["status"] == "terminating"
 
 
 async def test_terminate_sends_the_update_before_any_row_write(
@@ -160,7 +146,7 @@ async def test_terminate_sends_the_update_before_any_row_write(
     await connect_fake(client)
     iid = (await client.post(URL, json=body(ssh_key))).json()["id"]
     with Session(engine) as s:
-        repo.update_instance(s, iid, status="ready", phase="ready")
+        instances.update_instance(s, iid, status="ready", phase="ready")
     writes: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -215,12 +201,12 @@ async def test_active_instances_are_the_ones_that_may_bill_with_gpu_price_and_up
     ids = [(await client.post(URL, json=body(ssh_key, gpu="H100"))).json()["id"] for _ in range(4)]
     ready_at = datetime.now(UTC) - timedelta(hours=2)
     with Session(engine) as s:
-        repo.update_instance(s, ids[0], status="ready", instance_type="gpu.h100", price_per_hour=2.5,
-                             gpus_found=[{"index": i, "name": "NVIDIA H100"} for i in range(2)],
-                             ready_at=ready_at)
-        repo.update_instance(s, ids[1], status="terminating")
-        repo.update_instance(s, ids[2], status="terminated")
-        repo.update_instance(s, ids[3], status="failed")
+        instances.update_instance(s, ids[0], status="ready", instance_type="gpu.h100", price_per_hour=2.5,
+                                  gpus_found=[{"index": i, "name": "NVIDIA H100"} for i in range(2)],
+                                  ready_at=ready_at)
+        instances.update_instance(s, ids[1], status="terminating")
+        instances.update_instance(s, ids[2], status="terminated")
+        instances.update_instance(s, ids[3], status="failed")
     active = (await client.get(URL, params={"status": "active"})).json()["items"]
     assert {i["id"] for i in active} == {ids[0], ids[1]}
     ready = next(i for i in active if i["id"] == ids[0])

@@ -16,7 +16,7 @@ from fakeclouds import clouds
 from messages import workflows as wf
 from messages.allocation import AllocationInput
 from providers import registry
-from store import repo
+from store import connections
 from store.secrets import SecretBox
 from tests.api.conftest import FakeWorkflows, all_items
 from tests.conformance.clouds import REAL_ENGINE_CLOUDS
@@ -30,7 +30,7 @@ def connect(engine: sa.Engine, box: SecretBox, *names: str) -> None:
     with Session(engine) as session:
         for cloud in names:
             credentials = {} if cloud in REAL_ENGINE_CLOUDS else clouds.facade(cloud).credentials("a-token")
-            repo.add_connection(session, box, provider=cloud, name=cloud, credentials=credentials)
+            connections.add_connection(session, box, provider=cloud, name=cloud, credentials=credentials)
 
 
 def started_request(workflows: FakeWorkflows) -> Any:

@@ -18,7 +18,7 @@ from providers import registry
 from providers.base import OfferQuery, rank_offers
 from providers.modal_ import ModalProvider
 from providers.modal_gpus import GPUS, PRICED_ON, PRICES_SOURCE
-from store import repo
+from store import instances, picks
 from tests.api.conftest import FakeWorkflows, make_project
 
 OFFERS = "/api/compute/backends/modal/offers"
@@ -57,7 +57,7 @@ async def connect_modal(client: httpx.AsyncClient, project: str | None = None) -
 
 def stored_pick(engine: sa.Engine, project: str = "default") -> tuple[str, str] | None:
     with Session(engine) as s:
-        row = repo.get_pick(s, project, "modal")
+        row = picks.get_pick(s, project, "modal")
     return None if row is None else (row.instance_type, row.region)
 
 
@@ -158,7 +158,7 @@ async def test_the_saved_spec_is_what_the_next_modal_allocation_asks_for(
         assert [(t.cloud, t.connection_id) for t in asked.targets] == [("modal", conn["id"])]
         assert asked.notes[0] == "modal default offer: H200:4 in global"
         with Session(engine) as s:
-            row = repo.get_instance(s, r.json()["id"])
+            row = instances.get_instance(s, r.json()["id"])
         assert row is not None and "modal default offer: H200:4" in (row.note or "")
 
     # A new pick is what the next allocation asks for.

@@ -14,7 +14,7 @@ from api.routers.offers import title_of
 from messages import workflows as wf
 from messages.allocation import AllocationInput
 from providers.base import GpuSpec, Offer, OfferQuery, rank_offers
-from store import repo
+from store import instances
 from tests.api.conftest import FakeCloud, FakeWorkflows, connect_fake, make_project
 
 OFFERS = "/api/compute/backends/fakecloud/offers"
@@ -134,7 +134,7 @@ async def test_an_allocation_naming_the_backend_without_a_gpu_gets_the_default(
         assert (asked.instance_type, asked.region, asked.gpu) == ("gpu.2x.h100", "r2", None), selector
         assert "fakecloud default offer: gpu.2x.h100 in r2" in asked.notes[0]
         with Session(engine) as s:
-            row = repo.get_instance(s, r.json()["id"])
+            row = instances.get_instance(s, r.json()["id"])
         assert row is not None and row.region == "r2" and "default offer" in (row.note or "")
 
     # Anything that says otherwise is the request's own: a GPU, another region, spot, other clouds.

@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from providers import registry
 from providers.base import Capabilities
-from store import repo
+from store import connections
 from tests.api.conftest import GOOD_KEY, FakeCloud, FakeWorkflows
 
 URL = "/api/compute/instances"
@@ -91,7 +91,7 @@ async def test_cloud_means_every_connection_of_that_cloud(client: httpx.AsyncCli
     assert r.status_code == 202
     assert sorted(targets(req)) == sorted([("fakecloud", first), ("fakecloud", second)]) and req.notes == []
     with Session(engine) as s:  # a connection being removed takes no new allocation
-        repo.mark_connection(s, first, status="removing")
+        connections.mark_connection(s, first, status="removing")
     r, req = await allocate(client, workflows, ssh_key, cloud="fakecloud")
     assert targets(req) == [("fakecloud", second)]
 
@@ -149,7 +149,7 @@ async def test_connection_id_uses_that_connection_only(client: httpx.AsyncClient
     r, _ = await allocate(client, workflows, ssh_key, connection_id="nosuch")
     assert r.status_code == 404 and "nosuch" in r.json()["detail"]
     with Session(engine) as s:
-        repo.mark_connection(s, second, status="removing")
+        connections.mark_connection(s, second, status="removing")
     r, _ = await allocate(client, workflows, ssh_key, connection_id=second)
     assert r.status_code == 422 and "is removing" in r.json()["detail"]
 

@@ -24,7 +24,7 @@ from messages.allocation import CloudTarget
 from messages.connection import DisconnectRequest
 from messages.fleet import HostProbe
 from messages.health import CheckInput, RecordHealthInput
-from store import fleets, repo
+from store import connections, fleets, ids
 from store.models import Instance
 from store.secrets import SecretBox
 from tests.api.conftest import FakeWorkflows, all_items, connect_fake, make_project
@@ -54,7 +54,7 @@ def activity_deps(engine: sa.Engine, box: SecretBox) -> ActivityDeps:
 
 def add_instance(engine: sa.Engine, connection_id: str, status: str, price: float | None,
                  project: str = "default") -> str:
-    allocation_id = repo.new_id()
+    allocation_id = ids.new_id()
     with Session(engine) as s:
         s.add(Instance(id=allocation_id, provider="fakecloud", connection_id=connection_id, project=project,
                        workflow_id=f"allocation-{allocation_id}", status=status, price_per_hour=price))
@@ -110,8 +110,8 @@ async def test_a_failed_check_shows_degraded_with_its_reason(client: httpx.Async
                                                             box: SecretBox) -> None:
     good = await connect_fake(client)
     with Session(engine) as s:  # the account's key was revoked after it connected
-        revoked = repo.add_connection(s, box, provider="fakecloud", name="old key",
-                                      credentials={"api_key": "revoked"}).id
+        revoked = connections.add_connection(s, box, provider="fakecloud", name="old key",
+                                             credentials={"api_key": "revoked"}).id
     for conn in (good["id"], revoked):
         await health_check(engine, box, conn)
     rows = {row["id"]: row for row in (await client.get(URL)).json()["items"]}
@@ -152,9 +152,9 @@ async def test_another_projects_provider_is_a_404_and_never_listed(client: httpx
 def add_fleet(engine: sa.Engine, box: SecretBox, name: str, hosts: list[str],
               project: str = "default") -> str:
     with Session(engine) as s:
-        return fleets.save_fleet(s, box, fleet_id=repo.new_id(), project=project, name=name, user="ubuntu",
+        return fleets.save_fleet(s, box, fleet_id=ids.new_id(), project=project, name=name, user="ubuntu",
                                  port=22, hosts=hosts, private_key=FLEET_KEY, bastion=None,
-                                 new_host_id=repo.new_id, probe_id="p1").id
+                                 new_host_id=ids.new_id, probe_id="p1").id
 
 
 def answer(engine: sa.Engine, fleet_id: str, host: str, **probe: Any) -> None:

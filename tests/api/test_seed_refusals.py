@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from fakeclouds import clouds
 from providers import registry
-from store import repo
+from store import connections
 from store.secrets import SecretBox
 from tests.api.conftest import FakeWorkflows
 from tests.conformance.clouds import REAL_ENGINE_CLOUDS
@@ -32,7 +32,7 @@ async def test_unsupported_asks_are_refused_before_a_workflow_and_supported_ones
     with Session(engine) as session:  # a stored connection: refusals come before the cloud is asked
         # A cloud checked against a real engine (docker) has no facade: its credentials need nothing.
         credentials = {} if cloud in REAL_ENGINE_CLOUDS else clouds.facade(cloud).credentials("a-test-token")
-        repo.add_connection(session, box, provider=cloud, name=cloud, credentials=credentials)
+        connections.add_connection(session, box, provider=cloud, name=cloud, credentials=credentials)
     base: dict[str, Any] = {"cloud": cloud, "ssh_public_keys": [ssh_key]}
     if caps.region_required:
         base["region"] = caps.regions[0]

@@ -23,6 +23,7 @@ from api.temporal import TemporalGateway
 from messages.workflows import WorkflowRef
 from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, TOKEN
+from tests.eventually import eventually
 from worker import build_worker
 
 
@@ -128,3 +129,18 @@ async def test_execute_attach_answers_with_the_running_runs_result(
     await asyncio.wait_for(attached.wait(), 30)
     await temporal_client.get_workflow_handle(wid).signal(HoldWorkflow.go)
     assert await asyncio.wait_for(waiting, 30) == "first attempt"
+
+
+async def test_open_runs_lists_the_running_runs_of_the_types_asked_for(
+        hold: TemporalGateway, temporal_client: Client) -> None:
+    """What the drain check (GET /retired-workflows) asks Temporal's visibility."""
+    wid = f"hold-{uuid.uuid4().hex[:8]}"
+    assert await hold.start(FAKE_HOLD, Note(text="open"), workflow_id=wid)
+
+    async def listed() -> list[str]:
+        return [r.workflow_id for r in await hold.open_runs([FAKE_HOLD.name]) if r.workflow_id == wid]
+
+    assert await eventually(listed, within=30, what="the open run listed")  # visibility follows the start
+    assert [r for r in await hold.open_runs(["NoSuchWorkflow"]) if r.workflow_id == wid] == []
+    await temporal_client.get_workflow_handle(wid).signal(HoldWorkflow.go)
+    await eventually(listed, within=30, until=lambda ids: ids == [], what="the closed run gone from the list")

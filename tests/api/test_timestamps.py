@@ -1,5 +1,5 @@
 """Every timestamp the API returns carries its zone (the schema says `date-time`, RFC 3339: an
-offset is part of it), though SQLite hands every stored one back naive: api/schemas.py `Timestamp`.
+offset is part of it), though SQLite hands every stored one back naive: api/fields.py `Timestamp`.
 And a reported workload's `eta_at` is a date-time string that is not in the past, else a 422."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from sqlmodel import Session
 
 from api import routers as api_routers
 from api.deps import AppDeps
-from api.schemas import Timestamp, _utc
-from store import fleets, repo
+from api.fields import Timestamp, _utc
+from store import connections, fleets, ids
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN, FakeWorkflows, app_serving, connect_fake
 
@@ -75,11 +75,11 @@ async def test_every_list_route_writes_its_timestamps_with_their_zone(
     assert (await api.post("/api/compute/queue/pause", json={"type": "grpo"})).status_code == 200
     key = asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
     with Session(engine) as s:  # stored as the API stores one (its address checks are not this test's)
-        fleets.save_fleet(s, box, fleet_id=repo.new_id(), project="default", name="rack", user="root",
-                          port=22, hosts=["10.0.0.5"], private_key=key, bastion=None, new_host_id=repo.new_id)
+        fleets.save_fleet(s, box, fleet_id=ids.new_id(), project="default", name="rack", user="root",
+                          port=22, hosts=["10.0.0.5"], private_key=key, bastion=None, new_host_id=ids.new_id)
         # a health check recorded (naive, as SQLite gives it back)
-        repo.record_health(s, conn["id"], status="healthy", reason=None,
-                           checked_at=datetime.now(UTC).replace(tzinfo=None), latency_ms=5)
+        connections.record_health(s, conn["id"], status="healthy", reason=None,
+                                  checked_at=datetime.now(UTC).replace(tzinfo=None), latency_ms=5)
         s.commit()
 
     seen: dict[str, int] = {}
@@ -127,7 +127,7 @@ def _fields_dated(model: type[BaseModel]) -> Iterator[bool]:
         for ok in _dated(f.annotation, guarded):
             if not ok:
                 raise AssertionError(f"{model.__name__}.{name} is a bare datetime: make it "
-                                     "api.schemas.Timestamp")
+                                     "api.fields.Timestamp")
             yield ok
 
 

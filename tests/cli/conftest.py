@@ -20,7 +20,7 @@ from api.deps import AppDeps
 from messages import workflows as wf
 from messages.workflows import UpdateRef
 from providers import registry
-from store import repo
+from store import instances
 from store.models import Attempt, Instance
 from store.secrets import SecretBox
 from tests import migrated
@@ -39,17 +39,17 @@ class FakeInstantWorkflows(FakeWorkflows):
         req = arg.request  # type: ignore[attr-defined]
         iid = req.allocation_id
         with Session(self.engine) as s:
-            repo.insert_instance_if_absent(s, Instance(
+            instances.insert_instance_if_absent(s, Instance(
                 id=iid, project=req.project, name=req.name, provider=req.cloud,
                 connection_id=req.connection_id, workflow_id=workflow_id, note="; ".join(req.notes) or None))
             for seq, outcome, reason in [(1, "capacity", "sold out in r1"), (2, "created", None)]:
-                repo.record_attempt(s, Attempt(instance_id=iid, seq=seq, provider="fakecloud",
-                                               instance_type="gpu.a10", region=f"r{seq}",
-                                               price_per_hour=0.75, outcome=outcome, reason=reason))
-            repo.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1",
-                                 ssh_port=2201, ssh_user="ubuntu", instance_type="gpu.a10",
-                                 offer_region="r2", price_per_hour=0.75,
-                                 gpus_found=[{"index": 0, "name": "NVIDIA A10"}])
+                instances.record_attempt(s, Attempt(instance_id=iid, seq=seq, provider="fakecloud",
+                                                    instance_type="gpu.a10", region=f"r{seq}",
+                                                    price_per_hour=0.75, outcome=outcome, reason=reason))
+            instances.update_instance(s, iid, status="ready", phase="ready", ssh_host="127.0.0.1",
+                                      ssh_port=2201, ssh_user="ubuntu", instance_type="gpu.a10",
+                                      offer_region="r2", price_per_hour=0.75,
+                                      gpus_found=[{"index": 0, "name": "NVIDIA A10"}])
 
     async def request_update(self, workflow_id: str, update: UpdateRef[Any]) -> bool:
         """The allocation's `terminate` update: the machine is gone at once."""
@@ -57,7 +57,7 @@ class FakeInstantWorkflows(FakeWorkflows):
         if accepted and update == wf.ALLOCATION.terminate:
             with Session(self.engine) as s:
                 iid = workflow_id.removeprefix("allocation-")
-                repo.update_instance(s, iid, status="terminated", phase="terminated")
+                instances.update_instance(s, iid, status="terminated", phase="terminated")
             self.closed.add(workflow_id)
         return accepted
 

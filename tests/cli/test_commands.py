@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from messages.workflows import UpdateRef
-from store import repo
+from store import instances
 from tests.api.conftest import GOOD_KEY
 from tests.cli.conftest import FakeInstantWorkflows
 
@@ -126,15 +126,15 @@ def test_down_prints_the_teardown_not_the_provisioning_history(
     up = runner.invoke(app, ["up", "--cloud", "fakecloud", "--ssh-key", str(key_file), "--detach"])
     iid = up.output.split()[1]
     with Session(engine) as s:  # the allocation's recorded history, as its workflow writes it
-        repo.update_instance(s, iid, status="provisioning", phase="validate")
-        repo.mark_phases(s, iid, [("provisioning", "plan"), ("provisioning", "create"),
-                                  ("provisioning", "wait_running"), ("ready", "ready")])
+        instances.update_instance(s, iid, status="provisioning", phase="validate")
+        instances.mark_phases(s, iid, [("provisioning", "plan"), ("provisioning", "create"),
+                                       ("provisioning", "wait_running"), ("ready", "ready")])
     plain_terminate = workflows.request_update
 
     async def terminate_in_steps(workflow_id: str, update: UpdateRef[Any]) -> bool:
         accepted = await plain_terminate(workflow_id, update)
         with Session(engine) as s:  # the teardown's own steps, recorded like the workflow's
-            repo.mark_phases(s, iid, [("terminating", "terminate"), ("terminated", "terminated")])
+            instances.mark_phases(s, iid, [("terminating", "terminate"), ("terminated", "terminated")])
         return accepted
 
     workflows.request_update = terminate_in_steps  # type: ignore[method-assign]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import cli.client
 from cli import app
 from providers.base import GpuSpec, Offer
-from store import repo
+from store import connections
 from store.models import Connection, Instance
 from tests.api.conftest import GOOD_KEY, FakeCloud
 from tests.api.test_connections import pem_certificate
@@ -73,13 +73,13 @@ def test_clouds_lists_the_registry_with_credential_fields() -> None:
 
 def test_connect_sends_the_ca_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
-    real = repo.save_connection
+    real = connections.save_connection
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(repo, "save_connection", spy)
+    monkeypatch.setattr(connections, "save_connection", spy)
     pem = tmp_path / "ca.pem"
     pem.write_text(pem_certificate())
     r = runner.invoke(app, ["connect", "fakecloud", "-c", f"api_key={GOOD_KEY}", "--endpoint",

@@ -47,11 +47,6 @@ async def test_a_validate_result_as_recorded_carries_no_listing_copy() -> None:
     assert [t for t in _copy_of_every_cloud() if t in text] == []
 
 
-async def test_the_legacy_validate_result_carries_none_either() -> None:
-    """The legacy AllocateWorkflow's validate returns one cloud's Capabilities."""
-    [payload] = data_converter([KEY]).payload_converter.to_payloads([registry.capabilities("lambda")])
-    assert not set(UI_FIELDS) & set(json.loads(payload.data))
-
 
 async def test_an_old_history_with_the_copy_inside_still_decodes_to_the_same_behaviour() -> None:
     old = {"capabilities": {c: {**registry.capabilities(c).model_dump(mode="json"),

@@ -23,7 +23,7 @@ from messages.allocation import AllocateRequest
 from messages.enums import Phase
 from messages.ids import attempt_key
 from providers.docker_ import HOSTS_SETTING, LABEL_INSTALLATION, LABEL_KEY
-from store import repo
+from store import connections
 from store.secrets import SecretBox
 from tests.aws.test_crash import client_start
 from tests.crash.conftest import (  # noqa: F401 — fixtures, used by name
@@ -64,8 +64,8 @@ async def test_kill_after_the_docker_engine_accepted_the_create(
     # fault_proxy fixture is set up, and allows it, before the test's worker starts).
     assert fault_proxy.base_url in worker_process.env[HOSTS_SETTING].split(",")
     with Session(db_engine) as s:
-        connection = repo.add_connection(s, secret_box, provider="docker", name="docker",
-                                         credentials={"docker_host": fault_proxy.base_url}).id
+        connection = connections.add_connection(s, secret_box, provider="docker", name="docker",
+                                                credentials={"docker_host": fault_proxy.base_url}).id
     # Held well past the adapter's 30 s request timeout: the answer never comes to the killed worker.
     hold_create_answers(fault_proxy, seconds=120)
     allocation_id = f"crash-{uuid.uuid4().hex[:8]}"

@@ -34,7 +34,7 @@ from messages.pool import (
     scale_workflow_id,
     slot_of_allocation,
 )
-from store import pools, repo
+from store import ids, pools, projects
 from store.models import Pool
 from tests import simclouds
 from tests.crash.conftest import ROOT, TASK_QUEUE, WorkerProcess
@@ -153,13 +153,13 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
         temporal_client: Client, sim: FakeCloudServer, db_engine: sa.Engine, pool_worker: WorkerProcess,
         delays_restored: None) -> None:
     await sim.admin.aio.set_stock("cpu-small", "local-1", 20, facade="local")
-    pool_id, name = repo.new_id(POOL_ID_LENGTH), f"p{uuid.uuid4().hex[:6]}"
+    pool_id, name = ids.new_id(POOL_ID_LENGTH), f"p{uuid.uuid4().hex[:6]}"
     with Session(db_engine) as session:
-        pools.save_pool(session, Pool(id=pool_id, project=repo.DEFAULT_PROJECT, name=name, cloud="local",
+        pools.save_pool(session, Pool(id=pool_id, project=projects.DEFAULT_PROJECT, name=name, cloud="local",
                                       min_size=0, max_size=MAX, size=MAX, status=PoolStatus.ACTIVE,
                                       workflow_id=scale_workflow_id(pool_id)))
     handle: WorkflowHandle[Any, ScaleState] = await temporal_client.start_workflow(
-        wf.SCALE.name, ScaleInput(pool_id=pool_id, project=repo.DEFAULT_PROJECT, name=name, timing=TIMING,
+        wf.SCALE.name, ScaleInput(pool_id=pool_id, project=projects.DEFAULT_PROJECT, name=name, timing=TIMING,
                                     resync_s=0.5, parallel=PARALLEL, task_timeout_s=TASK_TIMEOUT_S),
         id=scale_workflow_id(pool_id), task_queue=TASK_QUEUE, result_type=ScaleState,
         task_timeout=timedelta(seconds=TASK_TIMEOUT_S))

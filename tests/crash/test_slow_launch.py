@@ -23,7 +23,7 @@ from messages.allocation import AllocateRequest, AllocationInput, AllocationStat
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
 from providers.rest import REQUEST_TIMEOUT_ENV
-from store import repo
+from store import creates_in_flight
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.crash.conftest import TASK_QUEUE, WorkerProcess
@@ -69,7 +69,7 @@ async def launch_sent(engine: sa.Engine, key: str) -> None:
     """Until the create activity has recorded that its launch request is going out."""
     def recorded() -> bool:
         with Session(engine) as s:
-            return repo.create_in_flight_since(s, key) is not None
+            return creates_in_flight.create_in_flight_since(s, key) is not None
 
     await eventually(recorded, within=30, what=f"the create of {key} recorded as in flight")
 

@@ -35,7 +35,8 @@ from providers.fleet_addresses import (
 from providers.ssh_fleet import SshFleetProvider
 from providers.ssh_login import Bastion, HostLogin
 from settings import Settings
-from store import fleets, repo
+from store import fleets
+from store import ids as id_store
 from store.models import Fleet, FleetHost
 from store.secrets import SecretBox
 from tests.api.conftest import TOKEN, FakeWorkflows, app_serving
@@ -253,9 +254,9 @@ def _stored_fleet(engine: sa.Engine, box: SecretBox, hosts: list[str], port: int
     """A fleet written straight to the store (as one saved before these rules was): its id and
     host ids by host."""
     with Session(engine) as s:
-        row = fleets.save_fleet(s, box, fleet_id=repo.new_id(), project="default", name="old", user="ubuntu",
-                                port=port, hosts=hosts, private_key=KEY, bastion=bastion,
-                                new_host_id=repo.new_id, probe_id="p1")
+        row = fleets.save_fleet(s, box, fleet_id=id_store.new_id(), project="default", name="old",
+                                user="ubuntu", port=port, hosts=hosts, private_key=KEY, bastion=bastion,
+                                new_host_id=id_store.new_id, probe_id="p1")
         return row.id, {h.host: h.id for h in fleets.hosts_of(s, row.id)}
 
 

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
-from store import fleets, repo
+from store import fleets, ids
 from store.models import Fleet
 from store.rekey import reseal_all
 from store.secrets import SecretBox, SecretError
@@ -20,7 +20,7 @@ def test_reseal_moves_fleet_keys_to_the_current_key(engine: sa.Engine) -> None:
                           port=22, hosts=["10.0.0.1"], private_key="fleet-key-text",
                           bastion=fleets.Bastion(host="10.0.0.9", port=22, user="jump",
                                                  private_key="bastion-key-text"),
-                          new_host_id=repo.new_id)
+                          new_host_id=ids.new_id)
     assert reseal_all(engine, SecretBox.from_ring([new, old])) == 1
     with Session(engine) as s:
         row = s.get(Fleet, "f1")

@@ -7,7 +7,7 @@ from cryptography.fernet import Fernet
 from sqlmodel import Session
 
 from messages.fleet import HostProbe
-from store import fleets, repo
+from store import fleets, ids
 from store.secrets import SecretBox
 
 
@@ -15,7 +15,7 @@ def test_an_older_probe_never_overwrites_the_latest(engine: sa.Engine) -> None:
     box = SecretBox(Fernet.generate_key())
     with Session(engine) as s:
         kw = dict(fleet_id="f1", project="default", name="rack", user="ubuntu", port=22, hosts=["10.0.0.1"],
-                  bastion=None, new_host_id=repo.new_id)
+                  bastion=None, new_host_id=ids.new_id)
         fleets.save_fleet(s, box, private_key="k", probe_id="p1", **kw)  # type: ignore[arg-type]
         fleets.save_fleet(s, box, private_key=None, probe_id="p2", **kw)  # type: ignore[arg-type]
         [host] = fleets.hosts_of(s, "f1")

@@ -243,7 +243,7 @@ def test_the_api_refuses_an_allocation_without_a_region_before_any_workflow() ->
     import asyncssh
 
     from api.placement import refusal, requirements
-    from api.schemas import InstanceCreate
+    from api.shared_bodies import InstanceCreate
 
     key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
     body = InstanceCreate(cloud="gcp", gpu="l4", ssh_public_keys=[key])

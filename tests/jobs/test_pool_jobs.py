@@ -22,7 +22,7 @@ from activities.policy import pool_utilisation_facts
 from messages import workflows as wf
 from messages.policy import Facts, PoolUtilisationWhen
 from messages.pool import PoolStatus, ScaleInput, ScaleState, scale_workflow_id, slot_of_allocation
-from store import pool_claims, pools, repo
+from store import pool_claims, pools, projects
 from store.models import Instance, Pool, utcnow
 from tests import recorded
 from tests.jobs.conftest import CLOUD, FAST, Stack
@@ -34,7 +34,7 @@ POOL, POOL_ID = "web", "pj0001"
 
 def facts(stack: Stack) -> Facts:
     with Session(stack.deps.engine) as s:
-        return pool_utilisation_facts(s, repo.DEFAULT_PROJECT,
+        return pool_utilisation_facts(s, projects.DEFAULT_PROJECT,
                                       PoolUtilisationWhen(pool=POOL, percent=50, direction="above"), utcnow())
 
 
@@ -103,8 +103,8 @@ async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measu
     r = await post(stack, "true")
     assert r.status_code == 422 and f"pool {POOL!r}" in r.text, r.text  # no such pool yet
     with Session(stack.deps.engine) as s:
-        pools.save_pool(s, Pool(id=POOL_ID, project=repo.DEFAULT_PROJECT, name=POOL, cloud=CLOUD, gpu="a10",
-                                min_size=0, max_size=2, size=2, status=PoolStatus.ACTIVE,
+        pools.save_pool(s, Pool(id=POOL_ID, project=projects.DEFAULT_PROJECT, name=POOL, cloud=CLOUD,
+                                gpu="a10", min_size=0, max_size=2, size=2, status=PoolStatus.ACTIVE,
                                 workflow_id=scale_workflow_id(POOL_ID)))
     r = await post(stack, "true", cloud=CLOUD)
     assert r.status_code == 422 and "not both" in r.text, r.text
@@ -113,7 +113,7 @@ async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measu
     assert facts(stack).not_evaluated == "the pool has no ready machine"
 
     handle: WorkflowHandle[Any, ScaleState] = await stack.client.start_workflow(
-        wf.SCALE.name, ScaleInput(pool_id=POOL_ID, project=repo.DEFAULT_PROJECT, name=POOL, timing=FAST,
+        wf.SCALE.name, ScaleInput(pool_id=POOL_ID, project=projects.DEFAULT_PROJECT, name=POOL, timing=FAST,
                                     resync_s=0.5),
         id=scale_workflow_id(POOL_ID), task_queue=stack.queue, result_type=ScaleState)
     try:

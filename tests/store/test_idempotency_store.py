@@ -10,15 +10,15 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
-from store import repo
+from store import connections, idempotency, instances
 from store.models import Instance
 from store.secrets import SecretBox
 
 
 def claim(engine: sa.Engine, fingerprint: str, resource_id: str, key_hash: str = "h1") -> tuple[str, str]:
     with Session(engine, expire_on_commit=False) as s:
-        rec = repo.claim_idempotency_key(s, scope="instances:default", key_hash=key_hash,
-                                         fingerprint=fingerprint, resource_id=resource_id)
+        rec = idempotency.claim_idempotency_key(s, scope="instances:default", key_hash=key_hash,
+                                                fingerprint=fingerprint, resource_id=resource_id)
         return rec.fingerprint, rec.resource_id
 
 
@@ -27,9 +27,9 @@ def test_the_first_use_of_a_key_is_kept(migrated: sa.Engine) -> None:
     assert claim(migrated, "fp-b", "i2") == ("fp-a", "i1")  # the caller sees the other fingerprint
     assert claim(migrated, "fp-b", "i2", key_hash="h2") == ("fp-b", "i2")
     with Session(migrated) as s:
-        found = repo.find_idempotency_key(s, "instances:default", "h1")
+        found = idempotency.find_idempotency_key(s, "instances:default", "h1")
         assert found is not None and found.resource_id == "i1" and found.created_at is not None
-        assert repo.find_idempotency_key(s, "instances:vision", "h1") is None  # scoped
+        assert idempotency.find_idempotency_key(s, "instances:vision", "h1") is None  # scoped
 
 
 def test_racing_first_uses_agree_on_one_winner(migrated: sa.Engine) -> None:
@@ -46,11 +46,12 @@ def test_racing_first_uses_agree_on_one_winner(migrated: sa.Engine) -> None:
 
 def test_insert_instance_if_absent_leaves_an_existing_row(migrated: sa.Engine) -> None:
     with Session(migrated) as s:
-        assert repo.insert_instance_if_absent(s, Instance(id="a1", provider="local", connection_id="c",
-                                                          workflow_id="allocation-a1", status="ready"))
+        assert instances.insert_instance_if_absent(s, Instance(id="a1", provider="local", connection_id="c",
+                                                               workflow_id="allocation-a1", status="ready"))
     with Session(migrated) as s:
-        assert not repo.insert_instance_if_absent(s, Instance(id="a1", provider="local", connection_id="c",
-                                                              workflow_id="allocation-a1"))
+        assert not instances.insert_instance_if_absent(s, Instance(id="a1", provider="local",
+                                                                   connection_id="c",
+                                                                   workflow_id="allocation-a1"))
         row = s.get(Instance, "a1")
         assert row is not None and row.status == "ready"
 
@@ -58,13 +59,13 @@ def test_insert_instance_if_absent_leaves_an_existing_row(migrated: sa.Engine) -
 def test_connected_lists_connected_connections_newest_first(migrated: sa.Engine) -> None:
     box = SecretBox(Fernet.generate_key())
     with Session(migrated, expire_on_commit=False) as s:
-        a = repo.add_connection(s, box, provider="local", name="a", credentials={})
-        b = repo.add_connection(s, box, provider="lambda", name="b", credentials={})
-        c = repo.add_connection(s, box, provider="local", name="c", credentials={})
-        repo.mark_connection(s, b.id, status="removing")
-        assert [x.id for x in repo.connected(s)] == [c.id, a.id]
-        assert [x.id for x in repo.connected(s, ["lambda"])] == []
-        assert [x.id for x in repo.connected(s, ["local", "lambda"])] == [c.id, a.id]
+        a = connections.add_connection(s, box, provider="local", name="a", credentials={})
+        b = connections.add_connection(s, box, provider="lambda", name="b", credentials={})
+        c = connections.add_connection(s, box, provider="local", name="c", credentials={})
+        connections.mark_connection(s, b.id, status="removing")
+        assert [x.id for x in connections.connected(s)] == [c.id, a.id]
+        assert [x.id for x in connections.connected(s, ["lambda"])] == []
+        assert [x.id for x in connections.connected(s, ["local", "lambda"])] == [c.id, a.id]
 
 
 def test_digests_are_keyed() -> None:

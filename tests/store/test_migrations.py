@@ -48,3 +48,26 @@ def test_upgrade_accepts_a_url(tmp_path) -> None:  # type: ignore[no-untyped-def
     url = f"sqlite:///{tmp_path / 'by-url.db'}"
     migrate.upgrade(url)
     assert migrate.current(url) == migrate.head()
+
+
+def _instance(engine: sa.Engine, iid: str, status: str, workflow_id: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO instance (id, project, provider, connection_id, workflow_id, "
+                             "status, phase) VALUES (:id, 'p', 'local', 'c', :wid, :st, :st)"),
+                     {"id": iid, "wid": workflow_id, "st": status})
+
+
+def test_upgrade_refuses_while_a_live_instance_runs_under_a_retired_workflow(engine: sa.Engine) -> None:
+    """0023: the retired AllocateWorkflow's code is gone, so its live machines must be ended first."""
+    migrate.upgrade(engine, "0022")
+    _instance(engine, "old1", "ready", "allocate-old1")
+    _instance(engine, "old2", "terminated", "allocate-old2")  # ended: nothing left to end
+    _instance(engine, "new1", "ready", "allocation-new1")
+    named = r"1 live instance.*old1 \(project p, ready, workflow allocate-old1\)"
+    with pytest.raises(RuntimeError, match=named):
+        migrate.upgrade(engine)
+    assert migrate.current(engine) == "0022"  # nothing changed: the upgrade rolled back
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE instance SET status = 'terminated' WHERE id = 'old1'"))
+    migrate.upgrade(engine)
+    assert migrate.current(engine) == migrate.head()

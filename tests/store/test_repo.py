@@ -9,7 +9,8 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
-from store import migrate, repo
+from store import connections, instances, migrate
+from store import ids as id_store
 from store.identity import ssh_identity
 from store.models import Attempt, Instance
 from store.secrets import SecretBox, SecretError
@@ -29,20 +30,20 @@ def box() -> SecretBox:
 
 
 def test_credentials_are_stored_encrypted_and_round_trip(session: Session, box: SecretBox) -> None:
-    conn = repo.add_connection(session, box, provider="lambda", name="lam",
-                               credentials={"api_key": PLAINTEXT}, endpoint="http://x")
+    conn = connections.add_connection(session, box, provider="lambda", name="lam",
+                                      credentials={"api_key": PLAINTEXT}, endpoint="http://x")
     query = sa.text("SELECT secret FROM connection WHERE id = :id")
     raw = bytes(session.execute(query, {"id": conn.id}).scalar_one())
     assert PLAINTEXT.encode() not in raw and b"api_key" not in raw
-    fresh = repo.get_connection(session, conn.id)
-    assert fresh is not None and repo.credentials_of(box, fresh) == {"api_key": PLAINTEXT}
+    fresh = connections.get_connection(session, conn.id)
+    assert fresh is not None and connections.credentials_of(box, fresh) == {"api_key": PLAINTEXT}
 
 
 def test_wrong_key_raises_secret_error(session: Session, box: SecretBox) -> None:
-    conn = repo.add_connection(session, box, provider="lambda", name="lam",
-                               credentials={"api_key": PLAINTEXT})
+    conn = connections.add_connection(session, box, provider="lambda", name="lam",
+                                      credentials={"api_key": PLAINTEXT})
     with pytest.raises(SecretError):
-        repo.credentials_of(SecretBox(Fernet.generate_key()), conn)
+        connections.credentials_of(SecretBox(Fernet.generate_key()), conn)
 
 
 def test_ssh_private_key_is_stored_encrypted(session: Session, box: SecretBox) -> None:
@@ -54,22 +55,23 @@ def test_ssh_private_key_is_stored_encrypted(session: Session, box: SecretBox) -
 
 
 def test_connection_for_skips_connections_being_removed(session: Session, box: SecretBox) -> None:
-    conn = repo.add_connection(session, box, provider="local", name="a", credentials={"api_key": "k"},
-                               account="acct")
-    found = repo.connection_for(session, "local")
+    conn = connections.add_connection(session, box, provider="local", name="a", credentials={"api_key": "k"},
+                                      account="acct")
+    found = connections.connection_for(session, "local")
     assert found is not None and found.id == conn.id and found.account == "acct"
-    repo.mark_connection(session, conn.id, status="removing", account="acct")
-    assert repo.connection_for(session, "local") is None
-    assert repo.connection_for(session, "lambda") is None
-    assert repo.delete_connection(session, conn.id) and not repo.delete_connection(session, conn.id)
+    connections.mark_connection(session, conn.id, status="removing", account="acct")
+    assert connections.connection_for(session, "local") is None
+    assert connections.connection_for(session, "lambda") is None
+    assert connections.delete_connection(session, conn.id)
+    assert not connections.delete_connection(session, conn.id)
 
 
 def test_save_connection_is_idempotent(session: Session, box: SecretBox) -> None:
     args: dict[str, Any] = dict(connection_id="cx1", provider="local", name="n",
                                 secret=box.seal({"api_key": "k"}), endpoint=None, ca_bundle="PEM",
                                 account="a")
-    first = repo.save_connection(session, **args)
-    again = repo.save_connection(session, **{**args, "name": "other"})
+    first = connections.save_connection(session, **args)
+    again = connections.save_connection(session, **{**args, "name": "other"})
     assert again.id == first.id and again.name == "n" and again.ca_bundle == "PEM"
 
 
@@ -83,15 +85,15 @@ def test_instances_update_and_live_filter(session: Session) -> None:
         session.add(_instance(iid, status))
     session.add(_instance("b1", "ready", connection_id="c2"))
     session.commit()
-    assert sorted(i.id for i in repo.live_instances(session, "c1")) == ["a1", "a2"]
-    row = repo.update_instance(session, "a1", status="ready", phase="ready", ssh_host="127.0.0.1",
-                               gpus_found=[{"index": 0, "name": "H100"}])
+    assert sorted(i.id for i in instances.live_instances(session, "c1")) == ["a1", "a2"]
+    row = instances.update_instance(session, "a1", status="ready", phase="ready", ssh_host="127.0.0.1",
+                                    gpus_found=[{"index": 0, "name": "H100"}])
     assert row is not None and row.status == "ready"
-    again = repo.get_instance(session, "a1")
+    again = instances.get_instance(session, "a1")
     assert again is not None and again.gpus_found == [{"index": 0, "name": "H100"}]
-    assert repo.update_instance(session, "nope", status="ready") is None
+    assert instances.update_instance(session, "nope", status="ready") is None
     with pytest.raises(AttributeError):
-        repo.update_instance(session, "a1", colour="red")
+        instances.update_instance(session, "a1", colour="red")
 
 
 def test_record_attempt_is_idempotent_per_seq(session: Session) -> None:
@@ -102,14 +104,14 @@ def test_record_attempt_is_idempotent_per_seq(session: Session) -> None:
         return Attempt(instance_id="a1", seq=1, provider="local", instance_type="t", region="r",
                        price_per_hour=1.5, outcome=outcome)
 
-    repo.record_attempt(session, attempt("created"))
-    repo.record_attempt(session, attempt("capacity"))
-    rows = repo.attempts_of(session, "a1")
+    instances.record_attempt(session, attempt("created"))
+    instances.record_attempt(session, attempt("capacity"))
+    rows = instances.attempts_of(session, "a1")
     assert [(a.seq, a.outcome) for a in rows] == [(1, "capacity")]
 
 
 def test_new_id_shape() -> None:
-    ids = {repo.new_id() for _ in range(200)}
+    ids = {id_store.new_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(re.fullmatch(r"[a-z][a-z0-9]{9}", i) for i in ids)
 

@@ -18,7 +18,7 @@ from messages.enums import Phase
 from messages.ids import allocation_workflow_id, attempt_key
 from messages.sweep import SweepSummary, Verdict
 from providers.base import Transient
-from store import repo
+from store import connections
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.eventually import eventually
@@ -202,9 +202,9 @@ async def test_a_connection_that_does_not_answer_is_reported_and_the_rest_swept(
         sweep_engine: sa.Engine, secret_box: SecretBox) -> None:
     good = connect("local")
     with Session(sweep_engine) as s:
-        bad = repo.add_connection(s, secret_box, provider="local", name="revoked",
-                                  credentials=simclouds.credentials(sim, "local", "revoked-token"),
-                                  endpoint=simclouds.endpoint(sim, "local")).id
+        bad = connections.add_connection(s, secret_box, provider="local", name="revoked",
+                                         credentials=simclouds.credentials(sim, "local", "revoked-token"),
+                                         endpoint=simclouds.endpoint(sim, "local")).id
     ref = await plant(sim, "local")
 
     summary = await sweep(temporal_client, grace_s=0, keep=True)

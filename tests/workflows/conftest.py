@@ -18,7 +18,7 @@ from messages.allocation import AllocateRequest, AllocationInput, AllocationStat
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
 from providers import registry
-from store import repo
+from store import connections
 from store.secrets import SecretBox
 from tests.eventually import eventually
 from tests.fakes import FakeCloud, FakeInMemoryProvider
@@ -65,8 +65,8 @@ async def fake_cloud(wf_worker: None) -> AsyncIterator[FakeCloud]:
 @pytest.fixture
 def fake_connection(db_engine: sa.Engine, secret_box: SecretBox) -> str:
     with Session(db_engine) as s:
-        conn = repo.add_connection(s, secret_box, provider="fake", name="fake",
-                                   credentials={"api_key": "good"})
+        conn = connections.add_connection(s, secret_box, provider="fake", name="fake",
+                                          credentials={"api_key": "good"})
         return conn.id
 
 

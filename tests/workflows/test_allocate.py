@@ -16,7 +16,7 @@ from messages.allocation import AllocationState
 from messages.enums import Phase
 from messages.ids import attempt_key
 from providers.credentials import ApiKeyCredentials
-from store import repo
+from store import instances
 from store.db import session_scope
 from store.models import Instance
 from tests.eventually import eventually
@@ -85,7 +85,7 @@ async def test_capacity_fails_over_and_records_reasons(temporal_client: Client, 
     assert "no capacity" in (st.attempts[0].reason or "") and "fake/r1" in (st.attempts[0].reason or "")
     assert st.attempts[1].key == attempt_key(req.allocation_id, 2)
     with session_scope(db_engine) as session:
-        recorded = repo.attempts_of(session, req.allocation_id)
+        recorded = instances.attempts_of(session, req.allocation_id)
     assert [(a.seq, a.outcome) for a in recorded] == [(1, "capacity"), (2, "created")]
     assert len(await owned()) == 1
 
@@ -260,7 +260,7 @@ async def test_every_phase_is_recorded_in_order_without_an_activity_each(
 
     def events_now() -> list[tuple[str, str]]:
         with session_scope(db_engine) as s:
-            return [(e.status, e.phase) for e in repo.events_of(s, req.allocation_id)]
+            return [(e.status, e.phase) for e in instances.events_of(s, req.allocation_id)]
 
     # The state query shows ready as soon as the workflow enters it; the last record activity
     # writes the ready event right after: wait for it (bounded), then check the whole sequence.

@@ -15,7 +15,7 @@ from temporalio.worker import Replayer
 from messages import workflows as wf
 from messages.health import HealthInput, HealthRecheckInput, HealthSummary
 from messages.ids import connection_health_workflow_id, health_recheck_child_id
-from store import repo
+from store import connections
 from store.models import Connection
 from store.secrets import SecretBox
 from tests import recorded
@@ -43,8 +43,8 @@ async def replays(client: Client, *workflow_ids: str) -> None:
 async def test_health_check_records_healthy_and_degraded_with_the_reason(
         temporal_client: Client, fake_cloud: FakeCloud, db_engine: sa.Engine, secret_box: SecretBox) -> None:
     with Session(db_engine) as s:
-        good, bad = (repo.add_connection(s, secret_box, provider="fake", name=key,
-                                         credentials={"api_key": key}).id for key in ("good", "nope"))
+        good, bad = (connections.add_connection(s, secret_box, provider="fake", name=key,
+                                                credentials={"api_key": key}).id for key in ("good", "nope"))
     workflow_id = f"health-test-{uuid.uuid4().hex[:8]}"
     summary = await temporal_client.execute_workflow(
         wf.HEALTH.name, HealthInput(connection_ids=[good, bad], verify_timeout_s=10),
@@ -81,13 +81,13 @@ async def test_a_saved_connection_is_checked_at_once_not_after_an_interval(
 async def test_the_recheck_verifies_only_the_degraded_connections(
         temporal_client: Client, fake_cloud: FakeCloud, db_engine: sa.Engine, secret_box: SecretBox) -> None:
     with Session(db_engine) as s:
-        recovered, healthy, pending = (repo.add_connection(s, secret_box, provider="fake", name=n,
-                                                           credentials={"api_key": "good"}).id
+        recovered, healthy, pending = (connections.add_connection(s, secret_box, provider="fake", name=n,
+                                                                  credentials={"api_key": "good"}).id
                                        for n in ("recovered", "healthy", "pending"))
         was = datetime.now(UTC) - timedelta(minutes=1)
-        repo.record_health(s, recovered, status="degraded", reason="fake: down", checked_at=was,
-                           latency_ms=None)
-        repo.record_health(s, healthy, status="healthy", reason=None, checked_at=was, latency_ms=3)
+        connections.record_health(s, recovered, status="degraded", reason="fake: down", checked_at=was,
+                                  latency_ms=None)
+        connections.record_health(s, healthy, status="healthy", reason=None, checked_at=was, latency_ms=3)
         s.commit()
     handle = await temporal_client.start_workflow(
         wf.HEALTH_RECHECK.name, HealthRecheckInput(verify_timeout_s=10),

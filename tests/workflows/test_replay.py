@@ -20,8 +20,10 @@ from messages.enums import Phase
 from tests import recorded
 from tests.conftest import TEST_SECRET_KEY
 from tests.fakes import FakeCloud
+from tests.workflows import patch_branches
 from tests.workflows.conftest import TASK_QUEUE, settled, start_allocate, terminate, wait_phase
 from worker import WORKFLOWS, workflow_runner
+from workflows.allocation import LAUNCH_QUEUE_PATCH
 from workflows.converter import data_converter
 
 HISTORIES = recorded.HISTORIES
@@ -84,7 +86,7 @@ async def test_committed_histories_replay_against_current_code() -> None:
     """Histories recorded by an earlier version: a change that breaks running workflows fails here."""
     histories = committed_histories()
     types = {workflow_type(h) for h in histories}
-    assert {wf.LEGACY_ALLOCATE.name, wf.LEGACY_TERMINATE.name, wf.ALLOCATION.name} <= types
+    assert {ref.name for ref in wf.ALL} <= types
     assert await replay_failures(histories) == {}
 
 
@@ -179,8 +181,38 @@ def test_every_patch_has_committed_histories_with_and_without_its_marker() -> No
     assert lacking == {}
 
 
-@workflow.defn(name=wf.LEGACY_ALLOCATE.name, sandboxed=False)
-class NondeterministicFakeAllocateWorkflow:
+def lacking_old_branch(histories: list[WorkflowHistory]) -> dict[str, str]:
+    """Each patch id none of `histories` shows reaching its `patched` call and taking the old branch
+    (tests/workflows/patch_branches.py: what that leaves in a history, per patch id) -> why."""
+    lacking = {}
+    for patch_id, types in patches().items():
+        took = patch_branches.OLD_BRANCH_TAKEN.get(patch_id)
+        if took is None:
+            lacking[patch_id] = "no criterion in tests/workflows/patch_branches.py's OLD_BRANCH_TAKEN"
+        elif not any(workflow_type(h) in types and patch_id not in patch_markers(h) and took(h)
+                     for h in histories):
+            lacking[patch_id] = f"no history of {sorted(types)} reaches `patched` without its marker"
+    return lacking
+
+
+def test_every_patch_has_a_committed_history_that_took_its_old_branch() -> None:
+    """A history without the marker counts only if it asked: one that never reached the `patched`
+    call (an allocation on a cloud without a launch rate) replays nothing of the old branch."""
+    assert lacking_old_branch(committed_histories()) == {}
+
+
+def test_histories_that_never_reached_the_patch_do_not_count_as_its_old_branch() -> None:
+    """Without the pre-patch round, LAUNCH_QUEUE_PATCH's unmarked histories (local, fake: no launch
+    rate) never asked: its old branch is then lacking."""
+    prepatch = {p.stem for p in recorded.PREPATCH.glob("*.json")}
+    assert prepatch, f"no history in {recorded.PREPATCH}"
+    others = [h for h in committed_histories() if h.workflow_id not in prepatch]
+    assert LAUNCH_QUEUE_PATCH in lacking_old_branch(others)
+    assert any(patch_markers(h) == set() and workflow_type(h) == wf.ALLOCATION.name for h in others)
+
+
+@workflow.defn(name=wf.CONNECT.name, sandboxed=False)
+class NondeterministicFakeConnectWorkflow:
     """A deliberately incompatible 'new version': it sleeps before doing what the old one did."""
 
     @workflow.run
@@ -189,8 +221,6 @@ class NondeterministicFakeAllocateWorkflow:
 
 
 async def test_replay_guard_catches_an_incompatible_change() -> None:
-    allocate = [h for h in committed_histories()
-                if h.events[0].workflow_execution_started_event_attributes.workflow_type.name
-                == wf.LEGACY_ALLOCATE.name]
-    failures = await replay_failures(allocate[:1], workflows=[NondeterministicFakeAllocateWorkflow])
+    connect = [h for h in committed_histories() if workflow_type(h) == wf.CONNECT.name]
+    failures = await replay_failures(connect[:1], workflows=[NondeterministicFakeConnectWorkflow])
     assert len(failures) == 1 and "Nondeterminism" in next(iter(failures.values()))

@@ -12,11 +12,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from messages import workflows as wf
-from messages.allocation import AllocationState, MachineLost, TerminateRequest, TerminateResult
+from messages.allocation import AllocationState, MachineLost
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
 from messages.enums import Phase
-from messages.ids import allocate_workflow_id, terminate_workflow_id
-from store import repo
+from store import ids
 from store.models import Connection, Instance
 from store.secrets import SecretBox
 from tests import recorded
@@ -112,22 +111,9 @@ async def test_a_long_lived_machine_continues_as_new_and_keeps_its_state(
     assert st.phase == Phase.TERMINATED and await owned() == []
 
 
-async def test_legacy_allocations_still_finish_as_they_began(temporal_client: Client, fake_cloud: FakeCloud,
-                                                             make_request: Any) -> None:
-    """An AllocateWorkflow started by an earlier gpuprov runs to ready; its TerminateWorkflow ends it."""
-    req = make_request()
-    st = await temporal_client.execute_workflow(wf.LEGACY_ALLOCATE.name, req,
-                                                id=allocate_workflow_id(req.allocation_id),
-                                                task_queue=TASK_QUEUE, result_type=AllocationState)
-    assert st.phase == Phase.READY and len(await owned()) == 1
-    result = await temporal_client.execute_workflow(
-        wf.LEGACY_TERMINATE.name, TerminateRequest(allocation_id=req.allocation_id, timing=FAST),
-        id=terminate_workflow_id(req.allocation_id), task_queue=TASK_QUEUE, result_type=TerminateResult)
-    assert result.terminated and await owned() == []
-
 
 def connect_request(box: SecretBox, api_key: str) -> ConnectRequest:
-    cid = repo.new_id()
+    cid = ids.new_id()
     return ConnectRequest(connection_id=cid, provider="fake", name=f"c-{cid}",
                           sealed_credentials=box.seal({"api_key": api_key}).decode())
 

@@ -11,14 +11,12 @@ from providers.base import (
     AuthError,
     CapacityError,
     FailureScope,
-    GpuSpec,
     LaunchSpec,
     Offer,
     Ownership,
     RateLimited,
     Transient,
 )
-from workflows.legacy.allocate import in_scope
 from workflows.search_attributes import dev_server_args
 
 
@@ -57,12 +55,6 @@ def test_a_structured_scope_blocks_only_what_it_names() -> None:
     assert not FailureScope.parse("aws/us-east-1/us-east-1b").covers(offer())
     assert str(p5_east) == "aws/us-east-1/p5"
 
-
-def test_legacy_failed_scope_covers_provider_region_zone() -> None:
-    o = Offer(provider="aws", instance_type="p5", gpu=GpuSpec(name="H100", count=8), vcpus=1, memory_gib=1,
-              region="us-east-1", zone="us-east-1a", price_per_hour=1)
-    assert all(in_scope(o, s) for s in ["aws", "aws/us-east-1", "aws/us-east-1/us-east-1a", "us-east-1a"])
-    assert not any(in_scope(o, s) for s in ["aws/us-west-2", "gcp", "aws/us-east-1/us-east-1b"])
 
 
 def test_provider_errors_map_to_retry_decisions() -> None:

@@ -1,0 +1,117 @@
+"""Instances (store/models.py Instance): the rows of allocations, their launch attempts and their
+status/phase events.
+
+Functions take an open Session and commit only where they say so, so a caller can group writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from messages.enums import AllocationStatus
+from store.models import Attempt, Instance, InstanceEvent, utcnow
+
+# Instance statuses while a cloud machine may exist (or be about to).
+LIVE_STATUSES = frozenset(s.value for s in AllocationStatus if s.live)
+
+
+def list_instances(session: Session, *, project: str | None = None, status: str | None = None,
+                   connection_id: str | None = None) -> Sequence[Instance]:
+    stmt = select(Instance)
+    if project is not None:
+        stmt = stmt.where(Instance.project == project)
+    if status is not None:
+        stmt = stmt.where(Instance.status == status)
+    if connection_id is not None:
+        stmt = stmt.where(Instance.connection_id == connection_id)
+    return session.exec(stmt.order_by(col(Instance.created_at).desc(), col(Instance.id))).all()
+
+
+def live_instances(session: Session, connection_id: str) -> list[Instance]:
+    """Instances of a connection that may still hold (or be about to hold) a cloud machine."""
+    return [i for i in list_instances(session, connection_id=connection_id) if i.status in LIVE_STATUSES]
+
+
+def get_instance(session: Session, instance_id: str) -> Instance | None:
+    return session.get(Instance, instance_id)
+
+
+def insert_instance_if_absent(session: Session, row: Instance) -> bool:
+    """Insert `row` unless its id exists (the allocation's workflow may have written it first:
+    whichever comes first wins, the other completes it) and commit. True if this call inserted it."""
+    if session.get(Instance, row.id) is not None:
+        return False
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:  # written concurrently by the workflow's record activity
+        session.rollback()
+        return False
+    return True
+
+
+def update_instance(session: Session, instance_id: str, **fields: Any) -> Instance | None:
+    """Set fields on an instance row (bumping updated_at) and commit. Unknown fields raise."""
+    row = session.get(Instance, instance_id)
+    if row is None:
+        return None
+    for name, value in fields.items():
+        if name not in Instance.model_fields:
+            raise AttributeError(f"Instance has no field {name!r}")
+        setattr(row, name, value)
+    row.updated_at = utcnow()
+    session.add(row)
+    session.commit()
+    return row
+
+
+def attempts_of(session: Session, instance_id: str) -> Sequence[Attempt]:
+    stmt = select(Attempt).where(Attempt.instance_id == instance_id).order_by(col(Attempt.seq))
+    return session.exec(stmt).all()
+
+
+def events_of(session: Session, instance_id: str, after: int = 0) -> Sequence[InstanceEvent]:
+    """Status/phase transitions in order; `after` skips those already seen (by event id)."""
+    stmt = (select(InstanceEvent)
+            .where(InstanceEvent.instance_id == instance_id, col(InstanceEvent.id) > after)
+            .order_by(col(InstanceEvent.id)))
+    return session.exec(stmt).all()
+
+
+def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -> Attempt:
+    """Insert or update the attempt (instance_id, seq): activities retry, rows must not double.
+    An update keeps the row's `at` (when the attempt began). `commit=False` leaves the commit to
+    a caller writing more in the same transaction."""
+    stmt = select(Attempt).where(Attempt.instance_id == attempt.instance_id, Attempt.seq == attempt.seq)
+    row = session.exec(stmt).first()
+    if row is None:
+        row = attempt
+    else:
+        for name in ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason"):
+            setattr(row, name, getattr(attempt, name))
+    session.add(row)
+    if commit:
+        session.commit()
+    return row
+
+
+def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]], *,
+                commit: bool = True) -> None:
+    """Move the row through (status, phase) marks in order, one event per change, and commit
+    (`commit=False`: the caller commits, with whatever else belongs in the same transaction).
+    A retried call changes nothing (each mark equal to the row's state is skipped)."""
+    row = session.get(Instance, instance_id)
+    if row is None or not marks:
+        return
+    for status, phase in marks:
+        if (row.status, row.phase) != (status, phase):
+            session.add(InstanceEvent(instance_id=instance_id, status=status, phase=phase))
+            row.status, row.phase = status, phase
+    row.updated_at = utcnow()
+    session.add(row)
+    if commit:
+        session.commit()

@@ -1,0 +1,65 @@
+"""Projects and their API tokens (store/models.py Project, ApiToken); only a token's hash is kept."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets as _random
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from store.ids import new_id
+from store.models import ApiToken, Project, utcnow
+
+DEFAULT_PROJECT = "default"  # exists in every database (migration 0007)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def get_project(session: Session, project: str) -> Project | None:
+    return session.get(Project, project)
+
+
+def add_project(session: Session, project: str) -> Project | None:
+    """Create a project and commit; None when it exists already."""
+    if session.get(Project, project) is not None:
+        return None
+    row = Project(id=project)
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:  # created concurrently
+        session.rollback()
+        return None
+    return row
+
+
+def add_token(session: Session, project: str, label: str | None) -> tuple[ApiToken, str]:
+    """A new token of `project` (committed) and its value, which is not kept: shown once."""
+    value = "gpt_" + _random.token_urlsafe(32)
+    row = ApiToken(id=new_id(), project=project, token_hash=token_hash(value), label=label)
+    session.add(row)
+    session.commit()
+    return row, value
+
+
+def project_of_token(session: Session, token: str) -> str | None:
+    """The project of a live (unrevoked) token, or None."""
+    row = session.exec(select(ApiToken).where(ApiToken.token_hash == token_hash(token))).first()
+    if row is None or row.revoked_at is not None:
+        return None
+    return row.project
+
+
+def revoke_token(session: Session, project: str, token_id: str) -> ApiToken | None:
+    """Revoke a token of `project` and commit (a revoked one stays revoked); None if it has none such."""
+    row = session.get(ApiToken, token_id)
+    if row is None or row.project != project:
+        return None
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+        session.add(row)
+        session.commit()
+    return row
