@@ -275,3 +275,24 @@ def test_the_simulation_is_its_own_distribution() -> None:
     assert "gpuprov" in needs and any(r.startswith("moto") for r in needs), needs
     assert own["tool"]["setuptools"]["packages"] == [SIMULATION]
     assert own["tool"]["setuptools"]["package-dir"] == {SIMULATION: "."}
+
+
+# --------------------------------------------------------------------------- module size
+
+MAX_LINES = 600  # a module over this is split by what it holds (one that truly is one piece: 900,
+ONE_PIECE_MAX = 900  # and its opening docstring says why, with the words "one piece")
+
+
+def test_no_module_is_over_600_lines_outside_migrations() -> None:
+    too_long = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if any(p.startswith(".") or p in NOT_SOURCE or p.endswith(".egg-info") for p in rel.parts) \
+                or "migrations" in rel.parts:
+            continue
+        text = path.read_text()
+        lines = text.count("\n")
+        one_piece = "one piece" in (ast.get_docstring(ast.parse(text)) or "")
+        if lines > (ONE_PIECE_MAX if one_piece else MAX_LINES):
+            too_long[rel.as_posix()] = lines
+    assert too_long == {}
