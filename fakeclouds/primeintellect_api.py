@@ -19,15 +19,20 @@ What it models:
   launches on the matching listing (without `dataCenterId`, in any data center that has stock). Names
   are optional, not unique, at most 64 chars of letters, digits and dashes with one letter at least
   [length unconfirmed; charset as the CLI's prompt checks].
-- Pods go PROVISIONING -> ACTIVE while the image installs (installationStatus INSTALLING,
-  `sshConnection` `[null]`) -> ACTIVE with `sshConnection` "root@127.0.0.1 -p <port>" (the pod's SSH
+- Pods go PROVISIONING (installationStatus PENDING) -> ACTIVE while the image installs (installationStatus
+  ACTIVE: the spec's InstallationStatusEnum is PENDING/ACTIVE/FINISHED/ERROR/TERMINATED, never null in a
+  pod; `sshConnection` `[null]`) -> ACTIVE with `sshConnection` "root@127.0.0.1 -p <port>" (the pod's SSH
   is a mapped port; `Facade.ssh_port=None`) -> DELETING -> gone from `/pods` and `/pods/status` (in
   `/pods/history`; `GET /pods/{id}` 404s [unconfirmed]); ERROR when it died. No idempotency token.
-- Errors are FastAPI's `{"detail": ...}`: a string, or for a body/query that does not validate a 422
-  with FastAPI's list of `{loc, msg, type}`. Out of stock is a 400 whose detail says so (no error
-  code: clients classify by words) [status unconfirmed]; the account's quota is a 402 (the CLI reads
-  402 as "payment required"); 429 `{"detail": "Too many requests"}` + Retry-After [unconfirmed],
-  under an [unconfirmed] limit (no number is published).
+  `DELETE /pods/{id}` answers the pod's status (`APIDeletePodResponse {status}`).
+- GPU types are the spec's `GPUType` words (`A6000_48GB`, not `RTXA6000_48GB`); SSH key items carry the
+  spec's required `userId`, `isPrimary`, `isUserKey`.
+- A body/query that does not validate is a 422 `{"errors": [{param, details}]}` (the spec's
+  ErrorResponse, not FastAPI's default `{detail: [{loc, msg, type}]}`). Other errors are `{"detail": ...}`
+  [sdk: the CLI reads `detail`; the spec documents no other error body]. Out of stock is a 400 whose
+  detail says so (no error code: clients classify by words) [status unconfirmed]; the account's quota
+  is a 402 (the CLI reads 402 as "payment required"); 429 `{"detail": "Too many requests"}` +
+  Retry-After [unconfirmed], under an [unconfirmed] limit (no number is published).
 """
 
 from __future__ import annotations
@@ -101,10 +106,10 @@ class Listing:
 
 
 LISTINGS = (
-    Listing("tensordock", "NVIDIA RTX A6000", "RTXA6000_48GB", "PCIe",
+    Listing("tensordock", "NVIDIA RTX A6000", "A6000_48GB", "PCIe",
             Gpu("A6000", "NVIDIA RTX A6000", 49140, 1),
             9, 50, 120, 0.49, {"US-KS-2": 4, "CA-MTL-1": 2}),
-    Listing("datacrunch", "1A6000.10V", "RTXA6000_48GB", "PCIe", Gpu("A6000", "NVIDIA RTX A6000", 49140, 1),
+    Listing("datacrunch", "1A6000.10V", "A6000_48GB", "PCIe", Gpu("A6000", "NVIDIA RTX A6000", 49140, 1),
             10, 60, 100, 0.59, {"EUR-IS-1": 2}),
     Listing("tensordock", "NVIDIA A100 80GB PCIe", "A100_80GB", "PCIe",
             Gpu("A100", "NVIDIA A100 80GB PCIe", 81920, 1), 14, 125, 120, 1.64, {"US-KS-2": 2}),
@@ -130,7 +135,8 @@ NAMES = NameRule(required=False, unique=False, max_length=64, pattern=r"(?=.*[A-
 
 
 class Unprocessable(Invalid):
-    """FastAPI's request validation failure: 422 with its list of errors."""
+    """A request that does not validate: 422 with its list of `{loc, msg, type}` (answered in the spec's
+    ErrorResponse shape by error_response)."""
 
     def __init__(self, errors: list[dict[str, Any]]) -> None:
         super().__init__("validation failed")
@@ -144,8 +150,10 @@ def error_response(exc: CloudError, _request: Request | None = None) -> JSONResp
             or [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}])
     headers = None
     detail: Any = exc.message
-    if isinstance(exc, Unprocessable):
-        status, detail = 422, exc.errors
+    if isinstance(exc, Unprocessable):  # the spec's ErrorResponse: {"errors": [{param, details}]}
+        errors = [{"param": ".".join(str(p) for p in e["loc"]), "details": str(e["msg"])}
+                  for e in exc.errors]
+        return JSONResponse({"errors": errors}, status_code=422)
     elif isinstance(exc, Unauthorized):
         status, detail = 401, "Invalid or missing API key"
     elif isinstance(exc, NotFound):
@@ -261,15 +269,15 @@ def _items(engine: Engine, q: AvailabilityQuery) -> list[dict[str, Any]]:
     return out
 
 
-def _phase(m: Machine) -> tuple[str, str | None]:
+def _phase(m: Machine) -> tuple[str, str]:
     """(status, installationStatus): a pending pod is PROVISIONING for the first half of its boot, then
     ACTIVE while its image installs (no SSH yet), like the marketplace's pods."""
     if m.status == PENDING:
         if time.time() < m.created_at + (m.boot_at - m.created_at) / 2 or m.stuck:
-            return "PROVISIONING", None
-        return "ACTIVE", "INSTALLING"
+            return "PROVISIONING", "PENDING"
+        return "ACTIVE", "ACTIVE"  # installing: InstallationStatusEnum has no INSTALLING
     return {RUNNING: ("ACTIVE", "FINISHED"), TERMINATING: ("DELETING", "FINISHED")}.get(
-        m.status, ("ERROR", None) if m.status == "error" else ("TERMINATED", None))
+        m.status, ("ERROR", "ERROR") if m.status == "error" else ("TERMINATED", "TERMINATED"))
 
 
 def _connection(m: Machine) -> tuple[Any, Any]:
@@ -283,7 +291,7 @@ def pod_json(m: Machine) -> dict[str, Any]:
     ls = _BY_NAME[m.instance_type]
     status, installation = _phase(m)
     ssh, ip = _connection(m)
-    progress = {"FINISHED": 100, "INSTALLING": 50}.get(installation or "")
+    progress = {"FINISHED": 100, "ACTIVE": 50}.get(installation)
     return {
         "id": m.id, "name": m.name, "gpuName": ls.gpu_type, "gpuCount": ls.gpu.count, "status": status,
         "createdAt": iso(m.created_at), "updatedAt": iso(m.created_at), "providerType": ls.provider,
@@ -405,7 +413,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             if any(_same_key(k["publicKey"], body.public_key) for k in keys.values()):
                 raise Invalid("This SSH key already exists")
             entry: dict[str, Any] = {"id": uuid.uuid4().hex, "name": body.name,
-                                     "publicKey": body.public_key.strip(), "isPrimary": not keys}
+                                     "publicKey": body.public_key.strip(), "isPrimary": not keys,
+                                     "userId": "sim-user", "isUserKey": True}  # required by APISSHKeyConfig
             keys[entry["id"]] = entry
             engine.save()
             return entry
@@ -494,7 +503,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     async def delete_pod(request: Request, pod_id: str) -> Response:
         def effect(_: CallPlan) -> dict[str, Any]:
             m = engine.terminate(NAME, _pod(engine, pod_id).id)
-            return {"status": "ok", "podId": m.id}  # [unconfirmed] shape: clients ignore it
+            return {"status": _phase(m)[0]}  # APIDeletePodResponse: the pod's status (DELETING)
         return await call(request, "terminate", effect)
 
     return router

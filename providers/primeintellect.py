@@ -144,7 +144,8 @@ class Listing:
 
 
 def gpu_name(gpu_type: str) -> str:
-    """The canonical GPU name of a PI `gpuType` ("H100_80GB" -> H100, "RTXA6000_48GB" -> A6000)."""
+    """The canonical GPU name of a PI `gpuType` ("H100_80GB" -> H100, "A6000_48GB" -> A6000; the older
+    spelling "RTXA6000_48GB", outside the spec's GPUType enum, -> A6000 too)."""
     name, _ = normalize_gpu(gpu_type)
     return name[3:] if re.fullmatch(r"RTXA\d+", name) else name
 
@@ -191,12 +192,19 @@ def _in_stock(item: Mapping[str, Any]) -> bool:
 
 
 def detail_of(resp: httpx.Response) -> tuple[str, bool]:
-    """(message, quoted): FastAPI's `detail` — a string, or a 422's list of `{loc, msg}` — cleaned and
-    bounded; any other body is described (status, host, size), never quoted (quoted=False)."""
+    """(message, quoted): a 422's `errors` (the spec's ErrorResponse, `[{param, details}]`), else FastAPI's
+    `detail` — a string, or a list of `{loc, msg}` (FastAPI's default 422, which the spec does not
+    document but a FastAPI server answers when its handler is not overridden) — cleaned and bounded; any
+    other body is described (status, host, size), never quoted (quoted=False)."""
     try:
         body = resp.json()
     except ValueError:
         return rest.describe_body(resp), False
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        param, details = errors[0].get("param"), errors[0].get("details")
+        if isinstance(details, str):
+            return rest.clean(f"{param}: {details}" if isinstance(param, str) and param else details), True
     detail = body.get("detail") if isinstance(body, dict) else None
     if isinstance(detail, str) and detail.strip():
         return rest.clean(detail), True

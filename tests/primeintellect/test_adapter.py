@@ -36,7 +36,7 @@ from tests.eventually import eventually
 from tests.fakeclouds.helpers import WITHIN
 from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY, adapter, offer_of, spec
 
-A6000 = "pi-tensordock-1xrtxa6000_48gb-pcie"
+A6000 = "pi-tensordock-1xa6000_48gb-pcie"
 
 
 class SmallPages(PrimeIntellectProvider):
@@ -55,16 +55,16 @@ async def test_offers_follow_every_page(sim: FakeCloudServer, pi: PrimeIntellect
         paged = await small.offers(OfferQuery())
     assert paged == await pi.offers(OfferQuery()) and len(paged) >= 5, "2 a page: every page was read"
     cheapest = paged[0]
-    assert cheapest.instance_type == "tensordock__1xRTXA6000_48GB__PCIe__NVIDIA RTX A6000"
+    assert cheapest.instance_type == "tensordock__1xA6000_48GB__PCIe__NVIDIA RTX A6000"
     assert (cheapest.region, cheapest.zone, cheapest.price_per_hour) == ("canada", "CA-MTL-1", 0.49)
     assert cheapest.gpu is not None and (cheapest.gpu.name, cheapest.gpu.count, cheapest.gpu.memory_gib) == \
         ("A6000", 1, 48.0)
     assert {o.gpu.name for o in paged if o.gpu} == {"A6000", "A100", "H100"}
     assert Listing.parse(cheapest.instance_type) == \
-        Listing("tensordock", 1, "RTXA6000_48GB", "PCIe", "NVIDIA RTX A6000")
+        Listing("tensordock", 1, "A6000_48GB", "PCIe", "NVIDIA RTX A6000")
     eu = await pi.offers(OfferQuery(region="eu_north"))
     assert [(o.instance_type, o.zone) for o in eu] == \
-        [("datacrunch__1xRTXA6000_48GB__PCIe__1A6000.10V", "EUR-IS-1")]
+        [("datacrunch__1xA6000_48GB__PCIe__1A6000.10V", "EUR-IS-1")]
     eights = await pi.offers(OfferQuery(gpu_count=8))
     assert [o.gpu.count for o in eights if o.gpu] == [8] and eights[0].vcpus == 208
     assert await pi.offers(OfferQuery(spot=True)) == []
@@ -222,8 +222,10 @@ def answering(status: int, body: Any, headers: dict[str, str] | None = None) -> 
     (400, {"detail": "Insufficient balance"}, QuotaError),
     (402, {"detail": "Payment required"}, QuotaError),
     (503, {"detail": "Service Unavailable"}, Transient),
+    (422, {"errors": [{"param": "body.pod.gpuCount", "details": "Input should be greater than 0"}]},
+     InvalidRequest),  # the spec's ErrorResponse
     (422, {"detail": [{"loc": ["body", "pod", "gpuCount"], "msg": "Input should be greater than 0"}]},
-     InvalidRequest),
+     InvalidRequest),  # FastAPI's default, should the server answer it
     (400, b"<html>capacity proxy page</html>", InvalidRequest),
     (403, {"detail": "Not allowed"}, AuthError),
 ])

@@ -53,7 +53,8 @@ SOURCES: dict[str, dict[str, Any]] = {
     "digitalocean": {
         "repo": "digitalocean/openapi",
         "files": ["specification/DigitalOcean-public.v2.yaml"],
-        "official": "yes (DigitalOcean's own multi-file spec; used operations bundled, file refs inlined)",
+        "official": "yes (DigitalOcean's own multi-file spec; the used operations bundled, objects of "
+                    "other files kept once under x-files)",
         "ops": [("get", "/v2/account"), ("get", "/v2/account/keys/{ssh_key_identifier}"),
                 ("post", "/v2/account/keys"), ("get", "/v2/sizes"), ("get", "/v2/droplets"),
                 ("post", "/v2/droplets"), ("get", "/v2/droplets/{droplet_id}"),

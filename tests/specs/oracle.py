@@ -56,6 +56,16 @@ class Exchange:
     answer_type: str = ""
     answer: bytes = b""
 
+    @classmethod
+    def of(cls, response: httpx.Response, base: str = "") -> Exchange:
+        """The exchange of a call made by hand (`base`: the client's base path, left off the path)."""
+        req = response.request
+        return cls(method=req.method, path=req.url.path.removeprefix(base.rstrip("/")),
+                   query=urllib.parse.parse_qsl(req.url.query.decode(), keep_blank_values=True),
+                   content_type=req.headers.get("content-type", ""), body=bytes(req.content),
+                   status=response.status_code, answer_type=response.headers.get("content-type", ""),
+                   answer=response.content)
+
     def json(self) -> Any:
         return json.loads(self.body)
 
