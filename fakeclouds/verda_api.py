@@ -181,7 +181,8 @@ def issue(secret: str, kind: str, ttl: float) -> str:
 def check_token(engine: Engine, secret: str, token: str, kind: str) -> None:
     """Unauthorized unless `token` is a live token of `kind` this account issued."""
     payload, _, sig = token.partition(".")
-    if not sig or not hmac.compare_digest(sig, _sign(secret, payload.encode())):
+    # bytes, not str: compare_digest refuses a non-ASCII str (TypeError, a 500), where the API answers 401
+    if not sig or not hmac.compare_digest(sig.encode(), _sign(secret, payload.encode()).encode()):
         raise Unauthorized(f"Invalid {kind} token")
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload.encode()))
@@ -254,7 +255,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         body = await json_body(request, TokenBody)
         st = state(engine)
         if body.grant_type == "client_credentials":
-            secret_ok = hmac.compare_digest(body.client_secret or "", token)
+            # bytes: see check_token
+            secret_ok = hmac.compare_digest((body.client_secret or "").encode(), token.encode())
             if body.client_id != client_id(token) or not secret_ok:
                 raise Unauthorized("Invalid client credentials")
         elif body.grant_type == "refresh_token":

@@ -87,6 +87,23 @@ async def test_token_grants_and_refusals(sim: FakeCloudServer) -> None:
     assert verda_api.grants(sim.engine) == {"client_credentials": 1, "refresh_token": 1}
 
 
+async def test_non_ascii_credentials_are_refused_as_401_not_500(sim: FakeCloudServer) -> None:
+    """A client secret, refresh token or bearer signature with non-ASCII characters is a bad credential
+    (401 unauthorized_request), as the API answers it — not a 500 from comparing str digests."""
+    creds = {"grant_type": "client_credentials", "client_id": verda_api.client_id(sim.tokens["verda"])}
+    async with httpx.AsyncClient(base_url=base_url(sim)) as c:
+        r = await c.post("/oauth2/token", json={**creds, "client_secret": "sécret-FAKE"})
+        assert _err(r)[:2] == (401, "unauthorized_request")
+        r = await c.post("/oauth2/token", json={"grant_type": "refresh_token",
+                                                "refresh_token": "e30.ünïcode"})
+        assert _err(r)[:2] == (401, "unauthorized_request")
+        access = (await token(sim))["access_token"]
+        payload, _, sig = access.partition(".")
+        forged = f"Bearer {payload}.{sig[:-1]}é".encode()  # a header's bytes: httpx sends str as ASCII
+        r = await c.get("/balance", headers={"Authorization": forged})
+        assert _err(r)[:2] == (401, "unauthorized_request")
+
+
 async def test_token_lifetime_is_a_knob(sim: FakeCloudServer) -> None:
     verda_api.set_token_ttl(sim.engine, access_s=0.0)
     issued = await token(sim)
