@@ -121,10 +121,13 @@ class Iam:
         """The account an `authorization: Bearer` value stands for; Unauthorized otherwise."""
         scheme, _, value = (authorization or "").partition(" ")
         parts = value.strip().split(".")
-        if scheme.lower() != "bearer" or len(parts) != 4 or parts[0] != _PREFIX or not parts[2].isdigit():
+        # ASCII digits only ("²".isdigit() holds, int() refuses it), bytes compared (compare_digest
+        # raises on non-ASCII str): any malformed token is a 401, never a 500.
+        if scheme.lower() != "bearer" or len(parts) != 4 or parts[0] != _PREFIX \
+                or not (parts[2].isascii() and parts[2].isdigit()):
             raise Unauthorized("missing or invalid IAM token")
         account, expires = parts[1], int(parts[2])
-        if not hmac.compare_digest(self._sign(account, expires), value.strip()):
+        if not hmac.compare_digest(self._sign(account, expires).encode(), value.strip().encode()):
             raise Unauthorized("missing or invalid IAM token")
         if expires < (time.time() if now is None else now):
             raise Unauthorized("IAM token has expired")

@@ -132,3 +132,13 @@ def test_credentials_refuse_what_is_not_a_pem_key() -> None:
             {"service_account_id": "sa", "public_key_id": "pk", "private_key": "not a key"}
         )
     assert "private_key" in caught.value.message and "not a key" not in caught.value.message
+
+
+@pytest.mark.parametrize("value", ["Bearer v1.acct.99999999999.é", "Bearer v1.acct.²³.abc"],
+                         ids=["non-ascii-signature", "non-ascii-digits"])
+def test_a_malformed_bearer_is_refused_not_a_crash(value: str) -> None:
+    """What the SDK never sends, but a client might: refused as unauthenticated (401), not a 500."""
+    iam = nebius_auth.Iam("t0k3n")
+    value = value.replace("v1", nebius_auth._PREFIX)
+    with pytest.raises(nebius_auth.Unauthorized):
+        iam.check_bearer(value)
