@@ -4,14 +4,12 @@ current workflow code, so a change that breaks determinism fails here, not in pr
 from __future__ import annotations
 
 import ast
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -22,13 +20,13 @@ from tests.conftest import TEST_SECRET_KEY
 from tests.fakes import FakeCloud
 from tests.workflows import patch_branches
 from tests.workflows.conftest import TASK_QUEUE, settled, start_allocate, terminate, wait_phase
+from tests.workflows.patch_branches import patch_markers, workflow_type
 from worker import WORKFLOWS, workflow_runner
 from workflows.allocation import LAUNCH_QUEUE_PATCH
 from workflows.converter import data_converter
 
 HISTORIES = recorded.HISTORIES
 WORKFLOW_SOURCES = Path(__file__).resolve().parents[2] / "workflows"
-PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
 
 
 async def test_histories_replay_deterministically(temporal_client: Client, fake_cloud: FakeCloud,
@@ -77,9 +75,6 @@ async def replay_failures(histories: list[WorkflowHistory],
 def committed_histories() -> list[WorkflowHistory]:
     return [WorkflowHistory.from_json(p.stem, p.read_text()) for p in sorted(HISTORIES.glob("*/*.json"))]
 
-
-def workflow_type(history: WorkflowHistory) -> str:
-    return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
 
 
 async def test_committed_histories_replay_against_current_code() -> None:
@@ -155,16 +150,6 @@ def patches() -> dict[str, set[str]]:
             found.setdefault(patch_id, set()).update(here or types)
     return found
 
-
-def patch_markers(history: WorkflowHistory) -> set[str]:
-    """The patch ids a history marks (MarkerRecorded events of temporalio's patch marker)."""
-    ids = set()
-    for e in history.events:
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED \
-                and e.marker_recorded_event_attributes.marker_name == PATCH_MARKER:
-            for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads:
-                ids.add(json.loads(payload.data)["id"])
-    return ids
 
 
 def test_every_patch_has_committed_histories_with_and_without_its_marker() -> None:
