@@ -1,8 +1,8 @@
 """Request and response bodies that more than one router uses: `InstanceCreate` (POST /instances,
 jobs, the project defaults, planning in api/placement.py), `ConnectionRemoval` (connections and
-providers), `CredentialFieldOut` (the clouds and the connect catalog), `GpuOut`, `PickOut` and
-`gpu_label` (the offers table and the Modal picker), and `instance_gpu_label` (instances and
-workloads). A body only one router uses lives beside that router.
+providers), `CredentialFieldOut` and `SupportOut` (the clouds and the connect catalog), `GpuOut`,
+`PickOut` and `gpu_label` (the offers table and the Modal picker), and `instance_gpu_label`
+(instances and workloads). A body only one router uses lives beside that router.
 
 Responses are the API's own models, apart from the provider contract's (`providers.base`), so the
 contract can change without changing what clients read.
@@ -10,11 +10,12 @@ contract can change without changing what clients read.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from api.fields import PlacementId, Printable, Strict, Timestamp, aware, openssh_key_lines
+from providers import support
 from store.models import BackendPick, Instance
 
 
@@ -34,6 +35,29 @@ class CredentialFieldOut(BaseModel):
     required: bool
     default: Any = None
     help: str | None = None
+
+
+class SupportOut(BaseModel):
+    """A cloud's support status, derived from the committed acceptance results
+    (providers/support.py): `supported` only after a passing real-account acceptance run on its
+    current adapter version; `simulated` when the latest passing run was against a simulation;
+    `failing` when the latest run failed (`detail` names the step); `untested` when nothing ran on
+    the current adapter version."""
+
+    status: Literal["supported", "simulated", "failing", "untested"]
+    detail: str
+    adapter_version: str | None = Field(description="a short hash of the adapter's source and its "
+                                                    "client library's exact pin; null: no adapter here")
+    last_run_at: Timestamp | None = Field(description="the latest acceptance run on this adapter version")
+
+    @classmethod
+    def of(cls, status: support.SupportStatus) -> SupportOut:
+        return cls(status=status.status, detail=status.detail, adapter_version=status.adapter_version,
+                   last_run_at=status.last_run_at)
+
+    @classmethod
+    def no_adapter(cls, reason: str) -> SupportOut:
+        return cls(status="untested", detail=reason, adapter_version=None, last_run_at=None)
 
 
 class GpuOut(BaseModel):

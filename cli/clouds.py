@@ -60,7 +60,8 @@ def _all_offers(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
 
 
 def clouds() -> None:
-    """Clouds this installation knows: what each can do and the credentials connecting it takes."""
+    """Clouds this installation knows: its support status (from the acceptance results), what each can
+    do and the credentials connecting it takes."""
     rows = []
     for c in Api().items("/clouds"):
         caps = c.get("capabilities") or {}
@@ -68,6 +69,7 @@ def clouds() -> None:
         features = [f for f in ("spot", "ports", "custom_image", "k8s_api") if caps.get(f)]
         if caps.get("max_lifetime_h"):  # --max-hours, up to this
             features.append(f"max_hours<={caps['max_lifetime_h']:g}")
-        rows.append([c["id"], c["display_name"], caps.get("k3s", "-"), ",".join(features) or "-",
+        standing = (c.get("support") or {}).get("status", "-")  # from the acceptance results
+        rows.append([c["id"], c["display_name"], standing, caps.get("k3s", "-"), ",".join(features) or "-",
                      (fields or "-") if c["available"] else f"unavailable: {c.get('reason')}"])
-    table(rows, ["ID", "NAME", "K3S", "FEATURES", "CREDENTIALS"])
+    table(rows, ["ID", "NAME", "SUPPORT", "K3S", "FEATURES", "CREDENTIALS"])

@@ -13,8 +13,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from api.pagination import Page, PageDep, offset_page
-from api.shared_bodies import CredentialFieldOut
-from providers import connect_guide, future, listing, registry
+from api.routers.clouds import support_of
+from api.shared_bodies import CredentialFieldOut, SupportOut
+from providers import connect_guide, future, listing, registry, support
 from providers.credentials import Credentials
 
 
@@ -37,6 +38,8 @@ class CatalogProviderOut(BaseModel):
     available: bool = Field(description="false: no adapter here yet (connecting it answers 422)")
     reason: str | None = None  # why it is not available
     credentials: list[CatalogFieldOut] = Field(description="the credential form, one entry per field")
+    support: SupportOut | None = Field(default=None, description="its standing from the acceptance results "
+                                                                 "(untested without an adapter)")
 
 router = APIRouter(prefix="/providers", tags=["providers"])
 
@@ -49,36 +52,39 @@ def _form(model: type[Credentials]) -> list[CatalogFieldOut]:
 
 
 def _card(key: str, name: str, tagline: str, how_to: str, model: type[Credentials] | None, *,
-          available: bool, reason: str | None, billed: bool = True) -> CatalogProviderOut:
+          available: bool, reason: str | None, billed: bool = True,
+          standing: SupportOut | None = None) -> CatalogProviderOut:
     return CatalogProviderOut(key=key, name=name, tagline=tagline, how_to_connect=how_to, billed_note=billed,
                               billed_note_text=connect_guide.BILLED_NOTE if billed else None,
                               available=available, reason=reason,
-                              credentials=_form(model) if model is not None else [])
+                              credentials=_form(model) if model is not None else [], support=standing)
 
 
-def _registered(key: str) -> CatalogProviderOut:
+def _registered(key: str, results: list[support.AcceptanceResult]) -> CatalogProviderOut:
     """A cloud of the registry: its adapter's card and form; unavailable (with the reason) when its
     adapter cannot load here."""
+    standing = support_of(key, results)
     try:
         adapter = registry.adapter_class(key)
     except ImportError as e:  # its module or SDK is not installed here
         return _card(key, key, "", f"{key} is not available in this installation.", None, available=False,
-                     reason=f"not available in this installation: {e}")
+                     reason=f"not available in this installation: {e}", standing=standing)
     card = listing.of(adapter)
     return _card(key, connect_guide.name_of(card), card.tagline, connect_guide.how_to(card),
-                 adapter.credentials_model, available=True, reason=None)
+                 adapter.credentials_model, available=True, reason=None, standing=standing)
 
 
 def _listed(future_provider: future.FutureProvider) -> CatalogProviderOut:
     p = future_provider
     return _card(p.key, p.name, p.tagline, p.how_to_connect, p.credentials_model, available=False,
-                 reason=p.reason, billed=p.billed)
+                 reason=p.reason, billed=p.billed, standing=SupportOut.no_adapter("no adapter yet"))
 
 
 def catalog() -> list[CatalogProviderOut]:
     """The seed's nine in its order (a registered cloud where one has the seed's name, else the
     listed future), then every other registered cloud (by id)."""
-    registered = [_registered(key) for key in registry.known()]
+    results = support.load()
+    registered = [_registered(key, results) for key in registry.known()]
     by_name = {card.name: card for card in registered}
     futures = {p.name: p for p in future.FUTURE.values() if p.key not in by_name}
     # A seed cloud whose adapter cannot load here has no name to match: it is listed with the others.

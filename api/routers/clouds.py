@@ -1,4 +1,5 @@
-"""The clouds this installation knows (the registry): capabilities and the connect form of each."""
+"""The clouds this installation knows (the registry): capabilities, the connect form and the support
+status (from the committed acceptance results, providers/support.py) of each."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from api.pagination import Page, PageDep, bad_cursor, decode_cursor, encode_cursor
-from api.shared_bodies import CredentialFieldOut
-from providers import listing, registry
+from api.shared_bodies import CredentialFieldOut, SupportOut
+from providers import listing, registry, support
 from providers.base import Capabilities, CloudProvider
 
 
@@ -42,26 +43,39 @@ class CloudOut(BaseModel):
     capabilities: CapabilitiesOut | None
     credentials: list[CredentialFieldOut] = Field(default_factory=list,
                                                   description="the connect form, one entry per field")
+    support: SupportOut | None = Field(default=None, description="its standing from the acceptance results; "
+                                                                 "null: its adapter's source is not here")
 
     @classmethod
-    def of(cls, cloud: str, adapter: type[CloudProvider]) -> CloudOut:
+    def of(cls, cloud: str, adapter: type[CloudProvider], support: SupportOut | None = None) -> CloudOut:
         caps = adapter.capabilities
         return cls(id=cloud, display_name=listing.of(adapter).display_name or cloud,
                    capabilities=CapabilitiesOut.of(caps),
-                   credentials=[CredentialFieldOut(**f) for f in adapter.credentials_model.form()])
+                   credentials=[CredentialFieldOut(**f) for f in adapter.credentials_model.form()],
+                   support=support)
 
     @classmethod
-    def unavailable(cls, cloud: str, reason: str) -> CloudOut:
-        return cls(id=cloud, display_name=cloud, available=False, reason=reason, capabilities=None)
+    def unavailable(cls, cloud: str, reason: str, support: SupportOut | None = None) -> CloudOut:
+        return cls(id=cloud, display_name=cloud, available=False, reason=reason, capabilities=None,
+                   support=support)
 
 router = APIRouter(prefix="/clouds", tags=["clouds"])
 
 
-def _cloud(cloud: str) -> CloudOut:
+def support_of(cloud: str, results: list[support.AcceptanceResult]) -> SupportOut | None:
+    """The cloud's support status from `results`; None when its adapter's source cannot be read."""
     try:
-        return CloudOut.of(cloud, registry.adapter_class(cloud))
+        return SupportOut.of(support.status(cloud, results))
+    except (ImportError, OSError):
+        return None
+
+
+def _cloud(cloud: str, results: list[support.AcceptanceResult]) -> CloudOut:
+    standing = support_of(cloud, results)
+    try:
+        return CloudOut.of(cloud, registry.adapter_class(cloud), standing)
     except ImportError as e:  # its module or SDK is not installed here
-        return CloudOut.unavailable(cloud, f"not available in this installation: {e}")
+        return CloudOut.unavailable(cloud, f"not available in this installation: {e}", standing)
 
 
 @router.get("", response_model=Page[CloudOut])
@@ -76,4 +90,5 @@ def list_clouds(page: PageDep) -> Page[CloudOut]:
     ids = [c for c in known if after is None or c > after]
     shown = ids[:page.limit]
     following = encode_cursor("clouds", i=shown[-1]) if len(ids) > page.limit else None
-    return Page(items=[_cloud(c) for c in shown], next_cursor=following)
+    results = support.load()
+    return Page(items=[_cloud(c, results) for c in shown], next_cursor=following)

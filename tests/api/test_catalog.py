@@ -4,6 +4,7 @@ cloud provider", "Credentials per provider"), written out here by hand: the seed
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -11,7 +12,7 @@ import pytest
 
 from api.app import API_PREFIX, create_app
 from api.deps import AppDeps
-from providers import registry
+from providers import registry, support
 from providers.gcp import GcpCredentials
 from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, all_items, connect_fake
 
@@ -182,3 +183,22 @@ async def test_a_cloud_whose_adapter_cannot_load_is_listed_unavailable(
     assert aws["available"] is False and "boto3" in aws["reason"] and aws["credentials"] == []
     assert [c["key"] for c in cards[:8]] == ["azure", "gcp", "runpod", "modal", "nebius", "oci", "vastai",
                                              "ssh"]
+
+
+async def test_every_card_shows_its_support_status_from_the_acceptance_results(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    by_key = {c["key"]: c for c in await _catalog(client)}
+    for key in registry.known():  # nothing has run: every cloud with an adapter is untested
+        assert by_key[key]["support"] == {
+            "status": "untested", "detail": support.status(key, []).detail,
+            "adapter_version": support.adapter_version(key), "last_run_at": None}, key
+    ssh = by_key["ssh"]["support"]  # listed, no adapter here
+    assert ssh["status"] == "untested" and ssh["adapter_version"] is None
+    # a recorded run shows: a simulated pass is `simulated`, never more
+    run = support.AcceptanceResult(
+        cloud="lambda", adapter_version=support.adapter_version("lambda"), account="simulated",
+        started_at=datetime(2030, 1, 1, tzinfo=UTC),
+        steps=[support.AcceptanceStep(name="connect", outcome="passed", seconds=1)])
+    monkeypatch.setattr(support, "load", lambda *a: [run])
+    lam = {c["key"]: c for c in await _catalog(client)}["lambda"]["support"]
+    assert lam["status"] == "simulated" and lam["last_run_at"].startswith("2030-01-01T00:00:00")

@@ -4,13 +4,14 @@ per request, and OpenAPI shows them as an enum."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
 from api.fields import OWN_PICKER
-from providers import registry
+from providers import registry, support
 from tests.api.conftest import FakeCloud, all_items
 
 CLOUDS = "/api/compute/clouds"
@@ -99,3 +100,36 @@ async def test_cloud_ids_are_checked_per_request(client: httpx.AsyncClient) -> N
     for bad in ("", "x" * 101, "Fakecloud", "nimbus"):
         r = await client.post("/api/compute/instances", json={"cloud": bad, "ssh_public_keys": ["k"]})
         assert r.status_code == 422 and "cloud" in r.text, bad
+
+
+async def test_each_cloud_shows_its_support_status_never_available_as_a_claim(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    clouds = {c["id"]: c for c in await all_items(client, CLOUDS)}
+    for cloud in registry.known():
+        assert clouds[cloud]["support"] == {
+            "status": "untested", "detail": "no acceptance run on this adapter version yet",
+            "adapter_version": support.adapter_version(cloud), "last_run_at": None}, cloud
+    # the latest run on the current version decides; a failure names its step
+    version = support.adapter_version("fakecloud")
+    steps = [support.AcceptanceStep(name="connect", outcome="passed", seconds=1),
+             support.AcceptanceStep(name="allocate", outcome="failed", seconds=2, detail="quota")]
+    runs = [support.AcceptanceResult(cloud="fakecloud", adapter_version=version, account="real",
+                                     started_at=datetime(2030, 1, 1, tzinfo=UTC), steps=steps)]
+    monkeypatch.setattr(support, "load", lambda *a: runs)
+    fake = {c["id"]: c for c in await all_items(client, CLOUDS)}["fakecloud"]["support"]
+    assert fake["status"] == "failing" and "allocate" in fake["detail"] and fake["adapter_version"] == version
+    assert fake["last_run_at"].startswith("2030-01-01T00:00:00")
+
+
+async def test_an_unavailable_cloud_still_shows_its_support_status(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = registry.adapter_class
+
+    def adapter_class(cloud: str) -> Any:
+        if cloud == "lambda":
+            raise ImportError("No module named 'lambda_sdk'")
+        return real(cloud)
+
+    monkeypatch.setattr(registry, "adapter_class", adapter_class)
+    lam = next(c for c in await all_items(client, CLOUDS) if c["id"] == "lambda")
+    assert lam["available"] is False and lam["support"]["status"] == "untested"

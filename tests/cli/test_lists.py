@@ -67,8 +67,13 @@ def test_offers_reads_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_clouds_lists_the_registry_with_credential_fields() -> None:
     r = runner.invoke(app, ["clouds"])
     assert r.exit_code == 0, r.output
-    [fake] = [line for line in r.output.splitlines() if line.startswith("fakecloud ")]
+    header, *lines = r.output.splitlines()
+    assert header.split()[:3] == ["ID", "NAME", "SUPPORT"]
+    [fake] = [line for line in lines if line.startswith("fakecloud ")]
     assert "Fake Cloud" in fake and fake.split()[-1] == "api_key"
+    assert fake.split()[3] == "untested"  # no acceptance run: nothing reads more
+    at = header.index("SUPPORT")
+    assert {line[at:].split()[0] for line in lines} == {"untested"}
 
 
 def test_connect_sends_the_ca_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
