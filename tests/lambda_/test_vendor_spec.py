@@ -4,7 +4,6 @@ documents; and the oracle is shown to catch a request or an answer that departs 
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -15,7 +14,7 @@ from providers.lambda_ import LambdaProvider
 from tests import simclouds
 from tests.lambda_.conftest import adapter, offer, spec
 from tests.specs import drive
-from tests.specs.oracle import Exchange, Exchanges, SpecOracle
+from tests.specs.oracle import SpecOracle
 
 # The spec documents rate limits and the error envelope for every call in info.description ("Error
 # responses": {"error": {code, message, suggestion?}}; a "provider/" code for an upstream's outage),
@@ -50,7 +49,7 @@ def cloud(sim: FakeCloudServer) -> drive.Cloud:
 async def test_lifecycle_conforms(cloud: drive.Cloud) -> None:
     rec = await drive.lifecycle(cloud)
     assert {"POST /instance-operations/launch", "POST /firewall-rulesets", "GET /instances/{id}"} <= \
-        templates(rec), "the sequence covers the launch, its ruleset and a get"
+        ORACLE.templates(rec), "the sequence covers the launch, its ruleset and a get"
     assert ORACLE.check(rec) == []
 
 
@@ -60,25 +59,13 @@ async def test_refusals_conform(cloud: drive.Cloud) -> None:
     assert ORACLE.check(rec) == []
 
 
-def templates(rec: Exchanges) -> set[str]:
-    out = set()
-    for e in rec.seen:
-        found = ORACLE.operation(e.method, e.path)
-        out.add(f"{e.method} {found[0].removeprefix('/api/v1')}" if isinstance(found, tuple) else str(e))
-    return out
-
 
 # ------------------------------------------------------------------ the oracle catches deviations
 
 
-def one(rec: Exchanges, method: str, path: str, status: int) -> Exchange:
-    found = [e for e in rec.seen if e.method == method and e.path == path and e.status == status]
-    assert found, f"no {method} {path} -> {status} in {rec.calls()}"
-    return copy.deepcopy(found[0])
-
 
 async def test_a_launch_without_its_region_is_caught(cloud: drive.Cloud) -> None:
-    launch = one(await drive.one_create(cloud), "POST", "/instance-operations/launch", 200)
+    launch = (await drive.one_create(cloud)).find("POST", "/instance-operations/launch", 200)
     assert ORACLE.problems(launch) == []
     body = launch.json()
     del body["region_name"]  # required by LaunchInstanceRequest
@@ -87,7 +74,7 @@ async def test_a_launch_without_its_region_is_caught(cloud: drive.Cloud) -> None
 
 
 async def test_an_error_body_of_the_wrong_shape_is_caught(cloud: drive.Cloud) -> None:
-    refused = one(await drive.one_create(cloud, "capacity"), "POST", "/instance-operations/launch", 400)
+    refused = (await drive.one_create(cloud, "capacity")).find("POST", "/instance-operations/launch", 400)
     assert ORACLE.problems(refused) == []
     refused.answer = json.dumps({"detail": "insufficient capacity"}).encode()  # FastAPI's, not Lambda's
     assert any("'error' is a required property" in p for p in ORACLE.answer_problems(refused))

@@ -4,14 +4,13 @@ documents; and the oracle is shown to catch a request or an answer that departs 
 
 from __future__ import annotations
 
-import copy
 import json
 
 from fakeclouds.server import FakeCloudServer
 from providers.base import CloudProvider, Offer, OfferQuery
 from tests.runpod.conftest import adapter, spec
 from tests.specs import drive
-from tests.specs.oracle import Exchange, Exchanges, SpecOracle
+from tests.specs.oracle import SpecOracle
 
 ORACLE = SpecOracle("runpod", prefix="/v2")  # the adapter's endpoint ends in /v2
 A4000 = "1x NVIDIA RTX A4000"
@@ -28,7 +27,7 @@ def cloud_of(sim: FakeCloudServer) -> drive.Cloud:
 
 async def test_lifecycle_conforms(sim: FakeCloudServer) -> None:
     rec = await drive.lifecycle(cloud_of(sim))
-    assert {"POST /pods", "GET /pods/{id}", "DELETE /pods/{id}"} <= templates(rec)
+    assert {"POST /pods", "GET /pods/{id}", "DELETE /pods/{id}"} <= ORACLE.templates(rec)
     assert ORACLE.check(rec) == []
 
 
@@ -38,22 +37,10 @@ async def test_refusals_conform(sim: FakeCloudServer) -> None:
     assert ORACLE.check(rec) == []
 
 
-def templates(rec: Exchanges) -> set[str]:
-    out = set()
-    for e in rec.seen:
-        found = ORACLE.operation(e.method, e.path)
-        out.add(f"{e.method} {found[0].removeprefix('/v2')}" if isinstance(found, tuple) else str(e))
-    return out
-
-
-def one(rec: Exchanges, method: str, path: str, status: int) -> Exchange:
-    found = [e for e in rec.seen if e.method == method and e.path == path and e.status == status]
-    assert found, f"no {method} {path} -> {status} in {[str(e) for e in rec.seen]}"
-    return copy.deepcopy(found[0])
 
 
 async def test_a_pod_without_its_name_is_caught(sim: FakeCloudServer) -> None:
-    create = one(await drive.one_create(cloud_of(sim)), "POST", "/pods", 201)
+    create = (await drive.one_create(cloud_of(sim))).find("POST", "/pods", 201)
     assert ORACLE.problems(create) == []
     body = create.json()
     del body["name"]  # CreatePodRequest requires it
@@ -62,7 +49,7 @@ async def test_a_pod_without_its_name_is_caught(sim: FakeCloudServer) -> None:
 
 
 async def test_an_error_body_of_the_wrong_shape_is_caught(sim: FakeCloudServer) -> None:
-    refused = one(await drive.one_create(cloud_of(sim), "capacity"), "POST", "/pods", CAPACITY_STATUS)
+    refused = (await drive.one_create(cloud_of(sim), "capacity")).find("POST", "/pods", CAPACITY_STATUS)
     assert ORACLE.problems(refused) == []
     problem = refused.answer_json()
     del problem["title"]
