@@ -265,9 +265,13 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             raise Invalid("grant_type must be client_credentials or refresh_token")
         st["grants"][body.grant_type] += 1
         ttl = st["ttl"]
+        # expires_in is whole seconds (an integer, as OAuth2 and the SDK's own tests give it: sdk-python
+        # tests/unit_tests/authentication/test_authentication.py EXPIRES_IN = 3600), rounded down: a
+        # client never holds a token past its end by our number.
         return JSONResponse({"access_token": issue(token, "access", ttl["access"]),
                              "refresh_token": issue(token, "refresh", ttl["refresh"]),
-                             "token_type": "Bearer", "expires_in": ttl["access"], "scope": "cloud-api-v1"})
+                             "token_type": "Bearer", "expires_in": int(ttl["access"]),
+                             "scope": "cloud-api-v1"})
 
     @router.get("/balance")
     async def balance(request: Request) -> Response:

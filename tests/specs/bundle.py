@@ -27,7 +27,8 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 
-# cloud -> (source repo, [spec files in it], [(method, path) kept], official?)
+# cloud -> (source repo, [spec files in it], [(method, path) kept], official?; for an unofficial spec, the
+# official source it was cross-checked against)
 SOURCES: dict[str, dict[str, Any]] = {
     "lambda": {
         "repo": "api-evangelist/lambda-labs",
@@ -75,13 +76,20 @@ SOURCES: dict[str, dict[str, Any]] = {
     "verda": {
         "repo": "api-evangelist/datacrunch",
         "files": ["openapi/_original/datacrunch-openapi.yml"],
-        "official": "NO: an unofficial reconstruction by api-evangelist (DataCrunch publishes no "
-                    "OpenAPI file); weak evidence",
+        "official": "NO: UNOFFICIAL, a third-party reconstruction by api-evangelist (Verda, formerly "
+                    "DataCrunch, publishes no OpenAPI description); weak evidence, cross-checked against "
+                    "Verda's official Python SDK (cross_check), which wins where they differ: "
+                    "tests/verda/test_vendor_spec.py amends it in memory, citing the SDK",
+        # The adapter's DELETE /scripts/{id} is not in the reconstruction (the SDK's delete_by_id): the
+        # test module adds it. The reconstruction's DELETE /scripts (a bulk delete) is not called.
         "ops": [("post", "/oauth2/token"), ("get", "/balance"), ("get", "/instances"), ("post", "/instances"),
                 ("put", "/instances"), ("get", "/instances/{instance_id}"), ("get", "/instance-types"),
                 ("get", "/instance-availability"), ("get", "/scripts"), ("post", "/scripts"),
-                ("delete", "/scripts"), ("get", "/sshkeys"), ("post", "/sshkeys"), ("get", "/volumes"),
+                ("get", "/sshkeys"), ("post", "/sshkeys"), ("get", "/volumes"),
                 ("delete", "/volumes/{volume_id}")],
+        "cross_check": {"repo": "verda-cloud/sdk-python", "formerly": "DataCrunch-io/datacrunch-python",
+                        "commit": "164e09ac65a40a270db66b6f22a7edc4256e764a",
+                        "date": "2026-04-17T15:07:37+03:00"},
     },
 }
 
@@ -205,6 +213,8 @@ def extract(cloud: str, git_dirs: list[str]) -> dict[str, Any]:
         raise SystemExit(f"{cloud}: not in the vendor spec: {wanted}")
     out["x-gpuprov-source"] = {"repo": src["repo"], "files": blobs, "official": src["official"],
                                "kept": "only the operations the adapter calls and what they reference"}
+    if "cross_check" in src:  # an unofficial spec: the official source it was checked against
+        out["x-gpuprov-source"]["cross_check"] = src["cross_check"]
     return out
 
 

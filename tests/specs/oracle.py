@@ -41,6 +41,7 @@ from referencing.jsonschema import DRAFT202012
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+DROP = object()  # SpecOracle.amend(pointer, DROP, why): remove what the spec wrongly documents
 
 
 @dataclass
@@ -139,7 +140,7 @@ class SpecOracle:
         self._registry: Registry = Registry().with_resource(
             "", Resource.from_contents(self.spec, default_specification=DRAFT202012))
         self._templates = [(self._pattern(t), t) for t in self.spec["paths"]]
-        self.amended: list[tuple[str, list[Any], str]] = []
+        self.amended: list[tuple[str, Any, str]] = []
 
     def amend_enum(self, pointer: str, add: list[Any], why: str) -> None:
         """Add `add` to the enum at `pointer` (a JSON pointer into the extract) where the vendor's
@@ -150,6 +151,29 @@ class SpecOracle:
             node = node[part.replace("~1", "/").replace("~0", "~")]
         node["enum"] = [*node["enum"], *[v for v in add if v not in node["enum"]]]
         self.amended.append((pointer, add, why))
+
+    def amend(self, pointer: str, value: Any, why: str) -> Any:
+        """Set the node at `pointer` (a JSON pointer into the extract, whose parent exists; an object
+        member or a list item) to `value`, or remove it when `value` is DROP, where the vendor's spec
+        is wrong about its own API (an unofficial reconstruction's especially); `why` cites what shows
+        the real behaviour (required: no silent amendments). Returns the node it replaced (None when
+        there was none), so the caller can check it amended what it meant to."""
+        assert why.strip(), "say what shows the API differs from the spec"
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in pointer.lstrip("/").split("/")]
+        node: Any = self.spec
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key: Any = int(last) if isinstance(node, list) else last
+        old = node[key] if (key < len(node) if isinstance(node, list) else key in node) else None
+        if value is DROP:
+            del node[key]
+        elif isinstance(node, list) and key == len(node):
+            node.append(value)
+        else:
+            node[key] = value
+        self._templates = [(self._pattern(t), t) for t in self.spec["paths"]]  # a path may be new
+        self.amended.append((pointer, value, why))
+        return old
 
     # ------------------------------------------------------------------ schemas
 
