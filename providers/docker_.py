@@ -269,6 +269,17 @@ class DockerProvider(CloudProvider):
             await self._run(c.start)
         return self._ref(c)
 
+    async def _racing_twin(self, key: str) -> Any:
+        """The container a concurrent create under `key` made. podman reserves the name before the
+        container is listed (seen here: a conflict answered, then a listing without it), so look
+        a few times over about 3 s before calling the conflict unexplained."""
+        for delay in (0.0, 0.1, 0.2, 0.4, 0.8, 1.5):
+            await asyncio.sleep(delay)
+            found = await self._ours(key)
+            if found is not None:
+                return found
+        return None
+
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         import docker.errors
 
@@ -295,7 +306,7 @@ class DockerProvider(CloudProvider):
                 c = await asyncio.to_thread(create)
         except docker.errors.APIError as exc:
             if _name_taken(exc):  # a create under this key got there first: find it
-                again = await self._ours(spec.key)
+                again = await self._racing_twin(spec.key)
                 if again is None:
                     raise Transient("docker: name conflict, yet no container of that name") from None
                 return await self._started(again)
