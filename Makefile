@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # xdist worker. Here Python caches bytecode (in __pycache__/, ignored by git) as it normally does.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-fast lint bench fuzz clean docker-engine
+.PHONY: run test test-fast test-acceptance lint bench fuzz clean docker-engine
 
 # The product and, beside it, the simulated clouds (a distribution of their own: fakeclouds/pyproject.toml).
 # uv installs what pip would, from the same registry, several times faster (the suite's budget
@@ -43,6 +43,10 @@ test: $(STAMP)
 FAST_WORKERS ?= 3
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -n $(FAST_WORKERS) --dist loadscope -m "pure or simulation" $(PYTEST_ARGS)
+
+# The acceptance suite against every simulated cloud (tests/acceptance/), alone.
+test-acceptance: $(STAMP)
+	$(BIN)/pytest -q -n 0 -m acceptance $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -111,6 +111,18 @@ OWN_ENTRIES = ("api-token", "secret.key", "installation-id", "cloud-tokens.json"
                "logs", "localcloud")
 
 
+def write_private(path: Path, text: str) -> None:
+    """Replace `path` whole (mode 0600): a reader sees the old file or the new one, never half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def private_files() -> None:
     """From now on this process and its children create files 0600 and directories 0700."""
     os.umask(PRIVATE_UMASK)

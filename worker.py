@@ -34,6 +34,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import logsafe
+from activities.acceptance import AcceptanceActivities
 from activities.cloud import CloudActivities
 from activities.connections import ConnectionActivities
 from activities.deps import ActivityDeps
@@ -57,6 +58,7 @@ from messages.ids import (
 )
 from messages.sweep import SweepInput
 from providers import pacing, registry
+from workflows.acceptance import AcceptanceWorkflow
 from workflows.allocation import AllocationWorkflow, launch_task_queue
 from workflows.connect import ConnectWorkflow
 from workflows.disconnect import DisconnectWorkflow
@@ -72,7 +74,7 @@ from workflows.watch import WatchWorkflow
 # migration 0023 refuses a database with a live instance still on one.
 WORKFLOWS: list[type] = [AllocationWorkflow, ConnectWorkflow, DisconnectWorkflow, WatchWorkflow,
                          SweepWorkflow, HealthWorkflow, FleetProbeWorkflow, PolicyWorkflow, JobWorkflow,
-                         ScaleWorkflow, HealthRecheckWorkflow]
+                         ScaleWorkflow, HealthRecheckWorkflow, AcceptanceWorkflow]
 
 # Only pure model modules pass through the sandbox (imported once outside it, so pydantic classes
 # are shared): the messages, the contract's models, pydantic. Everything with I/O stays out.
@@ -87,6 +89,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     conns, sweep, health = ConnectionActivities(deps), SweepActivities(deps), HealthActivities(deps)
     jobs = JobActivities(deps)
     pools = PoolActivities(deps)
+    acceptance = AcceptanceActivities(deps)
     return [
         cloud.validate_allocation, cloud.plan_allocation,
         cloud.create_instance, cloud.wait_running,
@@ -103,6 +106,8 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         jobs.record_job, jobs.await_allocation_ready, jobs.run_job, jobs.admit_job, jobs.claim_pool_machine,
         jobs.await_machine_end,
         pools.observe_pool, pools.start_pool_machine, pools.record_pool, pools.forget_pool,
+        acceptance.plan_acceptance, acceptance.check_machine, acceptance.await_allocation_phase,
+        acceptance.leftovers, acceptance.record_acceptance,
     ]
 
 
@@ -310,7 +315,15 @@ async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
     # leaving the context manager calls worker.shutdown(): in-flight activities get the grace period
 
 
-async def main() -> None:
+async def serve_private(client: Client, deps: ActivityDeps, task_queue: str, stop: asyncio.Event) -> None:
+    """A worker on `task_queue` alone: no Schedules kept, no watches started — the deployment's own
+    workers do those. The acceptance runner starts one (and SIGKILLs it) for its worker-killed step."""
+    async with build_worker(client, deps, task_queue=task_queue):
+        log.info("private worker running on task queue %s", task_queue)
+        await stop.wait()
+
+
+async def main(private_queue: str | None = None) -> None:
     from settings import get_settings, private_home
     from store.migrate import upgrade
     from workflows.converter import connect_client
@@ -325,9 +338,24 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serve(client, deps, s, stop)
+    if private_queue is not None:
+        await serve_private(client, deps, private_queue, stop)
+    else:
+        await serve(client, deps, s, stop)
+
+
+def private_queue_arg(argv: Sequence[str]) -> str | None:
+    """`python worker.py --private-queue Q`: the queue of a private worker (serve_private), else None."""
+    if not argv:
+        return None
+    if len(argv) == 2 and argv[0] == "--private-queue" and argv[1].startswith("gpuprov-acceptance-"):
+        return argv[1]
+    raise SystemExit("usage: python worker.py [--private-queue gpuprov-acceptance-<run>]")
 
 
 if __name__ == "__main__":
+    import sys
+
+    queue = private_queue_arg(sys.argv[1:])
     logsafe.configure(logging.INFO)  # exception messages withheld: they may hold input
-    asyncio.run(main())
+    asyncio.run(main(queue))

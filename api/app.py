@@ -16,6 +16,7 @@ from api.guard import EdgeGuard
 from api.openapi import install_openapi
 from api.query_params import known_query
 from api.routers import (
+    acceptance,
     budget,
     catalog,
     clouds,
@@ -70,7 +71,8 @@ def create_app(deps: AppDeps) -> FastAPI:
     # `catalog` first: its GET /providers/catalog must match before /providers/{id} routes could;
     # `modal_picker` before `offers`: Modal's /backends/modal/... before /backends/{provider}/...
     for module in (catalog, clouds, connections, providers, modal_picker, offers, instances, spend, fleets,
-                   policies, idle_policy, budget, workloads, jobs, limits, pools, queue, defaults, retired):
+                   policies, idle_policy, budget, workloads, jobs, limits, pools, queue, defaults, retired,
+                   acceptance):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token),
                                                                            Depends(known_query)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token),

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from messages.workflows import UpdateRef, WorkflowRef
+from messages.workflows import QueryRef, SignalRef, UpdateRef, WorkflowRef
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741
 O = TypeVar("O")  # noqa: E741
@@ -59,6 +59,15 @@ class WorkflowGateway(Protocol):
 
     async def request_update(self, workflow_id: str, update: UpdateRef[Any]) -> bool:
         """Send an update and return once the workflow accepted it; False if it already closed."""
+        ...
+
+    async def query(self, workflow_id: str, query: QueryRef[O]) -> O | None:
+        """The workflow's answer to `query` (a closed run answers from its last state); None when
+        there is no such workflow."""
+        ...
+
+    async def signal(self, workflow_id: str, signal: SignalRef[I], arg: I) -> bool:
+        """Send `signal`(arg); False when the workflow is closed or unknown."""
         ...
 
     async def put_schedule(self, schedule_id: str, ref: WorkflowRef[I, Any], arg: I, *, workflow_id: str,
@@ -198,6 +207,31 @@ class TemporalGateway:
             await client.get_schedule_handle(schedule_id).update(replace)
         except RPCError as e:
             raise WorkflowUnavailable(f"could not save schedule {schedule_id}: {e.message}") from e
+
+    async def query(self, workflow_id: str, query: QueryRef[O]) -> O | None:
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from workflows import client_calls
+
+        try:
+            return await client_calls.query(await self.client(), workflow_id, query)
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise WorkflowUnavailable(f"could not query {workflow_id}: {e.message}") from e
+
+    async def signal(self, workflow_id: str, signal: SignalRef[I], arg: I) -> bool:
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from workflows import client_calls
+
+        try:
+            await client_calls.signal(await self.client(), workflow_id, signal, arg)
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise WorkflowUnavailable(f"could not signal {workflow_id}: {e.message}") from e
+        return True
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         from temporalio.service import RPCError, RPCStatusCode

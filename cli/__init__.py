@@ -12,7 +12,19 @@ from typing import Annotated
 
 import typer
 
-from cli import client, clouds, connections, defaults, dev, instances, jobs, operations, projects, ssh
+from cli import (
+    acceptance,
+    client,
+    clouds,
+    connections,
+    defaults,
+    dev,
+    instances,
+    jobs,
+    operations,
+    projects,
+    ssh,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Provision GPU machines across clouds (Temporal workflows underneath).")
@@ -39,6 +51,7 @@ app.command()(operations.retired)
 app.add_typer(projects.app, name="project")
 app.add_typer(jobs.app, name="job")
 app.add_typer(defaults.app, name="defaults")
+app.add_typer(acceptance.app, name="acceptance")
 
 
 @app.command()

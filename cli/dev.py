@@ -14,7 +14,6 @@ import os
 import secrets
 import signal
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,18 +106,6 @@ class DevConfig:
 # --------------------------------------------------------------------------- simulated clouds
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Replace `path` whole (mode 0600): a reader sees the old file or the new one, never half."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def cloud_tokens(home: Path, clouds: list[str]) -> dict[str, str]:
     """A token for each simulated cloud, kept in home/cloud-tokens.json: stable across restarts
     (connections store them); a cloud added since the last start gets one, the others keep theirs."""
@@ -134,7 +121,9 @@ def cloud_tokens(home: Path, clouds: list[str]) -> dict[str, str]:
     missing = [c for c in clouds if not tokens.get(c)]
     if missing or not path.exists():
         tokens.update({c: secrets.token_urlsafe(24) for c in missing})
-        _write_private(path, json.dumps(tokens, indent=2, sort_keys=True) + "\n")
+        from settings import write_private
+
+        write_private(path, json.dumps(tokens, indent=2, sort_keys=True) + "\n")
     return {c: tokens[c] for c in clouds}
 
 
@@ -268,10 +257,11 @@ async def run_dev(cfg: DevConfig) -> int:
         loop.add_signal_handler(sig, stack.stop_requested.set)
 
     bindir = Path(sys.executable).parent
-    from cli import dev_docker
+    from cli import acceptance, dev_docker
 
     docker_svc = None
     dev_docker.allow_own_engine(cfg.home)  # before any child starts: they inherit it
+    acceptance.write_worker_env(cfg.home, {**os.environ, **child_env(cfg, simulated)})
     typer.echo(f"gpuprov dev: home {cfg.home}, installation {inst_id}")
     try:
         tokens = cloud_tokens(cfg.home, simulated)

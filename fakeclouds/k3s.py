@@ -2,7 +2,8 @@
 
 The simulated machines have no network, so gpuprov's installer (which fetches get.k3s.io)
 finds this binary already present, as it would on a machine where k3s was installed, and
-only runs its health check. It answers `k3s kubectl get nodes` with one Ready node.
+only runs its health check. It answers `k3s kubectl get nodes` with one Ready node, and
+`k3s kubectl get runtimeclass nvidia` as k3s does on a machine with the NVIDIA runtime.
 """
 
 from __future__ import annotations
@@ -13,6 +14,16 @@ if [[ "$1 $2 $3" == "kubectl get nodes" ]]; then
   echo "NAME        STATUS   ROLES                  AGE   VERSION"
   echo "$(hostname)   Ready    control-plane,master   1m    v1.31.4+k3s1"
   exit 0
+fi
+# k3s registers the `nvidia` RuntimeClass when it finds the NVIDIA container runtime: here, where the
+# simulated machine has a (simulated) nvidia-smi.
+if [[ "$1 $2 $3 $4" == "kubectl get runtimeclass nvidia" ]]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    echo "runtimeclass.node.k8s.io/nvidia"
+    exit 0
+  fi
+  echo 'Error from server (NotFound): runtimeclasses.node.k8s.io "nvidia" not found' >&2
+  exit 1
 fi
 if [[ "$1" == "--version" ]]; then
   echo "k3s version v1.31.4+k3s1 (simulated)"

@@ -13,6 +13,16 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
+from messages.acceptance import (
+    AcceptancePlan,
+    AllocationPhaseInput,
+    Leftovers,
+    LeftoversInput,
+    MachineCheck,
+    MachineCheckInput,
+    PlanAcceptanceInput,
+    RecordAcceptanceInput,
+)
 from messages.allocation import AllocateRequest, AllocationState, CloudTarget, GpuInfo
 from messages.connection import ConnectRequest, ConnectResult
 from messages.enums import AllocationStatus, Phase
@@ -259,6 +269,16 @@ START_POOL_MACHINE: ActivityRef[StartMachineInput, StartResult] = ActivityRef(
     "start_pool_machine", StartMachineInput, StartResult)
 RECORD_POOL: ActivityRef[RecordPoolInput, None] = ActivityRef("record_pool", RecordPoolInput, None)
 FORGET_POOL: ActivityRef[ForgetPoolInput, None] = ActivityRef("forget_pool", ForgetPoolInput, None)
+# The acceptance suite (workflows/acceptance.py, activities/acceptance.py).
+PLAN_ACCEPTANCE: ActivityRef[PlanAcceptanceInput, AcceptancePlan] = ActivityRef(
+    "plan_acceptance", PlanAcceptanceInput, AcceptancePlan)
+CHECK_MACHINE: ActivityRef[MachineCheckInput, MachineCheck] = ActivityRef(
+    "check_machine", MachineCheckInput, MachineCheck)
+AWAIT_ALLOCATION_PHASE: ActivityRef[AllocationPhaseInput, AllocationState] = ActivityRef(
+    "await_allocation_phase", AllocationPhaseInput, AllocationState)
+LEFTOVERS: ActivityRef[LeftoversInput, Leftovers] = ActivityRef("leftovers", LeftoversInput, Leftovers)
+RECORD_ACCEPTANCE: ActivityRef[RecordAcceptanceInput, None] = ActivityRef(
+    "record_acceptance", RecordAcceptanceInput, None)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, CREATE_INSTANCE, WAIT_RUNNING,
@@ -271,4 +291,5 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     POLICY_FACTS, POLICY_ACT, RECORD_POLICY_RUN,
     RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB, CLAIM_POOL_MACHINE, AWAIT_MACHINE_END,
     OBSERVE_POOL, START_POOL_MACHINE, RECORD_POOL, FORGET_POOL,
+    PLAN_ACCEPTANCE, CHECK_MACHINE, AWAIT_ALLOCATION_PHASE, LEFTOVERS, RECORD_ACCEPTANCE,
 )

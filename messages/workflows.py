@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from messages.acceptance import AcceptanceRequest, AcceptanceState, Approval, WorkerKilled
 from messages.allocation import (
     AllocationInput,
     AllocationState,
@@ -101,6 +102,17 @@ JOB = JobRef("JobWorkflow", JobInput, JobState)
 SCALE = ScaleRef("ScaleWorkflow", ScaleInput, ScaleState)
 WATCH = WatchRef("WatchWorkflow", WatchRequest, None)
 
+@dataclass(frozen=True)
+class AcceptanceRef(WorkflowRef[AcceptanceRequest, AcceptanceState]):
+    """One run of the acceptance suite on one connection (workflows/acceptance.py)."""
+
+    state: QueryRef[AcceptanceState] = QueryRef("state", AcceptanceState)
+    approve: SignalRef[Approval] = SignalRef("approve", Approval)
+    worker_killed: SignalRef[WorkerKilled] = SignalRef("worker_killed", WorkerKilled)
+
+
+ACCEPTANCE = AcceptanceRef("AcceptanceWorkflow", AcceptanceRequest, AcceptanceState)
+
 # --------------------------------------------------------------------------- one-shot workflows
 
 CONNECT: WorkflowRef[ConnectRequest, ConnectResult] = WorkflowRef(
@@ -125,7 +137,8 @@ SWEEP: WorkflowRef[SweepInput, SweepSummary] = WorkflowRef("SweepWorkflow", Swee
 RETIRED: tuple[str, ...] = ("AllocateWorkflow", "TerminateWorkflow")
 
 ALL: tuple[WorkflowRef[Any, Any], ...] = (
-    ALLOCATION, JOB, SCALE, WATCH, CONNECT, DISCONNECT, FLEET_PROBE, HEALTH, HEALTH_RECHECK, POLICY, SWEEP,
+    ALLOCATION, JOB, SCALE, WATCH, ACCEPTANCE,
+    CONNECT, DISCONNECT, FLEET_PROBE, HEALTH, HEALTH_RECHECK, POLICY, SWEEP,
 )
 
 

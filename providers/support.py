@@ -1,7 +1,8 @@
 """A cloud's support status, derived from acceptance results — never typed in by hand per cloud.
 
 The rule: a cloud reads `supported` only after a run of the acceptance suite against a real account
-passes on its current adapter. The runner (later) appends one `AcceptanceResult` per run to the
+passes on its current adapter. A run (workflows/acceptance.py) records its `AcceptanceResult`
+(messages/acceptance.py) on the deployment; `gpuprov acceptance export` writes them out for the
 committed results file (`acceptance_results.json`, beside this module); `status()` reads a cloud's
 standing from it:
 
@@ -34,55 +35,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
+from messages.acceptance import AcceptanceResult, AcceptanceStep, Account
+
+__all__ = ["AcceptanceResult", "AcceptanceStep", "SupportStatus", "account_kind", "adapter_version", "status"]
 from providers import endpoints, registry
 from providers.base import InvalidRequest
 
 RESULTS_FILE = Path(__file__).with_name("acceptance_results.json")
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
-Account = Literal["real", "simulated"]
-Outcome = Literal["passed", "failed", "not_run"]
 Status = Literal["supported", "simulated", "failing", "untested"]
-
-
-class AcceptanceStep(BaseModel):
-    """One step of an acceptance run (connect, offers, allocate, ssh, teardown, ...)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1, max_length=80)
-    outcome: Outcome
-    seconds: float = Field(ge=0)
-    detail: str | None = Field(default=None, max_length=2000)
-
-
-class AcceptanceResult(BaseModel):
-    """One run of the acceptance suite against one connection of one cloud. Unknown fields are
-    refused, so a credential can never ride along; the account is named by a fingerprint at most
-    (a hash the runner computes, hex only)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    cloud: str = Field(min_length=1)
-    adapter_version: str = Field(min_length=1)
-    account: Account  # from the connection's endpoint (account_kind), never a flag
-    steps: list[AcceptanceStep] = Field(min_length=1)
-    started_at: datetime
-    account_fingerprint: str | None = Field(default=None, pattern=r"^[0-9a-f]{8,64}$")
-
-    @property
-    def outcome(self) -> Literal["passed", "failed", "incomplete"]:
-        """`failed` when a step failed; `passed` when every step passed; else `incomplete` (a step
-        did not run and none failed): an incomplete run counts neither way."""
-        if any(s.outcome == "failed" for s in self.steps):
-            return "failed"
-        return "passed" if all(s.outcome == "passed" for s in self.steps) else "incomplete"
-
-    @property
-    def failed_step(self) -> str | None:
-        return next((s.name for s in self.steps if s.outcome == "failed"), None)
 
 
 class SupportStatus(BaseModel):

@@ -302,6 +302,23 @@ class ProjectDefaults(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class AcceptanceRun(SQLModel, table=True):
+    """One run of the acceptance suite (workflows/acceptance.py): its state as the workflow last
+    recorded it, and once it ended its result (messages/acceptance.py AcceptanceResult, JSON). No
+    credential is in either: the account is a fingerprint at most."""
+
+    __tablename__ = "acceptance_runs"
+
+    id: str = Field(primary_key=True)
+    project: str = Field(index=True)
+    connection_id: str
+    cloud: str = Field(index=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    finished_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    state: str  # AcceptanceState, JSON
+    result: str | None = None  # AcceptanceResult, JSON: set once the run ended
+
+
 class ReportedWorkload(SQLModel, table=True):
     """Work run elsewhere on the project's behalf (a training run, a deployed model, another
     service's synthetic run), reported in with PUT /api/compute/workloads/{id} so the Workload Queue

@@ -1,5 +1,8 @@
 """The suite's tiers. Each test's tier is read off the fixtures it uses, never written by hand:
 
+- `acceptance`: the acceptance suite (workflows/acceptance.py) against every simulation, with the
+  runner's private worker process killed mid-create: it uses `acceptance_worker` (tests/acceptance/).
+  One lane of its own; `make test-acceptance` runs it alone.
 - `processes`: it runs real service processes (`gpuprov dev`, a worker, the API, the simulation as a
   process of its own): it uses the `processes` fixture (or `module_processes`, for processes a
   module's tests share), without which DevRun, Process, WorkerProcess and
@@ -9,7 +12,7 @@
 - `pure`: none of these.
 
 A test has exactly one tier, the first of that list it qualifies for. `make test-fast` runs
-`-m "pure or simulation"` (no Temporal server, no process stacks); `make test` runs all four.
+`-m "pure or simulation"` (no Temporal server, no process stacks); `make test` runs all five.
 
 For pytest-xdist (`make test` runs `--dist loadscope`, scheduled by `UnitScheduling` below), each test
 also gets a unit of work (an `xdist_group` marker): its
@@ -37,8 +40,9 @@ from typing import Any
 
 import pytest
 
-TIERS = ("processes", "devserver", "simulation", "pure")
+TIERS = ("acceptance", "processes", "devserver", "simulation", "pure")
 DESCRIPTIONS = {
+    "acceptance": "the acceptance suite against the simulations (the `acceptance_worker` fixture)",
     "processes": "runs real service processes (the `processes` fixture)",
     "devserver": "needs a Temporal server (dev server or time-skipping)",
     "simulation": "talks to the in-process simulated clouds (fakeclouds), no Temporal server",
@@ -47,6 +51,9 @@ DESCRIPTIONS = {
 # The fixtures that put a test in a tier (pytest's fixture closure includes every fixture a
 # fixture depends on, so a test that uses `stack`, which uses `temporal_client`, is devserver).
 PROCESS_FIXTURES = frozenset({"processes", "module_processes"})
+# The acceptance suite's runs against every simulation (tests/acceptance/): a tier and a lane of
+# their own, whatever else they use (the private worker process among it).
+ACCEPTANCE_FIXTURES = frozenset({"acceptance_worker"})
 # A `processes` test with one of these runs in the crash lane (tests/crash/conftest.py's worker
 # process, killed and restarted); every other one in the stacks lane.
 CRASH_LANE_FIXTURES = frozenset({"worker_process", "pool_worker"})
@@ -82,6 +89,8 @@ def _fixture_modules(item: pytest.Item) -> Iterable[ModuleType]:
 
 def tier_of(item: pytest.Item) -> str:
     names = set(getattr(item, "fixturenames", ()))
+    if names & ACCEPTANCE_FIXTURES:
+        return "acceptance"
     if names & PROCESS_FIXTURES:
         return "processes"
     if names & TEMPORAL_FIXTURES:
@@ -145,6 +154,8 @@ def _unit(item: pytest.Item, tier: str) -> str:
     if tier == "processes":
         names = set(getattr(item, "fixturenames", ()))
         return "processes:crash" if names & CRASH_LANE_FIXTURES else "processes:stacks"
+    if tier == "acceptance":
+        return "acceptance"
     module: Any = getattr(item, "module", None)
     if getattr(module, "TESTS_RUN_APART", False):
         return item.nodeid

@@ -22,7 +22,7 @@ from api.deps import AppDeps
 from api.temporal import OpenRun, WorkflowFailed, WorkflowUnavailable
 from messages import workflows as wf
 from messages.connection import ConnectRequest, ConnectResult
-from messages.workflows import UpdateRef, WorkflowRef
+from messages.workflows import QueryRef, SignalRef, UpdateRef, WorkflowRef
 from providers import registry
 from providers.base import (
     AuthError,
@@ -127,6 +127,8 @@ class FakeWorkflows:
     allowed_endpoints: tuple[str, ...] = ()  # the worker's GPUPROV_ALLOWED_ENDPOINTS
     schedules: dict[str, FakeSchedule] = field(default_factory=dict)  # FAKE Temporal Schedules, by id
     open: list[OpenRun] = field(default_factory=list)  # runs a test says are open (open_runs reads them)
+    answers: dict[str, Any] = field(default_factory=dict)  # query answers a test gives, by workflow id
+    signals: list[tuple[str, str, BaseModel]] = field(default_factory=list)
 
     async def start(self, ref: WorkflowRef[Any, Any], arg: BaseModel, *, workflow_id: str,
                     use_existing: bool = False, once: bool = False) -> bool:
@@ -159,6 +161,17 @@ class FakeWorkflows:
             raise self.fail_with
         self.updates.append((workflow_id, update.name))
         return workflow_id not in self.closed
+
+    async def query(self, workflow_id: str, query: QueryRef[Any]) -> Any:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self.answers.get(workflow_id) if workflow_id in self.runs else None
+
+    async def signal(self, workflow_id: str, signal: SignalRef[Any], arg: BaseModel) -> bool:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.signals.append((workflow_id, signal.name, arg))
+        return workflow_id in self.runs and workflow_id not in self.closed
 
     async def execute(self, ref: WorkflowRef[Any, Any], arg: BaseModel, *, workflow_id: str,
                       execution_timeout_s: float, attach: bool = False) -> Any:

@@ -119,12 +119,17 @@ async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key
     assert job.status_code == 202, job.text
     pool = await client.put(f"/api/compute/pools/web-{project}", json=POOL, **mine)
     assert pool.status_code == 202, pool.text
-    return {"token": token, "project": project, "connection_id": conn["id"], "instance_id": r.json()["id"],
+    run = await client.post("/api/compute/acceptance-runs", json={**_ACCEPTANCE, "connection_id": conn["id"]},
+                            **mine)
+    assert run.status_code == 202, run.text
+    return {"run_id": run.json()["id"],
+            "token": token, "project": project, "connection_id": conn["id"], "instance_id": r.json()["id"],
             "token_id": tok["id"], "provider": "fakecloud", "fleet_id": fleet.json()["id"],
             "policy_id": policy.json()["id"], "workload_id": workload.json()["id"],
             "job_id": job.json()["id"], "name": f"web-{project}"}
 
 
+_ACCEPTANCE = {"max_usd": 5, "spend": False}
 _JOB = {"name": "j", "type": "task", "command": "true", "requested_by": "tests"}
 _WORKLOAD = {"name": "llama-sft", "kind": "sft", "status": "running"}
 _POLICY = {"name": "nightly", "when": {"kind": "cron", "expression": "0 3 * * *"},
@@ -159,6 +164,9 @@ def _body(path: str, ssh_key: str) -> dict[str, Any] | None:
         "/api/compute/workloads/{workload_id}": _WORKLOAD,
         "/api/compute/jobs": _JOB,
         "/api/compute/pools/{name}": {**POOL, "size": 3},
+        "/api/compute/acceptance-runs": {**_ACCEPTANCE, "connection_id": "no-such-connection"},
+        "/api/compute/acceptance-runs/{run_id}/approve": {"spend": False},
+        "/api/compute/acceptance-runs/{run_id}/worker-killed": {"phase": "create"},
     }.get(path)
 
 
@@ -172,7 +180,7 @@ async def test_every_route_answers_404_for_another_projects_object(
         a = await _project_with_objects(admin, "alpha", ssh_key)
         b = await _project_with_objects(admin, "beta", ssh_key)
     a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id", "policy_id",
-                            "workload_id", "job_id")]
+                            "workload_id", "job_id", "run_id")]
     starts_before, updates_before = len(workflows.starts), len(workflows.updates)
 
     # Every operation the API publishes (its OpenAPI document): a route added later is walked too.
