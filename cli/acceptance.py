@@ -43,10 +43,15 @@ def _echo_plan(plan: dict[str, Any], max_usd: float, max_minutes: float) -> None
                f"step needs; at most ${min(max_usd, 4 * price * max_minutes / 60):.2f})")
 
 
+def can_ask() -> bool:
+    """Whether there is a person at a terminal to ask before spending."""
+    return sys.stdin.isatty()
+
+
 def _ask(yes: bool, cloud: str, max_usd: float) -> bool:
     if yes:
         return True
-    if not sys.stdin.isatty():
+    if not can_ask():
         return False
     return typer.confirm(f"spend up to ${max_usd:g} on {cloud}?", default=False)
 
@@ -147,7 +152,7 @@ def run(
     json_out: Annotated[Path | None, typer.Option("--json", help="also write the result here")] = None,
 ) -> None:
     """Run the acceptance suite on one connection; exits 1 unless every step passed."""
-    if not yes and not sys.stdin.isatty():
+    if not yes and not can_ask():
         raise fail("refusing to spend without --yes: there is no terminal to ask (nothing was started)")
     api = Api()
     worker: PrivateWorker | None = None

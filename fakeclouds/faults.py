@@ -23,7 +23,7 @@ from typing import Any
 from fakeclouds.errors import Invalid, LostResponse, NoCapacity, QuotaExceeded, RateLimit, ServerFault
 
 KINDS = ("capacity", "quota", "rate_limit", "server_error", "latency", "lose_response",
-         "stuck_booting", "die_after_boot", "preempt", "barrier")
+         "stuck_booting", "die_after_boot", "preempt", "barrier", "ignore_delete")
 # side_resources: calls on per-machine side resources a facade keeps (firewall rules, security groups).
 OPS = ("create", "get", "list", "terminate", "offers", "verify", "ssh_keys", "side_resources", "*")
 _CREATE_ONLY = {"capacity", "quota", "stuck_booting", "die_after_boot", "preempt"}
@@ -114,6 +114,11 @@ class CallPlan:
     def die_after_boot(self) -> float | None:
         rules = self._of("die_after_boot")
         return rules[0].seconds if rules else None
+
+    @property
+    def ignores_delete(self) -> bool:
+        """A delete answered as done that the cloud never did (the resource stays listed)."""
+        return bool(self._of("ignore_delete"))
 
     @property
     def preempt_after(self) -> float | None:

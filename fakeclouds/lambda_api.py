@@ -359,9 +359,10 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.delete("/ssh-keys/{key_id}")
     async def delete_key(request: Request, key_id: str) -> Response:
-        def effect(_: CallPlan, _b: None) -> dict[str, Any]:
+        def effect(plan: CallPlan, _b: None) -> dict[str, Any]:
             try:
-                engine.delete_ssh_key(NAME, key_id)
+                if not plan.ignores_delete:
+                    engine.delete_ssh_key(NAME, key_id)
             except NotFound as exc:
                 raise KeyNotFound(exc.message) from None
             return {"data": {}}

@@ -12,8 +12,9 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from api.deps import SessionDep
 from api.pagination import Page, PageDep, offset_page
-from api.routers.clouds import support_of
+from api.routers.clouds import support_of, support_results
 from api.shared_bodies import CredentialFieldOut, SupportOut
 from providers import connect_guide, future, listing, registry, support
 from providers.credentials import Credentials
@@ -80,10 +81,10 @@ def _listed(future_provider: future.FutureProvider) -> CatalogProviderOut:
                  reason=p.reason, billed=p.billed, standing=SupportOut.no_adapter("no adapter yet"))
 
 
-def catalog() -> list[CatalogProviderOut]:
+def catalog(results: list[support.AcceptanceResult]) -> list[CatalogProviderOut]:
     """The seed's nine in its order (a registered cloud where one has the seed's name, else the
-    listed future), then every other registered cloud (by id)."""
-    results = support.load()
+    listed future), then every other registered cloud (by id); `results`: what their support
+    status is derived from (clouds.support_results)."""
     registered = [_registered(key, results) for key in registry.known()]
     by_name = {card.name: card for card in registered}
     futures = {p.name: p for p in future.FUTURE.values() if p.key not in by_name}
@@ -95,10 +96,10 @@ def catalog() -> list[CatalogProviderOut]:
 
 
 @router.get("/catalog", response_model=Page[CatalogProviderOut])
-def list_catalog(page: PageDep) -> Page[CatalogProviderOut]:
+def list_catalog(page: PageDep, session: SessionDep) -> Page[CatalogProviderOut]:
     """The connect grid: every provider gpuprov supports — the seed's nine first, then every other
     registered cloud — with its tagline, how-to-connect text, whether the "billed to your account"
     note applies, and its credential form (field, label, kind: text / secret / file / toggle /
     select, default, required). `available: false`: no adapter here yet; connecting it answers 422."""
-    cards = catalog()
+    cards = catalog(support_results(session))
     return offset_page("catalog", cards, page, query=",".join(c.key for c in cards))

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
+from sqlmodel import Session
 
+from api.deps import SessionDep
 from api.pagination import Page, PageDep, bad_cursor, decode_cursor, encode_cursor
 from api.shared_bodies import CredentialFieldOut, SupportOut
 from providers import listing, registry, support
 from providers.base import Capabilities, CloudProvider
+from store import acceptance_runs
 
 
 class CapabilitiesOut(BaseModel):
@@ -62,6 +65,13 @@ class CloudOut(BaseModel):
 router = APIRouter(prefix="/clouds", tags=["clouds"])
 
 
+def support_results(session: Session) -> list[support.AcceptanceResult]:
+    """What a cloud's support status is derived from here: the committed results file's runs and
+    the acceptance runs this deployment recorded (gpuprov acceptance run: a simulated account's run
+    can make a cloud read `simulated`, never `supported`)."""
+    return [*support.load(), *acceptance_runs.results(session)]
+
+
 def support_of(cloud: str, results: list[support.AcceptanceResult]) -> SupportOut | None:
     """The cloud's support status from `results`; None when its adapter's source cannot be read."""
     try:
@@ -79,7 +89,7 @@ def _cloud(cloud: str, results: list[support.AcceptanceResult]) -> CloudOut:
 
 
 @router.get("", response_model=Page[CloudOut])
-def list_clouds(page: PageDep) -> Page[CloudOut]:
+def list_clouds(page: PageDep, session: SessionDep) -> Page[CloudOut]:
     """Every registered cloud, by id: what it can do and what connecting it takes."""
     known = registry.known()
     after = None
@@ -90,5 +100,5 @@ def list_clouds(page: PageDep) -> Page[CloudOut]:
     ids = [c for c in known if after is None or c > after]
     shown = ids[:page.limit]
     following = encode_cursor("clouds", i=shown[-1]) if len(ids) > page.limit else None
-    results = support.load()
+    results = support_results(session)
     return Page(items=[_cloud(c, results) for c in shown], next_cursor=following)

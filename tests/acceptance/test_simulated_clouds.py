@@ -15,8 +15,9 @@ from temporalio.client import Client
 
 from api.routers.acceptance import SIMULATED_TIMING, workflow_id
 from cli.acceptance import PrivateWorker
+from fakeclouds.server import FakeCloudServer
 from messages import workflows as wf
-from messages.acceptance import PASSING, STEPS, AcceptanceRequest, AcceptanceState, WorkerKilled
+from messages.acceptance import PASSING, STEPS, AcceptanceRequest, AcceptanceState, Approval, WorkerKilled
 from providers import support
 from store import acceptance_runs
 from store.identity import ssh_identity
@@ -24,6 +25,7 @@ from store.secrets import SecretBox
 from tests import recorded
 from tests.acceptance.conftest import TASK_QUEUE
 from tests.conformance.clouds import production_clouds
+from tests.eventually import eventually
 
 
 def request(db_engine: sa.Engine, secret_box: SecretBox, connection_id: str, cloud: str,
@@ -114,3 +116,55 @@ async def test_every_simulated_cloud_passes_every_step_and_reads_simulated(
         results = acceptance_runs.results(s, clouds=clouds)
     for cloud in clouds:
         assert support.status(cloud, results).status == "simulated", cloud
+
+
+def machines_of(sim: FakeCloudServer, run_id: str) -> list[dict[str, Any]]:
+    return [m for m in sim.admin.machines() if run_id in str(m.get("name") or "")]
+
+
+async def test_a_ceiling_below_the_offers_price_stops_the_run_before_any_create(
+        acceptance_worker: None, acceptance_sim: FakeCloudServer, temporal_client: Client, connect: Any,
+        db_engine: sa.Engine, secret_box: SecretBox) -> None:
+    before = len(acceptance_sim.admin.machines())
+    req = request(db_engine, secret_box, connect("lambda"), "lambda", max_usd=0.5)
+    st = await accept(temporal_client, req)
+    offer = next(s for s in st.steps if s.name == "offer")
+    assert offer.outcome == "failed" and offer.detail is not None
+    assert "costs more than the run's ceiling of $0.5: nothing was created" in offer.detail
+    assert st.allocations == [] and len(acceptance_sim.admin.machines()) == before
+    assert {s.name for s in st.steps if s.outcome == "not_run"} == set(STEPS) - {"connect", "offer"}
+    assert st.result is not None and st.result.outcome == "failed"
+
+
+async def test_a_declined_plan_creates_nothing(acceptance_worker: None, acceptance_sim: FakeCloudServer,
+                                               temporal_client: Client, connect: Any, db_engine: sa.Engine,
+                                               secret_box: SecretBox) -> None:
+    req = request(db_engine, secret_box, connect("lambda"), "lambda", hold_for_approval=True)
+    handle = await temporal_client.start_workflow(wf.ACCEPTANCE.name, req, id=workflow_id(req.run_id),
+                                                  task_queue=TASK_QUEUE, result_type=AcceptanceState)
+    held = await eventually(lambda: handle.query(wf.ACCEPTANCE.state.name, result_type=AcceptanceState),
+                            until=lambda s: s.awaiting_approval, within=30, what="the plan, held")
+    assert held.plan is not None and held.plan.price_per_hour == 0.75 and held.allocations == []
+    await handle.signal(wf.ACCEPTANCE.approve.name, Approval(spend=False))
+    st = await handle.result()
+    assert st.allocations == [] and machines_of(acceptance_sim, req.run_id) == []
+    assert all(s.outcome == "not_run" and "declined" in (s.detail or "")
+               for s in st.steps if s.name not in ("connect", "offer"))
+
+
+async def test_a_side_resource_the_cloud_kept_fails_nothing_billable_naming_it(
+        acceptance_worker: None, acceptance_sim: FakeCloudServer, temporal_client: Client, connect: Any,
+        db_engine: sa.Engine, secret_box: SecretBox) -> None:
+    # Lambda answers the SSH key's delete as done, and keeps it: a leak only the listing shows.
+    acceptance_sim.admin.add_fault("lambda", "ssh_keys", "ignore_delete", times=-1)
+    try:
+        st = await accept(temporal_client, request(db_engine, secret_box, connect("lambda"), "lambda"))
+    finally:
+        acceptance_sim.admin.clear_faults()
+    step = next(s for s in st.steps if s.name == "nothing_billable")
+    key = f"gp-{st.run_id}-m-a1"
+    assert step.outcome == "failed" and step.detail is not None
+    assert "ssh-key" in step.detail and f"(key {key})" in step.detail, step.detail
+    assert any(left.key == key and left.kind == "ssh-key" for left in st.leftovers)  # reported, with its id
+    assert st.result is not None and st.result.failed_step == "nothing_billable"
+    assert support.status("lambda", [st.result]).status == "failing"

@@ -9,9 +9,19 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlmodel import Session
 
 from api.fields import OWN_PICKER
+from messages.acceptance import (
+    STEPS,
+    AcceptanceResult,
+    AcceptanceState,
+    AcceptanceStep,
+    RecordAcceptanceInput,
+)
 from providers import registry, support
+from store import acceptance_runs
+from store.models import AcceptanceRun
 from tests.api.conftest import FakeCloud, all_items
 
 CLOUDS = "/api/compute/clouds"
@@ -133,3 +143,29 @@ async def test_an_unavailable_cloud_still_shows_its_support_status(
     monkeypatch.setattr(registry, "adapter_class", adapter_class)
     lam = next(c for c in await all_items(client, CLOUDS) if c["id"] == "lambda")
     assert lam["available"] is False and lam["support"]["status"] == "untested"
+
+
+async def test_a_recorded_simulated_run_makes_the_cloud_read_simulated_never_supported(
+        client: httpx.AsyncClient, engine: Any) -> None:
+    """The deployment's own acceptance runs count with the committed file's: a passing run against a
+    simulation reads `simulated`; only a real account's passing run could read `supported`."""
+    version = support.adapter_version("fakecloud")
+    steps = [AcceptanceStep(name=name, outcome="passed", seconds=1) for name in STEPS]
+    result = AcceptanceResult(cloud="fakecloud", adapter_version=version, account="simulated",
+                              started_at=datetime(2030, 1, 1, tzinfo=UTC), steps=steps)
+    state = AcceptanceState(run_id="acc-0123456789ab", cloud="fakecloud", done=True, steps=steps,
+                            result=result)
+    with Session(engine) as s:
+        acceptance_runs.save(s, RecordAcceptanceInput(run_id=state.run_id, project="default",
+                                                      connection_id="c1", result=result, state=state))
+    fake = {c["id"]: c for c in await all_items(client, CLOUDS)}["fakecloud"]["support"]
+    assert fake["status"] == "simulated" and fake["adapter_version"] == version
+    # an older adapter's run does not count
+    with Session(engine) as s:
+        row = s.get(AcceptanceRun, state.run_id)
+        assert row is not None
+        row.result = result.model_copy(update={"adapter_version": "0ld"}).model_dump_json()
+        s.add(row)
+        s.commit()
+    fake = {c["id"]: c for c in await all_items(client, CLOUDS)}["fakecloud"]["support"]
+    assert fake["status"] == "untested"
