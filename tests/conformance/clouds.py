@@ -56,6 +56,9 @@ class Harness:
     admin: Any
     installation_id: str = field(default_factory=new_installation_id)
     provider_cls: type[CloudProvider] | None = None  # override, e.g. a deliberately broken adapter
+    # The machine may be up before anyone looks: a real engine whose boot nothing here can hold (a
+    # simulation boots after its boot delay, so its first look sees it pending).
+    boots_before_first_look: bool = False
 
     @property
     def token(self) -> str:

@@ -250,6 +250,30 @@ def test_wrong_credentials_for_the_grpc_clouds_are_refused_with_the_reason_and_n
         assert api.get("/api/compute/connections").json() == before
 
 
+def test_acceptance_run_on_a_simulated_cloud_passes_every_step_and_reads_simulated(dev: Running) -> None:
+    """`gpuprov acceptance run` as an operator runs it beside the stack: the run through the API, the
+    plan approved by --yes, its own private worker (settings from $GPUPROV_HOME/worker.env) SIGKILLed
+    mid-create and restarted; every step passes and the cloud then reads `simulated`."""
+    with dev.api() as api:
+        conns = api.get("/api/compute/connections", params={"limit": 200}).json()["items"]
+    conn = next(c["id"] for c in conns if c["provider"] == "lambda")
+    r = subprocess.run([sys.executable, "-m", "cli", "acceptance", "run", "--connection", conn, "--yes",
+                        "--max-minutes", "5"], env={**dev.cli_env(), "GPUPROV_HOME": str(dev.home)},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "on a simulated account" in r.stdout and "SIGKILLed the private worker" in r.stdout, r.stdout
+    for step in ("allocate", "nothing_billable", "interrupt_after_create", "interrupt_while_booting",
+                 "interrupt_worker_killed"):
+        assert f"  {step}: passed" in r.stdout, r.stdout
+    assert "acceptance passed: lambda" in r.stdout
+    with dev.api() as api:
+        lam = next(c for c in api.get("/api/compute/clouds", params={"limit": 200}).json()["items"]
+                   if c["id"] == "lambda")
+        runs = api.get("/api/compute/acceptance-runs").json()["items"]
+    assert lam["support"]["status"] == "simulated", lam["support"]
+    assert [run["outcome"] for run in runs] == ["passed"] and runs[0]["leftovers"] == []
+
+
 def test_up_ssh_ls_offers_then_stop_restart_down(dev: Running) -> None:
     """Last in this file: it stops the module's run and starts it again on the same home."""
     up = dev.gpuprov("up", "--cloud", "local", "--no-k3s", "--ssh-key", str(dev.public))
