@@ -318,7 +318,10 @@ async def serve(client: Client, deps: ActivityDeps, s: Any, stop: asyncio.Event,
 async def serve_private(client: Client, deps: ActivityDeps, task_queue: str, stop: asyncio.Event) -> None:
     """A worker on `task_queue` alone: no Schedules kept, no watches started — the deployment's own
     workers do those. The acceptance runner starts one (and SIGKILLs it) for its worker-killed step."""
-    async with build_worker(client, deps, task_queue=task_queue):
+    # It is there to be killed: its workflows wait only a second on its sticky queue afterwards (not
+    # Temporal's 10 s) before the worker started in its place takes them.
+    async with build_worker(client, deps, task_queue=task_queue,
+                            sticky_queue_schedule_to_start_timeout=timedelta(seconds=1)):
         log.info("private worker running on task queue %s", task_queue)
         await stop.wait()
 

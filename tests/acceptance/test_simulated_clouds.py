@@ -158,7 +158,9 @@ async def test_a_side_resource_the_cloud_kept_fails_nothing_billable_naming_it(
     # Lambda answers the SSH key's delete as done, and keeps it: a leak only the listing shows.
     acceptance_sim.admin.add_fault("lambda", "ssh_keys", "ignore_delete", times=-1)
     try:
-        st = await accept(temporal_client, request(db_engine, secret_box, connect("lambda"), "lambda"))
+        # settle 1 s: the key stays for good, waiting longer shows nothing more
+        st = await accept(temporal_client, request(db_engine, secret_box, connect("lambda"), "lambda",
+                                                   settle_s=1.0))
     finally:
         acceptance_sim.admin.clear_faults()
     step = next(s for s in st.steps if s.name == "nothing_billable")

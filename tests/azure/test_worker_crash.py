@@ -44,7 +44,8 @@ def worker(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, sec
            "GPUPROV_HOME": str(tmp_path / "home"), "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
            "GPUPROV_SECRET_KEY": secret_key.decode(),
            "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-           "GPUPROV_TASK_QUEUE": TASK_QUEUE, "PYTHONPATH": str(ROOT)}
+           "GPUPROV_TASK_QUEUE": TASK_QUEUE, "GPUPROV_STICKY_TIMEOUT_S": "1",  # as tests/crash/conftest.py
+           "PYTHONPATH": str(ROOT)}
     w = WorkerProcess(env, tmp_path / "worker.log")
     w.start()
     yield w

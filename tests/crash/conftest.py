@@ -68,6 +68,9 @@ def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: P
            "GPUPROV_SECRET_KEY": secret_key.decode(),
            "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
            "GPUPROV_TASK_QUEUE": TASK_QUEUE,
+           # A killed worker's workflows wait this long on its sticky queue before the restarted one
+           # may take them (Temporal's default 10 s: most of each crash test's time, for nothing).
+           "GPUPROV_STICKY_TIMEOUT_S": "1",
            "PYTHONPATH": str(ROOT)}
     w = WorkerProcess(env, tmp_path / "worker.log")
     w.start()

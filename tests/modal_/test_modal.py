@@ -58,6 +58,12 @@ def public(key: asyncssh.SSHKey) -> str:
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[FakeCloudServer]:
+    # The modal library caches each environment it looked up for the whole process, by name only:
+    # another module's Modal calls in this test process (the acceptance tier's) would leave this
+    # simulation never asked, and the pinned RPC set below one short.
+    from modal import _environments
+
+    _environments.ENVIRONMENT_CACHE.clear()
     with FakeCloudServer(boot_delay=0.2, terminate_delay=0.05, facades=[modal_api.FACADE]) as server:
         yield server
 
