@@ -25,6 +25,14 @@ def save(session: Session, inp: RecordAcceptanceInput) -> None:
     session.commit()
 
 
+def forget(session: Session, run_id: str) -> None:
+    """Remove a run's row (its workflow never started)."""
+    row = session.get(AcceptanceRun, run_id)
+    if row is not None:
+        session.delete(row)
+        session.commit()
+
+
 def get(session: Session, project: str, run_id: str) -> AcceptanceRun | None:
     row = session.get(AcceptanceRun, run_id)
     return row if row is not None and row.project == project else None

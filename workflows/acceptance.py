@@ -189,10 +189,16 @@ class AcceptanceWorkflow:
     async def _plan(self) -> AcceptancePlan | None:
         inp = self._inp
         t0 = workflow.now()
-        plan = await call(acts.PLAN_ACCEPTANCE, PlanAcceptanceInput(
-            connection_id=inp.connection_id, cloud=inp.cloud, gpu=inp.gpu, instance_type=inp.instance_type,
-            region=inp.region, max_usd=inp.max_usd, max_minutes=inp.max_minutes),
-            start_to_close_timeout=timedelta(seconds=inp.timing.call_timeout_s), retry_policy=retries.QUICK)
+        try:
+            plan = await call(acts.PLAN_ACCEPTANCE, PlanAcceptanceInput(
+                connection_id=inp.connection_id, cloud=inp.cloud, gpu=inp.gpu,
+                instance_type=inp.instance_type, region=inp.region, max_usd=inp.max_usd,
+                max_minutes=inp.max_minutes),
+                start_to_close_timeout=timedelta(seconds=inp.timing.call_timeout_s),
+                retry_policy=retries.QUICK)
+        except ActivityError as e:  # the cloud unreachable after the retries, or the connection unreadable
+            self._step("connect", "failed", self._since(t0), failure_reason(e))
+            return None
         self._state.plan = plan
         took = self._since(t0)
         if plan.connect_error is not None:

@@ -160,6 +160,7 @@ async def start_run(body: AcceptanceRunCreate, deps: DepsDep, caller: CallerDep)
     try:
         await deps.workflows.start(wf.ACCEPTANCE, request, workflow_id=workflow_id(run_id))
     except WorkflowUnavailable as e:
+        await in_thread(_forget, deps, run_id)  # nothing runs it: no row claims a run
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
     return AcceptanceRunOut.of(await in_thread(_row, deps, caller.project, run_id), state)
 
@@ -167,6 +168,11 @@ async def start_run(body: AcceptanceRunCreate, deps: DepsDep, caller: CallerDep)
 def _save(deps: AppDeps, record: RecordAcceptanceInput) -> None:
     with open_session(deps) as session:
         acceptance_runs.save(session, record)
+
+
+def _forget(deps: AppDeps, run_id: str) -> None:
+    with open_session(deps) as session:
+        acceptance_runs.forget(session, run_id)
 
 
 def _record(request: AcceptanceRequest, state: AcceptanceState) -> RecordAcceptanceInput:

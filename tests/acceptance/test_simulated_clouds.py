@@ -19,10 +19,10 @@ from fakeclouds.server import FakeCloudServer
 from messages import workflows as wf
 from messages.acceptance import PASSING, STEPS, AcceptanceRequest, AcceptanceState, Approval, WorkerKilled
 from providers import support
-from store import acceptance_runs
+from store import acceptance_runs, connections
 from store.identity import ssh_identity
 from store.secrets import SecretBox
-from tests import recorded
+from tests import recorded, simclouds
 from tests.acceptance.conftest import TASK_QUEUE
 from tests.conformance.clouds import production_clouds
 from tests.eventually import eventually
@@ -170,3 +170,19 @@ async def test_a_side_resource_the_cloud_kept_fails_nothing_billable_naming_it(
     assert any(left.key == key and left.kind == "ssh-key" for left in st.leftovers)  # reported, with its id
     assert st.result is not None and st.result.failed_step == "nothing_billable"
     assert support.status("lambda", [st.result]).status == "failing"
+
+
+async def test_refused_credentials_fail_connect_and_nothing_else_runs(
+        acceptance_worker: None, acceptance_sim: FakeCloudServer, temporal_client: Client,
+        db_engine: sa.Engine, secret_box: SecretBox) -> None:
+    with Session(db_engine) as s:
+        conn = connections.add_connection(
+            s, secret_box, provider="lambda", name="lambda-wrong-key",
+            credentials=simclouds.credentials(acceptance_sim, "lambda", token="not-the-token"),
+            endpoint=simclouds.endpoint(acceptance_sim, "lambda")).id
+    st = await accept(temporal_client, request(db_engine, secret_box, conn, "lambda"))
+    connect = st.steps[0]
+    assert connect.name == "connect" and connect.outcome == "failed" and connect.detail is not None
+    assert connect.detail.startswith("AuthError: "), connect.detail
+    assert st.allocations == [] and all(s.outcome == "not_run" for s in st.steps[1:])
+    assert st.result is not None and st.result.failed_step == "connect"

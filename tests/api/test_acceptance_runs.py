@@ -1,0 +1,95 @@
+"""The acceptance runs' API: a run is started held or approved, read live while it runs and as recorded
+once it ended, answered, and exported in the committed results file's format (the workflow itself runs
+against every simulation in tests/acceptance/)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import httpx
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from api.routers.acceptance import workflow_id
+from api.temporal import WorkflowUnavailable
+from messages import workflows as wf
+from messages.acceptance import (
+    STEPS,
+    AcceptancePlan,
+    AcceptanceRequest,
+    AcceptanceResult,
+    AcceptanceState,
+    AcceptanceStep,
+    RecordAcceptanceInput,
+)
+from providers import support
+from store import acceptance_runs
+from tests.api.conftest import FakeWorkflows, all_items, connect_fake
+
+RUNS = "/api/compute/acceptance-runs"
+
+
+async def test_a_run_starts_held_for_approval_with_the_installations_key(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    conn = await connect_fake(client)
+    body = {"connection_id": conn["id"], "gpu": "A10", "max_usd": 3, "spend": False}
+    r = await client.post(RUNS, json=body)
+    assert r.status_code == 202, r.text
+    run = r.json()
+    assert run["cloud"] == "fakecloud" and run["done"] is False and run["steps"] == []
+    [start] = workflows.starts_of(wf.ACCEPTANCE.name)
+    req = start.arg
+    assert isinstance(req, AcceptanceRequest) and start.workflow_id == workflow_id(run["id"])
+    assert req.hold_for_approval and req.max_usd == 3 and req.gpu == "A10" and req.kill_task_queue is None
+    assert req.ssh_public_keys[0].startswith("ssh-ed25519 ")  # the installation's: the run logs in with it
+    # connected without an endpoint to its documented API host: a real account, with real timings
+    assert support.account_kind_of("fakecloud", None) == "real" and req.timing.heartbeat_timeout_s == 30.0
+    assert [i["id"] for i in await all_items(client, RUNS)] == [run["id"]]
+
+    # Live while it runs: the workflow's query answers.
+    workflows.answers[workflow_id(run["id"])] = AcceptanceState(
+        run_id=run["id"], cloud="fakecloud", awaiting_approval=True,
+        plan=AcceptancePlan(adapter_version="v1", account="simulated", instance_type="gpu.a10", region="r1",
+                            gpu="A10", gpu_count=1, price_per_hour=0.75))
+    live = (await client.get(f"{RUNS}/{run['id']}")).json()
+    assert live["awaiting_approval"] and live["plan"]["price_per_hour"] == 0.75
+    r = await client.post(f"{RUNS}/{run['id']}/approve", json={"spend": True})
+    assert r.status_code == 202, r.text
+    assert [(w, name, a.spend) for w, name, a in workflows.signals] == [  # type: ignore[attr-defined]
+        (workflow_id(run["id"]), "approve", True)]
+
+
+async def test_unknown_connection_404_and_temporal_down_503_leave_no_run(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    r = await client.post(RUNS, json={"connection_id": "c-nope", "max_usd": 3, "spend": True})
+    assert r.status_code == 404 and "no connection" in r.json()["detail"]
+    conn = await connect_fake(client)
+    workflows.fail_with = WorkflowUnavailable("Temporal at 127.0.0.1:7233 is not reachable")
+    r = await client.post(RUNS, json={"connection_id": conn["id"], "max_usd": 3, "spend": True})
+    assert r.status_code == 503
+    workflows.fail_with = None
+    assert await all_items(client, RUNS) == []
+    r = await client.post(RUNS, json={"connection_id": conn["id"], "max_usd": 0, "spend": True})
+    assert r.status_code == 422  # a ceiling must be above zero
+
+
+async def test_an_ended_run_reads_as_recorded_refuses_answers_and_exports_its_result(
+        client: httpx.AsyncClient, engine: sa.Engine) -> None:
+    steps = [AcceptanceStep(name=n, outcome="passed", seconds=1.5) for n in STEPS]
+    result = AcceptanceResult(cloud="fakecloud", adapter_version="v1", account="simulated", steps=steps,
+                              started_at=datetime(2030, 1, 1, tzinfo=UTC),
+                              account_fingerprint="0123456789abcdef")
+    state = AcceptanceState(run_id="acc-000000000001", cloud="fakecloud", done=True, steps=steps,
+                            result=result)
+    with Session(engine) as s:
+        acceptance_runs.save(s, RecordAcceptanceInput(run_id=state.run_id, project="default",
+                                                      connection_id="c1", result=result, state=state))
+    run = (await client.get(f"{RUNS}/{state.run_id}")).json()
+    assert run["done"] and run["outcome"] == "passed" and run["finished_at"] is not None
+    r = await client.post(f"{RUNS}/{state.run_id}/approve", json={"spend": True})
+    assert r.status_code == 409 and "has ended" in r.json()["detail"]
+    exported = await client.get(f"{RUNS}/results", params={"cloud": "fakecloud"})
+    assert exported.status_code == 200
+    # the committed file's format: parsed by the same code that reads providers/acceptance_results.json
+    assert support.parse_results(exported.text) == [result]
+    assert "api_key" not in exported.text and "credentials" not in exported.text
