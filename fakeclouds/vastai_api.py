@@ -324,12 +324,15 @@ def instance_json(m: Machine) -> dict[str, Any]:
         "extra_env": [[k, v] for k, v in (m.extra.get("env") or {}).items()],
         # the host's address is known at once, with the trailing newline real answers carry
         "public_ipaddr": "127.0.0.1\n", "ports": {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": port}]}
-        if running else {}, "ssh_host": "127.0.0.1", "ssh_port": m.ssh_port if running else None,
+        if running else {}, "ssh_host": "127.0.0.1",
         "machine_id": ask.machine_id, "host_id": ask.machine_id // 10, "gpu_name": ask.gpu_name,
         "num_gpus": ask.gpu.count, "gpu_ram": ask.gpu.memory_mib, "cpu_cores_effective": ask.vcpus,
         "cpu_ram": ask.ram_mb, "geolocation": ask.geolocation, "disk_space": m.extra.get("disk"),
         "dph_base": ask.dph_base, "dph_total": m.price_per_hour, "min_bid": ask.min_bid, "is_bid": m.spot,
         "start_date": m.created_at, "verification": "verified",
+        # an integer where there is one (docs: Instance.ssh_port `type: integer`, never null): a
+        # booting instance's port is not known yet, so the key is left out rather than null
+        **({"ssh_port": m.ssh_port} if running else {}),
     }
 
 

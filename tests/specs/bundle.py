@@ -91,6 +91,21 @@ SOURCES: dict[str, dict[str, Any]] = {
                         "commit": "164e09ac65a40a270db66b6f22a7edc4256e764a",
                         "date": "2026-04-17T15:07:37+03:00"},
     },
+    "vastai": {
+        "repo": "vast-ai/docs",
+        # build.py there combines api-reference/openapi/yaml/*.yaml (one file per endpoint, paths with
+        # their trailing slash) into this file, stripping trailing slashes for the docs' routes
+        # (canonicalize_path): tests/vastai/test_vendor_spec.py puts them back, citing the sources
+        "files": ["api-reference/openapi.yaml"],
+        "official": "yes (Vast.ai's own docs repository; the file docs.vast.ai serves, built by its "
+                    "api-reference/openapi/build.py from one YAML file per endpoint)",
+        "ops": [("get", "/api/v0/users/current"), ("post", "/api/v0/bundles"), ("put", "/api/v0/asks/{id}"),
+                ("get", "/api/v1/instances"), ("get", "/api/v0/instances/{id}"),
+                ("delete", "/api/v0/instances/{id}"), ("get", "/api/v0/instances/{id}/ssh"),
+                ("post", "/api/v0/instances/{id}/ssh")],
+        "cross_check": {"repo": "vast-ai/vast-cli", "commit": "55679830a2c2adcf5c7fad08bf08717a9591062a",
+                        "date": "2026-08-06T16:41:05-07:00"},
+    },
 }
 
 
