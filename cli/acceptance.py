@@ -84,17 +84,17 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-class PrivateWorker:
-    """`python worker.py --private-queue Q`, started, SIGKILLed and restarted by the run."""
+class WorkerProcess:
+    """`python worker.py [args]` as a process of its own: started, SIGKILLed, restarted, stopped."""
 
-    def __init__(self, queue: str, log: Path, env: dict[str, str] | None = None) -> None:
-        self.queue, self.log = queue, log
+    def __init__(self, log: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        self.log, self.args = log, args
         self.env = env  # None: this process's, under worker.env's settings (worker_env)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            argv = [sys.executable, str(ROOT / "worker.py"), "--private-queue", self.queue]
+            argv = [sys.executable, str(ROOT / "worker.py"), *self.args]
             self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env or worker_env(), stdout=out,
                                          stderr=subprocess.STDOUT)
 
@@ -103,13 +103,22 @@ class PrivateWorker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 30) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(30)
+                self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class PrivateWorker(WorkerProcess):
+    """The run's own worker on a private task queue (`python worker.py --private-queue Q`), which
+    the worker-killed step SIGKILLs and restarts."""
+
+    def __init__(self, queue: str, log: Path, env: dict[str, str] | None = None) -> None:
+        super().__init__(log, env, ("--private-queue", queue))
+        self.queue = queue
 
 
 def _phase_of(api: Api, instance_id: str) -> str | None:

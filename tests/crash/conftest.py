@@ -4,9 +4,6 @@ a simulated cloud in this process (it outlives the worker), and a store on disk.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +13,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.testing import WorkflowEnvironment
 
+from cli import acceptance as cli_acceptance
 from fakeclouds.server import FakeCloudServer
 from store.identity import installation_id
 from store.secrets import SecretBox
@@ -25,31 +23,19 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 TASK_QUEUE = "gpuprov-crash-tests"
 
 
-class WorkerProcess:
-    """Start, SIGKILL and restart `python worker.py` with the test environment."""
+class WorkerProcess(cli_acceptance.WorkerProcess):
+    """`python worker.py` with the test environment (the acceptance runner's process handle), which
+    only a `processes` test may start."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(log, env)
 
     def start(self) -> None:
         processes.require("the worker process")
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=self.env, stdout=out,
-                                         stderr=subprocess.STDOUT)
+        super().start()
 
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+    def stop(self, grace_s: float = 20) -> None:
+        super().stop(grace_s)
 
 
 @pytest.fixture(scope="module")
