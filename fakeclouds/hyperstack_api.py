@@ -233,14 +233,17 @@ def keypair_json(engine: Engine, kp: dict[str, Any]) -> dict[str, Any]:
 
 
 def _paged(request: Request, rows: list[dict[str, Any]], what: str) -> dict[str, Any]:
-    """Hyperstack's list envelope: page (1-based) and page_size (default 20 [unconfirmed])."""
+    """Hyperstack's list envelope: the query's page (1-based) and `pageSize` (default 20 [unconfirmed]),
+    as the official SDKs send them (hyperstack-sdk-python hyperstack/api/virtual_machine_api.py:4461,
+    environment_api.py:1692, keypair_api.py:872 `('pageSize', page_size)`); the answer names it
+    `page_size`. Any other query parameter (`page_size` too) is not read."""
     try:
         page = int(request.query_params.get("page") or 1)
-        size = int(request.query_params.get("page_size") or 20)
+        size = int(request.query_params.get("pageSize") or 20)
     except ValueError:
-        raise Invalid("page and page_size must be integers") from None
+        raise Invalid("page and pageSize must be integers") from None
     if page < 1 or size < 1:
-        raise Invalid("page and page_size must be >= 1")
+        raise Invalid("page and pageSize must be >= 1")
     chunk = rows[(page - 1) * size: page * size]
     return {"status": True, "message": f"Getting {what} list success", what: chunk, "count": len(rows),
             "page": page, "page_size": size}

@@ -208,10 +208,12 @@ class HyperstackProvider(rest.RestCloudProvider):
         return body
 
     async def _list(self, path: str, what: str, **params: Any) -> list[dict[str, Any]]:
-        """Every row of a paged listing (`page`, `page_size`; the envelope's `count`)."""
+        """Every row of a paged listing (`page`, `pageSize`; the envelope's `count`). The page size is
+        `pageSize` in the query (the official SDKs: hyperstack-sdk-python virtual_machine_api.py:4461), though
+        the answer's envelope calls it `page_size`."""
         rows: list[dict[str, Any]] = []
         for page in range(1, MAX_PAGES + 1):
-            body = await self._body("GET", path, params={**params, "page": page, "page_size": PAGE_SIZE})
+            body = await self._body("GET", path, params={**params, "page": page, "pageSize": PAGE_SIZE})
             chunk = body.get(what)
             if not isinstance(chunk, list):
                 raise Transient(f"{self.id}: unexpected {what} listing")

@@ -119,7 +119,7 @@ async def test_environment_and_key_pair_are_shared_per_region(hs: HyperstackProv
 async def test_a_key_pair_removed_behind_its_back_is_made_again(hs: HyperstackProvider, sim: FakeCloudServer,
                                                                 api: httpx.AsyncClient) -> None:
     await hs.create(await offer(hs), spec(hs))
-    [kp] = [k for k in (await api.get("/core/keypairs", params={"page_size": 100})).json()["keypairs"]
+    [kp] = [k for k in (await api.get("/core/keypairs", params={"pageSize": 100})).json()["keypairs"]
             if hs.installation_id in k["name"]]
     assert (await api.delete(f"/core/keypair/{kp['id']}")).status_code == 200
     ref = await hs.create(await offer(hs), spec(hs))  # 404 from the create: forgets, prepares, retries

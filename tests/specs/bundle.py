@@ -106,6 +106,24 @@ SOURCES: dict[str, dict[str, Any]] = {
         "cross_check": {"repo": "vast-ai/vast-cli", "commit": "55679830a2c2adcf5c7fad08bf08717a9591062a",
                         "date": "2026-08-06T16:41:05-07:00"},
     },
+    "hyperstack": {
+        "repo": "NexGenCloud/hyperstack-sdk-go",
+        # the vendor's own spec (https://infrahub-api-doc.nexgencloud.com/api.json) as the Go SDK's release
+        # pulled it (its Taskfile.yaml build-api-spec: scripts/sort_schemas.py, scripts/fix_api_spec.py) and
+        # OpenAPI Generator wrote it back out with the generated SDK
+        "files": ["api/openapi.yaml"],
+        "official": "yes (NexGen Cloud's Infrahub API spec, as written by OpenAPI Generator into its "
+                    "official Go SDK, v1.52.3-alpha; the Python SDK NexGenCloud/hyperstack-sdk-python is "
+                    "generated from the same document)",
+        "ops": [("get", "/auth/me"), ("get", "/core/flavors"), ("get", "/core/stocks"), ("get", "/pricebook"),
+                ("get", "/core/environments"), ("post", "/core/environments"), ("get", "/core/keypairs"),
+                ("post", "/core/keypairs"), ("get", "/core/virtual-machines"),
+                ("post", "/core/virtual-machines"), ("get", "/core/virtual-machines/{vm_id}"),
+                ("delete", "/core/virtual-machines/{vm_id}")],
+        "cross_check": {"repo": "NexGenCloud/hyperstack-sdk-python",
+                        "commit": "f130f57065f44ff1f255bb684ccec0e2bb240b05",
+                        "date": "2026-04-21T15:32:00+00:00"},
+    },
 }
 
 
