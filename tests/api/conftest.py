@@ -315,3 +315,15 @@ async def all_items(client: httpx.AsyncClient, url: str, **params: Any) -> list[
 
 __all__ = ["FakeCloud", "FakeWorkflows", "Start", "WorkflowFailed", "WorkflowUnavailable", "all_items",
            "connect_fake"]
+
+
+def make_unloadable(monkeypatch: pytest.MonkeyPatch, cloud: str, module: str) -> None:
+    """`cloud`'s adapter cannot load here, as when its SDK (`module`) is not installed."""
+    real = registry.adapter_class
+
+    def adapter_class(name: str) -> Any:
+        if name == cloud:
+            raise ImportError(f"No module named '{module}'")
+        return real(name)
+
+    monkeypatch.setattr(registry, "adapter_class", adapter_class)

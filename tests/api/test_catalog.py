@@ -14,7 +14,7 @@ from api.app import API_PREFIX, create_app
 from api.deps import AppDeps
 from providers import registry, support
 from providers.gcp import GcpCredentials
-from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, all_items, connect_fake
+from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, all_items, connect_fake, make_unloadable
 
 CATALOG = "/api/compute/providers/catalog"
 BILLED = "Connecting lets the platform spin up GPU billed to your account at this provider."
@@ -170,14 +170,7 @@ async def test_the_catalog_is_matched_before_any_providers_id_route(engine: Any,
 
 async def test_a_cloud_whose_adapter_cannot_load_is_listed_unavailable(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = registry.adapter_class
-
-    def adapter_class(cloud: str) -> Any:
-        if cloud == "aws":
-            raise ImportError("No module named 'boto3'")
-        return real(cloud)
-
-    monkeypatch.setattr(registry, "adapter_class", adapter_class)
+    make_unloadable(monkeypatch, "aws", "boto3")
     cards = await _catalog(client)
     [aws] = [c for c in cards if c["key"] == "aws"]
     assert aws["available"] is False and "boto3" in aws["reason"] and aws["credentials"] == []

@@ -22,7 +22,7 @@ from messages.acceptance import (
 from providers import registry, support
 from store import acceptance_runs
 from store.models import AcceptanceRun
-from tests.api.conftest import FakeCloud, all_items
+from tests.api.conftest import FakeCloud, all_items, make_unloadable
 
 CLOUDS = "/api/compute/clouds"
 
@@ -59,14 +59,7 @@ async def test_clouds_list_every_registered_cloud_with_capabilities_and_form(
 
 async def test_a_cloud_whose_adapter_cannot_load_is_listed_as_unavailable(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = registry.adapter_class
-
-    def adapter_class(cloud: str) -> Any:
-        if cloud == "lambda":
-            raise ImportError("No module named 'lambda_sdk'")
-        return real(cloud)
-
-    monkeypatch.setattr(registry, "adapter_class", adapter_class)
+    make_unloadable(monkeypatch, "lambda", "lambda_sdk")
     lam = next(c for c in await all_items(client, CLOUDS) if c["id"] == "lambda")
     assert lam["available"] is False and "lambda_sdk" in lam["reason"] and lam["capabilities"] is None
 
@@ -133,14 +126,7 @@ async def test_each_cloud_shows_its_support_status_never_available_as_a_claim(
 
 async def test_an_unavailable_cloud_still_shows_its_support_status(
         client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = registry.adapter_class
-
-    def adapter_class(cloud: str) -> Any:
-        if cloud == "lambda":
-            raise ImportError("No module named 'lambda_sdk'")
-        return real(cloud)
-
-    monkeypatch.setattr(registry, "adapter_class", adapter_class)
+    make_unloadable(monkeypatch, "lambda", "lambda_sdk")
     lam = next(c for c in await all_items(client, CLOUDS) if c["id"] == "lambda")
     assert lam["available"] is False and lam["support"]["status"] == "untested"
 
