@@ -23,7 +23,9 @@ from fakeclouds.ratelimit import Limit
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
-    from fakeclouds.engine import Engine
+    from fakeclouds.engine import Engine, Machine
+
+IngressRule = tuple[int, int, str]  # (first port, last port, source CIDR) a cloud firewall lets in
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,12 @@ class Facade:
     # The provider's account-level resources beside machines (network interfaces, addresses, firewall
     # rules, ...): rows of {"kind", "id", "name"} for the admin API's /_fake/side-resources.
     side_resources: Callable[[Engine], list[dict[str, Any]]] | None = None
+    # Who may reach a machine's ports from outside, as the cloud's firewall state says: (engine,
+    # machine) -> rules (first port, last port, source CIDR), read at each connection. The simulated
+    # Kubernetes API on a machine's own address (fakeclouds/k8s_api.py) admits only a peer these
+    # rules allow, so a direct kubeconfig works only where the adapter opened 6443 to the client.
+    # None: the firewall is not modelled and the machine serves nothing but SSH to the outside.
+    ingress: Callable[[Engine, Machine], list[IngressRule]] | None = None
     # The cloud's documented rate limits (fakeclouds/ratelimit.py), enforced on every call that goes
     # through `common.make_call` or `common.check_rate`.
     rate_limits: tuple[Limit, ...] = ()

@@ -185,6 +185,7 @@ def rank_offers(offers: list[Offer], query: OfferQuery) -> list[Offer]:
 
 
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+K8S_API_PORT = 6443  # where k3s serves the Kubernetes API
 
 
 class Ownership(BaseModel):
@@ -203,6 +204,11 @@ class LaunchSpec(BaseModel):
     image: str | None = None
     ports: list[int] = Field(default_factory=list)
     user_data: str | None = None  # cloud-init / startup script
+    # Networks (CIDRs, normalised: "203.0.113.7/32") the Kubernetes API port (K8S_API_PORT) is opened
+    # to at create, through the same firewall path as `ports` but from these sources only. Set for
+    # clouds whose k8s access is direct (Capabilities.k8s_api) when the allocation runs k3s; empty:
+    # 6443 stays closed (the SSH tunnel still reaches it).
+    k8s_api_from: list[str] = Field(default_factory=list)
     # Install k3s at boot (providers/cloudinit.py): set for clouds whose k3s capability is
     # `cloud-init` when the allocation wants k3s; others get it over SSH after boot.
     k3s: bool = False
