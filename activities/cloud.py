@@ -156,7 +156,8 @@ class CloudActivities:
             owner=Ownership(installation_id=self.deps.installation_id, allocation_id=inp.allocation_id),
             # first: some clouds (Lambda) take one key natively and the rest via cloud-init
             ssh_public_keys=[public, *(k for k in inp.ssh_public_keys if k != public)],
-            image=inp.image, ports=inp.ports, k3s=inp.k3s_at_boot, lifetime_s=inp.lifetime_s)
+            image=inp.image, ports=inp.ports, k3s=inp.k3s_at_boot, lifetime_s=inp.lifetime_s,
+            k8s_api_from=inp.k8s_api_from)
         with provider_errors():
             p = await self.deps.provider(inp.target)
             await heartbeating(p.prepare(inp.offer.region), inp.heartbeat_every_s, "preparing")

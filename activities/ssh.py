@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import re
 import shlex
 
 import asyncssh
@@ -11,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import machine_ssh
 from activities.deps import ActivityDeps, heartbeating
+from activities.k3s_setup import k3s_script
 from messages import activities as acts
 from messages.activities import SshTarget
 from messages.allocation import GpuInfo
@@ -19,28 +22,18 @@ from messages.enums import ErrorKind
 NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
               "--format=csv,noheader,nounits")
 
-DEFAULT_K3S_INSTALL_URL = "https://get.k3s.io"
-
-# Idempotent: an already installed k3s is only checked. INSTALL_K3S_EXEC keeps the
-# kubeconfig readable for the login user. The installer's URL is a setting
-# (GPUPROV_K3S_INSTALL_URL): a mirror where get.k3s.io is out of reach, a local one in tests.
-K3S_TEMPLATE = """set -euo pipefail
-if ! command -v k3s >/dev/null 2>&1; then
-  installer=$(mktemp)
-  curl -sfL __URL__ -o "$installer" \\
-    || { rm -f "$installer"; echo "cannot download the k3s installer from "__URL__ >&2; exit 3; }
-  INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh "$installer" || { rm -f "$installer"; exit 4; }
-  rm -f "$installer"
-fi
-k3s kubectl get nodes
-"""
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*")
 
 
-def k3s_script(install_url: str = DEFAULT_K3S_INSTALL_URL) -> str:
-    return K3S_TEMPLATE.replace("__URL__", shlex.quote(install_url))
-
-
-K3S_SCRIPT = k3s_script()
+def machine_address(host: str) -> str:
+    """`host` as k3s's --tls-san takes it: an IP address (normalised) or a DNS name; ValueError else."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        if _HOSTNAME.fullmatch(host):
+            return host.lower()
+    raise ValueError(f"not an address or host name: {host!r}")
 
 
 def _na(value: str) -> str | None:
@@ -105,7 +98,11 @@ class SshActivities:
     @activity.defn(name=acts.INSTALL_K3S.name)
     async def install_k3s(self, t: SshTarget) -> None:
         await self.deps.write_marks(t)
-        script = k3s_script(self.deps.k3s_install_url)
+        try:  # the address goes into the script (quoted too): an address, nothing else
+            san = machine_address(t.host)
+        except ValueError as e:
+            raise ApplicationError(str(e), type=ErrorKind.K3S_FAILED, non_retryable=True) from None
+        script = k3s_script(self.deps.k3s_install_url, tls_san=san)
         result = await heartbeating(self._run(t, f"bash -c {shlex.quote(script)}"), 1.0, "k3s")
         if result.exit_status != 0:
             raise ApplicationError(f"k3s install failed (exit {result.exit_status}): "

@@ -27,6 +27,7 @@ from api.routers import (
     idle_policy,
     instances,
     jobs,
+    kubeconfig,
     limits,
     modal_picker,
     offers,
@@ -72,7 +73,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     # `modal_picker` before `offers`: Modal's /backends/modal/... before /backends/{provider}/...
     for module in (catalog, clouds, connections, providers, modal_picker, offers, instances, spend, fleets,
                    policies, idle_policy, budget, workloads, jobs, limits, pools, queue, defaults, retired,
-                   acceptance):
+                   acceptance, kubeconfig):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token),
                                                                            Depends(known_query)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token),

@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from fastapi import Depends, Request
@@ -55,6 +55,8 @@ class AppDeps:
     job_log_poll_s: float = 1.0
     job_queue_poll_s: float = 5.0  # a queued job asks for its grant at least this often
     job_priority_max: int = 100  # a job's priority is within ±this (GPUPROV_JOB_PRIORITY_MAX)
+    # The SSH path to machines (activities/machine_ssh.py), for reading a kubeconfig: built on first use.
+    machine_access: Any = None
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:

@@ -11,6 +11,7 @@ registered later count), and OpenAPI shows them as an enum of its clouds.
 
 from __future__ import annotations
 
+import ipaddress
 import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -36,6 +37,17 @@ def _printable(value: str) -> str:
 
 Printable = AfterValidator(_printable)  # for every free-text name or label a request gives
 Name = Annotated[str, Field(min_length=1, max_length=100), Printable]
+
+
+def _network(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=False))
+    except ValueError:
+        raise ValueError(f"{shown(value)} is not an IP address or network (CIDR)") from None
+
+
+# An IPv4/IPv6 network as CIDR (a bare address: its /32 or /128), normalised ("10.0.0.7/24": "10.0.0.0/24").
+Network = Annotated[str, Field(min_length=1, max_length=49), AfterValidator(_network)]
 
 
 def _known_cloud(value: str) -> str:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from api.fields import PlacementId, Printable, Strict, Timestamp, aware, openssh_key_lines
+from api.fields import Network, PlacementId, Printable, Strict, Timestamp, aware, openssh_key_lines
 from providers import support
 from store.models import BackendPick, Instance
 
@@ -109,6 +109,10 @@ class InstanceCreate(Strict):
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list, max_length=32)
     image: Annotated[str, Field(min_length=1, max_length=500), Printable] | None = None
     k3s: bool = True
+    # Who may reach the Kubernetes API (6443) directly on clouds whose k8s access is direct: networks,
+    # normalised. null (the default): the address this request came from. []: nobody (the SSH tunnel,
+    # `gpuprov tunnel`, still reaches it). Widen with your office's network, e.g. ["203.0.113.0/24"].
+    k8s_api_from: list[Network] | None = Field(None, max_length=16)
     ssh_public_keys: list[str] = Field(min_length=1, max_length=20)
     name: Annotated[str, Field(min_length=1, max_length=63), Printable] | None = None
     # How long the machine may live, in hours: the cloud stops it then. Only clouds that enforce a
@@ -138,6 +142,11 @@ class InstanceCreate(Strict):
     @classmethod
     def _unique_ports(cls, ports: list[int]) -> list[int]:
         return sorted(set(ports))
+
+    @field_validator("k8s_api_from")
+    @classmethod
+    def _unique_networks(cls, networks: list[str] | None) -> list[str] | None:
+        return list(dict.fromkeys(networks)) if networks is not None else None
 
 
 def instance_gpu_label(row: Instance) -> str | None:

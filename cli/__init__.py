@@ -21,6 +21,7 @@ from cli import (
     dev,
     instances,
     jobs,
+    kube,
     operations,
     projects,
     ssh,
@@ -44,6 +45,8 @@ app.command("ls")(instances.list_instances)
 app.command()(clouds.offers)
 app.command()(instances.down)
 app.command("ssh")(ssh.ssh)
+app.command()(kube.kubeconfig)
+app.command()(kube.tunnel)
 app.command()(connections.connect)
 app.command()(connections.connections)
 app.command()(clouds.clouds)

@@ -93,6 +93,10 @@ def up(
     port: Annotated[list[int] | None, typer.Option("--port", help="open this port (repeatable)")] = None,
     image: Annotated[str | None, typer.Option()] = None,
     no_k3s: Annotated[bool, typer.Option("--no-k3s", help="skip installing k3s")] = False,
+    k8s_api_from: Annotated[list[str] | None, typer.Option(
+        "--k8s-api-from", help="a network (CIDR) that may reach the Kubernetes API directly, on clouds "
+                               "with direct k8s access (repeatable; default: this machine's address as "
+                               "the API sees it; `gpuprov tunnel` works either way)")] = None,
     ssh_key: Annotated[Path | None, typer.Option(
         "--ssh-key", help="public key (default ~/.ssh/id_ed25519.pub, then id_rsa.pub)")] = None,
     name: Annotated[str | None, typer.Option()] = None,
@@ -110,7 +114,7 @@ def up(
     body: dict[str, Any] = {
         "gpu": gpu, "gpu_count": gpu_count, "region": region, "spot": spot or None, "ports": port or [],
         "image": image, "k3s": not no_k3s, "ssh_public_keys": [read_ssh_key(ssh_key)], "name": name,
-        "connection_id": connection, "max_hours": max_hours}
+        "connection_id": connection, "max_hours": max_hours, "k8s_api_from": k8s_api_from}
     if len(clouds) == 1:
         body["cloud"] = clouds[0]
     elif clouds:

@@ -34,8 +34,10 @@ class NoHostKey(Exception):
 
 
 def plan(inst: dict[str, Any], known_hosts_path: str, *, identity: str | None = None,
-         options: list[str] | None = None, extra: list[str] | None = None) -> SshPlan:
-    """The ssh argv and known_hosts text for `inst` (GET /instances/{id}). NoHostKey when there is
+         options: list[str] | None = None, extra: list[str] | None = None,
+         flags: list[str] | None = None) -> SshPlan:
+    """The ssh argv and known_hosts text for `inst` (GET /instances/{id}); `flags` go before the
+    destination (e.g. -N -L for a tunnel), `extra` after it (a command). NoHostKey when there is
     nothing to pin against."""
     ssh = inst.get("ssh")
     if not ssh:
@@ -57,7 +59,7 @@ def plan(inst: dict[str, Any], known_hosts_path: str, *, identity: str | None = 
             raise NoHostKey(f"gpuprov has not seen the host key of the bastion {bastion['host']} yet")
         lines.append(bastion["host_key"]["known_hosts"])
         argv += ["-J", f"{bastion['user']}@{bastion['host']}:{bastion['port']}"]
-    argv += ["-p", str(ssh["port"]), f"{ssh['user']}@{ssh['host']}", *(extra or [])]
+    argv += [*(flags or []), "-p", str(ssh["port"]), f"{ssh['user']}@{ssh['host']}", *(extra or [])]
     return SshPlan(argv=argv, known_hosts="".join(f"{line}\n" for line in lines))
 
 

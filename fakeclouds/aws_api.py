@@ -40,13 +40,16 @@ account per simulated cloud) with what moto lacks put around it, each as the rea
   spot prices are constant). On-demand prices are `providers/aws_prices.py`'s (AWS has no price API here).
 - Images: every region serves the Deep Learning Base GPU AMI (Ubuntu 22.04, owner `amazon`) and
   Ubuntu 24.04 (Canonical); the image carries a simulated k3s, like Lambda's.
+- Firewall: `FACADE.ingress` reads the security groups on a machine's instance (moto's, as
+  AuthorizeSecurityGroupIngress left them): the simulated Kubernetes API on the machine admits only
+  a peer their TCP rules allow. SSH on 22 is reachable whatever they say.
 
-Not modelled: VPCs/subnets beyond moto's defaults, Elastic IPs, stop/start, spot interruptions and
-spot request objects, instance status checks, AZ-id offerings, pagination of our own answers, the
-Price List API, IAM permissions (every signed request of the account is allowed), request signing
-other than SigV4 headers (no presigned query strings), and the STS/EC2 request rate limits. EC2 state
-lives in memory: after a restart of the simulation server, machines the engine restored for this cloud
-are terminated at the first call (moto has no persistence).
+Not modelled: VPCs/subnets beyond moto's defaults, network ACLs, Elastic IPs, stop/start, spot
+interruptions and spot request objects, instance status checks, AZ-id offerings, pagination of our
+own answers, the Price List API, IAM permissions (every signed request of the account is allowed),
+request signing other than SigV4 headers (no presigned query strings), and the STS/EC2 request rate
+limits. EC2 state lives in memory: after a restart of the simulation server, machines the engine
+restored for this cloud are terminated at the first call (moto has no persistence).
 """
 
 from __future__ import annotations
@@ -59,8 +62,8 @@ from fastapi.responses import Response
 from fakeclouds import k3s
 from fakeclouds.aws_catalog import INSTANCE_TYPES, REGIONS
 from fakeclouds.aws_sim import NAME, AwsSim, access_key_id, machine_id
-from fakeclouds.engine import Engine
-from fakeclouds.facade import Facade, NameRule
+from fakeclouds.engine import Engine, Machine
+from fakeclouds.facade import Facade, IngressRule, NameRule
 from fakeclouds.vendor_errors import vendor_router
 
 
@@ -91,6 +94,12 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     return router
 
 
+def ingress(engine: Engine, machine: Machine) -> list[IngressRule]:
+    """What the security groups on the machine's instance let in (`AwsSim.ingress`)."""
+    sim = _SIMS.get(engine)
+    return sim.ingress(machine.id) if sim is not None and machine.facade == NAME else []
+
+
 def side_resources(engine: Engine) -> list[dict[str, str]]:
     sim = _SIMS.get(engine)
     return sim.security_groups() if sim is not None else []
@@ -103,5 +112,5 @@ FACADE = Facade(
     # name is "<token scope>/<token>".
     names=NameRule(required=False, unique=True, max_length=128),
     machine_id=machine_id, preinstalled={"k3s": k3s.SCRIPT}, ssh_port=22,
-    side_resources=side_resources,
+    side_resources=side_resources, ingress=ingress,
 )

@@ -527,6 +527,33 @@ class AwsSim:
                         rows.append((itype.name, z, round(itype.prices[z] * itype.spot_factor, 6)))
         return 200, aws_xml.spot_price_history(rows, dt.datetime.now(dt.UTC))
 
+    # ------------------------------------------------------------------ the firewall, as EC2 enforces it
+
+    def ingress(self, machine_id: str) -> list[tuple[int, int, str]]:
+        """The inbound TCP rules (first port, last port, source CIDR) of every security group on the
+        instance (its own and its network interfaces'): security groups are allow-only, so their
+        union is what EC2 lets in. `-1` (all traffic) is every port. Rules whose source is another
+        security group or a prefix list name no CIDR: they admit no outside peer and are left out."""
+        rules: list[tuple[int, int, str]] = []
+        for region in sorted(self.regions):
+            for reservation in list(self.moto.ec2(region).reservations.values()):
+                for inst in reservation.instances:
+                    if inst.id != machine_id:
+                        continue
+                    groups = {sg.id: sg for sg in inst.security_groups}
+                    for nic in list(inst.nics.values()):
+                        groups.update({sg.id: sg for sg in nic.group_set})
+                    for sg in groups.values():
+                        for rule in list(sg.ingress_rules):
+                            cidr = rule.ip_range.get("CidrIp") or rule.ip_range.get("CidrIpv6")
+                            if not cidr:
+                                continue
+                            if rule.ip_protocol == "-1":
+                                rules.append((1, 65535, cidr))
+                            elif rule.ip_protocol == "tcp" and rule.from_port is not None:
+                                rules.append((max(int(rule.from_port), 0), int(rule.to_port), cidr))
+        return list(dict.fromkeys(rules))
+
     # ------------------------------------------------------------------ admin
 
     def security_groups(self) -> list[dict[str, str]]:

@@ -47,7 +47,9 @@ Modelled (refused as Azure does, with its codes):
   `InternalServerError`/`BadGateway`/`ServiceUnavailable`; a lost answer is 504 `GatewayTimeout`.
 
 Not modelled: the Retail Prices API (the adapter ships a dated table); OS disks as resources (the
-disk's deleteOption is stored, never enforced); NSG rules do not filter traffic; a public IP has its
+disk's deleteOption is stored, never enforced); NSG rules filter nothing but the simulated Kubernetes
+API on a VM's address (`FACADE.ingress`: the inbound TCP rules of the NSG on its NIC, by priority;
+NSGs on subnets are not modelled); a public IP has its
 address only once its VM's machine has booted; network PUT/DELETE complete at once (no operation);
 resizing (a PUT with another vmSize is refused); spot eviction; throttling budgets and the
 x-ms-ratelimit-remaining-* headers; pagination (every list is one page); the VM's provisioningState
@@ -572,4 +574,5 @@ FACADE = Facade(
     ssh_port=22,
     tls=True,
     side_resources=lambda engine: Account(engine).side_rows(),
+    ingress=lambda engine, machine: Account(engine).ingress(machine),
 )

@@ -1,19 +1,21 @@
 """The simulated Azure subscription, network: virtual networks and their subnets, network
 security groups, Standard public IP addresses and network interfaces — their checks, the references
-between them, what ARM refuses to delete while in use, and their ARM JSON. Shared state and checks:
-`azure_arm_state.py`."""
+between them, what ARM refuses to delete while in use, and their ARM JSON; and what a VM's NSG lets in
+(`Network.ingress`, the facade's `ingress`). Shared state and checks: `azure_arm_state.py`."""
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fakeclouds.azure_arm_state import (
     NIC,
     NSG,
     PIP,
     PORT_RANGE,
+    VM,
     VNET,
     ArmError,
     ArmState,
@@ -23,6 +25,10 @@ from fakeclouds.azure_arm_state import (
     resource_id,
     tags_of,
 )
+
+if TYPE_CHECKING:
+    from fakeclouds.engine import Machine
+    from fakeclouds.facade import IngressRule
 
 _private_ips = itertools.count(4)  # NICs' private addresses, 10.64.x.y in turn
 
@@ -381,3 +387,117 @@ class Network(ArmState):
         # The machine's own loopback address, once it has one (real Standard static IPs exist from
         # their creation; here the address comes with the machine it reaches).
         return m.address if m is not None else None
+
+    def ingress(self, machine: Machine) -> list[IngressRule]:
+        """What reaches `machine` from outside: its VM's NICs that hold a public IP, each through the
+        inbound rules of its NSG. Without an NSG nothing does (a Standard public IP is closed to
+        inbound traffic until an NSG allows it). Subnets carry no NSG here (not modelled)."""
+        vm = next((v for v in self.of_type(VM) if v.get("machine_id") == machine.id), None)
+        if vm is None:
+            return []
+        out: list[IngressRule] = []
+        for nic_id in vm["nics"]:
+            nic = self.find(nic_id)
+            if nic is None or not any(c["pip"] for c in nic["properties"]["ipConfigurations"]):
+                continue
+            nsg = self.find(nic["properties"]["nsg"]) if nic["properties"]["nsg"] else None
+            if nsg is None:
+                continue
+            targets = {a for a in (nic.get("private_ip"), machine.address) if a}
+            out += [r for r in nsg_inbound(nsg["properties"]["securityRules"], targets) if r not in out]
+        return out
+
+
+# Service tags a rule may name as its source, as networks a peer on the internet is in.
+_ANYWHERE = {"*", "any", "internet"}
+# ... and as its destination, covering the NIC the traffic arrives on.
+_ANY_DESTINATION = {"*", "any", "virtualnetwork"}
+
+
+def _values(p: dict[str, Any], one: str, many: str) -> list[str]:
+    """A rule's field that takes one value (`one`) or a list (`many`, which wins when given)."""
+    listed, single = p.get(many), p.get(one)
+    return [str(x) for x in (listed if isinstance(listed, list) and listed else [single] if single else [])]
+
+
+def _sources(p: dict[str, Any]) -> list[str]:
+    out = []
+    for prefix in _values(p, "sourceAddressPrefix", "sourceAddressPrefixes"):
+        if prefix.lower() in _ANYWHERE:
+            out.append("0.0.0.0/0")
+            continue
+        try:
+            out.append(str(ipaddress.ip_network(prefix, strict=False)))
+        except ValueError:
+            continue  # another service tag (VirtualNetwork, AzureLoadBalancer, ...): no internet peer
+    return out
+
+
+def _reaches(p: dict[str, Any], targets: set[str]) -> bool:
+    for prefix in _values(p, "destinationAddressPrefix", "destinationAddressPrefixes"):
+        if prefix.lower() in _ANY_DESTINATION:
+            return True
+        try:
+            net = ipaddress.ip_network(prefix, strict=False)
+        except ValueError:
+            continue
+        if any(ipaddress.ip_address(t) in net for t in targets):
+            return True
+    return False
+
+
+def _ports(p: dict[str, Any]) -> list[tuple[int, int]]:
+    out = []
+    for r in _values(p, "destinationPortRange", "destinationPortRanges"):
+        if r == "*":
+            out.append((1, 65535))
+        else:
+            lo, _, hi = r.partition("-")
+            out.append((max(int(lo), 1), int(hi or lo)))
+    return [(lo, hi) for lo, hi in out if lo <= hi]
+
+
+def _minus(rule: IngressRule, deny: IngressRule) -> list[IngressRule]:
+    """`rule` without what `deny` covers."""
+    lo, hi, cidr = rule
+    dlo, dhi, dcidr = deny
+    olo, ohi = max(lo, dlo), min(hi, dhi)
+    net, dnet = ipaddress.ip_network(cidr), ipaddress.ip_network(dcidr)
+    if olo > ohi or net.version != dnet.version or not net.overlaps(dnet):
+        return [rule]
+    out: list[IngressRule] = []
+    if lo < olo:
+        out.append((lo, olo - 1, cidr))
+    if ohi < hi:
+        out.append((ohi + 1, hi, cidr))
+    if not net.subnet_of(dnet):  # type: ignore[arg-type]
+        out += [(olo, ohi, str(n)) for n in net.address_exclude(dnet)]  # type: ignore[arg-type]
+    return out
+
+
+def nsg_inbound(rules: list[dict[str, Any]], targets: set[str]) -> list[IngressRule]:
+    """The TCP (first port, last port, source CIDR) an NSG's rules let in to `targets` (the NIC's
+    addresses), as Azure evaluates them: inbound rules by priority, the first match decides, so a
+    Deny shadows the Allows after it; Azure's default rules admit nothing from the internet. A rule
+    narrowed to source ports admits no arbitrary peer, so only its Deny counts (conservatively, never)."""
+    allowed: list[IngressRule] = []
+    denied: list[IngressRule] = []
+    inbound = sorted(
+        (r["properties"] for r in rules if r["properties"].get("direction") == "Inbound"),
+        key=lambda p: int(p.get("priority") or 0),
+    )
+    for p in inbound:
+        if p.get("protocol") not in ("Tcp", "*") or not _reaches(p, targets):
+            continue
+        if _values(p, "sourcePortRange", "sourcePortRanges") not in ([], ["*"]):
+            continue
+        here = [(lo, hi, c) for lo, hi in _ports(p) for c in _sources(p)]
+        if p.get("access") == "Deny":
+            denied += here
+            continue
+        for rule in here:
+            left = [rule]
+            for deny in denied:
+                left = [piece for r in left for piece in _minus(r, deny)]
+            allowed += [r for r in left if r not in allowed]
+    return allowed

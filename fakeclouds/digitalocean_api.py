@@ -26,8 +26,12 @@ Modelled (research/provider-facts.md B.3):
 [unconfirmed] and simplified: whether `tag_name` alone lists GPU droplets (here: no, like the
 default listing); that `POST /tags` of an existing tag answers 201; the status codes of firewall and
 pagination refusals (400 here); that a deleted droplet is 404 at once; `per_page` over 200 is
-clamped; firewalls are stored and listed but do not filter traffic to the loopback machines; a
-droplet without any SSH key (DigitalOcean would e-mail a root password) is refused.
+clamped; a droplet without any SSH key (DigitalOcean would e-mail a root password) is refused.
+
+Firewalls filter what reaches a droplet through `ingress` (the facade's firewall answer, read by the
+simulated Kubernetes API at each connection): the inbound TCP rules of every firewall that names the
+droplet by id or by one of its tags; a droplet no firewall covers is open to everything, as on
+DigitalOcean. SSH itself is not filtered.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ from fakeclouds.errors import (
     ServerFault,
     Unauthorized,
 )
-from fakeclouds.facade import Facade, NameRule
+from fakeclouds.facade import Facade, IngressRule, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit, identity
 from fakeclouds.vendor_errors import retry_after_header, vendor_router
@@ -187,7 +191,7 @@ def droplet_json(engine: Engine, m: Machine) -> dict[str, Any]:
         "region": {"name": region.description, "slug": region.name, "available": True,
                    "features": ["metadata", "install_agent"], "sizes": [s for s in SIZES
                                                                       if region.name in SIZES[s].prices]},
-        "tags": [tag for tag in m.extra.get("tags", []) if tag in _state(engine)["tags"]],
+        "tags": _tags_of(engine, m),
         "vpc_uuid": m.extra["vpc_uuid"],
     }
     if t.gpu:
@@ -577,6 +581,51 @@ def side_resources(engine: Engine) -> list[dict[str, Any]]:
             + [{"kind": "ssh-key", "id": str(k["id"]), "name": k["name"]} for k in state["keys"].values()])
 
 
+def _sources(engine: Engine, target: dict[str, Any]) -> list[str]:
+    """A rule's sources as CIDRs: its addresses (a bare address is one host), and the public
+    addresses of the droplets it names by id or tag."""
+    cidrs = [a if "/" in a else f"{a}/{128 if ':' in a else 32}" for a in target.get("addresses") or []]
+    ids = {str(d) for d in target.get("droplet_ids") or []}
+    tags = set(target.get("tags") or [])
+    for m in _droplets(engine):
+        if m.address and (m.id in ids or tags & set(_tags_of(engine, m))):
+            cidrs.append(f"{m.address}/32")
+    return cidrs
+
+
+def _tags_of(engine: Engine, m: Machine) -> list[str]:
+    """The droplet's tags that still exist (deleting a tag untags everything)."""
+    return [tag for tag in m.extra.get("tags", []) if tag in _state(engine)["tags"]]
+
+
+def _port_range(ports: str | None) -> tuple[int, int]:
+    """A rule's `ports` ("22", "8000-9000", "0" or "all": every port) as (first, last)."""
+    if ports in (None, "", "0", "all"):
+        return 1, 65535
+    first, _, last = str(ports).partition("-")
+    return int(first), int(last or first)
+
+
+def ingress(engine: Engine, m: Machine) -> list[IngressRule]:
+    """What DigitalOcean lets in to droplet `m`: the union of the inbound TCP rules of the firewalls
+    that cover it (by droplet id, or by a tag it carries); with no firewall on it, everything."""
+    tags = set(_tags_of(engine, m))
+    covering = [fw for fw in _state(engine)["firewalls"].values()
+                if m.id in {str(d) for d in fw.get("droplet_ids") or []} or tags & set(fw.get("tags") or [])]
+    if not covering:
+        return [(1, 65535, "0.0.0.0/0"), (1, 65535, "::/0")]
+    rules: list[IngressRule] = []
+    for fw in covering:
+        for rule in fw.get("inbound_rules") or []:
+            if rule.get("protocol") != "tcp":
+                continue
+            first, last = _port_range(rule.get("ports"))
+            for cidr in _sources(engine, rule.get("sources") or {}):
+                if (first, last, cidr) not in rules:
+                    rules.append((first, last, cidr))
+    return rules
+
+
 def droplet_id() -> str:
     """Droplet ids are integers (the OpenAPI's example: 3164444; GPU droplets: 448543583)."""
     return str(random.randint(300_000_000, 899_999_999))
@@ -591,5 +640,5 @@ FACADE = Facade(
                    pattern=r"[a-zA-Z0-9]?[a-z0-9A-Z.\-]*[a-z0-9A-Z]",
                    hint="Name Only valid hostname characters are allowed. (a-z, A-Z, 0-9, . and -)"),
     machine_id=droplet_id, preinstalled={"k3s": k3s.SCRIPT}, ssh_port=22,
-    side_resources=side_resources, rate_limits=RATE_LIMITS,
+    side_resources=side_resources, ingress=ingress, rate_limits=RATE_LIMITS,
 )

@@ -29,12 +29,13 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, cloudinit, nvidia_smi, who
+from fakeclouds import catalog, cloudinit, k3s, k8s_api, nvidia_smi, who
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.calls import CallLog
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from fakeclouds.facade import Facade
 from fakeclouds.faults import FaultBook
+from fakeclouds.k8s_api import MachineApi
 from fakeclouds.machine_processes import power_off, run_user_data
 from fakeclouds.ratelimit import RateLimiter
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
@@ -134,6 +135,7 @@ class Engine:
         self.root = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="fakeclouds-"))
         self.root.mkdir(parents=True, exist_ok=True)
         self._ssh: dict[str, MachineSSH] = {}
+        self._k8s: dict[str, MachineApi] = {}  # each running machine's simulated Kubernetes API
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ lifecycle of the engine
@@ -175,6 +177,9 @@ class Engine:
         for server in list(self._ssh.values()):
             await server.stop()
         self._ssh.clear()
+        for api in list(self._k8s.values()):
+            await api.stop()
+        self._k8s.clear()
         self.save()
         if not self._persist:  # the cloud is gone for good: so is everything its machines ran
             for m in self.machines.values():
@@ -473,10 +478,16 @@ class Engine:
         tools["who"] = who.SCRIPT  # SIMULATED: the machine has no utmp (fakeclouds/who.py)
         if itype.gpu is not None:
             tools["nvidia-smi"] = nvidia_smi.script_for(itype, m.id)
+            # GPU images ship the NVIDIA container toolkit (Lambda Stack, the clouds' GPU images do).
+            tools["nvidia-container-runtime"] = nvidia_smi.CONTAINER_RUNTIME
         for tool, script in tools.items():
             path = home / "bin" / tool
             path.write_text(script)
             path.chmod(0o700)  # run as the service's own user: nobody else's to read
+        if "k3s" in tools:  # k3s as gpuprov's boot script leaves it: its installer kept (fakeclouds/k3s.py)
+            kept = home / k3s.KEPT_INSTALLER
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(k3s.INSTALLER)
 
     def _spawn(self, m: Machine, coro: Any) -> None:
         self._cancel(m)
@@ -514,8 +525,9 @@ class Engine:
         why = f"no free loopback address left in {self.loopback.network}"
         for host, port in self._addresses(m):
             host_key = load_or_create_host_key(self.root / "machines" / m.id / "host_key")
+            api = MachineApi(self.machine_home(m))
             server = MachineSSH(home=self.machine_home(m), host_key=host_key, user=m.ssh_user,
-                                public_keys=m.public_keys)
+                                public_keys=m.public_keys, inside={k8s_api.PORT: api.inside})
             try:
                 m.ssh_port = await server.start(host, port)
             except OSError as exc:
@@ -525,14 +537,31 @@ class Engine:
                 break
             m.address = host
             self._ssh[m.id] = server
+            self._k8s[m.id] = api
+            await self._listen_k8s(m, api)
             return None
         log.warning("machine %s: %s", m.id, why)
         return why
+
+    async def _listen_k8s(self, m: Machine, api: MachineApi) -> None:
+        """The machine's Kubernetes API port on its own address, behind its cloud's firewall: only
+        for clouds whose firewall the simulation models and whose machines have their own address."""
+        ingress = self.facades[m.facade].ingress
+        if ingress is None or self.facades[m.facade].ssh_port is None or m.address is None:
+            return
+        try:
+            await api.listen_outside(
+                m.address, lambda peer: k8s_api.admits(ingress(self, m), k8s_api.PORT, peer))
+        except OSError as exc:
+            log.warning("machine %s: no Kubernetes API on %s: %s", m.id, m.address, exc)
 
     async def _stop_ssh(self, m: Machine) -> None:
         server = self._ssh.pop(m.id, None)
         if server is not None:
             await server.stop()
+        api = self._k8s.pop(m.id, None)
+        if api is not None:
+            await api.stop()
 
     async def _boot(self, m: Machine) -> None:
         await asyncio.sleep(max(0.0, m.boot_at - time.time()))

@@ -40,8 +40,11 @@ protocol, port range, CIDR or target tag; deleting what does not exist (404 `not
 
 Not modelled: pagination, stopping/starting/resetting, preemption notices, zones going DOWN, disks,
 networks and images as resources (the boot image is checked for shape and project only, and does
-not change the machine), firewall rules being enforced (they are stored, validated and listed; every
-machine's port 22 is reachable), `wait` on operations, IAM beyond the one project, label fingerprints.
+not change the machine), firewall rules being enforced on SSH (they are stored, validated and listed;
+every machine's port 22 is reachable; `FACADE.ingress` reads them for the simulated Kubernetes API on
+the machine, which admits only a peer they let in: gcp_state.ingress), the default network's
+pre-populated rules, source tags and service accounts, `wait` on operations, IAM beyond the one
+project, label fingerprints.
 Simulation limits: an instance needs an `ssh-keys` entry for `ubuntu` (400 otherwise; Compute Engine
 would boot it unreachable); a 403 `rateLimitExceeded` carries `Retry-After` (Compute Engine sends
 none: its per-minute quotas refill at the next minute) so tests can steer the delay.
@@ -57,12 +60,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from fakeclouds import gcp_filter, gcp_requests, k3s
+from fakeclouds import gcp_filter, gcp_requests, gcp_state, k3s
 from fakeclouds.bodies import optional_object
 from fakeclouds.common import run_op
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import CloudError, NameConflict, NoCapacity, NotFound, QuotaExceeded, Unauthorized
-from fakeclouds.facade import Facade, NameRule
+from fakeclouds.facade import Facade, IngressRule, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.gcp_auth import PROJECT, AuthFailure, Verifier, service_account_key
 from fakeclouds.gcp_catalog import INSTANCE_TYPES, REGIONS, ZONES, region_of
@@ -88,6 +91,14 @@ def side_resources(engine: Engine) -> list[dict[str, Any]]:
         for fw in state_of(engine).firewalls.values()
     ]
 
+
+
+def ingress(engine: Engine, machine: Machine) -> list[IngressRule]:
+    """What the project's firewall rules let in to the machine's instance (its network tags)."""
+    if machine.facade != NAME:
+        return []
+    tags = [str(t) for t in machine.extra.get("tags") or []]
+    return gcp_state.ingress(list(state_of(engine).firewalls.values()), tags)
 
 
 def build_router(engine: Engine, token: str) -> APIRouter:
@@ -486,4 +497,5 @@ FACADE = Facade(
     preinstalled={"k3s": k3s.SCRIPT},
     ssh_port=22,
     side_resources=side_resources,
+    ingress=ingress,
 )

@@ -5,6 +5,7 @@ change (the engine's state dir when it persists, else its scratch dir), read bac
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import json
 import secrets
@@ -133,6 +134,75 @@ class GcpState:
     def by_request(self, project: str, request_id: str | None) -> Operation | None:
         name = self.request_ids.get(f"{project}/{request_id}") if request_id else None
         return self.operations.get(name) if name else None
+
+
+Piece = tuple[int, int, ipaddress.IPv4Network | ipaddress.IPv6Network]  # first port, last port, sources
+ANYWHERE = "0.0.0.0/0"
+
+
+def _tcp_ports(entries: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The TCP port ranges of a rule's `allowed` / `denied` entries ("all", or tcp without ports: all)."""
+    out: list[tuple[int, int]] = []
+    for entry in entries:
+        proto = str(entry.get("IPProtocol", "")).lower()
+        if proto not in ("tcp", "6", "all"):
+            continue
+        ports = [str(p) for p in entry.get("ports") or []] if proto != "all" else []
+        if not ports:
+            out.append((1, 65535))
+        for port in ports:
+            lo, _, hi = port.partition("-")
+            out.append((max(int(lo), 1), int(hi or lo)))
+    return out
+
+
+def _minus(pieces: list[Piece], deny: Piece) -> list[Piece]:
+    """`pieces` less what `deny` covers (two CIDRs that overlap are nested)."""
+    dlo, dhi, dnet = deny
+    out: list[Piece] = []
+    for lo, hi, net in pieces:
+        if dhi < lo or dlo > hi or net.version != dnet.version or not net.overlaps(dnet):
+            out.append((lo, hi, net))
+            continue
+        if lo < dlo:
+            out.append((lo, dlo - 1, net))
+        if hi > dhi:
+            out.append((dhi + 1, hi, net))
+        if not net.subnet_of(dnet):  # type: ignore[arg-type]
+            out += [(max(lo, dlo), min(hi, dhi), rest) for rest in net.address_exclude(dnet)]  # type: ignore[arg-type]
+    return out
+
+
+def ingress(firewalls: list[dict[str, Any]], tags: list[str]) -> list[tuple[int, int, str]]:
+    """What the VPC firewall lets in to an instance with network `tags` on the default network (the only
+    one simulated), as (first port, last port, source CIDR) TCP rules: the enabled INGRESS rules that
+    target all instances or one of its tags; an allow rule counts less what a deny rule of higher or
+    equal priority (lower or equal number) covers; past them, the implied deny-all. An ingress rule
+    stored without sourceRanges (Compute Engine fills 0.0.0.0/0 when no source is given) is from
+    anywhere. Source tags and service accounts (not simulated) name no outside peer. The default
+    network's pre-populated rules (default-allow-ssh, ...) are not simulated: only rules made here."""
+    applies = [
+        fw
+        for fw in firewalls
+        if fw.get("direction", "INGRESS") == "INGRESS"
+        and not fw.get("disabled")
+        and (not fw.get("targetTags") or set(fw["targetTags"]) & set(tags))
+    ]
+
+    def pieces(fw: dict[str, Any], key: str) -> list[Piece]:
+        sources = fw.get("sourceRanges") or ([] if fw.get("sourceTags") else [ANYWHERE])
+        nets = [ipaddress.ip_network(c, strict=False) for c in sources]
+        return [(lo, hi, net) for lo, hi in _tcp_ports(fw.get(key) or []) for net in nets]
+
+    out: list[tuple[int, int, str]] = []
+    for fw in applies:
+        allowed = pieces(fw, "allowed")
+        for other in applies:
+            if int(other.get("priority", 1000)) <= int(fw.get("priority", 1000)):
+                for deny in pieces(other, "denied"):
+                    allowed = _minus(allowed, deny)
+        out += [(lo, hi, str(net)) for lo, hi, net in allowed]
+    return list(dict.fromkeys(out))
 
 
 _STATES: weakref.WeakKeyDictionary[Engine, GcpState] = weakref.WeakKeyDictionary()

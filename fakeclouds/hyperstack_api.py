@@ -12,7 +12,10 @@ What it models:
 - VMs with integer ids, names unique in the account (a duplicate is 409) [unconfirmed scope],
   `count` required (count > 1 names them `<name>-1`, `<name>-2`, ... [unconfirmed]), labels a list of
   strings, status CREATING -> BUILD -> ACTIVE, ERROR, DELETING, then GET 404;
-- security rules at create and per VM (/sg-rules), recorded; `enable_port_randomization` defaults to
+- security rules at create and per VM (/sg-rules), recorded, and enforced through `ingress` (the
+  facade's firewall answer, read by the simulated Kubernetes API): the VM's inbound TCP (or `any`)
+  rules; nothing else is let in (the default security group admits no outside traffic, as
+  OpenStack's does not [unconfirmed for Hyperstack]); `enable_port_randomization` defaults to
   true with a floating IP and is reported on the VM (where the random SSH port would be reported is
   unknown, so the simulation always serves SSH on 22 at the floating IP: adapters must turn it off);
 - the documented rate limit: 500 requests a minute per IP, then every call blocked for a minute.
@@ -47,7 +50,7 @@ from fakeclouds.errors import (
     ServerFault,
     Unauthorized,
 )
-from fakeclouds.facade import Facade, NameRule
+from fakeclouds.facade import Facade, IngressRule, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.hyperstack_catalog import (
     BY_NAME,
@@ -551,6 +554,22 @@ def _create(engine: Engine, plan: CallPlan, body: CreateBody) -> list[Machine]:
     return made
 
 
+def ingress(_engine: Engine, m: Machine) -> list[IngressRule]:
+    """What the VM's security group lets in: its ingress rules for TCP or any protocol, a rule
+    without ports covering them all."""
+    rules: list[IngressRule] = []
+    for r in m.extra.get("security_rules", []):
+        if r.get("direction") != "ingress" or r.get("protocol") not in ("tcp", "any"):
+            continue
+        low, high = r.get("port_range_min"), r.get("port_range_max")
+        first = int(low) if low is not None else 1 if high is None else int(high)
+        last = int(high) if high is not None else 65535 if low is None else int(low)
+        cidr = str(r.get("remote_ip_prefix") or ("::/0" if r.get("ethertype") == "IPv6" else "0.0.0.0/0"))
+        if (first, last, cidr) not in rules:
+            rules.append((first, last, cidr))
+    return rules
+
+
 def side_resources(engine: Engine) -> list[dict[str, Any]]:
     """The account's environments and key pairs (shared per region, never per machine)."""
     st = _state(engine)
@@ -568,7 +587,7 @@ FACADE = Facade(
     names=NameRule(required=True, unique=True, max_length=50, pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
                    hint="name must be 1-50 characters of letters, digits, '-', '_' or '.'"),
     machine_id=_machine_id, preinstalled={"k3s": k3s.SCRIPT}, ssh_port=22,
-    side_resources=side_resources,
+    side_resources=side_resources, ingress=ingress,
     # "500 requests per minute per IP; over it, all API calls for the next minute are blocked".
     rate_limits=(Limit(calls=500, per_s=60, by="ip", block_s=60, what="Hyperstack API rate limit"),),
 )

@@ -1,46 +1,37 @@
-"""A SIMULATED `k3s` preinstalled on the simulated Lambda image.
+"""A SIMULATED `k3s` on the simulated clouds' images, and a SIMULATED installer for hosts without one.
 
-The simulated machines have no network, so gpuprov's installer (which fetches get.k3s.io)
-finds this binary already present, as it would on a machine where k3s was installed, and
-only runs its health check. It answers `k3s kubectl get nodes` with one Ready node, and
-`k3s kubectl get runtimeclass nvidia` as k3s does on a machine with the NVIDIA runtime.
+The simulated machines have no network and run no Kubernetes. `SCRIPT` is what `$HOME/bin/k3s` holds:
+a launcher of fakeclouds/k3s_sim.py (on this simulation's own Python), which keeps the state a k3s
+server would have; the engine's simulated API server (fakeclouds/k8s_api.py) serves it over TLS on
+6443. An image that ships `k3s` stands for one where gpuprov's boot script installed it: it also
+carries that script's kept installer (`KEPT_INSTALLER`, the simulated one below), which gpuprov's
+SSH step re-runs with the flags it wants — so nothing on a simulated machine downloads anything.
 """
 
 from __future__ import annotations
 
-SCRIPT = r"""#!/usr/bin/env bash
-# SIMULATED k3s, written by gpuprov's fakeclouds: no Kubernetes runs here.
-if [[ "$1 $2 $3" == "kubectl get nodes" ]]; then
-  echo "NAME        STATUS   ROLES                  AGE   VERSION"
-  echo "$(hostname)   Ready    control-plane,master   1m    v1.31.4+k3s1"
-  exit 0
-fi
-# k3s registers the `nvidia` RuntimeClass when it finds the NVIDIA container runtime: here, where the
-# simulated machine has a (simulated) nvidia-smi.
-if [[ "$1 $2 $3 $4" == "kubectl get runtimeclass nvidia" ]]; then
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    echo "runtimeclass.node.k8s.io/nvidia"
-    exit 0
-  fi
-  echo 'Error from server (NotFound): runtimeclasses.node.k8s.io "nvidia" not found' >&2
-  exit 1
-fi
-if [[ "$1" == "--version" ]]; then
-  echo "k3s version v1.31.4+k3s1 (simulated)"
-  exit 0
-fi
-echo "simulated k3s: unsupported command: $*" >&2
-exit 1
+import sys
+
+SCRIPT = f"""#!{sys.executable}
+# SIMULATED k3s, written by gpuprov's fakeclouds: no Kubernetes runs here (fakeclouds/k3s_sim.py).
+import sys
+from fakeclouds.k3s_sim import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+# Where gpuprov keeps the installer it used (activities/k3s_setup.py), relative to the login home.
+KEPT_INSTALLER = ".gpuprov/k3s-install.sh"
+
+UNINSTALL = """#!/bin/sh
+# SIMULATED k3s-uninstall.sh, written by gpuprov's fakeclouds: removes the simulated k3s and its state.
+rm -rf "$HOME/bin/k3s" "$HOME/bin/k3s-uninstall.sh" "$HOME/.simulated-k3s"
 """
 
 # A SIMULATED k3s installer, served in place of get.k3s.io (GPUPROV_K3S_INSTALL_URL) to hosts that
 # have no k3s: it writes the simulated `k3s` above and a `k3s-uninstall.sh` (which removes both, as
-# the real one removes k3s) into ~/bin, on the simulated hosts' PATH. It installs nothing real.
-UNINSTALL = """#!/bin/sh
-# SIMULATED k3s-uninstall.sh, written by gpuprov's fakeclouds: removes the simulated k3s.
-rm -f "$HOME/bin/k3s" "$HOME/bin/k3s-uninstall.sh"
-"""
-
+# the real one removes k3s) into ~/bin, on the simulated hosts' PATH, then "starts the service" with
+# INSTALL_K3S_EXEC as the real installer does (the simulated `k3s server` records the flags and
+# returns). It installs nothing real.
 INSTALLER = f"""#!/bin/sh
 # SIMULATED k3s installer, served by gpuprov's tests in place of get.k3s.io: no Kubernetes is installed.
 set -e
@@ -50,5 +41,8 @@ cat > "$HOME/bin/k3s" <<'GPUPROV_SIMULATED_K3S'
 cat > "$HOME/bin/k3s-uninstall.sh" <<'GPUPROV_SIMULATED_K3S'
 {UNINSTALL}GPUPROV_SIMULATED_K3S
 chmod 755 "$HOME/bin/k3s" "$HOME/bin/k3s-uninstall.sh"
+set -- $INSTALL_K3S_EXEC
+[ "${{1:-}}" = server ] && shift
+"$HOME/bin/k3s" server "$@"
 echo "[INFO]  simulated k3s installed"
 """

@@ -429,4 +429,5 @@ FACADE = Facade(
     login_user="ubuntu", regions=REGIONS, instance_types=INSTANCE_TYPES,
     names=FREE_FORM_64, machine_id=hex_id, preinstalled={"k3s": k3s.SCRIPT}, ssh_port=22,
     side_resources=lambda_firewall.side_resource_rows, rate_limits=RATE_LIMITS,
+    ingress=lambda_firewall.ingress,
 )

@@ -5,8 +5,9 @@ rules as the `global` ruleset).
 A ruleset lives in one region and is attached at launch (`firewall_rulesets: [{id}]`, same
 region); nothing attaches or detaches one later. It is in use while an instance that carries it
 is listed — until that instance is really gone, not merely `terminating` — and deleting it then is
-refused with 400 `firewall-rulesets/firewall-ruleset-in-use`. The rules are stored and shown, not
-enforced against the machines' ports. State: `engine.facade_state["lambda"]["rulesets"]`.
+refused with 400 `firewall-rulesets/firewall-ruleset-in-use`. The rules are enforced where the
+simulation serves a port beside SSH: the simulated Kubernetes API on 6443 (`ingress`,
+fakeclouds/k8s_api.py); SSH itself is not filtered. State: `engine.facade_state["lambda"]["rulesets"]`.
 """
 
 from __future__ import annotations
@@ -106,6 +107,21 @@ def check_launch(engine: Engine, ids: list[str], region: str) -> None:
             raise NotFound(f"firewall ruleset {rid!r} does not exist")
         if rs["region"] != region:
             raise Invalid(f"firewall ruleset {rid!r} is in {rs['region']}, not {region}")
+
+
+def ingress(engine: Engine, m: Machine) -> list[tuple[int, int, str]]:
+    """What reaches `m` (Facade.ingress): its rulesets' TCP rules, or the account's global rules when
+    it carries none. (Whether a ruleset adds to the global rules is undocumented; here it replaces
+    them, which is why the adapter puts tcp/22 in every ruleset.)"""
+    ids = attached(m)
+    rules = [r for rid in ids for r in rulesets(engine).get(rid, {}).get("rules", [])] if ids \
+        else global_rules(engine)
+    found = []
+    for r in rules:
+        if r.get("protocol") in ("tcp", "all"):
+            first, last = r.get("port_range") or [1, 65535]
+            found.append((int(first), int(last), str(r["source_network"])))
+    return found
 
 
 def side_resource_rows(engine: Engine) -> list[dict[str, Any]]:

@@ -20,6 +20,13 @@ message classes are the SDK package's own (nebius.api.nebius...), nothing is ven
 
 Fault ops: `create`, `get`, `list`, `terminate`, `offers` (platforms and the calculator), `auth`.
 Conventions (auth, errors, operations, idempotency): fakeclouds/nebius_grpc.py.
+
+Firewall: Nebius filters traffic with VPC security groups (vpc.v1 SecurityGroupService and
+SecurityRuleService; a NIC's `security_groups`, the network's default group when none is named). Those
+services are not simulated: every instance is on its network's default group, taken here to allow all
+traffic (as the adapter relies on: [unconfirmed] what the real default group admits), so `ingress`
+answers every TCP port from anywhere. A create that names security groups on a NIC is refused rather
+than silently left unfiltered.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from fakeclouds import cloudinit, k3s
 from fakeclouds import nebius_catalog as cat
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import CloudError, Invalid, NoCapacity, NotFound
-from fakeclouds.facade import Facade, NameRule
+from fakeclouds.facade import Facade, IngressRule, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.grpc_call import metadata_value
 from fakeclouds.grpc_host import service, unary
@@ -158,6 +165,8 @@ def _create_args(request: Any) -> dict[str, Any]:
         keys = cloudinit.parse(user_data).authorized_keys
     except cloudinit.UserDataError as exc:
         raise Invalid(f"spec.cloud_init_user_data: {exc}") from None
+    if any(len(nic.security_groups) for nic in nics):
+        raise Invalid("simulation: security groups are not modelled (only the network's default group)")
     public = nics[0].HasField("public_ip_address")
     if not public:
         raise Invalid("simulation: an instance without a public IP cannot be reached (add public_ip_address)")
@@ -176,6 +185,12 @@ def _create_args(request: Any) -> dict[str, Any]:
             "subnet_id": nics[0].subnet_id,
         },
     }
+
+
+def ingress(_engine: Engine, _m: Machine) -> list[IngressRule]:
+    """What reaches an instance: its NIC is on the network's default security group (the only one the
+    simulation has), which lets everything in: every TCP port, from anywhere."""
+    return [(1, 65535, "0.0.0.0/0")]
 
 
 def _hourly(request: Any) -> float:
@@ -469,5 +484,6 @@ FACADE = Facade(
     preinstalled={"k3s": k3s.SCRIPT},
     ssh_port=22,
     grpc=build_services,
+    ingress=ingress,
     tls=True,  # served on the gRPC listener's TLS port: the SDK talks TLS, as to api.nebius.cloud
 )

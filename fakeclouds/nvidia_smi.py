@@ -72,6 +72,15 @@ for i in "${{!NAMES[@]}}"; do echo "GPU $i: ${{NAMES[$i]}}  ${{MEM}}MiB"; done
 """
 
 
+# SIMULATED: the NVIDIA container runtime's presence is all the simulated k3s looks for
+# (fakeclouds/k3s_sim.py).
+CONTAINER_RUNTIME = """#!/bin/sh
+# SIMULATED nvidia-container-runtime, written by gpuprov's fakeclouds: no container runs here.
+echo "simulated nvidia-container-runtime: no containers run on a simulated machine" >&2
+exit 1
+"""
+
+
 def gpu_uuids(machine_id: str, count: int) -> list[str]:
     return [f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'fakeclouds/{machine_id}/{i}')}" for i in range(count)]
 

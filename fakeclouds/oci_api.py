@@ -9,8 +9,8 @@ work_requests}; docs.oracle.com/en-us/iaas/api/#/en/iaas/20160918/ and /en/ident
 | IdentityClient | get_tenancy, list_region_subscriptions, list_availability_domains |
 | ComputeClient | list_shapes, list_images, launch_instance, get_instance, list_instances, |
 | | terminate_instance, list_vnic_attachments |
-| VirtualNetworkClient | get_vnic, list_subnets, create/list/delete network_security_group(s), |
-| | add_network_security_group_security_rules |
+| VirtualNetworkClient | get_vnic, list_subnets, get/list_security_list(s), |
+| | create/list/delete network_security_group(s), add/list_network_security_group_security_rules |
 | WorkRequestClient | get_work_request (the launch's) |
 
 Modelled: every request's signature is verified (fakeclouds/oci_auth.py), else 401 NotAuthenticated;
@@ -22,7 +22,9 @@ a live instance's VNIC cannot be deleted (409 `Conflict`).
 
 Simplified [sim]: one endpoint answers every subscribed region (real OCI has one per region); each
 region has one availability domain, whose name carries the region; a terminated instance is 404 at
-once (real OCI shows TERMINATED for a while); security rules are stored, not enforced.
+once (real OCI shows TERMINATED for a while); each VCN has only its default security list (SSH from
+anywhere), which every subnet uses; security rules are enforced only by the simulated Kubernetes API on
+an instance's address (`FACADE.ingress`: the subnet's security lists plus the VNIC's NSGs).
 Fault ops: `verify`, `offers` (shapes), `create`, `get`, `list`, `terminate`, `side_resources`.
 """
 
@@ -56,6 +58,7 @@ from fakeclouds.oci_state import (
     Account,
     V,
     ad_name,
+    ingress,
     machine_id,
     ocid,
     public_nsg,
@@ -264,6 +267,25 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
         return await do(request, "side_resources", effect)
 
+    @router.get(V + "/securityLists")
+    async def list_security_lists(request: Request) -> Response:
+        def effect(_: CallPlan) -> list[dict[str, Any]]:
+            account.compartment(q(request, "compartmentId"))
+            vcn = q(request, "vcnId")
+            return [sl for sl in account.state["security_lists"].values() if vcn in (None, sl["vcnId"])]
+
+        return await do(request, "side_resources", effect)
+
+    @router.get(V + "/securityLists/{security_list_id}")
+    async def get_security_list(request: Request, security_list_id: str) -> Response:
+        def effect(_: CallPlan) -> dict[str, Any]:
+            found = account.state["security_lists"].get(security_list_id)
+            if found is None:
+                raise NotFound("Authorization failed or requested resource not found.")
+            return dict(found)
+
+        return await do(request, "side_resources", effect)
+
     @router.post(V + "/networkSecurityGroups")
     async def add_nsg(request: Request) -> Response:
         body = await json_of(request)
@@ -351,4 +373,5 @@ FACADE = Facade(
     preinstalled={"k3s": k3s.SCRIPT},
     ssh_port=22,
     side_resources=side_resources,
+    ingress=ingress,
 )

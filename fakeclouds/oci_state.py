@@ -1,6 +1,7 @@
 """The simulated OCI tenancy's catalogue (GPU shapes at Oracle's list prices, Ubuntu images, two
 subscribed regions with one availability domain each), its error table, and its state beyond machines
-(subnets, network security groups, VNICs, retry tokens, work requests): fakeclouds/oci_api.py serves it.
+(subnets and their VCN's default security list, network security groups, VNICs, retry tokens, work
+requests), and what an instance's firewall lets in (`ingress`): fakeclouds/oci_api.py serves it.
 JSON field names are the SDK models' `attribute_map` (github.com/oracle/oci-python-sdk src/oci/core/models).
 """
 
@@ -33,6 +34,7 @@ from fakeclouds.errors import (
     ServerFault,
     Unauthorized,
 )
+from fakeclouds.facade import IngressRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.oci_auth import HOME_REGION
 from fakeclouds.vendor_errors import CodeTable, retry_after_header, status_of
@@ -168,7 +170,7 @@ class Account:
     @property
     def state(self) -> dict[str, Any]:
         state = self.engine.facade_state[NAME]
-        for part in ("nsgs", "tokens", "work_requests", "subnets"):
+        for part in ("nsgs", "tokens", "work_requests", "subnets", "security_lists"):
             state.setdefault(part, {})
         if not state["subnets"]:
             for r in REGIONS:
@@ -185,6 +187,7 @@ class Account:
                     "availabilityDomain": None,
                     "timeCreated": iso(0),
                 }
+        default_security_lists(state)
         return state
 
     def compartment(self, compartment_id: str | None) -> None:
@@ -328,6 +331,78 @@ class Account:
             raise Conflict("The Network Security Group has VNICs attached and cannot be deleted.")
         del self.state["nsgs"][nsg_id]
         self.engine.save()
+
+
+VCN_CIDR = "10.0.0.0/16"
+
+
+def default_security_lists(state: dict[str, Any]) -> None:
+    """Each VCN's default security list (docs: "Default Security List"): stateful ingress TCP 22 and
+    ICMP 3/4 from anywhere, ICMP 3 from the VCN; all egress. Every subnet uses its VCN's (a state from
+    before security lists were modelled gets them here)."""
+    lists = state.setdefault("security_lists", {})
+    for subnet in state.get("subnets", {}).values():
+        vcn = subnet["vcnId"]
+        sl_id = vcn.replace("ocid1.vcn.", "ocid1.securitylist.", 1)
+        if sl_id not in lists:
+            lists[sl_id] = {
+                "id": sl_id,
+                "compartmentId": subnet["compartmentId"],
+                "vcnId": vcn,
+                "displayName": f"Default Security List for {vcn}",
+                "lifecycleState": "AVAILABLE",
+                "timeCreated": iso(0),
+                "ingressSecurityRules": [
+                    {"source": "0.0.0.0/0", "sourceType": "CIDR_BLOCK", "protocol": "6", "isStateless": False,
+                     "tcpOptions": {"destinationPortRange": {"min": 22, "max": 22}}},
+                    {"source": "0.0.0.0/0", "sourceType": "CIDR_BLOCK", "protocol": "1", "isStateless": False,
+                     "icmpOptions": {"type": 3, "code": 4}},
+                    {"source": VCN_CIDR, "sourceType": "CIDR_BLOCK", "protocol": "1", "isStateless": False,
+                     "icmpOptions": {"type": 3}},
+                ],
+                "egressSecurityRules": [
+                    {"destination": "0.0.0.0/0", "destinationType": "CIDR_BLOCK", "protocol": "all",
+                     "isStateless": False},
+                ],
+            }
+        subnet.setdefault("securityListIds", [sl_id])
+
+
+def _tcp_rule(rule: dict[str, Any]) -> IngressRule | None:
+    """An ingress rule (a security list's or an NSG's, as the API spells them) as what it lets in:
+    TCP or all protocols from a CIDR; a rule narrowed to source ports admits no arbitrary peer."""
+    if str(rule.get("protocol")) not in ("6", "all") or rule.get("sourceType") not in (None, "CIDR_BLOCK"):
+        return None
+    tcp = rule.get("tcpOptions") or {}
+    if tcp.get("sourcePortRange"):
+        return None
+    span = tcp.get("destinationPortRange") or {"min": 1, "max": 65535}
+    return int(span["min"]), int(span["max"]), str(rule.get("source"))
+
+
+def ingress(engine: Engine, machine: Machine) -> list[IngressRule]:
+    """What OCI lets in to an instance's VNIC: the union of its subnet's security lists' ingress rules
+    and those of the network security groups on the VNIC (a packet any of them allows gets in)."""
+    state = engine.facade_state.get(NAME, {})
+    default_security_lists(state)
+    subnet = state.get("subnets", {}).get(machine.extra.get("subnet"))
+    rules = [
+        r
+        for sl in (subnet or {}).get("securityListIds", [])
+        for r in state["security_lists"].get(sl, {}).get("ingressSecurityRules", [])
+    ]
+    rules += [
+        r
+        for n in machine.extra.get("nsgs", [])
+        for r in state.get("nsgs", {}).get(n, {}).get("rules", [])
+        if r.get("direction") == "INGRESS"
+    ]
+    out: list[IngressRule] = []
+    for r in rules:
+        got = _tcp_rule(r)
+        if got is not None and got not in out:
+            out.append(got)
+    return out
 
 
 def public_nsg(nsg: dict[str, Any]) -> dict[str, Any]:

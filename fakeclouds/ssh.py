@@ -18,10 +18,13 @@ import signal
 import struct
 import termios
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
+from fakeclouds import host_guard
 from fakeclouds.who import SESSIONS_DIR
 
 log = logging.getLogger(__name__)
@@ -65,11 +68,21 @@ def authorized_keys_file(home: Path) -> set[bytes]:
     return found
 
 
+# A service on the machine itself: port -> where it is really served (None: nothing listens there).
+Inside = Callable[[], Awaitable[tuple[str, int] | None]]
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
 class _Auth(asyncssh.SSHServer):
-    def __init__(self, user: str, keys: set[bytes], home: Path) -> None:
+    def __init__(self, user: str, keys: set[bytes], home: Path, inside: Mapping[int, Inside]) -> None:
         self._user = user
         self._keys = keys
         self._home = home
+        self._inside = inside
+        self._conn: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._conn = conn
 
     def begin_auth(self, username: str) -> bool:
         return True  # always require authentication
@@ -84,16 +97,29 @@ class _Auth(asyncssh.SSHServer):
         return username == self._user and (key.public_data in self._keys
                                            or key.public_data in authorized_keys_file(self._home))
 
-    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
-        return True  # allow `ssh -L` (hosts are required to allow TCP forwarding)
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str,
+                             orig_port: int) -> Any:
+        """Allow `ssh -L` (hosts are required to allow TCP forwarding). A port of the machine's own
+        (its simulated k3s's 6443) is served by the simulation, not by whatever the host has there."""
+        service = self._inside.get(dest_port) if dest_host in LOOPBACK_NAMES else None
+        if service is None:
+            return True
+        return self._forward_inside(service)
+
+    async def _forward_inside(self, service: Inside) -> Any:  # an SSHForwarder: asyncssh pipes it
+        where = await service()
+        if where is None or self._conn is None:
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, "Connection refused")
+        return await self._conn.forward_connection(*where)
 
 
 class MachineSSH:
     """One machine's SSH server. start() binds host:port (port 0 = ephemeral); stop() closes it."""
 
     def __init__(self, *, home: Path, host_key: asyncssh.SSHKey, user: str, public_keys: list[str],
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, inside: Mapping[int, Inside] | None = None) -> None:
         self.home = home
+        self.inside = dict(inside or {})
         self.host_key = host_key
         self.user = user
         self.keys = {parse_public_key(k).public_data for k in public_keys}
@@ -106,7 +132,7 @@ class MachineSSH:
     async def start(self, host: str, port: int = 0) -> int:
         """Listen on host:port; returns the port. OSError (e.g. EADDRINUSE, EACCES) when it cannot."""
         self._server = await asyncssh.create_server(
-            lambda: _Auth(self.user, self.keys, self.home), host, port,
+            lambda: _Auth(self.user, self.keys, self.home, self.inside), host, port,
             server_host_keys=[self.host_key], process_factory=self._handle, encoding=None,
             sftp_factory=self._sftp, allow_scp=True, line_editor=False,  # bash's own PTY handles echo
             keepalive_interval=0, login_timeout=30,
@@ -132,7 +158,9 @@ class MachineSSH:
         bin_dir = self.home / "bin"
         env = {
             "HOME": str(self.home), "USER": self.user, "LOGNAME": self.user, "SHELL": "/bin/bash",
-            "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+            # The machine's own tools first, then the guard against commands that would change the host.
+            "PATH": f"{bin_dir}:{host_guard.guard_dir()}:"
+                    f"{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
             "LANG": os.environ.get("LANG", "C.UTF-8"),
         }
         if term:

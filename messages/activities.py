@@ -133,6 +133,7 @@ class CreateInput(Marked):
     heartbeat_every_s: float = 1.0
     poll_interval_s: float = 2.0  # looking up a launch that may still land (clouds without a token)
     k3s_at_boot: bool = False  # the cloud installs k3s from its user data (capability `cloud-init`)
+    k8s_api_from: list[str] = Field(default_factory=list)  # LaunchSpec.k8s_api_from (direct clouds)
     lifetime_s: int | None = None  # the allocation's max_hours: the cloud stops the machine then
 
 

@@ -63,6 +63,9 @@ class AllocateRequest(BaseModel):
     ports: list[int] = Field(default_factory=list)
     image: str | None = None
     k3s: bool = True
+    # Networks (normalised CIDRs) the Kubernetes API port is opened to on clouds whose k8s access is
+    # direct (the API's default: the address the request came from); empty: not opened.
+    k8s_api_from: list[str] = Field(default_factory=list)
     ssh_public_keys: list[str] = Field(min_length=1)
     timing: Timing = Field(default_factory=Timing)
     # How long the machine may live: the cloud stops it then (only clouds whose capabilities enforce a

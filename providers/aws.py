@@ -9,7 +9,9 @@
   so a capacity failure in one zone fails over to the next.
 - Idempotent create: the key is the RunInstances `ClientToken` (EC2 returns the original launch for
   a repeat) AND a tag lookup before the launch. Ownership and key are tags on everything we make.
-- Side resource: one security group per machine (SSH + requested ports), tagged like the machine.
+- Side resource: one security group per machine, tagged like the machine: SSH and the requested
+  ports from anywhere, the Kubernetes API port (6443) only from `LaunchSpec.k8s_api_from` (not at
+  all when that is empty). A retried create adds only the (port, source) rules the group lacks.
   terminate removes it once the instance is terminated; until then `get` reports `terminating`.
 - botocore retries nothing (`total_max_attempts=1`): Temporal owns retries, and
   InsufficientInstanceCapacity (HTTP 500) is not retried inside one activity.
@@ -32,6 +34,7 @@ from pydantic import SecretStr
 from providers import cloudinit
 from providers.aws_prices import ON_DEMAND, on_demand_price
 from providers.base import (
+    K8S_API_PORT,
     Capabilities,
     CapacityError,
     FailureScope,
@@ -68,6 +71,7 @@ _ALIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
 _INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 _GONE = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
+ANYWHERE = "0.0.0.0/0"
 
 _CODES: dict[str, ErrorKind] = {
     "InsufficientInstanceCapacity": "capacity",
@@ -135,6 +139,27 @@ def user_data(public_keys: list[str], extra: str | None, *, k3s: bool = False) -
     keys = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in public_keys]},
                                               default_flow_style=False, width=1 << 20)
     return cloudinit.combine(keys, cloudinit.K3S_AT_BOOT if k3s else None, extra) or keys
+
+
+def _opened(rules: list[dict[str, Any]]) -> set[tuple[int, str]]:
+    """(port, source CIDR) of a security group's single-port TCP rules, as DescribeSecurityGroups
+    lists its `IpPermissions`."""
+    return {(int(r["FromPort"]), str(x.get("CidrIp") or x.get("CidrIpv6")))
+            for r in rules if r.get("IpProtocol") == "tcp" and r.get("FromPort") == r.get("ToPort")
+            for x in [*(r.get("IpRanges") or []), *(r.get("Ipv6Ranges") or [])]}
+
+
+def _permissions(rules: list[tuple[int, str]]) -> list[dict[str, Any]]:
+    """AuthorizeSecurityGroupIngress's `IpPermissions` for (port, source CIDR) pairs: one per port."""
+    out: dict[int, dict[str, Any]] = {}
+    for port, cidr in rules:
+        perm = out.setdefault(port, {"IpProtocol": "tcp", "FromPort": port, "ToPort": port})
+        what = "gpuprov k8s api" if port == K8S_API_PORT and cidr != ANYWHERE else "gpuprov"
+        if ":" in cidr:
+            perm.setdefault("Ipv6Ranges", []).append({"CidrIpv6": cidr, "Description": what})
+        else:
+            perm.setdefault("IpRanges", []).append({"CidrIp": cidr, "Description": what})
+    return list(out.values())
 
 
 def _tags(items: list[dict[str, str]] | None) -> dict[str, str]:
@@ -409,7 +434,9 @@ class AwsProvider(SdkCloudProvider):
                            region=region, created_at=created_at(launched.get("LaunchTime")))
 
     async def _ensure_group(self, region: str, spec: LaunchSpec) -> str:
-        """The machine's security group: found by name, else made; SSH and the requested ports open."""
+        """The machine's security group: found by name, else made; SSH and the requested ports open
+        from anywhere, the Kubernetes API port from `spec.k8s_api_from` only. Rules it has already
+        (a retried create) are not asked for again."""
         name = self.group_name(spec.key)
         by_name = [{"Name": "group-name", "Values": [name]}]
         groups = await self._ec2(region, "describe_security_groups", Filters=by_name, _pages="SecurityGroups")
@@ -427,19 +454,21 @@ class AwsProvider(SdkCloudProvider):
                 groups = await self._ec2(region, "describe_security_groups", Filters=by_name,
                                          _pages="SecurityGroups")
                 group_id, rules = str(groups[0]["GroupId"]), groups[0].get("IpPermissions") or []
-        opened = {int(r["FromPort"]) for r in rules
-                  if r.get("IpProtocol") == "tcp" and r.get("FromPort") == r.get("ToPort")
-                  and any(x.get("CidrIp") == "0.0.0.0/0" for x in r.get("IpRanges") or [])}
-        missing = [p for p in dict.fromkeys([22, *spec.ports]) if p not in opened]
-        if missing:
+        wanted = [(p, ANYWHERE) for p in dict.fromkeys([22, *spec.ports])]
+        wanted = list(dict.fromkeys([*wanted, *((K8S_API_PORT, cidr) for cidr in spec.k8s_api_from)]))
+        for _ in range(3):  # a concurrent create of this key may add some of them between our calls
+            missing = [w for w in wanted if w not in _opened(rules)]
+            if not missing:
+                break
             try:
                 await self._ec2(region, "authorize_security_group_ingress", GroupId=group_id,
-                                tolerate=("InvalidPermission.Duplicate",), IpPermissions=[
-                                    {"IpProtocol": "tcp", "FromPort": p, "ToPort": p,
-                                     "IpRanges": [{"CidrIp": "0.0.0.0/0", "Description": "gpuprov"}]}
-                                    for p in missing])
-            except _Tolerated:
-                pass
+                                tolerate=("InvalidPermission.Duplicate",),
+                                IpPermissions=_permissions(missing))
+                break
+            except _Tolerated:  # EC2 adds none of a request with one duplicate: add what is still missing
+                groups = await self._ec2(region, "describe_security_groups", Filters=by_name,
+                                         _pages="SecurityGroups")
+                rules = (groups[0].get("IpPermissions") or []) if groups else []
         return group_id
 
     async def _default_image(self, region: str) -> str:

@@ -9,7 +9,9 @@ offers in providers/azure_catalog.py, priced by providers/azure_prices.py.
 
 Layout in the subscription: one resource group per installation and region
 (`gpuprov-<installation>-<region>`, made by `prepare`) holding a shared virtual network; per machine a
-network security group (SSH + the requested ports), a Standard static public IP and a NIC, then the VM.
+network security group (SSH + the requested ports from anywhere; the Kubernetes API port 6443 only
+from `LaunchSpec.k8s_api_from`, and not at all when that is empty), a Standard static public IP and
+a NIC, then the VM.
 Everything carries the tags `gpuprov-installation`, `gpuprov-key`, `gpuprov-allocation`.
 
 Idempotency: the VM's name is derived from our key and ARM's PUT converges — a retried create
@@ -52,6 +54,7 @@ from providers.azure_vm import (
     vm_state,
 )
 from providers.base import (
+    K8S_API_PORT,
     AuthError,
     Capabilities,
     CapacityError,
@@ -75,6 +78,8 @@ SUBSCRIPTION_API_VERSION = "2022-12-01"
 TAG_INSTALLATION, TAG_KEY, TAG_ALLOCATION = "gpuprov-installation", "gpuprov-key", "gpuprov-allocation"
 VNET, SUBNET, ADDRESS_SPACE = "gpuprov-vnet", "default", "10.64.0.0/16"
 NSG_FIRST_PRIORITY = 1000
+K8S_API_PRIORITY = NSG_FIRST_PRIORITY - 10  # its own slot: the same whatever ports are asked
+K8S_API_RULE = "k8s-api"
 
 _GUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
@@ -291,13 +296,17 @@ class AzureProvider(ArmClient):
                            created_at=time_created(vm))
 
     async def _ensure_network(self, c: Clients, group: str, name: str, region: str, spec: LaunchSpec) -> str:
-        """NSG (SSH + requested ports), public IP and NIC for the machine: idempotent PUTs."""
+        """NSG (SSH + requested ports from anywhere, the Kubernetes API from `k8s_api_from`), public IP
+        and NIC for the machine: idempotent PUTs (the NSG's rule list is replaced, never appended to)."""
         tags = self._tags(spec.key, spec.owner.allocation_id)
         rules = [nsg_rule("ssh", 22, NSG_FIRST_PRIORITY)]
         rules += [
             nsg_rule(f"port-{p}", p, NSG_FIRST_PRIORITY + 10 * (i + 1))
             for i, p in enumerate(sorted(set(spec.ports) - {22}))
         ]
+        if spec.k8s_api_from:
+            sources = list(dict.fromkeys(spec.k8s_api_from))
+            rules.append(nsg_rule(K8S_API_RULE, K8S_API_PORT, K8S_API_PRIORITY, sources))
         nsg = await self._sdk(
             c.network.network_security_groups.begin_create_or_update,
             group,

@@ -1,5 +1,6 @@
 """The Azure adapter's VM as ARM JSON: names (VM, resource group), the image URN, base64 custom
-data, the NSG rules and the VM body the adapter PUTs; and what it reads back: the VM's
+data, the NSG rules (SSH and the asked ports from anywhere, the Kubernetes API from the asked networks)
+and the VM body the adapter PUTs; and what it reads back: the VM's
 `timeCreated` and its state from the instance view (provisioning state, power state, why
 provisioning failed).
 """
@@ -63,14 +64,19 @@ def time_created(vm: dict[str, Any]) -> datetime | None:
 
 
 
-def nsg_rule(name: str, port: int, priority: int) -> dict[str, Any]:
+def nsg_rule(name: str, port: int, priority: int, sources: list[str] | None = None) -> dict[str, Any]:
+    """An inbound TCP allow rule for `port`: from anywhere, or from the CIDRs `sources` only
+    (`sourceAddressPrefixes`; Azure takes it instead of the single `sourceAddressPrefix`)."""
+    source: dict[str, Any] = (
+        {"sourceAddressPrefixes": list(sources)} if sources else {"sourceAddressPrefix": "*"}
+    )
     return {
         "name": name,
         "properties": {
             "protocol": "Tcp",
             "sourcePortRange": "*",
             "destinationPortRange": str(port),
-            "sourceAddressPrefix": "*",
+            **source,
             "destinationAddressPrefix": "*",
             "access": "Allow",
             "priority": priority,

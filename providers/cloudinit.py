@@ -6,12 +6,16 @@ from __future__ import annotations
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 
-# Idempotent like the SSH install (activities/ssh.py): an image that has k3s keeps it.
-# INSTALL_K3S_EXEC keeps the kubeconfig readable for the login user.
+# Idempotent like the SSH install (activities/k3s_setup.py): an image that has k3s keeps it.
+# INSTALL_K3S_EXEC keeps the kubeconfig readable for the login user. The installer is kept in
+# /var/lib/gpuprov: the SSH step runs it again with the flags only known after boot (the machine's
+# public address as a TLS SAN, the NVIDIA runtime), as k3s documents changing a server's flags.
 K3S_AT_BOOT = """#!/bin/sh
 # gpuprov: install k3s at boot unless the image has it
 if ! command -v k3s >/dev/null 2>&1; then
-  curl -sfL https://get.k3s.io | INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh -
+  mkdir -p /var/lib/gpuprov
+  curl -sfL https://get.k3s.io -o /var/lib/gpuprov/k3s-install.sh \\
+    && INSTALL_K3S_EXEC="--write-kubeconfig-mode 644" sh /var/lib/gpuprov/k3s-install.sh
 fi
 """
 

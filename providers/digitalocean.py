@@ -10,9 +10,11 @@ official OpenAPI in `digitalocean/openapi`). Bearer personal access token, REST 
   with `type=gpus`, which cannot be combined with `tag_name`, so lookups list `type=gpus` (every
   page) and match names here.
 - Side resources, made before the droplet: a tag named like the droplet, and a cloud firewall of
-  the same name attached to that tag, always opening SSH plus the requested ports (a cloud firewall
-  denies what it does not allow, so it also allows all outbound traffic). Both are removed once the
-  droplet is gone (terminate, else `release`); `list_owned` reports those left without a droplet.
+  the same name attached to that tag, always opening SSH plus the requested ports from anywhere, and
+  the Kubernetes API port (K8S_API_PORT) only from the networks in `k8s_api_from` (none: it stays
+  closed); a cloud firewall denies what it does not allow, so it also allows all outbound traffic.
+  A retried create finds the firewall by name and adds nothing. Both are removed once the droplet is
+  gone (terminate, else `release`); `list_owned` reports those left without a droplet.
   Every droplet also carries the installation tag `gpuprov:<installation>`.
 - SSH keys: the first key is registered once as an account key and named by its MD5 fingerprint
   (looked up with `GET /account/keys/{fingerprint}`, never by listing: listings are limited to 10
@@ -39,6 +41,7 @@ from pydantic import SecretStr
 
 from providers import account_objects, cloudinit, rest
 from providers.base import (
+    K8S_API_PORT,
     Capabilities,
     CapacityError,
     FailureScope,
@@ -123,6 +126,27 @@ def user_data(extra_keys: list[str], extra: str | None, *, k3s: bool) -> str | N
         keys = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in extra_keys]},
                                                   default_flow_style=False, width=1 << 20)
     return cloudinit.combine(keys, cloudinit.K3S_AT_BOOT if k3s else None, extra)
+
+
+# A cloud firewall drops whatever it does not allow, outbound too (apt, k3s, images). That cloud
+# firewalls apply to GPU Droplets as to others is [unconfirmed]. `ports` is required on every rule,
+# "0" for ICMP (`firewall_rule_base` in the official spec).
+OUTBOUND: list[dict[str, Any]] = [
+    *({"protocol": proto, "ports": "1-65535", "destinations": {"addresses": ANYWHERE}}
+      for proto in ("tcp", "udp")),
+    {"protocol": "icmp", "ports": "0", "destinations": {"addresses": ANYWHERE}},
+]
+
+
+def inbound_rules(ports: list[int], k8s_api_from: list[str]) -> list[dict[str, Any]]:
+    """SSH and `ports` from anywhere; the Kubernetes API port only from `k8s_api_from` (none: no rule).
+    A port asked for both ways is opened once, from anywhere."""
+    opened = list(dict.fromkeys([22, *ports]))
+    rules = [{"protocol": "tcp", "ports": str(p), "sources": {"addresses": ANYWHERE}} for p in opened]
+    sources = list(dict.fromkeys(k8s_api_from))
+    if sources and K8S_API_PORT not in opened:
+        rules.append({"protocol": "tcp", "ports": str(K8S_API_PORT), "sources": {"addresses": sources}})
+    return rules
 
 
 def default_image(offer: Offer) -> str:
@@ -258,22 +282,15 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         found = await self._pages("/tags", "tags")
         return [str(t["name"]) for t in found if str(t.get("name") or "").startswith(self._prefix)]
 
-    async def _ensure_side_resources(self, name: str, ports: list[int]) -> None:
+    async def _ensure_side_resources(self, name: str, ports: list[int], k8s_api_from: list[str]) -> None:
         """The droplet's tag, then its firewall on that tag (found by name, else made)."""
         # Creating a tag that exists returns it [unconfirmed]; a refusal other than that raises.
         await self._call("POST", "/tags", json={"name": name})
         if await self._firewalls(name):
             return
-        inbound = [{"protocol": "tcp", "ports": str(p), "sources": {"addresses": ANYWHERE}}
-                   for p in dict.fromkeys([22, *ports])]
-        # A cloud firewall drops whatever it does not allow, outbound too (apt, k3s, images). That
-        # cloud firewalls apply to GPU Droplets as to others is [unconfirmed].
-        outbound = [{"protocol": proto, "ports": "1-65535", "destinations": {"addresses": ANYWHERE}}
-                    for proto in ("tcp", "udp")]
-        # `ports` is required on every rule, "0" for ICMP (`firewall_rule_base` in the official spec).
-        outbound.append({"protocol": "icmp", "ports": "0", "destinations": {"addresses": ANYWHERE}})
-        await self._call("POST", "/firewalls", json={"name": name, "inbound_rules": inbound,
-                                                     "outbound_rules": outbound, "tags": [name]})
+        body = {"name": name, "inbound_rules": inbound_rules(ports, k8s_api_from), "outbound_rules": OUTBOUND,
+                "tags": [name]}
+        await self._call("POST", "/firewalls", json=body)
 
     async def _remove_side_resources(self, name: str) -> None:
         # Every firewall of the name (two creates that raced may each have made one), then the tag.
@@ -346,7 +363,7 @@ class DigitalOceanProvider(rest.RestCloudProvider):
             raise InvalidRequest(f"{self.id}: user data and SSH keys exceed the 64 KiB DigitalOcean takes")
         name = self._name(spec.key)
         fingerprint = await self._account_key(spec.ssh_public_keys[0])
-        await self._ensure_side_resources(name, spec.ports)
+        await self._ensure_side_resources(name, spec.ports, spec.k8s_api_from)
         found = await self._owned_droplets(spec.key)
         if found:
             with rest.parsing(self.id, "droplet"):

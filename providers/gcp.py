@@ -18,10 +18,14 @@ real endpoint), and raises only when `httpErrorStatusCode` is set, so the adapte
 Zone/GlobalOperationsClient and reads `error.errors[0].code` itself. Errors map by that code, or by
 `errors[0].reason` of an HTTP error (a 403 may be `rateLimitExceeded`), never by exception class.
 
-Side resource: one firewall rule per machine, named like it, targeting the machine's network tag,
-allowing tcp/22 and the requested ports. Firewall rules carry no labels in Compute Engine v1, so
-ownership is in the name prefix and the description (`gpuprov installation=... key=...`). terminate
-deletes it once the instance is gone; release(key) deletes one left without an instance.
+Side resources: one firewall rule per machine, named like it, targeting the machine's network tag,
+allowing tcp/22 and the requested ports from anywhere; and, only when `LaunchSpec.k8s_api_from` is
+set, a second one, `<name>-k8s-api` (`k8s_rule_name`), allowing tcp/6443 from those networks only
+(a rule's sourceRanges apply to all its ports, so the Kubernetes API cannot share the first rule).
+Firewall rules carry no labels in Compute Engine v1, so ownership is in the name prefix and the
+description (`gpuprov installation=... key=...`). terminate deletes both once the instance is gone;
+release(key) deletes those left without an instance; list_owned reports a rule as a leftover only
+when no live instance of ours carries its machine's name.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from pydantic import SecretStr, field_validator, model_validator
 from providers import cloudinit
 from providers import gcp_catalog as catalog
 from providers.base import (
+    K8S_API_PORT,
     Capabilities,
     CapacityError,
     FailureScope,
@@ -63,6 +68,7 @@ NAME_MAX = 63
 _NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 OWNER_LABEL, KEY_LABEL, ALLOCATION_LABEL = "gpuprov-installation", "gpuprov-key", "gpuprov-allocation"
+K8S_RULE_SUFFIX = "-k8s-api"
 _DESCRIPTION = re.compile(r"^gpuprov installation=(\S+) key=(\S+)")
 # Canonical's Ubuntu 22.04 with the NVIDIA driver, so nvidia-smi works at first boot. The family
 # name follows Canonical's published pattern [unconfirmed: check `gcloud compute images list
@@ -181,6 +187,16 @@ def instance_name(installation_id: str, key: str) -> str:
     if not _NAME.fullmatch(name):
         raise InvalidRequest("installation id is not usable in a Compute Engine name ([a-z0-9-])")
     return name
+
+
+def k8s_rule_name(name: str) -> str:
+    """The Kubernetes API firewall rule of the machine (and machine rule) `name`: `<name>-k8s-api`,
+    at most 63 characters (a long name keeps its head and gains a hash of itself)."""
+    rule = f"{name}{K8S_RULE_SUFFIX}"
+    if len(rule) > NAME_MAX:
+        head = name[: NAME_MAX - len(K8S_RULE_SUFFIX) - 9].rstrip("-")
+        rule = f"{head}-{hashlib.sha256(name.encode()).hexdigest()[:8]}{K8S_RULE_SUFFIX}"
+    return rule
 
 
 def label_value(text: str) -> str:
@@ -476,33 +492,42 @@ class GcpProvider(ComputeClient):
         return self._ref(zone, inst)
 
     async def _ensure_firewall(self, name: str, spec: LaunchSpec) -> None:
+        """The machine's rule (SSH and the requested ports from anywhere) and, when `k8s_api_from` is
+        set, its Kubernetes API rule (6443 from those sources only: a rule's sourceRanges cover all
+        its ports, so the API port needs a rule of its own). Each is made once: a retry finds it."""
         compute = compute_v1()
-        ports = sorted({22, *spec.ports})
-        firewall = compute.Firewall(
-            name=name,
-            network="global/networks/default",
-            direction="INGRESS",
-            priority=1000,
-            source_ranges=["0.0.0.0/0"],
-            target_tags=[name],
-            allowed=[compute.Allowed(I_p_protocol="tcp", ports=[str(p) for p in ports])],
-            description=f"gpuprov installation={self.installation_id} key={spec.key} "
-            f"allocation={spec.owner.allocation_id}",
-        )
-        op = await self._sdk(self._insert_firewall, firewall)
-        if op is None:
-            return  # made by an earlier try of this create
-        done = await self._wait(op, zone=None, within=FIREWALL_WAIT_S)
-        if done is None:
-            raise Transient(f"{self.id}: firewall rule {name} still being created", in_doubt=True)
-        error = self._op_error(done, FailureScope(provider=self.id))
-        if error is not None:
-            raise error
+        rules = [(name, sorted({22, *spec.ports}), ["0.0.0.0/0"])]
+        if spec.k8s_api_from:
+            rules.append((k8s_rule_name(name), [K8S_API_PORT], list(dict.fromkeys(spec.k8s_api_from))))
+        for rule_name, ports, sources in rules:
+            firewall = compute.Firewall(
+                name=rule_name,
+                network="global/networks/default",
+                direction="INGRESS",
+                priority=1000,
+                source_ranges=sources,
+                target_tags=[name],
+                allowed=[compute.Allowed(I_p_protocol="tcp", ports=[str(p) for p in ports])],
+                description=f"gpuprov installation={self.installation_id} key={spec.key} "
+                f"allocation={spec.owner.allocation_id}",
+            )
+            op = await self._sdk(self._insert_firewall, firewall)
+            if op is None:
+                continue  # made by an earlier try of this create
+            done = await self._wait(op, zone=None, within=FIREWALL_WAIT_S)
+            if done is None:
+                raise Transient(f"{self.id}: firewall rule {rule_name} still being created", in_doubt=True)
+            error = self._op_error(done, FailureScope(provider=self.id))
+            if error is not None:
+                raise error
 
     async def _delete_firewall(self, key: str) -> None:
-        op = await self._sdk(self._delete, "FirewallsClient", firewall=self._name(key))
-        if op is not None:
-            await self._wait(op, zone=None, within=TERMINATE_WAIT_S)
+        """The key's firewall rules: the machine's and its Kubernetes API rule (if it has one)."""
+        name = self._name(key)
+        for rule_name in (name, k8s_rule_name(name)):
+            op = await self._sdk(self._delete, "FirewallsClient", firewall=rule_name)
+            if op is not None:
+                await self._wait(op, zone=None, within=TERMINATE_WAIT_S)
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:
         found = await self._locate(ref)
@@ -544,6 +569,7 @@ class GcpProvider(ComputeClient):
         found = await self._sdk(self._instances, self._owned_filter())
         machines = [self._ref(zone, inst) for zone, inst in found]
         names = {inst.name for _, inst in found}
+        names |= {k8s_rule_name(n) for n in names}  # a live machine's rules are not leftovers
         leftovers = []
         for fw in await self._sdk(self._firewalls):
             m = _DESCRIPTION.match(fw.description or "")

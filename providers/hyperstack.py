@@ -7,6 +7,10 @@ environment `gpuprov-<installation>-<region>` and `create` the key pair of the i
 (named after the region and the key's digest), each found first by name, so they are never per-machine
 side resources. The caller's other keys go in as cloud-config `ssh_authorized_keys`, beside k3s.
 
+Ports: the create's `security_rules` (added to the VM's own security group, so no side resource)
+open SSH and `--port`s from anywhere and the Kubernetes API port (K8S_API_PORT) only from the
+networks in `k8s_api_from`; a retried create finds the VM by name and sends no rule again.
+
 There is no idempotency key. Names are unique in the account (a duplicate is refused with 409), so
 the name `gpuprov-<installation>-<key>` is both the ownership mark and the idempotency key: create
 looks it up before launching, and a 409 means a racing create won (its VM is returned). Labels (a list
@@ -30,6 +34,7 @@ import yaml
 from providers import cloudinit, naming, rest
 from providers.auth import HeaderKeyAuth
 from providers.base import (
+    K8S_API_PORT,
     Capabilities,
     FailureScope,
     GpuSpec,
@@ -120,6 +125,22 @@ def boot_user_data(extra_keys: list[str], spec: LaunchSpec) -> str | None:
         keys = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in extra_keys]},
                                                   default_flow_style=False, width=1 << 20)
     return cloudinit.combine(keys, cloudinit.K3S_AT_BOOT if spec.k3s else None, spec.user_data)
+
+
+def _rule(port: int, cidr: str) -> dict[str, Any]:
+    ethertype = "IPv6" if ":" in cidr else "IPv4"
+    return {"direction": "ingress", "ethertype": ethertype, "protocol": "tcp", "remote_ip_prefix": cidr,
+            "port_range_min": port, "port_range_max": port}
+
+
+def security_rules(ports: list[int], k8s_api_from: list[str]) -> list[dict[str, Any]]:
+    """The create's inbound rules: SSH and `ports` from anywhere (IPv4), the Kubernetes API port only
+    from `k8s_api_from` (none: no rule for it). A port asked for both ways is opened once, from anywhere."""
+    opened = list(dict.fromkeys([22, *ports]))
+    rules = [_rule(port, "0.0.0.0/0") for port in opened]
+    if K8S_API_PORT not in opened:
+        rules += [_rule(K8S_API_PORT, cidr) for cidr in dict.fromkeys(k8s_api_from)]
+    return rules
 
 
 def error_fields(resp: httpx.Response) -> tuple[str, str]:
@@ -383,9 +404,7 @@ class HyperstackProvider(rest.RestCloudProvider):
 
     async def _create_body(self, offer: Offer, spec: LaunchSpec, name: str) -> dict[str, Any]:
         key_name = await self._keypair(offer.region, spec.ssh_public_keys[0])
-        rules = [{"direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
-                  "remote_ip_prefix": "0.0.0.0/0", "port_range_min": port, "port_range_max": port}
-                 for port in dict.fromkeys([22, *spec.ports])]
+        rules = security_rules(spec.ports, spec.k8s_api_from)
         body: dict[str, Any] = {
             "name": name,
             "environment_name": self._environment_name(offer.region),
@@ -399,7 +418,8 @@ class HyperstackProvider(rest.RestCloudProvider):
             "enable_port_randomization": False,
             "create_bootable_volume": False,
             # Added to the VM's security group (the default one lets all egress out) [unconfirmed]; 22
-            # is always opened: a VM without it is unreachable on its public IP.
+            # is always opened: a VM without it is unreachable on its public IP. The Kubernetes API
+            # port only from `k8s_api_from`.
             "security_rules": rules,
             "labels": self._labels(spec.key),
         }

@@ -5,8 +5,9 @@ Lambda has no idempotency key and does not enforce unique instance names, and it
 by nothing but cluster, so the name carries the key: `gpuprov-<installation>-<key>` is looked up
 before every launch. Instances also carry ownership tags (`gpuprov-installation`, `gpuprov-key`),
 the stronger mark where present. A launch takes exactly one SSH key *name*: each machine gets its own
-key object named like it (the other keys go in through cloud-init), and, when ports are asked for,
-its own firewall ruleset in the offer's region (tcp/22 always, plus those ports) — side resources
+key object named like it (the other keys go in through cloud-init), and, when ports or direct
+Kubernetes access are asked for, its own firewall ruleset in the offer's region (tcp/22 always,
+those ports from anywhere, 6443 only from `k8s_api_from`) — side resources
 terminate removes once the machine is gone, and `release(key)` too when no machine came. A ruleset
 cannot be deleted while an instance that carries it is listed (`firewall-ruleset-in-use`), which
 includes a `terminating` one. k3s is installed at boot by cloud-init (`user_data`, at most 1 MB).
@@ -30,6 +31,7 @@ import yaml
 
 from providers import account_objects, cloudinit, naming, pacing, rest
 from providers.base import (
+    K8S_API_PORT,
     Capabilities,
     CapacityError,
     FailureScope,
@@ -237,9 +239,10 @@ class LambdaProvider(rest.RestCloudProvider):
         found = await self._list("/firewall-rulesets")
         return [r for r in found if name is None or r.get("name") == name]
 
-    async def _ensure_ruleset(self, name: str, region: str, ports: list[int]) -> str:
+    async def _ensure_ruleset(self, name: str, region: str, ports: list[int], k8s_api_from: list[str]) -> str:
         """The machine's firewall ruleset in `region`: tcp/22 (whether an instance with its own ruleset
-        keeps the global rules is undocumented) and `ports`, from anywhere. Made once per key."""
+        keeps the global rules is undocumented) and `ports`, from anywhere; the Kubernetes API port
+        from `k8s_api_from` only. Made once per key."""
         with rest.parsing(self.id, "firewall-rulesets"):
             for rs in await self._rulesets(name):
                 if (rs.get("region") or {}).get("name") == region:
@@ -247,6 +250,8 @@ class LambdaProvider(rest.RestCloudProvider):
         rules = [{"protocol": "tcp", "port_range": [p, p], "source_network": "0.0.0.0/0",
                   "description": "SSH (gpuprov)" if p == 22 else f"port {p} (gpuprov)"}
                  for p in dict.fromkeys([22, *ports])]
+        rules += [{"protocol": "tcp", "port_range": [K8S_API_PORT, K8S_API_PORT], "source_network": cidr,
+                   "description": "Kubernetes API (gpuprov)"} for cidr in k8s_api_from]
         data = await self._data("POST", "/firewall-rulesets",
                                 json={"name": name, "region": region, "rules": rules})
         with rest.parsing(self.id, "firewall-ruleset"):
@@ -314,8 +319,10 @@ class LambdaProvider(rest.RestCloudProvider):
             "name": name,
             "tags": self._tags(spec.key),
         }
-        if spec.ports:
-            body["firewall_rulesets"] = [{"id": await self._ensure_ruleset(name, offer.region, spec.ports)}]
+        ruleset = bool(spec.ports or spec.k8s_api_from)
+        if ruleset:
+            body["firewall_rulesets"] = [{"id": await self._ensure_ruleset(name, offer.region, spec.ports,
+                                                                            spec.k8s_api_from)}]
         if spec.image:
             body["image"] = image_spec(spec.image)
         if user_data:
@@ -328,7 +335,7 @@ class LambdaProvider(rest.RestCloudProvider):
         except (CapacityError, QuotaError, InvalidRequest):
             # Definitely not launched: drop the side resources now rather than leave them to release.
             # (Transient/RateLimited may have launched; the retry reuses them.)
-            if spec.ports:
+            if ruleset:
                 await self._delete_rulesets(name, strict=False)
             await self._delete_ssh_key(key_name)
             raise

@@ -18,6 +18,16 @@ resource), the project's subnet with a public IP (the default security group all
 `--port` needs nothing more), the user's SSH keys in `cloud_init_user_data` (the only way Nebius takes
 one) with k3s at boot, `--spot` as a preemptible instance (stop on preemption, recovery FAIL).
 
+Firewall and the Kubernetes API: the NIC names no security group, so the network's default one
+applies, taken to allow all traffic [unconfirmed what the real default group admits]. So 6443 cannot be
+restricted to the caller's networks here, and gpuprov does not offer it directly: Kubernetes access
+on Nebius is through the SSH tunnel (`k8s_api=False`, against the clouds page's "direct") until the
+adapter makes its own security group. Nebius's API could restrict it (vpc.v1 SecurityGroupService and
+SecurityRuleService: a per-instance group whose ingress rules allow 22 and `--port`s from anywhere and
+6443 from `source_cidrs` only, at most 8 CIDRs and 8 ports a rule; attached through
+`NetworkInterfaceSpec.security_groups`; a side resource to find by name and remove after the
+instance), but neither this adapter nor the simulation does that yet.
+
 Operations: Create and Delete answer an operation still running (it finishes when the instance runs,
 or is gone). A create polls its operation (`op.update()`) until the operation fails, or finishes, or
 the instance shows it was placed (STARTING or later: the boot is `wait_running`'s to follow, and the
@@ -111,7 +121,9 @@ class NebiusProvider(CloudProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         display_name="Nebius AI Cloud",
         k3s="cloud-init",
-        k8s_api=True,
+        # The clouds page says "direct"; without a security group of its own the adapter cannot open 6443
+        # to the caller only, so the tunnel (module docstring).
+        k8s_api=False,
         ports=True,  # the default security group allows all traffic
         spot=True,  # preemptible instances
         custom_image=True,  # an image family or an image id

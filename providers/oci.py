@@ -12,8 +12,10 @@ shapes, one per allocation. Multi-node RDMA clusters (cluster networks, instance
   mark; a create lists instances of that name first, then launches with `opc-retry-token` derived
   from the key, so a launch whose answer was lost and is retried is the same instance (24 h).
 - Per machine, a network security group named like the instance (SSH plus `--port`s, TCP from
-  anywhere) on the region's first public subnet; it goes once the instance is gone (terminate, else
-  `release`), and `list_owned` reports one left without its instance.
+  anywhere; the Kubernetes API port 6443 only from `LaunchSpec.k8s_api_from`, none when that is
+  empty) on the region's first public subnet; a retry finds it by name and adds only the rules it
+  lacks. It goes once the instance is gone (terminate, else `release`), and `list_owned` reports one
+  left without its instance. The subnet's security lists add what they allow (the default one: SSH).
 - The public IP is only on the VNIC: `list_vnic_attachments` then `get_vnic`.
 - Errors: `ServiceError(status, code, message)`; "Out of host capacity." (a 500 InternalError) is
   capacity, `LimitExceeded`/`QuotaExceeded` quota, 401 `NotAuthenticated` auth, 404
@@ -67,7 +69,16 @@ from providers.oci_catalog import (
     OciCredentials,
     plain,
 )
-from providers.oci_client import ClientPool, all_pages, ingress_rules, launch_details, nsg_details
+from providers.oci_client import (
+    ClientPool,
+    Opening,
+    all_pages,
+    ingress_rules,
+    launch_details,
+    nsg_details,
+    openings_of,
+    wanted_openings,
+)
 from providers.rest import ErrorKind
 from providers.sdk import SdkCloudProvider, SdkError
 
@@ -281,15 +292,20 @@ class OciProvider(SdkCloudProvider):
             )
         return usable[0]
 
-    async def _ensure_nsg(self, region: str, name: str, key: str, vcn: str, ports: list[int]) -> str:
-        """The key's NSG with its rules: found (a retry) or made. One found without rules (a create cut
-        short between making it and adding them) gets them now, else SSH would never open."""
+    async def _ensure_nsg(self, region: str, name: str, key: str, vcn: str, wanted: list[Opening]) -> str:
+        """The key's NSG with its rules: found (a retry) or made. One found lacking rules (a create cut
+        short between making it and adding them) gets the missing ones now, else SSH would never open;
+        a rule already there is not added again."""
         net = (await self._c(region)).network
         found = await self._nsgs(region, name)
         if found:
             nsg_id = str(found[0].id)
-            if not await self._sdk(all_pages, net.list_network_security_group_security_rules, nsg_id):
-                await self._sdk(net.add_network_security_group_security_rules, nsg_id, ingress_rules(ports))
+            have = openings_of(
+                await self._sdk(all_pages, net.list_network_security_group_security_rules, nsg_id)
+            )
+            missing = [o for o in wanted if o not in have]
+            if missing:
+                await self._sdk(net.add_network_security_group_security_rules, nsg_id, ingress_rules(missing))
             return nsg_id
         nsg = await self._sdk(
             lambda: (
@@ -298,7 +314,7 @@ class OciProvider(SdkCloudProvider):
                 ).data
             )
         )
-        await self._sdk(net.add_network_security_group_security_rules, nsg.id, ingress_rules(ports))
+        await self._sdk(net.add_network_security_group_security_rules, nsg.id, ingress_rules(wanted))
         return str(nsg.id)
 
     async def _remove_nsgs(self, region: str, name: str) -> None:
@@ -343,7 +359,9 @@ class OciProvider(SdkCloudProvider):
         if found:
             return self._ref(found[0], spec.key, region)
         subnet = await self._subnet(region)
-        nsg = await self._ensure_nsg(region, name, spec.key, str(subnet.vcn_id), spec.ports)
+        nsg = await self._ensure_nsg(
+            region, name, spec.key, str(subnet.vcn_id), wanted_openings(spec.ports, spec.k8s_api_from)
+        )
         image = spec.image or await self._image(region, offer.instance_type)
         ad = offer.zone
         if not ad:

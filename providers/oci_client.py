@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from providers.base import AuthError, Transient
+from providers.base import K8S_API_PORT, AuthError, Transient
 
 TIMEOUT = (10.0, 60.0)  # (connect, read) seconds: a launch answers in seconds
 MAX_PAGES = 100
@@ -158,20 +158,49 @@ def nsg_details(*, compartment: str, vcn: str, name: str, tags: dict[str, str]) 
     )
 
 
-def ingress_rules(ports: list[int]) -> Any:
-    """TCP from anywhere to SSH and the asked ports (an NSG denies what it does not allow)."""
+ANYWHERE = "0.0.0.0/0"
+Opening = tuple[int, str]  # (TCP port, source CIDR) an ingress rule opens
+
+
+def wanted_openings(ports: list[int], k8s_api_from: list[str]) -> list[Opening]:
+    """SSH and the asked ports from anywhere; the Kubernetes API port from the asked networks only."""
+    anywhere = [(p, ANYWHERE) for p in [22, *ports]]
+    return list(dict.fromkeys([*anywhere, *((K8S_API_PORT, c) for c in k8s_api_from)]))
+
+
+def openings_of(rules: list[Any]) -> set[Opening]:
+    """The single-port TCP ingress openings among an NSG's rules (`SecurityRule`s as listed)."""
+    out: set[Opening] = set()
+    for r in rules:
+        tcp = r.tcp_options
+        span = tcp.destination_port_range if tcp is not None else None
+        if (
+            r.direction == "INGRESS"
+            and r.protocol == "6"
+            and r.source_type in (None, "CIDR_BLOCK")
+            and span is not None
+            and span.min == span.max
+            and tcp.source_port_range is None
+        ):
+            out.add((int(span.min), str(r.source)))
+    return out
+
+
+def ingress_rules(openings: list[Opening]) -> Any:
+    """Stateful TCP ingress rules for `openings` (an NSG denies what it does not allow)."""
     from oci.core import models as m
 
     rules = [
         m.AddSecurityRuleDetails(
             direction="INGRESS",
             protocol="6",
-            source="0.0.0.0/0",
+            source=source,
             source_type="CIDR_BLOCK",
             is_stateless=False,
-            description=f"gpuprov tcp/{p}",
+            description=f"gpuprov k8s api tcp/{p}" if p == K8S_API_PORT and source != ANYWHERE
+            else f"gpuprov tcp/{p}",
             tcp_options=m.TcpOptions(destination_port_range=m.PortRange(min=p, max=p)),
         )
-        for p in dict.fromkeys([22, *ports])
+        for p, source in openings
     ]
     return m.AddNetworkSecurityGroupSecurityRulesDetails(security_rules=rules)

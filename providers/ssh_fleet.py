@@ -132,6 +132,7 @@ if [ -f "$f" ] && [ -s "$c/keys" ]; then
 fi
 if [ "$(get k3s_before)" = 0 ] && command -v k3s-uninstall.sh >/dev/null 2>&1; then
   k3s-uninstall.sh >/dev/null || { echo "k3s-uninstall.sh failed" >&2; exit 4; }
+  rm -f ~/.gpuprov/k3s-install.sh ~/.gpuprov/k3s-exec  # what activities/k3s_setup.py kept
 fi
 made_dir=$(get made_dir)
 # Jobs run under this claim kept their files here (activities/jobs.py); their output is in the

@@ -319,6 +319,21 @@ class AcceptanceRun(SQLModel, table=True):
     result: str | None = None  # AcceptanceResult, JSON: set once the run ended
 
 
+class KubeconfigFetch(SQLModel, table=True):
+    """One hand-out of an instance's cluster-admin kubeconfig (api/routers/kubeconfig.py): who asked,
+    from where, when. The kubeconfig itself is never stored: it is read from the machine each time."""
+
+    __tablename__ = "kubeconfig_fetches"
+
+    id: str = Field(primary_key=True)
+    instance_id: str = Field(index=True)
+    project: str = Field(index=True)
+    principal: str  # "admin" or "project:<slug>": which token asked
+    client_address: str | None = None  # where the request came from, as the API saw it
+    access: str  # "direct" (the machine's address) or "tunnel" (127.0.0.1, for `gpuprov tunnel`)
+    fetched_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class ReportedWorkload(SQLModel, table=True):
     """Work run elsewhere on the project's behalf (a training run, a deployed model, another
     service's synthetic run), reported in with PUT /api/compute/workloads/{id} so the Workload Queue

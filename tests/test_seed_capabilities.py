@@ -33,7 +33,9 @@ SEED = {
     "primeintellect": Row("ssh", False, False, False, False, None, False),
     "runpod": Row("none", False, False, False, True, "root", False),
     "vastai": Row("none", False, False, True, True, "root", False),
-    "nebius": Row("cloud-init", True, True, True, True, "ubuntu", False),
+    # The page says "direct"; the adapter cannot yet restrict 6443 to the caller's networks (no security
+    # group of its own: providers/nebius.py), so it offers the SSH tunnel instead. A named deviation.
+    "nebius": Row("cloud-init", False, True, True, True, "ubuntu", False),
     # "Bare-metal RDMA GPU clusters" (single machines): k3s at boot, --port by an NSG per machine.
     "oci": Row("cloud-init", True, True, True, True, "ubuntu", True),
     # No row on the clouds page: issue 19's (containers, so no k3s; no --port beyond its tunnels).

@@ -270,6 +270,13 @@ class AllocationWorkflow:
         await self._advance(Phase.CREATE)
         wait_cancel = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         paced: dict[str, Any] = {}
+        # The create opens the Kubernetes API port to `k8s_api_from` on clouds with direct access. No
+        # `patched` branch: the commands are the same either way (one more field of the create's input,
+        # one more note), and only requests made since carry the field, so a run started before
+        # replays exactly as it ran.
+        direct_k8s: dict[str, Any] = {}
+        if req.k8s_api_from and req.k3s and caps.k3s != "none" and caps.k8s_api:
+            direct_k8s["k8s_api_from"] = req.k8s_api_from
         if caps.launches_per_s and workflow.patched(LAUNCH_QUEUE_PATCH):
             # Waiting there for the rate does not count against the timeouts (they start at dispatch).
             paced["task_queue"] = launch_task_queue(workflow.info().task_queue, offer.provider)
@@ -278,7 +285,7 @@ class AllocationWorkflow:
             CreateInput(target=st.target, offer=offer, key=key, ssh_public_keys=req.ssh_public_keys,
                         image=req.image, ports=req.ports, heartbeat_every_s=self._hb_every,
                         poll_interval_s=t.poll_interval_s, k3s_at_boot=req.k3s and caps.k3s == "cloud-init",
-                        lifetime_s=req.lifetime_s(), **self._marked()),
+                        lifetime_s=req.lifetime_s(), **direct_k8s, **self._marked()),
             # A retry may first wait out the cloud's in-flight window (clouds without a token).
             start_to_close_timeout=timedelta(seconds=t.call_timeout_s + caps.create_in_flight_s),
             heartbeat_timeout=self._hb,
@@ -301,6 +308,8 @@ class AllocationWorkflow:
             # Adapters open ports at create (LaunchSpec.ports); this phase records that they did.
             await self._advance(Phase.PORTS)
             st.notes.append(f"ports {', '.join(map(str, req.ports))} opened at create")
+        if direct_k8s:
+            st.notes.append(f"Kubernetes API (6443) opened at create to {', '.join(req.k8s_api_from)} only")
 
         assert st.host is not None
         ssh = SshTarget(host=st.host, port=st.ssh_port or 22, user=st.ssh_user or caps.login_user,

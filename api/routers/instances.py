@@ -7,11 +7,12 @@ before anything is written (the workflow records `terminating` itself)."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import object_session
 from sqlmodel import Session, col, select
@@ -251,6 +252,20 @@ def _within_budget(deps: AppDeps, project: str) -> None:
         refuse_over_budget(session, project)
 
 
+def k8s_api_networks(body: InstanceCreate, request: Request) -> list[str]:
+    """Who the Kubernetes API is opened to: as asked, else the address the request came from (as the
+    server sees it: behind a proxy, uvicorn's --forwarded-allow-ips decides); nobody without k3s."""
+    if not body.k3s:
+        return []
+    if body.k8s_api_from is not None:
+        return body.k8s_api_from
+    try:
+        peer = ipaddress.ip_address(request.client.host if request.client else "")
+    except ValueError:  # not an address (an in-process test client): nobody
+        return []
+    return [str(ipaddress.ip_network(peer))]
+
+
 # --------------------------------------------------------------------------- routes
 
 
@@ -261,7 +276,7 @@ def _within_budget(deps: AppDeps, project: str) -> None:
                         422: {"description": "invalid, refused by every candidate cloud, or an "
                                              "Idempotency-Key reused with another request"},
                         503: {"description": "Temporal unreachable: nothing was started or recorded"}})
-async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep,
+async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep, http_request: Request,
                           idempotency_key: idem.IdempotencyKey = None) -> InstanceAccepted:
     """Allocate a machine on the cheapest offer of every connection the request allows. With an
     Idempotency-Key the allocation id derives from the key: a retry answers with the same id (and
@@ -269,9 +284,9 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
     key = idempotency_key
     project = caller.project
     scope = idem.scope_of("instances", project)
-    # max_hours only when given: a retry keeps the fingerprint stored before the field existed
+    # max_hours and k8s_api_from only when given: a retry keeps the fingerprint stored before they existed
     fingerprint = idem.fingerprint(body.model_dump(
-        mode="json", exclude=None if body.max_hours is not None else {"max_hours"}))
+        mode="json", exclude={f for f in ("max_hours", "k8s_api_from") if getattr(body, f) is None}))
     if key is None:
         allocation_id = ids.new_id()
     else:
@@ -299,7 +314,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
         targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, instance_type=default.instance_type,
         ports=body.ports, image=body.image, k3s=body.k3s, ssh_public_keys=body.ssh_public_keys,
-        max_hours=body.max_hours)
+        max_hours=body.max_hours, k8s_api_from=k8s_api_networks(body, http_request))
     workflow_id = allocation_workflow_id(allocation_id)
     try:
         # Once per id: a retry joins the run the first attempt started; an id that ran never runs again.

@@ -17,11 +17,15 @@ twelve ConnectWorkflows, so the checks below share it, in this file's order.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,14 +35,16 @@ from typing import Any
 import asyncssh
 import httpx
 import pytest
+import yaml
 
 from cli import dev_docker
 from cli.dev import TOKENS_FILE, connection_bodies
 from fakeclouds import clouds
 from providers import docker_engine
 from providers.docker_ import LABEL_ALLOCATION, DockerProvider
-from tests import audit
-from tests.devrun import DevRun, alive, assert_private, dev_ports
+from tests import audit, kube
+from tests.devrun import DevRun, alive, assert_private, dev_ports, process_tree
+from tests.eventually import eventually_sync
 from tests.test_new_cloud import plugin_env
 
 SSH = shutil.which("ssh")
@@ -272,6 +278,85 @@ def test_acceptance_run_on_a_simulated_cloud_passes_every_step_and_reads_simulat
         runs = api.get("/api/compute/acceptance-runs").json()["items"]
     assert lam["support"]["status"] == "simulated", lam["support"]
     assert [run["outcome"] for run in runs] == ["passed"] and runs[0]["leftovers"] == []
+
+
+def _allocated(up: subprocess.CompletedProcess[str]) -> str:
+    accepted = re.search(r"allocation (\S+) accepted", up.stdout)
+    assert up.returncode == 0 and accepted, up.stdout + up.stderr
+    return accepted.group(1)
+
+
+def _ssh_children(pid: int) -> list[int]:
+    return [p for p in process_tree(pid) if Path(f"/proc/{p}/comm").read_text().strip() == "ssh"]
+
+
+def test_kubernetes_api_direct_on_lambda_tunnel_on_verda_none_on_runpod_and_docker(
+        dev: Running, tmp_path: Path) -> None:
+    """The issue's checks: after `gpuprov up --cloud lambda --gpu A10` (k3s on), `gpuprov kubeconfig`
+    lets the official client list one Ready node with nvidia.com/gpu 1 at the machine's address (TLS
+    verified); the same on Verda through `gpuprov tunnel`, which comes back after its link drops; the
+    credential is in no log, database or workflow history; RunPod and Docker refuse with their reason."""
+    lam = _allocated(dev.gpuprov("up", "--cloud", "lambda", "--gpu", "A10", "--ssh-key", str(dev.public)))
+    direct = tmp_path / "lambda.yaml"
+    got = dev.gpuprov("kubeconfig", lam, "-o", str(direct))
+    assert got.returncode == 0 and "(direct, https://127." in got.stderr, got.stdout + got.stderr
+    assert direct.stat().st_mode & 0o777 == 0o600
+    nodes = kube.list_nodes(direct.read_text())
+    assert len(nodes) == 1 and kube.ready(nodes[0]) and kube.gpus_of(nodes[0]) == "1"
+
+    ver = _allocated(dev.gpuprov("up", "--cloud", "verda", "--gpu", "V100", "--ssh-key", str(dev.public)))
+    tunneled = tmp_path / "verda.yaml"
+    tunnel = subprocess.Popen([sys.executable, "-m", "cli", "tunnel", ver, "-o", str(tunneled),
+                               "-i", str(dev.private)], env=dev.cli_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(tunnel.stdout or []), daemon=True)
+    reader.start()
+
+    def says(text: str, times: int = 1) -> bool:
+        return sum(text in line for line in list(printed)) >= times
+
+    try:
+        eventually_sync(lambda: says("tunnel up"), within=60, what="the tunnel up",
+                        detail=lambda: "".join(printed))
+        nodes = kube.list_nodes(tunneled.read_text())
+        assert len(nodes) == 1 and kube.ready(nodes[0]) and kube.gpus_of(nodes[0]) == "1"
+        for pid in _ssh_children(tunnel.pid):  # the link drops
+            os.kill(pid, signal.SIGKILL)
+        eventually_sync(lambda: says("tunnel down") and says("tunnel up", 2), within=60,
+                        what="the tunnel back up", detail=lambda: "".join(printed))
+        assert kube.list_nodes(tunneled.read_text())[0].metadata.name == nodes[0].metadata.name
+    finally:
+        tunnel.send_signal(signal.SIGINT)
+        assert tunnel.wait(30) == 0
+        reader.join(10)
+    assert says("tunnel closed"), printed
+
+    with dev.api() as api:
+        rows = api.get("/api/compute/instances", params={"limit": 200}).json()["items"]
+        fetches = api.get(f"/api/compute/instances/{lam}/kubeconfig-fetches").json()
+    assert [f["principal"] for f in fetches] == ["admin"] and fetches[0]["access"] == "direct"
+    for cloud in ("runpod", DockerProvider.id):  # instances earlier tests in this file made
+        other = next(r["id"] for r in rows if r["cloud"] == cloud)
+        for command in ("kubeconfig", "tunnel"):
+            refused = dev.gpuprov(command, other)
+            assert refused.returncode != 0 and "has no Kubernetes API access" in refused.stderr, refused
+
+    # The cluster-admin key is nowhere at rest but on the machine itself (the simulated machines'
+    # disks are under localcloud/machines): not in the database, Temporal's, any log, or the output.
+    cfg = yaml.safe_load(direct.read_text())
+    pem = base64.b64decode(cfg["users"][0]["user"]["client-key-data"]).decode()
+    needles = [cfg["users"][0]["user"]["client-key-data"].encode(), pem.splitlines()[1].encode()]
+    machines = dev.home / "localcloud" / "machines"
+    for path in dev.home.rglob("*"):
+        if path.is_file() and machines not in path.parents:
+            data = path.read_bytes()
+            assert not any(n in data for n in needles), f"the kubeconfig's key is in {path}"
+    assert not any(n.decode() in "\n".join(dev.run.lines) for n in needles)
+
+    for iid in (lam, ver):
+        down = dev.gpuprov("down", iid)
+        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_up_ssh_ls_offers_then_stop_restart_down(dev: Running) -> None:

@@ -11,8 +11,10 @@ why; `down` leaves each host's files exactly as they were."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
+import subprocess
 import tempfile
 import threading
 import uuid
@@ -105,6 +107,9 @@ async def fleet() -> AsyncIterator[Fleet]:
                           sudo=True)}
     (homes[b] / "bin" / "k3s").write_text(K3S)
     (homes[b] / "bin" / "k3s").chmod(0o755)
+    # ... and running: its (simulated) server state is there before gpuprov comes.
+    await asyncio.to_thread(subprocess.run, [homes[b] / "bin" / "k3s", "server"],
+                            env={**os.environ, "HOME": str(homes[b])}, check=True, capture_output=True)
     (homes[b] / ".ssh").mkdir(mode=0o700)
     fleet_public = FLEET_KEY.export_public_key().decode().strip()
     (homes[b] / ".ssh" / "authorized_keys").write_text(f"{fleet_public} owner\n{OTHER}")

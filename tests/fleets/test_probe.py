@@ -45,7 +45,7 @@ from api.app import create_app
 from api.deps import AppDeps
 from api.temporal import TemporalGateway
 from fakeclouds.catalog import Gpu, InstanceType
-from fakeclouds.nvidia_smi import script_for
+from fakeclouds.nvidia_smi import CONTAINER_RUNTIME, script_for
 from fakeclouds.ssh import MachineSSH
 from messages.fleet import FleetProbeResult
 from messages.health import HealthInput, HealthSummary
@@ -74,8 +74,9 @@ def make_home(root: Path, name: str, *, gpus: InstanceType | None, docker: bool,
     home = root / name
     (home / "bin").mkdir(parents=True)
     scripts = {"sudo": f"#!/bin/sh\nexit {0 if sudo else 1}\n"}
-    if gpus is not None:
+    if gpus is not None:  # a GPU host with NVIDIA's driver and container toolkit (k3s's GPU runtime)
         scripts["nvidia-smi"] = script_for(gpus, name)
+        scripts["nvidia-container-runtime"] = CONTAINER_RUNTIME
     if docker:
         scripts["docker"] = "#!/bin/sh\necho simulated docker\n"
     for script, text in scripts.items():

@@ -16,16 +16,18 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.deps import ActivityDeps
-from fakeclouds import lambda_api
+from fakeclouds import lambda_api, lambda_firewall
 from fakeclouds.server import FakeCloudServer
 from messages import activities as acts
 from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState, Timing
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
+from providers import kubeconfig
 from store.secrets import SecretBox
-from tests import simclouds
+from tests import kube, simclouds
 from tests.lambda_.conftest import PUBLIC
+from tests.recorded import replays
 from tests.workflows.conftest import settled, terminate
 from worker import build_worker
 from workflows.allocation import launch_task_queue
@@ -75,6 +77,36 @@ async def test_ten_allocations_at_once_under_the_limits(temporal_client: Client,
     async with simclouds.provider(sim, "lambda", installation_id=INSTALLATION) as p:
         assert await p.list_owned() == []
     assert lambda_api.rate_limited(sim.engine) == 0
+
+
+async def test_k3s_ready_for_a_direct_client_only_from_the_networks_asked(
+        temporal_client: Client, lambda_worker: None, sim: FakeCloudServer, db_engine: sa.Engine,
+        secret_box: SecretBox) -> None:
+    """k3s on (the default) with k8s_api_from: the create opens 6443 to that network only (the
+    machine's own ruleset), k3s serves a certificate for the machine's address, and the node
+    advertises its GPU to a client that verifies it; the history is kept (GPUPROV_RECORD_HISTORIES)."""
+    with Session(db_engine) as s:
+        connection = simclouds.add_connection(s, secret_box, sim, "lambda")
+    req = AllocateRequest(allocation_id=f"lam-{uuid.uuid4().hex[:8]}", connection_id=connection,
+                          cloud="lambda", region="us-east-1", gpu="a10", ssh_public_keys=[PUBLIC],
+                          k8s_api_from=["127.0.0.1/32"], timing=FAST)
+    handle = await temporal_client.start_workflow(
+        wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
+        task_queue=TASK_QUEUE, result_type=AllocationState)
+    st = await settled(handle)
+    assert st.phase == Phase.READY and st.ref and st.host, st.error
+    assert "Kubernetes API (6443) opened at create to 127.0.0.1/32 only" in st.notes
+    machine = sim.engine.machines[st.ref.instance_id]
+    rules = lambda_firewall.ingress(sim.engine, machine)  # what the machine's firewall lets in
+    assert (6443, 6443, "127.0.0.1/32") in rules and [r for r in rules if r[0] <= 6443 <= r[1]] == [
+        (6443, 6443, "127.0.0.1/32")]
+    raw = (sim.engine.machine_home(machine) / ".simulated-k3s" / "k3s.yaml").read_text()  # the machine's disk
+    nodes = await asyncio.to_thread(kube.list_nodes, kubeconfig.pointed_at(
+        raw, kubeconfig.server_url(st.host), "t"))
+    assert [kube.gpus_of(n) for n in nodes] == ["1"]
+
+    assert (await terminate(temporal_client, req.allocation_id)).phase == Phase.TERMINATED
+    await replays(temporal_client, handle.id)
 
 
 def test_a_cloud_with_a_launch_rate_always_has_a_launch_queue_worker() -> None:
