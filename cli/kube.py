@@ -12,6 +12,7 @@ machine rebooted) it says so and connects again on the same port, so the kubecon
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -98,6 +99,9 @@ def tunnel(
 ) -> None:
     """Forward a local port to the instance's Kubernetes API over SSH (its host key pinned), write a
     kubeconfig pointing at it, and keep the tunnel up — reconnecting when it drops — until Ctrl-C."""
+    # Ctrl-C (and a polite kill) end it, even where this process was started with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     api = Api()
     inst = api.call("GET", f"/instances/{instance_id}")
     got = _fetch(api, instance_id)  # refuses, with the cloud's reason, where there is no k8s access

@@ -28,10 +28,7 @@ default listing); that `POST /tags` of an existing tag answers 201; the status c
 pagination refusals (400 here); that a deleted droplet is 404 at once; `per_page` over 200 is
 clamped; a droplet without any SSH key (DigitalOcean would e-mail a root password) is refused.
 
-Firewalls filter what reaches a droplet through `ingress` (the facade's firewall answer, read by the
-simulated Kubernetes API at each connection): the inbound TCP rules of every firewall that names the
-droplet by id or by one of its tags; a droplet no firewall covers is open to everything, as on
-DigitalOcean. SSH itself is not filtered.
+Firewalls filter what reaches a droplet's simulated Kubernetes API (fakeclouds/digitalocean_account.py).
 """
 
 from __future__ import annotations
@@ -53,6 +50,10 @@ from fastapi.responses import JSONResponse, Response
 from fakeclouds import k3s
 from fakeclouds.catalog import InstanceType
 from fakeclouds.common import authorized_body, check_bearer, iso, make_call
+from fakeclouds.digitalocean_account import NAME, ingress, side_resources
+from fakeclouds.digitalocean_account import droplets as _droplets
+from fakeclouds.digitalocean_account import state as _state
+from fakeclouds.digitalocean_account import tags_of as _tags_of
 from fakeclouds.digitalocean_catalog import (
     IMAGES,
     INSTANCE_TYPES,
@@ -80,12 +81,11 @@ from fakeclouds.errors import (
     ServerFault,
     Unauthorized,
 )
-from fakeclouds.facade import Facade, IngressRule, NameRule
+from fakeclouds.facade import Facade, NameRule
 from fakeclouds.faults import CallPlan
 from fakeclouds.ratelimit import Limit, identity
 from fakeclouds.vendor_errors import retry_after_header, vendor_router
 
-NAME = "digitalocean"
 BURST, HOURLY = "burst limit", "hourly limit"  # Limit.what: tells the two 429s apart
 RATE_LIMITS = (Limit(calls=250, per_s=60, what=BURST), Limit(calls=5000, per_s=3600, what=HOURLY))
 KEY_LISTING_LIMIT = (Limit(calls=10, per_s=60, what=BURST),)  # GET /account/keys only
@@ -197,19 +197,6 @@ def droplet_json(engine: Engine, m: Machine) -> dict[str, Any]:
     if t.gpu:
         out["gpu_info"] = gpu_info(t)
     return out
-
-
-def _state(engine: Engine) -> dict[str, Any]:
-    """This account's tags, firewalls and SSH keys (persisted with the engine, cleared by reset)."""
-    state = engine.facade_state[NAME]
-    for part in ("tags", "firewalls", "keys"):
-        state.setdefault(part, {})
-    return state
-
-
-def _droplets(engine: Engine) -> list[Machine]:
-    # A deleted droplet is gone from the API at once, while the engine still winds it down.
-    return [m for m in engine.live(NAME) if m.status != TERMINATING]
 
 
 def _droplet(engine: Engine, droplet_id: str) -> Machine:
@@ -572,58 +559,6 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         return await do(request, "side_resources", effect, status=204)
 
     return router
-
-
-def side_resources(engine: Engine) -> list[dict[str, Any]]:
-    state = _state(engine)
-    return ([{"kind": "firewall", "id": f["id"], "name": f["name"]} for f in state["firewalls"].values()]
-            + [{"kind": "tag", "id": t, "name": t} for t in state["tags"]]
-            + [{"kind": "ssh-key", "id": str(k["id"]), "name": k["name"]} for k in state["keys"].values()])
-
-
-def _sources(engine: Engine, target: dict[str, Any]) -> list[str]:
-    """A rule's sources as CIDRs: its addresses (a bare address is one host), and the public
-    addresses of the droplets it names by id or tag."""
-    cidrs = [a if "/" in a else f"{a}/{128 if ':' in a else 32}" for a in target.get("addresses") or []]
-    ids = {str(d) for d in target.get("droplet_ids") or []}
-    tags = set(target.get("tags") or [])
-    for m in _droplets(engine):
-        if m.address and (m.id in ids or tags & set(_tags_of(engine, m))):
-            cidrs.append(f"{m.address}/32")
-    return cidrs
-
-
-def _tags_of(engine: Engine, m: Machine) -> list[str]:
-    """The droplet's tags that still exist (deleting a tag untags everything)."""
-    return [tag for tag in m.extra.get("tags", []) if tag in _state(engine)["tags"]]
-
-
-def _port_range(ports: str | None) -> tuple[int, int]:
-    """A rule's `ports` ("22", "8000-9000", "0" or "all": every port) as (first, last)."""
-    if ports in (None, "", "0", "all"):
-        return 1, 65535
-    first, _, last = str(ports).partition("-")
-    return int(first), int(last or first)
-
-
-def ingress(engine: Engine, m: Machine) -> list[IngressRule]:
-    """What DigitalOcean lets in to droplet `m`: the union of the inbound TCP rules of the firewalls
-    that cover it (by droplet id, or by a tag it carries); with no firewall on it, everything."""
-    tags = set(_tags_of(engine, m))
-    covering = [fw for fw in _state(engine)["firewalls"].values()
-                if m.id in {str(d) for d in fw.get("droplet_ids") or []} or tags & set(fw.get("tags") or [])]
-    if not covering:
-        return [(1, 65535, "0.0.0.0/0"), (1, 65535, "::/0")]
-    rules: list[IngressRule] = []
-    for fw in covering:
-        for rule in fw.get("inbound_rules") or []:
-            if rule.get("protocol") != "tcp":
-                continue
-            first, last = _port_range(rule.get("ports"))
-            for cidr in _sources(engine, rule.get("sources") or {}):
-                if (first, last, cidr) not in rules:
-                    rules.append((first, last, cidr))
-    return rules
 
 
 def droplet_id() -> str:

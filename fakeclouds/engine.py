@@ -538,22 +538,11 @@ class Engine:
             m.address = host
             self._ssh[m.id] = server
             self._k8s[m.id] = api
-            await self._listen_k8s(m, api)
+            if self.facades[m.facade].ssh_port is not None:  # its own address: 6443 there too
+                await api.listen_behind(self.facades[m.facade].ingress, self, m)
             return None
         log.warning("machine %s: %s", m.id, why)
         return why
-
-    async def _listen_k8s(self, m: Machine, api: MachineApi) -> None:
-        """The machine's Kubernetes API port on its own address, behind its cloud's firewall: only
-        for clouds whose firewall the simulation models and whose machines have their own address."""
-        ingress = self.facades[m.facade].ingress
-        if ingress is None or self.facades[m.facade].ssh_port is None or m.address is None:
-            return
-        try:
-            await api.listen_outside(
-                m.address, lambda peer: k8s_api.admits(ingress(self, m), k8s_api.PORT, peer))
-        except OSError as exc:
-            log.warning("machine %s: no Kubernetes API on %s: %s", m.id, m.address, exc)
 
     async def _stop_ssh(self, m: Machine) -> None:
         server = self._ssh.pop(m.id, None)

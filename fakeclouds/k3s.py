@@ -40,7 +40,7 @@ cat > "$HOME/bin/k3s" <<'GPUPROV_SIMULATED_K3S'
 {SCRIPT}GPUPROV_SIMULATED_K3S
 cat > "$HOME/bin/k3s-uninstall.sh" <<'GPUPROV_SIMULATED_K3S'
 {UNINSTALL}GPUPROV_SIMULATED_K3S
-chmod 755 "$HOME/bin/k3s" "$HOME/bin/k3s-uninstall.sh"
+chmod 700 "$HOME/bin/k3s" "$HOME/bin/k3s-uninstall.sh"
 set -- $INSTALL_K3S_EXEC
 [ "${{1:-}}" = server ] && shift
 "$HOME/bin/k3s" server "$@"

@@ -36,10 +36,10 @@ def state_dir(home: Path) -> Path:
     return home / STATE
 
 
-def _write(path: Path, text: str, mode: int = 0o600) -> None:
+def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
-    tmp.chmod(mode)
+    tmp.chmod(0o600)
     os.replace(tmp, path)
 
 
@@ -140,7 +140,9 @@ def server(home: Path, argv: list[str], *, quiet: bool = False) -> int:
     if previous.get("device_plugin"):
         config["device_plugin"] = previous["device_plugin"]  # the cluster's objects outlive a restart
     state_dir(home).mkdir(parents=True, exist_ok=True)
-    _write(state_dir(home) / "k3s.yaml", kubeconfig(home), int(config["kubeconfig_mode"], 8))
+    # The mode k3s would give it is recorded, not applied: on the host, a simulated machine's files are
+    # the simulation's user's only (its home is inside GPUPROV_HOME).
+    _write(state_dir(home) / "k3s.yaml", kubeconfig(home))
     _write(state_dir(home) / "server.json", json.dumps(config))
     if not quiet:
         print(f"[INFO]  simulated k3s server started with: {' '.join(argv) or '(no flags)'}")
@@ -181,8 +183,9 @@ def kubectl(home: Path, args: list[str]) -> int:
             print(json.dumps({"kind": "NodeList", "apiVersion": "v1", "items": [n]}, indent=2))
         elif rest in (["-o", f"jsonpath={GPU_JSONPATH}"], [f"-o=jsonpath={GPU_JSONPATH}"]):
             sys.stdout.write(n["status"]["allocatable"].get("nvidia.com/gpu", ""))
-        elif not rest:
-            print("NAME                    STATUS   ROLES                  AGE   VERSION")
+        elif rest in ([], ["--no-headers"]):
+            if not rest:
+                print("NAME                    STATUS   ROLES                  AGE   VERSION")
             print(f"{n['metadata']['name']:<23} Ready    control-plane,master   1m    {VERSION}")
         else:
             print(f"simulated k3s: unsupported: kubectl {' '.join(args)}", file=sys.stderr)

@@ -69,9 +69,20 @@ class MachineApi:
 
     # ------------------------------------------------------------------ listeners
 
-    async def listen_outside(self, host: str, gate: Admits) -> None:
-        """Serve on host:6443 to peers `gate` admits. OSError when the address cannot be bound."""
-        server = await asyncio.start_server(lambda r, w: self._accept(r, w, gate), host, PORT)
+    async def listen_behind(self, ingress: Callable[[Any, Any], list[tuple[int, int, str]]] | None,
+                            engine: Any, m: Any) -> None:
+        """Serve on the machine's own address, port 6443, to the peers its cloud's firewall admits at
+        each connection (`Facade.ingress`). Nothing where the firewall is not modelled; a bind that
+        fails is logged, not fatal (SSH still works)."""
+        if ingress is None or m.address is None:
+            return
+        try:
+            server = await asyncio.start_server(
+                lambda r, w: self._accept(r, w, lambda peer: admits(ingress(engine, m), PORT, peer)),
+                m.address, PORT)
+        except OSError as exc:
+            log.warning("machine %s: no Kubernetes API on %s: %s", m.id, m.address, exc)
+            return
         self._servers.append(server)
 
     async def inside(self) -> tuple[str, int] | None:

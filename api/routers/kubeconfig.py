@@ -15,7 +15,6 @@ tunnel`, which rewrites the port it listens on.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Literal
 
 import asyncssh
@@ -29,6 +28,7 @@ from activities.deps import ActivityDeps
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
 from api.errors import shown
+from api.fields import Timestamp
 from messages.enums import AllocationStatus
 from providers import kubeconfig, registry
 from store import instances
@@ -53,7 +53,7 @@ class KubeconfigFetchOut(BaseModel):
     principal: str
     client_address: str | None
     access: str
-    fetched_at: datetime
+    fetched_at: Timestamp
 
 
 def _ssh_deps(deps: AppDeps) -> ActivityDeps:

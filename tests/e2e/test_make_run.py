@@ -326,10 +326,12 @@ def test_kubernetes_api_direct_on_lambda_tunnel_on_verda_none_on_runpod_and_dock
         eventually_sync(lambda: says("tunnel down") and says("tunnel up", 2), within=60,
                         what="the tunnel back up", detail=lambda: "".join(printed))
         assert kube.list_nodes(tunneled.read_text())[0].metadata.name == nodes[0].metadata.name
-    finally:
-        tunnel.send_signal(signal.SIGINT)
-        assert tunnel.wait(30) == 0
-        reader.join(10)
+    except BaseException:
+        tunnel.kill()
+        raise
+    tunnel.send_signal(signal.SIGINT)  # as Ctrl-C in the user's terminal
+    assert tunnel.wait(30) == 0, printed
+    reader.join(10)
     assert says("tunnel closed"), printed
 
     with dev.api() as api:

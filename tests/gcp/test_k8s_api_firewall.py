@@ -18,7 +18,8 @@ from fakeclouds.gcp_api import FACADE
 from fakeclouds.gcp_auth import PROJECT
 from fakeclouds.server import FakeCloudServer
 from providers.base import K8S_API_PORT, InstanceRef
-from providers.gcp import NAME_MAX, GcpProvider, instance_name, k8s_rule_name
+from providers.gcp import GcpProvider
+from providers.gcp_names import NAME_MAX, instance_name, k8s_rule_name
 from tests.gcp.test_adapter import spec, t4_offer, wait_state
 
 
