@@ -126,5 +126,6 @@ async def test_a_gpu_machine_without_the_nvidia_runtime_and_root_fails_before_fe
         await conn.run("rm ~/bin/nvidia-container-runtime", check=True)
         step = await conn.run(f"bash -c {shlex.quote(k3s_script(tls_san=inst['ip'], gpu_wait_s=1))}")
     assert step.exit_status == 5
-    assert "needs root" in str(step.stderr) and "cannot install the NVIDIA container toolkit" in str(step.stderr)
+    err = str(step.stderr)
+    assert "needs root" in err and "cannot install the NVIDIA container toolkit" in err
     assert "simulated machine: sudo is not available" in str(step.stderr)
