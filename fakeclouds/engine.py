@@ -536,6 +536,8 @@ class Engine:
                     continue
                 break
             m.address = host
+            # Keys attached while it was starting (Vast.ai's attach during boot) went to m only.
+            server.keys.update(parse_public_key(k).public_data for k in m.public_keys)
             self._ssh[m.id] = server
             self._k8s[m.id] = api
             if self.facades[m.facade].ssh_port is not None:  # its own address: 6443 there too
