@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, cloudinit, k3s, k8s_api, nvidia_smi, who
+from fakeclouds import catalog, cloudinit, k3s, k3s_pki, k8s_api, nvidia_smi, who
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.calls import CallLog
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
@@ -488,6 +488,7 @@ class Engine:
             kept = home / k3s.KEPT_INSTALLER
             kept.parent.mkdir(parents=True, exist_ok=True)
             kept.write_text(k3s.INSTALLER)
+            k3s_pki.ensure(home / k3s.STATE / "pki")  # the image's k3s made its certificates (here: ~2 ms)
 
     def _spawn(self, m: Machine, coro: Any) -> None:
         self._cancel(m)

@@ -2,9 +2,10 @@
 server's serving certificate, a client CA that signs client certificates, and the admin client
 certificate (`O=system:masters`, cluster-admin) that goes into the kubeconfig.
 
-Made once per machine, under the machine's k3s state directory (fakeclouds/k3s_sim.py), by
-whichever comes first — the simulated `k3s server` or the simulated API server's first connection
-(fakeclouds/k8s_api.py) — and never twice (a directory renamed into place). The serving
+Made once per machine, under the machine's k3s state directory, by whichever comes first — the
+engine for an image that ships k3s, the simulated `k3s server` on a host that got it from the
+simulated installer (`python -m fakeclouds.k3s_pki DIR`), the simulated API server's first
+connection (fakeclouds/k8s_api.py) — and never twice (a directory renamed into place). The serving
 certificate is made for a set of SANs: 127.0.0.1 and localhost always (as k3s does), plus the
 `--tls-san` values k3s was started with; a client dialling any other name fails verification,
 as it would against a real k3s.
@@ -125,3 +126,9 @@ def serving_cert(pki: Pki, tls_sans: list[str]) -> tuple[bytes, bytes]:
     cert = _cert(_name("k3s", "k3s"), key, ca.subject, ca_key, ca=False,
                  usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=[_san(n) for n in names])
     return cert, _pem_key(key)
+
+
+if __name__ == "__main__":  # the simulated k3s on a host whose image did not bring its PKI
+    import sys
+
+    ensure(Path(sys.argv[1]))

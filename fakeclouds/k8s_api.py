@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fakeclouds import k3s_pki, k3s_sim
+from fakeclouds import k3s, k3s_pki, k3s_sim
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +173,8 @@ class MachineApi:
         node = k3s_sim.node(self.home)
         name = node["metadata"]["name"]
         if path == "/version":
-            minor = k3s_sim.VERSION.split(".")[1]
-            return 200, {"major": "1", "minor": minor, "gitVersion": k3s_sim.VERSION,
+            minor = k3s.VERSION.split(".")[1]
+            return 200, {"major": "1", "minor": minor, "gitVersion": k3s.VERSION,
                          "platform": "linux/amd64", "goVersion": "go1.23.4"}
         if path == "/api":
             return 200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}

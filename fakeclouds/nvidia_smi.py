@@ -73,7 +73,7 @@ for i in "${{!NAMES[@]}}"; do echo "GPU $i: ${{NAMES[$i]}}  ${{MEM}}MiB"; done
 
 
 # SIMULATED: the NVIDIA container runtime's presence is all the simulated k3s looks for
-# (fakeclouds/k3s_sim.py).
+# (fakeclouds/k3s.py).
 CONTAINER_RUNTIME = """#!/bin/sh
 # SIMULATED nvidia-container-runtime, written by gpuprov's fakeclouds: no container runs here.
 echo "simulated nvidia-container-runtime: no containers run on a simulated machine" >&2

@@ -7,13 +7,14 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from fakeclouds import clouds
+from fakeclouds import clouds, vastai_api
 from fakeclouds.engine import Engine
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
 from tests.devrun import alive
 from tests.fakeclouds.helpers import wait_engine
 
 FACADES = clouds.all_facades()  # every simulated cloud
+VAST_TYPE, VAST_REGION = vastai_api.INSTANCE_TYPES[0].name, next(iter(vastai_api.INSTANCE_TYPES[0].prices))
 
 
 @pytest.fixture
@@ -142,3 +143,28 @@ async def test_terminating_a_machine_stops_what_it_ran_even_detached(engine: Eng
     while alive(pid):
         assert time.monotonic() < deadline, "the machine's detached process survived its termination"
         await asyncio.sleep(0.05)
+
+
+async def test_a_key_attached_while_the_ssh_server_starts_is_admitted(
+        engine: Engine, pubkey: str, ssh_key: asyncssh.SSHKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Vast.ai attaches keys to an instance that may be booting: a key attached in the moment its SSH
+    server is starting (after the server read the machine's keys, before the engine knows the server)
+    must log in all the same."""
+    from fakeclouds import ssh as fake_ssh
+
+    nobody = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    start = fake_ssh.MachineSSH.start
+    attached: list[str] = []
+
+    async def start_then_attach(self: fake_ssh.MachineSSH, host: str, port: int = 0) -> int:
+        if not attached:  # the attach lands while the server is starting
+            attached.append(engine.authorize_key("vastai", m.id, pubkey).id)
+        return await start(self, host, port)
+
+    monkeypatch.setattr(fake_ssh.MachineSSH, "start", start_then_attach)
+    [m] = engine.create("vastai", instance_type=VAST_TYPE, region=VAST_REGION, public_keys=[nobody])
+    await wait_engine(engine, m.id, "running")
+    assert attached == [m.id]
+    async with asyncssh.connect("127.0.0.1", m.ssh_port, username=m.ssh_user, client_keys=[ssh_key],
+                                known_hosts=None, agent_path=None, connect_timeout=5) as conn:
+        assert (await conn.run("true")).exit_status == 0
