@@ -31,12 +31,15 @@ USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().deco
 # Fast enough for tests, slow enough for a loaded 2-core machine.
 FAST = Timing(heartbeat_timeout_s=3, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,
               ssh_timeout_s=20, k3s_timeout_s=30, max_retry_interval_s=1)
+UNREACHABLE_K3S_INSTALLER = "http://127.0.0.1:9/k3s-install.sh"  # port 9 (discard): nothing listens
 
 
 @pytest.fixture(scope="session")
 def activity_deps(db_engine: sa.Engine, secret_box: SecretBox, temporal_client: Client) -> ActivityDeps:
+    # A machine without k3s downloads the installer from here: a loopback port nothing listens on, so a
+    # test never reaches for get.k3s.io (traffic stays on loopback) and the download fails at once.
     return ActivityDeps(engine=db_engine, box=secret_box, installation_id=INSTALLATION,
-                        client=temporal_client)
+                        client=temporal_client, k3s_install_url=UNREACHABLE_K3S_INSTALLER)
 
 
 @pytest.fixture(scope="session")

@@ -134,6 +134,7 @@ async def test_k3s_failure_compensates_with_the_reason(temporal_client: Any, wf_
     with pytest.raises(WorkflowFailureError) as info:
         await settled(handle)
     assert "k3s" in str(info.value.cause)
+    assert "cannot download the k3s installer from http://127.0.0.1:9/" in str(info.value.cause)
     st = await handle.query(wf.ALLOCATION.state.name, result_type=AllocationState)
     assert st.attempts[-1].outcome == "failed" and "k3s" in (st.attempts[-1].reason or "")
     assert await owned(sim, "lambda") == []
