@@ -28,6 +28,7 @@ class Settings(BaseSettings):
     api_url: str = "http://127.0.0.1:8000"
     codec_cors_origins: str = "http://127.0.0.1:8233"  # Web UI origins that may call /codec (comma-separated)
     codec_session_ttl_s: float = 12 * 3600  # how long a /codec/session cookie stays valid
+    console_session_ttl_s: float = 12 * 3600  # how long a Compute console sign-in stays valid
     offers_cache_ttl_s: float = 30.0  # how long the offers page reuses a connection's answer (0: never)
     offers_timeout_s: float = 15.0  # a cloud that has not answered the offers page by then is reported
     watch_interval_s: float = 60.0  # how often each connection's machines are checked for losses

@@ -10,6 +10,8 @@ from fastapi import Depends, FastAPI
 
 import logsafe
 from api.auth import require_token
+from api.console import pages as console_pages
+from api.console import session as console_session
 from api.deps import AppDeps, deps_from_settings
 from api.errors import install_error_handlers
 from api.guard import EdgeGuard
@@ -78,6 +80,9 @@ def create_app(deps: AppDeps) -> FastAPI:
                                                                            Depends(known_query)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token),
                                                                      Depends(known_query)])
+    # The Compute console: its sign-in (a bearer token or its cookie; api/console/session.py) and pages.
+    app.include_router(console_session.router, prefix="/api", dependencies=[Depends(known_query)])
+    app.include_router(console_pages.router)
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.
     app.include_router(codec.router, prefix=codec.PREFIX)
     app.add_middleware(codec.CodecCors)

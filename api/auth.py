@@ -1,5 +1,6 @@
-"""Who is calling: the bearer token (the installation's admin token or a project token) and the
-project a request works in, as FastAPI dependencies (`CallerDep`, `require_token`)."""
+"""Who is calling: the bearer token (the installation's admin token or a project token), or a Compute
+console session opened with one (api/console/session.py), and the project a request works in, as
+FastAPI dependencies (`CallerDep`, `require_token`)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ import hmac
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, status
+from fastapi import Depends, Header, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.deps import AppDeps, DepsDep, open_session
 from api.fields import PROJECT_PATTERN
-from store import projects
+from store import console_sessions, projects
 
 _bearer = HTTPBearer(auto_error=False, description="the admin token printed by `gpuprov dev`, or a project "
                                                    "token (POST /api/projects/{project}/tokens)")
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 DEFAULT_PROJECT = "default"
+CONSOLE_COOKIE = "gpuprov_console"  # the console's session (api/console/session.py)
+CSRF_HEADER = "X-CSRF-Token"  # every write a console session makes carries its CSRF token
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PROJECT_HEADER = "X-Project"
 
 
@@ -69,18 +73,42 @@ ProjectHeader = Annotated[str | None, Header(
                 "token: only its own (another answers 404).")]
 
 
-def current_caller(creds: BearerDep, deps: DepsDep, x_project: ProjectHeader = None) -> Caller:
-    """Authenticate the request and settle its project. A sync dependency: FastAPI runs it on its
-    threadpool, so the token lookup never blocks the event loop."""
-    if creds is None:
+def console_session(deps: AppDeps, value: str | None) -> console_sessions.OpenSession | None:
+    """The live console session a cookie value opens, else None. Sync (a database read)."""
+    if not value:
+        return None
+    with open_session(deps) as session:
+        return console_sessions.live_session(session, deps.box, value)
+
+
+def _console_caller(request: Request, deps: AppDeps) -> tuple[bool, str | None]:
+    """(admin, project) of the request's console session; 401 without a live one, 403 for a write
+    without its CSRF token (a cookie rides along with requests the page did not make)."""
+    opened = console_session(deps, request.cookies.get(CONSOLE_COOKIE))
+    if opened is None:
         raise _unauthorized()
-    if is_admin_token(deps, creds.credentials):
+    if request.method not in SAFE_METHODS and not hmac.compare_digest(
+            request.headers.get(CSRF_HEADER, "").encode(), opened.csrf.encode()):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"a console session's write needs its {CSRF_HEADER}")
+    return opened.admin, opened.project
+
+
+def current_caller(request: Request, creds: BearerDep, deps: DepsDep,
+                   x_project: ProjectHeader = None) -> Caller:
+    """Authenticate the request (a bearer token, else a console session cookie) and settle its
+    project. A sync dependency: FastAPI runs it on its threadpool, so the token lookup never blocks
+    the event loop."""
+    if creds is None:
+        admin, own = _console_caller(request, deps)
+    else:
+        admin = is_admin_token(deps, creds.credentials)
+        own = None if admin else token_project(deps, creds.credentials)
+    if admin:
         project = x_project or DEFAULT_PROJECT
         with open_session(deps) as session:
             if projects.get_project(session, project) is None:
                 raise no_project(project)
         return Caller(admin=True, project=project)
-    own = token_project(deps, creds.credentials)
     if own is None:
         raise _unauthorized()
     if x_project is not None and x_project != own:

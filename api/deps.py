@@ -36,6 +36,7 @@ class AppDeps:
     connect_timeout_s: float = 60.0
     codec_cors_origins: tuple[str, ...] = ("http://127.0.0.1:8233",)  # the Temporal Web UI's
     codec_session_ttl_s: float = 12 * 3600
+    console_session_ttl_s: float = 12 * 3600  # a Compute console sign-in (GPUPROV_CONSOLE_SESSION_TTL_S)
     # URL prefixes a connection's endpoint may use besides its cloud's documented hosts
     # (GPUPROV_ALLOWED_ENDPOINTS; providers/endpoints.py).
     allowed_endpoints: tuple[str, ...] = ()
@@ -83,6 +84,7 @@ def deps_from_settings() -> AppDeps:
         workflows=TemporalGateway(s.temporal_address, s.temporal_namespace, s.task_queue, keys=box.keys),
         codec_cors_origins=tuple(o.strip() for o in s.codec_cors_origins.split(",") if o.strip()),
         codec_session_ttl_s=s.codec_session_ttl_s,
+        console_session_ttl_s=s.console_session_ttl_s,
         allowed_endpoints=s.allowed_endpoint_prefixes(),
         webhook_allowlist=s.webhook_prefixes(),
         policy_interval_s=s.policy_interval_s,

@@ -1,11 +1,13 @@
 """The API's edge: what happens to a request before FastAPI reads it.
 
-- Authentication first, before a single body byte is read (401): a valid bearer token, or, on
+- Authentication first, before a single body byte is read (401): a valid bearer token; or, on
   the codec's two payload routes only, a codec session cookie whose value verifies (its signature
-  and expiry, codec.valid_session: not the mere presence of its name). Every path needs one except
-  the truly public requests (PUBLIC: health, the docs, the codec's token page and logout, and the
-  codec's CORS preflights, which a browser sends without credentials); a path that routes nowhere
-  needs a token too, so an anonymous request makes the API do nothing but refuse it.
+  and expiry, codec.valid_session: not the mere presence of its name); or, under /api/, a live
+  console session cookie (api/console/session.py; the route checks its CSRF token on writes).
+  Every path needs one except the truly public requests (PUBLIC: health, the docs, the codec's
+  token page and logout, the console's pages and static files and its sign-out, and the codec's
+  CORS preflights, which a browser sends without credentials); a path that routes nowhere needs a
+  token too, so an anonymous request makes the API do nothing but refuse it.
 - A public request may send at most PUBLIC_MAX_BODY bytes (none of them takes a body; 413 unread).
 - A body is never longer than MAX_BODY (the codec's own limit under /codec/: a Temporal payload
   may be larger): a larger Content-Length is refused unread, and a body of
@@ -34,7 +36,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import logsafe
 from api import strict_json
-from api.auth import UNAUTHORIZED, token_is_valid
+from api.auth import CONSOLE_COOKIE, UNAUTHORIZED, console_session, token_is_valid
+from api.console import pages
 from api.deps import AppDeps
 from api.routers import codec
 
@@ -57,7 +60,11 @@ def too_large(limit: int) -> str:
 CODEC_OPEN = {("GET", codec.PREFIX + "/"), ("DELETE", codec.PREFIX + "/session")}
 # Requests that need no credentials: liveness, the API's description, the codec's open routes.
 PUBLIC_PAGES = ("/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
-PUBLIC = {*CODEC_OPEN, *((method, path) for method in ("GET", "HEAD") for path in PUBLIC_PAGES)}
+# Signing out of the console: it ends whatever session the cookie names, or none (no body).
+CONSOLE_OPEN = {("DELETE", "/api/console/session")}
+OPEN_SESSIONS = CODEC_OPEN | CONSOLE_OPEN
+PUBLIC = {*OPEN_SESSIONS, *pages.ROUTES,
+          *((method, path) for method in ("GET", "HEAD") for path in PUBLIC_PAGES)}
 # The routes a codec session cookie opens (the Web UI's browser cannot send a bearer token).
 SESSION_ROUTES = {("POST", codec.PREFIX + "/decode"), ("POST", codec.PREFIX + "/encode")}
 
@@ -68,12 +75,15 @@ def is_public(scope: Scope) -> bool:
     method, path = scope.get("method"), scope["path"]
     if method == "OPTIONS":
         return path == codec.PREFIX or path.startswith(codec.PREFIX + "/")
+    # The console's pages and files: static, nothing in them but code (their data comes from /api).
+    if method in ("GET", "HEAD") and pages.is_console_path(path):
+        return True
     return (method, path) in PUBLIC
 
 
-def session_cookie(headers: Headers) -> str | None:
-    """The codec session cookie's value in the Cookie header(s), else None."""
-    values = [cookie_parser(raw).get(codec.COOKIE) for raw in headers.getlist("cookie")]
+def session_cookie(headers: Headers, name: str = codec.COOKIE) -> str | None:
+    """A session cookie's value in the Cookie header(s) (the codec's by default), else None."""
+    values = [cookie_parser(raw).get(name) for raw in headers.getlist("cookie")]
     return next((value for value in values if value), None)
 
 
@@ -210,12 +220,16 @@ class EdgeGuard:
 
     async def _authenticated(self, scope: Scope, headers: Headers) -> bool:
         """A valid bearer token; or, with no Authorization header, on the codec's payload routes, a
-        session cookie whose value verifies (the route then checks its origin)."""
+        session cookie whose value verifies (the route then checks its origin), and under /api/ a
+        live console session (the route then checks a write's CSRF token)."""
         deps: AppDeps = scope["app"].state.deps
         authorization = headers.get("authorization")
         if authorization is None and (scope.get("method"), scope["path"]) in SESSION_ROUTES:
             value = session_cookie(headers)
             return value is not None and codec.valid_session(deps, value)
+        if authorization is None and scope["path"].startswith("/api/"):
+            value = session_cookie(headers, CONSOLE_COOKIE)
+            return value is not None and await run_in_threadpool(console_session, deps, value) is not None
         token = bearer_token(authorization)
         return token is not None and await run_in_threadpool(token_is_valid, deps, token)
 

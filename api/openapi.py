@@ -26,7 +26,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from api.errors import ErrorOut
-from api.guard import CODEC_OPEN
+from api.guard import OPEN_SESSIONS
 
 SECURED_PREFIXES = ("/api/", "/codec/")
 ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorOut"}
@@ -54,7 +54,7 @@ HEADERS: dict[int, dict[str, Any]] = {
 def rule_statuses(path: str, method: str, operation: dict[str, Any]) -> set[int]:
     """The error statuses the app's own rules give `operation`, whatever the route's code does."""
     codes: set[int] = set()
-    open_ = (method.upper(), path) in CODEC_OPEN  # the codec's token page and logout
+    open_ = (method.upper(), path) in OPEN_SESSIONS  # the codec's token page, signing out
     if (path.startswith(SECURED_PREFIXES) and not open_) or operation.get("security"):
         codes.add(401)
     if "requestBody" in operation:

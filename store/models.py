@@ -334,6 +334,22 @@ class KubeconfigFetch(SQLModel, table=True):
     fetched_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
+class ConsoleSession(SQLModel, table=True):
+    """A signed-in browser of the Compute console (api/console/session.py): the token it was opened
+    with is never kept, only which kind it was (and a project token's hash, so revoking the token
+    ends its sessions). The cookie holds a random value; only its keyed digest is stored here."""
+
+    __tablename__ = "console_sessions"
+
+    id_digest: str = Field(primary_key=True)
+    admin: bool
+    project: str | None = None  # a project token's project (an admin session picks per request)
+    token_hash: str | None = Field(default=None, index=True)  # a project token's (projects.token_hash)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    expires_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+
+
 class ReportedWorkload(SQLModel, table=True):
     """Work run elsewhere on the project's behalf (a training run, a deployed model, another
     service's synthetic run), reported in with PUT /api/compute/workloads/{id} so the Workload Queue

@@ -101,6 +101,14 @@ def module_processes() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="package")
+def package_processes() -> Iterator[None]:
+    """The `processes` permit for a package-scoped fixture: one `gpuprov dev` run shared by the
+    files of a package (the console's browser tests, tests/browser/)."""
+    with process_permit.permitted():
+        yield
+
+
 @pytest.fixture(scope="session")
 def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client

@@ -35,7 +35,7 @@ from schemathesis.python._constants.orchestrator import make_constants_value_sou
 
 from api.app import create_app
 from api.deps import AppDeps
-from api.guard import CODEC_OPEN
+from api.guard import OPEN_SESSIONS
 from messages.connection import ConnectResult
 from messages.workflows import WorkflowRef
 from providers import registry
@@ -168,7 +168,7 @@ def test_openapi_documents_the_error_shape_and_cloud_enum(fuzz_app: Any) -> None
                 if int(code) >= 400:
                     schema_ref = response["content"]["application/json"]["schema"]["$ref"]
                     assert schema_ref == "#/components/schemas/ErrorOut", (method, path, code)
-            if path.startswith(SECURED) and (method.upper(), path) not in CODEC_OPEN:
+            if path.startswith(SECURED) and (method.upper(), path) not in OPEN_SESSIONS:
                 assert "401" in op["responses"], (method, path)
                 assert "WWW-Authenticate" in op["responses"]["401"]["headers"]
             if "requestBody" in op:
@@ -187,7 +187,7 @@ def test_every_secured_operation_refuses_a_missing_or_wrong_token(fuzz_app: Any)
                 continue
             concrete = re.sub(r"\{[^}]*\}", "x", path)  # any value stands for an id
             for method in item:
-                if (method.upper(), path) in CODEC_OPEN:  # logging out of the codec needs no token
+                if (method.upper(), path) in OPEN_SESSIONS:  # logging out needs no token
                     continue
                 for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
                     r = client.request(method, concrete, headers=headers, json={})

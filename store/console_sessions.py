@@ -1,0 +1,79 @@
+"""The Compute console's sessions (store/models.py ConsoleSession): opened with an API token, ended
+server-side by signing out, by their expiry, or by revoking the project token they were opened with.
+
+The browser holds a random value in an HttpOnly cookie; the database holds only its keyed digest, so
+a copy of the database opens no session. The CSRF token a page sends with every write is derived
+from the same value (a second keyed digest): nothing more to store, and it dies with the session."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlmodel import Session, select
+
+from store.models import ApiToken, ConsoleSession, utcnow
+from store.secrets import SecretBox
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    """A live session, as the API sees it: who it is and the CSRF token its writes must carry."""
+
+    admin: bool
+    project: str | None
+    csrf: str
+    expires_at: datetime
+
+
+def _id_digest(box: SecretBox, value: str) -> str:
+    return box.digest(b"gpuprov console session\0" + value.encode())
+
+
+def csrf_token(box: SecretBox, value: str) -> str:
+    return box.digest(b"gpuprov console csrf\0" + value.encode())
+
+
+def open_session(session: Session, box: SecretBox, *, admin: bool, project: str | None,
+                 token_hash: str | None, ttl_s: float) -> tuple[str, OpenSession]:
+    """A new session (committed) and the cookie value that opens it, which is not kept."""
+    value = secrets.token_urlsafe(32)
+    row = ConsoleSession(id_digest=_id_digest(box, value), admin=admin, project=project,
+                         token_hash=token_hash, expires_at=utcnow() + timedelta(seconds=ttl_s))
+    session.add(row)
+    session.commit()
+    return value, OpenSession(admin, project, csrf_token(box, value), row.expires_at)
+
+
+def live_session(session: Session, box: SecretBox, value: str | None) -> OpenSession | None:
+    """The live session `value` opens, else None: unknown, ended, expired, or opened with a project
+    token that has since been revoked."""
+    if not value or len(value) > 128:
+        return None
+    row = session.get(ConsoleSession, _id_digest(box, value))
+    if row is None or row.ended_at is not None or _aware(row.expires_at) <= utcnow():
+        return None
+    if row.token_hash is not None:
+        token = session.exec(select(ApiToken).where(ApiToken.token_hash == row.token_hash)).first()
+        if token is None or token.revoked_at is not None:
+            return None
+    return OpenSession(row.admin, row.project, csrf_token(box, value), _aware(row.expires_at))
+
+
+def end_session(session: Session, box: SecretBox, value: str | None) -> bool:
+    """End the session `value` opens (committed); False when there was none live."""
+    if not value or len(value) > 128:
+        return False
+    row = session.get(ConsoleSession, _id_digest(box, value))
+    if row is None or row.ended_at is not None:
+        return False
+    row.ended_at = utcnow()
+    session.add(row)
+    session.commit()
+    return True
+
+
+def _aware(at: datetime) -> datetime:
+    # SQLite hands back naive datetimes for timezone-aware columns; every time stored here is UTC.
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

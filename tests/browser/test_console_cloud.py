@@ -1,0 +1,127 @@
+"""The Cloud tab in a real browser: sign-in, the providers `gpuprov dev` connected, an instance
+allocated through the CLI appearing without a reload and terminated from its row, the spend chart."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import asyncssh
+
+from tests.browser.conftest import NARROW, TIMEZONE, Recorder, Stack, finish, new_page, sign_in
+from tests.eventually import eventually_sync
+
+
+def test_sign_in_refuses_a_wrong_token_then_shows_the_cloud_tab(page: Any, stack: Stack) -> None:
+    page.goto(stack.url + "/studio/compute")
+    assert page.url.endswith("/studio/compute/cloud")  # /studio/compute lands on the Cloud tab
+    page.fill("#token", "not-a-token")
+    page.click("form.signin button[type=submit]")
+    page.wait_for_selector("form.signin .error")
+    assert "invalid bearer token" in page.inner_text("form.signin .error")  # the API's own reason
+    sign_in(page, stack)
+    page.wait_for_selector("#providers .row")
+    assert page.inner_text("nav.tabs").split() == ["Cloud", "Workload", "Queue", "Policies"]
+    names = page.locator("#providers .row .name").all_inner_texts()
+    assert len(names) >= 10, names  # every simulated cloud `gpuprov dev` connected
+    assert re.search(r"\d+ instances?", page.inner_text("#providers"))
+
+
+def chatham(iso: str) -> str:
+    """How the console shows `iso` to a viewer in the test's zone: Intl's medium date, short time."""
+    at = datetime.fromisoformat(iso).astimezone(ZoneInfo(TIMEZONE))
+    return f"{at:%b} {at.day}, {at.year}, {at.hour % 12 or 12}:{at:%M} {'AM' if at.hour < 12 else 'PM'}"
+
+
+def spaces(text: str) -> str:
+    return re.sub(r"\s+", " ", text.replace("\u202f", " ")).strip()
+
+
+def test_an_instance_appears_live_is_terminated_from_its_row_and_its_spend_is_charted(
+        page: Any, stack: Stack) -> None:
+    sign_in(page, stack)
+    page.wait_for_selector("#instances")
+    page.evaluate("window.notReloaded = true")
+    key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    with stack.api() as api:
+        r = api.post("/instances", json={"cloud": "lambda", "gpu": "A10", "k3s": False,
+                                         "name": "console-live", "ssh_public_keys": [key]})
+        assert r.status_code == 202, r.text
+        instance_id = r.json()["id"]
+        row = page.locator(f"#instances tr[data-instance='{instance_id}']")
+        row.wait_for(timeout=120_000)  # appears while the allocation runs, without a reload
+        page.wait_for_function(
+            "id => document.querySelector(`#instances tr[data-instance='${id}']`)?.innerText.includes('A10')",
+            arg=instance_id, timeout=120_000)
+        def ready() -> dict[str, Any] | None:
+            found: dict[str, Any] = api.get(f"/instances/{instance_id}").json()
+            return found if found["status"] == "ready" else None
+
+        instance = eventually_sync(ready, within=120, what="the instance ready")
+        cells = [spaces(c) for c in row.locator("td").all_inner_texts()]
+        assert cells[0] == "console-live"
+        assert cells[1] == f"{instance['gpu_label']} · {instance['instance_type']}"
+        page.wait_for_function(  # the row refreshes itself: the start time once ready
+            "([id, t]) => document.querySelector(`#instances tr[data-instance='${id}'] td:nth-child(3)`)"
+            "?.innerText.replace(/\\s+/g, ' ').trim() === t",
+            arg=[instance_id, chatham(instance["ready_at"])])  # the browser's zone, not the server's
+        assert cells[3] == f"${instance['price_per_hour']:.2f}/hr"
+
+        # Terminate from the keyboard: the button, Enter, the dialog says what happens, Enter confirms.
+        row.get_by_role("button", name=re.compile("Terminate")).focus()
+        page.keyboard.press("Enter")
+        dialog = page.locator("dialog.confirm")
+        dialog.wait_for()
+        assert "terminated" in dialog.inner_text() and "billing stops" in dialog.inner_text()
+        page.keyboard.press("Enter")
+        row.wait_for(state="detached", timeout=120_000)
+        eventually_sync(lambda: api.get(f"/instances/{instance_id}").json()["status"] == "terminated",
+                        within=120, what="the instance terminated")
+        assert page.evaluate("window.notReloaded") is True
+
+        # It accrued spend while it ran: the spend card shows the API's figures in its charts.
+        spend = api.get("/spend", params={"days": 30}).json()
+        assert not spend["empty"]
+    page.wait_for_selector("#spend:not([hidden]) #spend-daily")
+    charted = page.evaluate("() => Chart.getChart('spend-daily').data.datasets[0].data")
+    assert len(charted) == spend["days"] == 30
+    assert abs(sum(charted) - spend["total"]) < 0.01 + spend["total"] * 0.01  # it keeps accruing nowhere now
+    assert page.evaluate("() => Chart.getChart('spend-project').data.labels") == [
+        p["project"] for p in spend["by_project"]]
+
+
+def test_a_project_tokens_session_sees_only_its_project_and_remove_says_what_it_does(
+        browser: Any, recorder: Recorder, stack: Stack) -> None:
+    with stack.api() as api:
+        assert api.post("/../projects", json={"id": "console-team"}).status_code in (201, 409)
+        token = api.post("/../projects/console-team/tokens", json={"label": "console"}).json()["token"]
+    narrow = new_page(browser, recorder, viewport=NARROW)
+    try:
+        sign_in(narrow, stack, token)
+        narrow.wait_for_selector("#connect .empty")  # nothing connected in this project: the grid only
+        assert narrow.locator("#providers").is_hidden()
+        assert "project console-team" in narrow.inner_text("header")
+        assert narrow.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
+        with stack.api(token) as team:
+            r = team.post("/connections", json={**stack.connection_body("vastai"), "name": "team vast"})
+            assert r.status_code == 201, r.text
+        row = narrow.locator("#providers .row", has_text="team vast")
+        row.wait_for()  # live: no reload
+        assert narrow.locator("#providers .row").count() == 1  # the admin's default project is not shown
+        assert narrow.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
+        row.get_by_role("button", name="Remove team vast").click()
+        dialog = narrow.locator("dialog.confirm")
+        assert "instance" in dialog.inner_text() and "terminated" in dialog.inner_text()
+        dialog.get_by_role("button", name="Cancel").click()
+        assert row.is_visible()  # cancelled: still there
+        row.get_by_role("button", name="Remove team vast").click()
+        narrow.locator("dialog.confirm").get_by_role("button", name="Remove").click()
+        row.wait_for(state="detached", timeout=120_000)
+        with stack.api(token) as team:
+            assert team.get("/connections").json()["items"] == []
+        narrow.get_by_role("button", name="Sign out").click()
+        narrow.wait_for_selector("form.signin")
+    finally:
+        finish(narrow, recorder, stack, "project_session_narrow")
