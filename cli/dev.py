@@ -307,7 +307,7 @@ async def run_dev(cfg: DevConfig) -> int:
 
     example = f"gpuprov up --cloud {simulated[0]}" if simulated else "gpuprov connect <cloud> -c KEY=VALUE"
     typer.echo(f"""
-  Console      {cfg.api_url}/studio/compute   (sign in with the API token below)
+  Console      {cfg.api_url}/studio/compute   (sign in with the token printed below)
   API          {cfg.api_url}   (docs {cfg.api_url}/docs)
   Web UI       {cfg.ui_url}   (Temporal; to decode payloads, open {cfg.codec_url}/ once)
   clouds       {cfg.cloud_url}, {cfg.cloud_tls_url}, {cfg.cloud_grpc_url} and {cfg.cloud_grpc_tls_url} (gRPC)

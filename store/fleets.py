@@ -67,13 +67,17 @@ def save_fleet(session: Session, box: SecretBox, *, fleet_id: str, project: str,
     elif private_key is not None:
         row.secret = box.seal_text(private_key)
     row.name, row.user, row.port, row.probe_id = name, user, port, probe_id
-    if bastion is None or (bastion.host, bastion.port) != (row.bastion_host, row.bastion_port):
+    same_bastion = bastion is not None and (bastion.host, bastion.port) == (row.bastion_host,
+                                                                             row.bastion_port)
+    if not same_bastion:
         row.bastion_host_key = None  # another bastion (or none): its key is pinned afresh
     if bastion is None:
         row.bastion_host = row.bastion_port = row.bastion_user = row.bastion_secret = None
     else:
+        # No key given: the same bastion keeps the key saved for it; another one uses the fleet's.
+        row.bastion_secret = (box.seal_text(bastion.private_key) if bastion.private_key
+                              else row.bastion_secret if same_bastion else None)
         row.bastion_host, row.bastion_port, row.bastion_user = bastion.host, bastion.port, bastion.user
-        row.bastion_secret = box.seal_text(bastion.private_key) if bastion.private_key else None
     session.add(row)
     saved = {h.host: h for h in hosts_of(session, fleet_id)}
     for position, name_ in enumerate(hosts):

@@ -49,7 +49,8 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 STATIC_ROUTE = PREFIX + "/static/{name:path}"
 # Every route of this module (method, path template): public, as they hold code and no data.
-ROUTES = frozenset((method, path) for method in ("GET", "HEAD") for path in (*PAGES, LANDING[0], STATIC_ROUTE))
+ROUTES = frozenset((method, path) for method in ("GET", "HEAD")
+                   for path in (*PAGES, LANDING[0], STATIC_ROUTE))
 
 
 def is_console_path(path: str) -> bool:

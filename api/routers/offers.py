@@ -278,6 +278,20 @@ async def pick_offer(provider: Annotated[TableBackendId, Path()], body: PickCrea
     return PickOut.of(await in_thread(_save_pick, deps, caller.project, provider, offer))
 
 
+@router.get("/backends/{provider}/pick", response_model=PickOut,
+            responses={404: {"description": "no offer is picked for this backend in this project"},
+                       422: {"description": "unknown cloud"}})
+async def get_pick(provider: Annotated[TableBackendId, Path()], deps: DepsDep, caller: CallerDep) -> PickOut:
+    """The backend's default offer in this project (`picked` of GET .../offers) without asking the
+    cloud for its offers: the offers page echoes it on load, before anything is fetched. Needs no
+    connection."""
+    adapter_class(provider)  # an unknown or unloadable cloud -> 422 with the reason
+    picked = await in_thread(_picked, deps, caller.project, provider)
+    if picked is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no offer is picked for {provider} in this project")
+    return PickOut.of(picked)
+
+
 @router.delete("/backends/{provider}/pick", status_code=status.HTTP_204_NO_CONTENT,
                responses={404: {"description": "no offer is picked for this backend in this project"},
                           422: {"description": "unknown cloud"}})

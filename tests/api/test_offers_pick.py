@@ -13,7 +13,7 @@ from sqlmodel import Session
 from api.routers.offers import title_of
 from messages import workflows as wf
 from messages.allocation import AllocationInput
-from providers.base import GpuSpec, Offer, OfferQuery, rank_offers
+from providers.base import GpuSpec, Offer, OfferQuery, ProviderError, rank_offers
 from store import instances
 from tests.api.conftest import FakeCloud, FakeWorkflows, connect_fake, make_project
 
@@ -87,6 +87,19 @@ async def test_a_pick_is_stored_and_shown(client: httpx.AsyncClient) -> None:
     shown = (await client.get(OFFERS)).json()["picked"]
     assert (shown["instance_type"], shown["region"], shown["spot"], shown["gpu_label"],
             shown["price_per_hour"]) == ("gpu.a10", "r2", True, "1× A10", 0.3)
+
+
+async def test_the_pick_reads_without_asking_the_cloud(client: httpx.AsyncClient) -> None:
+    """GET …/pick: what the offers page echoes on load, before any offer is fetched."""
+    assert (await client.get(PICK)).status_code == 404  # nothing picked yet (needs no connection)
+    await connect_fake(client)
+    picked = (await client.post(PICK, json={"instance_type": "gpu.2x.h100", "region": "r2"})).json()
+    FakeCloud.FAIL = ProviderError("offers down")  # not asked: its failing changes nothing here
+    r = await client.get(PICK)  # (the conftest's autouse fixture clears FAIL after the test)
+    assert r.status_code == 200 and r.json() == picked, r.text
+    assert (await client.delete(PICK)).status_code == 204
+    assert (await client.get(PICK)).status_code == 404
+    assert (await client.get("/api/compute/backends/nosuchcloud/pick")).status_code == 422
 
 
 @pytest.mark.parametrize("pick", [

@@ -22,6 +22,7 @@ import pytest
 
 from tests.browser import chromium, openapi_ops
 from tests.devrun import DevRun, dev_ports
+from tests.eventually import eventually_sync
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / ".test-output" / "screenshots"
 TIMEZONE = "Pacific/Chatham"  # UTC+13:45 (+12:45 in its winter): no test machine runs in it
@@ -72,7 +73,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, package_processes: None) -> 
     home, ports = tmp / "home", dev_ports()
     run = DevRun(home, ports, extra_env={"GPUPROV_DEV_CLOUD_TIME_SCALE": "0.01"})
     try:
-        token = run.wait_for(r"API token\s+(\S+)").group(1)  # printed once every cloud is connected
+        token = run.wait_for(r"^\s*API token\s+(\S+)").group(1)  # printed once every cloud is connected
         found = Stack(run, home, ports, token)
         # the tests open the console where `make run` says it is
         assert run.wait_for(r"Console\s+(\S+)").group(1) == found.url + "/studio/compute"
@@ -149,6 +150,16 @@ def finish(page: Any, recorder: Recorder, stack: Stack, name: str) -> None:
         page.context.close()
     assert recorder.problems == [], recorder.problems
     assert openapi_ops.unknown(recorder.requests, stack.spec) == []
+
+
+def until(page: Any, js: str, arg: Any = None, timeout: float = 30) -> Any:
+    """Poll the page until the JavaScript function `js` (called with `arg`) answers something truthy;
+    that answer. Evaluated through the DevTools protocol from here, never compiled inside the page:
+    Playwright's own `wait_for_function` compiles a string in the page, which the console's CSP
+    (no unsafe-eval) refuses once it has to poll."""
+    if not js.lstrip().startswith(("(", "function", "async")) and "=>" not in js.split("\n")[0]:
+        js = f"() => ({js})"
+    return eventually_sync(lambda: page.evaluate(js, arg), within=timeout, what=f"the page: {js[:80]}")
 
 
 def sign_in(page: Any, stack: Stack, token: str | None = None, path: str = "/studio/compute/cloud") -> None:

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import asyncssh
 
-from tests.browser.conftest import NARROW, TIMEZONE, Recorder, Stack, finish, new_page, sign_in
+from tests.browser.conftest import NARROW, TIMEZONE, Recorder, Stack, finish, new_page, sign_in, until
 from tests.eventually import eventually_sync
 
 
@@ -52,9 +52,8 @@ def test_an_instance_appears_live_is_terminated_from_its_row_and_its_spend_is_ch
         instance_id = r.json()["id"]
         row = page.locator(f"#instances tr[data-instance='{instance_id}']")
         row.wait_for(timeout=120_000)  # appears while the allocation runs, without a reload
-        page.wait_for_function(
-            "id => document.querySelector(`#instances tr[data-instance='${id}']`)?.innerText.includes('A10')",
-            arg=instance_id, timeout=120_000)
+        until(page, "id => document.querySelector(`#instances tr[data-instance='${id}']`)?.innerText"
+              ".includes('A10')", instance_id, timeout=120)
         def ready() -> dict[str, Any] | None:
             found: dict[str, Any] = api.get(f"/instances/{instance_id}").json()
             return found if found["status"] == "ready" else None
@@ -63,10 +62,9 @@ def test_an_instance_appears_live_is_terminated_from_its_row_and_its_spend_is_ch
         cells = [spaces(c) for c in row.locator("td").all_inner_texts()]
         assert cells[0] == "console-live"
         assert cells[1] == f"{instance['gpu_label']} · {instance['instance_type']}"
-        page.wait_for_function(  # the row refreshes itself: the start time once ready
-            "([id, t]) => document.querySelector(`#instances tr[data-instance='${id}'] td:nth-child(3)`)"
-            "?.innerText.replace(/\\s+/g, ' ').trim() === t",
-            arg=[instance_id, chatham(instance["ready_at"])])  # the browser's zone, not the server's
+        until(page,  # the row refreshes itself: the start time once ready, in the browser's zone
+              "([id, t]) => document.querySelector(`#instances tr[data-instance='${id}'] td:nth-child(3)`)"
+              "?.innerText.replace(/\\s+/g, ' ').trim() === t", [instance_id, chatham(instance["ready_at"])])
         assert cells[3] == f"${instance['price_per_hour']:.2f}/hr"
 
         # Terminate from the keyboard: the button, Enter, the dialog says what happens, Enter confirms.

@@ -29,9 +29,8 @@ export function onSignedOut(fn) { signedOutListeners.push(fn); }
 
 async function reason(response) {
   try {
-    const body = await response.json();
-    const fields = (body.errors || []).map((e) => `${(e.loc || []).filter((p) => p !== "body").join(".")}: ${e.msg}`);
-    return new ApiError(response.status, [body.detail, ...fields].filter(Boolean).join(" — "), body.errors);
+    const body = await response.json();  // ErrorOut: `detail` says why (a 422's sums up its fields)
+    return new ApiError(response.status, body.detail, body.errors);
   } catch {
     return new ApiError(response.status, `HTTP ${response.status}`);
   }

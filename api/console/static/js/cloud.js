@@ -61,7 +61,8 @@ function connectGrid(catalog, connectedAny) {
   return h("section", { class: "card", id: "connect" },
     h("h2", {}, "Connect a provider"),
     connectedAny ? null : h("p", { class: "muted empty" }, "No providers connected yet. Connect one to provision GPUs on your own account."),
-    h("div", { class: "grid" }, catalog.filter((c) => c.available).map((c) =>
+    // SSH / On-prem is no cloud connection (the catalog says so) but is connected here all the same.
+    h("div", { class: "grid" }, catalog.filter((c) => c.available || c.key === "ssh").map((c) =>
       h("a", { class: "provider-card", href: `/studio/connect-cloud?provider=${encodeURIComponent(c.key)}` },
         providerIcon(c.name),
         h("div", {}, h("div", { class: "name" }, c.name), h("div", { class: "muted" }, c.tagline),
