@@ -173,6 +173,17 @@ async def modal_gpu_picker(deps: DepsDep, caller: CallerDep) -> ModalGpuPicker:
                           picked=ModalPickOut.of_modal(picked) if picked is not None else None)
 
 
+@router.get("/pick", response_model=ModalPickOut,
+            responses={404: {"description": "no spec is saved for Modal in this project"}})
+async def read_modal_pick(deps: DepsDep, caller: CallerDep) -> ModalPickOut:
+    """Modal's default spec in this project (`picked` of GET …/offers), read alone: what every
+    backend's `GET /backends/{provider}/pick` answers. Needs no connection."""
+    picked = await in_thread(_picked, deps, caller.project)
+    if picked is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no GPU spec is picked for {CLOUD} in this project")
+    return ModalPickOut.of_modal(picked)
+
+
 @router.post("/pick", response_model=ModalPickOut,
              responses={**_NOT_CONNECTED,
                         422: {"description": "an unknown GPU type, or a count above the type's limit"}})

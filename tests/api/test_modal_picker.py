@@ -118,6 +118,9 @@ async def test_a_saved_spec_is_shown_and_replaced(client: httpx.AsyncClient) -> 
     shown = (await client.get(OFFERS)).json()["picked"]
     assert (shown["instance_type"], shown["gpu"], shown["gpu_count"], shown["gpu_label"]) == (
         "A100-80GB", "A100-80GB", 1, "1× A100 (80GB)")
+    assert (await client.get(PICK)).json() == shown  # read alone, as every backend's pick
+    assert (await client.delete(PICK)).status_code == 204
+    assert (await client.get(PICK)).status_code == 404
 
 
 @pytest.mark.parametrize(("body", "why"), [
