@@ -25,8 +25,10 @@ export function barChart(existing, canvas, labels, values, { horizontal = false 
 // GPU metrics over time: one line per GPU (utilisation %, or memory used %).
 export function lineChart(existing, canvas, labels, series, { max = 100, unit = "%" } = {}) {
   const colours = ["#2f5bea", "#1a7f37", "#b26b00", "#c62828", "#6f42c1", "#0a7ea4", "#8a939c", "#d63384"];
+  // A few samples are drawn as points (a line needs two); many as a line.
+  const pointRadius = labels.length < 3 ? 3 : 0;
   const datasets = series.map((s, i) => ({ label: s.label, data: s.values, borderColor: colours[i % colours.length],
-    backgroundColor: colours[i % colours.length], pointRadius: 0, tension: 0.2 }));
+    backgroundColor: colours[i % colours.length], pointRadius, tension: 0.2 }));
   if (existing && existing.canvas === canvas) {
     existing.data.labels = labels;
     existing.data.datasets = datasets;

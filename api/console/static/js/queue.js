@@ -126,13 +126,6 @@ function showDetail(ctx, id, onBack) {
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   }
 
-  // A few samples are drawn as points (a line needs two); many as a line.
-  const dots = (chart) => {
-    const few = chart.data.labels.length < 3;
-    for (const d of chart.data.datasets) d.pointRadius = few ? 3 : 0;
-    chart.update("none");
-    return chart;
-  };
   const gib = (mib) => (mib / 1024).toFixed(1);
 
   function drawMetrics(metrics) {
@@ -146,9 +139,9 @@ function showDetail(ctx, id, onBack) {
       const g = m.gpus.find((x) => x.gpu === n);
       return g ? value(g) : null;
     }) }));
-    charts.util = dots(lineChart(charts.util, chartsBox.querySelector("#gpu-util"), labels, series((g) => g.utilization_pct)));
-    charts.mem = dots(lineChart(charts.mem, chartsBox.querySelector("#gpu-mem"), labels,
-      series((g) => (g.memory_total_mib ? Math.round((1000 * g.memory_used_mib) / g.memory_total_mib) / 10 : 0))));
+    charts.util = lineChart(charts.util, chartsBox.querySelector("#gpu-util"), labels, series((g) => g.utilization_pct));
+    charts.mem = lineChart(charts.mem, chartsBox.querySelector("#gpu-mem"), labels,
+      series((g) => (g.memory_total_mib ? Math.round((1000 * g.memory_used_mib) / g.memory_total_mib) / 10 : 0)));
     const last = metrics[metrics.length - 1];
     latest.textContent = `Latest sample, ${clock.format(new Date(last.at))}: ` + last.gpus.map((g) =>
       `GPU ${g.gpu} ${Math.round(g.utilization_pct)}% · ${gib(g.memory_used_mib)} of ${gib(g.memory_total_mib)} GiB`).join("; ");
