@@ -13,6 +13,7 @@ import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import sqlalchemy as sa
@@ -26,6 +27,9 @@ from tests import netguard, tiers
 from tests import processes as process_permit
 from workflows import search_attributes
 from workflows.converter import data_converter
+
+if TYPE_CHECKING:
+    from tests.devstack import SharedDev
 
 # Adapters pace their calls under the clouds' documented rate limits at the speed the simulated clouds
 # run them: FakeCloudServer and start_subprocess default to time_scale 0.001 (providers/pacing.py).
@@ -99,6 +103,27 @@ def module_processes() -> Iterator[None]:
     module's tests (one `gpuprov dev` run for several checks); their tier is then `processes`."""
     with process_permit.permitted():
         yield
+
+
+@pytest.fixture(scope="session")
+def session_processes() -> Iterator[None]:
+    """The `processes` permit for the session-scoped `gpuprov dev` run the end-to-end files share."""
+    with process_permit.permitted():
+        yield
+
+
+@pytest.fixture(scope="session")
+def shared_dev(tmp_path_factory: pytest.TempPathFactory, session_processes: None) -> Iterator[SharedDev]:
+    """One `gpuprov dev` run for the console's browser tests and the make-run checks (tests/devstack.py).
+    Stopped at the end of the session unless a test stopped it already."""
+    from tests import devstack
+
+    shared = devstack.start(tmp_path_factory.mktemp("shared-dev"))
+    try:
+        yield shared
+    finally:
+        if shared.alive():
+            shared.run.interrupt()
 
 
 @pytest.fixture(scope="package")

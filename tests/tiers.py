@@ -50,7 +50,7 @@ DESCRIPTIONS = {
 }
 # The fixtures that put a test in a tier (pytest's fixture closure includes every fixture a
 # fixture depends on, so a test that uses `stack`, which uses `temporal_client`, is devserver).
-PROCESS_FIXTURES = frozenset({"processes", "module_processes", "package_processes"})
+PROCESS_FIXTURES = frozenset({"processes", "module_processes", "package_processes", "session_processes"})
 # The acceptance suite's runs against every simulation (tests/acceptance/): a tier and a lane of
 # their own, whatever else they use (the private worker process among it).
 ACCEPTANCE_FIXTURES = frozenset({"acceptance_worker"})

@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import devstack
 from tests.browser import chromium, openapi_ops
-from tests.devrun import DevRun, dev_ports
+from tests.devrun import DevRun
+from tests.devstack import SharedDev
 from tests.eventually import eventually_sync
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / ".test-output" / "screenshots"
@@ -68,20 +70,21 @@ class Stack:
 
 
 @pytest.fixture(scope="package")
-def stack(tmp_path_factory: pytest.TempPathFactory, package_processes: None) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("console")
-    home, ports = tmp / "home", dev_ports()
-    run = DevRun(home, ports, extra_env={"GPUPROV_DEV_CLOUD_TIME_SCALE": "0.01"})
+def stack(shared_dev: SharedDev, tmp_path_factory: pytest.TempPathFactory,
+          package_processes: None) -> Iterator[Stack]:
+    """The suite's shared `gpuprov dev` (tests/devstack.py), or a run of this package's own when it
+    was stopped already (the make-run checks ran first: `pytest tests/e2e tests/browser`)."""
+    own = None if shared_dev.alive() else devstack.start(tmp_path_factory.mktemp("console"))
+    run = own or shared_dev
     try:
-        token = run.wait_for(r"^\s*API token\s+(\S+)").group(1)  # printed once every cloud is connected
-        found = Stack(run, home, ports, token)
+        found = Stack(run.run, run.home, run.ports, run.token)
         # the tests open the console where `make run` says it is
-        assert run.wait_for(r"Console\s+(\S+)").group(1) == found.url + "/studio/compute"
+        assert run.run.wait_for(r"Console\s+(\S+)").group(1) == found.url + "/studio/compute"
         found.spec = httpx.get(found.url + "/openapi.json", timeout=30).json()
         yield found
     finally:
-        if run.proc.poll() is None:
-            run.interrupt()
+        if own is not None:
+            own.run.interrupt()
 
 
 @pytest.fixture(scope="package")

@@ -25,6 +25,7 @@ from fakeclouds.catalog import Gpu, InstanceType
 from fakeclouds.nvidia_smi import CONTAINER_RUNTIME, script_for
 from fakeclouds.ssh import MachineSSH
 from tests.browser.conftest import NARROW, Recorder, Stack, finish, new_page, sign_in
+from tests.eventually import eventually_sync
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -117,6 +118,10 @@ def test_connect_a_cloud_with_a_wrong_then_a_right_key(page: Any, stack: Stack) 
         with stack.api() as api:
             for c in made:
                 assert api.delete(f"/connections/{c['id']}").status_code in (200, 202, 204)
+            # gone, not `removing`: the make-run checks that share this run count its connections
+            ids = {c["id"] for c in made}
+            eventually_sync(lambda: not ids & {c["id"] for c in api.get("/connections", params={
+                "limit": 200}).json()["items"]}, within=60, what="the new connection removed")
 
 
 # ------------------------------------------------------------------- SSH fleet of a simulated host

@@ -9,6 +9,7 @@ and the narrow screen to mean something."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -58,6 +59,16 @@ def watch_texts(page: Any, selector: str) -> None:
 def open_offers(page: Any, stack: Stack, cloud: str) -> None:
     sign_in(page, stack, path=f"/studio/backend-offers?backend={cloud}")
     page.wait_for_selector("#fetch-offers")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def forget_picks(stack: Stack) -> Iterator[None]:
+    """The picks these tests save are the backends' defaults for every later allocation: forgotten
+    after the module (the make-run checks share this `gpuprov dev`)."""
+    yield
+    with stack.api() as api:
+        for backend in (CLOUD, "modal"):
+            assert api.delete(f"/backends/{backend}/pick").status_code in (204, 404)
 
 
 def fetch(page: Any, expected: int) -> None:

@@ -107,6 +107,11 @@ def job(stack: Stack, work: dict[str, Any]) -> Iterator[str]:
             yield job_id
         finally:
             api.post(f"/jobs/{job_id}/cancel")
+            # its machine gone too: the make-run checks that share this run find every machine terminated
+            allocation = api.get(f"/jobs/{job_id}").json()["allocation_id"]
+            if allocation is not None:
+                eventually_sync(lambda: api.get(f"/instances/{allocation}").json().get("status") in (
+                    "terminated", "failed"), within=120, what="the job's machine terminated")
 
 
 def test_the_queue_lists_counts_filters_and_updates_live(page: Any, stack: Stack,

@@ -1,5 +1,6 @@
 """What a user gets from `make run`, end to end with real processes, on ONE `gpuprov dev` run (and one
-restart): each start costs the suite a Temporal dev server, the simulation, a worker, the API and
+restart; the run is tests/devstack.py's, which the console's browser tests used first): each start
+costs the suite a Temporal dev server, the simulation, a worker, the API and
 twelve ConnectWorkflows, so the checks below share it, in this file's order.
 
 1. `gpuprov dev` starts every child on free ports and connects every simulated cloud through the
@@ -27,12 +28,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import httpx
 import pytest
 import yaml
@@ -43,7 +42,8 @@ from fakeclouds import clouds
 from providers import docker_engine
 from providers.docker_ import LABEL_ALLOCATION, DockerProvider
 from tests import audit, kube
-from tests.devrun import DevRun, alive, assert_private, dev_ports, process_tree
+from tests.devrun import DevRun, alive, assert_private, process_tree
+from tests.devstack import SharedDev
 from tests.eventually import eventually_sync
 from tests.test_new_cloud import plugin_env
 
@@ -53,16 +53,6 @@ GPU_CLOUDS = ("lambda", "runpod", "vastai", "hyperstack", "massedcompute", "digi
               "primeintellect", "nebius", "modal", "oci")
 OWNED_NAME = re.compile(r"gpuprov-[a-z0-9]{8}-(.+)")
 SSH_LINE = re.compile(r"ssh (?:-p (\d+) )?(\w+)@(127\.[\d.]+)")
-
-
-def user_key(tmp: Path) -> tuple[Path, Path]:
-    key = asyncssh.generate_private_key("ssh-ed25519", comment="user@test")
-    private = tmp / "id_ed25519"
-    private.write_bytes(key.export_private_key())
-    private.chmod(0o600)
-    public = tmp / "id_ed25519.pub"
-    public.write_bytes(key.export_public_key())
-    return private, public
 
 
 def openssh(private: Path, port: int, user: str, command: str,
@@ -104,20 +94,12 @@ class Running:
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory, module_processes: None) -> Iterator[Running]:
-    """`gpuprov dev` with the plugin cloud on its PYTHONPATH; the simulated clouds' documented rate
-    limits stay on, 100x faster than real (Lambda: a launch per 0.12 s). The last test stops it."""
-    tmp = tmp_path_factory.mktemp("make-run")
-    private, public = user_key(tmp)
-    home, ports = tmp / "home", dev_ports()
-    run = DevRun(home, ports, extra_env={"GPUPROV_DEV_CLOUD_TIME_SCALE": "0.01",
-                                         "PYTHONPATH": plugin_env()["PYTHONPATH"]})
-    try:
-        token = run.wait_for(r"API token\s+(\S+)").group(1)  # printed once every cloud is connected
-        yield Running(run, home, ports, token, private, public)
-    finally:
-        if run.proc.poll() is None:
-            run.interrupt()
+def dev(shared_dev: SharedDev) -> Running:
+    """The suite's shared `gpuprov dev` (tests/devstack.py: the console's browser tests used it
+    first and removed what they made). This file's last test stops it and restarts it."""
+    assert shared_dev.alive(), "the shared gpuprov dev stopped before the make-run checks"
+    return Running(shared_dev.run, shared_dev.home, shared_dev.ports, shared_dev.token, shared_dev.private,
+                   shared_dev.public)
 
 
 def test_every_child_up_every_cloud_connected_home_private(dev: Running) -> None:
