@@ -49,10 +49,8 @@ def open_session(session: Session, box: SecretBox, *, admin: bool, project: str 
 def live_session(session: Session, box: SecretBox, value: str | None) -> OpenSession | None:
     """The live session `value` opens, else None: unknown, ended, expired, or opened with a project
     token that has since been revoked."""
-    if not value or len(value) > 128:
-        return None
-    row = session.get(ConsoleSession, _id_digest(box, value))
-    if row is None or row.ended_at is not None or _aware(row.expires_at) <= utcnow():
+    row = _row(session, box, value)
+    if value is None or row is None or row.ended_at is not None or _aware(row.expires_at) <= utcnow():
         return None
     if row.token_hash is not None:
         token = session.exec(select(ApiToken).where(ApiToken.token_hash == row.token_hash)).first()
@@ -63,15 +61,20 @@ def live_session(session: Session, box: SecretBox, value: str | None) -> OpenSes
 
 def end_session(session: Session, box: SecretBox, value: str | None) -> bool:
     """End the session `value` opens (committed); False when there was none live."""
-    if not value or len(value) > 128:
-        return False
-    row = session.get(ConsoleSession, _id_digest(box, value))
+    row = _row(session, box, value)
     if row is None or row.ended_at is not None:
         return False
     row.ended_at = utcnow()
     session.add(row)
     session.commit()
     return True
+
+
+def _row(session: Session, box: SecretBox, value: str | None) -> ConsoleSession | None:
+    """The session row a cookie value names (a value no cookie of ours could hold names none)."""
+    if not value or len(value) > 128:
+        return None
+    return session.get(ConsoleSession, _id_digest(box, value))
 
 
 def _aware(at: datetime) -> datetime:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from pydantic import BaseModel, Field
 
 from api.auth import CONSOLE_COOKIE as COOKIE
-from api.auth import CSRF_HEADER, BearerDep, is_admin_token, token_project
+from api.auth import CSRF_HEADER, BearerDep, console_session, is_admin_token, token_project
 from api.deps import DepsDep, in_thread, open_session
 from api.fields import Timestamp
 from store import console_sessions, projects
@@ -70,13 +70,7 @@ async def start_session(request: Request, response: Response, creds: BearerDep,
     401: {"description": "no live session cookie"}})
 async def read_session(request: Request, response: Response, deps: DepsDep) -> ConsoleSessionOut:
     """The browser's session: who it is and its CSRF token (a page asks once when it loads)."""
-    value = request.cookies.get(COOKIE)
-
-    def lookup() -> console_sessions.OpenSession | None:
-        with open_session(deps) as session:
-            return console_sessions.live_session(session, deps.box, value)
-
-    opened = await in_thread(lookup)
+    opened = await in_thread(console_session, deps, request.cookies.get(COOKIE))
     if opened is None:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "not signed in (or the session ended)",
                             headers={"WWW-Authenticate": "Bearer"})

@@ -22,7 +22,6 @@ import pytest
 
 from tests import devstack
 from tests.browser import chromium, openapi_ops
-from tests.devrun import DevRun
 from tests.devstack import SharedDev
 from tests.eventually import eventually_sync
 
@@ -33,18 +32,10 @@ NARROW = {"width": 390, "height": 844}
 
 
 @dataclass
-class Stack:
-    """The package's `gpuprov dev`: where it listens, its admin token."""
+class Stack(SharedDev):
+    """The package's `gpuprov dev` (tests/devstack.py) and the API's own description."""
 
-    run: DevRun
-    home: Path
-    ports: dict[str, int]
-    token: str
     spec: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['GPUPROV_API_PORT']}"
 
     def api(self, token: str | None = None) -> httpx.Client:
         return httpx.Client(base_url=self.url + "/api/compute", timeout=60,
@@ -77,7 +68,7 @@ def stack(shared_dev: SharedDev, tmp_path_factory: pytest.TempPathFactory,
     own = None if shared_dev.alive() else devstack.start(tmp_path_factory.mktemp("console"))
     run = own or shared_dev
     try:
-        found = Stack(run.run, run.home, run.ports, run.token)
+        found = Stack(**vars(run))
         # the tests open the console where `make run` says it is
         assert run.run.wait_for(r"Console\s+(\S+)").group(1) == found.url + "/studio/compute"
         found.spec = httpx.get(found.url + "/openapi.json", timeout=30).json()
