@@ -1,7 +1,7 @@
-"""The watch's one activity: ask the cloud about every ready machine of a connection, and tell the
-allocation of each one the cloud reports gone, stopped or broken (its `machine_lost` signal). The
-machines the cloud shows alive are then sampled for idleness (activities/idle.py) — so every
-sample's rate is the watch's interval."""
+"""The watch's one activity: ask the cloud about every ready machine of a connection (its listing,
+one call a page: `statuses`), and tell the allocation of each one the cloud reports gone, stopped
+or broken (its `machine_lost` signal). The machines the cloud shows alive are then sampled for
+idleness (activities/idle.py), one SSH login each — so every sample's rate is the watch's interval."""
 
 from __future__ import annotations
 
@@ -56,6 +56,26 @@ def lost_reason(instance_id: str, st: InstanceStatus | None) -> str | None:
     return f"the cloud reports machine {instance_id} {st.state.value}{word}"
 
 
+async def statuses(p: CloudProvider, rows: list[Instance]) -> list[InstanceStatus | None | BaseException]:
+    """What the cloud says of each row's machine: one listing for the connection (`list_machines`,
+    every page), then `get` only for a machine the listing does not show — gone, or a listing that
+    lags a launch — so a round over N live machines costs the listing's pages, not N calls (a
+    connection of 1,000 machines stays within a cloud's rate limit at the default interval). A
+    cloud whose listing tells no state (None) is asked `get` per machine. A failed `get` is that
+    machine's answer (asked again next round); a failed listing raises (the round has no answer)."""
+    listed = await p.list_machines()
+    by_id = {s.ref.instance_id: s for s in listed or ()}
+
+    async def status(row: Instance) -> InstanceStatus | None:
+        assert row.cloud_instance_id is not None and row.key is not None
+        if row.cloud_instance_id in by_id:
+            return by_id[row.cloud_instance_id]
+        return await p.get(InstanceRef(provider=row.provider, instance_id=row.cloud_instance_id,
+                                       key=row.key, region=row.offer_region))
+
+    return await asyncio.gather(*(status(r) for r in rows), return_exceptions=True)
+
+
 class WatchActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
@@ -80,14 +100,12 @@ class WatchActivities:
         if not rows:
             return WatchReport()
         p = await self.deps.provider(target)
-
-        async def status(row: Instance) -> InstanceStatus | None:
-            assert row.cloud_instance_id is not None and row.key is not None
-            return await p.get(InstanceRef(provider=row.provider, instance_id=row.cloud_instance_id,
-                                           key=row.key, region=row.offer_region))
-
-        answers = await heartbeating(asyncio.gather(*(status(r) for r in rows), return_exceptions=True),
-                                     5.0, "listing machines")
+        try:
+            answers = await heartbeating(statuses(p, rows), 5.0, "listing machines")
+        except ProviderError as e:
+            log.info("watch of %s: the cloud's listing did not answer (%s); next round asks again",
+                     inp.connection_id, e)
+            return WatchReport()
         report = WatchReport()
         alive = []
         for row, answer in zip(rows, answers, strict=True):

@@ -6,6 +6,8 @@
     --boot-delay S      simulated boot time (default 0.5)
     --open N            allocations held open (booting) for the memory figure; 0 skips (d) (default 200)
     --idle-window S     how long the idle CPU of the open allocations is sampled (default 10)
+    --watch-machines N  ready machines on one connection for the watch figure; 0 skips it (default 1000)
+    --only a,e,bc,d,watch   only these figures (default: all, in that order)
 
 GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).
 """
@@ -15,9 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 
-from bench import memory, offers, overhead, throughput
-from bench.harness import OVERHEAD_CLOUDS, bench_stack
+from bench import memory, offers, overhead, throughput, watch_scale
+from bench.harness import OVERHEAD_CLOUDS, Bench, bench_stack
 
 
 def fmt(cpu: dict[str, float], names: tuple[str, ...]) -> str:
@@ -26,39 +29,71 @@ def fmt(cpu: dict[str, float], names: tuple[str, ...]) -> str:
     return ", ".join([*parts, f"total {sum(cpu[n] for n in names):.2f}"])
 
 
+async def overhead_figures(b: Bench, args: argparse.Namespace) -> None:
+    for cloud in OVERHEAD_CLOUDS:
+        o = await overhead.run(b, cloud=cloud, latency_s=args.latency, rounds=args.rounds)
+        per_call = f"{o['latency_s'] * 1000:.0f} ms per call, boot {args.boot_delay}s"
+        print(f"(a) orchestration overhead on {cloud}, {per_call}: "
+              f"workflow {o['workflow_s']:.3f}s / direct {o['direct_s']:.3f}s = {o['ratio']:.2f}x "
+              f"(target <= 1.15)")
+
+
+async def offers_figure(b: Bench, args: argparse.Namespace) -> None:
+    x = await offers.run(b, latency_s=args.latency, rounds=args.rounds)
+    failed = f"; no answer from {', '.join(x['failed'])}" if x["failed"] else ""
+    print(f"(e) cross-cloud offers, {len(x['clouds'])} clouds, {args.latency * 1000:.0f} ms per call: "
+          f"cold {x['cold_s']:.3f}s / slowest cloud alone {x['slowest_s']:.3f}s = {x['ratio']:.2f}x "
+          f"(goal <= 1.2); warm (cached) p50 {x['warm_p50_ms']:.2f} ms{failed}")
+
+
+async def throughput_figures(b: Bench, args: argparse.Namespace) -> None:
+    t = await throughput.run(b, concurrency=args.concurrency)
+    print(f"(b) throughput, {t['concurrency']} concurrent: {t['allocations_per_s']:.1f} allocations/s / "
+          f"{t['bare_workflows_per_s']:.1f} bare workflows/s ({t['activities_per_allocation']} trivial "
+          f"activities each, same sandboxed runner) = {t['ratio']:.2f} (target >= 0.7); "
+          f"{t['failed']} of {t['concurrency']} allocations failed")
+    print("    where the time goes (median scheduled->closed; retries over all allocations):")
+    for name, row in t["timings"].items():
+        print(f"    {name:<22} {row['latency_s']:6.3f}s  retries {row['retries']:.0f}")
+    alloc, bare = t["cpu_per_allocation"], t["cpu_per_bare_workflow"]
+    print(f"(c) CPU-seconds per allocation: {fmt(alloc, ('worker', 'temporal', 'cloud'))} (target total "
+          f"<= 0.20) | bare: {fmt(bare, ('worker', 'temporal'))} "
+          f"(bench client, not in totals: {alloc['client']:.2f} | {bare['client']:.2f})")
+
+
+async def memory_figures(b: Bench, args: argparse.Namespace) -> None:
+    m = await memory.run(b, open_allocations=args.open, window_s=args.idle_window)
+    idle = m["idle_ms_per_s"]
+    print(f"(d) worker RSS per open allocation: {m['rss_per_open_kb']:,.0f} KB (target <= 200) ({m['open']} "
+          f"open, RSS {m['rss_before_kb'] / 1024:.0f} MB -> {m['rss_open_kb'] / 1024:.0f} MB); "
+          f"{m['cancelled']} of {m['open']} then cancelled cleanly")
+    print(f"    idle while open ({args.idle_window:.0f}s, {memory.TIMING.poll_interval_s:g} s poll), "
+          f"ms CPU per second per open allocation: worker {idle['worker']:.1f} (target <= 0.5), "
+          f"temporal {idle['temporal']:.1f}, cloud {idle['cloud']:.1f}")
+
+
+async def watch_figure(b: Bench, args: argparse.Namespace) -> None:
+    for line in watch_scale.report(await watch_scale.run(b, machines=args.watch_machines)):
+        print(line)
+
+
+# Each figure by name (--only picks some), in the order a full run prints them.
+FIGURES: dict[str, Callable[[Bench, argparse.Namespace], Awaitable[None]]] = {
+    "a": overhead_figures, "e": offers_figure, "bc": throughput_figures, "d": memory_figures,
+    "watch": watch_figure,
+}
+
+
 async def main(args: argparse.Namespace) -> None:
+    chosen = args.only.split(",") if args.only else list(FIGURES)
+    unknown = [name for name in chosen if name not in FIGURES]
+    if unknown:
+        raise SystemExit(f"--only: unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
     async with bench_stack(boot_delay=args.boot_delay) as b:
-        for cloud in OVERHEAD_CLOUDS:
-            o = await overhead.run(b, cloud=cloud, latency_s=args.latency, rounds=args.rounds)
-            per_call = f"{o['latency_s'] * 1000:.0f} ms per call, boot {args.boot_delay}s"
-            print(f"(a) orchestration overhead on {cloud}, {per_call}: "
-                  f"workflow {o['workflow_s']:.3f}s / direct {o['direct_s']:.3f}s = {o['ratio']:.2f}x")
-        x = await offers.run(b, latency_s=args.latency, rounds=args.rounds)
-        failed = f"; no answer from {', '.join(x['failed'])}" if x["failed"] else ""
-        print(f"(e) cross-cloud offers, {len(x['clouds'])} clouds, {args.latency * 1000:.0f} ms per call: "
-              f"cold {x['cold_s']:.3f}s / slowest cloud alone {x['slowest_s']:.3f}s = {x['ratio']:.2f}x "
-              f"(goal <= 1.2); warm (cached) p50 {x['warm_p50_ms']:.2f} ms{failed}")
-        t = await throughput.run(b, concurrency=args.concurrency)
-        print(f"(b) throughput, {t['concurrency']} concurrent: {t['allocations_per_s']:.1f} allocations/s / "
-              f"{t['bare_workflows_per_s']:.1f} bare workflows/s ({t['activities_per_allocation']} trivial "
-              f"activities each, same sandboxed runner) = {t['ratio']:.2f}; "
-              f"{t['failed']} of {t['concurrency']} allocations failed")
-        print("    where the time goes (median scheduled->closed; retries over all allocations):")
-        for name, row in t["timings"].items():
-            print(f"    {name:<22} {row['latency_s']:6.3f}s  retries {row['retries']:.0f}")
-        alloc, bare = t["cpu_per_allocation"], t["cpu_per_bare_workflow"]
-        print(f"(c) CPU-seconds per allocation: {fmt(alloc, ('worker', 'temporal', 'cloud'))} | "
-              f"bare: {fmt(bare, ('worker', 'temporal'))} "
-              f"(bench client, not in totals: {alloc['client']:.2f} | {bare['client']:.2f})")
-        if args.open:
-            m = await memory.run(b, open_allocations=args.open, window_s=args.idle_window)
-            idle = m["idle_ms_per_s"]
-            print(f"(d) worker RSS per open allocation: {m['rss_per_open_kb']:,.0f} KB ({m['open']} open, "
-                  f"RSS {m['rss_before_kb'] / 1024:.0f} MB -> {m['rss_open_kb'] / 1024:.0f} MB); "
-                  f"{m['cancelled']} of {m['open']} then cancelled cleanly")
-            print(f"    idle while open ({args.idle_window:.0f}s, {memory.TIMING.poll_interval_s:g} s poll), "
-                  f"ms CPU per second per open allocation: worker {idle['worker']:.1f}, "
-                  f"temporal {idle['temporal']:.1f}, cloud {idle['cloud']:.1f}")
+        for name in chosen:
+            if (name == "d" and not args.open) or (name == "watch" and not args.watch_machines):
+                continue  # asked to skip
+            await FIGURES[name](b, args)
 
 
 if __name__ == "__main__":
@@ -70,4 +105,6 @@ if __name__ == "__main__":
     parser.add_argument("--boot-delay", type=float, default=0.5)
     parser.add_argument("--open", type=int, default=200)
     parser.add_argument("--idle-window", type=float, default=10.0)
+    parser.add_argument("--watch-machines", type=int, default=1000)
+    parser.add_argument("--only", help=f"comma-separated figures among {', '.join(FIGURES)} (default: all)")
     asyncio.run(main(parser.parse_args()))

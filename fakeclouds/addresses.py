@@ -1,10 +1,11 @@
 """Loopback addresses for clouds whose SSH port is fixed (Lambda: always 22).
 
 Such a provider's API reports only an IP, so every simulated machine needs its own address:
-all of 127.0.0.0/8 is local on Linux, so machine N listens on 127.A.B.N:22. Each engine draws a
-random /24 (never 127.0.x.x, home of 127.0.0.1, nor 127.255.x.x, home of the broadcast), so two
-engines on one host (tests, `make run`) rarely meet; when they do, the bind fails with
-EADDRINUSE and the engine asks for the next address.
+all of 127.0.0.0/8 is local on Linux, so machine N listens on its own 127.A.B.C:22. Each engine
+draws a random /20 — 4,094 machines alive at once, room for the bench's thousand — never in
+127.0.x.x (home of 127.0.0.1) nor 127.255.x.x (the broadcast's), so two engines on one host
+(tests, `make run`) rarely meet; when they do, the bind fails with EADDRINUSE and the engine asks
+for the next address.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ SHARED_HOST = "127.0.0.1"  # clouds whose API reports a port: every machine here
 
 def _random_block() -> ipaddress.IPv4Network:
     rng = random.SystemRandom()
-    return ipaddress.IPv4Network(f"127.{rng.randint(1, 254)}.{rng.randint(0, 255)}.0/24")
+    return ipaddress.IPv4Network(f"127.{rng.randint(1, 254)}.{rng.randint(0, 15) * 16}.0/20")
 
 
 class LoopbackPool:
-    """Hands out the addresses of one /24 in turn, skipping those still held."""
+    """Hands out the addresses of one block (a /20 by default) in turn, skipping those still held."""
 
     def __init__(self, network: str | None = None) -> None:
         self.network = ipaddress.IPv4Network(network) if network else _random_block()

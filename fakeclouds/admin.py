@@ -119,6 +119,14 @@ class FakeCloudAdmin:
         """Per facade, the names of the calls served since `clear_calls` (fakeclouds/calls.py)."""
         return self._request("GET", "/calls", pick=lambda b: b["calls"])
 
+    def call_counts(self) -> Any:
+        """Per facade, how many of each call were served since `clear_calls`."""
+        return self._request("GET", "/calls", pick=lambda b: b["counts"])
+
+    def ssh_logins(self) -> Any:
+        """Per running machine (its id), the SSH logins its server accepted since `clear_calls`."""
+        return self._request("GET", "/calls", pick=lambda b: b["ssh_logins"])
+
     def clear_calls(self) -> Any:
         return self._request("DELETE", "/calls")
 

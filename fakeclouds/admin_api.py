@@ -139,8 +139,10 @@ def build_router(engine: Engine) -> APIRouter:
 
     @router.get("/calls")
     async def calls() -> dict[str, Any]:
-        """Per facade, the calls served since the last clear (fakeclouds/calls.py)."""
-        return {"calls": engine.calls.as_json()}
+        """Per facade, the calls served since the last clear (fakeclouds/calls.py), how many of each,
+        and per running machine the SSH logins its server accepted."""
+        return {"calls": engine.calls.as_json(), "counts": engine.calls.counts_json(),
+                "ssh_logins": engine.calls.logins_json()}
 
     @router.delete("/calls")
     async def clear_calls() -> dict[str, Any]:

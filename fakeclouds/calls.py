@@ -24,13 +24,27 @@ App = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[An
 
 
 class CallLog:
-    """Per facade, the distinct calls served since the last `clear`."""
+    """Per facade, the distinct calls served since the last `clear`, and how many of each (what a
+    watch round or an allocation costs a cloud's rate limit, counted where the cloud would)."""
 
     def __init__(self) -> None:
         self._seen: dict[str, set[str]] = {}
+        self._counts: dict[str, dict[str, int]] = {}
+        self._logins: dict[str, int] = {}  # machine id -> SSH logins its server accepted
+
+    def record_login(self, machine_id: str) -> None:
+        self._logins[machine_id] = self._logins.get(machine_id, 0) + 1
+
+    def logins_json(self) -> dict[str, int]:
+        return dict(sorted(self._logins.items()))
 
     def record(self, facade: str, call: str) -> None:
         self._seen.setdefault(facade, set()).add(call)
+        counts = self._counts.setdefault(facade, {})
+        counts[call] = counts.get(call, 0) + 1
+
+    def counts_json(self) -> dict[str, dict[str, int]]:
+        return {f: dict(sorted(c.items())) for f, c in sorted(self._counts.items())}
 
     def seen(self, facade: str) -> set[str]:
         return set(self._seen.get(facade, ()))
@@ -40,6 +54,8 @@ class CallLog:
 
     def clear(self) -> None:
         self._seen.clear()
+        self._counts.clear()
+        self._logins.clear()
 
 
 def name_call(scope: Scope, name: str) -> None:

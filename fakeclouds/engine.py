@@ -528,7 +528,8 @@ class Engine:
             host_key = load_or_create_host_key(self.root / "machines" / m.id / "host_key")
             api = MachineApi(self.machine_home(m))
             server = MachineSSH(home=self.machine_home(m), host_key=host_key, user=m.ssh_user,
-                                public_keys=m.public_keys, inside={k8s_api.PORT: api.inside})
+                                public_keys=m.public_keys, inside={k8s_api.PORT: api.inside},
+                                on_login=functools.partial(self.calls.record_login, m.id))
             try:
                 m.ssh_port = await server.start(host, port)
             except OSError as exc:

@@ -74,12 +74,17 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
 class _Auth(asyncssh.SSHServer):
-    def __init__(self, user: str, keys: set[bytes], home: Path, inside: Mapping[int, Inside]) -> None:
+    def __init__(self, user: str, keys: set[bytes], home: Path, inside: Mapping[int, Inside],
+                 on_login: Callable[[], None]) -> None:
         self._user = user
         self._keys = keys
         self._home = home
         self._inside = inside
+        self._on_login = on_login
         self._conn: asyncssh.SSHServerConnection | None = None
+
+    def auth_completed(self) -> None:
+        self._on_login()  # one login: what the watch's "one session per machine per round" counts
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
@@ -117,8 +122,10 @@ class MachineSSH:
     """One machine's SSH server. start() binds host:port (port 0 = ephemeral); stop() closes it."""
 
     def __init__(self, *, home: Path, host_key: asyncssh.SSHKey, user: str, public_keys: list[str],
-                 env: dict[str, str] | None = None, inside: Mapping[int, Inside] | None = None) -> None:
+                 env: dict[str, str] | None = None, inside: Mapping[int, Inside] | None = None,
+                 on_login: Callable[[], None] = lambda: None) -> None:
         self.home = home
+        self.on_login = on_login  # each accepted login (fakeclouds/calls.py counts them per machine)
         self.inside = dict(inside or {})
         self.host_key = host_key
         self.user = user
@@ -132,7 +139,7 @@ class MachineSSH:
     async def start(self, host: str, port: int = 0) -> int:
         """Listen on host:port; returns the port. OSError (e.g. EADDRINUSE, EACCES) when it cannot."""
         self._server = await asyncssh.create_server(
-            lambda: _Auth(self.user, self.keys, self.home, self.inside), host, port,
+            lambda: _Auth(self.user, self.keys, self.home, self.inside, self.on_login), host, port,
             server_host_keys=[self.host_key], process_factory=self._handle, encoding=None,
             sftp_factory=self._sftp, allow_scp=True, line_editor=False,  # bash's own PTY handles echo
             keepalive_interval=0, login_timeout=30,

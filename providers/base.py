@@ -497,6 +497,16 @@ class CloudProvider(abc.ABC):
         """Everything billable carrying this installation's ownership tag: machines, and side resources
         (`kind` other than "machine") whose machine is gone or was never made."""
 
+    async def list_machines(self) -> list[InstanceStatus] | None:
+        """Every machine of ours with its state and address as the cloud's listing reports them — the
+        same listing calls `list_owned` makes for machines (every page), none for side resources.
+        The watch's round (activities/watch.py) asks this once per connection instead of `get` once
+        per machine, and asks `get` only for a machine the listing does not show. A status's `ref`
+        carries what `list_owned` would (id, key, region). Machines the cloud already shows gone
+        (terminated, deleted) may be left out. None: this cloud's listing does not tell a machine's
+        state, and the watch asks `get` for each (the default, until an adapter says otherwise)."""
+        return None
+
     async def find(self, key: str) -> InstanceRef | None:
         """The machine made under `key`, if any (compensation uses this when create's answer was lost)."""
         for ref in await self.list_owned():

@@ -397,14 +397,23 @@ class DigitalOceanProvider(rest.RestCloudProvider):
             return None
         body = self._json(resp)
         with rest.parsing(self.id, "droplet"):
-            droplet = body["droplet"]
-            status = str(droplet.get("status"))
-            v4 = (droplet.get("networks") or {}).get("v4") or []
-            host = next((str(n["ip_address"]) for n in v4 if n.get("type") == "public"), None)
-            return InstanceStatus(ref=ref, state=_STATES.get(status, InstanceState.ERROR), host=host,
-                                  ssh_port=22,  # SSH on 22 at the public address, as root
-                                  ssh_user=self.capabilities.login_user,
-                                  instance_type=droplet.get("size_slug"), detail=status)
+            return self._status(body["droplet"], ref)
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # The tagged droplets' listing, every page (200 a page): the watch's whole round.
+        owned = await self._owned_droplets()
+        with rest.parsing(self.id, "droplets"):
+            return [self._status(d, self._ref(d, key)) for key, d in owned]
+
+    def _status(self, droplet: dict[str, Any], ref: InstanceRef) -> InstanceStatus:
+        """One droplet object, as GET /droplets/{id} and the listing both return it."""
+        status = str(droplet.get("status"))
+        v4 = (droplet.get("networks") or {}).get("v4") or []
+        host = next((str(n["ip_address"]) for n in v4 if n.get("type") == "public"), None)
+        return InstanceStatus(ref=ref, state=_STATES.get(status, InstanceState.ERROR), host=host,
+                              ssh_port=22,  # SSH on 22 at the public address, as root
+                              ssh_user=self.capabilities.login_user,
+                              instance_type=droplet.get("size_slug"), detail=status)
 
     async def terminate(self, ref: InstanceRef) -> None:
         if ref.instance_id.isdigit():

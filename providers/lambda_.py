@@ -349,17 +349,27 @@ class LambdaProvider(rest.RestCloudProvider):
             return None
         body = rest.json_body(resp, provider=self.id)
         with rest.parsing(self.id, "instance"):
-            inst = body["data"]
-            status = str(inst.get("status"))
-            return InstanceStatus(
-                ref=ref,
-                state=_STATES.get(status, InstanceState.ERROR),
-                host=(inst.get("ip") or None) if status not in _GONE else None,
-                ssh_port=22,  # Lambda serves SSH on 22 at the instance's own address
-                ssh_user=self.capabilities.login_user,
-                instance_type=(inst.get("instance_type") or {}).get("name"),
-                detail=status,
-            )
+            return self._status(body["data"], ref)
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # One GET /instances (Lambda's listing is not paged): the watch's whole round.
+        instances = await self._instances()
+        with rest.parsing(self.id, "instances"):
+            return [self._status(i, self._ref(i, key)) for i in instances
+                    if (key := self._owned_key(i)) is not None]
+
+    def _status(self, inst: dict[str, Any], ref: InstanceRef) -> InstanceStatus:
+        """One instance object, as GET /instances/{id} and GET /instances both return it."""
+        status = str(inst.get("status"))
+        return InstanceStatus(
+            ref=ref,
+            state=_STATES.get(status, InstanceState.ERROR),
+            host=(inst.get("ip") or None) if status not in _GONE else None,
+            ssh_port=22,  # Lambda serves SSH on 22 at the instance's own address
+            ssh_user=self.capabilities.login_user,
+            instance_type=(inst.get("instance_type") or {}).get("name"),
+            detail=status,
+        )
 
     async def terminate(self, ref: InstanceRef) -> None:
         # A preempted instance is terminated too: that is what removes it from Lambda's lists.

@@ -76,6 +76,24 @@ async def _terminate_all(p: CloudProvider, refs: list[InstanceRef]) -> None:
         await p.terminate(ref)
 
 
+async def check_listed_as(p: CloudProvider, ref: InstanceRef, status: InstanceStatus | None) -> None:
+    """The listing the watch reads (`list_machines`) says what `get` said: the same state, address
+    and key for a machine `get` shows, nothing alive for one it shows gone."""
+    listed = await p.list_machines()
+    if listed is None:
+        return  # the adapter has no state-bearing listing: the watch asks `get` for each machine
+    mine = [s for s in listed if s.ref.instance_id == ref.instance_id]
+    if status is None:
+        assert all(s.state == InstanceState.TERMINATED for s in mine), f"{p.id}: gone but listed {mine}"
+        return
+    assert len(mine) == 1, f"{p.id}: list_machines shows {len(mine)} entries for {ref.instance_id}"
+    got = mine[0]
+    assert (got.state, got.host, got.ssh_port, got.ssh_user) == \
+        (status.state, status.host, status.ssh_port, status.ssh_user), (got, status)
+    assert (got.ref.key, got.ref.provider) == (ref.key, ref.provider), got.ref
+    assert got.ref.is_machine
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -200,6 +218,7 @@ async def check_lifecycle(h: Harness) -> None:
             running = seen[-1]
             assert running is not None and running.host and running.ssh_port > 0
             assert running.ssh_user == type(p).capabilities.login_user
+            await check_listed_as(p, ref, running)
             conn = asyncio.open_connection(running.host, running.ssh_port)
             reader, writer = await asyncio.wait_for(conn, 5)
             banner = await asyncio.wait_for(reader.readline(), 5)
@@ -208,6 +227,7 @@ async def check_lifecycle(h: Harness) -> None:
         finally:
             await p.terminate(ref)
         await wait_for(p, ref, _gone, WAIT_GONE)
+        await check_listed_as(p, ref, None)
         await p.terminate(ref)  # already gone: success
         assert _gone(await p.get(ref))
         missing = ref.model_copy(update={"instance_id": "999999999"})

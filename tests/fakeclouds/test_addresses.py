@@ -50,8 +50,10 @@ def _occupied(host: str, port: int = 22) -> Iterator[None]:
 
 def test_pool_draws_loopback_addresses_in_turn() -> None:
     net = LoopbackPool().network
-    assert net.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")) and net.prefixlen == 24
+    assert net.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")) and net.prefixlen == 20
+    assert net.num_addresses - 2 >= 1000  # a thousand machines at once (bench's scale figure)
     assert not net.subnet_of(ipaddress.IPv4Network("127.0.0.0/16"))  # 127.0.0.1 lives there
+    assert not net.subnet_of(ipaddress.IPv4Network("127.255.0.0/16"))
     pool = LoopbackPool("127.0.0.0/29")  # a test's own block may include 127.0.0.1: still never handed out
     assert [pool.take(set()) for _ in range(6)] == [f"127.0.0.{i}" for i in (2, 3, 4, 5, 6, 2)]
     assert pool.take({"127.0.0.3", "127.0.0.4"}) == "127.0.0.5"
