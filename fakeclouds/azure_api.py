@@ -290,7 +290,15 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             plan = await _faults("list")
             if g.get("rg"):
                 account.group(g["rg"])
-            body = {"value": [account.render(r) for r in account.of_type(VM, g.get("rg"))]}
+            # statusOnly=true (the subscription's list only): each VM with its instance view, as ARM
+            # gives it to `Get-AzVM -Status` and the SDK's list_all(status_only="true").
+            asked = ctx.request.query_params.get("statusOnly", "")
+            status_only = route == "vms_all" and asked.lower() == "true"
+            body = {
+                "value": [
+                    account.render(r, instance_view=status_only) for r in account.of_type(VM, g.get("rg"))
+                ]
+            }
             await _finish(plan)
             return JSONResponse(body)
         if route in ("net_all", "net_group") and method == "GET":

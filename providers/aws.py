@@ -487,15 +487,22 @@ class AwsProvider(SdkCloudProvider):
         inst = await self._describe(ref)
         if inst is None:
             return None
+        status = self._status(inst, ref)
+        if status.state == InstanceState.TERMINATED and await self._groups(self._region(ref), ref.key):
+            # gone only once its security group is too: terminate removes it on its next call
+            status = status.model_copy(update={
+                "state": InstanceState.TERMINATING,
+                "detail": "terminated; its security group is not removed yet"})
+        return status
+
+    def _status(self, inst: dict[str, Any], ref: InstanceRef) -> InstanceStatus:
+        """One instance as DescribeInstances reports it (by id, or in a filtered listing)."""
         name = str((inst.get("State") or {}).get("Name") or "")
         reason = inst.get("StateReason") or {}
         state = _STATES.get(name, InstanceState.ERROR)
         detail = name
         if name == "stopped" and str(reason.get("Code") or "").startswith("Server."):
             state, detail = InstanceState.ERROR, f"stopped: {reason.get('Message') or reason.get('Code')}"
-        elif name == "terminated" and await self._groups(self._region(ref), ref.key):
-            # gone only once its security group is too: terminate removes it on its next call
-            state, detail = InstanceState.TERMINATING, "terminated; its security group is not removed yet"
         return InstanceStatus(
             ref=ref, state=state, host=inst.get("PublicIpAddress") or None, ssh_port=22,
             ssh_user=self.capabilities.login_user, instance_type=inst.get("InstanceType"), detail=detail)
@@ -539,6 +546,14 @@ class AwsProvider(SdkCloudProvider):
                          for g in groups if _tags(g.get("Tags")).get(TAG_KEY) not in keys]
             return machines + leftovers
         return [ref for refs in await self._each_region(region_owned) for ref in refs]
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # list_owned's machine half: one DescribeInstances per region (every page, NextToken), our
+        # installation's tag and the live states as its filters. A terminated instance is not listed
+        # (gone; `get` tells whether its security group still holds it as terminating).
+        async def region_listed(region: str) -> list[InstanceStatus]:
+            return [self._status(i, self._ref(i, region)) for i in await self._instances(region)]
+        return [s for found in await self._each_region(region_listed) for s in found]
 
     async def find_all(self, key: str) -> list[InstanceRef]:
         async def region_found(region: str) -> list[InstanceRef]:

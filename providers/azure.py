@@ -376,10 +376,18 @@ class AzureProvider(ArmClient):
         props = vm.get("properties") or {}
         if props.get("vmId") != ref.instance_id:
             return None  # another VM under the name: this one is gone
+        pip = None
+        if vm_state(props)[0] == InstanceState.RUNNING:
+            pip = await self._get_or_none(c.network.public_ip_addresses.get, group, f"{name}-ip")
+        return self._status(ref, props, pip)
+
+    def _status(self, ref: InstanceRef, props: dict[str, Any], pip: dict[str, Any] | None) -> InstanceStatus:
+        """A VM's status from its properties with the instance view (`get` with $expand=instanceView,
+        or the subscription's listing with statusOnly=true) and its public IP resource, if any: the
+        address is on the IP, never on the VM."""
         state, detail = vm_state(props)
         host = None
         if state == InstanceState.RUNNING:
-            pip = await self._get_or_none(c.network.public_ip_addresses.get, group, f"{name}-ip")
             host = ((pip or {}).get("properties") or {}).get("ipAddress")
             if not host:
                 state, detail = InstanceState.PENDING, "running, public IP not assigned yet"
@@ -417,30 +425,63 @@ class AzureProvider(ArmClient):
         ):
             await self._delete(ops, group, f"{name}-{suffix}")
 
-    async def list_owned(self) -> list[InstanceRef]:
-        c = await self._c()
-        flt = f"tagName eq '{TAG_INSTALLATION}' and tagValue eq '{self.installation_id}'"
+    async def _listed_vms(
+        self, c: Clients, *, status_only: bool = False
+    ) -> list[tuple[InstanceRef, dict[str, Any]]]:
+        """Our VMs in the subscription's VM listing (every page, nextLink) with their refs; with
+        `status_only`, each VM's properties carry its instance view (statusOnly=true)."""
 
         def vms() -> list[dict[str, Any]]:
-            return [v.as_dict() for v in c.compute.virtual_machines.list_all()]
+            listed = c.compute.virtual_machines.list_all(status_only="true" if status_only else None)
+            return [v.as_dict() for v in listed]
 
-        def tagged() -> list[dict[str, Any]]:
-            return [r.as_dict() for r in c.resource.resources.list(filter=flt)]
-
-        machines = []
+        out = []
         for vm in await self._sdk(vms):
             tags = vm.get("tags") or {}
             vm_id = (vm.get("properties") or {}).get("vmId")
             if tags.get(TAG_INSTALLATION) == self.installation_id and tags.get(TAG_KEY) and vm_id:
-                machines.append(
-                    InstanceRef(
-                        provider=self.id,
-                        instance_id=str(vm_id),
-                        key=tags[TAG_KEY],
-                        region=str(vm.get("location") or "") or None,
-                        created_at=time_created(vm),
-                    )
+                ref = InstanceRef(
+                    provider=self.id,
+                    instance_id=str(vm_id),
+                    key=tags[TAG_KEY],
+                    region=str(vm.get("location") or "") or None,
+                    created_at=time_created(vm),
                 )
+                out.append((ref, vm))
+        return out
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        """The VM listing with statusOnly=true (the power state `get` reads from the instance view),
+        and, only when one of ours runs, the subscription's public IP listing: a VM's address is on its
+        public IP resource, which no VM listing carries. Two listings (each every page), whatever the
+        number of machines; `get` would make two calls per machine."""
+        c = await self._c()
+        vms = await self._listed_vms(c, status_only=True)
+        listed = [(ref, vm.get("properties") or {}) for ref, vm in vms]
+        ips: dict[str, dict[str, Any]] = {}
+        if any(vm_state(props)[0] == InstanceState.RUNNING for _, props in listed):
+
+            def public_ips() -> list[dict[str, Any]]:
+                return [p.as_dict() for p in c.network.public_ip_addresses.list_all()]
+
+            ips = {str(p.get("id") or "").lower(): p for p in await self._sdk(public_ips)}
+        sub = self._creds["subscription_id"]
+        out = []
+        for ref, props in listed:
+            group, name = self._group(ref.region or ""), self._name(ref.key)
+            ip_id = (f"/subscriptions/{sub}/resourceGroups/{group}"
+                     f"/providers/Microsoft.Network/publicIPAddresses/{name}-ip")
+            out.append(self._status(ref, props, ips.get(ip_id.lower())))
+        return out
+
+    async def list_owned(self) -> list[InstanceRef]:
+        c = await self._c()
+        flt = f"tagName eq '{TAG_INSTALLATION}' and tagValue eq '{self.installation_id}'"
+
+        def tagged() -> list[dict[str, Any]]:
+            return [r.as_dict() for r in c.resource.resources.list(filter=flt)]
+
+        machines = [ref for ref, _ in await self._listed_vms(c)]
         keys = {m.key for m in machines}
         kinds = {
             "microsoft.network/networkinterfaces": "nic",

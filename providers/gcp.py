@@ -500,7 +500,10 @@ class GcpProvider(ComputeClient):
         found = await self._locate(ref)
         if found is None:
             return None
-        _, inst = found
+        return self._status(found[1], ref)
+
+    def _status(self, inst: Any, ref: InstanceRef) -> InstanceStatus:
+        """One instance as Compute Engine reports it, by name (get) or in an aggregated listing."""
         status = str(inst.status)
         state = _STATES.get(status, InstanceState.ERROR)
         host = None
@@ -546,6 +549,12 @@ class GcpProvider(ComputeClient):
                 InstanceRef(provider=self.id, instance_id=fw.name, key=m.group(2), kind="firewall-rule")
             )
         return machines + leftovers
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # list_owned's machine half: one instances.aggregatedList over every zone (each page of it),
+        # filtered by our installation's label; the firewall listing is not needed here.
+        found = await self._sdk(self._instances, self._owned_filter())
+        return [self._status(inst, self._ref(zone, inst)) for zone, inst in found]
 
     async def find_all(self, key: str) -> list[InstanceRef]:
         found = await self._sdk(self._instances, self._owned_filter(key))

@@ -440,6 +440,10 @@ class NebiusProvider(CloudProvider):
             if "NOT_FOUND" in exc.message:
                 return None
             raise
+        return self._status(inst, ref)
+
+    def _status(self, inst: Any, ref: InstanceRef) -> InstanceStatus:
+        """One instance as Nebius gives it: by id (Get) or in a project's listing (List), the same message."""
         state, detail = state_of(inst)
         host = None
         nics = inst.status.network_interfaces
@@ -475,10 +479,11 @@ class NebiusProvider(CloudProvider):
         # Bounded: the caller polls `get` until the instance is gone (and retries a failed delete).
         await wire.settle(self.id, op, DELETE_WAIT_S)
 
-    async def list_owned(self) -> list[InstanceRef]:
+    async def _listed(self) -> list[tuple[Any, InstanceRef]]:
+        """Our instances in every project's listing (every page; no label filter, labels read here)."""
         from nebius.api.nebius.compute import v1 as compute
 
-        out: list[InstanceRef] = []
+        out: list[tuple[Any, InstanceRef]] = []
         for region, project in sorted((await self._region_projects()).items()):
             token = ""
             while True:
@@ -488,11 +493,18 @@ class NebiusProvider(CloudProvider):
                     "list",
                     compute.ListInstancesRequest(parent_id=project, page_size=PAGE, page_token=token),
                 )
-                out += [self._ref(i, region) for i in page.items if self._ours(i)]
+                out += [(i, self._ref(i, region)) for i in page.items if self._ours(i)]
                 token = page.next_page_token
                 if not token:
                     break
         return out
+
+    async def list_owned(self) -> list[InstanceRef]:
+        return [ref for _, ref in await self._listed()]
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # list_owned's listing: one List per project (region) and page of PAGE instances.
+        return [self._status(inst, ref) for inst, ref in await self._listed()]
 
     async def aclose(self) -> None:
         sdk, self._sdk_obj = self._sdk_obj, None

@@ -427,6 +427,15 @@ class OciProvider(SdkCloudProvider):
             detail=state,
         )
 
+    async def list_machines(self) -> None:
+        # None: the watch asks `get` per machine. ListInstances carries the state and shape but no
+        # address: the public IP is only on the VNIC, reached per instance (ListVnicAttachments, then
+        # GetVnic). No listing joins them: it would take ListVnicAttachments for the compartment,
+        # ListPublicIps (its assignedEntityId is a private IP), and ListPrivateIps per subnet (for the
+        # VNIC of each private IP) on top of ListInstances, per region: side-resource listings, and
+        # the simulation serves neither of the last two.
+        return None
+
     async def _public_ip(self, clients: Any, instance_id: str) -> str | None:
         attachments = await self._sdk(
             all_pages, clients.compute.list_vnic_attachments, self._tenancy, instance_id=instance_id
