@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -335,6 +336,8 @@ async def main(private_queue: str | None = None) -> None:
     private_home(s.home)
     upgrade()  # every replica may be the first to start; migrations take turns
     deps = ActivityDeps.from_settings()
+    if private_queue is None and s.worker_metrics_port:
+        serve_metrics(s.worker_metrics_port, s.task_queue)  # before the client: the SDK's Runtime
     # The payload codec's keys are the secret store's: the API, reading the same store, decodes them.
     client = await connect_client(s.temporal_address, s.temporal_namespace, keys=deps.box.keys)
     stop = asyncio.Event()
@@ -345,6 +348,24 @@ async def main(private_queue: str | None = None) -> None:
         await serve_private(client, deps, private_queue, stop)
     else:
         await serve(client, deps, s, stop)
+
+
+def serve_metrics(port: int, task_queue: str) -> None:
+    """The worker's /metrics on 127.0.0.1:`port` (README: Metrics): gpuprov's series and the Temporal
+    SDK's, whose Runtime (made here, the default of every client made after) records into a buffer."""
+    from temporalio.runtime import Runtime
+
+    from activities import metrics
+    from activities.temporal_metrics import TemporalSdkMetrics, buffered_runtime
+
+    runtime, buffer = buffered_runtime()
+    Runtime.set_default(runtime)
+    queues = [task_queue, *(launch_task_queue(task_queue, cloud) for cloud in launch_rates())]
+    sdk = TemporalSdkMetrics(buffer, queues)
+    metrics.serve(port, also=sdk)
+    threading.Thread(target=sdk.drain_forever, args=(threading.Event(),), name="gpuprov-sdk-metrics",
+                     daemon=True).start()
+    log.info("metrics on http://127.0.0.1:%d/metrics", port)
 
 
 def private_queue_arg(argv: Sequence[str]) -> str | None:

@@ -17,7 +17,9 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities import metrics
 from activities.errors import provider_errors
+from activities.ssh_sessions import MachineSessions
 from messages.activities import CloudTarget, Marked
 from messages.enums import ErrorKind
 from providers import registry
@@ -60,7 +62,7 @@ class ProviderCache:
         cached = self._adapters.get(key)
         if cached is not None and cached[0] == fp:
             return cached[1]
-        adapter = build()
+        adapter = metrics.instrument(build())  # every cloud call of every activity measured, here
         self.builds += 1
         self._adapters[key] = (fp, adapter)
         if cached is not None:
@@ -100,6 +102,8 @@ class ActivityDeps:
     # How often a running job's GPUs are sampled with nvidia-smi (GPUPROV_JOB_METRICS_INTERVAL_S).
     job_metrics_interval_s: float = 30.0
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
+    # The SSH connection an allocation's SSH steps share, per machine (activities/ssh_sessions.py).
+    ssh_sessions: MachineSessions = field(default_factory=MachineSessions, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)
     _public_key: str | None = field(default=None, repr=False)
     # Database reads/writes and decryption run here, never on the event loop. Sized apart from

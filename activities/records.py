@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlmodel import Session, select
 from temporalio import activity
 
+from activities import metrics
 from activities.deps import ActivityDeps
 from messages import activities as acts
 from messages.activities import RecordAllocationInput
@@ -57,8 +58,10 @@ class RecordActivities:
             row.ssh_host, row.ssh_port, row.ssh_user = st.host, st.ssh_port, st.ssh_user
             ready = inp.status == AllocationStatus.READY
             row.gpus_found = [g.model_dump() for g in st.gpus] if ready else row.gpus_found
-            if ready and row.ready_at is None:
+            became_ready = ready and row.ready_at is None
+            if became_ready:
                 row.ready_at = now
+            requested_at, cloud = row.created_at, row.provider
             gone = inp.status in (AllocationStatus.TERMINATED, AllocationStatus.LOST)
             if gone and row.terminated_at is None:
                 row.terminated_at = now  # the cloud shows the machine gone
@@ -72,6 +75,8 @@ class RecordActivities:
                     instance_type=a.offer.instance_type, region=a.offer.region, spot=a.offer.spot,
                     price_per_hour=a.offer.price_per_hour, outcome=a.outcome, reason=a.reason), commit=False)
             session.commit()
+            if became_ready:  # once per allocation: a retried record finds ready_at set
+                metrics.ready(cloud, requested_at, now)
             live = inp.status not in (AllocationStatus.TERMINATED, AllocationStatus.LOST,
                                       AllocationStatus.FAILED)
             if st.ref is not None and st.offer is not None and st.attempts and live:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel import Session, select
 from temporalio import activity
 
+from activities import metrics
 from activities.cloud import terminate_refs
 from activities.deps import ActivityDeps, heartbeating
 from activities.errors import provider_errors
@@ -112,6 +113,9 @@ class SweepActivities:
         now = utcnow()
         with session_scope(self.deps.engine) as session:
             items = [_judge(session, m, inp.grace_s, now) for m in inp.machines]
+            for j in items:
+                if j.verdict != Verdict.KEEP:
+                    metrics.sweep_action(j.machine.target.cloud, f"seen_{j.verdict.value}")
             seen = {(m.ref.provider, m.ref.instance_id) for m in inp.machines}
             connections = set(session.exec(select(Connection.id)).all()) | set(fleets.all_fleet_ids(session))
             for s in session.exec(select(SweepSighting)).all():
@@ -147,6 +151,7 @@ class SweepActivities:
                 return result
         await heartbeating(self.deps.blocking(self._record, inp.sweep_id, again), inp.heartbeat_every_s,
                            "recording")
+        metrics.sweep_action(m.target.cloud, f"removed_{again.verdict.value}")
         return result.model_copy(update={"removed": True})
 
     def _rejudge(self, m: SeenMachine, grace_s: float) -> Judgement:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlmodel import col, select
@@ -14,7 +15,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import idle
+from activities import idle, metrics
 from activities.deps import ActivityDeps, heartbeating
 from messages import activities as acts
 from messages import workflows as wf
@@ -56,7 +57,13 @@ def lost_reason(instance_id: str, st: InstanceStatus | None) -> str | None:
     return f"the cloud reports machine {instance_id} {st.state.value}{word}"
 
 
-async def statuses(p: CloudProvider, rows: list[Instance]) -> list[InstanceStatus | None | BaseException]:
+@dataclass
+class Statuses:
+    answers: list[InstanceStatus | None | BaseException]  # per row, in order
+    calls: int  # the adapter calls it took: the listing (if the cloud has one) and each get
+
+
+async def statuses(p: CloudProvider, rows: list[Instance]) -> Statuses:
     """What the cloud says of each row's machine: one listing for the connection (`list_machines`,
     every page), then `get` only for a machine the listing does not show — gone, or a listing that
     lags a launch — so a round over N live machines costs the listing's pages, not N calls (a
@@ -65,6 +72,7 @@ async def statuses(p: CloudProvider, rows: list[Instance]) -> list[InstanceStatu
     machine's answer (asked again next round); a failed listing raises (the round has no answer)."""
     listed = await p.list_machines()
     by_id = {s.ref.instance_id: s for s in listed or ()}
+    asked = [r for r in rows if r.cloud_instance_id not in by_id]
 
     async def status(row: Instance) -> InstanceStatus | None:
         assert row.cloud_instance_id is not None and row.key is not None
@@ -73,7 +81,8 @@ async def statuses(p: CloudProvider, rows: list[Instance]) -> list[InstanceStatu
         return await p.get(InstanceRef(provider=row.provider, instance_id=row.cloud_instance_id,
                                        key=row.key, region=row.offer_region))
 
-    return await asyncio.gather(*(status(r) for r in rows), return_exceptions=True)
+    answers = await asyncio.gather(*(status(r) for r in rows), return_exceptions=True)
+    return Statuses(answers=answers, calls=(listed is not None) + len(asked))
 
 
 class WatchActivities:
@@ -101,11 +110,14 @@ class WatchActivities:
             return WatchReport()
         p = await self.deps.provider(target)
         try:
-            answers = await heartbeating(statuses(p, rows), 5.0, "listing machines")
+            found = await heartbeating(statuses(p, rows), 5.0, "listing machines")
         except ProviderError as e:
             log.info("watch of %s: the cloud's listing did not answer (%s); next round asks again",
                      inp.connection_id, e)
+            metrics.watch_round(target.cloud, 1)
             return WatchReport()
+        metrics.watch_round(target.cloud, found.calls)
+        answers = found.answers
         report = WatchReport()
         alive = []
         for row, answer in zip(rows, answers, strict=True):
@@ -118,6 +130,7 @@ class WatchActivities:
                 alive.append(row)
             elif await self._tell(row.workflow_id, reason):
                 report.lost[row.id] = reason
+                metrics.watch_lost(target.cloud)
         if alive:
             report.twins = await self._hunt_twins(p, alive)
         if alive:

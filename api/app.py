@@ -31,6 +31,7 @@ from api.routers import (
     jobs,
     kubeconfig,
     limits,
+    metrics,
     modal_picker,
     offers,
     policies,
@@ -85,6 +86,8 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(console_pages.router)
     # The Temporal Web UI's codec endpoint: its own auth (admin bearer or session cookie) and CORS.
     app.include_router(codec.router, prefix=codec.PREFIX)
+    # Prometheus /metrics: the admin token only (api/routers/metrics.py), outside the OpenAPI description.
+    app.include_router(metrics.router)
     app.add_middleware(codec.CodecCors)
     # Added last of the middlewares: the outermost, so it decides before any other reads the body.
     app.add_middleware(EdgeGuard)

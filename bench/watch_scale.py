@@ -112,7 +112,7 @@ async def _status_round(b: Bench, p: Any, rows: list[Instance]) -> dict[str, flo
     """The round's cloud part alone (`statuses`): calls at the simulation, CPU here."""
     b.cloud.admin.clear_calls()
     cpu0 = cpu_seconds(os.getpid())
-    answers = await statuses(p, rows)
+    answers = (await statuses(p, rows)).answers
     cpu = cpu_seconds(os.getpid()) - cpu0
     alive = sum(1 for a in answers if not isinstance(a, BaseException) and a is not None
                 and a.state == InstanceState.RUNNING)

@@ -50,6 +50,7 @@ class DevConfig:
     cloud_tls_port: int = 8766  # the same simulated clouds over TLS (for SDKs that talk only https)
     cloud_grpc_port: int = 8767  # the simulated gRPC clouds: plain text (Modal); TLS one port up (Nebius)
     cloud_grpc_tls_port: int = 8768
+    worker_metrics_port: int = 8769  # the worker's Prometheus /metrics (0: off)
     boot_timeout_s: float = 60.0
     host: str = "127.0.0.1"
     # The simulated clouds' documented rate limits run at real speed (1.0); tests run them faster.
@@ -67,6 +68,7 @@ class DevConfig:
                    cloud_tls_port=_env_port("GPUPROV_LOCALCLOUD_TLS_PORT", 8766),
                    cloud_grpc_port=_env_port("GPUPROV_LOCALCLOUD_GRPC_PORT", 8767),
                    cloud_grpc_tls_port=_env_port("GPUPROV_LOCALCLOUD_GRPC_TLS_PORT", 8768),
+                   worker_metrics_port=_env_port("GPUPROV_WORKER_METRICS_PORT", 8769),
                    boot_timeout_s=float(os.environ.get("GPUPROV_DEV_BOOT_TIMEOUT", "60")),
                    cloud_time_scale=float(os.environ.get("GPUPROV_DEV_CLOUD_TIME_SCALE", "1")))
 
@@ -97,6 +99,10 @@ class DevConfig:
     @property
     def cloud_grpc_tls_url(self) -> str:
         return f"https://{self.host}:{self.cloud_grpc_tls_port}"
+
+    @property
+    def worker_metrics_url(self) -> str:
+        return f"http://{self.host}:{self.worker_metrics_port}/metrics"
 
     @property
     def temporal_address(self) -> str:
@@ -219,6 +225,7 @@ def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
             "GPUPROV_API_URL": cfg.api_url, "GPUPROV_CODEC_CORS_ORIGINS": cfg.ui_url,
             # Adapters pace their calls at the speed the simulated clouds run their rate limits.
             "GPUPROV_CLOUD_TIME_SCALE": str(cfg.cloud_time_scale),
+            "GPUPROV_WORKER_METRICS_PORT": str(cfg.worker_metrics_port),  # on 127.0.0.1 only
             "GPUPROV_ALLOWED_ENDPOINTS": ",".join(simulated_endpoints(
                 cfg.cloud_url, simulated, cfg.cloud_tls_url, cfg.cloud_grpc_url,
                 cfg.cloud_grpc_tls_url).values()),
@@ -305,6 +312,7 @@ async def run_dev(cfg: DevConfig) -> int:
         dev_docker.stop(docker_svc)
         return 0 if stack.stop_requested.is_set() else 1
 
+    worker_metrics = cfg.worker_metrics_url if cfg.worker_metrics_port else "off"
     example = f"gpuprov up --cloud {simulated[0]}" if simulated else "gpuprov connect <cloud> -c KEY=VALUE"
     typer.echo(f"""
   Console      {cfg.api_url}/studio/compute   (sign in with the token printed below)
@@ -312,6 +320,7 @@ async def run_dev(cfg: DevConfig) -> int:
   Web UI       {cfg.ui_url}   (Temporal; to decode payloads, open {cfg.codec_url}/ once)
   clouds       {cfg.cloud_url}, {cfg.cloud_tls_url}, {cfg.cloud_grpc_url} and {cfg.cloud_grpc_tls_url} (gRPC)
                simulated: {', '.join(simulated) or 'none'}
+  Worker metrics {worker_metrics}   (the API's: {cfg.api_url}/metrics, admin token)
   logs         {cfg.home / 'logs'}
   API token    {token}
 

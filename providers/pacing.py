@@ -25,9 +25,12 @@ import os
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 TIME_SCALE_ENV = "GPUPROV_CLOUD_TIME_SCALE"
+# Told (cloud, seconds) whenever a call waited for its pacer: the worker's metrics count the waits
+# (activities/metrics.py). None: nobody listens.
+on_wait: Callable[[str, float], None] | None = None
 
 
 def time_scale() -> float:
@@ -45,7 +48,8 @@ class Pacer:
     scaled by `scale` (default: `time_scale()`)."""
 
     def __init__(self, interval_s: float, launch_interval_s: float = 0.0, *,
-                 scale: float | None = None) -> None:
+                 scale: float | None = None, cloud: str = "") -> None:
+        self.cloud = cloud  # whose limits these are (the waits' metrics label)
         self.scale = time_scale() if scale is None else scale
         self.interval = interval_s * self.scale
         self.launch_interval = launch_interval_s * self.scale
@@ -55,10 +59,11 @@ class Pacer:
         self._next_launch = 0.0
         self.launch_times: deque[float] = deque(maxlen=100)  # when recent launches left (tests read them)
 
-    @staticmethod
-    async def _until(when: float) -> None:
+    async def _until(self, when: float) -> None:
         delay = when - time.monotonic()
         if delay > 0:
+            if on_wait is not None:
+                on_wait(self.cloud, delay)
             await asyncio.sleep(delay)
 
     @contextlib.asynccontextmanager
@@ -96,5 +101,5 @@ def shared(cloud: str, endpoint: str, secret: str, interval_s: float,
     pacers = _SHARED.setdefault(asyncio.get_running_loop(), {})
     pacer = pacers.get(digest)
     if pacer is None or pacer.scale != time_scale():
-        pacer = pacers[digest] = Pacer(interval_s, launch_interval_s)
+        pacer = pacers[digest] = Pacer(interval_s, launch_interval_s, cloud=cloud)
     return pacer

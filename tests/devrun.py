@@ -77,7 +77,7 @@ def dev_ports() -> dict[str, int]:
     return {"GPUPROV_API_PORT": free_port(), "GPUPROV_TEMPORAL_PORT": free_port(),
             "GPUPROV_TEMPORAL_UI_PORT": free_port(), "GPUPROV_LOCALCLOUD_PORT": free_port(),
             "GPUPROV_LOCALCLOUD_TLS_PORT": free_port(), "GPUPROV_LOCALCLOUD_GRPC_PORT": free_port(),
-            "GPUPROV_LOCALCLOUD_GRPC_TLS_PORT": free_port()}
+            "GPUPROV_LOCALCLOUD_GRPC_TLS_PORT": free_port(), "GPUPROV_WORKER_METRICS_PORT": free_port()}
 
 
 # --------------------------------------------------------------------------- what a run leaves readable

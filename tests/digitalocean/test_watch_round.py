@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import Session
 from temporalio.testing import ActivityEnvironment
 
+from activities import metrics
 from activities.deps import ActivityDeps
 from activities.watch import WatchActivities
 from messages.allocation import CloudTarget
@@ -73,11 +74,19 @@ async def test_a_watch_round_costs_the_listings_pages_and_one_login_per_machine(
                                ready_at=utcnow()))
             s.commit()
 
+        def scraped() -> tuple[float, float]:  # what /metrics says of the watch's adapter calls and losses
+            return (metrics.value("gpuprov_watch_cloud_calls_total", cloud="digitalocean"),
+                    metrics.value("gpuprov_watch_machines_lost_total", cloud="digitalocean"))
+
         async def one_round() -> tuple[WatchReport, dict[str, int], dict[str, int]]:
             sim.admin.clear_calls()
+            calls0, lost0 = scraped()
             report = await ActivityEnvironment().run(WatchActivities(deps).watch_connection,
                                                      WatchInput(connection_id=connection_id))
             counts = sim.admin.call_counts().get("digitalocean", {})
+            calls1, lost1 = scraped()
+            # The adapter's calls: one listing (however many pages) and a get per machine it missed.
+            assert (calls1 - calls0, lost1 - lost0) == (1 + counts.get(GET, 0), len(report.lost))
             return report, counts, sim.admin.ssh_logins()
 
         report, counts, logins = await one_round()
