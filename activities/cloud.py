@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -217,6 +217,7 @@ class CloudActivities:
     @activity.defn(name=acts.WAIT_RUNNING.name)
     async def wait_running(self, inp: WaitRunningInput) -> InstanceStatus:
         await self.deps.write_marks(inp)
+        pause = boot_polls(inp.poll_interval_s, registry.capabilities(inp.target.cloud).boot_timeout_s)
         with provider_errors():
             p = await self.deps.provider(inp.target)
             while True:
@@ -230,7 +231,7 @@ class CloudActivities:
                                            type=ErrorKind.INSTANCE_FAILED, non_retryable=True)
                 if st.state == InstanceState.RUNNING and st.host:
                     return st
-                await asyncio.sleep(inp.poll_interval_s)
+                await asyncio.sleep(next(pause))
 
     @activity.defn(name=acts.TERMINATE_AND_VERIFY.name)
     async def terminate_and_verify(self, inp: TerminateInput) -> None:
@@ -245,6 +246,24 @@ class CloudActivities:
                                 poll_interval_s=inp.poll_interval_s, heartbeat_every_s=inp.heartbeat_every_s)
         # The cloud shows every machine under the key gone: the attempt stops accruing.
         await self.deps.blocking(close_spend, self.deps.engine, inp.key)
+
+
+# A boot is polled often at first (a fast boot is seen at once), then less and less often, up to
+# a 60th of the cloud's broken-boot bound (Capabilities.boot_timeout_s): every 20 s on a cloud whose
+# boots take minutes (20 min is broken there), every 2 s on one whose boots take seconds. A
+# thousand booting machines then cost the worker (and the cloud's rate limit) a poll each per 20 s,
+# not per 2 s; a boot is seen at most that much late.
+BOOT_POLL_GROWTH = 1.5
+BOOT_POLLS_PER_TIMEOUT = 60
+
+
+def boot_polls(first_s: float, boot_timeout_s: float | None) -> Iterator[float]:
+    """The pauses between a booting machine's polls: `first_s`, growing to the cloud's ceiling."""
+    ceiling = max(first_s, (boot_timeout_s or 0.0) / BOOT_POLLS_PER_TIMEOUT)
+    pause = first_s
+    while True:
+        yield pause
+        pause = min(ceiling, pause * BOOT_POLL_GROWTH)
 
 
 def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef,

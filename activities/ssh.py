@@ -6,6 +6,8 @@ import asyncio
 import ipaddress
 import re
 import shlex
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import asyncssh
 from temporalio import activity
@@ -70,13 +72,22 @@ class SshActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
 
-    async def _run(self, t: SshTarget, command: str) -> asyncssh.SSHCompletedProcess:
+    async def _run(self, t: SshTarget, command: str, *, keep: bool) -> asyncssh.SSHCompletedProcess:
         """Run `command` on the machine by the one SSH path (activities/machine_ssh.py): a fleet
         host through its bastion with its pinned key; a cloud machine pinned at its first login
-        (WAIT_SSH) and held to that key afterwards."""
-        r = await machine_ssh.route(self.deps, t.host, allocation_id=t.allocation_id or None, via=t.via)
-        async with machine_ssh.connect(self.deps, t.host, t.port, t.user, r, 10) as conn:
-            return await conn.run(command, check=False)
+        (WAIT_SSH) and held to that key afterwards. An allocation's steps share one connection
+        (activities/ssh_sessions.py): `keep` holds it for the next step; the last step closes it."""
+        async def login() -> AsyncIterator[asyncssh.SSHClientConnection]:
+            r = await machine_ssh.route(self.deps, t.host, allocation_id=t.allocation_id or None, via=t.via)
+            async with machine_ssh.connect(self.deps, t.host, t.port, t.user, r, 10) as conn:
+                yield conn
+
+        opener = asynccontextmanager(login)
+        if not t.allocation_id:  # nothing to share it with
+            async with opener() as conn:
+                return await conn.run(command, check=False)
+        key = (t.allocation_id, t.host, t.port, t.user)
+        return await self.deps.ssh_sessions.run(key, opener, command, keep=keep)
 
     @activity.defn(name=acts.WAIT_SSH.name)
     async def wait_ssh(self, t: SshTarget) -> None:
@@ -88,7 +99,7 @@ class SshActivities:
             try:
                 # bounded, and heartbeating meanwhile: a slow handshake on a loaded host is not a dead worker
                 async with asyncio.timeout(30):
-                    result = await heartbeating(self._run(t, command), 1.0, "waiting for ssh")
+                    result = await heartbeating(self._run(t, command, keep=True), 1.0, "waiting for ssh")
                 if result.exit_status == 0:
                     return
             except (OSError, asyncssh.Error, TimeoutError):
@@ -103,7 +114,7 @@ class SshActivities:
         except ValueError as e:
             raise ApplicationError(str(e), type=ErrorKind.K3S_FAILED, non_retryable=True) from None
         script = k3s_script(self.deps.k3s_install_url, tls_san=san)
-        result = await heartbeating(self._run(t, f"bash -c {shlex.quote(script)}"), 1.0, "k3s")
+        result = await heartbeating(self._run(t, f"bash -c {shlex.quote(script)}", keep=True), 1.0, "k3s")
         if result.exit_status != 0:
             raise ApplicationError(f"k3s install failed (exit {result.exit_status}): "
                                    f"{str(result.stderr or '')[-500:]}", type=ErrorKind.K3S_FAILED)
@@ -112,7 +123,8 @@ class SshActivities:
     async def probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
         """The GPUs nvidia-smi sees. No nvidia-smi is a fact ([]), not a failure."""
         await self.deps.write_marks(t)
-        result = await heartbeating(self._run(t, NVIDIA_SMI), 1.0, "nvidia-smi")
+        # The last SSH step before ready: the allocation's connection is closed after it.
+        result = await heartbeating(self._run(t, NVIDIA_SMI, keep=False), 1.0, "nvidia-smi")
         if result.exit_status == 127:
             return []
         if result.exit_status != 0:
