@@ -44,6 +44,7 @@ from providers.base import (
 from providers.credentials import Credentials, field
 from providers.docker_engine import DEFAULT_SOCKET, IMAGE
 from providers.listing import Listing
+from providers.rest import parsing
 
 REGION = "local"
 INSTANCE_TYPE = "container"
@@ -323,11 +324,18 @@ class DockerProvider(CloudProvider):
         c = await self._run(lambda: self._lookup(ref.instance_id))
         if c is None:
             return None
-        status = c.status
         state = c.attrs.get("State") or {}
+        bound = ((c.attrs.get("NetworkSettings") or {}).get("Ports") or {}).get("22/tcp") or []
+        port = next((int(b["HostPort"]) for b in bound if b.get("HostPort")), None)
+        ended = f"{c.status} (exit {state.get('ExitCode')})"
+        if state.get("Error"):
+            ended += f": {str(state['Error'])[:200]}"
+        return await self._status(ref, c.status, port, ended)
+
+    async def _status(self, ref: InstanceRef, status: str, port: int | None, ended: str) -> InstanceStatus:
+        """A container's status from its engine status word and published SSH port, as the inspect
+        (`get`) and the listing (`list_machines`) both tell them; `ended` is the detail of an exited one."""
         if status == "running":
-            bound = ((c.attrs.get("NetworkSettings") or {}).get("Ports") or {}).get("22/tcp") or []
-            port = next((int(b["HostPort"]) for b in bound if b.get("HostPort")), None)
             if port is None:
                 return InstanceStatus(ref=ref, state=InstanceState.PENDING, ssh_user=LOGIN_USER,
                                       instance_type=INSTANCE_TYPE,
@@ -347,11 +355,34 @@ class DockerProvider(CloudProvider):
             return InstanceStatus(ref=ref, state=InstanceState.STOPPED, ssh_user=LOGIN_USER,
                                   instance_type=INSTANCE_TYPE, detail=status)
         # exited / dead: sshd is gone, the container only lingers
-        detail = f"{status} (exit {state.get('ExitCode')})"
-        if state.get("Error"):
-            detail += f": {str(state['Error'])[:200]}"
         return InstanceStatus(ref=ref, state=InstanceState.ERROR, ssh_user=LOGIN_USER,
-                              instance_type=INSTANCE_TYPE, detail=detail)
+                              instance_type=INSTANCE_TYPE, detail=ended)
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        """One GET /containers/json (the engine's listing, not paged; no inspect per container): its
+        entries carry the status word and the published ports. The sshd probe `get` makes is a local
+        TCP connect, not an engine call; the probes run side by side."""
+        flt = {"label": f"{LABEL_INSTALLATION}={self.installation_id}"}
+        rows = await self._run(lambda: self._docker().api.containers(all=True, filters=flt))
+        with parsing(self.id, "container listing"):
+            listed = [self._listed(r) for r in rows
+                      if (r.get("Labels") or {}).get(LABEL_INSTALLATION) == self.installation_id]
+        return list(await asyncio.gather(*(self._status(*one) for one in listed)))
+
+    def _listed(self, row: dict[str, Any]) -> tuple[InstanceRef, str, int | None, str]:
+        """(ref, status word, published SSH port, detail if ended) of one listing entry."""
+        labels = row.get("Labels") or {}
+        names = row.get("Names") or []
+        name = str(names[0]).lstrip("/") if names else ""
+        created = row.get("Created")  # epoch seconds here; the inspect's ISO text in `get`
+        when = datetime.fromtimestamp(created, UTC) if isinstance(created, int | float) else _created(created)
+        ref = InstanceRef(provider=self.id, instance_id=str(row["Id"]),
+                          key=str(labels.get(LABEL_KEY) or name), region=REGION, created_at=when)
+        port = next((int(p["PublicPort"]) for p in row.get("Ports") or []
+                     if p.get("PrivatePort") == 22 and p.get("Type", "tcp") == "tcp" and p.get("PublicPort")),
+                    None)
+        status = str(row.get("State") or "")
+        return ref, status, port, str(row.get("Status") or status)
 
     async def terminate(self, ref: InstanceRef) -> None:
         import docker.errors

@@ -433,20 +433,24 @@ class HyperstackProvider(rest.RestCloudProvider):
         if resp.status_code == 404:
             return None
         with rest.parsing(self.id, "instance"):
-            vm = rest.json_body(resp, provider=self.id)["instance"]
-            status = str(vm.get("status") or "")
-            state = _STATES.get(status, InstanceState.ERROR)
-            host = vm.get("floating_ip") or None
-            detail = status
-            if state == InstanceState.RUNNING and not host:
-                # ACTIVE comes before the floating IP is attached: not reachable yet.
-                state, detail = InstanceState.PENDING, f"{status}, floating IP {vm.get('floating_ip_status')}"
-            flavor = vm.get("flavor") if isinstance(vm.get("flavor"), dict) else {}
-            # SSH on 22 at the floating IP: create turns port randomization off.
-            flavor_name = str(flavor.get("name") or "").removesuffix(SPOT_SUFFIX) or None
-            return InstanceStatus(ref=ref, state=state, host=host, ssh_port=22,
-                                  ssh_user=self.capabilities.login_user, instance_type=flavor_name,
-                                  detail=rest.clean(detail, 80))
+            return self._status(rest.json_body(resp, provider=self.id)["instance"], ref)
+
+    def _status(self, vm: dict[str, Any], ref: InstanceRef) -> InstanceStatus:
+        """One VM object, as GET /core/virtual-machines/{id} and the listing both return it."""
+        status = str(vm.get("status") or "")
+        state = _STATES.get(status, InstanceState.ERROR)
+        host = vm.get("floating_ip") or None
+        detail = status
+        if state == InstanceState.RUNNING and not host:
+            # ACTIVE comes before the floating IP is attached: not reachable yet.
+            state, detail = InstanceState.PENDING, f"{status}, floating IP {vm.get('floating_ip_status')}"
+        flavor = vm.get("flavor")
+        flavor = flavor if isinstance(flavor, dict) else {}
+        # SSH on 22 at the floating IP: create turns port randomization off.
+        flavor_name = str(flavor.get("name") or "").removesuffix(SPOT_SUFFIX) or None
+        return InstanceStatus(ref=ref, state=state, host=host, ssh_port=22,
+                              ssh_user=self.capabilities.login_user, instance_type=flavor_name,
+                              detail=rest.clean(detail, 80))
 
     async def terminate(self, ref: InstanceRef) -> None:
         resp = await self._call("DELETE", f"/core/virtual-machines/{ref.instance_id}", allow=(404, 409))
@@ -455,11 +459,22 @@ class HyperstackProvider(rest.RestCloudProvider):
             if st is not None and st.state not in (InstanceState.TERMINATING, InstanceState.TERMINATED):
                 raise self._error(resp, None)
 
-    async def list_owned(self) -> list[InstanceRef]:
+    async def _owned(self) -> list[dict[str, Any]]:
+        """Our VMs that are not gone: the listing searched by our name prefix, every page."""
         vms = await self._list("/core/virtual-machines", "instances", search=self._prefix)
+        return [vm for vm in vms if str(vm.get("name") or "").startswith(self._prefix)
+                and vm.get("status") != "DELETED"]
+
+    async def list_owned(self) -> list[InstanceRef]:
+        vms = await self._owned()
         with rest.parsing(self.id, "instances"):
-            return [self._ref(vm) for vm in vms if str(vm.get("name") or "").startswith(self._prefix)
-                    and vm.get("status") != "DELETED"]
+            return [self._ref(vm) for vm in vms]
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # The listing's VM objects are the ones GET /core/virtual-machines/{id} answers: one call a page.
+        vms = await self._owned()
+        with rest.parsing(self.id, "instances"):
+            return [self._status(vm, self._ref(vm)) for vm in vms]
 
     async def find(self, key: str) -> InstanceRef | None:
         found = await self.find_all(key)

@@ -187,13 +187,24 @@ class LocalProvider(rest.RestCloudProvider):
         # 404 = already gone = success.
         await self._call("DELETE", f"/machines/{ref.instance_id}", allow=(404,))
 
-    async def list_owned(self) -> list[InstanceRef]:
+    async def _owned(self) -> list[dict[str, Any]]:
         machines = await self._machines(label=f"{LABEL_INSTALLATION}={self.installation_id}")
         # Filter again client-side: ownership must not rest on the server honouring the filter.
         with rest.parsing(self.id, "machines"):
-            return [self._ref(m) for m in machines
+            return [m for m in machines
                     if (m.get("labels") or {}).get(LABEL_INSTALLATION) == self.installation_id
                     and m.get("status") != "terminated"]
+
+    async def list_owned(self) -> list[InstanceRef]:
+        machines = await self._owned()
+        with rest.parsing(self.id, "machines"):
+            return [self._ref(m) for m in machines]
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # GET /machines (one call, not paged) answers the machine objects GET /machines/{id} does.
+        machines = await self._owned()
+        with rest.parsing(self.id, "machines"):
+            return [self._status(self._ref(m), m) for m in machines]
 
     async def find_all(self, key: str) -> list[InstanceRef]:
         # Names are unique among live machines: at most one (no side resources: release is a no-op).

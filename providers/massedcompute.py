@@ -381,18 +381,21 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
             return None
         body = rest.json_body(resp, provider=self.id)
         with rest.parsing(self.id, "instance"):
-            inst = _scrub(body["runningInstance"])
-            state, detail = _state(inst)
-            user = inst.get("username")
-            product = inst.get("product_name")  # [unconfirmed] field
-            return InstanceStatus(
-                ref=ref, state=state,
-                host=_ip(inst.get("ip")) if state == InstanceState.RUNNING else None,
-                ssh_port=22,  # the API reports only the ip: SSH is on 22 there
-                ssh_user=user if isinstance(user, str) and _USER_RE.fullmatch(user) else LOGIN_USER,
-                instance_type=product if isinstance(product, str) and product else None,
-                detail=detail,
-            )
+            return self._status(ref, _scrub(body["runningInstance"]))
+
+    def _status(self, ref: InstanceRef, inst: dict[str, Any]) -> InstanceStatus:
+        """One (scrubbed) instance, as GET /instance/{uuid} and the GET /instance listing give it."""
+        state, detail = _state(inst)
+        user = inst.get("username")
+        product = inst.get("product_name")  # [unconfirmed] field
+        return InstanceStatus(
+            ref=ref, state=state,
+            host=_ip(inst.get("ip")) if state == InstanceState.RUNNING else None,
+            ssh_port=22,  # the API reports only the ip: SSH is on 22 there
+            ssh_user=user if isinstance(user, str) and _USER_RE.fullmatch(user) else LOGIN_USER,
+            instance_type=product if isinstance(product, str) and product else None,
+            detail=detail,
+        )
 
     async def terminate(self, ref: InstanceRef) -> None:
         resp = await self._call("POST", "/instance/terminate", json={"instanceUuids": [ref.instance_id]},

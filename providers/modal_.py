@@ -253,6 +253,10 @@ class ModalProvider(CloudProvider):
     async def list_owned(self) -> list[InstanceRef]:
         return await self._refs({TAG_INSTALLATION: self.installation_id})
 
+    async def list_machines(self) -> None:
+        # SandboxList's entries carry no tunnel: SSH's host and port come only from SandboxGetTunnels.
+        return None
+
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         import modal
 

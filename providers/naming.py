@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, ClassVar
 
-from providers.base import InstanceRef, InvalidRequest
+from providers.base import InstanceRef, InstanceStatus, InvalidRequest
 from providers.rest import parsing
 
 HASH_CHARS = 8
@@ -31,11 +31,12 @@ def owned_name(installation_id: str, key: str, max_length: int, *, what: str) ->
 
 
 class FoundByName:
-    """`list_owned`, `find` and `find_all` for clouds whose machines carry the owned name and offer
-    nothing better to look them up by: the account's machines are listed and matched by name. Names
-    are not known to be unique there, so `find_all` returns every match (two creates that raced past
-    the lookup made two). Mixed in before the adapter's base class; the adapter supplies `_machines`
-    (its machines that are not gone), `_ref` and `_name`."""
+    """`list_owned`, `list_machines`, `find` and `find_all` for clouds whose machines carry the owned
+    name and offer nothing better to look them up by: the account's machines are listed and matched by
+    name. Names are not known to be unique there, so `find_all` returns every match (two creates that
+    raced past the lookup made two). Mixed in before the adapter's base class; the adapter supplies
+    `_machines` (its machines that are not gone), `_ref`, `_name` and `_status` (one listed item's
+    status, the helper its `get` uses too)."""
 
     id: ClassVar[str]
     installation_id: str
@@ -49,6 +50,9 @@ class FoundByName:
     def _name(self, key: str) -> str:
         raise NotImplementedError
 
+    def _status(self, ref: InstanceRef, item: dict[str, Any]) -> InstanceStatus:
+        raise NotImplementedError
+
     @property
     def _prefix(self) -> str:
         return prefix(self.installation_id)
@@ -56,10 +60,20 @@ class FoundByName:
     async def _by_name(self, name: str) -> list[dict[str, Any]]:
         return [m for m in await self._machines() if m.get("name") == name]
 
+    def _owned(self, machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [m for m in machines if str(m.get("name") or "").startswith(self._prefix)]
+
     async def list_owned(self) -> list[InstanceRef]:
         machines = await self._machines()
         with parsing(self.id, "machine listing"):
-            return [self._ref(m) for m in machines if str(m.get("name") or "").startswith(self._prefix)]
+            return [self._ref(m) for m in self._owned(machines)]
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        """Our machines as the listing `_machines` reads (its pages, nothing more) reports them,
+        each through `_status`, the helper `get` uses on the single answer."""
+        machines = await self._machines()
+        with parsing(self.id, "machine listing"):
+            return [self._status(self._ref(m), m) for m in self._owned(machines)]
 
     async def find(self, key: str) -> InstanceRef | None:
         found = await self.find_all(key)

@@ -336,19 +336,23 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
             return None
         pod = self._json(resp)
         with rest.parsing(self.id, "pod"):
-            status = str(pod["status"])
-            state = _STATES.get(status, InstanceState.ERROR)
-            host, port, user = self._ssh(pod)
-            detail = status
-            if state == InstanceState.RUNNING and host is None:
-                # The container is up but 22/tcp has no public port yet: not reachable, so not running.
-                state, detail = InstanceState.PENDING, "RUNNING (SSH port not mapped yet)"
-            gpu = pod.get("gpu") or {}
-            return InstanceStatus(
-                ref=ref, state=state, host=host, ssh_port=port or 22, ssh_user=user,
-                instance_type=instance_type(str(gpu["id"]), int(gpu.get("count") or 1), str(pod.get("cloud")))
-                if gpu.get("id") else None,
-                detail=detail)
+            return self._status(ref, pod)
+
+    def _status(self, ref: InstanceRef, pod: dict[str, Any]) -> InstanceStatus:
+        """One pod object, as GET /pods/{id} and the GET /pods listing both return it."""
+        status = str(pod["status"])
+        state = _STATES.get(status, InstanceState.ERROR)
+        host, port, user = self._ssh(pod)
+        detail = status
+        if state == InstanceState.RUNNING and host is None:
+            # The container is up but 22/tcp has no public port yet: not reachable, so not running.
+            state, detail = InstanceState.PENDING, "RUNNING (SSH port not mapped yet)"
+        gpu = pod.get("gpu") or {}
+        return InstanceStatus(
+            ref=ref, state=state, host=host, ssh_port=port or 22, ssh_user=user,
+            instance_type=instance_type(str(gpu["id"]), int(gpu.get("count") or 1), str(pod.get("cloud")))
+            if gpu.get("id") else None,
+            detail=detail)
 
     def _ssh(self, pod: dict[str, Any]) -> tuple[str | None, int | None, str]:
         """The direct SSH endpoint (host, mapped port, user): `ssh.direct`, else runtime's 22/tcp mapping."""

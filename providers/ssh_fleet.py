@@ -397,6 +397,10 @@ class SshFleetProvider(CloudProvider):
             raise Transient(f"{ref.instance_id}: freeing the host failed (exit {done.exit_status}): "
                             f"{str(done.stderr or '')[-300:]}")
 
+    async def list_machines(self) -> None:
+        # No listing API: reading every host's claim is one SSH login per host, more than `get` per claim.
+        return None
+
     async def list_owned(self) -> list[InstanceRef]:
         # An unreachable host is left out (nothing can be done there now; the next listing asks again).
         return [self._ref(host, claim.key) for host, claim in await self._each(self._claim_of)

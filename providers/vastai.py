@@ -399,10 +399,21 @@ class VastAIProvider(rest.RestCloudProvider):
         if ref.instance_id.isdigit():
             await self._destroy(ref.instance_id)
 
+    async def _owned(self) -> list[dict[str, Any]]:
+        """Our instances (by label prefix), every page of the account's listing."""
+        return [i for i in await self._instances() if str(i.get("label") or "").startswith(self._prefix)]
+
     async def list_owned(self) -> list[InstanceRef]:
-        instances = await self._instances()
+        instances = await self._owned()
         with rest.parsing(self.id, "instances"):
-            return [self._ref(i) for i in instances if str(i.get("label") or "").startswith(self._prefix)]
+            return [self._ref(i) for i in instances]
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # The v1 listing's instance objects carry actual_status, public_ipaddr and the port map the
+        # single GET reads: one call a page. Destroyed instances are gone from it at once.
+        instances = await self._owned()
+        with rest.parsing(self.id, "instances"):
+            return [self._status(self._ref(i), i) for i in instances]
 
     async def find(self, key: str) -> InstanceRef | None:
         found = await self._by_label(self._label(key))

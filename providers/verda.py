@@ -423,14 +423,18 @@ class VerdaProvider(rest.RestCloudProvider):
         if inst is None:
             return None
         with rest.parsing(self.id, "instance"):
-            status = str(inst.get("status"))
-            return InstanceStatus(
-                ref=ref, state=_STATES.get(status, InstanceState.ERROR),
-                host=inst.get("ip") or None,
-                ssh_port=22,  # Verda serves SSH on 22 at the instance's own address
-                ssh_user=self.capabilities.login_user,
-                instance_type=inst.get("instance_type"), detail=status,
-            )
+            return self._status(inst, ref)
+
+    def _status(self, inst: dict[str, Any], ref: InstanceRef) -> InstanceStatus:
+        """One instance object, as GET /instances/{id} and GET /instances both return it."""
+        status = str(inst.get("status"))
+        return InstanceStatus(
+            ref=ref, state=_STATES.get(status, InstanceState.ERROR),
+            host=inst.get("ip") or None,
+            ssh_port=22,  # Verda serves SSH on 22 at the instance's own address
+            ssh_user=self.capabilities.login_user,
+            instance_type=inst.get("instance_type"), detail=status,
+        )
 
     async def terminate(self, ref: InstanceRef) -> None:
         deadline = self.clock() + PROVISIONING_WAIT_S
@@ -460,11 +464,20 @@ class VerdaProvider(rest.RestCloudProvider):
             return False
         raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
 
+    def _ours(self, instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [i for i in instances if str(i.get("hostname") or "").startswith(self._prefix)]
+
+    async def list_machines(self) -> list[InstanceStatus]:
+        # GET /instances (not paged) answers the same instance objects as GET /instances/{id}; the
+        # scripts and volumes list_owned also reads are not machines.
+        instances = self._ours(await self._instances())
+        with rest.parsing(self.id, "instances"):
+            return [self._status(i, self._ref(i)) for i in instances]
+
     async def list_owned(self) -> list[InstanceRef]:
         instances = await self._instances()
         with rest.parsing(self.id, "instances"):
-            ours = [i for i in instances if str(i.get("hostname") or "").startswith(self._prefix)]
-            refs = [self._ref(i) for i in ours]
+            refs = [self._ref(i) for i in self._ours(instances)]
             names = {str(i.get("hostname")) for i in instances}
             ids = {str(i.get("id")) for i in instances}
         # Side resources whose instance is gone (or never came): ours by name, listed for the sweep.
