@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.deps import ActivityDeps, heartbeating
 from activities.errors import provider_errors
+from activities.records import record_allocation
 from activities.watch import start_watch
 from messages import activities as acts
 from messages.activities import (
@@ -58,6 +59,8 @@ class CloudActivities:
     @activity.defn(name=acts.VALIDATE_ALLOCATION.name)
     def validate_allocation(self, inp: ValidateInput) -> ValidateResult:
         """Each target's capabilities; refuse (with every cloud's reason) when none can do it."""
+        if inp.record is not None:
+            record_allocation(self.deps, inp.record)  # first: a refused request still has its row
         self.deps.write_marks_sync(inp)
         req, caps, skipped = inp.request, {}, []
         for target in req.all_targets():
@@ -216,6 +219,8 @@ class CloudActivities:
 
     @activity.defn(name=acts.WAIT_RUNNING.name)
     async def wait_running(self, inp: WaitRunningInput) -> InstanceStatus:
+        if inp.record is not None:  # the machine's id recorded before anything else (watch, sweep)
+            await self.deps.blocking(record_allocation, self.deps, inp.record)
         await self.deps.write_marks(inp)
         pause = boot_polls(inp.poll_interval_s, registry.capabilities(inp.target.cloud).boot_timeout_s)
         with provider_errors():

@@ -26,66 +26,71 @@ class RecordActivities:
 
     @activity.defn(name=acts.RECORD_ALLOCATION.name)
     def record_allocation(self, inp: RecordAllocationInput) -> None:
-        """Upsert the Instance row from an allocate snapshot; the row is created when the
-        workflow was started without the API."""
-        req, st = inp.request, inp.state
-        now = utcnow()
-        with session_scope(self.deps.engine) as session:
-            # One transaction with the snapshot below: no reader sees `ready` before the address.
-            marks = [(m.status.value, m.phase.value) for m in inp.marks]
-            instances.mark_phases(session, req.allocation_id, marks, commit=False)
-            row = session.get(Instance, req.allocation_id)
-            if row is None:
-                # The workflow writes its own row when the API did not (or died before it could).
-                workflow_id = activity.info().workflow_id or allocation_workflow_id(req.allocation_id)
-                row = Instance(id=req.allocation_id, provider=req.cloud, connection_id=req.connection_id,
-                               workflow_id=workflow_id)
-            before = (row.status, row.phase)
-            # The request, as asked (the API may have inserted these already).
-            row.name, row.project = req.name or row.name, req.project
-            if st.target is not None:  # where the current attempt runs: planning may cross clouds
-                row.provider, row.connection_id = st.target.cloud, st.target.connection_id
-            row.gpu, row.gpu_count, row.region, row.spot = req.gpu, req.gpu_count, req.region, req.spot
-            # The outcome so far.
-            row.status, row.phase, row.error = inp.status, st.phase.value, st.error
-            row.note = "; ".join(st.notes) or None
-            if st.offer is not None:
-                row.instance_type, row.offer_region = st.offer.instance_type, st.offer.region
-                row.price_per_hour = st.offer.price_per_hour
-            if st.attempts:
-                row.key = st.attempts[-1].key
-            row.cloud_instance_id = st.ref.instance_id if st.ref else None
-            row.ssh_host, row.ssh_port, row.ssh_user = st.host, st.ssh_port, st.ssh_user
-            ready = inp.status == AllocationStatus.READY
-            row.gpus_found = [g.model_dump() for g in st.gpus] if ready else row.gpus_found
-            became_ready = ready and row.ready_at is None
-            if became_ready:
-                row.ready_at = now
-            requested_at, cloud = row.created_at, row.provider
-            gone = inp.status in (AllocationStatus.TERMINATED, AllocationStatus.LOST)
-            if gone and row.terminated_at is None:
-                row.terminated_at = now  # the cloud shows the machine gone
-            row.updated_at = now
-            session.add(row)
-            session.flush()
-            _log_transition(session, row.id, before, (inp.status, st.phase.value))
-            for a in st.attempts:
-                instances.record_attempt(session, Attempt(
-                    instance_id=req.allocation_id, seq=a.seq, provider=a.offer.provider,
-                    instance_type=a.offer.instance_type, region=a.offer.region, spot=a.offer.spot,
-                    price_per_hour=a.offer.price_per_hour, outcome=a.outcome, reason=a.reason), commit=False)
-            session.commit()
-            if became_ready:  # once per allocation: a retried record finds ready_at set
-                metrics.ready(cloud, requested_at, now)
-            live = inp.status not in (AllocationStatus.TERMINATED, AllocationStatus.LOST,
-                                      AllocationStatus.FAILED)
-            if st.ref is not None and st.offer is not None and st.attempts and live:
-                # The create activity opened the attempt's interval already; this only covers an
-                # allocation whose create completed before the ledger existed (a no-op otherwise).
-                spend.open_interval(session, key=st.attempts[-1].key, instance_id=req.allocation_id,
-                                    project=row.project, connection_id=row.connection_id,
-                                    provider=row.provider, rate_per_hour=st.offer.price_per_hour,
-                                    started_at=now)
+        record_allocation(self.deps, inp)
+
+
+def record_allocation(deps: ActivityDeps, inp: RecordAllocationInput) -> None:
+    """Upsert the Instance row from an allocate snapshot; the row is created when the workflow was
+    started without the API. RECORD_ALLOCATION's work, and the snapshot VALIDATE_ALLOCATION and
+    WAIT_RUNNING write first when one rides along (workflows/allocation.py, RECORDS_RIDE_PATCH)."""
+    req, st = inp.request, inp.state
+    now = utcnow()
+    with session_scope(deps.engine) as session:
+        # One transaction with the snapshot below: no reader sees `ready` before the address.
+        marks = [(m.status.value, m.phase.value) for m in inp.marks]
+        instances.mark_phases(session, req.allocation_id, marks, commit=False)
+        row = session.get(Instance, req.allocation_id)
+        if row is None:
+            # The workflow writes its own row when the API did not (or died before it could).
+            workflow_id = activity.info().workflow_id or allocation_workflow_id(req.allocation_id)
+            row = Instance(id=req.allocation_id, provider=req.cloud, connection_id=req.connection_id,
+                           workflow_id=workflow_id)
+        before = (row.status, row.phase)
+        # The request, as asked (the API may have inserted these already).
+        row.name, row.project = req.name or row.name, req.project
+        if st.target is not None:  # where the current attempt runs: planning may cross clouds
+            row.provider, row.connection_id = st.target.cloud, st.target.connection_id
+        row.gpu, row.gpu_count, row.region, row.spot = req.gpu, req.gpu_count, req.region, req.spot
+        # The outcome so far.
+        row.status, row.phase, row.error = inp.status, st.phase.value, st.error
+        row.note = "; ".join(st.notes) or None
+        if st.offer is not None:
+            row.instance_type, row.offer_region = st.offer.instance_type, st.offer.region
+            row.price_per_hour = st.offer.price_per_hour
+        if st.attempts:
+            row.key = st.attempts[-1].key
+        row.cloud_instance_id = st.ref.instance_id if st.ref else None
+        row.ssh_host, row.ssh_port, row.ssh_user = st.host, st.ssh_port, st.ssh_user
+        ready = inp.status == AllocationStatus.READY
+        row.gpus_found = [g.model_dump() for g in st.gpus] if ready else row.gpus_found
+        became_ready = ready and row.ready_at is None
+        if became_ready:
+            row.ready_at = now
+        requested_at, cloud = row.created_at, row.provider
+        gone = inp.status in (AllocationStatus.TERMINATED, AllocationStatus.LOST)
+        if gone and row.terminated_at is None:
+            row.terminated_at = now  # the cloud shows the machine gone
+        row.updated_at = now
+        session.add(row)
+        session.flush()
+        _log_transition(session, row.id, before, (inp.status, st.phase.value))
+        for a in st.attempts:
+            instances.record_attempt(session, Attempt(
+                instance_id=req.allocation_id, seq=a.seq, provider=a.offer.provider,
+                instance_type=a.offer.instance_type, region=a.offer.region, spot=a.offer.spot,
+                price_per_hour=a.offer.price_per_hour, outcome=a.outcome, reason=a.reason), commit=False)
+        session.commit()
+        if became_ready:  # once per allocation: a retried record finds ready_at set
+            metrics.ready(cloud, requested_at, now)
+        live = inp.status not in (AllocationStatus.TERMINATED, AllocationStatus.LOST,
+                                  AllocationStatus.FAILED)
+        if st.ref is not None and st.offer is not None and st.attempts and live:
+            # The create activity opened the attempt's interval already; this only covers an
+            # allocation whose create completed before the ledger existed (a no-op otherwise).
+            spend.open_interval(session, key=st.attempts[-1].key, instance_id=req.allocation_id,
+                                project=row.project, connection_id=row.connection_id,
+                                provider=row.provider, rate_per_hour=st.offer.price_per_hour,
+                                started_at=now)
 
 
 def _log_transition(session: Session, instance_id: str, before: tuple[str, str],

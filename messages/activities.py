@@ -102,6 +102,9 @@ class Marked(BaseModel):
 
 class ValidateInput(Marked):
     request: AllocateRequest
+    # The allocation's first snapshot, written before validating (its row exists from the start);
+    # None: the workflow recorded it with RECORD_ALLOCATION (runs from before RECORDS_RIDE_PATCH).
+    record: RecordAllocationInput | None = None
 
 
 class ValidateResult(BaseModel):
@@ -142,6 +145,9 @@ class WaitRunningInput(Marked):
     ref: InstanceRef
     poll_interval_s: float = 2.0
     heartbeat_every_s: float = 1.0
+    # The snapshot after the create (the machine's id, for the watch and the sweep), written before
+    # the first poll; None: recorded with RECORD_ALLOCATION (runs from before RECORDS_RIDE_PATCH).
+    record: RecordAllocationInput | None = None
 
 
 class SshTarget(Marked):

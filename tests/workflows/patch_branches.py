@@ -17,9 +17,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 from messages import activities as acts
+from messages import workflows as wf
 from providers import registry
 from workflows import search_attributes as sa
-from workflows.allocation import LAUNCH_QUEUE_PATCH
+from workflows.allocation import LAUNCH_QUEUE_PATCH, RECORDS_RIDE_PATCH
 
 PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
 
@@ -66,6 +67,23 @@ def launch_queue_old_branch(history: WorkflowHistory) -> bool:
         for cloud, queue in creates(history))
 
 
+def scheduled(history: WorkflowHistory) -> list[str]:
+    """The activity types the workflow scheduled, in order."""
+    return [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+
+
+def records_ride_old_branch(history: WorkflowHistory) -> bool:
+    """RECORDS_RIDE_PATCH's `patched` is asked by every allocation's first run (not one continued
+    as new); its old branch schedules RECORD_ALLOCATION first, before VALIDATE_ALLOCATION (the new:
+    validate first, the snapshot riding on it)."""
+    started = history.events[0].workflow_execution_started_event_attributes
+    return (workflow_type(history) == wf.ALLOCATION.name and not started.continued_execution_run_id
+            and RECORDS_RIDE_PATCH not in patch_markers(history)
+            and scheduled(history)[:2] == [acts.RECORD_ALLOCATION.name, acts.VALIDATE_ALLOCATION.name])
+
+
 OLD_BRANCH_TAKEN: dict[str, Callable[[WorkflowHistory], bool]] = {
     LAUNCH_QUEUE_PATCH: launch_queue_old_branch,
+    RECORDS_RIDE_PATCH: records_ride_old_branch,
 }

@@ -272,8 +272,33 @@ async def test_every_phase_is_recorded_in_order_without_an_activity_each(
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
                  async for e in handle.fetch_history_events()
                  if e.HasField("activity_task_scheduled_event_attributes")]
-    # The row at the start, the machine's id after create, ready: phases ride on the other activities.
-    assert scheduled.count("record_allocation") == 3, scheduled
+    # Phases ride on the other activities, and so do the row at the start (on validate) and the
+    # machine's id after create (on wait_running, RECORDS_RIDE_PATCH): one record activity, ready's.
+    assert scheduled.count("record_allocation") == 1, scheduled
+    assert scheduled[:4] == ["validate_allocation", "plan_allocation", "create_instance", "wait_running"]
+
+
+async def test_a_booting_machines_id_is_on_its_row_before_it_runs(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    """The snapshot after create rides on WAIT_RUNNING, written before its first poll: a machine
+    that boots for long is on its row all along (the watch, the sweep and the API read it)."""
+    fake_cloud.boot_delay = 3600
+    req = make_request()
+    handle = await start_allocate(temporal_client, req)
+
+    def phase_and_machine() -> tuple[str | None, str | None]:
+        with Session(db_engine) as s:
+            r = s.get(Instance, req.allocation_id)
+            return (r.phase, r.cloud_instance_id) if r is not None else (None, None)
+
+    phase, machine = await eventually(phase_and_machine, until=lambda pm: pm[1] is not None, within=30,
+                                      what="the machine's id on its row")
+    (made,) = [m for m in fake_cloud.machines.values() if m.spec.owner.allocation_id == req.allocation_id]
+    assert machine == made.ref.instance_id and phase in ("create", "wait_running")
+    assert await eventually(phase_and_machine, until=lambda pm: pm[0] == "wait_running", within=30,
+                            what="the wait recorded") == ("wait_running", machine)
+    st = await handle.execute_update(wf.ALLOCATION.terminate.name, result_type=AllocationState)
+    assert st.phase == Phase.TERMINATED
 
 
 async def test_the_ready_update_answers_once_ready_or_ended(temporal_client: Client, fake_cloud: FakeCloud,
