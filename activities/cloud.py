@@ -253,22 +253,26 @@ class CloudActivities:
         await self.deps.blocking(close_spend, self.deps.engine, inp.key)
 
 
-# A boot is polled often at first (a fast boot is seen at once), then less and less often, up to
-# a 60th of the cloud's broken-boot bound (Capabilities.boot_timeout_s): every 20 s on a cloud whose
-# boots take minutes (20 min is broken there), every 2 s on one whose boots take seconds. A
-# thousand booting machines then cost the worker (and the cloud's rate limit) a poll each per 20 s,
-# not per 2 s; a boot is seen at most that much late.
+# A boot is polled at the request's interval for its first stretch (a fast boot is seen at once),
+# then less and less often, up to a 60th of the cloud's broken-boot bound
+# (Capabilities.boot_timeout_s): every 20 s after the first 20 s on a cloud whose boots take
+# minutes (20 min is broken there), every 2 s throughout on one whose boots take seconds. A
+# thousand machines booting for minutes then cost the worker (and the cloud's rate limit) a poll
+# each per 20 s, not per 2 s; a boot is seen at most that much late.
 BOOT_POLL_GROWTH = 1.5
 BOOT_POLLS_PER_TIMEOUT = 60
 
 
 def boot_polls(first_s: float, boot_timeout_s: float | None) -> Iterator[float]:
-    """The pauses between a booting machine's polls: `first_s`, growing to the cloud's ceiling."""
+    """The pauses between a booting machine's polls: `first_s` until the cloud's ceiling has
+    passed, then growing to that ceiling."""
     ceiling = max(first_s, (boot_timeout_s or 0.0) / BOOT_POLLS_PER_TIMEOUT)
-    pause = first_s
+    waited, pause = 0.0, first_s
     while True:
         yield pause
-        pause = min(ceiling, pause * BOOT_POLL_GROWTH)
+        waited += pause
+        if waited >= ceiling:
+            pause = min(ceiling, pause * BOOT_POLL_GROWTH)
 
 
 def open_spend(engine: sa.Engine, inp: CreateInput, ref: InstanceRef,

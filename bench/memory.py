@@ -33,7 +33,8 @@ async def waiting_for_boot(h: WorkflowHandle[Any, Any]) -> bool:
     return any(a.activity_type.name == "wait_running" and a.state == started for a in pending)
 
 
-async def run(b: Bench, *, open_allocations: int, window_s: float, timeout_s: float = 600) -> dict[str, Any]:
+async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: float = 0.0,
+              timeout_s: float = 600) -> dict[str, Any]:
     m, queue = open_allocations, TASK_QUEUE + "-rss"
     b.cloud.admin.set_stock("gpu_1x_a10", "us-east-1", m + 10)
     # A fresh worker: the throughput phase's peak would leave freed heap for these allocations to reuse.
@@ -57,6 +58,9 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, timeout_s: fl
                 await asyncio.sleep(1)
         finally:
             b.cloud.admin.configure(boot_delay=b.boot_delay)
+        # Boots of minutes are polled less often as they go on (activities/cloud.py, boot_polls):
+        # the window opens once every allocation has been booting `settle_s`.
+        await asyncio.sleep(settle_s)
         pids = {"worker": pid, "temporal": b.temporal_pid, "cloud": b.cloud.pid}
         cpu0 = cpu_snapshot(pids)
         await asyncio.sleep(window_s)  # steady state: every allocation polls and heartbeats

@@ -49,6 +49,7 @@ from providers.base import (
     rank_offers,
 )
 from providers.credentials import ApiKeyCredentials
+from providers.fresh_listing import FreshListing
 from providers.gpus import normalize_gpu
 from providers.listing import Listing
 
@@ -181,11 +182,23 @@ class LambdaProvider(rest.RestCloudProvider):
             raise Transient(f"{self.id}: answer without 'data' from {method} {path}")
         return body["data"]
 
+    _listings: dict[str, FreshListing[dict[str, Any]]] | None = None  # per path, made at first use
+
     async def _list(self, path: str) -> list[dict[str, Any]]:
-        data = await self._data("GET", path)
-        if not isinstance(data, list):
-            raise Transient(f"{self.id}: unexpected {path} listing")
-        return [d for d in data if isinstance(d, dict)]
+        """Every item of a listing (not paged). Concurrent callers share one call that began after
+        each asked (providers/fresh_listing.py): every create looks its names up here first."""
+        if self._listings is None:
+            self._listings = {}
+        listings = self._listings
+        if path not in listings:
+            async def fetch() -> list[dict[str, Any]]:
+                data = await self._data("GET", path)
+                if not isinstance(data, list):
+                    raise Transient(f"{self.id}: unexpected {path} listing")
+                return [d for d in data if isinstance(d, dict)]
+
+            listings[path] = FreshListing(fetch)
+        return await listings[path].get()
 
     @property
     def _prefix(self) -> str:
