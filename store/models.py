@@ -72,6 +72,9 @@ class Connection(SQLModel, table=True):
 class Instance(SQLModel, table=True):
     """One allocation, from request to verified teardown. `id` is the allocation id."""
 
+    # The console's "active instances" page: the project's live rows, newest first (migration 0027).
+    __table_args__ = (sa.Index("ix_instance_project_status_created_at", "project", "status", "created_at"),)
+
     id: str = Field(primary_key=True)
     name: str | None = None
     project: str = Field(default="default", index=True)
@@ -261,6 +264,8 @@ class SpendInterval(SQLModel, table=True):
     The unique key makes opening idempotent, and closing only sets an empty `ended_at`."""
 
     __tablename__ = "spend_interval"
+    # The spend card's window: the project's intervals still open or ended within it (migration 0027).
+    __table_args__ = (sa.Index("ix_spend_interval_project_ended_at", "project", "ended_at"),)
 
     id: int | None = Field(default=None, primary_key=True)
     key: str = Field(unique=True)  # the allocation attempt's key: one interval per attempt

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -103,6 +104,21 @@ def _midnight(d: date) -> datetime:
     return datetime.combine(d, time(0), tzinfo=UTC)
 
 
+class Accrual(Protocol):
+    """What the arithmetic reads of an interval: a SpendInterval, or a row of `window_rows`."""
+
+    @property
+    def project(self) -> str: ...
+    @property
+    def job_type(self) -> str: ...
+    @property
+    def rate_per_hour(self) -> float: ...
+    @property
+    def started_at(self) -> datetime: ...
+    @property
+    def ended_at(self) -> datetime | None: ...
+
+
 @dataclass
 class SpendSummary:
     daily: list[tuple[date, float]]  # every day of the window, zero-filled
@@ -112,20 +128,28 @@ class SpendSummary:
     intervals: int = 0  # how many intervals accrued anything in the window
 
 
-def summarize(intervals: Iterable[SpendInterval], days: int, now: datetime) -> SpendSummary:
+def summarize(intervals: Iterable[Accrual], days: int, now: datetime) -> SpendSummary:
     """Cost per day over the last `days` UTC days (each interval's rate × its overlap with the day;
     an open one up to `now`), and the window's cost by job type and by project."""
     now = aware(now)
     window = day_range(days, now)
+    lo = _midnight(window[0])
     per_day: dict[date, float] = defaultdict(float)
     by_job: dict[str, float] = defaultdict(float)
     by_project: dict[str, float] = defaultdict(float)
     counted = 0
+    bounds = [_midnight(d) for d in window] + [_midnight(window[-1] + timedelta(days=1))]
     for iv in intervals:
         accrued = 0.0
-        for d in window:
-            cost = iv.rate_per_hour * overlap_hours(iv.started_at, iv.ended_at, _midnight(d),
-                                                    _midnight(d + timedelta(days=1)), now)
+        # Only the days the interval touches, each as overlap_hours() has it: a window's worth of
+        # zero overlaps per interval made the spend card cost seconds with thousands of intervals.
+        start = aware(iv.started_at)
+        stop = min(now if iv.ended_at is None else aware(iv.ended_at), now)
+        first, last = max(0, (start - lo).days), min(days - 1, (stop - lo).days)
+        for k in range(first, last + 1):
+            d = window[k]
+            hours = (min(stop, bounds[k + 1]) - max(start, bounds[k])).total_seconds() / _HOUR_S
+            cost = iv.rate_per_hour * max(0.0, hours)
             if cost:
                 per_day[d] += cost
                 accrued += cost
@@ -147,6 +171,21 @@ def window_intervals(session: Session, *, days: int, now: datetime,
     if projects is not None:
         stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
     return session.exec(stmt).all()
+
+
+def window_rows(session: Session, *, days: int, now: datetime,
+                projects: Collection[str] | None = None) -> Sequence[Accrual]:
+    """`window_intervals`, as plain rows of the columns `summarize` reads: no ORM object per interval
+    (the spend card reads thousands of them per request)."""
+    lo = _midnight(day_range(days, now)[0])
+    ended = col(SpendInterval.ended_at)
+    started = col(SpendInterval.started_at)
+    stmt = sa.select(col(SpendInterval.project), col(SpendInterval.job_type),
+                     col(SpendInterval.rate_per_hour), started, ended)
+    stmt = stmt.where(started < now, sa.or_(ended.is_(None), ended > lo))
+    if projects is not None:
+        stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
+    return session.execute(stmt).all()  # type: ignore[return-value]  # Rows: attributes by column name
 
 
 def any_recorded(session: Session, projects: Collection[str] | None = None) -> bool:

@@ -3,12 +3,17 @@ ReportedWorkload, work run elsewhere) and gpuprov's own managed jobs with their 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from store.models import Instance, Job, ReportedWorkload, utcnow
+
+# A row's place in the Workload Queue: (id, kind, status, created_at), of a job or a reported workload.
+Key = tuple[str, str, str, datetime | None]
 
 
 def get_reported(session: Session, project: str, workload_id: str) -> ReportedWorkload | None:
@@ -47,14 +52,38 @@ def forget(session: Session, project: str, workload_id: str) -> bool:
     return True
 
 
-def jobs_of(session: Session, project: str) -> Sequence[Job]:
-    """The project's managed jobs (the queue's other source)."""
-    return session.exec(select(Job).where(Job.project == project)).all()
-
-
 def machines_of(session: Session, jobs: Sequence[Job]) -> dict[str, Instance]:
     """The instances the jobs' machines are, by allocation id."""
     ids = [j.allocation_id for j in jobs if j.allocation_id]
     if not ids:
         return {}
     return {i.id: i for i in session.exec(select(Instance).where(col(Instance.id).in_(ids))).all()}
+
+
+def job_keys(session: Session, project: str) -> list[Key]:
+    """The project's managed jobs as list keys: what the queue sorts, counts and pages by, read
+    without the rows themselves (which are built for the page shown only)."""
+    stmt = select(Job.id, Job.type, Job.status, Job.created_at).where(Job.project == project)
+    return [tuple(r) for r in session.exec(stmt).all()]  # type: ignore[misc]
+
+
+def reported_keys(session: Session, project: str) -> list[Key]:
+    stmt = select(ReportedWorkload.id, ReportedWorkload.kind, ReportedWorkload.status,
+                  ReportedWorkload.created_at).where(ReportedWorkload.project == project)
+    return [tuple(r) for r in session.exec(stmt).all()]  # type: ignore[misc]
+
+
+def jobs_by_id(session: Session, project: str, ids: Collection[str]) -> Sequence[Job]:
+    if not ids:
+        return []
+    return session.exec(select(Job).where(Job.project == project, col(Job.id).in_(list(ids)))).all()
+
+
+def reported_shown(session: Session, project: str, ids: Collection[str],
+                   queued: str) -> Sequence[ReportedWorkload]:
+    """The project's reported workloads of `ids`, and every one with status `queued` (a queued one's
+    PRI is its place among them all), oldest first as `reported_of`."""
+    stmt = select(ReportedWorkload).where(ReportedWorkload.project == project,
+                                          sa.or_(col(ReportedWorkload.id).in_(list(ids)),
+                                                 col(ReportedWorkload.status) == queued))
+    return session.exec(stmt.order_by(col(ReportedWorkload.created_at))).all()

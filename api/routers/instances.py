@@ -348,7 +348,8 @@ def list_instances(
     elif status_ is not None:
         stmt = stmt.where(Instance.status == status_)
     rows, following = KEYSET.fetch(session, stmt, page)
-    return Page(items=[InstanceOut.of(i) for i in rows], next_cursor=following)
+    routes = store_host_keys.fleet_routes(session, [r for r in rows if registry.is_fleet(r.provider)])
+    return Page(items=[InstanceOut.of(i, route=routes.get(i.id)) for i in rows], next_cursor=following)
 
 
 @router.get("/{instance_id}", response_model=InstanceOut, responses={404: {"description": "unknown"}})

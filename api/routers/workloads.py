@@ -11,6 +11,7 @@ and tasks read "—" (null). A job's detail adds its last log lines and its GPUs
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
@@ -226,19 +227,41 @@ def _job_gpu(job: Job, machine: Instance | None) -> str | None:
     return instance_gpu_label(machine)
 
 
-def _sorted(rows: list[WorkloadOut]) -> list[WorkloadOut]:
-    """Active first, then newest (the id breaks ties: pages never skip or repeat a row)."""
-    return sorted(rows, key=lambda w: (not w.active, -w.created_at.timestamp(), w.id))
+@dataclass(frozen=True)
+class _Place:
+    """A row's place in the list — what it is sorted, counted and paged by — read without the row."""
+
+    id: str  # the row's id (`job:<id>` for a job)
+    kind: WorkloadKind
+    active: bool
+    created_at: datetime
 
 
-def _rows(session: Session, project: str) -> list[WorkloadOut]:
-    jobs = list(store.jobs_of(session, project))
-    pri = queue.positions(session, project)  # within the project: other tenants' jobs are not shown
-    return _sorted(_reported_rows(list(store.reported_of(session, project)))
-                   + _job_rows(jobs, store.machines_of(session, jobs), pri))
+def _places(session: Session, project: str) -> list[_Place]:
+    """Every row's place: active first, then newest (the id breaks ties: pages never skip or repeat
+    a row). Only the shown page's rows are built: building every row of a project with thousands of
+    jobs made each request take seconds."""
+    places = [_Place(job_row_id(i), WorkloadKind(k), WorkloadStatus(s) in ACTIVE, _at(c))  # type: ignore[arg-type]
+              for i, k, s, c in store.job_keys(session, project)]
+    places += [_Place(i, WorkloadKind(k), WorkloadStatus(s) in ACTIVE, _at(c))  # type: ignore[arg-type]
+               for i, k, s, c in store.reported_keys(session, project)]
+    return sorted(places, key=lambda w: (not w.active, -w.created_at.timestamp(), w.id))
 
 
-def _counts(rows: list[WorkloadOut]) -> dict[WorkloadFilter, int]:
+def _rows_at(session: Session, project: str, places: list[_Place]) -> list[WorkloadOut]:
+    """The rows at `places`, in their order."""
+    job_ids = [p.id.removeprefix(JOB_PREFIX) for p in places if p.id.startswith(JOB_PREFIX)]
+    jobs = list(store.jobs_by_id(session, project, job_ids))
+    pri = queue.positions(session, project) if jobs else {}  # within the project: not other tenants'
+    reported_ids = [p.id for p in places if not p.id.startswith(JOB_PREFIX)]
+    reported = (list(store.reported_shown(session, project, reported_ids, WorkloadStatus.QUEUED))
+                if reported_ids else [])
+    machines = store.machines_of(session, jobs)
+    built = {w.id: w for w in _reported_rows(reported) + _job_rows(jobs, machines, pri)}
+    return [built[p.id] for p in places if p.id in built]  # one forgotten meanwhile is not shown
+
+
+def _counts(rows: list[_Place]) -> dict[WorkloadFilter, int]:
     counts = dict.fromkeys(WorkloadFilter, 0)
     counts[WorkloadFilter.ALL] = len(rows)
     for w in rows:
@@ -278,10 +301,11 @@ def list_workloads(session: SessionDep, caller: CallerDep, page: PageDep,
                    ) -> WorkloadsPage:
     """The project's workloads — its managed jobs and the workloads reported in — active first then
     newest, filtered by a pill, with every pill's count over both."""
-    rows = _rows(session, caller.project)
-    shown = rows if type == WorkloadFilter.ALL else [w for w in rows if GROUP[w.kind] == type]
+    places = _places(session, caller.project)
+    shown = places if type == WorkloadFilter.ALL else [w for w in places if GROUP[w.kind] == type]
     part = offset_page("workloads", shown, page, query=type.value)
-    return WorkloadsPage(items=part.items, next_cursor=part.next_cursor, counts=_counts(rows))
+    return WorkloadsPage(items=_rows_at(session, caller.project, part.items), next_cursor=part.next_cursor,
+                         counts=_counts(places))
 
 
 @router.get("/{workload_id}", response_model=WorkloadDetail,

@@ -1,0 +1,453 @@
+"""(api) An API that stays fast: p50/p99 latency of the lists the Compute console calls, over HTTP
+against the real API process (`uvicorn --factory api.app:build_app`, as `gpuprov dev` and the compose
+file run it), with `rows` instances (and their jobs, reported workloads, spend intervals) seeded
+across several projects, on PostgreSQL and on SQLite.
+
+    python -m bench.api_scale [--rows 10000] [--clients 8] [--requests 400]
+
+The schema is made by the project's own migrations (store/migrate.py); rows go in by bulk inserts
+(SQLAlchemy core executemany) into the real tables, while the project and its token are made by
+the store's own functions so the API's auth takes them. PostgreSQL is GPUPROV_TEST_POSTGRES_URL's
+server (default postgres@127.0.0.1:5432) in a database of its own, `gpuprov_bench_api`, dropped
+afterwards; SQLite a temp file. Requests are made as the console makes them: a project token, the
+first page of each list at the console's page size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncssh
+import httpx
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+from sqlmodel import Session
+
+from store import migrate
+from store import projects as project_store
+from store.db import make_engine
+from store.models import (
+    Attempt,
+    Connection,
+    Fleet,
+    FleetHost,
+    Instance,
+    InstanceEvent,
+    Job,
+    JobGpuSample,
+    JobLogChunk,
+    ReportedWorkload,
+    SpendInterval,
+)
+from store.secrets import SecretBox
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_P99_MS = 20.0
+PG_URL = os.environ.get("GPUPROV_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+PG_DATABASE = "gpuprov_bench_api"
+BACKENDS = ("postgresql", "sqlite")
+# The measured project holds the largest share: the tenant whose console pages are slowest.
+PROJECTS = {"research": 0.4, "prod": 0.3, "staging": 0.2, "default": 0.1}
+MEASURED = "research"
+PROVIDERS = {  # cloud -> (instance type, GPU, $/hr, region)
+    "lambda": ("gpu_1x_h100_pcie", "H100", 2.49, "us-east-1"),
+    "aws": ("p4d.24xlarge", "A100", 32.77, "us-east-1"),
+    "gcp": ("a2-highgpu-1g", "A100", 3.67, "us-central1"),
+    "runpod": ("NVIDIA RTX 4090", "RTX 4090", 0.69, "EU-RO-1"),
+    "azure": ("Standard_NC24ads_A100_v4", "A100", 3.67, "eastus"),
+}
+FLEET = "ssh"  # each project also has an SSH fleet of FLEET_HOSTS hosts, where FLEET_SHARE of instances run
+FLEET_HOSTS = 8
+FLEET_SHARE = 0.05
+ACTIVE_SHARE = 0.1  # ~1,000 of 10,000 instances may still bill: the rest ended
+DAYS = 60
+LOG_LINES = 3000
+LOG_LINES_PER_CHUNK = 25  # the job's reader stores what each poll found: small chunks
+
+
+@dataclass
+class Seeded:
+    token: str  # a project token of MEASURED
+    job_id: str  # a job of MEASURED with LOG_LINES of output
+    active: int  # MEASURED's live instances
+    counts: dict[str, int]  # rows per table
+
+
+def _at(rng: random.Random, now: datetime) -> datetime:
+    return now - timedelta(seconds=rng.uniform(0, DAYS * 86400))
+
+
+def _instances(rng: random.Random, rows: int, now: datetime, conns: dict[tuple[str, str], str],
+               fleet_share: float) -> list[dict[str, Any]]:
+    out = []
+    projects, weights = list(PROJECTS), list(PROJECTS.values())
+    for n in range(rows):
+        project = rng.choices(projects, weights)[0]
+        cloud = FLEET if rng.random() < fleet_share else rng.choice(list(PROVIDERS))
+        itype, gpu, price, region = PROVIDERS.get(cloud, ("host", "H100", 0.0, "local"))
+        created = _at(rng, now)
+        if rng.random() < ACTIVE_SHARE:
+            status = rng.choices(["provisioning", "ready", "terminating"], [5, 85, 10])[0]
+            created = now - timedelta(hours=rng.uniform(0.1, 72))  # a live one was made lately
+        else:
+            status = rng.choices(["terminated", "failed", "lost"], [80, 15, 5])[0]
+        booted = created + timedelta(minutes=rng.uniform(1, 8))
+        ready = None if status in ("provisioning", "failed") else booted
+        ended = None
+        if status in ("terminated", "lost"):
+            assert ready is not None
+            ended = min(now, ready + timedelta(hours=rng.uniform(0.5, 72)))
+        elif status == "failed":
+            ended = created + timedelta(minutes=rng.uniform(1, 10))
+        count = rng.choice([1, 1, 2, 4, 8])
+        iid = f"i{n:06d}{rng.randrange(36 ** 3):03x}"
+        host = (_fleet_host(project, rng.randrange(FLEET_HOSTS)) if cloud == FLEET
+                else f"10.{n % 250}.{n // 250 % 250}.7")
+        out.append(dict(
+            id=iid, name=f"{project}-run-{n}", project=project, provider=cloud,
+            connection_id=conns[project, cloud], workflow_id=f"allocation-{iid}", status=status,
+            phase="ready" if status == "ready" else "validate" if status == "provisioning" else "done",
+            gpu=gpu, gpu_count=count, region=region, spot=rng.random() < 0.2, instance_type=itype,
+            offer_region=region, price_per_hour=round(price * count, 4), cloud_instance_id=f"cl-{iid}",
+            key=f"gpuprov-{iid}-1", ssh_host=host if ready else None,
+            ssh_port=22 if ready else None, ssh_user="ubuntu" if ready else None,
+            gpus_found=[{"name": f"NVIDIA {gpu}", "memory_mib": 81920}] * count if ready else None,
+            error="no capacity in any region" if status == "failed" else None, note=None,
+            created_at=created, updated_at=ended or ready or created, ready_at=ready, terminated_at=ended,
+            host_key=None, host_key_machine=None, host_key_pinned_at=None))
+    return out
+
+
+def _fleet_host(project: str, position: int) -> str:
+    return f"gpu{position}.{project}.lab.internal"
+
+
+Rows = list[dict[str, Any]]
+
+
+def _fleets(now: datetime, box: SecretBox, host_key: str) -> tuple[Rows, Rows]:
+    """One SSH fleet per project, behind a bastion, its hosts probed and pinned."""
+    fleets, hosts = [], []
+    for project in PROJECTS:
+        fid = f"f-{project}"
+        fleets.append(dict(id=fid, project=project, name=f"{project} lab", user="ubuntu", port=22,
+                           secret=box.seal({"private_key": "bench"}), bastion_host="bastion.lab.internal",
+                           bastion_port=22, bastion_user="jump", bastion_secret=None, probe_id="p1",
+                           bastion_host_key=host_key, created_at=now - timedelta(days=DAYS + 2)))
+        hosts += [dict(id=f"{fid}-{k}", fleet_id=fid, position=k, host=_fleet_host(project, k), probed_at=now,
+                       reachable=True, reason=None, gpu_vendor="nvidia", gpu_name="H100", gpu_count=8,
+                       gpu_memory_gb=80, gpu_summary="8× H100 (80GB) · 640GB total", docker=True, sudo=True,
+                       tcp_forwarding=True, host_key=host_key, host_key_pinned_at=now)
+                  for k in range(FLEET_HOSTS)]
+    return fleets, hosts
+
+
+def _jobs(rng: random.Random, instances: Rows, rows: int, now: datetime) -> Rows:
+    kinds = ["sft", "dpo", "grpo", "ppo", "serving", "eval", "task", "kb_compile", "synthetic"]
+    out = []
+    for n, inst in enumerate(rng.sample(instances, rows)):
+        status = rng.choices(["queued", "provisioning", "running", "succeeded", "failed", "cancelled"],
+                             [3, 1, 2, 70, 16, 8])[0]
+        created = inst["created_at"]
+        started = None if status in ("queued", "provisioning") else created + timedelta(minutes=5)
+        ended = (inst["terminated_at"] or now) if status in ("succeeded", "failed", "cancelled") else None
+        granted = None if status == "queued" else created
+        out.append(dict(
+            id=f"j{n:06d}", project=inst["project"], name=f"train-{n}", type=rng.choice(kinds),
+            command="python train.py --config configs/run.yaml", image="nvcr.io/nvidia/pytorch:24.05-py3",
+            gpu=inst["gpu"], gpu_count=inst["gpu_count"], cloud=None, requested_by="alice@example.com",
+            priority=rng.choice([0, 0, 0, 5, 10]), max_price_per_hour=None, workflow_id=f"job-j{n:06d}",
+            status=status, allocation_id=None if status == "queued" else inst["id"],
+            host=inst["ssh_host"], exit_code={"succeeded": 0, "failed": 1}.get(status),
+            error=None, created_at=created, updated_at=ended or created, started_at=started, ended_at=ended,
+            granted_at=granted, released_at=ended if granted else None,
+            granted_gpus=inst["gpu_count"] if granted else 0,
+            granted_usd_per_hour=inst["price_per_hour"] if granted else 0.0))
+    return out
+
+
+def _reported(rng: random.Random, rows: int, now: datetime) -> list[dict[str, Any]]:
+    kinds = ["sft", "grpo", "serving", "eval", "synthetic"]
+    projects, weights = list(PROJECTS), list(PROJECTS.values())
+    out = []
+    for n in range(rows):
+        at = _at(rng, now)
+        status = rng.choices(["queued", "running", "succeeded", "failed"], [5, 10, 75, 10])[0]
+        out.append(dict(
+            project=rng.choices(projects, weights)[0], id=f"run-{n}", name=f"reported-{n}",
+            kind=rng.choice(kinds), status=status, source=rng.choice(["training", "model", "synthetic"]),
+            gpu="H100", gpu_count=rng.choice([1, 8]), location="local cluster", priority=rng.randrange(5),
+            progress_pct=rng.uniform(0, 100) if status == "running" else None, eta_at=None,
+            requested_by="bob@example.com", created_at=at, updated_at=at))
+    return out
+
+
+def seed(engine: sa.Engine, rows: int, rng: random.Random | None = None,
+         fleet_share: float = FLEET_SHARE) -> Seeded:
+    """`rows` instances across PROJECTS (`fleet_share` of them on the projects' SSH fleets) and every
+    table the console's lists read; the schema must be at the migrations' head."""
+    rng = rng or random.Random(24)
+    now = datetime.now(UTC)
+    box = SecretBox(Fernet.generate_key())
+    with Session(engine) as session:
+        for project in PROJECTS:
+            project_store.add_project(session, project)  # None for `default`: it exists
+        _, token = project_store.add_token(session, MEASURED, "bench")
+    conns: dict[tuple[str, str], str] = {}
+    conn_rows = []
+    for project in PROJECTS:
+        for n, cloud in enumerate(PROVIDERS):
+            cid = f"c-{project}-{cloud}"
+            conns[project, cloud] = cid
+            conn_rows.append(dict(
+                id=cid, project=project, provider=cloud, name=f"{cloud} ({project})", endpoint=None,
+                ca_bundle=None, account=f"acct-{n}", status="connected", error=None,
+                secret=box.seal({"api_key": f"key-{cid}"}),
+                created_at=now - timedelta(days=DAYS + 1, minutes=n),
+                health_status="healthy", health_reason=None, health_checked_at=now, health_latency_ms=120))
+    for project in PROJECTS:
+        conns[project, FLEET] = f"f-{project}"
+    host_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    fleets, fleet_hosts = _fleets(now, box, host_key)
+    instances = _instances(rng, rows, now, conns, fleet_share)
+    attempts = [dict(instance_id=i["id"], seq=1, provider=i["provider"], instance_type=i["instance_type"],
+                     region=i["region"], spot=i["spot"], price_per_hour=i["price_per_hour"],
+                     outcome="failed" if i["status"] == "failed" else "launched", reason=None,
+                     at=i["created_at"]) for i in instances]
+    events = [dict(instance_id=i["id"], status=s, phase=p, at=i["created_at"])
+              for i in instances for s, p in (("provisioning", "plan"), ("provisioning", "create"),
+                                              (i["status"], i["phase"]))]
+    spend = [dict(key=i["key"], instance_id=i["id"], project=i["project"], connection_id=i["connection_id"],
+                  provider=i["provider"], job_type="manual", rate_per_hour=i["price_per_hour"],
+                  started_at=i["ready_at"], ended_at=i["terminated_at"])
+             for i in instances if i["ready_at"] is not None]
+    jobs = _jobs(rng, instances, rows // 5, now)
+    log_job = next(j for j in jobs if j["project"] == MEASURED and j["status"] == "succeeded")
+    chunks, offset = [], 0
+    for first in range(0, LOG_LINES, LOG_LINES_PER_CHUNK):
+        lines = range(first, first + LOG_LINES_PER_CHUNK)
+        data = "".join(f"step {n:6d} loss {2.5 / (n + 1) ** 0.3:.5f} lr 3.0e-05 tok/s "
+                       f"{rng.randrange(9000, 11000)}\n" for n in lines).encode()
+        chunks.append(dict(job_id=log_job["id"], offset=offset, data=data, at=now))
+        offset += len(data)
+    samples = [dict(job_id=log_job["id"], at=now - timedelta(seconds=30 * r), gpu=g,
+                    utilization_pct=rng.uniform(80, 100), memory_used_mib=70000, memory_total_mib=81920)
+               for r in range(60) for g in range(4)]
+    reported = _reported(rng, rows // 10, now)
+    tables: list[tuple[Any, list[dict[str, Any]]]] = [
+        (Connection, conn_rows), (Fleet, fleets), (FleetHost, fleet_hosts), (Instance, instances),
+        (Attempt, attempts), (InstanceEvent, events),
+        (SpendInterval, spend), (Job, jobs), (JobLogChunk, chunks), (JobGpuSample, samples),
+        (ReportedWorkload, reported)]
+    with engine.begin() as conn:
+        for model, values in tables:
+            for start in range(0, len(values), 5000):
+                conn.execute(sa.insert(model.__table__), values[start:start + 5000])  # executemany
+    if engine.dialect.name == "postgresql":
+        # Fresh planner statistics, as autovacuum keeps them on a live server. Not on SQLite: nothing
+        # in gpuprov runs ANALYZE there, so its planner works without statistics, as here.
+        with engine.connect() as conn:
+            conn.execute(sa.text("ANALYZE"))
+            conn.commit()
+    live = ("provisioning", "ready", "terminating")
+    return Seeded(token=token, job_id=log_job["id"],
+                  active=sum(1 for i in instances if i["project"] == MEASURED and i["status"] in live),
+                  counts={model.__tablename__: len(values) for model, values in tables})
+
+
+# --------------------------------------------------------------------------- the API process
+
+
+@contextmanager
+def database(backend: str, folder: Path) -> Iterator[str]:
+    """A new, empty database of `backend` (its URL), removed afterwards."""
+    if backend == "sqlite":
+        yield f"sqlite:///{folder / 'gpuprov.db'}"
+        return
+    admin = make_engine(PG_URL).execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:  # one left by an interrupted run goes first
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{PG_DATABASE}"'))
+    try:
+        yield urlunsplit(urlsplit(PG_URL)._replace(path=f"/{PG_DATABASE}"))
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{PG_DATABASE}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def api_process(url: str, home: Path) -> Iterator[str]:
+    """The API as `gpuprov dev` starts it (uvicorn, one process), on `url`'s database: its base URL."""
+    port = _free_port()
+    env = {**os.environ, "GPUPROV_HOME": str(home), "GPUPROV_DATABASE_URL": url,
+           "GPUPROV_SECRET_KEY": Fernet.generate_key().decode(),
+           "GPUPROV_TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}"}  # never called by these reads
+    home.mkdir(mode=0o700, exist_ok=True)
+    log = (home / "api.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.app:build_app",
+                             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the API exited ({proc.returncode}); see {home / 'api.log'}")
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not answer within 60 s; see {home / 'api.log'}")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def endpoints(seeded: Seeded) -> dict[str, str]:
+    """Report name -> path under /api/compute: each list as the console asks for its first page."""
+    return {
+        "instances?status=active": "/instances?status=active&limit=200",  # cloud.js all(), limit 200
+        "workloads (with counts)": "/workloads?type=ALL&limit=200",  # queue.js
+        "providers": "/providers?limit=200",  # cloud.js all("/providers")
+        "spend?days=30": "/spend?days=30",  # cloud.js
+        "job log": f"/jobs/{seeded.job_id}/logs?offset=0",  # the whole output of one job
+        "job detail (last lines)": f"/workloads/job:{seeded.job_id}",  # queue.js opens a row
+    }
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+async def measure(client: httpx.AsyncClient, path: str, *, clients: int, requests: int) -> dict[str, Any]:
+    """`requests` GETs of `path` by `clients` concurrent clients (after a warm-up): p50/p99 in ms."""
+    first = await client.get(path)
+    if first.status_code != 200:
+        raise RuntimeError(f"GET {path}: {first.status_code} {first.text[:300]}")
+    body = first.json() if first.headers.get("content-type", "").startswith("application/json") else None
+    items = len(body["items"]) if isinstance(body, dict) and "items" in body else None
+    for _ in range(clients * 2):
+        await client.get(path)
+    latencies: list[float] = []
+    left = requests
+
+    async def one_client() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            t0 = time.perf_counter()
+            r = await client.get(path)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if r.status_code != 200:
+                raise RuntimeError(f"GET {path}: {r.status_code}")
+
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    return {"p50_ms": percentile(latencies, 0.50), "p99_ms": percentile(latencies, 0.99),
+            "requests": len(latencies), "items": items, "bytes": len(first.content)}
+
+
+async def run_backend(backend: str, rows: int, clients: int, requests: int,
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="gpuprov-bench-api-") as tmp:
+        folder = Path(tmp)
+        with database(backend, folder) as url:
+            engine = make_engine(url)
+            try:
+                t0 = time.perf_counter()
+                migrate.upgrade(engine)
+                seeded = seed(engine, rows)
+                seed_s = time.perf_counter() - t0
+            finally:
+                engine.dispose()
+            with api_process(url, folder / "home") as base:
+                limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+                async with httpx.AsyncClient(base_url=base + "/api/compute", limits=limits, timeout=60,
+                                             headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+                    figures = {}
+                    for name, path in endpoints(seeded).items():
+                        figures[name] = f = await measure(client, path, clients=clients, requests=requests)
+                        if progress is not None:
+                            progress(f"{backend} {name}: p50 {f['p50_ms']:.1f} ms p99 {f['p99_ms']:.1f} ms, "
+                                     f"{f['items']} items, {f['bytes']} bytes")
+    return {"seed_s": seed_s, "counts": seeded.counts, "active": seeded.active, "endpoints": figures}
+
+
+async def run(rows: int = 10_000, clients: int = 8, requests: int = 400,
+              backends: tuple[str, ...] = BACKENDS, progress: Callable[[str], None] | None = None,
+              ) -> dict[str, Any]:
+    """Per backend, per console list: p50/p99 ms of `requests` GETs by `clients` concurrent clients
+    against the API process over a store of `rows` instances."""
+    return {"rows": rows, "clients": clients, "requests": requests, "target_p99_ms": TARGET_P99_MS,
+            "backends": {b: await run_backend(b, rows, clients, requests, progress) for b in backends}}
+
+
+def report(result: dict[str, Any]) -> list[str]:
+    lines = []
+    for backend, figures in result["backends"].items():
+        for name, f in figures["endpoints"].items():
+            verdict = "ok" if f["p99_ms"] <= result["target_p99_ms"] else "MISSED"
+            target = f"(target p99 <= {result['target_p99_ms']:.0f} ms)"
+            lines.append(f"(api) {backend:<10}  {name:<24}  p50 {f['p50_ms']:.1f} ms  "
+                         f"p99 {f['p99_ms']:.1f} ms  {target} {verdict}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.api_scale", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000, help="instances seeded (default 10000)")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients (default 8)")
+    parser.add_argument("--requests", type=int, default=400, help="requests per list (default 400)")
+    parser.add_argument("--backend", action="append", choices=BACKENDS, help="only this one (repeatable)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print rows seeded and page sizes")
+    args = parser.parse_args()
+    progress = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
+    result = asyncio.run(run(rows=args.rows, clients=args.clients, requests=args.requests,
+                             backends=tuple(args.backend or BACKENDS), progress=progress))
+    if args.verbose:
+        for backend, figures in result["backends"].items():
+            print(f"{backend}: seeded in {figures['seed_s']:.1f}s {figures['counts']}, "
+                  f"{figures['active']} active in {MEASURED}")
+            for name, f in figures["endpoints"].items():
+                print(f"    {name}: {f['items']} items, {f['bytes']} bytes")
+    print("\n".join(report(result)))
+
+
+if __name__ == "__main__":
+    main()

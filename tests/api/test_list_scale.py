@@ -1,0 +1,100 @@
+"""The console's lists stay fast as a project grows (issue 24, "An API that stays fast"), checked
+without timing: the SQL statements a list request makes do not grow with the rows stored (no N+1),
+and the page queries the console makes use their indexes (migration 0027). The timing itself is the
+bench's: `python -m bench.api_scale`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from api.deps import AppDeps
+from bench import api_scale
+from store.secrets import SecretBox
+from tests import migrated
+from tests.api.conftest import TOKEN, FakeWorkflows, app_serving
+
+
+@contextmanager
+def statements(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
+    """Every SQL statement run on `engine` meanwhile, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        seen.append((statement, parameters))
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+@pytest.fixture
+def stores(tmp_path: Path, box: SecretBox) -> Iterator[dict[int, tuple[sa.Engine, api_scale.Seeded]]]:
+    """Two stores, seeded as the bench seeds them with 200 and with 800 instances, half of them on
+    SSH fleets (whose rows show their fleet host's and bastion's pinned keys)."""
+    made = {}
+    for rows in (200, 800):
+        engine = migrated.sqlite_engine(tmp_path / f"{rows}.db")
+        made[rows] = engine, api_scale.seed(engine, rows, fleet_share=0.5)
+    yield made
+    for engine, _ in made.values():
+        engine.dispose()
+
+
+async def _counts(engine: sa.Engine, seeded: api_scale.Seeded,
+                  box: SecretBox) -> tuple[dict[str, int], set[str]]:
+    """Statements per list request, and the clouds of the active instances' page."""
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=FakeWorkflows(engine=engine, box=box))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
+                                 base_url="http://api/api/compute",
+                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+        counts, clouds = {}, set()
+        for name, path in api_scale.endpoints(seeded).items():
+            await client.get(path)  # a first request may load what is cached afterwards
+            with statements(engine) as seen:
+                r = await client.get(path)
+            assert r.status_code == 200, (name, r.text)
+            counts[name] = len(seen)
+            if name == "instances?status=active":
+                clouds = {i["cloud"] for i in r.json()["items"]}
+    return counts, clouds
+
+
+async def test_a_list_request_makes_as_many_statements_with_4x_the_rows(
+        stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
+    small, clouds = await _counts(*stores[200], box)
+    large, _ = await _counts(*stores[800], box)
+    assert "ssh" in clouds and len(clouds) > 1, "the page must hold fleet rows and cloud rows"
+    assert large == small, "a list's statements grew with its rows: a query per row (N+1)"
+
+
+async def test_the_active_instances_page_uses_its_index(
+        stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
+    """The Cloud tab's page (`status=active`) reads the project's live rows through
+    ix_instance_project_status_created_at, not every instance the project ever had."""
+    engine, seeded = stores[800]
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=FakeWorkflows(engine=engine, box=box))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
+                                 base_url="http://api/api/compute",
+                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+        with statements(engine) as seen:
+            r = await client.get(api_scale.endpoints(seeded)["instances?status=active"])
+    assert r.status_code == 200 and r.json()["items"]
+    # The fleet rows' pins, read for the whole page at once, are each row's own.
+    fleet = [i for i in r.json()["items"] if i["cloud"] == "ssh" and i["ssh"]]
+    assert fleet and all(i["host_key"] and i["ssh"]["bastion"]["host_key"] for i in fleet)
+    assert all(i["ssh"]["host"].endswith(".lab.internal") for i in fleet)
+    [(query, params)] = [(s, p) for s, p in seen if "FROM instance" in s and "ORDER BY" in s]
+    with engine.connect() as conn:
+        plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}", params))
+    assert "ix_instance_project_status_created_at" in plan, plan
