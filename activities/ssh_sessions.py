@@ -73,12 +73,12 @@ class MachineSessions:
         try:
             result = await held.conn.run(command, check=False)
         except BaseException:
-            await held.stack.aclose()
+            await _dispose(held)
             raise
         if keep:
             await self._hold(key, held)
         else:
-            await held.stack.aclose()
+            await _dispose(held)
         return result
 
     async def close_all(self) -> None:
@@ -96,11 +96,14 @@ class MachineSessions:
         return _Held(conn=conn, stack=stack)
 
     async def _hold(self, key: Key, held: _Held) -> None:
-        if key in self._held:
-            await self._close(key)  # a concurrent step of the same allocation logged in too
+        # Held first, then the displaced ones closed: a cancel meanwhile leaves nothing unowned.
+        replaced = self._held.pop(key, None)  # a concurrent step of the same allocation logged in too
         self._held[key] = held
+        displaced = [replaced] if replaced is not None else []
         while len(self._held) > self.limit:
-            await self._close(next(iter(self._held)))  # least recently used first
+            displaced.append(self._held.pop(next(iter(self._held))))  # least recently used first
+        for old in displaced:
+            await _dispose(old)
 
     async def _expire(self) -> None:
         cutoff = time.monotonic() - self.idle_s
@@ -110,5 +113,20 @@ class MachineSessions:
     async def _close(self, key: Key) -> None:
         held = self._held.pop(key, None)
         if held is not None:
-            with contextlib.suppress(Exception):  # closing what may be dead already
-                await held.stack.aclose()
+            await _dispose(held)
+
+
+async def _dispose(held: _Held) -> None:
+    """Close a connection no longer held, to the end even when the caller is cancelled meanwhile
+    (a half-closed login left to the garbage collector closes on another task, noisily)."""
+    async def close() -> None:
+        with contextlib.suppress(Exception):  # closing what may be dead already
+            await held.stack.aclose()
+
+    task = asyncio.ensure_future(close())
+    _closing.add(task)  # held until done: a task only the loop refers to may be collected mid-close
+    task.add_done_callback(_closing.discard)
+    await asyncio.shield(task)
+
+
+_closing: set[asyncio.Future[None]] = set()
