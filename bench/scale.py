@@ -42,10 +42,16 @@ async def run(b: Bench, *, allocations: int) -> dict[str, Any]:
         await b.allocate("scale-warmup", TIMING, task_queue=queue, **PLACEMENT)  # one-time costs first
         rss0 = rss_kb(pid)
         t0 = time.perf_counter()
-        for i in range(allocations):  # every allocation in flight at once...
-            await client_calls.start(b.client, wf.ALLOCATION,
-                                     AllocationInput(request=b.request(f"sc{i}", TIMING, **PLACEMENT)),
-                                     workflow_id=allocation_workflow_id(f"sc{i}"), task_queue=queue)
+        started = 0
+        try:
+            for i in range(allocations):  # every allocation in flight at once...
+                request = b.request(f"sc{i}", TIMING, **PLACEMENT)
+                async with asyncio.timeout(STALL_S):
+                    await client_calls.start(b.client, wf.ALLOCATION, AllocationInput(request=request),
+                                             workflow_id=allocation_workflow_id(f"sc{i}"), task_queue=queue)
+                started += 1
+        except TimeoutError:
+            pass  # the server stopped taking starts: what started is watched, the rest count failed
         watchers = asyncio.Semaphore(WATCHERS)
 
         async def ready(i: int) -> None:  # ...and watched by a bounded number of long polls
@@ -55,11 +61,11 @@ async def run(b: Bench, *, allocations: int) -> dict[str, Any]:
             if state.phase != Phase.READY:
                 raise RuntimeError(f"allocation sc{i} ended {state.phase}: {state.error}")
 
-        watching = [asyncio.create_task(ready(i)) for i in range(allocations)]
-        stalled = await _until_done_or_stalled(watching)
+        watching = [asyncio.create_task(ready(i)) for i in range(started)]
+        stalled = await _until_done_or_stalled(watching) or started < allocations
         elapsed = time.perf_counter() - t0
         outcomes = [w.exception() or True if w.done() and not w.cancelled() else TimeoutError("stalled")
-                    for w in watching]
+                    for w in watching] + [TimeoutError("never started")] * (allocations - started)
         peak = peak_rss_kb(pid)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         gate = asyncio.Semaphore(RELEASE_CONCURRENCY)
