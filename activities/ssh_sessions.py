@@ -45,7 +45,6 @@ class MachineSessions:
     def __init__(self, limit: int = LIMIT, idle_s: float = IDLE_S) -> None:
         self.limit, self.idle_s = limit, idle_s
         self._held: OrderedDict[Key, _Held] = OrderedDict()
-        self.logins = 0  # connections opened (what reuse saves: tests and bench count them)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -92,7 +91,6 @@ class MachineSessions:
         except BaseException:
             await stack.aclose()
             raise
-        self.logins += 1
         return _Held(conn=conn, stack=stack)
 
     async def _hold(self, key: Key, held: _Held) -> None:

@@ -63,22 +63,28 @@ async def run(b: Bench, *, allocations: int) -> dict[str, Any]:
         watching = [asyncio.create_task(ready(i)) for i in range(started)]
         stalled = await _until_done_or_stalled(watching) or started < allocations
         elapsed = time.perf_counter() - t0
-        outcomes = [w.exception() or True if w.done() and not w.cancelled() else TimeoutError("stalled")
-                    for w in watching] + [TimeoutError("never started")] * (allocations - started)
+        why = [_failure(w) for w in watching] + [TimeoutError("never started")] * (allocations - started)
         peak = peak_rss_kb(pid)
-        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        failed = [f for f in why if f is not None]
         gate = asyncio.Semaphore(RELEASE_CONCURRENCY)
 
         async def release(allocation_id: str) -> None:
             async with gate:
                 await b.release(allocation_id)
 
-        made = [f"sc{i}" for i, o in enumerate(outcomes) if not isinstance(o, BaseException)]
+        made = [f"sc{i}" for i, f in enumerate(why) if f is None]
         if not stalled:  # a stalled worker would not answer: the stack's teardown ends them all
             await asyncio.gather(*(release(a) for a in [*made, "scale-warmup"]), return_exceptions=True)
     return {"allocations": allocations, "failed": len(failed), "stalled": stalled,
             "first_failure": repr(failed[0])[:300] if failed else None, "seconds": elapsed,
             "per_s": (allocations - len(failed)) / elapsed, "rss_before_kb": rss0, "rss_peak_kb": peak}
+
+
+def _failure(watch: asyncio.Task[None]) -> BaseException | None:
+    """Why a watched allocation did not reach ready (None: it did)."""
+    if not watch.done() or watch.cancelled():
+        return TimeoutError("stalled")
+    return watch.exception()
 
 
 async def _until_done_or_stalled(tasks: list[asyncio.Task[None]]) -> bool:
