@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import AppDeps, DepsDep, open_session
 from api.fields import PROJECT_PATTERN
@@ -47,11 +48,36 @@ def is_admin_token(deps: AppDeps, token: str) -> bool:
     return hmac.compare_digest(token.encode(), deps.api_token.encode())
 
 
-def token_is_valid(deps: AppDeps, token: str) -> bool:
+@dataclass(frozen=True)
+class TokenCheck:
+    """What the edge guard learnt of a request's bearer token, kept in the request's state so that
+    `current_caller` does not look the same token up again (one database read per request, not two)."""
+
+    token: str
+    admin: bool
+    project: str | None  # a live project token's project; None for the admin token or an invalid one
+
+    @property
+    def valid(self) -> bool:
+        return self.admin or self.project is not None
+
+
+TOKEN_CHECK = "gpuprov_token_check"  # its key in the ASGI scope's "state" (Starlette's request.state)
+
+
+def check_token(deps: AppDeps, token: str) -> TokenCheck:
     """Whether `token` may use the API: the admin token or a live project token. The one place tokens
     are checked (the edge guard, before any body is read, and `current_caller`). Sync: it may look
     tokens up in the database, so call it from the threadpool."""
-    return bool(token) and (is_admin_token(deps, token) or token_project(deps, token) is not None)
+    if not token:
+        return TokenCheck(token, admin=False, project=None)
+    if is_admin_token(deps, token):
+        return TokenCheck(token, admin=True, project=None)
+    return TokenCheck(token, admin=False, project=token_project(deps, token))
+
+
+def token_is_valid(deps: AppDeps, token: str) -> bool:
+    return check_token(deps, token).valid
 
 
 UNAUTHORIZED = "missing or invalid bearer token"
@@ -93,16 +119,33 @@ def _console_caller(request: Request, deps: AppDeps) -> tuple[bool, str | None]:
     return opened.admin, opened.project
 
 
-def current_caller(request: Request, creds: BearerDep, deps: DepsDep,
-                   x_project: ProjectHeader = None) -> Caller:
+async def current_caller(request: Request, creds: BearerDep, deps: DepsDep,
+                         x_project: ProjectHeader = None) -> Caller:
     """Authenticate the request (a bearer token, else a console session cookie) and settle its
-    project. A sync dependency: FastAPI runs it on its threadpool, so the token lookup never blocks
-    the event loop."""
+    project. A project token the edge guard already checked costs nothing more (its `TokenCheck`);
+    anything that reads the database (a console session, the admin's project) runs on the threadpool,
+    never on the event loop. Async: a dependency FastAPI would otherwise hand to its threadpool."""
+    checked = getattr(request.state, TOKEN_CHECK, None)
+    if creds is not None and isinstance(checked, TokenCheck) and checked.token == creds.credentials \
+            and not checked.admin:
+        own = checked.project
+    else:
+        return await run_in_threadpool(_caller_from_store, request, creds, deps, x_project)
+    if own is None:
+        raise _unauthorized()
+    if x_project is not None and x_project != own:
+        raise no_project(x_project)
+    return Caller(admin=False, project=own)
+
+
+def _caller_from_store(request: Request, creds: HTTPAuthorizationCredentials | None, deps: AppDeps,
+                       x_project: str | None) -> Caller:
+    """`current_caller` when the database must be read: on the threadpool."""
     if creds is None:
         admin, own = _console_caller(request, deps)
     else:
-        admin = is_admin_token(deps, creds.credentials)
-        own = None if admin else token_project(deps, creds.credentials)
+        check = check_token(deps, creds.credentials)
+        admin, own = check.admin, check.project
     if admin:
         project = x_project or DEFAULT_PROJECT
         with open_session(deps) as session:
@@ -119,7 +162,7 @@ def current_caller(request: Request, creds: BearerDep, deps: DepsDep,
 CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
-def require_token(caller: CallerDep) -> None:
+async def require_token(caller: CallerDep) -> None:
     """Router-wide: every route authenticates, whether or not it reads the caller (FastAPI runs
     `current_caller` once per request however many times it is named)."""
 

@@ -94,7 +94,8 @@ def deps_from_settings() -> AppDeps:
     )
 
 
-def get_deps(request: Request) -> AppDeps:
+async def get_deps(request: Request) -> AppDeps:
+    # async: a dependency this cheap is not worth a trip to FastAPI's threadpool
     deps: AppDeps = request.app.state.deps
     return deps
 

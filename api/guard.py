@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import logsafe
 from api import strict_json
-from api.auth import CONSOLE_COOKIE, UNAUTHORIZED, console_session, token_is_valid
+from api.auth import CONSOLE_COOKIE, TOKEN_CHECK, UNAUTHORIZED, check_token, console_session
 from api.console import pages
 from api.deps import AppDeps
 from api.routers import codec
@@ -157,7 +157,7 @@ def replaying(body: bytes, receive: Receive) -> Receive:
 
 
 class EdgeGuard:
-    """See the module docstring. Tokens are checked by deps.token_is_valid against the deps of the
+    """See the module docstring. Tokens are checked by auth.check_token against the deps of the
     app being called (`app.state.deps`); it is sync (it may query the database) and runs on the
     threadpool. Session cookies by codec.valid_session (an HMAC and a clock: cheap, no I/O)."""
 
@@ -231,7 +231,12 @@ class EdgeGuard:
             value = session_cookie(headers, CONSOLE_COOKIE)
             return value is not None and await run_in_threadpool(console_session, deps, value) is not None
         token = bearer_token(authorization)
-        return token is not None and await run_in_threadpool(token_is_valid, deps, token)
+        if token is None:
+            return False
+        check = await run_in_threadpool(check_token, deps, token)
+        # The route's `current_caller` reads it from the request's state rather than asking again.
+        scope.setdefault("state", {})[TOKEN_CHECK] = check
+        return check.valid
 
 
 def _strict_json_problem(body: bytes) -> str | None:

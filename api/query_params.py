@@ -38,7 +38,7 @@ def declared(dependant: Dependant) -> frozenset[str]:
     return frozenset(names)
 
 
-def known_query(request: Request) -> None:
+async def known_query(request: Request) -> None:
     """422 naming every query parameter the matched route does not declare (and what it takes)."""
     dependant = getattr(request.scope.get("route"), "dependant", None)
     if dependant is None or not request.query_params:

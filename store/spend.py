@@ -11,16 +11,18 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.compiler import compiles
 from sqlmodel import Session, col, select
 
 from store.models import SpendInterval
 
 MANUAL = "manual"  # the job type of instances allocated by hand
 _HOUR_S = 3600.0
+_DAY_S = 86400.0
 
 
 def aware(t: datetime) -> datetime:
@@ -104,8 +106,18 @@ def _midnight(d: date) -> datetime:
     return datetime.combine(d, time(0), tzinfo=UTC)
 
 
+class WindowRow(NamedTuple):
+    """An interval as `summarize_rows` reads it: its times as epoch seconds, no ORM object."""
+
+    project: str
+    job_type: str
+    rate_per_hour: float
+    started_s: float
+    ended_s: float | None
+
+
 class Accrual(Protocol):
-    """What the arithmetic reads of an interval: a SpendInterval, or a row of `window_rows`."""
+    """What `summarize` reads of an interval (a SpendInterval)."""
 
     @property
     def project(self) -> str: ...
@@ -131,34 +143,43 @@ class SpendSummary:
 def summarize(intervals: Iterable[Accrual], days: int, now: datetime) -> SpendSummary:
     """Cost per day over the last `days` UTC days (each interval's rate × its overlap with the day;
     an open one up to `now`), and the window's cost by job type and by project."""
+    return summarize_rows((WindowRow(iv.project, iv.job_type, iv.rate_per_hour,
+                                     aware(iv.started_at).timestamp(),
+                                     None if iv.ended_at is None else aware(iv.ended_at).timestamp())
+                           for iv in intervals), days, now)
+
+
+def summarize_rows(rows: Iterable[WindowRow], days: int, now: datetime) -> SpendSummary:
+    """`summarize` over rows whose times are epoch seconds (what `window_rows` reads): the arithmetic
+    in floats, not datetimes (the spend card sums thousands of intervals per request)."""
     now = aware(now)
     window = day_range(days, now)
-    lo = _midnight(window[0])
-    per_day: dict[date, float] = defaultdict(float)
+    end = now.timestamp()
+    per_day = [0.0] * days
     by_job: dict[str, float] = defaultdict(float)
     by_project: dict[str, float] = defaultdict(float)
     counted = 0
-    bounds = [_midnight(d) for d in window] + [_midnight(window[-1] + timedelta(days=1))]
-    for iv in intervals:
+    bounds = [_midnight(d).timestamp() for d in [*window, window[-1] + timedelta(days=1)]]
+    lo = bounds[0]
+    for iv in rows:
         accrued = 0.0
         # Only the days the interval touches, each as overlap_hours() has it: a window's worth of
         # zero overlaps per interval made the spend card cost seconds with thousands of intervals.
-        start = aware(iv.started_at)
-        stop = min(now if iv.ended_at is None else aware(iv.ended_at), now)
-        first, last = max(0, (start - lo).days), min(days - 1, (stop - lo).days)
+        start = iv.started_s
+        stop = end if iv.ended_s is None else min(iv.ended_s, end)
+        first, last = max(0, int((start - lo) // _DAY_S)), min(days - 1, int((stop - lo) // _DAY_S))
         for k in range(first, last + 1):
-            d = window[k]
-            hours = (min(stop, bounds[k + 1]) - max(start, bounds[k])).total_seconds() / _HOUR_S
-            cost = iv.rate_per_hour * max(0.0, hours)
-            if cost:
-                per_day[d] += cost
+            hours = (min(stop, bounds[k + 1]) - max(start, bounds[k])) / _HOUR_S
+            if hours > 0.0:
+                cost = iv.rate_per_hour * hours
+                per_day[k] += cost
                 accrued += cost
         if accrued:
             counted += 1
             by_job[iv.job_type] += accrued
             by_project[iv.project] += accrued
-    return SpendSummary(daily=[(d, per_day.get(d, 0.0)) for d in window], by_job_type=dict(by_job),
-                        by_project=dict(by_project), total=sum(per_day.values()), intervals=counted)
+    return SpendSummary(daily=list(zip(window, per_day, strict=True)), by_job_type=dict(by_job),
+                        by_project=dict(by_project), total=sum(per_day), intervals=counted)
 
 
 def window_intervals(session: Session, *, days: int, now: datetime,
@@ -173,19 +194,40 @@ def window_intervals(session: Session, *, days: int, now: datetime,
     return session.exec(stmt).all()
 
 
+class EpochSeconds(sa.sql.functions.FunctionElement[float]):
+    """A timestamp column as float seconds since the epoch, computed by the database: reading
+    thousands of timestamps through SQLAlchemy's DateTime type (on SQLite a string parse each) was
+    most of the spend card's time."""
+
+    type = sa.Float()
+    inherit_cache = True
+    name = "epoch_seconds"
+
+
+@compiles(EpochSeconds, "sqlite")
+def _epoch_sqlite(element: EpochSeconds, compiler: Any, **kw: Any) -> str:
+    # julianday() reads the stored ISO text (UTC) with its fraction; a day is 86,400 s from 2440587.5.
+    return f"((julianday({compiler.process(element.clauses, **kw)}) - 2440587.5) * 86400.0)"
+
+
+@compiles(EpochSeconds, "postgresql")
+def _epoch_postgresql(element: EpochSeconds, compiler: Any, **kw: Any) -> str:
+    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
+
+
 def window_rows(session: Session, *, days: int, now: datetime,
-                projects: Collection[str] | None = None) -> Sequence[Accrual]:
+                projects: Collection[str] | None = None) -> list[WindowRow]:
     """`window_intervals`, as plain rows of the columns `summarize` reads: no ORM object per interval
-    (the spend card reads thousands of them per request)."""
+    and no DateTime parsing (the spend card reads thousands of them per request)."""
     lo = _midnight(day_range(days, now)[0])
     ended = col(SpendInterval.ended_at)
     started = col(SpendInterval.started_at)
     stmt = sa.select(col(SpendInterval.project), col(SpendInterval.job_type),
-                     col(SpendInterval.rate_per_hour), started, ended)
+                     col(SpendInterval.rate_per_hour), EpochSeconds(started), EpochSeconds(ended))
     stmt = stmt.where(started < now, sa.or_(ended.is_(None), ended > lo))
     if projects is not None:
         stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
-    return session.execute(stmt).all()  # type: ignore[return-value]  # Rows: attributes by column name
+    return [WindowRow(*row) for row in session.connection().execute(stmt)]
 
 
 def any_recorded(session: Session, projects: Collection[str] | None = None) -> bool:

@@ -33,6 +33,7 @@ from api.auth import CallerDep
 from api.deps import DepsDep, SessionDep, in_thread
 from api.fields import Timestamp, aware
 from api.pagination import Keyset, Page, PageDep, encode_cursor
+from api.responses import json_response
 from api.routers import connections
 from api.routers import fleets as fleet_routes
 from api.shared_bodies import ConnectionRemoval
@@ -133,7 +134,7 @@ def _fleet_row(f: Fleet, hosts: Sequence[FleetHost]) -> ProviderOut:
 
 
 @router.get("", response_model=Page[ProviderOut])
-def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[ProviderOut]:
+def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Response:
     """The project's connected backends — cloud connections and SSH fleets — oldest first, each
     with its last health check (a fleet: its hosts' last probe), a cloud's live instances' count and
     $/hr, a fleet's host and GPU counts: a handful of queries per page, no cloud or host called."""
@@ -150,8 +151,9 @@ def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Pag
         following = encode_cursor(KEYSET.kind, t=last.created_at.isoformat(), i=last.id)
     totals = connection_store.live_totals(session, [r.id for r in shown if isinstance(r, Connection)])
     hosts = fleets.hosts_by_fleet(session, [r.id for r in shown if isinstance(r, Fleet)])
-    return Page(items=[_row(r, totals) if isinstance(r, Connection) else _fleet_row(r, hosts.get(r.id, []))
-                       for r in shown], next_cursor=following)
+    return json_response(Page(items=[_row(r, totals) if isinstance(r, Connection)
+                                     else _fleet_row(r, hosts.get(r.id, [])) for r in shown],
+                              next_cursor=following))
 
 
 @router.delete("/{connection_id:backend_id}", status_code=status.HTTP_202_ACCEPTED,

@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import date as date_
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from api.auth import CallerDep
 from api.deps import SessionDep
+from api.responses import json_response
 from store import connections, spend
 from store.models import utcnow
 
@@ -57,7 +58,7 @@ def _cents(x: float) -> float:
 @router.get("", response_model=SpendOut)
 def get_spend(session: SessionDep, caller: CallerDep,
               days: Annotated[int, Query(ge=1, le=MAX_DAYS, description="the window: the last N UTC days, "
-                                                                       "today included")] = 30) -> SpendOut:
+                                                                       "today included")] = 30) -> Response:
     """Daily cost over the last `days` days (zero-filled), by job type and by project, for the caller's
     project; `by_project` lists every project for the admin token, the own one for a project token.
     A machine costs its offer's $/hr from when the cloud accepted the create until the cloud showed
@@ -66,10 +67,10 @@ def get_spend(session: SessionDep, caller: CallerDep,
     now = utcnow()
     if caller.admin:  # every project's intervals, read once: the caller's are among them
         everyone = spend.window_rows(session, days=days, now=now)
-        mine = spend.summarize([iv for iv in everyone if iv.project == caller.project], days, now)
-        by_project = spend.summarize(everyone, days, now).by_project
+        mine = spend.summarize_rows([iv for iv in everyone if iv.project == caller.project], days, now)
+        by_project = spend.summarize_rows(everyone, days, now).by_project
     else:
-        mine = spend.summarize(spend.window_rows(session, days=days, now=now, projects=[caller.project]),
+        mine = spend.summarize_rows(spend.window_rows(session, days=days, now=now, projects=[caller.project]),
                                days, now)
         by_project = mine.by_project
     reason = None
@@ -77,11 +78,11 @@ def get_spend(session: SessionDep, caller: CallerDep,
         reason = f"no provider is connected in project {caller.project!r}"
     elif not spend.any_recorded(session, [caller.project]):
         reason = f"no spend was recorded in project {caller.project!r}"
-    return SpendOut(
+    return json_response(SpendOut(
         days=days,
         daily=[SpendDayOut(date=d, cost=_cents(c)) for d, c in mine.daily],
         by_job_type=[SpendJobTypeOut(job_type=k, cost=_cents(c))
                      for k, c in sorted(mine.by_job_type.items(), key=lambda kv: (-kv[1], kv[0]))],
         by_project=[SpendProjectOut(project=k, cost=_cents(c))
                     for k, c in sorted(by_project.items(), key=lambda kv: (-kv[1], kv[0]))],
-        total=_cents(mine.total), empty=reason is not None, reason=reason)
+        total=_cents(mine.total), empty=reason is not None, reason=reason))

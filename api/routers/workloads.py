@@ -24,6 +24,7 @@ from api.deps import SessionDep
 from api.errors import shown
 from api.fields import Name, Strict, Timestamp, aware
 from api.pagination import Page, PageDep, offset_page
+from api.responses import json_response
 from api.shared_bodies import instance_gpu_label
 from messages.workloads import (
     ACTIVE,
@@ -298,14 +299,14 @@ def _reported_row(session: Session, project: str, workload_id: str) -> WorkloadO
 @router.get("", response_model=WorkloadsPage)
 def list_workloads(session: SessionDep, caller: CallerDep, page: PageDep,
                    type: Annotated[WorkloadFilter, Query(description="a filter pill")] = WorkloadFilter.ALL,
-                   ) -> WorkloadsPage:
+                   ) -> Response:
     """The project's workloads — its managed jobs and the workloads reported in — active first then
     newest, filtered by a pill, with every pill's count over both."""
     places = _places(session, caller.project)
     shown = places if type == WorkloadFilter.ALL else [w for w in places if GROUP[w.kind] == type]
     part = offset_page("workloads", shown, page, query=type.value)
-    return WorkloadsPage(items=_rows_at(session, caller.project, part.items), next_cursor=part.next_cursor,
-                         counts=_counts(places))
+    return json_response(WorkloadsPage(items=_rows_at(session, caller.project, part.items),
+                                       next_cursor=part.next_cursor, counts=_counts(places)))
 
 
 @router.get("/{workload_id}", response_model=WorkloadDetail,

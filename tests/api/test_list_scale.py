@@ -98,3 +98,22 @@ async def test_the_active_instances_page_uses_its_index(
     with engine.connect() as conn:
         plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}", params))
     assert "ix_instance_project_status_created_at" in plan, plan
+
+
+async def test_a_project_token_is_looked_up_once_per_request(
+        stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
+    """The edge guard checks the bearer token before any body is read; the route's caller is
+    settled from what it found, not by a second lookup. A revoked token is refused at once."""
+    engine, seeded = stores[200]
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=FakeWorkflows(engine=engine, box=box))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
+                                 base_url="http://api/api/compute",
+                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+        with statements(engine) as seen:
+            r = await client.get("/providers")
+        assert r.status_code == 200 and r.json()["items"]
+        assert sum("FROM api_token" in s for s, _ in seen) == 1
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE api_token SET revoked_at = CURRENT_TIMESTAMP"))
+        assert (await client.get("/providers")).status_code == 401

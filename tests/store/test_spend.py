@@ -122,3 +122,28 @@ def test_the_window_query_finds_open_and_overlapping_intervals_only(session: Ses
     keys = {r.key for r in spend.window_intervals(session, days=3, now=NOW)}
     assert keys == {"open"}
     assert {r.key for r in spend.window_intervals(session, days=30, now=NOW)} == {"old", "open"}
+
+
+def test_the_spend_card_reads_times_as_epoch_seconds_the_database_computes(session: Session) -> None:
+    """`window_rows` has the database turn each timestamp into epoch seconds (julianday() on SQLite,
+    EXTRACT(EPOCH) on PostgreSQL): the same instants, to well under a millisecond, as the ORM's
+    datetimes, and the same sums."""
+    odd = timedelta(minutes=17, seconds=3, microseconds=654321)
+    _open(session, "a", at(28, 1) + odd, rate=2.5)
+    spend.close_interval(session, "a", at(29, 4) + odd)
+    _open(session, "b", at(29, 20) + odd, rate=1.25)  # still open
+    _open(session, "c", at(1, 0))
+    spend.close_interval(session, "c", at(1, 2))  # before the window: not read
+    rows = spend.window_rows(session, days=3, now=NOW)
+    orm = spend.window_intervals(session, days=3, now=NOW)
+    assert len(rows) == len(orm) == 2
+    by_start = sorted(orm, key=lambda r: spend.aware(r.started_at))
+    for row, iv in zip(sorted(rows, key=lambda r: r.started_s), by_start, strict=True):
+        assert row.started_s == pytest.approx(spend.aware(iv.started_at).timestamp(), abs=1e-3)
+        assert (row.ended_s is None) == (iv.ended_at is None)
+        if iv.ended_at is not None:
+            assert row.ended_s == pytest.approx(spend.aware(iv.ended_at).timestamp(), abs=1e-3)
+    fast, slow = spend.summarize_rows(rows, 3, NOW), spend.summarize(orm, 3, NOW)
+    assert [d for d, _ in fast.daily] == [d for d, _ in slow.daily]
+    assert [c for _, c in fast.daily] == pytest.approx([c for _, c in slow.daily], abs=1e-6)
+    assert fast.total == pytest.approx(2.5 * 27 + 1.25 * (NOW - at(29, 20) - odd).total_seconds() / 3600)
