@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # Comma-separated CIDRs an SSH fleet's hosts may be in although refused by default (loopback,
     # link-local...: providers/fleet_addresses.py); this installation's own services stay refused.
     fleet_allowed_networks: str = ""
+    # Capacity memory (store/capacity.py): a create's capacity or quota refusal is remembered per
+    # connection and its offers are tried last by the next allocations (off: every plan as listed).
+    capacity_memory: bool = True
 
     def allowed_endpoint_prefixes(self) -> tuple[str, ...]:
         from providers.endpoints import parse_prefixes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -12,6 +13,7 @@ from sqlmodel import Session
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import capacity_memory
 from activities.deps import ActivityDeps, heartbeating
 from activities.errors import provider_errors
 from activities.records import record_allocation
@@ -42,14 +44,16 @@ from providers.base import (
     on_launch_send,
 )
 from providers.market import Source, gather_offers
-from store import creates_in_flight, projects, spend
+from store import capacity, creates_in_flight, projects, spend
 from store.db import session_scope
-from store.models import Connection, Instance, utcnow
+from store.models import CapacityRefusal, Connection, Instance, utcnow
 
 # A cloud that has not listed its offers by then is reported and planning goes on without it.
 PLAN_TIMEOUT_S = 60.0
 # Re-issue the delete every this many polls while the cloud still shows the machine alive.
 _TERMINATE_REISSUE_POLLS = 10
+
+log = logging.getLogger(__name__)
 
 
 class CloudActivities:
@@ -123,7 +127,16 @@ class CloudActivities:
             raise ApplicationError("no cloud answered with offers: " + "; ".join(failures),
                                    type=ErrorKind.TRANSIENT if retry else unanswered[0].error,
                                    non_retryable=not retry)
-        return PlanResult(offers=answer.offers, failures=failures)
+        offers, remembered = answer.offers, list[str]()
+        if self.deps.capacity_memory and offers:
+            # Offers a refusal still remembered covers go last (store/capacity.py), each said why.
+            refusals = await self.deps.blocking(self._live_refusals, [t.connection_id for t in inp.targets])
+            offers, remembered = capacity_memory.order_offers(offers, refusals, utcnow())
+        return PlanResult(offers=offers, failures=failures, remembered=remembered)
+
+    def _live_refusals(self, connection_ids: list[str]) -> list[CapacityRefusal]:
+        with session_scope(self.deps.engine) as session:
+            return capacity.live_refusals(session, connection_ids, utcnow())
 
     @activity.defn(name=acts.CREATE_INSTANCE.name)
     async def create_instance(self, inp: CreateInput) -> InstanceRef:
@@ -146,11 +159,40 @@ class CloudActivities:
         # No create under this key can have been sent before the activity's first attempt was
         # scheduled: the ledger's floor for a cloud clock that runs behind.
         first_scheduled = activity.info().scheduled_time
-        ref = await self._create(inp)
+        remember = self.deps.capacity_memory and not registry.is_fleet(inp.target.cloud)
+        try:
+            ref = await self._create(inp)
+        except ApplicationError as e:
+            kind = capacity_memory.KIND_OF_ERROR.get(e.type or "")
+            if remember and kind is not None:
+                await self._remember(inp, e, kind)
+            raise
         # The machine accrues cost from here: the ledger's interval is opened before the answer is
         # returned (a crash before this write retries the create, which finds the machine).
         await self.deps.blocking(open_spend, self.deps.engine, inp, ref, first_scheduled)
+        if remember:
+            await self.deps.blocking(self._clear_refusals, inp)
         return ref
+
+    async def _remember(self, inp: CreateInput, e: ApplicationError, kind: str) -> None:
+        """The next allocations on this connection try the refused scope last (store/capacity.py).
+        Best effort: the refusal itself is what the workflow acts on, raised unchanged."""
+        scope = capacity_memory.refused_scope(e.details, inp.offer, inp.target.connection_id)
+
+        def write() -> None:
+            with session_scope(self.deps.engine) as session:
+                capacity.remember_refusal(session, scope, kind, e.message, utcnow())
+        try:
+            await self.deps.blocking(write)
+        except Exception:
+            log.warning("could not remember the %s refusal of %s", kind, scope, exc_info=True)
+
+    def _clear_refusals(self, inp: CreateInput) -> None:
+        """A create there worked: what was remembered as refused there is forgotten."""
+        o = inp.offer
+        with session_scope(self.deps.engine) as session:
+            capacity.clear_success(session, o.provider, inp.target.connection_id, o.region, o.zone,
+                                   o.instance_type, utcnow())
 
     async def _create(self, inp: CreateInput) -> InstanceRef:
         public = await self.deps.blocking(self.deps.public_key)

@@ -101,6 +101,8 @@ class ActivityDeps:
     webhook_timeout_s: float = 10.0
     # How often a running job's GPUs are sampled with nvidia-smi (GPUPROV_JOB_METRICS_INTERVAL_S).
     job_metrics_interval_s: float = 30.0
+    # Capacity memory (GPUPROV_CAPACITY_MEMORY): refusals remembered across allocations, planned last.
+    capacity_memory: bool = True
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     # The SSH connection an allocation's SSH steps share, per machine (activities/ssh_sessions.py).
     ssh_sessions: MachineSessions = field(default_factory=MachineSessions, repr=False)
@@ -130,7 +132,7 @@ class ActivityDeps:
                    watch_interval_s=s.watch_interval_s, allowed_endpoints=list(s.allowed_endpoint_prefixes()),
                    webhook_allowlist=list(s.webhook_prefixes()), webhook_timeout_s=s.webhook_timeout_s,
                    k3s_install_url=s.k3s_install_url, job_metrics_interval_s=s.job_metrics_interval_s,
-                   fleet_addresses=FleetAddresses.from_settings(s))
+                   fleet_addresses=FleetAddresses.from_settings(s), capacity_memory=s.capacity_memory)
 
     async def write_marks(self, inp: Marked) -> None:
         """The allocation's pending phase marks, as events, before the activity's own work."""

@@ -20,6 +20,7 @@ from api.query_params import known_query
 from api.routers import (
     acceptance,
     budget,
+    capacity,
     catalog,
     clouds,
     codec,
@@ -76,7 +77,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     # `modal_picker` before `offers`: Modal's /backends/modal/... before /backends/{provider}/...
     for module in (catalog, clouds, connections, providers, modal_picker, offers, instances, spend, fleets,
                    policies, idle_policy, budget, workloads, jobs, limits, pools, queue, defaults, retired,
-                   acceptance, kubeconfig):
+                   acceptance, kubeconfig, capacity):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(require_token),
                                                                            Depends(known_query)])
     app.include_router(projects.router, prefix="/api", dependencies=[Depends(require_token),

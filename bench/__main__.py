@@ -10,7 +10,9 @@
     --watch-machines N  ready machines on one connection for the watch figure; 0 skips it (default 1000)
     --scale N           concurrent allocations on one worker for the scale figure; 0 skips it (default 1000)
     --api-rows N        instances seeded for the API figure (with jobs, workloads, spend); 0 skips it
-    --only a,e,bc,d,watch,scale,api   only these figures (default: all, in that order)
+    --capacity N        allocations per side for the capacity-memory figure; 0 skips it (default 20)
+    --capacity-latency S  how long each simulated create takes to answer there (default 0.5)
+    --only a,e,bc,d,watch,scale,api,capacity   only these figures (default: all, in that order)
 
 GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).
 """
@@ -22,7 +24,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 
-from bench import api_scale, memory, offers, overhead, scale, throughput, watch_scale
+from bench import api_scale, capacity, memory, offers, overhead, scale, throughput, watch_scale
 from bench.harness import OVERHEAD_CLOUDS, Bench, bench_stack
 
 
@@ -92,10 +94,16 @@ async def api_figure(b: Bench, args: argparse.Namespace) -> None:
         print(line)
 
 
+async def capacity_figure(b: Bench, args: argparse.Namespace) -> None:
+    for line in capacity.report(await capacity.run(b, allocations=args.capacity,
+                                                   latency_s=args.capacity_latency)):
+        print(line)
+
+
 # Each figure by name (--only picks some), in the order a full run prints them.
 FIGURES: dict[str, Callable[[Bench, argparse.Namespace], Awaitable[None]]] = {
     "a": overhead_figures, "e": offers_figure, "bc": throughput_figures, "d": memory_figures,
-    "watch": watch_figure, "scale": scale_figure, "api": api_figure,
+    "watch": watch_figure, "scale": scale_figure, "api": api_figure, "capacity": capacity_figure,
 }
 
 
@@ -106,7 +114,7 @@ async def main(args: argparse.Namespace) -> None:
         raise SystemExit(f"--only: unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
     async with bench_stack(boot_delay=args.boot_delay) as b:
         skipped = {"d": not args.open, "watch": not args.watch_machines, "scale": not args.scale,
-                   "api": not args.api_rows}
+                   "api": not args.api_rows, "capacity": args.capacity < 2}
         for name in chosen:
             if skipped.get(name):
                 continue  # its count was 0
@@ -126,5 +134,7 @@ if __name__ == "__main__":
     parser.add_argument("--watch-machines", type=int, default=1000)
     parser.add_argument("--scale", type=int, default=1000)
     parser.add_argument("--api-rows", type=int, default=10_000)
+    parser.add_argument("--capacity", type=int, default=20)
+    parser.add_argument("--capacity-latency", type=float, default=0.5)
     parser.add_argument("--only", help=f"comma-separated figures among {', '.join(FIGURES)} (default: all)")
     asyncio.run(main(parser.parse_args()))

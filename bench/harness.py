@@ -94,16 +94,18 @@ class Bench:
         await client_calls.update(self.client, allocation_workflow_id(allocation_id), wf.ALLOCATION.terminate)
 
     @asynccontextmanager
-    async def worker_process(self, kind: str, task_queue: str) -> AsyncIterator[int]:
-        """Run `python -m bench.worker_proc kind` on `task_queue` until exit; yields its pid."""
+    async def worker_process(self, kind: str, task_queue: str,
+                             env: dict[str, str] | None = None) -> AsyncIterator[int]:
+        """Run `python -m bench.worker_proc kind` on `task_queue` until exit (with `env` on top of the
+        harness's: GPUPROV_* settings the worker reads); yields its pid."""
         argv = [sys.executable, "-m", "bench.worker_proc", kind, "--task-queue", task_queue,
                 "--target", self.client.service_client.config.target_host,
                 "--db", str(self._db), "--installation", INSTALLATION]
         pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": pythonpath, KEY_ENV: self._fernet_key.decode(),
-               # like `make run`: the worker may call the simulated clouds, nothing else on loopback
-               **allowed_env(self.cloud), TIME_SCALE_ENV: "0"}
-        proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
+        full = {**os.environ, "PYTHONPATH": pythonpath, KEY_ENV: self._fernet_key.decode(),
+                # like `make run`: the worker may call the simulated clouds, nothing else on loopback
+                **allowed_env(self.cloud), TIME_SCALE_ENV: "0", **(env or {})}
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=ROOT, env=full, stdout=asyncio.subprocess.PIPE)
         assert proc.stdout is not None
         drain: asyncio.Task[None] | None = None
         try:

@@ -23,6 +23,7 @@ import worker as worker_module
 from activities.deps import ActivityDeps
 from bench.bare import BareWorkflow, trivial
 from providers.endpoints import parse_prefixes
+from settings import Settings
 from store.db import make_engine
 from store.secrets import SecretBox
 from workflows.converter import connect_client
@@ -36,7 +37,8 @@ async def main(args: argparse.Namespace) -> None:
     client = await connect_client(args.target, keys=[key])  # the harness's client encrypts with it too
     if args.kind == "gpuprov":
         deps = ActivityDeps(engine=make_engine(f"sqlite:///{args.db}"), box=SecretBox(key),
-                            installation_id=args.installation, client=client)
+                            installation_id=args.installation, client=client,
+                            capacity_memory=Settings().capacity_memory)  # GPUPROV_CAPACITY_MEMORY
         w: Worker = worker_module.build_worker(client, deps, task_queue=args.task_queue, **LIMITS)
         # The simulated cloud's endpoints, as the harness passes them (the same list the worker uses).
         deps.allowed_endpoints.extend(parse_prefixes(os.environ.get("GPUPROV_ALLOWED_ENDPOINTS", "")))

@@ -120,6 +120,9 @@ class PlanInput(Marked):
 class PlanResult(BaseModel):
     offers: list[Offer]  # from every target that answered, each with its connection_id, cheapest first
     failures: list[str] = Field(default_factory=list)  # targets that did not answer, with the reason
+    # Offers moved last for a capacity or quota refusal still remembered (activities/capacity_memory.py),
+    # one human note each: "tried last: lambda gpu_1x_a10@us-east-1 — refused for capacity 2× since ...".
+    remembered: list[str] = Field(default_factory=list)
 
 
 class CreateInput(Marked):

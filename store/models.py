@@ -558,3 +558,24 @@ class MachineIdle(SQLModel, table=True):
     sessions: int | None = None
     job_id: str | None = None  # the job running on it when sampled
     error: str | None = None
+
+
+class CapacityRefusal(SQLModel, table=True):
+    """A capacity or quota refusal remembered across allocations (store/capacity.py): planning tries
+    the offers its scope covers last until `until`. One row per scope and kind on one connection."""
+
+    __tablename__ = "capacity_refusal"
+    __table_args__ = (sa.Index("ix_capacity_refusal_connection_id_until", "connection_id", "until"),)
+
+    id: str = Field(primary_key=True)  # a digest of the scope and kind (store/capacity.py scope_id)
+    provider: str
+    connection_id: str
+    region: str
+    zone: str | None = None  # None: every zone of the region
+    instance_type: str | None = None  # None: every type
+    kind: str  # "capacity" | "quota"
+    reason: str  # the cloud's message, bounded (store/capacity.py MAX_REASON)
+    refusals: int = 1  # since first_at, while remembered
+    first_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    last_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    until: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
