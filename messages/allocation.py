@@ -111,6 +111,7 @@ class AllocationState(BaseModel):
     gpus: list[GpuInfo] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     error: str | None = None
+    preempted: bool = False  # lost because the cloud reclaimed it (a spot interruption, an eviction…)
 
 
 class AllocationInput(BaseModel):
@@ -125,4 +126,5 @@ class MachineLost(BaseModel):
     """The watch's report: the cloud shows the machine gone, preempted or broken."""
 
     reason: str
+    preempted: bool = False  # the cloud said it reclaimed the machine (InstanceStatus.preempted)
 

@@ -268,6 +268,13 @@ class InstanceStatus(BaseModel):
     ssh_user: str = "root"
     instance_type: str | None = None
     detail: str | None = None  # the cloud's own word for the state
+    # The cloud ended (or is ending) the machine to reclaim it — a spot interruption (AWS), a
+    # preemption (GCP), an eviction (Azure), an outbid (Vast.ai), a preemptible stop (Nebius) — as
+    # its API says so, not guessed from a disappearance.
+    preempted: bool = False
+    # An interruption notice is out while the machine still runs (AWS: two minutes; GCP: thirty
+    # seconds): what is running there is told (SIGTERM) before the machine goes.
+    notice: bool = False
 
 
 # --------------------------------------------------------------------------- capabilities

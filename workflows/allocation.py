@@ -68,6 +68,11 @@ LAUNCH_QUEUE_PATCH = "launch-task-queue"
 # WAIT_RUNNING write them first (the same upserts, two activity round trips fewer per allocation).
 RECORDS_RIDE_PATCH = "records-ride-along"
 
+# A patch: planning now puts offers a remembered capacity refusal covers last (activities/cloud.py,
+# store/capacity.py) and says so in PlanResult.remembered, which the allocation's notes carry. Asked
+# only when there is something to say: a plan that demoted nothing leaves the history as before.
+CAPACITY_NOTES_PATCH = "capacity-memory-notes"
+
 
 def launch_task_queue(task_queue: str, cloud: str) -> str:
     """Where `cloud`'s creates run, beside the workflow's `task_queue`."""
@@ -130,6 +135,8 @@ class AllocationWorkflow:
     def machine_lost(self, report: MachineLost) -> None:
         if self._state.phase == Phase.READY and self._lost is None:
             self._lost = report.reason
+            # Data only (no command depends on it): a job reads it to tell a preemption from a loss.
+            self._state.preempted = report.preempted
 
     # ------------------------------------------------------------------ the life
 
@@ -260,6 +267,8 @@ class AllocationWorkflow:
                           start_to_close_timeout=timedelta(seconds=self._t.call_timeout_s),
                           heartbeat_timeout=self._hb, retry_policy=backoff(self._t.max_retry_interval_s, 8))
         self._state.notes += [f"no offers from {f}" for f in plan.failures]
+        if plan.remembered and workflow.patched(CAPACITY_NOTES_PATCH):
+            self._state.notes += plan.remembered
         if req.max_price_per_hour is not None and plan.offers:
             plan.offers = [o for o in plan.offers if o.price_per_hour <= req.max_price_per_hour]
             if not plan.offers:

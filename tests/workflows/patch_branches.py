@@ -20,7 +20,7 @@ from messages import activities as acts
 from messages import workflows as wf
 from providers import registry
 from workflows import search_attributes as sa
-from workflows.allocation import LAUNCH_QUEUE_PATCH, RECORDS_RIDE_PATCH
+from workflows.allocation import CAPACITY_NOTES_PATCH, LAUNCH_QUEUE_PATCH, RECORDS_RIDE_PATCH
 
 PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
 
@@ -83,7 +83,19 @@ def records_ride_old_branch(history: WorkflowHistory) -> bool:
             and scheduled(history)[:2] == [acts.RECORD_ALLOCATION.name, acts.VALIDATE_ALLOCATION.name])
 
 
+def capacity_notes_old_branch(history: WorkflowHistory) -> bool:
+    """CAPACITY_NOTES_PATCH's `patched` is asked once planning has answered with offers it demoted
+    (PlanResult.remembered, in an encrypted payload). A run from before the patch planned without it
+    — its plan had no such field, which reads as nothing demoted, so the call is not reached — and
+    the old branch is every allocation that planned (scheduled PLAN_ALLOCATION and then anything
+    after it) without the marker."""
+    done = scheduled(history)
+    return (workflow_type(history) == wf.ALLOCATION.name
+            and CAPACITY_NOTES_PATCH not in patch_markers(history) and acts.PLAN_ALLOCATION.name in done[:-1])
+
+
 OLD_BRANCH_TAKEN: dict[str, Callable[[WorkflowHistory], bool]] = {
     LAUNCH_QUEUE_PATCH: launch_queue_old_branch,
     RECORDS_RIDE_PATCH: records_ride_old_branch,
+    CAPACITY_NOTES_PATCH: capacity_notes_old_branch,
 }

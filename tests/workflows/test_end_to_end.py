@@ -30,7 +30,7 @@ from tests.eventually import eventually
 from tests.workflows import patch_branches
 from tests.workflows.conftest import INSTALLATION, TASK_QUEUE, settled, start_allocate, terminate
 from worker import build_worker
-from workflows.allocation import LAUNCH_QUEUE_PATCH
+from workflows.allocation import CAPACITY_NOTES_PATCH, LAUNCH_QUEUE_PATCH
 
 
 @pytest.fixture(scope="module")
@@ -204,5 +204,38 @@ async def test_across_clouds_capacity_everywhere_on_one_lands_on_the_next(
             wf.ALLOCATION.state.name, result_type=AllocationState)
         assert {a.offer.provider for a in state.attempts} == {"local", "lambda"}
         assert all(a.outcome == "capacity" and a.reason for a in state.attempts)
+    finally:
+        sim.admin.clear_faults()
+
+
+async def test_a_second_allocation_tries_the_region_remembered_sold_out_last(
+        temporal_client: Any, wf_worker: None, sim: FakeCloudServer, connect_sim: Any,
+        make_request: Any) -> None:
+    """Capacity memory across allocations (store/capacity.py): Lambda's cheapest offer's region
+    refuses every create while its offers still show stock. The first allocation meets the refusal
+    and lands in the next region; the second plans that region last, says so in its notes, and
+    lands at its first create (CAPACITY_NOTES_PATCH: the note's branch)."""
+    lam = connect_sim("lambda")
+    async with simclouds.provider(sim, "lambda", installation_id=INSTALLATION) as p:
+        defaults = type(p).capabilities.default_regions
+        first = [o for o in await p.offers(OfferQuery(gpu="a10", spot=False)) if o.region in defaults][0]
+    sim.admin.add_fault("lambda", "create", "capacity", region=first.region, times=-1)
+    try:
+        one = make_request(cloud="lambda", connection_id=lam, gpu="a10")
+        st1 = await settled(await start_allocate(temporal_client, one))
+        assert st1.phase == Phase.READY and st1.offer is not None and st1.offer.region != first.region
+        assert [a.outcome for a in st1.attempts] == ["capacity", "created"]
+        assert not any(n.startswith("tried last") for n in st1.notes)
+
+        two = make_request(cloud="lambda", connection_id=lam, gpu="a10")
+        st2 = await settled(await start_allocate(temporal_client, two))
+        assert st2.phase == Phase.READY and [a.outcome for a in st2.attempts] == ["created"]
+        [note] = [n for n in st2.notes if n.startswith("tried last")]
+        assert f"@{first.region}" in note and "refused for capacity 1×" in note, note
+        for req in (one, two):
+            await terminate(temporal_client, req.allocation_id)
+        histories = await recorded.replays(temporal_client, allocation_workflow_id(one.allocation_id),
+                                           allocation_workflow_id(two.allocation_id))
+        assert [CAPACITY_NOTES_PATCH in patch_branches.patch_markers(h) for h in histories] == [False, True]
     finally:
         sim.admin.clear_faults()
