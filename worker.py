@@ -105,7 +105,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         PolicyActivities(deps).policy_facts, PolicyActivities(deps).policy_act,
         PolicyActivities(deps).record_policy_run,
         jobs.record_job, jobs.await_allocation_ready, jobs.run_job, jobs.admit_job, jobs.claim_pool_machine,
-        jobs.await_machine_end,
+        jobs.await_machine_end, jobs.signal_job,
         pools.observe_pool, pools.start_pool_machine, pools.record_pool, pools.forget_pool,
         acceptance.plan_acceptance, acceptance.check_machine, acceptance.await_allocation_phase,
         acceptance.leftovers, acceptance.record_acceptance,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import asyncssh
 from temporalio.exceptions import ApplicationError
 
-from activities import machine_ssh
+from activities import lease, machine_ssh
 from activities.deps import ActivityDeps
 from providers.base import CloudProvider
 from providers.ssh_fleet import SshFleetProvider
@@ -87,7 +87,8 @@ async def _read(deps: ActivityDeps, p: CloudProvider, row: Instance) -> Reading:
         else:
             r = await machine_ssh.route(deps, row.ssh_host, allocation_id=row.id)
         async with machine_ssh.connect(deps, row.ssh_host, port, user, r, CONNECT_TIMEOUT_S) as conn:
-            result = await conn.run(SAMPLE_COMMAND, check=False)
+            # The machine's lease is renewed in the same command (activities/lease.py): no extra login.
+            result = await conn.run(lease.command_for(p, row) + SAMPLE_COMMAND, check=False)
     if result.exit_status != 0:
         return Reading(error=f"the sample command failed (exit {result.exit_status})")
     return parse_sample(str(result.stdout or ""))

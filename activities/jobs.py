@@ -7,6 +7,15 @@ twice: the command is started once, detached (setsid/nohup), under a per-job dir
 `mkdir`. A retried activity finds the directory, re-attaches, and reads the output from where the
 database's copy ends (the heartbeat carries the same offset, for the Web UI).
 
+A job with a retry policy runs in attempts, each on a new machine (workflows/job.py). From the second
+on, the command's directory is the attempt's (`~/.gpuprov/jobs/<id>-<n>`: a fleet host given again
+runs it afresh), its output is copied in after the marker line its record put in the one log (the
+attempt's record on the job's row says where), and the command's environment says which attempt it
+is (GPUPROV_JOB_ATTEMPT, GPUPROV_JOB_PREVIOUS_END: set with `env` or `docker run --env=`, values gpuprov
+makes, quoted). A preemption notice sends SIGTERM to the command's process group (the detached
+process is its leader and writes its pid) — every member but that leader, which stays to record the
+command's exit code.
+
 While the command runs, the same SSH connection samples the machine's GPUs with nvidia-smi every
 `job_metrics_interval_s` (GPUPROV_JOB_METRICS_INTERVAL_S) into the app database (store/jobs.py
 add_gpu_reading) for the Workload Queue's detail: metrics never enter workflow history, and a machine
@@ -44,6 +53,7 @@ from messages.job import (
     RecordJobInput,
     RunJobInput,
     RunJobResult,
+    SignalJobInput,
 )
 from messages.pool import slot_of_allocation
 from store import jobs as job_store
@@ -57,21 +67,39 @@ GPU_QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --f
 GPU_QUERY_TIMEOUT_S = 15.0
 
 
-def job_dir(job_id: str) -> str:
-    return f"$HOME/.gpuprov/jobs/{job_id}"  # job ids are [a-z0-9]: safe unquoted in the path
+def job_dir(run: str) -> str:
+    return f"$HOME/.gpuprov/jobs/{run}"  # job ids are [a-z0-9] (and run keys `-<n>`): safe unquoted
+
+
+def run_key(job_id: str, attempt: int = 1) -> str:
+    """The command's directory (and container) name on the host: the job's id for its first attempt
+    (as every job before retries), `<id>-<n>` for attempt n."""
+    return job_id if attempt <= 1 else f"{job_id}-{int(attempt)}"
+
+
+def attempt_env(inp: RunJobInput) -> list[str]:
+    """The command's environment from gpuprov: `NAME=value` words, each quoted for the shell (the
+    values are an int and a RetryCause: never user text)."""
+    env = [f"GPUPROV_JOB_ATTEMPT={int(inp.attempt)}"]
+    if inp.previous_end is not None:
+        env.append(f"GPUPROV_JOB_PREVIOUS_END={inp.previous_end.value}")
+    return [shlex.quote(e) for e in env]
 
 
 def runner(inp: RunJobInput) -> str:
     """The script the detached process runs: in the image with `docker run` when one is named and
     the host has Docker, else the command directly. It records which in `mode`."""
-    d = job_dir(inp.job_id)
-    direct = f'echo direct > "{d}/mode"; exec bash "{d}/cmd.sh"'
+    key = run_key(inp.job_id, inp.attempt)
+    d = job_dir(key)
+    env = attempt_env(inp)
+    direct = f'echo direct > "{d}/mode"; exec env {" ".join(env)} bash "{d}/cmd.sh"'
     if not inp.image:
         return direct
     gpus = "--gpus all " if inp.gpus else ""
+    envs = "".join(f"--env={e} " for e in env)  # one word each: `--env=NAME=value`, quoted
     # `--` ends docker's options: the image is never read as one (an image `--privileged` is an
     # image name, which docker refuses, not a flag). The API checks image references too.
-    docker = (f'echo docker > "{d}/mode"; exec docker run --rm --name gpuprov-job-{inp.job_id} {gpus}'
+    docker = (f'echo docker > "{d}/mode"; exec docker run --rm --name gpuprov-job-{key} {gpus}{envs}'
               f'-v "$HOME:$HOME" -w "$HOME" -- {shlex.quote(inp.image)} bash "{d}/cmd.sh"')
     return f"if command -v docker >/dev/null 2>&1; then {docker}; else {direct}; fi"
 
@@ -81,7 +109,7 @@ def launch_script(inp: RunJobInput) -> str:
     guard is taken by the detached process itself, so a launch cut off with its SSH session either
     never started (and the retry starts it) or runs on regardless. Files are replaced by rename:
     a running command's script is never rewritten under it."""
-    d = job_dir(inp.job_id)
+    d = job_dir(run_key(inp.job_id, inp.attempt))
     detached = ('mkdir "$0/started" 2>/dev/null || exit 0; echo $$ > "$0/pid"; '
                 'bash "$0/run.sh" > "$0/out" 2>&1; echo $? > "$0/exit.tmp"; mv "$0/exit.tmp" "$0/exit"')
     return "\n".join([
@@ -94,10 +122,11 @@ def launch_script(inp: RunJobInput) -> str:
     ])
 
 
-def read_command(job_id: str, offset: int) -> str:
-    """The exit code (or `-` while it runs) on the first line, then output from byte `offset`. The
-    exit file is looked at first: once it exists, the output read after it is complete."""
-    d = job_dir(job_id)
+def read_command(run: str, offset: int) -> str:
+    """The exit code (or `-` while it runs) on the first line, then output from byte `offset` (of the
+    run's own output on the host). The exit file is looked at first: once it exists, the output read
+    after it is complete."""
+    d = job_dir(run)
     return (f'if [ -e "{d}/exit" ]; then cat "{d}/exit"; else echo -; fi; '
             f'tail -c +{offset + 1} "{d}/out" 2>/dev/null | head -c {READ_MAX}')
 
@@ -112,10 +141,27 @@ def parse_gpu_reading(text: str) -> list[tuple[float, int, int]]:
     return gpus
 
 
-def kill_command(job_id: str) -> str:
-    d = job_dir(job_id)
-    return (f'docker rm -f gpuprov-job-{job_id} >/dev/null 2>&1; '
+def kill_command(run: str) -> str:
+    d = job_dir(run)
+    return (f'docker rm -f gpuprov-job-{run} >/dev/null 2>&1; '
             f'[ -e "{d}/pid" ] && kill -TERM -- -"$(cat "{d}/pid")" 2>/dev/null; true')
+
+
+# What signal_command's exit status says.
+SIGNALLED, NOT_STARTED, EXITED = 0, 3, 4
+
+
+def signal_command(run: str) -> str:
+    """SIGTERM to the command: every process of the group its detached process leads (setsid), but
+    not that leader, which waits for the command to record its exit code (a non-interactive bash
+    would end on SIGTERM and record nothing). A docker command's `docker run` is in the group and
+    passes the signal on to the container. Exit 3: not started here; 4: it had exited already."""
+    d = job_dir(run)
+    return (f'[ -e "{d}/pid" ] || exit {NOT_STARTED}; [ -e "{d}/exit" ] && exit {EXITED}; '
+            f'pg=$(cat "{d}/pid"); '
+            'ps -e -o pid= -o pgid= | while read -r p g; do '
+            '[ "$g" = "$pg" ] && [ "$p" != "$pg" ] && kill -TERM "$p" 2>/dev/null; done; '
+            f'exit {SIGNALLED}')
 
 
 class JobActivities:
@@ -181,10 +227,13 @@ class JobActivities:
                 raise
             return await client_calls.query(client, inp.workflow_id, wf.ALLOCATION.state)
 
-    def _allocation_of(self, job_id: str) -> str | None:
+    def _attempt_of(self, job_id: str, attempt: int) -> tuple[str | None, int]:
+        """The job's machine (its allocation) and where the attempt's output starts in its log."""
         with session_scope(self.deps.engine) as session:
             job = session.get(Job, job_id)
-            return job.allocation_id if job is not None else None
+            if job is None:
+                return None, 0
+            return job.allocation_id, job_store.output_start(job, attempt)
 
     @activity.defn(name=acts.RUN_JOB.name)
     async def run_job(self, inp: RunJobInput) -> RunJobResult:
@@ -196,17 +245,36 @@ class JobActivities:
         than the pinned one fails the job (non-retryable) before anything is sent."""
         offset = await self.deps.blocking(self._log_end, inp.job_id)
         activity.heartbeat(offset)
-        allocation_id = await self.deps.blocking(self._allocation_of, inp.job_id)
+        allocation_id, base = await self.deps.blocking(self._attempt_of, inp.job_id, inp.attempt)
         r = await machine_ssh.route(self.deps, inp.host, allocation_id=allocation_id)
         login = machine_ssh.connect(self.deps, inp.host, inp.port, inp.user, r)
         async with contextlib.AsyncExitStack() as stack:
             async with asyncio.timeout(120):
                 conn = await heartbeating(stack.enter_async_context(login), inp.heartbeat_every_s, offset)
-            return await self._attached(conn, inp, offset)
+            return await self._attached(conn, inp, offset, base)
         raise AssertionError("unreachable")  # pragma: no cover — the block returns or raises
 
+    @activity.defn(name=acts.SIGNAL_JOB.name)
+    async def signal_job(self, inp: SignalJobInput) -> bool:
+        """SIGTERM to the job's command on its machine (a preemption notice: signal_command), over
+        the same SSH path as run_job. True when it was signalled; False when it was not running
+        there (not started, or exited already)."""
+        r = await machine_ssh.route(self.deps, inp.host, allocation_id=inp.allocation_id)
+        async with asyncio.timeout(45), \
+                machine_ssh.connect(self.deps, inp.host, inp.port, inp.user, r) as conn:
+            got = await conn.run(signal_command(run_key(inp.job_id, inp.attempt)), check=False)
+        if got.exit_status not in (SIGNALLED, NOT_STARTED, EXITED):
+            raise RuntimeError(f"signalling the job's command failed (exit {got.exit_status}): "
+                               f"{str(got.stderr or '')[-300:]}")
+        return got.exit_status == SIGNALLED
+
     async def _attached(self, conn: asyncssh.SSHClientConnection, inp: RunJobInput,
-                        offset: int) -> RunJobResult:
+                        offset: int, base: int) -> RunJobResult:
+        """Launch (once) and copy the output into the log, the run's byte `offset - base` on the
+        host being the log's byte `offset` (`base`: where this attempt's output starts in it)."""
+        run = run_key(inp.job_id, inp.attempt)
+        if offset < base:  # cannot be: the record that began the attempt wrote the log up to base
+            raise RuntimeError(f"the job's log ends at {offset}, before its attempt's start {base}")
         try:
             started = await heartbeating(conn.run(launch_script(inp), check=False), inp.heartbeat_every_s,
                                          offset)
@@ -227,7 +295,7 @@ class JobActivities:
                 if clock() >= next_sample:
                     ok = await heartbeating(self._sample(conn, inp.job_id), inp.heartbeat_every_s, offset)
                     next_sample = clock() + interval if ok else math.inf
-                got = await heartbeating(conn.run(read_command(inp.job_id, offset), check=False,
+                got = await heartbeating(conn.run(read_command(run, offset - base), check=False,
                                                   encoding=None), inp.heartbeat_every_s, offset)
                 out = got.stdout if isinstance(got.stdout, bytes) else b""
                 status, _, data = out.partition(b"\n")
@@ -245,7 +313,7 @@ class JobActivities:
             # The job was cancelled: stop the command (its machine is terminated next anyway).
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(15):
-                    await conn.run(kill_command(inp.job_id), check=False)
+                    await conn.run(kill_command(run), check=False)
             raise
         lines = await self.deps.blocking(self._last_lines, inp.job_id)
         return RunJobResult(exit_code=exit_code, last_lines=lines)

@@ -11,7 +11,7 @@ exposes it on 127.0.0.1 only.
 
 Every label value is bounded: a cloud is one of the registry's ids (else `other`), an operation one
 of VERBS, an error kind a ProviderError class of providers/base.py, a sweep action one of
-SWEEP_ACTIONS. Never an id, a credential, a command or free text."""
+SWEEP_ACTIONS, why a machine was lost one of LOST_WHY. Never an id, a credential, a command or free text."""
 
 from __future__ import annotations
 
@@ -72,7 +72,9 @@ WATCH_ROUNDS = Counter("gpuprov_watch_rounds", "Watch rounds (one connection's m
 WATCH_CALLS = Counter("gpuprov_watch_cloud_calls", "Cloud calls the watch's rounds made.", ["cloud"],
                       registry=REGISTRY)
 WATCH_LOST = Counter("gpuprov_watch_machines_lost",
-                     "Machines the watch found lost (gone, preempted, broken).", ["cloud"], registry=REGISTRY)
+                     "Machines the watch found lost (gone, preempted, broken), by why.", ["cloud", "why"],
+                     registry=REGISTRY)
+LOST_WHY = ("preempted", "lost")  # the cloud's API said it reclaimed the machine; any other loss
 
 
 def cloud_label(cloud: str | None) -> str:
@@ -172,9 +174,10 @@ def watch_round(cloud: str, calls: int) -> None:
     WATCH_CALLS.labels(cloud_label(cloud)).inc(max(calls, 0))
 
 
-def watch_lost(cloud: str, machines: int = 1) -> None:
-    """The watch found `machines` of `cloud` lost."""
-    WATCH_LOST.labels(cloud_label(cloud)).inc(max(machines, 0))
+def watch_lost(cloud: str, machines: int = 1, *, preempted: bool = False) -> None:
+    """The watch found `machines` of `cloud` lost: `why` is `preempted` when the cloud said it
+    reclaimed them (InstanceStatus.preempted), else `lost`."""
+    WATCH_LOST.labels(cloud_label(cloud), "preempted" if preempted else "lost").inc(max(machines, 0))
 
 
 def value(name: str, **labels: str) -> float:

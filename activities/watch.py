@@ -1,7 +1,16 @@
 """The watch's one activity: ask the cloud about every ready machine of a connection (its listing,
 one call a page: `statuses`), and tell the allocation of each one the cloud reports gone, stopped
-or broken (its `machine_lost` signal). The machines the cloud shows alive are then sampled for
-idleness (activities/idle.py), one SSH login each — so every sample's rate is the watch's interval."""
+or broken (its `machine_lost` signal; `preempted` when the cloud's API says it reclaimed the machine:
+a spot interruption, a preemption, an eviction, an outbid). A machine whose cloud shows an
+interruption notice (AWS: two minutes, GCP: thirty seconds) still runs: the managed job running on
+it is told (its `preemption_notice` signal) once, and the loss is reported when the cloud shows it
+gone. The machines the cloud shows alive are then sampled for idleness (activities/idle.py), one
+SSH login each — so every sample's rate is the watch's interval.
+
+Once per notice, without a column: each worker remembers, per connection, the allocations whose
+notice it has passed on (`_NOTICED`), and signals only those the previous round did not see under
+notice. A worker restarted during a notice (or another worker taking the next round) sends it once
+more: the job's handler takes a second notice for the same allocation as a no-op."""
 
 from __future__ import annotations
 
@@ -21,13 +30,14 @@ from messages import activities as acts
 from messages import workflows as wf
 from messages.allocation import CloudTarget, MachineLost
 from messages.enums import AllocationStatus
-from messages.ids import watch_workflow_id
+from messages.ids import job_workflow_id, watch_workflow_id
+from messages.job import JobStatus, PreemptionNotice
 from messages.watch import WatchInput, WatchReport, WatchRequest
 from providers.base import CloudProvider, InstanceRef, InstanceState, InstanceStatus, ProviderError
 from providers.ssh_fleet import SshFleetProvider
 from store import creates_in_flight, fleets
 from store.db import session_scope
-from store.models import Connection, Fleet, Instance, utcnow
+from store.models import Connection, Fleet, Instance, Job, utcnow
 from workflows import client_calls
 
 log = logging.getLogger(__name__)
@@ -47,13 +57,27 @@ def aware(at: datetime) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite drops the zone
 
 
+# Per connection, the allocations whose interruption notice this worker has passed on to their job
+# (module docstring): a notice is signalled when it first shows, not every round it lasts.
+_NOTICED: dict[str, set[str]] = {}
+
+
+def under_notice(st: InstanceStatus | None) -> bool:
+    """The cloud's interruption notice is out and the machine still runs (not lost yet)."""
+    return st is not None and st.notice and st.state != InstanceState.TERMINATED
+
+
 def lost_reason(instance_id: str, st: InstanceStatus | None) -> str | None:
-    """Why a ready machine counts as lost, or None while the cloud shows it alive."""
+    """Why a ready machine counts as lost, or None while the cloud shows it alive (or still running
+    under an interruption notice: AWS's instance stays `running`, GCP's goes STOPPING meanwhile)."""
     if st is None:
         return f"the cloud no longer lists machine {instance_id}"
-    if st.state in _ALIVE:
+    if st.state in _ALIVE or under_notice(st):
         return None
-    word = f" ({st.detail})" if st.detail and st.detail != st.state.value else ""
+    word = f" ({st.detail})" if st.detail and st.detail not in (st.state.value, "preempted") else ""
+    if st.preempted:
+        return (f"the cloud preempted machine {instance_id} "
+                f"(spot interruption: it reports {st.state.value}{word})")
     return f"the cloud reports machine {instance_id} {st.state.value}{word}"
 
 
@@ -120,17 +144,25 @@ class WatchActivities:
         answers = found.answers
         report = WatchReport()
         alive = []
+        noticed: list[tuple[Instance, InstanceStatus]] = []
+        unanswered: set[str] = set()
         for row, answer in zip(rows, answers, strict=True):
             if isinstance(answer, ProviderError):
+                unanswered.add(row.id)
                 continue  # no answer about this one: ask again next round
             if isinstance(answer, BaseException):
                 raise answer
             reason = lost_reason(str(row.cloud_instance_id), answer)
             if reason is None:
                 alive.append(row)
-            elif await self._tell(row.workflow_id, reason):
-                report.lost[row.id] = reason
-                metrics.watch_lost(target.cloud)
+                if answer is not None and under_notice(answer):
+                    noticed.append((row, answer))
+            else:
+                preempted = answer is not None and answer.preempted
+                if await self._tell(row.workflow_id, reason, preempted=preempted):
+                    report.lost[row.id] = reason
+                    metrics.watch_lost(target.cloud, preempted=preempted)
+        await self._pass_notices(inp.connection_id, noticed, unanswered)
         if alive:
             report.twins = await self._hunt_twins(p, alive)
         if alive:
@@ -177,15 +209,58 @@ class WatchActivities:
         gone = await heartbeating(asyncio.gather(*(hunt(r) for r in hunted)), 5.0, "hunting twins")
         return {row.id: ids for row, ids in zip(hunted, gone, strict=True) if ids}
 
-    async def _tell(self, workflow_id: str, reason: str) -> bool:
+    async def _tell(self, workflow_id: str, reason: str, *, preempted: bool = False) -> bool:
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
         try:
             await client_calls.signal(self.deps.client, workflow_id, wf.ALLOCATION.machine_lost,
-                                      MachineLost(reason=reason))
+                                      MachineLost(reason=reason, preempted=preempted))
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
                 return False  # the allocation already closed
             raise
+        return True
+
+    def _running_jobs(self, allocation_ids: list[str]) -> dict[str, str]:
+        """allocation id -> the managed job running on it (a running job names its allocation)."""
+        with session_scope(self.deps.engine) as session:
+            found = session.exec(select(Job.allocation_id, Job.id).where(
+                col(Job.allocation_id).in_(allocation_ids), Job.status == JobStatus.RUNNING)).all()
+        return {str(alloc): str(job) for alloc, job in found if alloc is not None}
+
+    async def _pass_notices(self, connection_id: str, noticed: list[tuple[Instance, InstanceStatus]],
+                            unanswered: set[str]) -> None:
+        """Tell the job running on each machine under a notice this worker has not passed on yet
+        (`_NOTICED`: the previous rounds'); a machine no longer under notice is forgotten, one the
+        cloud gave no answer about this round is kept. No job there: nothing to tell."""
+        before = _NOTICED.get(connection_id, set())
+        seen = {row.id for row, _ in noticed} | (before & unanswered)
+        fresh = [(row, st) for row, st in noticed if row.id not in before]
+        jobs = await self.deps.blocking(self._running_jobs, [row.id for row, _ in fresh]) if fresh else {}
+        told: set[str] = set()
+        for row, st in fresh:
+            job_id = jobs.get(row.id)
+            if job_id is None or await self._notify(job_id, row, st):
+                told.add(row.id)
+        remembered = (seen - {row.id for row, _ in fresh}) | told
+        if remembered:
+            _NOTICED[connection_id] = remembered
+        else:
+            _NOTICED.pop(connection_id, None)
+
+    async def _notify(self, job_id: str, row: Instance, st: InstanceStatus) -> bool:
+        """Send the job its machine's notice; False when it could not be sent (asked again next round)."""
+        assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
+        word = f": {st.detail}" if st.detail and st.detail != st.state.value else ""
+        reason = f"the cloud will preempt machine {row.cloud_instance_id} (interruption notice{word})"
+        try:
+            await client_calls.signal(self.deps.client, job_workflow_id(job_id), wf.JOB.preemption_notice,
+                                      PreemptionNotice(allocation_id=row.id, reason=reason))
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return True  # the job already ended: nothing left to tell
+            log.warning("watch: the preemption notice for job %s did not go (%s); next round tries again",
+                        job_id, e)
+            return False
         return True
 
 

@@ -119,6 +119,10 @@ class InstanceCreate(Strict):
     # lifetime take it (capability `max_lifetime_h`: Modal, up to 24 h); others are refused or skipped.
     # Strict: a JSON number (neither "2" nor true).
     max_hours: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)] | None = None
+    # The machine's lease (dead-man switch), in hours: it ends itself that long after gpuprov last
+    # renewed it, where its cloud can (capability `self_end`). 0: off. None: the project's default
+    # (PUT /api/compute/defaults), else 12.
+    lease_hours: Annotated[float, Field(ge=0, le=720, allow_inf_nan=False, strict=True)] | None = None
 
     @model_validator(mode="after")
     def _one_selector(self) -> InstanceCreate:

@@ -78,9 +78,11 @@ class FakeCloudAdmin:
         """The machine dies now: SSH stops, status error (it still bills until terminated)."""
         return self._request("POST", f"/machines/{machine_id}/die")
 
-    def preempt(self, machine_id: str) -> Any:
-        """The cloud takes the machine back now: it is gone (not billing), with detail `preempted`."""
-        return self._request("POST", f"/machines/{machine_id}/preempt")
+    def preempt(self, machine_id: str, notice_s: float = 0.0) -> Any:
+        """The cloud takes the machine back: it is gone (not billing), with detail `preempted`. With
+        `notice_s`, its interruption notice is out that long first while the machine still runs
+        (AWS: two minutes, GCP: thirty seconds; each simulation shows it as its cloud's API does)."""
+        return self._request("POST", f"/machines/{machine_id}/preempt", {"notice_s": notice_s})
 
     def side_resources(self) -> Any:
         """Account-level resources that outlive machines: `{facade, kind, id, name}` (Lambda's SSH keys,

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
-from fakeclouds.bodies import json_body
+from fakeclouds import preemption
+from fakeclouds.bodies import json_body, optional_object
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import BadBody, CloudError, NotFound
 from fakeclouds.faults import FaultRule
@@ -91,8 +92,14 @@ def build_router(engine: Engine) -> APIRouter:
         return JSONResponse(admin_machine_json(engine, m))
 
     @router.post("/machines/{machine_id}/preempt")
-    async def preempt(machine_id: str) -> Response:
-        m = await engine.preempt(machine_id)
+    async def preempt(machine_id: str, request: Request) -> Response:
+        """The cloud takes the machine back: now, or (`{"notice_s": s}`) after its interruption notice
+        has been out `s` seconds while the machine still runs (fakeclouds/preemption.py)."""
+        body = await optional_object(request) or {}
+        notice = body.get("notice_s", 0.0)
+        if isinstance(notice, bool) or not isinstance(notice, int | float):
+            raise CloudError("notice_s must be a number of seconds")
+        m = await preemption.preempt(engine, machine_id, float(notice))
         return JSONResponse(admin_machine_json(engine, m))
 
     @router.get("/side-resources")

@@ -44,8 +44,13 @@ account per simulated cloud) with what moto lacks put around it, each as the rea
   AuthorizeSecurityGroupIngress left them): the simulated Kubernetes API on the machine admits only
   a peer their TCP rules allow. SSH on 22 is reachable whatever they say.
 
-Not modelled: VPCs/subnets beyond moto's defaults, network ACLs, Elastic IPs, stop/start, spot
-interruptions and spot request objects, instance status checks, AZ-id offerings, pagination of our
+- Spot: a spot launch makes a one-time Spot Instance request (`SpotInstanceRequestId` on the
+  instance, DescribeSpotInstanceRequests by id); an interruption (`admin.preempt(id, notice_s=120)`)
+  sets the request to `instance-terminated-no-capacity` while the instance still runs for the notice,
+  then terminates it with StateReason `Server.SpotInstanceTermination` (`aws_spot.py`).
+
+Not modelled: VPCs/subnets beyond moto's defaults, network ACLs, Elastic IPs, stop/start, price
+interruptions and persistent spot requests, instance status checks, AZ-id offerings, pagination of our
 own answers, the Price List API, IAM permissions (every signed request of the account is allowed),
 request signing other than SigV4 headers (no presigned query strings), and the STS/EC2 request rate
 limits. EC2 state lives in memory: after a restart of the simulation server, machines the engine
@@ -113,4 +118,5 @@ FACADE = Facade(
     names=NameRule(required=False, unique=True, max_length=128),
     machine_id=machine_id, preinstalled={"k3s": k3s.SCRIPT}, ssh_port=22,
     side_resources=side_resources, ingress=ingress,
+    guest_shutdown="stop_compute",  # InstanceInitiatedShutdownBehavior=terminate: terminate (guest_power)
 )

@@ -29,6 +29,7 @@ from fakeclouds import aws_sigv4, aws_xml, cloudinit
 from fakeclouds.aws_catalog import BY_NAME, INSTANCE_TYPES, region_of, zones_of
 from fakeclouds.aws_moto import Moto
 from fakeclouds.aws_requests import Call, Ec2Error, capacity_message, matches
+from fakeclouds.aws_spot import SpotRequests
 from fakeclouds.calls import name_call
 from fakeclouds.common import run_op
 from fakeclouds.engine import ERROR, PENDING, RUNNING, TERMINATED, TERMINATING, Engine
@@ -98,6 +99,7 @@ class AwsSim:
         self.torn_down: set[str] = set()  # instances moto itself has terminated
         self.listing_delay = 0.0
         self.terminated_visible_s = 3600.0
+        self.spot = SpotRequests(engine)  # the Spot Instance requests of spot launches (aws_spot.py)
         self._adopted = False
 
     # ------------------------------------------------------------------ HTTP
@@ -145,6 +147,7 @@ class AwsSim:
             "DeleteSecurityGroup": self._delete_security_group,
             "DescribeInstanceTypeOfferings": self._offerings,
             "DescribeSpotPriceHistory": self._spot_prices,
+            "DescribeSpotInstanceRequests": self._spot_requests,
         }
         action = call.action
         if action == "RunInstances":
@@ -153,6 +156,7 @@ class AwsSim:
               "DescribeInstances": "get" if call.numbered("InstanceId") else "list",
               "DescribeInstanceTypes": "offers", "DescribeInstanceTypeOfferings": "offers",
               "DescribeSpotPriceHistory": "offers", "DescribeImages": "offers",
+              "DescribeSpotInstanceRequests": "get",
               "DescribeAvailabilityZones": "offers", "DescribeRegions": "offers",
               }.get(action, "side_resources")  # security groups, tags: only "*" fault rules reach them
         handler = handlers.get(action)
@@ -274,6 +278,7 @@ class AwsSim:
                         inst.state_reason = StateReason(f"Server.InternalError: {m.detail}",
                                                         "Server.InternalError")
                         inst._reason = "Server.InternalError"
+                    self.spot.show(inst)  # a spot instance's request, and why it was interrupted
 
     def _terminate_orphans(self) -> None:
         """Machines the engine restored for this cloud after a restart have no EC2 record any more."""
@@ -432,11 +437,17 @@ class AwsSim:
                     self.engine.create(NAME, instance_type=str(call.instance_type), region=str(call.zone),
                                        public_keys=keys, name=name, spot=call.spot,
                                        labels=call.tags("instance"), user_data=user_data,
-                                       stuck=plan.stuck_booting, die_after_boot=plan.die_after_boot)
+                                       stuck=plan.stuck_booting, die_after_boot=plan.die_after_boot,
+                                       preempt_after=plan.preempt_after,
+                                       extra={"shutdown_behavior":  # what a guest shutdown does (guest_power)
+                                              call.params.get("InstanceInitiatedShutdownBehavior") or "stop"})
                 finally:
                     _next_id.reset(reset)
                 made.append(instance_id)
                 self.launched[instance_id] = time.time()
+                if call.spot:
+                    self.spot.add(instance_id, str(call.zone), str(call.instance_type),
+                                  self.engine.machines[instance_id].price_per_hour)
         except CloudError:
             for instance_id in made:
                 self.engine.terminate(NAME, instance_id)
@@ -508,6 +519,9 @@ class AwsSim:
         rows = [r for r in rows if matches(r[0], filters.get("instance-type"))
                 and matches(r[2], filters.get("location"))]
         return 200, aws_xml.instance_type_offerings(rows)
+
+    async def _spot_requests(self, call: Call, _: CallPlan) -> tuple[int, bytes]:
+        return self.spot.describe(call)
 
     async def _spot_prices(self, call: Call, _: CallPlan) -> tuple[int, bytes]:
         filters = call.filters()

@@ -1,7 +1,12 @@
 """The simulated Azure subscription, compute: virtual machines — what ARM refuses synchronously
 (size, zone, image, admin user, SSH keys, custom data, spot), allocation on the engine (or an
 AllocationFailed operation), converging a PUT under a taken name, deletion, and the VM's JSON and
-instance view with its OS disk. Shared state and checks: `azure_arm_state.py`."""
+instance view with its OS disk. Shared state and checks: `azure_arm_state.py`.
+
+A Spot VM's eviction (`admin.preempt`, fakeclouds/preemption.py): with evictionPolicy Deallocate it
+stays `Succeeded` and `PowerState/deallocated` until deleted (its compute no longer billing); with
+Delete it is gone (`azure_arm_state.evicted_kept`). Azure's 30 s notice is a Scheduled Event inside
+the VM (IMDS), not in ARM: nothing shows it here."""
 
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import uuid
 from typing import Any
 
 from fakeclouds import azure_catalog as cat
+from fakeclouds import preemption
 from fakeclouds.azure_arm_state import (
     MAX_CUSTOM_DATA,
     NAME,
@@ -22,6 +28,7 @@ from fakeclouds.azure_arm_state import (
     ArmError,
     ArmState,
     Outcome,
+    evicted_kept,
     properties_of,
     reference,
     resource_id,
@@ -356,6 +363,8 @@ class Compute(ArmState):
         rec["deleting"] = True
         if m is None:  # a Failed VM without a machine goes at once
             del self.resources[rec["id"].lower()]
+        elif preemption.reclaimed(m):  # an evicted (deallocated) Spot VM: nothing runs, it just goes
+            preemption.release(self.engine, m)
         elif m.status != TERMINATING:
             self.engine.terminate(NAME, m.id)
         op = self.new_operation("delete", rec["location"], rec["id"], machine_id=m.id if m else None)
@@ -379,6 +388,11 @@ class Compute(ArmState):
             f = rec["failed"]
             return "Failed", [
                 status(f"ProvisioningState/failed/{f['code']}", "Provisioning failed", "Error", f["message"])
+            ]
+        if m is not None and evicted_kept(rec, m):  # a Spot VM evicted with Deallocate
+            return "Succeeded", [
+                status("ProvisioningState/succeeded", "Provisioning succeeded"),
+                status("PowerState/deallocated", "VM deallocated"),
             ]
         if m is None or rec.get("deleting") or m.status == TERMINATING:
             return "Deleting", [

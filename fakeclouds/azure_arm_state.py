@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fakeclouds import azure_catalog as cat
+from fakeclouds import preemption
 from fakeclouds.engine import TERMINATED, Engine, Machine
 from fakeclouds.errors import CloudError
 
@@ -144,13 +145,14 @@ class ArmState:
         return self.engine.machines.get(mid) if mid else None
 
     def prune(self) -> None:
-        """Forget VMs whose machine is gone (deleted, or forgotten by an engine reset)."""
+        """Forget VMs whose machine is gone (deleted, evicted with evictionPolicy Delete, or
+        forgotten by an engine reset); a Spot VM evicted with Deallocate stays, deallocated."""
         gone = [
             k
             for k, r in self.resources.items()
             if r["type"] == VM
             and r.get("machine_id")
-            and ((m := self.machine(r)) is None or m.status == TERMINATED)
+            and ((m := self.machine(r)) is None or (m.status == TERMINATED and not evicted_kept(r, m)))
         ]
         for k in gone:
             del self.resources[k]
@@ -246,3 +248,12 @@ class ArmState:
     def render(self, rec: dict[str, Any], *, instance_view: bool = False) -> dict[str, Any]:
         """A resource as ARM answers it (the account composes the network and compute renderings)."""
         raise NotImplementedError
+
+
+def evicted_kept(rec: dict[str, Any], m: Machine) -> bool:
+    """A Spot VM Azure evicted with `evictionPolicy: Deallocate`: "the VM is moved to the stopped-
+    deallocated state" and stays until deleted (learn.microsoft.com/azure/virtual-machines/spot-vms,
+    "Eviction policy"); its compute stops billing (the engine's reclaim; its disks would bill on, not
+    modelled). With `Delete` the VM and its disks are deleted: gone."""
+    policy = ((rec.get("request") or {}).get("properties") or {}).get("evictionPolicy")
+    return preemption.reclaimed(m) and not rec.get("deleting") and policy == "Deallocate"

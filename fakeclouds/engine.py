@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, cloudinit, k3s, k3s_pki, k8s_api, nvidia_smi, who
+from fakeclouds import catalog, cloudinit, guest_power, k3s, k3s_pki, k8s_api, nvidia_smi, who
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.calls import CallLog
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
@@ -540,8 +540,8 @@ class Engine:
             m.address = host
             # Keys attached while it was starting (Vast.ai's attach during boot) went to m only.
             server.keys.update(parse_public_key(k).public_data for k in m.public_keys)
-            self._ssh[m.id] = server
-            self._k8s[m.id] = api
+            self._ssh[m.id], self._k8s[m.id] = server, api
+            guest_power.watch(self)  # its shutdown/poweroff act as its cloud's do (guest_power.py)
             if self.facades[m.facade].ssh_port is not None:  # its own address: 6443 there too
                 await api.listen_behind(self.facades[m.facade].ingress, self, m)
             return None
@@ -594,7 +594,7 @@ class Engine:
     async def _gone(self, m: Machine) -> None:
         await self._stop_ssh(m)
         power_off(self.machine_home(m))
-        m.status, m.ended_at = TERMINATED, time.time()
+        m.status, m.ended_at = TERMINATED, m.ended_at or time.time()  # a stopped one's bill ended
         key = (m.facade, m.instance_type, m.region)
         self.stock[key] = self.stock.get(key, 0) + 1
         self.save()

@@ -103,6 +103,13 @@ class Facade:
     # of its services (fakeclouds/grpc_host.py), served beside the HTTP app on the server's gRPC port.
     # A gRPC-only cloud gives `build_router` an empty APIRouter (its prefix still reserves its name).
     grpc: Callable[[Engine, str], list[Any]] | None = None
+    # What a guest poweroff (`sudo shutdown -h now` on the machine) does there, per the cloud's docs
+    # (fakeclouds/guest_power.py): "stop_billing" (stopped or off, still allocated and billed: the
+    # honest default), "stop_compute" (stopped, no compute bill), "terminate", "restart".
+    guest_shutdown: str = "stop_billing"
+    # The CLI its machines end themselves with through its API, with a key scoped to themselves
+    # (`runpodctl remove pod`); None: they have none.
+    api_self_end: str | None = None
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)

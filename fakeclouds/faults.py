@@ -5,7 +5,9 @@ with a `region`, only calls in that region. Each match uses up one of its `times
 (-1 = forever). Kinds that only make sense for a launch (capacity, quota,
 stuck_booting, die_after_boot, preempt) are only consumed by `create` calls.
 `preempt`: the cloud takes the machine back `seconds` after boot (it is gone, and stops
-billing; a facade whose cloud reports preemption shows it as such, e.g. Lambda's `preempted`).
+billing; a facade whose cloud reports preemption shows it as such, e.g. Lambda's `preempted`,
+EC2's `Server.SpotInstanceTermination`), without a notice. With an interruption notice first
+(AWS's two minutes, GCP's thirty seconds): the admin's preempt, `notice_s` (fakeclouds/preemption.py).
 `barrier`: each of the `times` matching calls is held before it takes effect until all of them
 have arrived (or `seconds` have passed, default BARRIER_MAX_S): two racing creates both pass their
 lookups before either launch lands, however slow the machine — no fixed sleep to guess.

@@ -38,7 +38,11 @@ interface, a network other than `default`; no boot disk image, an image outside 
 projects and the caller's own; bad labels or tags; metadata over 512 KB; a firewall with a bad name,
 protocol, port range, CIDR or target tag; deleting what does not exist (404 `notFound`).
 
-Not modelled: pagination, stopping/starting/resetting, preemption notices, zones going DOWN, disks,
+- Preemption of Spot VMs (`gcp_preemption.py`): STOPPING through the 30 s notice with a
+  `compute.instances.preempted` system-event operation (zone and aggregated operation lists), then
+  TERMINATED (instanceTerminationAction STOP) or gone (DELETE).
+
+Not modelled: pagination, stopping/starting/resetting, zones going DOWN, disks,
 networks and images as resources (the boot image is checked for shape and project only, and does
 not change the machine), firewall rules being enforced on SSH (they are stored, validated and listed;
 every machine's port 22 is reachable; `FACADE.ingress` reads them for the simulated Kubernetes API on
@@ -60,7 +64,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from fakeclouds import gcp_filter, gcp_requests, gcp_state, k3s
+from fakeclouds import gcp_filter, gcp_preemption, gcp_requests, gcp_state, k3s, preemption
 from fakeclouds.bodies import optional_object
 from fakeclouds.common import run_op
 from fakeclouds.engine import Engine, Machine
@@ -133,8 +137,9 @@ def build_router(engine: Engine, token: str) -> APIRouter:
         result = await run_op(engine, NAME, op, lambda plan: effect(plan, claims), region)
         return JSONResponse(result)
 
-    def live_named(zone: str, name: str) -> Machine | None:
-        return next((m for m in engine.live(NAME) if m.region == zone and m.name == name), None)
+    def live_named(zone: str, name: str) -> Machine | None:  # a preempted one it stopped too
+        return next((m for m in gcp_preemption.shown(engine, NAME) if m.region == zone and m.name == name),
+                    None)
 
     def instance_url(project: str, zone: str, name: object) -> str:
         return f"{API}/projects/{project}/zones/{zone}/instances/{name}"
@@ -281,6 +286,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
                     user_data=user_data,
                     stuck=plan.stuck_booting,
                     die_after_boot=plan.die_after_boot,
+                    preempt_after=plan.preempt_after,
                     extra=extra,
                 )[0]
             except (NoCapacity, QuotaExceeded) as exc:
@@ -325,7 +331,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     def instances(project: str, flt: str | None) -> dict[str, list[dict[str, Any]]]:
         keep = gcp_filter.parse(flt)
         rows: dict[str, list[dict[str, Any]]] = {}
-        for m in engine.live(NAME):
+        for m in gcp_preemption.shown(engine, NAME):
             row = instance_json(m, project)
             if keep(row):
                 rows.setdefault(m.region, []).append(row)
@@ -363,7 +369,10 @@ def build_router(engine: Engine, token: str) -> APIRouter:
                 raise NotFound(
                     f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
                 )
-            engine.terminate(NAME, m.id)
+            if preemption.reclaimed(m):  # a preempted VM Compute Engine stopped: deleting it is all
+                preemption.release(engine, m)
+            else:
+                engine.terminate(NAME, m.id)
             now = time.time()
             op = Operation(
                 name=operation_name(now),
@@ -409,6 +418,8 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             "compute.globalOperations.get",
             lambda _, __: operation(project, None, name),
         )
+
+    gcp_preemption.add_routes(router, BASE, engine, st, NAME, call, zone_of)
 
     # ------------------------------------------------------------------ firewalls
 
@@ -498,4 +509,5 @@ FACADE = Facade(
     ssh_port=22,
     side_resources=side_resources,
     ingress=ingress,
+    guest_shutdown="stop_compute",  # TERMINATED (GCP's stopped): no VM charges, disks bill until deleted
 )

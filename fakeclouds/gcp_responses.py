@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from fakeclouds import gcp_filter
+from fakeclouds import gcp_filter, preemption
 from fakeclouds.engine import PENDING, RUNNING, TERMINATING, Machine
 from fakeclouds.errors import (
     BadBody,
@@ -91,6 +91,8 @@ def error_response(exc: CloudError, _request: Request | None = None) -> JSONResp
 def _instance_status(m: Machine, now: float) -> str:
     if m.status == PENDING:
         return "PROVISIONING" if now < (m.created_at + m.boot_at) / 2 else "STAGING"
+    if preemption.noticed(m):  # the preemption's ACPI soft off: the guest shuts down (gcp_preemption.py)
+        return "STOPPING"
     return {RUNNING: "RUNNING", TERMINATING: "STOPPING"}.get(m.status, "TERMINATED")
 
 
@@ -152,7 +154,8 @@ def instance_json(m: Machine, project: str, now: float | None = None) -> dict[st
         "selfLink": f"{zone_url}/instances/{m.name}",
     }
     if status == "TERMINATED":
-        out["statusMessage"] = m.detail or "Instance terminated by Compute Engine."
+        out["statusMessage"] = ("Instance was preempted." if preemption.reclaimed(m)
+                                else m.detail or "Instance terminated by Compute Engine.")
     if x.get("spot"):
         out["scheduling"] = {**out["scheduling"], "provisioningModel": "SPOT"}
     return out

@@ -10,7 +10,9 @@ Modelled from the spec: launch with `tags` (validated, echoed), `hostname`, `ima
 {family}, refused when unknown), `firewall_rulesets` (fakeclouds/lambda_firewall.py), `user_data`
 (at most 1 MB); `GET /images`, `GET /regions`; instance `actions`; status `preempted` (an injected
 `preempt` fault or the admin's preempt: the instance shows `preempted` until terminated, then is
-gone); the documented rate limits, 1 request/s and 1 launch per 12 s (5 a minute) per key.
+gone, and stops billing when preempted; Lambda documents no notice, so an admin preempt with
+`notice_s` shows nothing until it lands); the documented rate limits, 1 request/s and 1 launch
+per 12 s (5 a minute) per key.
 [unconfirmed]: the 429's body and Retry-After (the docs name the limits only); how long preempted
 instances stay listed; image names; the code for an unknown image (we answer invalid-parameters).
 The image ships k3s (simulated). The sim lets a booting instance be terminated although its
@@ -30,7 +32,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, field_validator
 
-from fakeclouds import k3s, lambda_firewall
+from fakeclouds import k3s, lambda_firewall, preemption
 from fakeclouds.bodies import json_body
 from fakeclouds.catalog import Gpu, InstanceType, Region
 from fakeclouds.common import run_op
@@ -280,9 +282,7 @@ def rate_limited(engine: Engine) -> int:
 
 def visible(engine: Engine) -> list[Machine]:
     """What the API lists: machines not gone, and preempted ones not yet terminated by the user."""
-    preempted = [m for m in engine.machines.values() if m.facade == NAME and m.status == TERMINATED
-                 and m.detail == PREEMPTED and not m.extra.get("released")]
-    return sorted([*engine.live(NAME), *preempted], key=lambda m: (m.created_at, m.id))
+    return preemption.visible(engine, NAME)
 
 
 def resolve_image(spec: ImageSpec | None, region: str) -> str:
@@ -411,8 +411,7 @@ def build_router(engine: Engine, token: str) -> APIRouter:
             out = []
             for m in machines:
                 if m.status == TERMINATED:  # preempted: the user's terminate removes it from the lists
-                    m.extra["released"] = True
-                    engine.save()
+                    preemption.release(engine, m)
                     out.append({**instance_json(m), "status": "terminated"})
                 else:
                     out.append(instance_json(engine.terminate(NAME, m.id)))

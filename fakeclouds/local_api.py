@@ -166,4 +166,5 @@ FACADE = Facade(
     credentials=lambda token: {"api_key": token},
     login_user="gpuprov", regions=REGIONS, instance_types=INSTANCE_TYPES,
     names=UNIQUE_SLUG, machine_id=lambda: f"m-{uuid.uuid4().hex[:12]}",
+    guest_shutdown="terminate",  # gpuprov's own local cloud: a guest shutdown ends the machine
 )

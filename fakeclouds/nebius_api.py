@@ -19,6 +19,11 @@ message classes are the SDK package's own (nebius.api.nebius...), nothing is ven
 | billing.v1alpha1.CalculatorService | Estimate (hourly cost of a CreateInstanceRequest) |
 
 Fault ops: `create`, `get`, `list`, `terminate`, `offers` (platforms and the calculator), `auth`.
+
+Preemption (`admin.preempt`, the `preempt` fault): a preemptible instance (`spec.preemptible`,
+on_preemption STOP: "Compute stops the VM without deleting or restarting it", instance.proto) is
+STOPPED until deleted, its compute no longer billing (fakeclouds/preemption.py). No notice is shown:
+Nebius documents none in its API.
 Conventions (auth, errors, operations, idempotency): fakeclouds/nebius_grpc.py.
 
 Firewall: Nebius filters traffic with VPC security groups (vpc.v1 SecurityGroupService and
@@ -37,7 +42,7 @@ from typing import Any
 import grpc
 from fastapi import APIRouter
 
-from fakeclouds import cloudinit, k3s
+from fakeclouds import cloudinit, k3s, preemption
 from fakeclouds import nebius_catalog as cat
 from fakeclouds.engine import Engine, Machine
 from fakeclouds.errors import CloudError, Invalid, NoCapacity, NotFound
@@ -87,7 +92,10 @@ def instance_message(m: Machine) -> Any:
 
     x = m.extra
     states: Any = compute.InstanceStatus.InstanceState  # a generated IntEnum (mypy sees a type alias)
-    state = states[_STATES.get(m.status, "ERROR")]
+    # A preemptible VM Nebius preempted: "on_preemption ... STOP: Compute stops the VM without
+    # deleting or restarting it" (nebius/api compute/v1 instance.proto, PreemptibleSpec): STOPPED,
+    # until deleted; its compute no longer bills (disks, which would, are not modelled).
+    state = states["STOPPED" if preemption.reclaimed(m) else _STATES.get(m.status, "ERROR")]
     nics = []
     if m.status == "running" and m.address:
         nics = [
@@ -347,18 +355,19 @@ def build_services(engine: Engine, token: str) -> list[Any]:
         return m.extra.get("project") == project_id
 
     def get_instance(request: Any, context: Any, _: CallPlan) -> Any:
-        return instance_message(engine.get(NAME, request.id))
+        return instance_message(preemption.held_one(engine, NAME, request.id) or engine.get(NAME, request.id))
 
     def get_by_name(request: Any, context: Any, _: CallPlan) -> Any:
         _project(request.parent_id)
-        found = [m for m in engine.live(NAME) if owned(m, request.parent_id) and m.name == request.name]
+        found = [m for m in preemption.visible(engine, NAME)
+                 if owned(m, request.parent_id) and m.name == request.name]
         if not found:
             raise NotFound(f"instance {request.name!r} not found in {request.parent_id}")
         return instance_message(found[0])
 
     def list_instances(request: Any, context: Any, _: CallPlan) -> Any:
         _project(request.parent_id)
-        mine = [instance_message(m) for m in engine.live(NAME) if owned(m, request.parent_id)]
+        mine = [instance_message(m) for m in preemption.visible(engine, NAME) if owned(m, request.parent_id)]
         items, nxt = _page(mine, request.page_size, request.page_token)
         return compute.ListInstancesResponse(items=items, next_page_token=nxt)
 
@@ -382,7 +391,10 @@ def build_services(engine: Engine, token: str) -> list[Any]:
         earlier = ops.by_key(key)
         if earlier is not None:
             return ops.message(earlier, "delete instance")
-        m = engine.terminate(NAME, request.id)
+        held = preemption.held_one(engine, NAME, request.id)  # preempted (STOPPED): deleting it is all
+        if held is not None:
+            preemption.release(engine, held)
+        m = held or engine.terminate(NAME, request.id)
         return ops.message(ops.record("delete", m.id, caller.authenticate(context), key), "delete instance")
 
     def get_operation(request: Any, context: Any, _: CallPlan) -> Any:
@@ -486,4 +498,5 @@ FACADE = Facade(
     grpc=build_services,
     ingress=ingress,
     tls=True,  # served on the gRPC listener's TLS port: the SDK talks TLS, as to api.nebius.cloud
+    guest_shutdown="restart",  # a Linux shutdown is a failure to Compute: it restarts it, still charging
 )

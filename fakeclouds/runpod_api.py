@@ -553,4 +553,5 @@ FACADE = Facade(
     # be unique" and at most 191 characters.
     names=NameRule(required=True, unique=False, max_length=191, hint="name must be 1-191 characters"),
     machine_id=pod_id, ssh_port=None, rate_limits=RATE_LIMITS,
+    api_self_end="runpodctl",  # every pod has RUNPOD_POD_ID and a RUNPOD_API_KEY scoped to it
 )

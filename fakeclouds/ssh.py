@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import host_guard
+from fakeclouds import guest_power, host_guard
 from fakeclouds.who import SESSIONS_DIR
 
 log = logging.getLogger(__name__)
@@ -165,8 +165,10 @@ class MachineSSH:
         bin_dir = self.home / "bin"
         env = {
             "HOME": str(self.home), "USER": self.user, "LOGNAME": self.user, "SHELL": "/bin/bash",
-            # The machine's own tools first, then the guard against commands that would change the host.
-            "PATH": f"{bin_dir}:{host_guard.guard_dir()}:"
+            # The machine's own tools first, then its simulated power commands (shutdown, poweroff,
+            # systemctl poweroff, sudo for those: guest_power.py), then the guard against commands
+            # that would change the host.
+            "PATH": f"{bin_dir}:{guest_power.shim_dir()}:{host_guard.guard_dir()}:"
                     f"{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
             "LANG": os.environ.get("LANG", "C.UTF-8"),
         }

@@ -18,6 +18,11 @@ A destroyed instance is gone at once: `GET` answers `{"instances": null}`, `DELE
 `no_such_instance`. The instance list (`GET /api/v1/instances/`) is keyset-paginated (≤ 25 a page,
 `next_token`).
 
+An interruptible instance **outbid** (`admin.preempt`, fakeclouds/preemption.py): the host stops it
+— `actual_status` stopped, `intended_status` still running, `status_msg` saying outbid [the fields'
+values unconfirmed: Vast documents none for it] — and its GPUs stop billing; it stays listed until
+destroyed. A machine that dies (`admin.kill`) is `offline`: its host went away.
+
 Rate limits are per endpoint and identity, a minimum interval between calls (the docs'
 `x-rate-limit` thresholds, read as seconds [unconfirmed]); a refusal is a 429 with no Retry-After
 and the endpoint's documented body (plain text, `{"detail"}`, or `{success, error, msg}`). Injected
@@ -39,6 +44,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from fakeclouds import preemption
 from fakeclouds.bodies import json_body
 from fakeclouds.catalog import Gpu, InstanceType, Region
 from fakeclouds.common import check_bearer, check_rate, run_op
@@ -302,12 +308,14 @@ def search(engine: Engine, q: dict[str, Any]) -> dict[str, Any]:
 
 def _status(m: Machine) -> tuple[str | None, str, str]:
     """(actual_status, intended_status, status_msg) as Vast shows them."""
+    if preemption.reclaimed(m):  # outbid (admin preempt): the host stopped it; the user still wants it
+        return "stopped", "running", "outbid: a higher bid took the host's GPUs"  # wording [unconfirmed]
     if m.extra.get("stopped"):
         return "stopped", "stopped", "bid below the host's minimum: instance created stopped"
     if m.status == "running":
         return "running", "running", f"success, running {m.extra.get('image')}/ssh"
-    if m.status == "error":  # an interruptible one was outbid; an on-demand one lost its host
-        return ("stopped", "stopped", "outbid") if m.spot else ("offline", "running", m.detail or "offline")
+    if m.status == "error":  # its host went away (an outbid is the engine's preempt, above)
+        return "offline", "running", m.detail or "offline"
     return "loading", "running", "Pulling image"
 
 
@@ -367,7 +375,7 @@ def list_page(engine: Engine, request: Request) -> dict[str, Any]:
     except ValueError:
         raise Invalid("limit must be an integer") from None
     limit = 5 if limit <= 0 else min(limit, PAGE_MAX)
-    rows = [instance_json(m) for m in engine.live(NAME) if m.status != "terminating"]
+    rows = [instance_json(m) for m in preemption.visible(engine, NAME) if m.status != "terminating"]
     rows = [r for r in rows if matches({c: r[c] for c in _LIST_COLUMNS}, filters)]
     rows.sort(key=lambda r: r["id"], reverse=descending)
     total, labels = len(rows), dict[str, int]()
@@ -394,8 +402,9 @@ def _instance_id(raw: str) -> str:
 
 
 def _visible(engine: Engine, raw: str) -> Machine:
-    """The instance if it exists for the API: a destroyed one is gone at once."""
-    m = engine.get(NAME, _instance_id(raw))
+    """The instance if it exists for the API: a destroyed one is gone at once; an outbid one stays
+    (stopped) until destroyed."""
+    m = preemption.held_one(engine, NAME, _instance_id(raw)) or engine.get(NAME, _instance_id(raw))
     if m.status == "terminating":
         raise NotFound(f"no instance {raw}")
     return m
@@ -425,6 +434,7 @@ def create(engine: Engine, ask_id: int, body: CreateBody, plan: CallPlan) -> dic
         NAME, name=body.label, instance_type=str(ask_id), region=ask.country, public_keys=[_NOBODY],
         spot=body.price is not None, user_data=None if outbid else script,
         stuck=stopped or plan.stuck_booting, die_after_boot=plan.die_after_boot,
+        preempt_after=plan.preempt_after,
         extra={"image": body.image, "runtype": body.runtype or "ssh", "onstart": onstart, "env": env,
                "disk": body.disk, "bid": body.price, "stopped": stopped},
     )
@@ -501,7 +511,11 @@ def build_router(engine: Engine, token: str) -> APIRouter:
     @router.delete("/api/v0/instances/{instance_id}/")
     async def destroy_instance(request: Request, instance_id: str) -> Response:
         def effect(_: CallPlan) -> dict[str, Any]:
-            engine.terminate(NAME, _visible(engine, instance_id).id)
+            m = _visible(engine, instance_id)
+            if preemption.reclaimed(m):  # outbid: nothing runs (or bills) any more, it just goes
+                preemption.release(engine, m)
+            else:
+                engine.terminate(NAME, m.id)
             return {"success": True, "msg": "Instance destroyed successfully"}
         return await call(request, "terminate", effect)
 
@@ -570,4 +584,5 @@ FACADE = Facade(
     # Labels are optional, free-form, at most 256 characters (docs x-input-validation) and not unique.
     names=NameRule(required=False, unique=False, max_length=256),
     machine_id=_machine_id, ssh_port=None, rate_limits=RATE_LIMITS,
+    api_self_end=NAME,  # the `vastai` CLI: every instance has CONTAINER_ID and its own CONTAINER_API_KEY
 )

@@ -46,6 +46,7 @@ from messages.job import (
     RecordJobInput,
     RunJobInput,
     RunJobResult,
+    SignalJobInput,
 )
 from messages.policy import ActInput, ActResult, PolicyFacts, PolicyInput, RecordPolicyRun
 from messages.pool import (
@@ -273,6 +274,8 @@ ADMIT_JOB: ActivityRef[AdmitInput, AdmitResult] = ActivityRef("admit_job", Admit
 CLAIM_POOL_MACHINE: ActivityRef[ClaimInput, ClaimResult] = ActivityRef("claim_pool_machine", ClaimInput,
                                                                        ClaimResult)
 AWAIT_MACHINE_END: ActivityRef[MachineEndInput, str] = ActivityRef("await_machine_end", MachineEndInput, str)
+# A cloud's preemption notice for a job's machine: SIGTERM to its command (workflows/job.py).
+SIGNAL_JOB: ActivityRef[SignalJobInput, bool] = ActivityRef("signal_job", SignalJobInput, bool)
 # Pools (workflows/scale.py, activities/pools.py).
 OBSERVE_POOL: ActivityRef[ObserveInput, Observation] = ActivityRef("observe_pool", ObserveInput, Observation)
 START_POOL_MACHINE: ActivityRef[StartMachineInput, StartResult] = ActivityRef(
@@ -299,7 +302,7 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH, DEGRADED_CONNECTIONS,
     FLEET_HOSTS, PROBE_FLEET_HOST,
     POLICY_FACTS, POLICY_ACT, RECORD_POLICY_RUN,
-    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB, CLAIM_POOL_MACHINE, AWAIT_MACHINE_END,
+    RECORD_JOB, AWAIT_ALLOCATION_READY, RUN_JOB, ADMIT_JOB, CLAIM_POOL_MACHINE, AWAIT_MACHINE_END, SIGNAL_JOB,
     OBSERVE_POOL, START_POOL_MACHINE, RECORD_POOL, FORGET_POOL,
     PLAN_ACCEPTANCE, CHECK_MACHINE, AWAIT_ALLOCATION_PHASE, LEFTOVERS, RECORD_ACCEPTANCE,
 )

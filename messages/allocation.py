@@ -71,6 +71,10 @@ class AllocateRequest(BaseModel):
     # How long the machine may live: the cloud stops it then (only clouds whose capabilities enforce a
     # lifetime take it: Modal's sandbox timeout); None: as long as the cloud lets it.
     max_hours: float | None = Field(default=None, gt=0)
+    # The dead-man switch (activities/lease.py): hours the machine lives on without gpuprov renewing
+    # its lease before it ends itself, where its cloud can (Capabilities.self_end); 0: no lease. The
+    # API resolves it (request, else the project's default, else 12); None: started before leases.
+    lease_hours: float | None = Field(default=None, ge=0, le=720)
 
     def all_targets(self) -> list[CloudTarget]:
         return self.targets or [CloudTarget(connection_id=self.connection_id, cloud=self.cloud)]

@@ -33,6 +33,11 @@ def allocation_workflow_id(allocation_id: str) -> str:
     return f"allocation-{allocation_id}"
 
 
+def job_workflow_id(job_id: str) -> str:
+    """A managed job's workflow (workflows/job.py)."""
+    return f"job-{job_id}"
+
+
 # The workflow id of the retired AllocateWorkflow ("allocate-<allocation>"): the drain check and
 # migration 0023 look for live instances still on one (store/retired.py).
 LEGACY_ALLOCATE_PREFIX = "allocate-"

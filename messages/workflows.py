@@ -28,7 +28,7 @@ from messages.allocation import (
 from messages.connection import ConnectRequest, ConnectResult, DisconnectRequest, DisconnectResult
 from messages.fleet import FleetProbeRequest, FleetProbeResult
 from messages.health import HealthInput, HealthRecheckInput, HealthSummary
-from messages.job import JobInput, JobState
+from messages.job import JobInput, JobState, PreemptionNotice
 from messages.policy import PolicyInput, PolicyRunOutcome
 from messages.pool import ScaleInput, ScaleState
 from messages.sweep import SweepInput, SweepSummary
@@ -84,6 +84,7 @@ class AllocationRef(WorkflowRef[AllocationInput, AllocationState]):
 class JobRef(WorkflowRef[JobInput, JobState]):
     state: QueryRef[JobState] = QueryRef("state", JobState)
     cancel: UpdateRef[JobState] = UpdateRef("cancel", JobState)
+    preemption_notice: SignalRef[PreemptionNotice] = SignalRef("preemption_notice", PreemptionNotice)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@
   ports from anywhere, the Kubernetes API port (6443) only from `LaunchSpec.k8s_api_from` (not at
   all when that is empty). A retried create adds only the (port, source) rules the group lacks.
   terminate removes it once the instance is terminated; until then `get` reports `terminating`.
+- Spot: an interruption reads `preempted` (StateReason `Server.SpotInstanceTermination`) and, during
+  EC2's two-minute notice, `notice` (the Spot request's status): providers/aws_spot.py.
 - botocore retries nothing (`total_max_attempts=1`): Temporal owns retries, and
   InsufficientInstanceCapacity (HTTP 500) is not retried inside one activity.
 """
@@ -31,7 +33,7 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import SecretStr
 
-from providers import cloudinit
+from providers import aws_spot, cloudinit
 from providers.aws_prices import ON_DEMAND, on_demand_price
 from providers.base import (
     K8S_API_PORT,
@@ -48,6 +50,7 @@ from providers.base import (
     OfferQuery,
     ProviderError,
     QuotaError,
+    SelfEnd,
     Transient,
     rank_offers,
 )
@@ -205,6 +208,15 @@ class AwsProvider(SdkCloudProvider):
         region_required=True,
         create_in_flight_s=0.0,  # ClientToken: EC2 itself refuses a second launch under the key
         boot_timeout_s=900.0,  # GPU AMIs boot in a few minutes; 15 is a broken boot
+        self_end=SelfEnd(
+            method="shutdown",
+            how=("shutdown -h now terminates the instance (its bill ends) because gpuprov launches it "
+                 "with InstanceInitiatedShutdownBehavior=terminate; without that a guest shutdown only "
+                 "stops it"),
+            source=("https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/"
+                    "Using_ChangingInstanceInitiatedShutdownBehavior.html"),
+            command="sudo shutdown -h now",
+        ),
     )
 
     _session: Any = None
@@ -411,6 +423,9 @@ class AwsProvider(SdkCloudProvider):
             "TagSpecifications": [{"ResourceType": kind, "Tags": self._tags_for(spec, f"gpuprov-{spec.key}")}
                                   for kind in ("instance", "volume")],
             "MetadataOptions": {"HttpTokens": "required"},
+            # A lease that runs out ends the machine from inside (self_end): a guest shutdown then
+            # terminates it, ending its bill, instead of leaving a stopped instance and its volume.
+            "InstanceInitiatedShutdownBehavior": "terminate",
         }
         if offer.zone:
             params["Placement"] = {"AvailabilityZone": offer.zone}
@@ -487,7 +502,8 @@ class AwsProvider(SdkCloudProvider):
         inst = await self._describe(ref)
         if inst is None:
             return None
-        status = self._status(inst, ref)
+        codes = await aws_spot.notice_codes(self._ec2, self._region(ref), [inst])  # spot: its notice
+        status = aws_spot.with_spot(self._status(inst, ref), inst, codes)
         if status.state == InstanceState.TERMINATED and await self._groups(self._region(ref), ref.key):
             # gone only once its security group is too: terminate removes it on its next call
             status = status.model_copy(update={
@@ -552,7 +568,9 @@ class AwsProvider(SdkCloudProvider):
         # installation's tag and the live states as its filters. A terminated instance is not listed
         # (gone; `get` tells whether its security group still holds it as terminating).
         async def region_listed(region: str) -> list[InstanceStatus]:
-            return [self._status(i, self._ref(i, region)) for i in await self._instances(region)]
+            found = await self._instances(region)
+            codes = await aws_spot.notice_codes(self._ec2, region, found)  # a call only if spot runs
+            return [aws_spot.with_spot(self._status(i, self._ref(i, region)), i, codes) for i in found]
         return [s for found in await self._each_region(region_listed) for s in found]
 
     async def find_all(self, key: str) -> list[InstanceRef]:

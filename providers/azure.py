@@ -44,6 +44,7 @@ from providers.azure_client import AUTHORITIES, ArmClient, Clients, polling
 from providers.azure_vm import (
     DEFAULT_IMAGE,
     custom_data,
+    evicted,
     group_name,
     nsg_rule,
     parse_image,
@@ -68,6 +69,7 @@ from providers.base import (
     OfferQuery,
     ProviderError,
     QuotaError,
+    SelfEnd,
     Transient,
     rank_offers,
 )
@@ -125,6 +127,13 @@ class AzureProvider(ArmClient):
         regions=REGIONS,
         region_required=True,
         boot_timeout_s=1200.0,
+        self_end=SelfEnd(
+            method="none",
+            how=("a shutdown from inside leaves the VM Stopped but allocated and billed; only a "
+                 "deallocate or delete through ARM ends it, which needs a managed identity given rights "
+                 "beforehand"),
+            source="https://learn.microsoft.com/en-us/azure/virtual-machines/states-billing",
+        ),
     )
     # How long create waits for the create operation's verdict, and terminate for the VM to go,
     # before returning (the next call, or get(), carries on). Real VMs take minutes.
@@ -398,7 +407,8 @@ class AzureProvider(ArmClient):
             ssh_port=22,
             ssh_user=self.capabilities.login_user,
             instance_type=(props.get("hardwareProfile") or {}).get("vmSize"),
-            detail=detail,
+            detail=f"evicted (Spot): {detail}" if evicted(props) else detail,
+            preempted=evicted(props),  # providers/azure_vm.py: a deallocation gpuprov did not ask for
         )
 
     async def terminate(self, ref: InstanceRef) -> None:

@@ -117,7 +117,12 @@ def vm_body(
         "networkProfile": {"networkInterfaces": [{"id": nic_id, "properties": {"primary": True}}]},
     }
     if offer.spot:
-        props.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
+        # Deallocate, not Delete: an eviction is then visible through ARM — the Spot VM stays,
+        # `PowerState/deallocated`, which gpuprov never asks for (`evicted`) — where a deleted VM is
+        # only a 404, like any other disappearance. Its compute stops billing at eviction; its OS
+        # disk and public IP bill until the lost allocation's terminate deletes them (one watch
+        # interval). learn.microsoft.com/azure/virtual-machines/spot-vms ("Eviction policy").
+        props.update(priority="Spot", evictionPolicy="Deallocate", billingProfile={"maxPrice": -1})
     body: dict[str, Any] = {
         "location": offer.region,
         "tags": tags,
@@ -140,6 +145,18 @@ def provisioning_failure(view: dict[str, Any] | None) -> tuple[str, str]:
         if code.startswith("ProvisioningState/failed/"):
             return code.rsplit("/", 1)[1], str(s.get("message") or "")
     return "", ""
+
+
+def _power(props: dict[str, Any]) -> str:
+    return next((str(s.get("code"))[len("PowerState/"):] for s in _statuses(props)
+                 if str(s.get("code") or "").startswith("PowerState/")), "")
+
+
+def evicted(props: dict[str, Any]) -> bool:
+    """Azure evicted this Spot VM: `priority: Spot` and deallocated (or deallocating), which gpuprov
+    never does itself (it only deletes). ARM has no eviction flag on the VM; the instance view's
+    power state is what it shows (Scheduled Events' `Preempt` notice is only inside the VM)."""
+    return props.get("priority") == "Spot" and _power(props) in ("deallocated", "deallocating")
 
 
 def vm_state(props: dict[str, Any]) -> tuple[InstanceState, str]:

@@ -282,6 +282,22 @@ class InstanceStatus(BaseModel):
 K3sMode = Literal["cloud-init", "ssh", "none"]
 
 
+class SelfEnd(BaseModel):
+    """How a machine on a cloud ends its own bill when its lease runs out (the dead-man switch):
+    "shutdown" (a guest shutdown ends the bill there), "api" (the machine carries a credential
+    scoped to itself and calls the cloud's API), "none" (a guest shutdown keeps billing and no
+    machine-scoped credential exists without extra setup: such a machine is reported, not ended),
+    "n/a" (no cloud bill to end: a user's own host, a container on this one)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    method: Literal["shutdown", "api", "none", "n/a"] = "none"
+    how: str = "not researched for this cloud"  # one line: what the machine runs, what it needs
+    source: str | None = None  # the vendor documentation that says so
+    # What the machine's lease timer runs when the lease is over ("" for none/n/a).
+    command: str = ""
+
+
 class Capabilities(BaseModel):
     """Static facts about a cloud, checked before any planning: what workflows and planning read.
 
@@ -330,6 +346,9 @@ class Capabilities(BaseModel):
     # a request with a lifetime is refused (gpuprov does not stop machines on a clock).
     max_lifetime_h: float | None = Field(default=None, gt=0)
     lifetime_reason: str | None = None  # the cloud's own words for its cap, shown when it refuses
+    # How a machine here ends its own bill when its lease runs out; the default ("none") is what
+    # histories recorded before the field decode to.
+    self_end: SelfEnd = Field(default_factory=SelfEnd)
 
     def check(self, req: LaunchRequirements) -> None:
         """Raise Unsupported with the cloud's reason when `req` cannot be met here."""

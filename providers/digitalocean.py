@@ -56,6 +56,7 @@ from providers.base import (
     ProviderError,
     QuotaError,
     RateLimited,
+    SelfEnd,
     Transient,
     launch_request,
     rank_offers,
@@ -182,6 +183,12 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         # sent (the request timeout is 30 s; the margin covers a slow backend). [guess]
         create_in_flight_s=90.0,
         boot_timeout_s=1200.0,  # GPU Droplets boot in a few minutes; 20 is a broken boot
+        self_end=SelfEnd(
+            method="none",
+            how=("a powered-off Droplet keeps billing (its resources stay reserved); only destroying it "
+                 "through the API ends the bill, and API tokens are account-wide"),
+            source="https://docs.digitalocean.com/support/why-am-i-being-charged-for-a-powered-off-droplet/",
+        ),
     )
     page_size: int = PAGE_SIZE  # items asked per listing page (tests make it small)
 

@@ -35,6 +35,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     ProviderError,
+    SelfEnd,
     Transient,
     Unsupported,
     launch_leaving,
@@ -159,6 +160,10 @@ class DockerProvider(CloudProvider):
         regions=[REGION],
         create_in_flight_s=0.0,  # container names are unique: the engine refuses a second create (409)
         boot_timeout_s=120.0,  # a container starts in well under a second
+        self_end=SelfEnd(
+            method="n/a",
+            how=("no cloud bill: a container on the user's own Docker host, never leased"),
+        ),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -18,6 +18,9 @@ real endpoint), and raises only when `httpErrorStatusCode` is set, so the adapte
 Zone/GlobalOperationsClient and reads `error.errors[0].code` itself. Errors map by that code, or by
 `errors[0].reason` of an HTTP error (a 403 may be `rateLimitExceeded`), never by exception class.
 
+Spot VMs: a preemption reads `notice` through its 30 s soft off and `preempted` after, from the
+`compute.instances.preempted` operations (providers/gcp_preemption.py, also each instance's status).
+
 Side resources: one firewall rule per machine, named like it, targeting the machine's network tag,
 allowing tcp/22 and the requested ports from anywhere; and, only when `LaunchSpec.k8s_api_from` is
 set, a second one, `<name>-k8s-api` (`k8s_rule_name`), allowing tcp/6443 from those networks only
@@ -39,7 +42,7 @@ from typing import Any, ClassVar
 
 from pydantic import SecretStr, field_validator, model_validator
 
-from providers import cloudinit
+from providers import cloudinit, gcp_preemption
 from providers import gcp_catalog as catalog
 from providers.base import (
     K8S_API_PORT,
@@ -48,13 +51,13 @@ from providers.base import (
     FailureScope,
     GpuSpec,
     InstanceRef,
-    InstanceState,
     InstanceStatus,
     InvalidRequest,
     LaunchSpec,
     Offer,
     OfferQuery,
     QuotaError,
+    SelfEnd,
     Transient,
     rank_offers,
 )
@@ -84,23 +87,6 @@ FIREWALL_WAIT_S = 20.0
 _REQUEST_NS = uuid.UUID("3c1f7e52-5a4e-4c55-9d49-6a0c2b7f0e11")  # our requestIds' UUIDv5 namespace
 
 
-_STATES = {
-    "PROVISIONING": InstanceState.PENDING,
-    "STAGING": InstanceState.PENDING,
-    "PENDING": InstanceState.PENDING,
-    "REPAIRING": InstanceState.PENDING,
-    "RUNNING": InstanceState.RUNNING,
-    # We never stop instances: STOPPING is our delete under way (or someone else's stop).
-    "STOPPING": InstanceState.TERMINATING,
-    "DEPROVISIONING": InstanceState.TERMINATING,
-    "PENDING_STOP": InstanceState.STOPPING,
-    "SUSPENDING": InstanceState.STOPPING,
-    "SUSPENDED": InstanceState.STOPPED,
-    "STOPPED": InstanceState.STOPPED,
-    # Compute Engine's TERMINATED is "stopped" (host error, preemption): the instance and its disk
-    # still exist and bill until deleted, so it is a broken machine of ours, not a gone one.
-    "TERMINATED": InstanceState.ERROR,
-}
 
 
 
@@ -196,6 +182,15 @@ class GcpProvider(ComputeClient):
         regions=catalog.REGIONS,
         region_required=True,
         create_in_flight_s=0.0,  # requestId + a name unique per zone: a second insert cannot make another
+        self_end=SelfEnd(
+            method="shutdown",
+            how=("shutdown -h now stops the VM (status TERMINATED): its GPU, vCPU and memory billing "
+                 "stop, its boot disk keeps billing until the instance is deleted "
+                 "(instanceTerminationAction=DELETE covers only preemption and scheduled termination, "
+                 "not a guest shutdown)"),
+            source="https://cloud.google.com/compute/docs/instances/stop-start-instance",
+            command="sudo shutdown -h now",
+        ),
     )
 
     def __init__(self, credentials: Any, **kwargs: Any) -> None:
@@ -206,6 +201,8 @@ class GcpProvider(ComputeClient):
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._where: dict[str, tuple[str, str]] = {}  # instance id -> (zone, name), learned as we go
+        self._spot: set[str] = set()  # instance ids seen as Spot VMs (gcp_preemption.py)
+        self._deleted: set[str] = set()  # instance ids this adapter deleted: not preempted
 
     # ------------------------------------------------------------------ plumbing
 
@@ -498,36 +495,18 @@ class GcpProvider(ComputeClient):
 
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:
         found = await self._locate(ref)
-        if found is None:
-            return None
-        return self._status(found[1], ref)
+        if found is None:  # gone; a Spot VM may have been deleted by its preemption
+            return await gcp_preemption.gone(self, ref)
+        return (await gcp_preemption.observed(self, [(self._status(found[1], ref), found[1])]))[0]
 
     def _status(self, inst: Any, ref: InstanceRef) -> InstanceStatus:
-        """One instance as Compute Engine reports it, by name (get) or in an aggregated listing."""
-        status = str(inst.status)
-        state = _STATES.get(status, InstanceState.ERROR)
-        host = None
-        if (
-            state == InstanceState.RUNNING
-            and inst.network_interfaces
-            and inst.network_interfaces[0].access_configs
-        ):
-            host = inst.network_interfaces[0].access_configs[0].nat_i_p or None
-        detail = f"{status}: {inst.status_message}" if inst.status_message else status
-        return InstanceStatus(
-            ref=ref,
-            state=state,
-            host=host,
-            ssh_port=22,
-            ssh_user=self.capabilities.login_user,
-            instance_type=inst.machine_type.rpartition("/")[2],
-            detail=detail,
-        )
+        return gcp_preemption.instance_status(inst, ref, self.capabilities.login_user)
 
     async def terminate(self, ref: InstanceRef) -> None:
         found = await self._locate(ref)
         if found is not None:
             zone, inst = found
+            self._deleted.add(ref.instance_id)
             op = await self._sdk(self._delete, "InstancesClient", zone=zone, instance=inst.name)
             if op is not None and await self._wait(op, zone=zone, within=TERMINATE_WAIT_S) is None:
                 return  # still going: the firewall goes on a later call, or with release(key)
@@ -553,8 +532,10 @@ class GcpProvider(ComputeClient):
     async def list_machines(self) -> list[InstanceStatus]:
         # list_owned's machine half: one instances.aggregatedList over every zone (each page of it),
         # filtered by our installation's label; the firewall listing is not needed here.
+        # A Spot VM's preemption (gcp_preemption.py) costs one operations listing, only when one stops.
         found = await self._sdk(self._instances, self._owned_filter())
-        return [self._status(inst, self._ref(zone, inst)) for zone, inst in found]
+        return await gcp_preemption.observed(self, [(self._status(inst, self._ref(zone, inst)), inst)
+                                                    for zone, inst in found])
 
     async def find_all(self, key: str) -> list[InstanceRef]:
         found = await self._sdk(self._instances, self._owned_filter(key))

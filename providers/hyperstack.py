@@ -47,6 +47,7 @@ from providers.base import (
     OfferQuery,
     ProviderError,
     RateLimited,
+    SelfEnd,
     Transient,
     launch_request,
     rank_offers,
@@ -186,6 +187,12 @@ class HyperstackProvider(rest.RestCloudProvider):
         # sent (30 s request timeout plus a margin for a slow backend). [guess]
         create_in_flight_s=90.0,
         boot_timeout_s=1800.0,  # VMs boot in minutes; half an hour is a broken boot [guess]
+        self_end=SelfEnd(
+            method="none",
+            how=("a guest shutdown keeps the VM's resources (and bill) [unconfirmed]; only hibernating "
+                 "or deleting it through the API releases them, with an account-wide key"),
+            source="https://docs.hyperstack.cloud/docs/api-reference/hibernate-vm/",
+        ),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -44,6 +44,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     QuotaError,
+    SelfEnd,
     Transient,
     launch_request,
     rank_offers,
@@ -161,6 +162,12 @@ class LambdaProvider(rest.RestCloudProvider):
         create_in_flight_s=90.0,
         boot_timeout_s=1200.0,  # Lambda documents boots of "a few minutes"; 20 min is a broken boot
         launches_per_s=1 / LAUNCH_INTERVAL_S,
+        self_end=SelfEnd(
+            method="none",
+            how=("a guest shutdown does not end the bill: an instance bills until it is terminated "
+                 "through the Cloud API, whose keys are account-wide"),
+            source="https://docs.lambda.ai/public-cloud/on-demand/",
+        ),
     )
 
     # ------------------------------------------------------------------ plumbing
@@ -365,8 +372,10 @@ class LambdaProvider(rest.RestCloudProvider):
             return self._status(body["data"], ref)
 
     async def list_machines(self) -> list[InstanceStatus]:
-        # One GET /instances (Lambda's listing is not paged): the watch's whole round.
-        instances = await self._instances()
+        # One GET /instances (Lambda's listing is not paged): the watch's whole round. A preempted
+        # instance stays listed until terminated: reported (gone, preempted) rather than left out,
+        # so the watch needs no `get` to learn why it went.
+        instances = [i for i in await self._list("/instances") if i.get("status") != "terminated"]
         with rest.parsing(self.id, "instances"):
             return [self._status(i, self._ref(i, key)) for i in instances
                     if (key := self._owned_key(i)) is not None]
@@ -382,6 +391,9 @@ class LambdaProvider(rest.RestCloudProvider):
             ssh_user=self.capabilities.login_user,
             instance_type=(inst.get("instance_type") or {}).get("name"),
             detail=status,
+            # The OpenAPI's InstanceStatus enum (1.8.3 and 1.10) has `preempted`: Lambda took the
+            # instance back (research/provider-facts.md A.1 row 5). Lambda documents no notice.
+            preempted=status == "preempted",
         )
 
     async def terminate(self, ref: InstanceRef) -> None:

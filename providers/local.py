@@ -19,6 +19,7 @@ from providers.base import (
     LaunchSpec,
     Offer,
     OfferQuery,
+    SelfEnd,
     Transient,
     rank_offers,
 )
@@ -73,6 +74,13 @@ class LocalProvider(rest.RestCloudProvider):
         login_user="gpuprov",
         regions=["local-1", "local-2"],
         boot_timeout_s=300.0,  # our machines boot in about a second: minutes mean a broken boot
+        self_end=SelfEnd(
+            method="shutdown",
+            how=("a guest shutdown ends the local cloud's machine and its (simulated) bill: the local "
+                 "cloud is gpuprov's own simulation, whose shutdown is simulated and never reaches this "
+                 "host"),
+            command="sudo shutdown -h now",
+        ),
     )
 
     # ------------------------------------------------------------------ plumbing

@@ -45,6 +45,7 @@ from providers.base import (
     OfferQuery,
     ProviderError,
     QuotaError,
+    SelfEnd,
     Transient,
     launch_request,
     rank_offers,
@@ -193,6 +194,12 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
         # was sent (the request timeout is 30 s; the margin covers a slow backend). [guess]
         create_in_flight_s=90.0,
         boot_timeout_s=1800.0,  # desktop images take minutes to boot; 30 min is a broken boot [guess]
+        self_end=SelfEnd(
+            method="none",
+            how=("no documented billing stop on a guest shutdown and no machine-scoped API key "
+                 "[unconfirmed]; only deleting the instance through the API (account key) ends it"),
+            source="https://github.com/Massed-Compute/massed-compute-mcp",
+        ),
     )
 
     # ------------------------------------------------------------------ plumbing

@@ -44,6 +44,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     ProviderError,
+    SelfEnd,
     Unsupported,
     launch_leaving,
     launch_request,
@@ -128,6 +129,12 @@ class ModalProvider(CloudProvider):
         lifetime_reason="Modal caps a sandbox's lifetime (its timeout) at 24 h",
         create_in_flight_s=0.0,  # names are unique within the app: Modal refuses a second create
         boot_timeout_s=1500.0,  # Sandbox.create itself waits up to 21 min for scheduling
+        self_end=SelfEnd(
+            method="none",
+            how=("a sandbox has no guest shutdown; the cloud ends it at its timeout (--max-hours, at "
+                 "most 24 h), which is set at launch and cannot be renewed"),
+            source="https://modal.com/docs/guide/sandbox",
+        ),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

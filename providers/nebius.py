@@ -63,6 +63,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     QuotaError,
+    SelfEnd,
     launch_leaving,
     launch_request,
     rank_offers,
@@ -74,6 +75,7 @@ from providers.nebius_catalog import (
     REGIONS,
     authorized_keys_part,
     instance_offers,
+    preempted,
     state_of,
 )
 
@@ -132,6 +134,13 @@ class NebiusProvider(CloudProvider):
         regions=REGIONS,
         region_required=False,
         create_in_flight_s=0.0,  # an idempotency key and a name unique per project
+        self_end=SelfEnd(
+            method="none",
+            how=("a shutdown from Linux counts as a failure: Compute restarts the VM and keeps charging; "
+                 "only a stop or delete through the API ends it, and that needs a credential set up "
+                 "beforehand"),
+            source="https://docs.nebius.com/compute/virtual-machines/stopped-with-linux-commands",
+        ),
     )
 
     def __init__(self, credentials: Any, **kwargs: Any) -> None:
@@ -457,7 +466,8 @@ class NebiusProvider(CloudProvider):
             ssh_port=22,
             ssh_user=self.capabilities.login_user,
             instance_type=f"{res.platform}.{res.preset}",
-            detail=detail,
+            detail=f"{detail} (preempted)" if preempted(inst) else detail,
+            preempted=preempted(inst),
         )
 
     async def terminate(self, ref: InstanceRef) -> None:

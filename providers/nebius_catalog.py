@@ -37,6 +37,16 @@ def state_of(inst: Any) -> tuple[InstanceState, str]:
     return _STATES.get(name, InstanceState.PENDING if name == "UNSPECIFIED" else InstanceState.ERROR), name
 
 
+def preempted(inst: Any) -> bool:
+    """Nebius preempted this VM: it is preemptible (`spec.preemptible`, whose only `on_preemption` is
+    STOP: "Compute stops the VM without deleting or restarting it" — nebius/api compute/v1
+    instance.proto) and STOPPED, which gpuprov never asks for (it only deletes). InstanceStatus has no
+    preemption field of its own; whether Nebius gives a notice first is not documented."""
+    spec = inst.spec
+    stopped = inst.status is not None and inst.status.state.name in ("STOPPING", "STOPPED")
+    return stopped and spec is not None and spec.HasField("preemptible")
+
+
 def _gpu_name(platform: Any) -> str:
     """`gpu-h100-sxm` -> H100; the human name as a fallback (providers/gpus.py normalises both)."""
     parts = platform.metadata.name.split("-")

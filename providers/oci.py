@@ -46,6 +46,7 @@ from providers.base import (
     OfferQuery,
     ProviderError,
     QuotaError,
+    SelfEnd,
     Transient,
     launch_request,
     rank_offers,
@@ -102,6 +103,12 @@ class OciProvider(SdkCloudProvider):
         side_resources=[NSG],
         regions=REGIONS,
         boot_timeout_s=1800.0,  # bare-metal GPU shapes take 10-20 minutes to provision [obs]
+        self_end=SelfEnd(
+            method="none",
+            how=("shutting an instance down from its OS does not stop billing; an instance principal "
+                 "that may terminate it needs a dynamic group and policy set up beforehand"),
+            source="https://docs.oracle.com/en-us/iaas/Content/Compute/Tasks/restartinginstance.htm",
+        ),
     )
 
     _pool: ClientPool | None = None

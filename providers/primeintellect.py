@@ -45,6 +45,7 @@ from providers.base import (
     ProviderError,
     QuotaError,
     RateLimited,
+    SelfEnd,
     Transient,
     Unsupported,
     launch_request,
@@ -247,6 +248,12 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
         create_in_flight_s=90.0,
         # Marketplace pods come from many providers; some take minutes to provision [guess].
         boot_timeout_s=1800.0,
+        self_end=SelfEnd(
+            method="none",
+            how=("no documented billing stop on a guest shutdown and no pod-scoped key [unconfirmed]; "
+                 "only terminating the pod through the API (account key) ends it"),
+            source="https://docs.primeintellect.ai/",
+        ),
     )
     page_size: ClassVar[int] = 100  # availability and pod listings (the CLI's page size)
 

@@ -50,6 +50,7 @@ from providers.base import (
     OfferQuery,
     ProviderError,
     QuotaError,
+    SelfEnd,
     Unsupported,
     launch_request,
     rank_offers,
@@ -178,6 +179,13 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
         # sent (the request timeout is 30 s; the margin covers a slow scheduler). [guess]
         create_in_flight_s=90.0,
         boot_timeout_s=1200.0,  # image pulls of multi-GB containers take minutes
+        self_end=SelfEnd(
+            method="api",
+            how=("runpodctl remove pod $RUNPOD_POD_ID with the pod's own RUNPOD_API_KEY, which RunPod "
+                 "sets in every pod scoped to that pod; a stopped pod keeps billing its volume"),
+            source="https://docs.runpod.io/pods/references/environment-variables",
+            command='runpodctl remove pod "$RUNPOD_POD_ID"',
+        ),
     )
 
     # ------------------------------------------------------------------ plumbing

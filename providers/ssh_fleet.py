@@ -39,6 +39,7 @@ from providers.base import (
     LaunchSpec,
     Offer,
     OfferQuery,
+    SelfEnd,
     Transient,
     rank_offers,
 )
@@ -235,6 +236,10 @@ class SshFleetProvider(CloudProvider):
         bastion=True,  # a fleet behind a proxy jump: gpuprov's SSH steps go through it (ssh_bastion)
         regions=[REGION],
         boot_timeout_s=120.0,  # a claimed host is running at once: minutes mean it stopped answering
+        self_end=SelfEnd(
+            method="n/a",
+            how=("not applicable: a user's own host is never leased or ended by gpuprov"),
+        ),
     )
 
     def __init__(self, credentials: Credentials, *, options: ConnectionOptions | None = None,

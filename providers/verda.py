@@ -41,6 +41,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     QuotaError,
+    SelfEnd,
     Transient,
     Unsupported,
     launch_request,
@@ -218,6 +219,11 @@ class VerdaProvider(rest.RestCloudProvider):
         # sent (the request timeout is 30 s; the margin covers a slow backend). [guess]
         create_in_flight_s=90.0,
         boot_timeout_s=1200.0,
+        self_end=SelfEnd(
+            method="none",
+            how=("a shut-down instance keeps its GPU and its bill [unconfirmed]; only deleting it "
+                 "through the API (account credentials) ends it"),
+        ),
     )
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -20,7 +20,7 @@ def started_row(request: AllocateRequest, workflow_id: str) -> Instance:
         id=request.allocation_id, name=request.name, project=request.project, provider=request.cloud,
         connection_id=request.connection_id, workflow_id=workflow_id, status=AllocationStatus.PROVISIONING,
         phase=Phase.VALIDATE, gpu=request.gpu, gpu_count=request.gpu_count, region=request.region,
-        spot=request.spot, note="; ".join(request.notes) or None)
+        spot=request.spot, note="; ".join(request.notes) or None, lease_hours=request.lease_hours)
 
 
 def record_started(engine: sa.Engine, request: AllocateRequest, workflow_id: str) -> str:

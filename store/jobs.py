@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from messages.job import JobStatus, RecordJobInput
+from messages.job import JobStatus, RecordJobInput, RetryCause, attempt_marker
 from store.models import Job, JobGpuSample, JobLogChunk, utcnow
 from store.queue import release
 
@@ -57,13 +58,60 @@ def last_lines(session: Session, job_id: str, n: int = 20) -> list[str]:
     return text.splitlines()[-n:]
 
 
+def output_start(job: Job, attempt: int) -> int:
+    """Where attempt `attempt`'s output starts in the job's log: after the marker line its record
+    wrote (0 for a first attempt, and for a job without attempt records)."""
+    for rec in job.attempt_log or []:
+        if rec.get("attempt") == attempt and rec.get("output_at") is not None:
+            return int(rec["output_at"])
+    return 0
+
+
+def _attempts(session: Session, row: Job, inp: RecordJobInput) -> None:
+    """Bring the job's attempt records up to the workflow's (a job with a retry policy): each ended
+    attempt's end, once; the attempt recorded begun, once — from the second on with the marker line
+    appended to the log (a retried record finds its attempt there and writes nothing again)."""
+    assert inp.attempt is not None
+    now = utcnow().isoformat()
+    log: list[dict[str, Any]] = [dict(r) for r in row.attempt_log or []]
+    by_attempt = {r["attempt"]: r for r in log}
+    if inp.attempt not in by_attempt:
+        at = log_end(session, row.id)
+        if inp.attempt > 1:
+            previous = inp.ends[-1].cause if inp.ends else RetryCause.FAILED
+            marker = attempt_marker(inp.attempt, inp.attempts or inp.attempt, previous).encode()
+            if at and not _ends_a_line(session, row.id):
+                marker = b"\n" + marker
+            session.add(JobLogChunk(job_id=row.id, offset=at, data=marker))
+            at += len(marker)
+        begun: dict[str, Any] = {"attempt": inp.attempt, "allocation_id": inp.allocation_id,
+                                 "output_at": at, "started_at": now, "ended": None, "reason": None,
+                                 "exit_code": None, "ended_at": None}
+        log.append(begun)
+        by_attempt[inp.attempt] = begun
+    for end in inp.ends:
+        rec = by_attempt.get(end.attempt)
+        if rec is not None and rec.get("ended") is None:
+            rec.update(ended=end.cause.value, reason=end.reason[:2000], exit_code=end.exit_code, ended_at=now)
+    row.attempt_log = sorted(log, key=lambda r: int(r["attempt"]))  # a new list: the change is seen
+    row.attempts = max(row.attempts or 1, inp.attempt)
+
+
+def _ends_a_line(session: Session, job_id: str) -> bool:
+    last = session.exec(select(JobLogChunk.data).where(JobLogChunk.job_id == job_id)
+                        .order_by(col(JobLogChunk.offset).desc()).limit(1)).first()
+    return last is None or last.endswith(b"\n")
+
+
 def record(session: Session, inp: RecordJobInput) -> None:
     """Bring the job's row to `inp.status`; an ended job stays as it ended (a retried or late record
-    does not move it back)."""
+    does not move it back). A job with a retry policy: its attempt records too (`_attempts`)."""
     row = session.get(Job, inp.job_id)
     if row is None or JobStatus(row.status).ended:
         return
     now = utcnow()
+    if inp.attempt is not None:
+        _attempts(session, row, inp)
     row.status, row.updated_at = inp.status, now
     for name in ("allocation_id", "host", "exit_code", "error"):
         if (value := getattr(inp, name)) is not None:

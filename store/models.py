@@ -111,6 +111,8 @@ class Instance(SQLModel, table=True):
     host_key: str | None = None
     host_key_machine: str | None = None
     host_key_pinned_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    # The machine's lease in hours (activities/lease.py; 0: off, None: started before leases).
+    lease_hours: float | None = None
 
 
 class Attempt(SQLModel, table=True):
@@ -305,6 +307,7 @@ class ProjectDefaults(SQLModel, table=True):
     cloud: str
     region: str | None = None
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    lease_hours: float | None = None  # the project's default lease (None: 12; 0: off)
 
 
 class AcceptanceRun(SQLModel, table=True):
@@ -444,6 +447,12 @@ class Job(SQLModel, table=True):
     released_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
     granted_gpus: int = 0
     granted_usd_per_hour: float = 0.0
+    # Its `retry` policy (messages/job.py JobRetry, as JSON; None: no restarts), the attempts made
+    # so far (1 until a restart), and one record per attempt (store/jobs.py: its allocation, where
+    # its output starts in the log, how it ended).
+    retry: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
+    attempts: int = Field(default=1, sa_column=sa.Column(sa.Integer, nullable=False, server_default="1"))
+    attempt_log: list[dict[str, Any]] | None = Field(default=None, sa_column=sa.Column(sa.JSON))
 
 
 class JobLimit(SQLModel, table=True):

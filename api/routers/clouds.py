@@ -11,7 +11,7 @@ from api.deps import SessionDep
 from api.pagination import Page, PageDep, bad_cursor, decode_cursor, encode_cursor
 from api.shared_bodies import CredentialFieldOut, SupportOut
 from providers import listing, registry, support
-from providers.base import Capabilities, CloudProvider
+from providers.base import Capabilities, CloudProvider, SelfEnd
 from store import acceptance_runs
 
 
@@ -29,13 +29,14 @@ class CapabilitiesOut(BaseModel):
     side_resources: list[str]
     regions: list[str]  # empty: any region the cloud names
     max_lifetime_h: float | None = None  # the longest max_hours it takes; None: it takes none
+    self_end: SelfEnd | None = None  # how a machine whose lease ran out ends its own bill there
 
     @classmethod
     def of(cls, caps: Capabilities) -> CapabilitiesOut:
         return cls(k3s=caps.k3s, k3s_reason=caps.k3s_reason, k8s_api=caps.k8s_api, ports=caps.ports,
                    ports_reason=caps.ports_reason, spot=caps.spot, custom_image=caps.custom_image,
                    login_user=caps.login_user, side_resources=list(caps.side_resources),
-                   regions=list(caps.regions), max_lifetime_h=caps.max_lifetime_h)
+                   regions=list(caps.regions), max_lifetime_h=caps.max_lifetime_h, self_end=caps.self_end)
 
 
 class CloudOut(BaseModel):

@@ -20,11 +20,17 @@ from store import connections, defaults
 from store.models import ProjectDefaults
 
 router = APIRouter(prefix="/defaults", tags=["projects"])
+# A machine's lease when neither its request nor its project gives one: a machine whose control
+# plane is gone ends itself (where its cloud can) half a day later at most.
+DEFAULT_LEASE_HOURS = 12.0
 
 class DefaultsIn(Strict):
     cloud: CloudId = Field(description="a cloud connected in this project")
     region: Annotated[str, Field(min_length=1, max_length=64), Printable] | None = Field(
         None, description="a region (or country) of the cloud; none: wherever the cloud plans by default")
+    lease_hours: Annotated[float, Field(ge=0, le=720, allow_inf_nan=False, strict=True)] | None = Field(
+        None, description="the machines' lease (dead-man switch) when a request gives none; 0: off; "
+                          f"none: {DEFAULT_LEASE_HOURS:g} h")
 
 
 class DefaultsOut(BaseModel):
@@ -32,10 +38,12 @@ class DefaultsOut(BaseModel):
     cloud: str
     region: str | None
     updated_at: Timestamp | None
+    lease_hours: float | None = None
 
     @classmethod
     def of(cls, row: ProjectDefaults) -> DefaultsOut:
-        return cls(project=row.project, cloud=row.cloud, region=row.region, updated_at=aware(row.updated_at))
+        return cls(project=row.project, cloud=row.cloud, region=row.region, updated_at=aware(row.updated_at),
+                   lease_hours=row.lease_hours)
 
 
 def _save(deps: AppDeps, project: str, body: DefaultsIn) -> ProjectDefaults:
@@ -49,7 +57,7 @@ def _save(deps: AppDeps, project: str, body: DefaultsIn) -> ProjectDefaults:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                                 f"{body.cloud} is not connected in project {project}: connect it first "
                                 f"(gpuprov connect {body.cloud} --credential ...)")
-        return defaults.save_defaults(session, project, body.cloud, body.region)
+        return defaults.save_defaults(session, project, body.cloud, body.region, body.lease_hours)
 
 
 def _get(deps: AppDeps, project: str) -> ProjectDefaults | None:
@@ -75,6 +83,17 @@ def with_project_default(deps: AppDeps, project: str,
     where = f" in {region}" if region is not None and body.region is None else ""
     return (body.model_copy(update={"cloud": row.cloud, "region": region}),
             f"the project's default cloud: {row.cloud}{where} (PUT /api/compute/defaults)")
+
+
+def lease_hours_for(deps: AppDeps, project: str, body: InstanceCreate) -> float:
+    """The request's lease: as given, else the project's default, else DEFAULT_LEASE_HOURS. Sync:
+    call through `in_thread`."""
+    if body.lease_hours is not None:
+        return body.lease_hours
+    row = _get(deps, project)
+    if row is not None and row.lease_hours is not None:
+        return row.lease_hours
+    return DEFAULT_LEASE_HOURS
 
 
 @router.put("", response_model=DefaultsOut,

@@ -26,7 +26,7 @@ from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.responses import json_response
 from api.routers.budget import refuse_over_budget
-from api.routers.defaults import with_project_default
+from api.routers.defaults import lease_hours_for, with_project_default
 from api.shared_bodies import InstanceCreate, instance_gpu_label
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
@@ -34,6 +34,7 @@ from messages.allocation import AllocateRequest, AllocationInput
 from messages.enums import AllocationStatus
 from messages.ids import allocation_workflow_id
 from providers import host_keys, registry
+from providers.base import SelfEnd
 from store import allocations, connections, ids, instances, picks
 from store import host_keys as store_host_keys
 from store.models import Attempt, Instance, InstanceEvent
@@ -139,6 +140,10 @@ class InstanceOut(BaseModel):
     # The machine's SSH host key once gpuprov has seen it (pinned: every login of gpuprov's is
     # checked against it); a fleet host's is the fleet's pin. `gpuprov ssh <id>` logs in with it.
     host_key: HostKeyOut | None = None
+    # How the machine ends its own bill if its lease runs out with gpuprov gone (its cloud's
+    # Capabilities.self_end): method "none" means such a machine is only reported, it keeps billing.
+    self_end: SelfEnd | None = None
+    lease_hours: float | None = None  # its lease (activities/lease.py); 0: off; None: never leased
 
     @classmethod
     def of(cls, row: Instance, attempts: list[Attempt] | None = None,
@@ -163,8 +168,15 @@ class InstanceOut(BaseModel):
             error=row.error, note=row.note, created_at=aware(row.created_at),
             updated_at=aware(row.updated_at), ready_at=aware(row.ready_at),
             terminated_at=aware(row.terminated_at), gpu_label=instance_gpu_label(row), uptime_s=uptime_s(row),
-            host_key=host_key,
+            host_key=host_key, self_end=_self_end(row.provider), lease_hours=row.lease_hours,
         )
+
+
+def _self_end(cloud: str) -> SelfEnd | None:
+    try:
+        return registry.capabilities(cloud).self_end
+    except Exception:  # a cloud whose package is gone since: the row still shows
+        return None
 
 
 def _route_of(row: Instance) -> store_host_keys.MachineRoute:
@@ -286,9 +298,11 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
     key = idempotency_key
     project = caller.project
     scope = idem.scope_of("instances", project)
-    # max_hours and k8s_api_from only when given: a retry keeps the fingerprint stored before they existed
+    # max_hours, k8s_api_from, lease_hours only when given: a retry keeps the fingerprint stored before
+    # they existed
+    later = ("max_hours", "k8s_api_from", "lease_hours")
     fingerprint = idem.fingerprint(body.model_dump(
-        mode="json", exclude={f for f in ("max_hours", "k8s_api_from") if getattr(body, f) is None}))
+        mode="json", exclude={f for f in later if getattr(body, f) is None}))
     if key is None:
         allocation_id = ids.new_id()
     else:
@@ -316,7 +330,8 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
         targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, instance_type=default.instance_type,
         ports=body.ports, image=body.image, k3s=body.k3s, ssh_public_keys=body.ssh_public_keys,
-        max_hours=body.max_hours, k8s_api_from=k8s_api_networks(body, http_request))
+        max_hours=body.max_hours, k8s_api_from=k8s_api_networks(body, http_request),
+        lease_hours=await in_thread(lease_hours_for, deps, project, body))
     workflow_id = allocation_workflow_id(allocation_id)
     try:
         # Once per id: a retry joins the run the first attempt started; an id that ran never runs again.

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 from sqlmodel import select
 
 from api import idempotency as idem
@@ -29,7 +29,17 @@ from api.shared_bodies import InstanceCreate
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
 from messages.allocation import AllocateRequest
-from messages.job import JobInput, JobStatus, JobType, PoolTarget
+from messages.ids import job_workflow_id
+from messages.job import (
+    MAX_RESTARTS,
+    JobInput,
+    JobRetry,
+    JobStatus,
+    JobType,
+    PoolTarget,
+    RetryCause,
+    RetryWhere,
+)
 from messages.job_text import MAX_IMAGE, command_text, image_reference
 from messages.pool import POOL_NAME, POOL_NAME_MAX, PoolStatus
 from store import ids, pools, queue
@@ -54,11 +64,34 @@ def priority_allowed(priority: int, bound: int) -> None:
                    "(GPUPROV_JOB_PRIORITY_MAX)"}])
 
 
-def job_workflow_id(job_id: str) -> str:
-    return f"job-{job_id}"
-
-
 ImageRef = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE), AfterValidator(image_reference)]
+
+
+class RetryIn(Strict):
+    """A job's `retry`: restart it on a new machine when an attempt ends by a cause in `on`."""
+
+    on: list[RetryCause] = Field(
+        min_length=1, max_length=len(RetryCause),
+        description="what restarts it: `preempted` (the cloud reclaimed its machine), `machine_lost` "
+                    "(its machine went otherwise), `no_capacity` (no machine could be allocated), "
+                    "`failed` (the command exited non-zero); each at most once")
+    restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = Field(
+        description=f"restarts at most (0..{MAX_RESTARTS}): restarts + 1 attempts")
+    where: RetryWhere = Field(
+        RetryWhere.ANY_ALLOWED,
+        description="a restart's machine: `same_offer` (the first machine's instance type, region and "
+                    "connection), `same_cloud` (its cloud), `any_allowed` (any the job may use)")
+
+    @field_validator("on")
+    @classmethod
+    def _once_each(cls, v: list[RetryCause]) -> list[RetryCause]:
+        twice = sorted({c.value for c in v if v.count(c) > 1})
+        if twice:
+            raise ValueError(f"each cause at most once: {', '.join(twice)} given more than once")
+        return v
+
+    def policy(self) -> JobRetry:
+        return JobRetry(on=self.on, restarts=self.restarts, where=self.where)
 
 
 class JobCreate(Strict):
@@ -83,12 +116,38 @@ class JobCreate(Strict):
         None, description="run on a free ready machine of this pool of the project (claimed while the job "
                           "runs, left to the pool afterwards). Not with `cloud`; `gpu`/`gpu_count`, if "
                           "given, must be the pool's")
+    retry: RetryIn | None = Field(
+        None, description="restart on a new machine when an attempt ends by a cause in `on`, at most "
+                          "`restarts` times; the command sees GPUPROV_JOB_ATTEMPT (1, 2, …) and "
+                          "GPUPROV_JOB_PREVIOUS_END, and the log a marker line between attempts. Not "
+                          "with `pool`")
 
     @model_validator(mode="after")
     def _pool_or_cloud(self) -> JobCreate:
         if self.pool is not None and self.cloud is not None:
             raise ValueError("give pool or cloud, not both: a pool job runs on the pool's cloud")
+        if self.pool is not None and self.retry is not None:
+            raise ValueError("retry is for a job with a machine of its own: a pool job's machine is "
+                             "the pool's")
         return self
+
+
+class RetryOut(BaseModel):
+    on: list[str]
+    restarts: int
+    where: str
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    allocation_id: str | None = Field(description="its machine (GET /instances/{id}): its spend is its own")
+    started_at: str | None
+    ended: str | None = Field(description="how it ended: preempted, machine_lost, no_capacity, failed; "
+                                          "null while it runs, and for one that ended the job otherwise "
+                                          "(succeeded, cancelled)")
+    reason: str | None
+    exit_code: int | None = Field(None, description="the command's, when it exited non-zero")
+    ended_at: str | None
 
 
 class JobOut(BaseModel):
@@ -108,6 +167,10 @@ class JobOut(BaseModel):
     priority: int
     max_price_per_hour: float | None
     allocation_id: str | None = Field(description="the instance its machine is (GET /instances/{id})")
+    retry: RetryOut | None = Field(None, description="its retry policy, as asked; null: none")
+    attempts: int = Field(1, description="attempts made so far (1 until a restart)")
+    attempt_history: list[AttemptOut] = Field(
+        default_factory=list, description="with a retry policy: each attempt, its machine and its end")
     exit_code: int | None
     error: str | None = Field(description="why it failed, with the last lines of its output")
     created_at: Timestamp
@@ -128,6 +191,9 @@ class JobOut(BaseModel):
                    image=row.image, gpu=row.gpu, gpu_count=row.gpu_count, cloud=row.cloud,
                    requested_by=row.requested_by, priority=row.priority,
                    max_price_per_hour=row.max_price_per_hour, allocation_id=row.allocation_id,
+                   retry=RetryOut(**row.retry) if row.retry else None, attempts=row.attempts or 1,
+                   attempt_history=[AttemptOut(**{k: a.get(k) for k in AttemptOut.model_fields})
+                                    for a in row.attempt_log or []],
                    exit_code=row.exit_code, error=row.error, created_at=row.created_at,
                    started_at=row.started_at, ended_at=row.ended_at)
 
@@ -272,6 +338,7 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
             gpu_count=asked.gpu_count, region=asked.region, k3s=False, ssh_public_keys=[public],
             max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
     workflow_id = job_workflow_id(job_id)
+    retry = body.retry.policy() if body.retry is not None else None
     if existing is None:
         if key is not None:
             await in_thread(idem.claim, deps, scope, key, fingerprint, job_id)
@@ -280,14 +347,15 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
                 id=job_id, project=project, name=body.name, type=body.type, command=body.command,
                 image=body.image, gpu=gpu, gpu_count=gpu_count,
                 cloud=cloud, requested_by=body.requested_by, priority=body.priority,
-                max_price_per_hour=body.max_price_per_hour, workflow_id=workflow_id, status=JobStatus.QUEUED))
+                max_price_per_hour=body.max_price_per_hour, workflow_id=workflow_id, status=JobStatus.QUEUED,
+                retry=retry.model_dump(mode="json") if retry is not None else None))
         except HTTPException:
             if key is not None:  # refused, nothing made: the key is free again
                 await in_thread(idem.release, deps, scope, key, fingerprint)
             raise
     inp = JobInput(job_id=job_id, project=project, command=body.command, image=body.image,
                    allocation=allocation, pool=target, timing=deps.job_timing, log_poll_s=deps.job_log_poll_s,
-                   queue_poll_s=deps.job_queue_poll_s)
+                   queue_poll_s=deps.job_queue_poll_s, retry=retry)
     try:
         # Once per id: a retry joins the run the first request started, and never runs one again.
         await deps.workflows.start(wf.JOB, inp, workflow_id=workflow_id, once=True)

@@ -25,6 +25,7 @@ from api.errors import shown
 from api.fields import Name, Strict, Timestamp, aware
 from api.pagination import Page, PageDep, offset_page
 from api.responses import json_response
+from api.routers.jobs import AttemptOut, JobOut, RetryOut
 from api.shared_bodies import instance_gpu_label
 from messages.workloads import (
     ACTIVE,
@@ -129,6 +130,9 @@ class WorkloadOut(BaseModel):
     source: str = Field(description="who put it in the list: `job` (a managed job, /api/compute/jobs), "
                                     "or reported: training, model, synthetic, other")
     job_id: str | None = Field(None, description="the managed job (GET /api/compute/jobs/{id})")
+    attempts: int | None = Field(None, description="a managed job's attempts so far (more than 1: it was "
+                                                   "restarted on a new machine, its `retry` policy); "
+                                                   "null for a reported workload")
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -154,6 +158,10 @@ class WorkloadDetail(WorkloadOut):
     log_offset: int | None = Field(None, description="the byte offset just past those lines")
     log_url: str | None = Field(None, description="its log, streamed from after those lines")
     metrics: list[GpuReadingOut] = Field(default_factory=list)
+    retry: RetryOut | None = Field(None, description="a managed job's retry policy, as asked; null: none")
+    attempt_history: list[AttemptOut] = Field(
+        default_factory=list, description="a managed job with a retry policy: each attempt, its machine "
+                                          "and how it ended")
 
 
 class WorkloadsPage(Page[WorkloadOut]):
@@ -215,7 +223,8 @@ def _job_rows(jobs: list[Job], machines: dict[str, Instance], pri: dict[str, int
             method=method_label(kind), kind=kind, status=state, active=state in ACTIVE,
             gpu=_job_gpu(j, machine), location=_location(j, machine),
             progress_pct=None, eta_at=None, elapsed_s=elapsed, requested_by=j.requested_by, source="job",
-            job_id=j.id, created_at=_at(j.created_at), updated_at=_at(j.updated_at)))
+            job_id=j.id, attempts=j.attempts or 1, created_at=_at(j.created_at),
+            updated_at=_at(j.updated_at)))
     return rows
 
 
@@ -285,10 +294,12 @@ def _job_detail(session: Session, project: str, job_id: str) -> WorkloadDetail |
         return None
     [row] = _job_rows([job], store.machines_of(session, [job]), queue.positions(session, project))
     offset = job_store.log_end(session, job_id)
+    out = JobOut.of(job)  # its retry policy and attempts, as GET /jobs/{id} shows them
     return WorkloadDetail(**row.model_dump(), log_offset=offset,
                           log_lines=job_store.last_lines(session, job_id, LOG_LINES_SHOWN),
                           log_url=f"/api/compute/jobs/{job_id}/logs?follow=true&offset={offset}",
-                          metrics=_gpu_readings(session, job_id))
+                          metrics=_gpu_readings(session, job_id), retry=out.retry,
+                          attempt_history=out.attempt_history)
 
 
 def _reported_row(session: Session, project: str, workload_id: str) -> WorkloadOut | None:

@@ -23,13 +23,21 @@ _AWS_CALLS: dict[str, tuple[str, ...]] = {
     "ec2:TerminateInstances": ("ec2:TerminateInstances",),
     "ec2:DeleteSecurityGroup": ("ec2:DeleteSecurityGroup",),
 }
+# Made by the watch only (providers/aws_spot.py), for a running spot instance, so no conformance check
+# records it: a spot request's status is where EC2 shows the two-minute interruption notice.
+_AWS_EXTRA = {"ec2:DescribeSpotInstanceRequests": (
+    "the watch reads a running spot instance's Spot request status: EC2's two-minute interruption "
+    "notice (instance-terminated-no-capacity / marked-for-termination while the instance still runs); "
+    "without it the notice is not seen, the interruption still is (providers/aws_spot.py)")}
+_AWS_PERMISSIONS = (*each(_AWS_CALLS), *_AWS_EXTRA)
 _AWS_OWN = {"Null": {f"aws:ResourceTag/{_AWS_TAG}": "false"}}
 _AWS_POLICY = {
     "Version": "2012-10-17",
     "Statement": [
         {"Sid": "Read", "Effect": "Allow", "Resource": "*", "Action": [
             "ec2:DescribeImages", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
-            "ec2:DescribeInstances", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory"]},
+            "ec2:DescribeInstances", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotInstanceRequests",
+            "ec2:DescribeSpotPriceHistory"]},
         {"Sid": "Launch", "Effect": "Allow", "Resource": "*", "Action": [
             "ec2:AuthorizeSecurityGroupIngress", "ec2:CreateSecurityGroup", "ec2:RunInstances"]},
         {"Sid": "TagOnCreate", "Effect": "Allow", "Resource": "*", "Action": "ec2:CreateTags",
@@ -41,10 +49,10 @@ _AWS_POLICY = {
 
 ENTRY = CloudPermissions(
     kind="IAM policy (attach to the access key's user)",
-    summary=(f"an IAM policy of {len(each(_AWS_CALLS))} EC2 actions instead of EC2 full access: describe, "
+    summary=(f"an IAM policy of {len(_AWS_PERMISSIONS)} EC2 actions instead of EC2 full access: describe, "
              "run, create/authorize security groups, tag only at create, and terminate/delete only what "
              f"carries the `{_AWS_TAG}` tag"),
-    permissions=each(_AWS_CALLS), calls=_AWS_CALLS,
+    permissions=_AWS_PERMISSIONS, calls=_AWS_CALLS, extra=_AWS_EXTRA,
     document=json.dumps(_AWS_POLICY, indent=2),
     free={"sts:GetCallerIdentity": "AWS: no permissions are required to call GetCallerIdentity "
                                    "(https://docs.aws.amazon.com/STS/latest/APIReference/API_GetCallerIdentity.html)"},

@@ -25,15 +25,22 @@ _GCP_CALLS: dict[str, tuple[str, ...]] = {
     f"POST {_GCE}/global/firewalls": ("compute.firewalls.create", "compute.networks.updatePolicy"),
     f"DELETE {_GCE}/global/firewalls/{{name}}": ("compute.firewalls.delete", "compute.networks.updatePolicy"),
 }
+# Used only when a Spot VM of ours stops or goes (providers/gcp_preemption.py), so no conformance
+# check records it: the `compute.instances.preempted` operations tell a preemption from a stop.
+_GCP_EXTRA = {"compute.globalOperations.list": (
+    "globalOperations.aggregatedList of `compute.instances.preempted` operations, only when a Spot VM "
+    "of ours is stopping, stopped or gone without our delete: how Compute Engine says it preempted "
+    "it (and its 30 s notice); without it a preemption reads as a plain stop (providers/gcp_preemption.py)")}
+_GCP_PERMISSIONS = (*each(_GCP_CALLS), *_GCP_EXTRA)
 ENTRY = CloudPermissions(
     kind="custom IAM role (grant it to the service account on the project)",
-    summary=(f"a custom role of {len(each(_GCP_CALLS))} compute.* permissions instead of Compute Admin; the "
+    summary=(f"a custom role of {len(_GCP_PERMISSIONS)} compute.* permissions instead of Compute Admin; the "
              "closest predefined roles: Compute Instance Admin (v1) plus Compute Security Admin "
              "(firewall rules)"),
-    permissions=each(_GCP_CALLS), calls=_GCP_CALLS,
-    document=json.dumps({"title": "gpuprov", "stage": "GA", "includedPermissions": sorted(each(_GCP_CALLS))},
+    permissions=_GCP_PERMISSIONS, calls=_GCP_CALLS,
+    document=json.dumps({"title": "gpuprov", "stage": "GA", "includedPermissions": sorted(_GCP_PERMISSIONS)},
                         indent=2),
-    extra={},
+    extra=_GCP_EXTRA,
     sources=("https://cloud.google.com/compute/docs/instances/create-start-instance (permissions to create "
              "a VM: disks, subnetworks, metadata, tags, labels, images)",
              "https://cloud.google.com/compute/docs/access/iam-permissions (firewalls need "

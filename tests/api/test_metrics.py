@@ -165,12 +165,12 @@ def test_labels_are_bounded() -> None:
     before = metrics.value("gpuprov_sweep_actions_total", cloud="other", action="other")
     metrics.sweep_action("al-secret-id", "rm -rf /")
     assert metrics.value("gpuprov_sweep_actions_total", cloud="other", action="other") == before + 1
-    lost = metrics.value("gpuprov_watch_machines_lost_total", cloud="fakecloud")
+    lost = metrics.value("gpuprov_watch_machines_lost_total", cloud="fakecloud", why="lost")
     rounds = metrics.value("gpuprov_watch_rounds_total", cloud="fakecloud")
     watch_calls = metrics.value("gpuprov_watch_cloud_calls_total", cloud="fakecloud")
     metrics.watch_round("fakecloud", 3)
     metrics.watch_lost("fakecloud")
-    assert metrics.value("gpuprov_watch_machines_lost_total", cloud="fakecloud") == lost + 1
+    assert metrics.value("gpuprov_watch_machines_lost_total", cloud="fakecloud", why="lost") == lost + 1
     assert metrics.value("gpuprov_watch_rounds_total", cloud="fakecloud") == rounds + 1
     assert metrics.value("gpuprov_watch_cloud_calls_total", cloud="fakecloud") == watch_calls + 3
     def ready(**labels: str) -> float:

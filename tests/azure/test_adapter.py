@@ -173,7 +173,8 @@ async def test_spot_is_cheaper_and_launches_as_spot(
     await provider.create(spot, s)
     group, name = names(provider.installation_id, s.key, spot.region)
     vm = sdk.compute.virtual_machines.get(group, name).as_dict()["properties"]
-    assert (vm["priority"], vm["evictionPolicy"], vm["billingProfile"]["maxPrice"]) == ("Spot", "Delete", -1)
+    assert (vm["priority"], vm["evictionPolicy"], vm["billingProfile"]["maxPrice"]) == (
+        "Spot", "Deallocate", -1)  # Deallocate: an eviction stays visible (providers/azure_vm.py)
     assert machines_named(sim, group, name)[0]["spot"] is True
 
 

@@ -37,7 +37,8 @@ async def test_a_watch_round_costs_the_listings_pages_and_one_login_per_machine(
     deps = ActivityDeps(engine=engine, box=secret_box, installation_id=uuid.uuid4().hex[:8])
     told: dict[str, str] = {}
 
-    async def fake_tell(self: WatchActivities, workflow_id: str, reason: str) -> bool:
+    async def fake_tell(self: WatchActivities, workflow_id: str, reason: str, *,
+                        preempted: bool = False) -> bool:
         told[workflow_id] = reason  # FAKE: no Temporal here; the signal's sending is tested elsewhere
         return True
 
@@ -76,7 +77,7 @@ async def test_a_watch_round_costs_the_listings_pages_and_one_login_per_machine(
 
         def scraped() -> tuple[float, float]:  # what /metrics says of the watch's adapter calls and losses
             return (metrics.value("gpuprov_watch_cloud_calls_total", cloud="digitalocean"),
-                    metrics.value("gpuprov_watch_machines_lost_total", cloud="digitalocean"))
+                    metrics.value("gpuprov_watch_machines_lost_total", cloud="digitalocean", why="lost"))
 
         async def one_round() -> tuple[WatchReport, dict[str, int], dict[str, int]]:
             sim.admin.clear_calls()

@@ -172,10 +172,10 @@ async def test_a_spot_offer_rents_an_interruptible_instance_that_can_be_outbid(
     m = machine(sim, ref.instance_id)
     assert m.spot and m.extra["bid"] == 0.09
     await running(vast, ref)
-    sim.admin.kill(ref.instance_id)  # outbid: Vast stops it
+    sim.admin.preempt(ref.instance_id)  # outbid: Vast stops it (tests/vastai/test_preemption.py)
     st = await vast.get(ref)
-    assert st is not None and st.state == InstanceState.ERROR and st.host is None
-    assert st.detail == "stopped - outbid"
+    assert st is not None and st.state == InstanceState.STOPPED and st.host is None and st.preempted
+    assert st.detail is not None and st.detail.startswith("stopped - outbid")
 
 
 async def test_terminate_gone_is_success_but_a_bare_404_is_not(sim: FakeCloudServer,

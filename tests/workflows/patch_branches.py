@@ -21,6 +21,7 @@ from messages import workflows as wf
 from providers import registry
 from workflows import search_attributes as sa
 from workflows.allocation import CAPACITY_NOTES_PATCH, LAUNCH_QUEUE_PATCH, RECORDS_RIDE_PATCH
+from workflows.job import JOB_RETRY_PATCH
 
 PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
 
@@ -94,8 +95,25 @@ def capacity_notes_old_branch(history: WorkflowHistory) -> bool:
             and CAPACITY_NOTES_PATCH not in patch_markers(history) and acts.PLAN_ALLOCATION.name in done[:-1])
 
 
+def child_started(history: WorkflowHistory) -> bool:
+    """The workflow started a child workflow (a job: its machine's allocation)."""
+    return any(e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+               for e in history.events)
+
+
+def job_retry_old_branch(history: WorkflowHistory) -> bool:
+    """JOB_RETRY_PATCH's `patched` is asked where a job with a machine of its own (not a pool's)
+    begins provisioning, and only when its input has a retry policy (the input is an encrypted
+    payload). A job from before the patch had no policy: the old branch is every job history that
+    got that far — it started its allocation child — without the marker, as every jobs-v1 job with
+    a machine did."""
+    return (workflow_type(history) == wf.JOB.name and JOB_RETRY_PATCH not in patch_markers(history)
+            and child_started(history))
+
+
 OLD_BRANCH_TAKEN: dict[str, Callable[[WorkflowHistory], bool]] = {
     LAUNCH_QUEUE_PATCH: launch_queue_old_branch,
     RECORDS_RIDE_PATCH: records_ride_old_branch,
     CAPACITY_NOTES_PATCH: capacity_notes_old_branch,
+    JOB_RETRY_PATCH: job_retry_old_branch,
 }

@@ -1,0 +1,79 @@
+"""The dead-man switch on every leased cloud machine (issue 25, part 3).
+
+A machine carries a lease: `~/.gpuprov/lease` holds the time it runs out, in epoch seconds of the
+machine's own clock (so the control plane's clock never matters). The watch renews it each round in
+the SSH login it already makes (activities/idle.py `_read`: the renewal rides in front of the
+sample command, no extra login), and the first renewal after the machine is ready writes it and
+starts the machine's own timer: a detached `sh` loop (`setsid nohup`, started over SSH) that, once
+the lease has run out, runs the cloud's self-end command (`Capabilities.self_end.command`: `sudo
+shutdown -h now` where a guest shutdown ends the bill, the machine-scoped API call where that is the
+way). If gpuprov's database or Temporal is lost, nobody renews, and the machine ends itself.
+
+Where a cloud runs cloud-init, a systemd timer from the user data would survive a reboot; that is
+for the real clouds later. The detached process dies with a reboot (and a new one starts with the
+next renewal). Clouds whose self-end is "none" or "n/a" get no lease: nothing on the machine could
+end the bill there (the allocation shows `self_end`), and a user's own fleet host is never leased.
+
+Scaled time for tests: GPUPROV_LEASE_HOUR_S (seconds in a lease hour, default 3600) and
+GPUPROV_LEASE_POLL_S (how often the timer looks, default 60 s).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from providers.base import CloudProvider, SelfEnd
+from providers.ssh_fleet import SshFleetProvider
+from store.models import Instance
+
+DIR = "$HOME/.gpuprov"  # on the machine, in the login user's home
+HOUR_S_ENV, POLL_S_ENV = "GPUPROV_LEASE_HOUR_S", "GPUPROV_LEASE_POLL_S"
+
+
+def hour_s() -> float:
+    return float(os.environ.get(HOUR_S_ENV, "3600"))
+
+
+def poll_s() -> float:
+    return float(os.environ.get(POLL_S_ENV, "60"))
+
+
+def leased(p: CloudProvider, row: Instance) -> bool:
+    """Whether the row's machine carries a lease: a cloud machine (never a fleet host) with a lease
+    asked for, on a cloud where the machine can end its own bill."""
+    if isinstance(p, SshFleetProvider) or not row.lease_hours:
+        return False
+    return p.capabilities.self_end.method in ("shutdown", "api")
+
+
+def timer_script(self_end: SelfEnd, poll: float) -> str:
+    """The machine's own timer: wait for the lease to run out, then end the machine. A lease file
+    gone or unreadable ends the timer (the lease was taken off), never the machine."""
+    return (f'd="{DIR}"; while :; do exp=$(cat "$d/lease" 2>/dev/null); '
+            'case "$exp" in ""|*[!0-9]*) rm -f "$d/lease-timer.pid"; exit 0 ;; esac; '
+            'if [ "$(date +%s)" -ge "$exp" ]; then '
+            'echo "$(date +%s) the lease ran out: ending this machine" >> "$d/lease.log"; '
+            f"{self_end.command}; exit 0; fi; sleep {poll:g}; done")
+
+
+def renew_command(hours: float, self_end: SelfEnd, *, hour: float | None = None,
+                  poll: float | None = None) -> str:
+    """Renew the lease to `hours` from now on the machine's clock, and start its timer unless it
+    runs. Its output goes nowhere: it rides in front of another command's."""
+    seconds = max(1, round(hours * (hour_s() if hour is None else hour)))
+    timer = shlex.quote(timer_script(self_end, poll_s() if poll is None else poll))
+    return (f'{{ d="{DIR}"; mkdir -p "$d" && echo $(( $(date +%s) + {seconds} )) > "$d/lease.new" '
+            '&& mv "$d/lease.new" "$d/lease" && '
+            '{ { [ -f "$d/lease-timer.pid" ] && kill -0 "$(cat "$d/lease-timer.pid")"; } || '
+            f"{{ setsid nohup sh -c {timer} >/dev/null 2>&1 </dev/null & "
+            'echo $! > "$d/lease-timer.pid"; }; }; '
+            '} >/dev/null 2>&1; ')
+
+
+def command_for(p: CloudProvider, row: Instance) -> str:
+    """What the watch's sample login runs before the sample: the renewal, or nothing."""
+    if not leased(p, row):
+        return ""
+    assert row.lease_hours is not None
+    return renew_command(row.lease_hours, p.capabilities.self_end)

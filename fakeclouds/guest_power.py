@@ -1,0 +1,197 @@
+"""A simulated machine's own power commands, and what its cloud does about them.
+
+Simulated machines run real shells on the host, so `shutdown`, `poweroff`, `halt`, `reboot`,
+`systemctl poweroff|halt|reboot` and `sudo` in front of them must never reach the host's own. Every
+machine's PATH has `shim_dir()` right after its `~/bin` (fakeclouds/ssh.py): each shim there only
+appends the verb to a request file outside the machine's home (`<root>/power-requests/<machine
+id>`) and a line to the machine's `power.log` (what a test asserts ran). The engine's watcher
+(`watch`) picks requests up and applies that cloud's documented semantics (its facade's
+`guest_shutdown`): a guest shutdown on EC2 with InstanceInitiatedShutdownBehavior=terminate
+terminates the machine, on Azure it leaves a stopped machine that still bills, on Nebius the cloud
+restarts it and keeps billing.
+`runpodctl remove pod` / `vastai destroy instance` are the machine-scoped API calls those clouds'
+machines end themselves with (providers' `SelfEnd`), simulated the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from fakeclouds.machine_processes import power_off
+
+if TYPE_CHECKING:
+    from fakeclouds.engine import Engine, Machine
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1  # how often the watcher looks for requests (one directory listing per engine)
+REQUESTS = "power-requests"  # under the engine's root: one file per machine that asked
+RECORD = "power.log"  # beside the machine's home: every shim run, kept for tests and people
+TASK_KEY = "guest-power-watch"  # the watcher's entry in the engine's tasks (stop() cancels it)
+STOPPED = "stopped by a guest shutdown"
+
+# What a guest poweroff does on a cloud is its facade's `guest_shutdown` (reboot always restarts in
+# place, still billing):
+#   terminate     - the machine is gone and its bill ends
+#   stop_compute  - stopped: its compute bill ends; it stays listed (disks, not simulated, still bill)
+#   stop_billing  - stopped (or "off") but still allocated: it keeps billing until terminated
+#   restart       - the cloud counts it as a failure and restarts it: it keeps running and billing
+Effect = Literal["terminate", "stop_compute", "stop_billing", "restart"]
+EFFECTS: tuple[Effect, ...] = ("terminate", "stop_compute", "stop_billing", "restart")
+
+
+SHIM = r"""#!/bin/sh
+# SIMULATED guest power command, written by gpuprov's fakeclouds (fakeclouds/guest_power.py): the
+# host this machine is simulated on must not go down; the simulation does what the cloud would.
+name=$(basename "$0")
+shims=$(dirname "$0")
+case "$name" in
+  sudo)  # only the power commands get through; everything else is refused like the host guard's
+    while [ $# -gt 0 ]; do
+      case "$1" in -u|-g|-p|-C|-h) shift 2 ;; --) shift; break ;; -*) shift ;; *) break ;; esac
+    done
+    [ $# -gt 0 ] || { echo "usage: sudo command" >&2; exit 1; }
+    if [ -x "$shims/$1" ] && [ "$1" != sudo ]; then cmd=$1; shift; exec "$shims/$cmd" "$@"; fi
+    echo "simulated machine: sudo is not available here (it would run on the host)" >&2  # as the guard says
+    exit 126 ;;
+  shutdown)
+    verb=poweroff
+    for a in "$@"; do
+      case "$a" in
+        -r|--reboot) verb=reboot ;;
+        -c) echo "simulated machine: no shutdown scheduled" >&2; exit 1 ;;
+      esac
+    done ;;
+  poweroff|halt|reboot) verb=$name ;;
+  systemctl)
+    verb=
+    for a in "$@"; do
+      case "$a" in -*) ;; poweroff|halt|reboot) verb=$a; break ;; *) break ;; esac
+    done
+    if [ -z "$verb" ]; then
+      echo "simulated machine: systemctl $* is not available here (only poweroff, halt, reboot)" >&2
+      exit 126
+    fi ;;
+  *)  # a cloud's CLI: the machine-scoped API call that ends this machine (runpodctl remove pod ID)
+    case "$1" in
+      remove|destroy|delete|terminate) verb="api-end:$name" ;;
+      *) echo "simulated machine: $name $* is not simulated (only the call that ends this machine)" >&2
+         exit 126 ;;
+    esac ;;
+esac
+machine=$(dirname "$HOME")
+requests=$(dirname "$(dirname "$machine")")/power-requests
+echo "$(date +%s) $name $* -> $verb" >> "$machine/power.log"
+if [ ! -d "$requests" ]; then
+  echo "simulated machine: no simulation is listening for $name here" >&2
+  exit 1
+fi
+echo "$verb" >> "$requests/$(basename "$machine")"
+echo "simulated machine: $verb requested; the simulated cloud acts on it" >&2
+exit 0
+"""
+
+POWER = ("shutdown", "poweroff", "halt", "reboot", "systemctl", "sudo")
+
+
+@functools.cache
+def shim_dir() -> Path:
+    """The directory (made once per process) holding the power shims (`watch` adds the CLIs of an
+    engine's clouds whose machines end themselves through their API)."""
+    d = Path(tempfile.mkdtemp(prefix="fakeclouds-power-"))
+    for name in POWER:
+        _write_shim(d / name)
+    d.chmod(0o755)
+    return d
+
+
+def _write_shim(path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(SHIM)
+    tmp.chmod(0o755)
+    tmp.replace(path)  # whole or absent: a shell never runs half a shim
+
+
+def record(engine: Engine, m: Machine) -> list[str]:
+    """The machine's power log: one line per shim run (what tests check instead of the host)."""
+    try:
+        return (engine.machine_home(m).parent / RECORD).read_text().splitlines()
+    except OSError:
+        return []
+
+
+def effect(engine: Engine, m: Machine, verb: str) -> Effect | None:
+    """What `verb` from inside `m` does on m's cloud; None: nothing (not this cloud's tool)."""
+    facade = engine.facades[m.facade]
+    if verb == "reboot":
+        return "restart"
+    if verb.startswith("api-end:"):  # only this cloud's own CLI, with the key it gives its machines
+        return "terminate" if facade.api_self_end == verb.removeprefix("api-end:") else None
+    if m.extra.get("shutdown_behavior") == "terminate":  # EC2's InstanceInitiatedShutdownBehavior
+        return "terminate"
+    found = facade.guest_shutdown
+    return found if found in EFFECTS else "stop_billing"  # type: ignore[return-value]
+
+
+def watch(engine: Engine) -> None:
+    """Start the engine's watcher once (called as a machine starts listening)."""
+    (engine.root / REQUESTS).mkdir(parents=True, exist_ok=True)
+    for f in engine.facades.values():
+        if f.api_self_end and not (shim_dir() / f.api_self_end).exists():
+            _write_shim(shim_dir() / f.api_self_end)
+    task = engine._tasks.get(TASK_KEY)
+    if task is None or task.done():
+        engine._tasks[TASK_KEY] = asyncio.get_running_loop().create_task(_watch(engine))
+
+
+async def _watch(engine: Engine) -> None:
+    from fakeclouds.engine import PENDING, RUNNING
+
+    requests = engine.root / REQUESTS
+    while True:
+        await asyncio.sleep(POLL_S)
+        if not any(m.status in (PENDING, RUNNING) for m in engine.machines.values()):
+            engine._tasks.pop(TASK_KEY, None)  # the next machine to listen starts it again
+            return
+        with contextlib.suppress(FileNotFoundError):
+            for entry in list(requests.iterdir()):
+                verbs = entry.read_text().split()
+                entry.unlink()
+                m = engine.machines.get(entry.name)
+                if m is None or m.status != RUNNING or not verbs:
+                    continue
+                try:
+                    await apply(engine, m, verbs[-1])
+                except Exception:  # one machine's request must not stop the watch for all
+                    log.exception("guest power request of %s failed", m.id)
+
+
+async def apply(engine: Engine, m: Machine, verb: str) -> None:
+    """Do what m's cloud does when m runs `verb` (poweroff, halt, reboot, api-end:<its CLI>)."""
+    from fakeclouds.engine import ERROR
+
+    what = effect(engine, m, verb)
+    log.info("machine %s (%s): guest %s -> %s", m.id, m.facade, verb, what)
+    if what is None:
+        return
+    home = engine.machine_home(m)
+    if what == "restart":  # everything it ran is gone; it comes back on the same address
+        power_off(home)
+        return
+    engine._cancel(m)
+    if what == "terminate":
+        await engine._gone(m)
+        return
+    await engine._stop_ssh(m)
+    power_off(home)
+    m.status, m.detail = ERROR, STOPPED
+    if what == "stop_compute":
+        m.ended_at = time.time()  # its compute bill ends here (Machine.billing_seconds)
+    engine.save()

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from fakeclouds import clouds
+from fakeclouds.engine import Engine
+
+
+@pytest.fixture(scope="session")
+def ssh_key() -> asyncssh.SSHKey:
+    return asyncssh.generate_private_key("ssh-ed25519")
+
+
+@pytest.fixture(scope="session")
+def pubkey(ssh_key: asyncssh.SSHKey) -> str:
+    return ssh_key.export_public_key().decode().strip()
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    """Every simulated cloud in one engine on this test's loop (machines boot in 50 ms)."""
+    eng = Engine(facades=clouds.all_facades(), boot_delay=0.05, terminate_delay=0.01,
+                 state_dir=tmp_path / "state")
+    await eng.start()
+    yield eng
+    await eng.stop()

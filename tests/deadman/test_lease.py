@@ -1,0 +1,121 @@
+"""The lease (dead-man switch), run by the watch's real sample login (activities/idle.py `_read`)
+against simulated machines, with lease hours scaled to seconds: renewed, no machine ends; not
+renewed (the worker stopped), a machine whose cloud can end its own bill ends it within its lease,
+and one on a cloud that cannot keeps billing and is reported as such."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import asyncssh
+import pytest
+
+from activities import idle, lease
+from fakeclouds.engine import RUNNING, TERMINATED, Engine, Machine
+from messages.allocation import AllocateRequest
+from providers import registry
+from providers.ssh_fleet import SshFleetProvider
+from store.models import Instance
+from tests.deadman.test_guest_power import _boot
+from tests.fakeclouds.helpers import eventually
+
+LEASE_H = 2.0  # hours: 2 s with GPUPROV_LEASE_HOUR_S=1
+
+
+@pytest.fixture
+def scaled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lease.HOUR_S_ENV, "1")  # a lease hour lasts a second
+    monkeypatch.setenv(lease.POLL_S_ENV, "0.1")  # the machine's timer looks ten times a second
+
+
+def _fake_provider(cloud: str) -> Any:
+    """A FAKE adapter: `_read` needs only its capabilities (and that it is no fleet)."""
+    return SimpleNamespace(capabilities=registry.capabilities(cloud))
+
+
+def _row(m: Machine, cloud: str, hours: float | None = LEASE_H) -> Instance:
+    return Instance(id=f"a-{m.id}", provider=cloud, connection_id="c", workflow_id="w", ssh_host=m.address,
+                    ssh_port=m.ssh_port, ssh_user=m.ssh_user, lease_hours=hours)
+
+
+@pytest.fixture
+def fake_login(monkeypatch: pytest.MonkeyPatch, ssh_key: asyncssh.SSHKey) -> None:
+    """FAKE route and login for `_read`: straight to the simulated machine with the test's key
+    (the real ones read the row's pinned host key and the installation's key from the database)."""
+    async def fake_route(deps: Any, host: str, **_: Any) -> Any:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def fake_connect(deps: Any, host: str, port: int, user: str, r: Any,
+                           timeout_s: float = 10.0) -> AsyncIterator[asyncssh.SSHClientConnection]:
+        async with asyncssh.connect(host, port, username=user, client_keys=[ssh_key], known_hosts=None,
+                                    agent_path=None, connect_timeout=timeout_s) as conn:
+            yield conn
+
+    monkeypatch.setattr(idle.machine_ssh, "route", fake_route)
+    monkeypatch.setattr(idle.machine_ssh, "connect", fake_connect)
+
+
+async def _watch_round(cloud: str, m: Machine, row: Instance) -> None:
+    reading = await idle._read(None, _fake_provider(cloud), row)  # type: ignore[arg-type]
+    assert reading.error is None, reading  # the sample itself is unchanged by the renewal
+
+
+@pytest.mark.usefixtures("scaled", "fake_login")
+async def test_renewed_none_ends_unrenewed_each_ends_itself(engine: Engine, pubkey: str) -> None:
+    clouds: dict[str, dict[str, str]] = {"aws": {"shutdown_behavior": "terminate"}, "local": {}, "runpod": {},
+                                          "lambda": {}}
+    machines = {c: await _boot(engine, c, pubkey, **extra) for c, extra in clouds.items()}
+    rows = {c: _row(m, c) for c, m in machines.items()}
+    assert [c for c in clouds if lease.leased(_fake_provider(c), rows[c])] == ["aws", "local", "runpod"]
+    assert registry.capabilities("lambda").self_end.method == "none"  # what the allocation shows
+
+    # The watch running: every round renews (one login per machine per round), for twice the lease.
+    logins = engine.calls.logins_json()
+    until = time.monotonic() + 2 * LEASE_H
+    rounds = 0
+    while time.monotonic() < until:
+        await asyncio.gather(*(_watch_round(c, machines[c], rows[c]) for c in clouds))
+        rounds += 1
+        await asyncio.sleep(0.3)
+    assert all(m.status == RUNNING for m in machines.values())
+    after = engine.calls.logins_json()
+    assert all(after[m.id] - logins.get(m.id, 0) == rounds for m in machines.values())  # no extra login
+
+    # The worker stopped: nobody renews. Each self-ending machine ends its bill within its lease.
+    stopped_at = time.time()
+    for c in ("aws", "local", "runpod"):
+        m = machines[c]
+
+        def ended(m: Machine = m) -> bool:
+            return m.status == TERMINATED
+
+        await eventually(ended, f"the {c} machine to end itself")
+        assert m.ended_at is not None and m.ended_at - stopped_at < LEASE_H + 10  # (10 s: a busy host)
+        assert m.ended_at >= stopped_at + LEASE_H - 2  # not before its lease (the last round renewed it)
+    lam = machines["lambda"]  # nothing there can end its bill: it runs and bills on, and says so
+    assert lam.status == RUNNING and lam.ended_at is None
+
+
+def test_no_lease_for_fleet_hosts_nor_when_off() -> None:
+    fleet = SshFleetProvider.__new__(SshFleetProvider)  # a fleet host: a user's own, never leased
+    row = Instance(id="a", provider="ssh", connection_id="c", workflow_id="w", lease_hours=12)
+    assert not lease.leased(fleet, row) and lease.command_for(fleet, row) == ""
+    aws = _fake_provider("aws")
+    assert not lease.leased(aws, row.model_copy(update={"lease_hours": 0}))  # 0: off
+    assert not lease.leased(aws, row.model_copy(update={"lease_hours": None}))  # started before leases
+    assert lease.leased(aws, row)
+
+
+def test_lease_hours_are_validated() -> None:
+    base = {"allocation_id": "a", "connection_id": "c", "cloud": "aws", "ssh_public_keys": ["k"]}
+    assert AllocateRequest(**base).lease_hours is None  # histories from before leases still decode
+    assert AllocateRequest(**base, lease_hours=0).lease_hours == 0
+    for bad in (-1, 721):
+        with pytest.raises(ValueError):
+            AllocateRequest(**base, lease_hours=bad)
