@@ -36,7 +36,7 @@ from messages.pool import (
     slot_of_key,
 )
 from providers.base import InstanceRef
-from store import allocations, connections, pool_claims, pools
+from store import allocations, connections, defaults, pool_claims, pools
 from store.db import session_scope
 from store.models import Instance, Pool
 from workflows import client_calls
@@ -47,6 +47,11 @@ class PoolActivities:
         self.deps = deps
 
     # ------------------------------------------------------------------ database (blocking)
+
+    def _lease_hours(self, project: str) -> float:
+        """A pool machine's lease (activities/lease.py): the project's default, else 12 h."""
+        with session_scope(self.deps.engine) as session:
+            return defaults.lease_hours(session, project, None)
 
     def _pool(self, pool_id: str, project: str) -> tuple[Pool | None, list[CloudTarget]]:
         """The pool row and the project's connected connections of its cloud (where it allocates
@@ -161,7 +166,8 @@ class PoolActivities:
             targets=targets, project=row.project,
             name=f"{row.name}-{slot.slot}" if slot is not None else row.name,
             gpu=row.gpu, gpu_count=row.gpu_count, region=row.region, spot=row.spot, k3s=row.k3s,
-            ssh_public_keys=keys, timing=inp.timing)
+            ssh_public_keys=keys, timing=inp.timing,
+            lease_hours=await self.deps.blocking(self._lease_hours, row.project))
         workflow_id = allocation_workflow_id(inp.allocation_id)
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
         task_timeout = timedelta(seconds=inp.task_timeout_s) if inp.task_timeout_s else None

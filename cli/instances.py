@@ -103,6 +103,10 @@ def up(
     max_hours: Annotated[float | None, typer.Option(
         "--max-hours", min=0, help="the machine lives at most this long, in hours: the cloud stops it "
                                    "then (only clouds that enforce it, e.g. Modal up to 24)")] = None,
+    lease_hours: Annotated[float | None, typer.Option(
+        "--lease-hours", min=0, max=720, help="the machine ends itself this long after gpuprov last "
+        "renewed its lease (the control plane gone), on clouds where it can (the `self-end` column of "
+        "`gpuprov clouds`); 0: off; default: the project's, else 12")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="return once accepted")] = False,
 ) -> None:
     """Allocate a machine on the cheapest offer of the clouds allowed (every connected cloud unless
@@ -114,7 +118,8 @@ def up(
     body: dict[str, Any] = {
         "gpu": gpu, "gpu_count": gpu_count, "region": region, "spot": spot or None, "ports": port or [],
         "image": image, "k3s": not no_k3s, "ssh_public_keys": [read_ssh_key(ssh_key)], "name": name,
-        "connection_id": connection, "max_hours": max_hours, "k8s_api_from": k8s_api_from}
+        "connection_id": connection, "max_hours": max_hours, "k8s_api_from": k8s_api_from,
+        "lease_hours": lease_hours}
     if len(clouds) == 1:
         body["cloud"] = clouds[0]
     elif clouds:

@@ -13,7 +13,7 @@ import typer
 
 from cli.client import API_PREFIX, Api, new_idempotency_key
 from cli.output import fail, table
-from messages.job import JobStatus, JobType
+from messages.job import MAX_RESTARTS, JobStatus, JobType, RetryCause, RetryWhere
 from messages.job_text import command_text, image_reference
 
 app = typer.Typer(no_args_is_help=True, help="Managed jobs: run a command on a fresh machine.")
@@ -37,19 +37,34 @@ def run(
     max_price: Annotated[float | None, typer.Option("--max-price", help="at most this $/hr")] = None,
     requested_by: Annotated[str | None, typer.Option("--requested-by", help="default: your user name")]
     = None,
+    retry_on: Annotated[list[RetryCause] | None, typer.Option(
+        "--retry-on", help="run it again on a new machine when an attempt ends so (repeatable)")] = None,
+    restarts: Annotated[int | None, typer.Option(
+        "--restarts", min=0, max=MAX_RESTARTS, help="with --retry-on: at most this many restarts")] = None,
+    retry_where: Annotated[RetryWhere, typer.Option(
+        "--retry-where", help="with --retry-on: where a restart's machine may come from")]
+    = RetryWhere.ANY_ALLOWED,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream its output until it ends")] = False,
 ) -> None:
     """Run COMMAND on a machine allocated for it; the machine is terminated when it ends. With
-    --pool, on a free machine of the pool instead, left to the pool when it ends."""
+    --pool, on a free machine of the pool instead, left to the pool when it ends. With --retry-on
+    and --restarts, an attempt that ends so (its machine preempted or lost, no capacity, a non-zero
+    exit) runs again on a new machine, GPUPROV_JOB_ATTEMPT telling the command which attempt it is."""
     try:  # what the API refuses too (422): said before anything is sent
         command_text(command)
         if image is not None:
             image_reference(image)
     except ValueError as e:
         raise fail(str(e)) from None
+    if bool(retry_on) != (restarts is not None):
+        raise fail("--retry-on and --restarts go together")
+    retry = None
+    if retry_on and restarts is not None:
+        retry = {"on": [c.value for c in dict.fromkeys(retry_on)], "restarts": restarts,
+                 "where": retry_where.value}
     body = {"name": name, "type": type_.value, "command": command, "gpu": gpu,
             "gpu_count": gpu_count if pool is None or gpu is not None else None, "cloud": cloud, "pool": pool,
-            "image": image, "priority": priority,
+            "image": image, "priority": priority, "retry": retry,
             "max_price_per_hour": max_price, "requested_by": requested_by or getpass.getuser()}
     api = Api()
     job = api.call("POST", "/jobs", idempotency_key=new_idempotency_key(),

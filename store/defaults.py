@@ -8,9 +8,20 @@ from sqlmodel import Session
 
 from store.models import ProjectDefaults, utcnow
 
+# A machine's lease when neither the request nor the project says (activities/lease.py).
+DEFAULT_LEASE_HOURS = 12.0
+
 
 def get_defaults(session: Session, project: str) -> ProjectDefaults | None:
     return session.get(ProjectDefaults, project)
+
+
+def lease_hours(session: Session, project: str, asked: float | None) -> float:
+    """The lease a machine of `project` gets: as asked, else the project's default, else 12 h."""
+    if asked is not None:
+        return asked
+    row = get_defaults(session, project)
+    return row.lease_hours if row is not None and row.lease_hours is not None else DEFAULT_LEASE_HOURS
 
 
 def save_defaults(session: Session, project: str, cloud: str, region: str | None,

@@ -22,7 +22,7 @@ from store.models import ProjectDefaults
 router = APIRouter(prefix="/defaults", tags=["projects"])
 # A machine's lease when neither its request nor its project gives one: a machine whose control
 # plane is gone ends itself (where its cloud can) half a day later at most.
-DEFAULT_LEASE_HOURS = 12.0
+DEFAULT_LEASE_HOURS = defaults.DEFAULT_LEASE_HOURS
 
 class DefaultsIn(Strict):
     cloud: CloudId = Field(description="a cloud connected in this project")
@@ -88,12 +88,8 @@ def with_project_default(deps: AppDeps, project: str,
 def lease_hours_for(deps: AppDeps, project: str, body: InstanceCreate) -> float:
     """The request's lease: as given, else the project's default, else DEFAULT_LEASE_HOURS. Sync:
     call through `in_thread`."""
-    if body.lease_hours is not None:
-        return body.lease_hours
-    row = _get(deps, project)
-    if row is not None and row.lease_hours is not None:
-        return row.lease_hours
-    return DEFAULT_LEASE_HOURS
+    with open_session(deps) as session:
+        return defaults.lease_hours(session, project, body.lease_hours)
 
 
 @router.put("", response_model=DefaultsOut,

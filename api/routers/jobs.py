@@ -24,7 +24,7 @@ from api.fields import PlacementId, Printable, Strict, Timestamp
 from api.pagination import Keyset, Page, PageDep
 from api.placement import resolve
 from api.routers.budget import refuse_over_budget
-from api.routers.defaults import with_project_default
+from api.routers.defaults import lease_hours_for, with_project_default
 from api.shared_bodies import InstanceCreate
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
@@ -336,7 +336,8 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
             allocation_id=f"{job_id}-m", connection_id=first.connection_id, cloud=first.cloud,
             targets=plan.targets, notes=plan.notes, project=project, name=body.name, gpu=body.gpu,
             gpu_count=asked.gpu_count, region=asked.region, k3s=False, ssh_public_keys=[public],
-            max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing)
+            max_price_per_hour=body.max_price_per_hour, timing=deps.job_timing,
+            lease_hours=await in_thread(lease_hours_for, deps, project, asked))  # as a hand allocation's
     workflow_id = job_workflow_id(job_id)
     retry = body.retry.policy() if body.retry is not None else None
     if existing is None:

@@ -49,3 +49,21 @@ def test_run_refuses_an_option_as_image_and_control_characters_before_sending(
         r = runner.invoke(app, ["job", "run", *args])
         assert r.exit_code == 1 and why in r.output, r.output
     assert workflows.starts_of(wf.JOB.name) == []
+
+
+def test_run_with_a_retry_policy_sends_it(engine: sa.Engine, workflows: FakeInstantWorkflows) -> None:
+    ok("connect", "fakecloud", "--credential", f"api_key={GOOD_KEY}")
+    out = ok("job", "run", "train.sh", "--gpu", "a10", "--retry-on", "preempted",
+             "--retry-on", "machine_lost", "--retry-on", "preempted", "--restarts", "2",
+             "--retry-where", "same_cloud")
+    [start] = workflows.starts_of(wf.JOB.name)
+    retry = getattr(start.arg, "retry", None)
+    assert retry is not None and out.split()[1] in start.workflow_id
+    assert ([c.value for c in retry.on], retry.restarts, retry.where.value) == (
+        ["preempted", "machine_lost"], 2, "same_cloud")
+    for args in (["--retry-on", "preempted"], ["--restarts", "1"]):
+        r = runner.invoke(app, ["job", "run", "true", *args])
+        assert r.exit_code == 1 and "--retry-on and --restarts go together" in r.output, r.output
+    r = runner.invoke(app, ["job", "run", "true", "--retry-on", "sunspots", "--restarts", "1"])
+    assert r.exit_code == 2 and "sunspots" in r.output, r.output
+    assert len(workflows.starts_of(wf.JOB.name)) == 1

@@ -45,3 +45,16 @@ def test_up_max_hours_reaches_the_request(key_file: Path, workflows: FakeInstant
     assert r.exit_code == 2 and "--max-hours" in r.output  # not a number: refused before any request
     r = runner.invoke(app, ["clouds"])
     assert r.exit_code == 0 and "max_hours<=24" in r.output
+
+
+def test_up_lease_hours_reaches_the_request(key_file: Path, workflows: FakeInstantWorkflows) -> None:
+    """`gpuprov up --lease-hours`: the request's lease (0: off); out of 0..720 refused before sending."""
+    _connect()
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--lease-hours", "0", "--detach",
+                            "--ssh-key", str(key_file)])
+    assert r.exit_code == 0, r.output
+    [start] = workflows.starts_of(wf.ALLOCATION.name)
+    assert start.arg.request.lease_hours == 0  # type: ignore[attr-defined]
+    r = runner.invoke(app, ["up", "--cloud", "fakecloud", "--lease-hours", "721", "--ssh-key", str(key_file)])
+    assert r.exit_code == 2 and "--lease-hours" in r.output
+    assert len(workflows.starts_of(wf.ALLOCATION.name)) == 1

@@ -68,3 +68,23 @@ def test_the_row_keeps_the_lease(engine: sa.Engine) -> None:  # noqa: F811
 @pytest.fixture(autouse=True)
 def _uses_the_api_fake_cloud(fake_cloud: object) -> None:  # noqa: F811
     """The API tests' FAKE cloud is registered for these tests too."""
+
+
+async def test_a_jobs_machine_gets_the_projects_lease(client: httpx.AsyncClient,  # noqa: F811
+                                                      workflows: FakeWorkflows) -> None:  # noqa: F811
+    """A managed job's machine is leased like a hand allocation's: the project's default, else 12 h."""
+    await connect(client, "fakecloud")
+    job = {"name": "j", "command": "true", "requested_by": "tests", "gpu": "A10", "type": "task"}
+
+    async def leased() -> float | None:
+        r = await client.post("/api/compute/jobs", json=job)
+        assert r.status_code in (200, 201, 202), r.text
+        [start] = [s for s in workflows.starts if s.workflow_id == f"job-{r.json()['id']}"]
+        allocation = getattr(start.arg, "allocation", None)
+        assert allocation is not None
+        return allocation.lease_hours
+
+    assert await leased() == 12
+    r = await client.put(URL, json={"cloud": "fakecloud", "lease_hours": 3})
+    assert r.status_code == 200, r.text
+    assert await leased() == 3

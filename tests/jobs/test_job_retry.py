@@ -15,9 +15,10 @@ from typing import Any
 
 from sqlmodel import Session, select
 
+from activities.watch import start_watch
 from messages import workflows as wf
 from messages.allocation import MachineLost
-from messages.ids import allocation_of_key, allocation_workflow_id, job_workflow_id
+from messages.ids import allocation_of_key, allocation_workflow_id, job_workflow_id, watch_workflow_id
 from messages.job import JobState, PreemptionNotice
 from providers.naming import prefix
 from store.models import Instance, SpendInterval
@@ -240,3 +241,30 @@ async def test_a_command_that_ends_on_the_notices_sigterm_restarts_as_preempted(
     with Session(stack.deps.engine) as s:
         row = s.get(Instance, first)
         assert row is not None and row.status == "terminated"  # released by the job, not lost
+
+
+async def test_the_watch_finds_the_preemption_and_the_job_restarts(stack: Stack) -> None:
+    """End to end, nothing sent by hand: the simulated cloud takes the machine back (Lambda lists it
+    `preempted`), the connection's real WatchWorkflow reads that in its listing and reports the
+    allocation lost *preempted*, and the job's policy restarts it on a new machine."""
+    job_id = await stack.run(PREEMPT_ME, retry={"on": ["preempted"], "restarts": 1})
+    job = await running_attempt(stack, job_id, 1)
+    first = job["allocation_id"]
+    with Session(stack.deps.engine) as s:
+        row = s.get(Instance, first)
+        assert row is not None
+        connection_id = row.connection_id
+    await start_watch(stack.client, stack.queue, connection_id, interval_s=0.5)
+    try:
+        [machine] = [m for m in await machines_of(stack, first) if m["status"] != "terminated"]
+        await stack.sim.admin.aio.preempt(machine["id"])
+        await running_attempt(stack, job_id, 2)
+        with Session(stack.deps.engine) as s:
+            lost = s.get(Instance, first)
+            assert lost is not None and lost.status == "lost" and "preempted" in (lost.error or ""), lost
+        state = await job_state(stack, job_id)
+        assert [e.cause.value for e in state.ends] == ["preempted"]
+        # The second attempt waits (only a third one finishes): cancelled, its machine goes with it.
+        await client_calls.update(stack.client, job_workflow_id(job_id), wf.JOB.cancel)
+    finally:
+        await client_calls.signal(stack.client, watch_workflow_id(connection_id), wf.WATCH.stop)
