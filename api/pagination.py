@@ -126,18 +126,28 @@ class Keyset:
 # --------------------------------------------------------------------------- offset (computed lists)
 
 
+def offset_of(kind: str, page: PageQuery, *, query: str = "") -> int:
+    """Where an offset-paged list's page starts: its cursor's offset (0 without one). `query`
+    fingerprints the filters: a cursor is only valid with the filters it was issued for."""
+    if page.cursor is None:
+        return 0
+    payload = decode_cursor(page.cursor, kind)
+    offset = payload.get("o")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise bad_cursor("its position is malformed")
+    if payload.get("q", "") != query:
+        raise bad_cursor("it was issued for other filters (start again without a cursor)")
+    return offset
+
+
+def offset_cursor(kind: str, end: int, more: bool, *, query: str = "") -> str | None:
+    """The next page's cursor of an offset-paged list whose page ended before `end`."""
+    return encode_cursor(kind, o=end, q=query) if more else None
+
+
 def offset_page(kind: str, items: Sequence[T], page: PageQuery, *, query: str = "") -> Page[T]:
-    """A page of a list computed per request. `query` fingerprints the filters: a cursor is only
-    valid with the filters it was issued for."""
-    start = 0
-    if page.cursor is not None:
-        payload = decode_cursor(page.cursor, kind)
-        offset = payload.get("o")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise bad_cursor("its position is malformed")
-        start = offset
-        if payload.get("q", "") != query:
-            raise bad_cursor("it was issued for other filters (start again without a cursor)")
+    """A page of a list computed per request (see `offset_of`)."""
+    start = offset_of(kind, page, query=query)
     end = start + page.limit
-    following = encode_cursor(kind, o=end, q=query) if end < len(items) else None
+    following = offset_cursor(kind, end, end < len(items), query=query)
     return Page(items=list(items[start:end]), next_cursor=following)

@@ -12,6 +12,9 @@ from sqlmodel import Session, col, select
 
 from store.models import Instance, Job, ReportedWorkload, utcnow
 
+# A managed job's row id in the Workload Queue is this prefix and its id (api/routers/workloads.py).
+JOB_ROW_PREFIX = "job:"
+
 # A row's place in the Workload Queue: (id, kind, status, created_at), of a job or a reported workload.
 Key = tuple[str, str, str, datetime | None]
 
@@ -71,6 +74,43 @@ def reported_keys(session: Session, project: str) -> list[Key]:
     stmt = select(ReportedWorkload.id, ReportedWorkload.kind, ReportedWorkload.status,
                   ReportedWorkload.created_at).where(ReportedWorkload.project == project)
     return [tuple(r) for r in session.exec(stmt).all()]  # type: ignore[misc]
+
+
+# Active first (a queued, provisioning or running row), then newest, the id breaking ties.
+ACTIVE_STATUSES = ("queued", "provisioning", "running")
+
+
+def page_keys(session: Session, project: str, kinds: Collection[str] | None, offset: int,
+              limit: int) -> list[tuple[str, str, bool, datetime | None]]:
+    """One page of the project's Workload Queue as (row id, kind, active, created_at), jobs (row id
+    `job_prefix` + id) and reported workloads together in the queue's order, sorted and cut by the
+    database: only the page's keys are read, however many rows the project has."""
+    def part(id_: Any, kind: Any, status: Any, created: Any, owner: Any) -> sa.Select[Any]:
+        active = sa.case((status.in_(ACTIVE_STATUSES), 1), else_=0)
+        stmt = sa.select(id_.label("id"), kind.label("kind"), active.label("active"), created.label("at"))
+        stmt = stmt.where(owner == project)
+        return stmt.where(kind.in_(list(kinds))) if kinds is not None else stmt
+
+    jobs = part(sa.literal(JOB_ROW_PREFIX) + col(Job.id), col(Job.type), col(Job.status), col(Job.created_at),
+                col(Job.project))
+    reported = part(col(ReportedWorkload.id), col(ReportedWorkload.kind), col(ReportedWorkload.status),
+                    col(ReportedWorkload.created_at), col(ReportedWorkload.project))
+    both = sa.union_all(jobs, reported).subquery()
+    stmt = (sa.select(both.c.id, both.c.kind, both.c.active, both.c.at)
+            .order_by(both.c.active.desc(), both.c.at.desc().nulls_first(), both.c.id)
+            .offset(offset).limit(limit))
+    return [(i, k, bool(a), at) for i, k, a, at in session.execute(stmt).all()]
+
+
+def kind_counts(session: Session, project: str) -> dict[str, int]:
+    """How many of the project's jobs and reported workloads there are of each kind (a job's type)."""
+    counts: dict[str, int] = {}
+    for kind_col, owner in ((col(Job.type), col(Job.project)),
+                            (col(ReportedWorkload.kind), col(ReportedWorkload.project))):
+        for kind, n in session.execute(sa.select(kind_col, sa.func.count()).where(owner == project)
+                                       .group_by(kind_col)).all():
+            counts[str(kind)] = counts.get(str(kind), 0) + int(n)
+    return counts
 
 
 def jobs_by_id(session: Session, project: str, ids: Collection[str]) -> Sequence[Job]:
