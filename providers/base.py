@@ -282,6 +282,15 @@ class InstanceStatus(BaseModel):
 K3sMode = Literal["cloud-init", "ssh", "none"]
 
 
+def container_env(name: str) -> str:
+    """A shell word for the environment variable `name` as the cloud gave it to the machine: from the
+    login's environment, else from the container's first process. RunPod and Vast.ai set their
+    machine-scoped credentials on the container's main process; an SSH session (where the lease
+    timer is started) may not inherit them unless the image exports them."""
+    from_pid1 = f"tr '\\0' '\\n' < /proc/1/environ 2>/dev/null | sed -n 's/^{name}=//p'"
+    return f'"${{{name}:-$({from_pid1})}}"'
+
+
 class SelfEnd(BaseModel):
     """How a machine on a cloud ends its own bill when its lease runs out (the dead-man switch):
     "shutdown" (a guest shutdown ends the bill there), "api" (the machine carries a credential

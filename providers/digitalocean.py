@@ -185,9 +185,9 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         boot_timeout_s=1200.0,  # GPU Droplets boot in a few minutes; 20 is a broken boot
         self_end=SelfEnd(
             method="none",
-            how=("a powered-off Droplet keeps billing (its resources stay reserved); only destroying it "
-                 "through the API ends the bill, and API tokens are account-wide"),
-            source="https://docs.digitalocean.com/support/why-am-i-being-charged-for-a-powered-off-droplet/",
+            how=("a Droplet shut down from its OS is powered off and still billable; only destroying it "
+                 "through the API ends the bill, and API tokens are account-wide, not per Droplet"),
+            source="https://docs.digitalocean.com/reference/doctl/reference/compute/droplet-action/shutdown/",
         ),
     )
     page_size: int = PAGE_SIZE  # items asked per listing page (tests make it small)

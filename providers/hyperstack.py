@@ -189,9 +189,9 @@ class HyperstackProvider(rest.RestCloudProvider):
         boot_timeout_s=1800.0,  # VMs boot in minutes; half an hour is a broken boot [guess]
         self_end=SelfEnd(
             method="none",
-            how=("a guest shutdown keeps the VM's resources (and bill) [unconfirmed]; only hibernating "
-                 "or deleting it through the API releases them, with an account-wide key"),
-            source="https://docs.hyperstack.cloud/docs/api-reference/hibernate-vm/",
+            how=("a shut-down VM (SHUTOFF) keeps all its resources and is billed in full; only hibernating "
+                 "or deleting it through the API (an account-wide key) ends that"),
+            source="https://infrahub-doc.nexgencloud.com/docs/billing/states-and-billing",
         ),
     )
 

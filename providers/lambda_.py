@@ -164,9 +164,9 @@ class LambdaProvider(rest.RestCloudProvider):
         launches_per_s=1 / LAUNCH_INTERVAL_S,
         self_end=SelfEnd(
             method="none",
-            how=("a guest shutdown does not end the bill: an instance bills until it is terminated "
-                 "through the Cloud API, whose keys are account-wide"),
-            source="https://docs.lambda.ai/public-cloud/on-demand/",
+            how=("a guest shutdown does not end the bill: an instance bills from launch until it is "
+                 "terminated (dashboard or Cloud API), and the API keys are account-wide"),
+            source="https://docs.lambda.ai/public-cloud/billing/",
         ),
     )
 

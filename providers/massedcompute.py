@@ -196,9 +196,9 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
         boot_timeout_s=1800.0,  # desktop images take minutes to boot; 30 min is a broken boot [guess]
         self_end=SelfEnd(
             method="none",
-            how=("no documented billing stop on a guest shutdown and no machine-scoped API key "
-                 "[unconfirmed]; only deleting the instance through the API (account key) ends it"),
-            source="https://github.com/Massed-Compute/massed-compute-mcp",
+            how=("assumed [unconfirmed]: a guest shutdown keeps the VM billed and there is no VM-scoped "
+                 "key; the docs say only active VMs bill per minute, and deleting via the API ends it"),
+            source="https://vm-docs.massedcompute.com/docs/billing/overview",
         ),
     )
 

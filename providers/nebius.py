@@ -136,10 +136,9 @@ class NebiusProvider(CloudProvider):
         create_in_flight_s=0.0,  # an idempotency key and a name unique per project
         self_end=SelfEnd(
             method="none",
-            how=("a shutdown from Linux counts as a failure: Compute restarts the VM and keeps charging; "
-                 "only a stop or delete through the API ends it, and that needs a credential set up "
-                 "beforehand"),
-            source="https://docs.nebius.com/compute/virtual-machines/stopped-with-linux-commands",
+            how=("Compute treats a Linux shutdown or halt as a failure: it reboots the VM and keeps "
+                 "charging; only a stop or delete through the API ends it (credential set up beforehand)"),
+            source="https://docs.nebius.com/compute/virtual-machines/stop-start",
         ),
     )
 

@@ -250,8 +250,8 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
         boot_timeout_s=1800.0,
         self_end=SelfEnd(
             method="none",
-            how=("no documented billing stop on a guest shutdown and no pod-scoped key [unconfirmed]; "
-                 "only terminating the pod through the API (account key) ends it"),
+            how=("assumed [unconfirmed]: a guest shutdown does not end the bill and there is no pod-scoped "
+                 "key; only terminating the pod through the API (account key) ends it"),
             source="https://docs.primeintellect.ai/",
         ),
     )

@@ -52,6 +52,7 @@ from providers.base import (
     QuotaError,
     SelfEnd,
     Unsupported,
+    container_env,
     launch_request,
     rank_offers,
 )
@@ -181,10 +182,11 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
         boot_timeout_s=1200.0,  # image pulls of multi-GB containers take minutes
         self_end=SelfEnd(
             method="api",
-            how=("runpodctl remove pod $RUNPOD_POD_ID with the pod's own RUNPOD_API_KEY, which RunPod "
-                 "sets in every pod scoped to that pod; a stopped pod keeps billing its volume"),
-            source="https://docs.runpod.io/pods/references/environment-variables",
-            command='runpodctl remove pod "$RUNPOD_POD_ID"',
+            how=("runpodctl remove pod $RUNPOD_POD_ID with the RUNPOD_API_KEY RunPod sets in every pod, "
+                 "scoped to that pod (and runpodctl is preinstalled); a stopped pod still bills its disk"),
+            source="https://docs.runpod.io/pods/templates/environment-variables",
+            command=(f"RUNPOD_API_KEY={container_env('RUNPOD_API_KEY')} "
+                     f"runpodctl remove pod {container_env('RUNPOD_POD_ID')}"),
         ),
     )
 

@@ -46,6 +46,7 @@ from providers.base import (
     RateLimited,
     SelfEnd,
     Transient,
+    container_env,
     launch_request,
     rank_offers,
 )
@@ -157,10 +158,11 @@ class VastAIProvider(rest.RestCloudProvider):
         boot_timeout_s=1800.0,  # image pulls on consumer uplinks can take many minutes
         self_end=SelfEnd(
             method="api",
-            how=("vastai destroy instance $CONTAINER_ID with the instance's own CONTAINER_API_KEY (set "
-                 "in every instance); a stopped instance keeps billing its disk"),
-            source="https://docs.vast.ai/documentation/instances/docker-environment",
-            command='vastai destroy instance "$CONTAINER_ID" --api-key "$CONTAINER_API_KEY"',
+            how=("vastai destroy instance $CONTAINER_ID with CONTAINER_API_KEY, the per-instance key Vast "
+                 "sets in every instance; a stopped instance still bills its storage"),
+            source="https://docs.vast.ai/guides/instances/docker-environment",
+            command=(f"vastai destroy instance {container_env('CONTAINER_ID')} "
+                     f"--api-key {container_env('CONTAINER_API_KEY')}"),
         ),
     )
     page_size: ClassVar[int] = 25  # the v1 list's maximum

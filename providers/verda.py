@@ -221,8 +221,8 @@ class VerdaProvider(rest.RestCloudProvider):
         boot_timeout_s=1200.0,
         self_end=SelfEnd(
             method="none",
-            how=("a shut-down instance keeps its GPU and its bill [unconfirmed]; only deleting it "
-                 "through the API (account credentials) ends it"),
+            how=("assumed [unconfirmed]: a shut-down instance keeps its GPU and its bill; only deleting "
+                 "it through the API (account credentials) ends it; no vendor page found saying either"),
         ),
     )
     def __init__(self, *args: Any, **kwargs: Any) -> None:
