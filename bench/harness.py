@@ -146,6 +146,8 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
             dev_server_existing_path=TEMPORAL_BIN,
             dev_server_database_filename=temporal_db,
             search_attributes=search_attributes.ALL,
+            # Its "slow gRPC call" warnings under the throughput figure's load would bury the figures.
+            dev_server_log_level="error",
             dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal",
                                    "--sqlite-pragma", "synchronous=normal"],
         )
