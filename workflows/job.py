@@ -245,11 +245,7 @@ class JobWorkflow:
                                                      f"{policy.attempts}): {end.reason}")
             await self._release()
             if not self._cancel and end.cause == RetryCause.NO_CAPACITY:
-                wait = self._max_retry * NO_CAPACITY_WAIT * 2 ** min(n - 1, 3)
-                try:
-                    await workflow.wait_condition(lambda: self._cancel, timeout=timedelta(seconds=wait))
-                except TimeoutError:
-                    pass
+                await self._until_cancelled(self._max_retry * NO_CAPACITY_WAIT * 2 ** min(n - 1, 3))
             if self._cancel:
                 return JobStatus.CANCELLED, None, None
             self._state.attempt = n + 1
@@ -387,11 +383,7 @@ class JobWorkflow:
                 break
             if workflow.info().is_continue_as_new_suggested() and not self._cancel:
                 workflow.continue_as_new(self._inp)  # nothing claimed: the admission answers granted again
-            try:
-                await workflow.wait_condition(lambda: self._cancel, timeout=timedelta(seconds=wait))
-            except TimeoutError:
-                pass
-            if self._cancel:
+            if await self._until_cancelled(wait):
                 return JobStatus.CANCELLED, None, None
             wait = min(wait * 2, inp.queue_poll_s)
         m = got.machine
@@ -434,11 +426,16 @@ class JobWorkflow:
                 return
             if workflow.info().is_continue_as_new_suggested() and not self._cancel:
                 workflow.continue_as_new(self._inp)  # still queued: nothing else to carry
-            try:
-                await workflow.wait_condition(lambda: self._cancel, timeout=timedelta(seconds=wait))
-            except TimeoutError:
-                pass
+            await self._until_cancelled(wait)
             wait = min(wait * 2, self._inp.queue_poll_s)
+
+    async def _until_cancelled(self, seconds: float) -> bool:
+        """Wait `seconds` (a durable timer) or until the job is cancelled; whether it was."""
+        try:
+            await workflow.wait_condition(lambda: self._cancel, timeout=timedelta(seconds=seconds))
+        except TimeoutError:
+            pass
+        return self._cancel
 
     # ------------------------------------------------------------------ the machine
 

@@ -5,8 +5,8 @@ bench's: `python -m bench.api_scale`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,18 @@ def statements(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
         sa.event.remove(engine, "before_cursor_execute", record)
 
 
+@asynccontextmanager
+async def _client(engine: sa.Engine, seeded: api_scale.Seeded,
+                  box: SecretBox) -> AsyncIterator[httpx.AsyncClient]:
+    """The API on `engine` (no Temporal), asked with the seeded project's token."""
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=FakeWorkflows(engine=engine, box=box))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
+                                 base_url="http://api/api/compute",
+                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+        yield client
+
+
 @pytest.fixture
 def stores(tmp_path: Path, box: SecretBox) -> Iterator[dict[int, tuple[sa.Engine, api_scale.Seeded]]]:
     """Two stores, seeded as the bench seeds them with 200 and with 800 instances, half of them on
@@ -52,11 +64,7 @@ def stores(tmp_path: Path, box: SecretBox) -> Iterator[dict[int, tuple[sa.Engine
 async def _counts(engine: sa.Engine, seeded: api_scale.Seeded,
                   box: SecretBox) -> tuple[dict[str, int], set[str]]:
     """Statements per list request, and the clouds of the active instances' page."""
-    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
-                   workflows=FakeWorkflows(engine=engine, box=box))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
-                                 base_url="http://api/api/compute",
-                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+    async with _client(engine, seeded, box) as client:
         counts, clouds = {}, set()
         for name, path in api_scale.endpoints(seeded).items():
             await client.get(path)  # a first request may load what is cached afterwards
@@ -82,11 +90,7 @@ async def test_the_active_instances_page_uses_its_index(
     """The Cloud tab's page (`status=active`) reads the project's live rows through
     ix_instance_project_status_created_at, not every instance the project ever had."""
     engine, seeded = stores[800]
-    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
-                   workflows=FakeWorkflows(engine=engine, box=box))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
-                                 base_url="http://api/api/compute",
-                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+    async with _client(engine, seeded, box) as client:
         with statements(engine) as seen:
             r = await client.get(api_scale.endpoints(seeded)["instances?status=active"])
     assert r.status_code == 200 and r.json()["items"]
@@ -105,11 +109,7 @@ async def test_a_project_token_is_looked_up_once_per_request(
     """The edge guard checks the bearer token before any body is read; the route's caller is
     settled from what it found, not by a second lookup. A revoked token is refused at once."""
     engine, seeded = stores[200]
-    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
-                   workflows=FakeWorkflows(engine=engine, box=box))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
-                                 base_url="http://api/api/compute",
-                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+    async with _client(engine, seeded, box) as client:
         with statements(engine) as seen:
             r = await client.get("/providers")
         assert r.status_code == 200 and r.json()["items"]
