@@ -29,6 +29,7 @@ from store.models import Instance
 
 DIR = "$HOME/.gpuprov"  # on the machine, in the login user's home
 HOUR_S_ENV, POLL_S_ENV = "GPUPROV_LEASE_HOUR_S", "GPUPROV_LEASE_POLL_S"
+TIMER_MARK = "gpuprov-lease-timer"  # in the timer's command line: how a renewal knows it runs
 
 
 def hour_s() -> float:
@@ -49,8 +50,9 @@ def leased(p: CloudProvider, row: Instance) -> bool:
 
 def timer_script(self_end: SelfEnd, poll: float) -> str:
     """The machine's own timer: wait for the lease to run out, then end the machine. A lease file
-    gone or unreadable ends the timer (the lease was taken off), never the machine."""
-    return (f'd="{DIR}"; while :; do exp=$(cat "$d/lease" 2>/dev/null); '
+    gone or unreadable ends the timer (the lease was taken off), never the machine. It begins with
+    TIMER_MARK, a no-op that names it in its process's command line (`renew_command` checks it)."""
+    return (f': {TIMER_MARK}; d="{DIR}"; while :; do exp=$(cat "$d/lease" 2>/dev/null); '
             'case "$exp" in ""|*[!0-9]*) rm -f "$d/lease-timer.pid"; exit 0 ;; esac; '
             'if [ "$(date +%s)" -ge "$exp" ]; then '
             'echo "$(date +%s) the lease ran out: ending this machine" >> "$d/lease.log"; '
@@ -65,7 +67,10 @@ def renew_command(hours: float, self_end: SelfEnd, *, hour: float | None = None,
     timer = shlex.quote(timer_script(self_end, poll_s() if poll is None else poll))
     return (f'{{ d="{DIR}"; mkdir -p "$d" && echo $(( $(date +%s) + {seconds} )) > "$d/lease.new" '
             '&& mv "$d/lease.new" "$d/lease" && '
-            '{ { [ -f "$d/lease-timer.pid" ] && kill -0 "$(cat "$d/lease-timer.pid")"; } || '
+            # The timer runs if the recorded pid is alive *and* is the timer: after a reboot (or
+            # the timer killed) the pid may belong to any other process by now.
+            '{ { p=$(cat "$d/lease-timer.pid" 2>/dev/null) && [ -n "$p" ] && '
+            f'grep -qa {TIMER_MARK} "/proc/$p/cmdline" 2>/dev/null; }} || '
             f"{{ setsid nohup sh -c {timer} >/dev/null 2>&1 </dev/null & "
             'echo $! > "$d/lease-timer.pid"; }; }; '
             '} >/dev/null 2>&1; ')
