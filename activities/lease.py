@@ -3,11 +3,12 @@
 A machine carries a lease: `~/.gpuprov/lease` holds the time it runs out, in epoch seconds of the
 machine's own clock (so the control plane's clock never matters). The watch renews it each round in
 the SSH login it already makes (activities/idle.py `_read`: the renewal rides in front of the
-sample command, no extra login), and the first renewal after the machine is ready writes it and
-starts the machine's own timer: a detached `sh` loop (`setsid nohup`, started over SSH) that, once
-the lease has run out, runs the cloud's self-end command (`Capabilities.self_end.command`: `sudo
-shutdown -h now` where a guest shutdown ends the bill, the machine-scoped API call where that is the
-way). If gpuprov's database or Temporal is lost, nobody renews, and the machine ends itself.
+sample command, no extra login); the allocation's last SSH step before ready (the GPU check)
+writes it first and starts the machine's own timer: a detached `sh` loop (`setsid nohup`, started
+over SSH) that, once the lease has run out, runs the cloud's self-end command
+(`Capabilities.self_end.command`: `sudo shutdown -h now` where a guest shutdown ends the bill, the
+machine-scoped API call where that is the way). If gpuprov's database or Temporal is lost, nobody
+renews, and the machine ends itself.
 
 Where a cloud runs cloud-init, a systemd timer from the user data would survive a reboot; that is
 for the real clouds later. The detached process dies with a reboot (and a new one starts with the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import shlex
 
+from providers import registry
 from providers.base import CloudProvider, SelfEnd
 from providers.ssh_fleet import SshFleetProvider
 from store.models import Instance
@@ -82,3 +84,16 @@ def command_for(p: CloudProvider, row: Instance) -> str:
         return ""
     assert row.lease_hours is not None
     return renew_command(row.lease_hours, p.capabilities.self_end)
+
+
+def command_at_ready(row: Instance | None) -> str:
+    """The lease's first writing, in the allocation's last SSH step before ready (activities/ssh.py
+    PROBE_GPUS, in the login it already holds): the lease runs from ready, not from the watch's
+    first round after it. Nothing for a fleet host, a lease turned off, or a cloud where nothing on
+    the machine can end its bill."""
+    if row is None or not row.lease_hours or registry.is_fleet(row.provider):
+        return ""
+    self_end = registry.capabilities(row.provider).self_end
+    if self_end.method not in ("shutdown", "api"):
+        return ""
+    return renew_command(row.lease_hours, self_end)

@@ -13,13 +13,15 @@ import asyncssh
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import machine_ssh
+from activities import lease, machine_ssh
 from activities.deps import ActivityDeps, heartbeating
 from activities.k3s_setup import k3s_script
 from messages import activities as acts
 from messages.activities import SshTarget
 from messages.allocation import GpuInfo
 from messages.enums import ErrorKind
+from store.db import session_scope
+from store.models import Instance
 
 NVIDIA_SMI = ("nvidia-smi --query-gpu=index,name,memory.total,uuid,driver_version "
               "--format=csv,noheader,nounits")
@@ -72,6 +74,12 @@ class SshActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
 
+    def _row(self, allocation_id: str) -> Instance | None:
+        if not allocation_id:
+            return None
+        with session_scope(self.deps.engine) as session:
+            return session.get(Instance, allocation_id)
+
     async def _run(self, t: SshTarget, command: str, *, keep: bool) -> asyncssh.SSHCompletedProcess:
         """Run `command` on the machine by the one SSH path (activities/machine_ssh.py): a fleet
         host through its bastion with its pinned key; a cloud machine pinned at its first login
@@ -123,8 +131,10 @@ class SshActivities:
     async def probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
         """The GPUs nvidia-smi sees. No nvidia-smi is a fact ([]), not a failure."""
         await self.deps.write_marks(t)
-        # The last SSH step before ready: the allocation's connection is closed after it.
-        result = await heartbeating(self._run(t, NVIDIA_SMI, keep=False), 1.0, "nvidia-smi")
+        # The last SSH step before ready: the allocation's connection is closed after it. The
+        # machine's lease is written first, in the same command (activities/lease.py).
+        renew = lease.command_at_ready(await self.deps.blocking(self._row, t.allocation_id))
+        result = await heartbeating(self._run(t, renew + NVIDIA_SMI, keep=False), 1.0, "nvidia-smi")
         if result.exit_status == 127:
             return []
         if result.exit_status != 0:

@@ -63,15 +63,15 @@ async def test_a_leased_machine_ends_itself_only_once_the_worker_is_gone(
     leased, unleased = await _allocate(stack, "local"), await _allocate(stack, CLOUD)
     assert leased["self_end"]["method"] == "shutdown" and leased["lease_hours"] == LEASE_H
     assert unleased["self_end"]["method"] == "none"  # reported: nothing on a Lambda machine ends its bill
+    m_local, m_lam = await _machine(stack, leased), await _machine(stack, unleased)
+    home = stack.home_of(m_local)
+    # Written at ready, by the allocation's last SSH step (no watch has run yet); none on Lambda.
+    assert (home / ".gpuprov" / "lease").exists()
+    assert not (stack.home_of(m_lam) / ".gpuprov" / "lease").exists()
     lam = next(c for c in (await stack.http.get("/api/compute/providers")).json()["items"]
                if c["provider"] == CLOUD)["id"]
     for conn in (local, lam):
         await start_watch(stack.client, stack.queue, conn, WATCH_S)
-    m_local, m_lam = await _machine(stack, leased), await _machine(stack, unleased)
-    home = stack.home_of(m_local)
-    await eventually(lambda: (home / ".gpuprov" / "lease").exists() or None, within=30,
-                     what="the first renewal")
-    assert not (stack.home_of(m_lam) / ".gpuprov" / "lease").exists()
 
     # The worker running: renewed every round, so twice the lease passes and nothing ends.
     await asyncio.sleep(2 * LEASE_H * HOUR_S)
