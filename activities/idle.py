@@ -14,19 +14,22 @@ utmp record for them. The simulated machines have no utmp: their SIMULATED `who`
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncssh
 from temporalio.exceptions import ApplicationError
 
-from activities import lease, machine_ssh
+from activities import lease, machine_ssh, metrics
 from activities.deps import ActivityDeps
 from providers.base import CloudProvider
 from providers.ssh_fleet import SshFleetProvider
 from store import idle
 from store.db import session_scope
 from store.models import Instance, utcnow
+
+log = logging.getLogger(__name__)
 
 # Exit codes first, then nvidia-smi's lines, a marker, then who's lines. nvidia-smi's exit code 127
 # (not installed) is a machine without GPUs: nothing there to be busy.
@@ -89,6 +92,10 @@ async def _read(deps: ActivityDeps, p: CloudProvider, row: Instance) -> Reading:
         async with machine_ssh.connect(deps, row.ssh_host, port, user, r, CONNECT_TIMEOUT_S) as conn:
             # The machine's lease is renewed in the same command (activities/lease.py): no extra login.
             result = await conn.run(lease.command_for(p, row) + SAMPLE_COMMAND, check=False)
+    if lease.NOT_RENEWED in str(result.stderr or ""):
+        # The sample may still be good; the machine's dead-man switch is what is at risk.
+        log.warning("the lease of %s could not be renewed on its machine", row.id)
+        metrics.lease_not_renewed(row.provider)
     if result.exit_status != 0:
         return Reading(error=f"the sample command failed (exit {result.exit_status})")
     return parse_sample(str(result.stdout or ""))

@@ -32,6 +32,9 @@ from store.models import Instance
 DIR = "$HOME/.gpuprov"  # on the machine, in the login user's home
 HOUR_S_ENV, POLL_S_ENV = "GPUPROV_LEASE_HOUR_S", "GPUPROV_LEASE_POLL_S"
 TIMER_MARK = "gpuprov-lease-timer"  # in the timer's command line: how a renewal knows it runs
+# What a renewal that could not write the lease (or start the timer) says on stderr: the sample's
+# stdout stays as it was, and the watch counts it (activities/idle.py, metrics.lease_not_renewed).
+NOT_RENEWED = "gpuprov-lease: not renewed"
 
 
 def hour_s() -> float:
@@ -64,7 +67,8 @@ def timer_script(self_end: SelfEnd, poll: float) -> str:
 def renew_command(hours: float, self_end: SelfEnd, *, hour: float | None = None,
                   poll: float | None = None) -> str:
     """Renew the lease to `hours` from now on the machine's clock, and start its timer unless it
-    runs. Its output goes nowhere: it rides in front of another command's."""
+    runs. It rides in front of another command's: its own output goes nowhere, but a failure says
+    NOT_RENEWED on stderr."""
     seconds = max(1, round(hours * (hour_s() if hour is None else hour)))
     timer = shlex.quote(timer_script(self_end, poll_s() if poll is None else poll))
     return (f'{{ d="{DIR}"; mkdir -p "$d" && echo $(( $(date +%s) + {seconds} )) > "$d/lease.new" '
@@ -75,7 +79,7 @@ def renew_command(hours: float, self_end: SelfEnd, *, hour: float | None = None,
             f'grep -qa {TIMER_MARK} "/proc/$p/cmdline" 2>/dev/null; }} || '
             f"{{ setsid nohup sh -c {timer} >/dev/null 2>&1 </dev/null & "
             'echo $! > "$d/lease-timer.pid"; }; }; '
-            '} >/dev/null 2>&1; ')
+            f'}} >/dev/null 2>&1 || echo "{NOT_RENEWED}" >&2; ')
 
 
 def command_for(p: CloudProvider, row: Instance) -> str:

@@ -71,6 +71,9 @@ WATCH_ROUNDS = Counter("gpuprov_watch_rounds", "Watch rounds (one connection's m
                        ["cloud"], registry=REGISTRY)
 WATCH_CALLS = Counter("gpuprov_watch_cloud_calls", "Cloud calls the watch's rounds made.", ["cloud"],
                       registry=REGISTRY)
+LEASE_NOT_RENEWED = Counter("gpuprov_lease_not_renewed",
+                            "Watch rounds that could not renew a machine's lease (its dead-man switch).",
+                            ["cloud"], registry=REGISTRY)
 WATCH_LOST = Counter("gpuprov_watch_machines_lost",
                      "Machines the watch found lost (gone, preempted, broken), by why.", ["cloud", "why"],
                      registry=REGISTRY)
@@ -178,6 +181,11 @@ def watch_lost(cloud: str, machines: int = 1, *, preempted: bool = False) -> Non
     """The watch found `machines` of `cloud` lost: `why` is `preempted` when the cloud said it
     reclaimed them (InstanceStatus.preempted), else `lost`."""
     WATCH_LOST.labels(cloud_label(cloud), "preempted" if preempted else "lost").inc(max(machines, 0))
+
+
+def lease_not_renewed(cloud: str) -> None:
+    """A watch round could not write a machine's lease (activities/lease.py NOT_RENEWED)."""
+    LEASE_NOT_RENEWED.labels(cloud_label(cloud)).inc()
 
 
 def value(name: str, **labels: str) -> float:

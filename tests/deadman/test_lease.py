@@ -15,7 +15,7 @@ from typing import Any
 import asyncssh
 import pytest
 
-from activities import idle, lease
+from activities import idle, lease, metrics
 from fakeclouds.engine import RUNNING, TERMINATED, Engine, Machine
 from messages.allocation import AllocateRequest
 from providers import registry
@@ -119,3 +119,20 @@ def test_lease_hours_are_validated() -> None:
     for bad in (-1, 721):
         with pytest.raises(ValueError):
             AllocateRequest(**base, lease_hours=bad)
+
+
+@pytest.mark.usefixtures("scaled", "fake_login")
+async def test_a_lease_that_cannot_be_written_is_counted_and_the_sample_still_read(
+        engine: Engine, pubkey: str) -> None:
+    m = await _boot(engine, "local", pubkey)
+    home = engine.machine_home(m)
+    (home / ".gpuprov").unlink(missing_ok=True)
+    (home / ".gpuprov").write_text("not a directory\n")  # mkdir -p fails: nowhere to write the lease
+    before = metrics.value("gpuprov_lease_not_renewed_total", cloud="local")
+    await _watch_round("local", m, _row(m, "local"))  # asserts the sample itself was read
+    assert metrics.value("gpuprov_lease_not_renewed_total", cloud="local") == before + 1
+    (home / ".gpuprov").unlink()
+    await _watch_round("local", m, _row(m, "local"))  # writable again: renewed, nothing counted
+    assert metrics.value("gpuprov_lease_not_renewed_total", cloud="local") == before + 1
+    assert (home / ".gpuprov" / "lease").exists()
+    (home / ".gpuprov" / "lease").unlink()  # the timer's cue to stop
