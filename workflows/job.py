@@ -28,6 +28,7 @@ the watch) sends the command SIGTERM once; the machine's end then takes the usua
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -79,13 +80,14 @@ NO_CAPACITY_WAIT = 1
 Outcome = tuple[JobStatus, int | None, str | None]
 
 
+@dataclass(frozen=True)
 class _Ran:
     """How one run of the command ended (`JobWorkflow._command`)."""
 
-    def __init__(self, *, cancelled: bool = False, result: RunJobResult | None = None,
-                 failure: BaseException | None = None, machine_gone: bool = False) -> None:
-        self.cancelled, self.result, self.failure = cancelled, result, failure
-        self.machine_gone = machine_gone
+    cancelled: bool = False
+    result: RunJobResult | None = None
+    failure: BaseException | None = None
+    machine_gone: bool = False
 
 
 

@@ -34,7 +34,7 @@ from messages.allocation import AllocateRequest, AllocationInput
 from messages.enums import AllocationStatus
 from messages.ids import allocation_workflow_id
 from providers import host_keys, registry
-from providers.base import SelfEnd
+from providers.base import InvalidRequest, SelfEnd
 from store import allocations, connections, ids, instances, picks
 from store import host_keys as store_host_keys
 from store.models import Attempt, Instance, InstanceEvent
@@ -175,7 +175,7 @@ class InstanceOut(BaseModel):
 def _self_end(cloud: str) -> SelfEnd | None:
     try:
         return registry.capabilities(cloud).self_end
-    except Exception:  # a cloud whose package is gone since: the row still shows
+    except (InvalidRequest, ImportError):  # a cloud unregistered or uninstalled since: the row still shows
         return None
 
 

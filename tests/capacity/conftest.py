@@ -10,7 +10,6 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from activities.deps import ActivityDeps
-from fakeclouds import lambda_api
 from fakeclouds.server import FakeCloudServer
 from providers import registry
 from store import connections
@@ -18,8 +17,7 @@ from store.secrets import SecretBox
 from tests import simclouds
 from tests.api.conftest import box, client, engine, fake_cloud, workflows  # noqa: F401 — fixtures
 from tests.fakes import FakeInMemoryProvider
-
-SCALE = 0.001  # the simulations' time scale, as tests/lambda_ runs them
+from tests.lambda_.conftest import lambda_sim  # noqa: F401 — the simulated Lambda, as tests/lambda_ has it
 
 
 @pytest.fixture
@@ -44,16 +42,10 @@ def fake_connection(db: sa.Engine, secrets: SecretBox, project: str = "default")
                                           credentials={"api_key": "good"}, project=project).id
 
 
-@pytest.fixture(scope="module")
-def lambda_sim() -> Iterator[FakeCloudServer]:
-    with FakeCloudServer(boot_delay=0.2, terminate_delay=0.05, facades=[lambda_api.FACADE],
-                         time_scale=SCALE) as server:
-        yield server
-
-
 @pytest.fixture
-def sim(lambda_sim: FakeCloudServer, deps: ActivityDeps) -> Iterator[FakeCloudServer]:
-    """The module's simulated Lambda, fresh, its endpoint allowed to `deps`."""
+def sim(lambda_sim: FakeCloudServer,  # noqa: F811 — the imported fixture
+        deps: ActivityDeps) -> Iterator[FakeCloudServer]:
+    """The simulated Lambda, fresh, its endpoint allowed to `deps`."""
     lambda_sim.admin.reset()
     with simclouds.allowed(deps, lambda_sim):
         yield lambda_sim

@@ -3,21 +3,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncssh
 import pytest
 
 from fakeclouds import clouds
 from fakeclouds.engine import Engine
-
-
-@pytest.fixture(scope="session")
-def ssh_key() -> asyncssh.SSHKey:
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture(scope="session")
-def pubkey(ssh_key: asyncssh.SSHKey) -> str:
-    return ssh_key.export_public_key().decode().strip()
+from tests.fakeclouds.conftest import pubkey, ssh_key  # noqa: F401 — the same login key fixtures
 
 
 @pytest.fixture
