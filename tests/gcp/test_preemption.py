@@ -49,8 +49,11 @@ async def test_a_preempted_spot_vm_shows_its_notice_then_reads_preempted_and_gon
         assert listed[ref.instance_id].notice
         assert sim_clean.admin.machine(ref.instance_id)["status"] == "running"  # the guest still runs
 
-        st = await eventually(lambda: p.get(ref), within=20, what="the VM preempted",
-                              until=lambda x: x is not None and x.preempted)
+        # Preempted first reads STOPPING for the simulation's stop delay, then TERMINATED: wait for the end.
+        def stopped(x: InstanceStatus | None) -> bool:
+            return x is not None and x.preempted and x.state == InstanceState.TERMINATED
+
+        st = await eventually(lambda: p.get(ref), within=20, what="the VM stopped", until=stopped)
         assert isinstance(st, InstanceStatus) and (st.state, st.notice) == (InstanceState.TERMINATED, False)
         [op] = preempted_ops(sdk, ref.instance_id)
         assert op.status == compute_v1.Operation.Status.DONE
