@@ -13,7 +13,7 @@ from sqlmodel import Session
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import capacity_memory
+from activities import capacity_memory, lease
 from activities.deps import ActivityDeps, heartbeating
 from activities.errors import provider_errors
 from activities.records import record_allocation
@@ -32,6 +32,7 @@ from messages.allocation import AllocateRequest, CloudTarget
 from messages.enums import ConnectionStatus, ErrorKind
 from providers import registry
 from providers.base import (
+    BootLease,
     Capabilities,
     CloudProvider,
     InstanceRef,
@@ -194,15 +195,22 @@ class CloudActivities:
             capacity.clear_success(session, o.provider, inp.target.connection_id, o.region, o.zone,
                                    o.instance_type, utcnow())
 
+    def _lease_at_boot(self, inp: CreateInput) -> BootLease | None:
+        """The lease's timer for the machine's user data, where its cloud installs it at boot."""
+        with session_scope(self.deps.engine) as session:
+            row = session.get(Instance, inp.allocation_id)
+            return lease.at_boot(inp.target.cloud, row.lease_hours if row is not None else None)
+
     async def _create(self, inp: CreateInput) -> InstanceRef:
         public = await self.deps.blocking(self.deps.public_key)
+        at_boot = await self.deps.blocking(self._lease_at_boot, inp)
         spec = LaunchSpec(
             key=inp.key,
             owner=Ownership(installation_id=self.deps.installation_id, allocation_id=inp.allocation_id),
             # first: some clouds (Lambda) take one key natively and the rest via cloud-init
             ssh_public_keys=[public, *(k for k in inp.ssh_public_keys if k != public)],
             image=inp.image, ports=inp.ports, k3s=inp.k3s_at_boot, lifetime_s=inp.lifetime_s,
-            k8s_api_from=inp.k8s_api_from)
+            k8s_api_from=inp.k8s_api_from, lease=at_boot)
         with provider_errors():
             p = await self.deps.provider(inp.target)
             await heartbeating(p.prepare(inp.offer.region), inp.heartbeat_every_s, "preparing")

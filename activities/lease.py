@@ -4,16 +4,19 @@ A machine carries a lease: `~/.gpuprov/lease` holds the time it runs out, in epo
 machine's own clock (so the control plane's clock never matters). The watch renews it each round in
 the SSH login it already makes (activities/idle.py `_read`: the renewal rides in front of the
 sample command, no extra login); the allocation's last SSH step before ready (the GPU check)
-writes it first and starts the machine's own timer: a detached `sh` loop (`setsid nohup`, started
-over SSH) that, once the lease has run out, runs the cloud's self-end command
+writes it first and starts the machine's own timer unless one runs: a `sh` loop that, once the
+lease has run out, runs the cloud's self-end command
 (`Capabilities.self_end.command`: `sudo shutdown -h now` where a guest shutdown ends the bill, the
 machine-scoped API call where that is the way). If gpuprov's database or Temporal is lost, nobody
 renews, and the machine ends itself.
 
-Where a cloud runs cloud-init, a systemd timer from the user data would survive a reboot; that is
-for the real clouds later. The detached process dies with a reboot (and a new one starts with the
-next renewal). Clouds whose self-end is "none" or "n/a" get no lease: nothing on the machine could
-end the bill there (the allocation shows `self_end`), and a user's own fleet host is never leased.
+Where the cloud runs cloud-init (`SelfEnd.boot_timer`: AWS, GCP) the create puts the timer in the
+user data as a systemd service (`at_boot`, providers/cloudinit.py `lease_at_boot`): it writes the
+first lease at boot, so a machine whose control plane is lost before it is ever ready still ends,
+and systemd starts it again after a reboot. Elsewhere the renewal starts it as a detached process
+over SSH (`setsid nohup`): a reboot kills that one, and the next renewal starts it again. Clouds
+whose self-end is "none" or "n/a" get no lease: nothing on the machine could end the bill there
+(the allocation shows `self_end`), and a user's own fleet host is never leased.
 
 Scaled time for tests: GPUPROV_LEASE_HOUR_S (seconds in a lease hour, default 3600) and
 GPUPROV_LEASE_POLL_S (how often the timer looks, default 60 s).
@@ -25,7 +28,7 @@ import os
 import shlex
 
 from providers import registry
-from providers.base import CloudProvider, SelfEnd
+from providers.base import BootLease, CloudProvider, SelfEnd
 from providers.ssh_fleet import SshFleetProvider
 from store.models import Instance
 
@@ -53,6 +56,10 @@ def leased(p: CloudProvider, row: Instance) -> bool:
     return p.capabilities.self_end.method in ("shutdown", "api")
 
 
+def _lease_seconds(hours: float, hour: float | None = None) -> int:
+    return max(1, round(hours * (hour_s() if hour is None else hour)))
+
+
 def timer_script(self_end: SelfEnd, poll: float) -> str:
     """The machine's own timer: wait for the lease to run out, then end the machine. A lease file
     gone or unreadable ends the timer (the lease was taken off), never the machine. It begins with
@@ -64,12 +71,43 @@ def timer_script(self_end: SelfEnd, poll: float) -> str:
             f"{self_end.command}; exit 0; fi; sleep {poll:g}; done")
 
 
+def boot_script(hours: float, self_end: SelfEnd, *, hour: float | None = None,
+                poll: float | None = None) -> str:
+    """The timer as systemd runs it at every boot (as the login user, so `$HOME` is the login's):
+    the first boot writes the first lease, unless a renewal already has; it records its pid, so a
+    renewal sees a timer running and starts no detached one; then the same loop as over SSH. Its
+    file is named after TIMER_MARK (providers/cloudinit.py LEASE_SCRIPT)."""
+    seconds = _lease_seconds(hours, hour)
+    return ("#!/bin/sh\n"
+            "# gpuprov's lease timer (activities/lease.py): ends this machine once its lease runs out\n"
+            f'd="{DIR}"\n'
+            'mkdir -p "$d" || exit 1\n'
+            'if [ ! -e "$d/lease" ] && [ ! -e "$d/boot-lease" ]; then\n'
+            f'  echo $(( $(date +%s) + {seconds} )) > "$d/lease.new" || exit 1\n'
+            '  mv "$d/lease.new" "$d/lease" || exit 1\n'
+            "fi\n"
+            'date +%s > "$d/boot-lease"\n'
+            'echo $$ > "$d/lease-timer.pid"\n'
+            f"{timer_script(self_end, poll_s() if poll is None else poll)}\n")
+
+
+def at_boot(cloud: str, hours: float | None) -> BootLease | None:
+    """The timer a create puts in the machine's user data: for a leased allocation on a cloud whose
+    machines run cloud-init (SelfEnd.boot_timer); None elsewhere (the renewal at ready starts it)."""
+    if not hours or registry.is_fleet(cloud):
+        return None
+    caps = registry.capabilities(cloud)
+    if caps.self_end.method not in ("shutdown", "api") or not caps.self_end.boot_timer:
+        return None
+    return BootLease(user=caps.login_user, script=boot_script(hours, caps.self_end))
+
+
 def renew_command(hours: float, self_end: SelfEnd, *, hour: float | None = None,
                   poll: float | None = None) -> str:
     """Renew the lease to `hours` from now on the machine's clock, and start its timer unless it
     runs. It rides in front of another command's: its own output goes nowhere, but a failure says
     NOT_RENEWED on stderr."""
-    seconds = max(1, round(hours * (hour_s() if hour is None else hour)))
+    seconds = _lease_seconds(hours, hour)
     timer = shlex.quote(timer_script(self_end, poll_s() if poll is None else poll))
     return (f'{{ d="{DIR}"; mkdir -p "$d" && echo $(( $(date +%s) + {seconds} )) > "$d/lease.new" '
             '&& mv "$d/lease.new" "$d/lease" && '

@@ -17,7 +17,6 @@ import errno
 import functools
 import json
 import logging
-import re
 import shutil
 import tempfile
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 import asyncssh
 
-from fakeclouds import catalog, cloudinit, guest_power, k3s, k3s_pki, k8s_api, nvidia_smi, who
+from fakeclouds import catalog, cloudinit, fake_systemd, guest_power, k8s_api, machine_disk
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.calls import CallLog
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
@@ -301,7 +300,7 @@ class Engine:
                 preempt_after=preempt_after, extra=dict(extra or {}),
             )
             self.machines[mid] = m
-            self._prepare_home(m, itype)
+            machine_disk.prepare_home(self.machine_home(m), m, self.facades[m.facade], itype)
             self._spawn(m, self._boot(m))
             made.append(m)
         self.save()
@@ -466,30 +465,6 @@ class Engine:
     def machine_home(self, m: Machine) -> Path:
         return self.root / "machines" / m.id / "home"
 
-    def _prepare_home(self, m: Machine, itype: catalog.InstanceType) -> None:
-        """The machine's disk as its image ships it: a prompt, the cloud's tools, nvidia-smi on GPUs."""
-        home = self.machine_home(m)
-        (home / "bin").mkdir(parents=True, exist_ok=True)
-        # A prompt that names the machine (the server's own user and hostname would mislead).
-        label = re.sub(r"[^A-Za-z0-9._-]", "", m.name or "") or m.id[:12]
-        (home / ".bashrc").write_text(f"PS1='{m.ssh_user}@{label}:\\w\\$ '\n")
-        (home / ".bash_profile").write_text("[ -f ~/.bashrc ] && . ~/.bashrc\n")
-        tools = dict(self.facades[m.facade].preinstalled)
-        tools["who"] = who.SCRIPT  # SIMULATED: the machine has no utmp (fakeclouds/who.py)
-        if itype.gpu is not None:
-            tools["nvidia-smi"] = nvidia_smi.script_for(itype, m.id)
-            # GPU images ship the NVIDIA container toolkit (Lambda Stack, the clouds' GPU images do).
-            tools["nvidia-container-runtime"] = nvidia_smi.CONTAINER_RUNTIME
-        for tool, script in tools.items():
-            path = home / "bin" / tool
-            path.write_text(script)
-            path.chmod(0o700)  # run as the service's own user: nobody else's to read
-        if "k3s" in tools:  # k3s as gpuprov's boot script leaves it: its installer kept (fakeclouds/k3s.py)
-            kept = home / k3s.KEPT_INSTALLER
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            kept.write_text(k3s.INSTALLER)
-            k3s_pki.ensure(home / k3s.STATE / "pki")  # the image's k3s made its certificates (here: ~2 ms)
-
     def _spawn(self, m: Machine, coro: Any) -> None:
         self._cancel(m)
         task = asyncio.get_running_loop().create_task(coro)
@@ -576,12 +551,16 @@ class Engine:
             m.detail = PREEMPTED
             await self._gone(m)
 
-    def _run_user_data(self, m: Machine) -> None:
-        home = self.machine_home(m)
+    def machine_env(self, m: Machine) -> dict[str, str]:
+        """The environment m's commands run with (its logins', boot scripts', units')."""
         server = self._ssh.get(m.id)
-        run_user_data(home, m.user_data, server._env() if server else {"HOME": str(home)})
+        return server._env() if server else {"HOME": str(self.machine_home(m))}
+
+    def _run_user_data(self, m: Machine) -> None:
+        run_user_data(self.machine_home(m), m.user_data, self.machine_env(m))
 
     async def _die(self, m: Machine, why: str) -> None:
+        fake_systemd.stop_all(self, m)
         await self._stop_ssh(m)
         m.status, m.detail = ERROR, why
         self.save()
@@ -592,6 +571,7 @@ class Engine:
         await self._gone(m)
 
     async def _gone(self, m: Machine) -> None:
+        fake_systemd.stop_all(self, m)  # first: a service killed by the power-off is not restarted
         await self._stop_ssh(m)
         power_off(self.machine_home(m))
         m.status, m.ended_at = TERMINATED, m.ended_at or time.time()  # a stopped one's bill ended

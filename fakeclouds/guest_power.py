@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from fakeclouds import fake_systemd
 from fakeclouds.machine_processes import power_off
 
 if TYPE_CHECKING:
@@ -75,10 +76,8 @@ case "$name" in
     for a in "$@"; do
       case "$a" in -*) ;; poweroff|halt|reboot) verb=$a; break ;; *) break ;; esac
     done
-    if [ -z "$verb" ]; then
-      echo "simulated machine: systemctl $* is not available here (only poweroff, halt, reboot)" >&2
-      exit 126
-    fi ;;
+    # Anything else: the units this machine's user data installed (fakeclouds/fake_systemd.py)
+    [ -n "$verb" ] || exec "$shims/.systemctl-units" "$@" ;;
   *)  # a cloud's CLI: the machine-scoped API call that ends this machine (runpodctl remove pod ID)
     case "$1" in
       remove|destroy|delete|terminate) verb="api-end:$name" ;;
@@ -108,13 +107,14 @@ def shim_dir() -> Path:
     d = Path(tempfile.mkdtemp(prefix="fakeclouds-power-"))
     for name in POWER:
         _write_shim(d / name)
+    _write_shim(d / fake_systemd.UNITS_SHIM, fake_systemd.UNITS_SCRIPT)
     d.chmod(0o755)
     return d
 
 
-def _write_shim(path: Path) -> None:
+def _write_shim(path: Path, script: str = SHIM) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(SHIM)
+    tmp.write_text(script)
     tmp.chmod(0o755)
     tmp.replace(path)  # whole or absent: a shell never runs half a shim
 
@@ -167,8 +167,14 @@ async def _watch(engine: Engine) -> None:
                 m = engine.machines.get(entry.name)
                 if m is None or m.status != RUNNING or not verbs:
                     continue
+                start = fake_systemd.START
+                units = [v.removeprefix(start) for v in verbs if v.startswith(start)]
+                power = [v for v in verbs if not v.startswith(start)]
                 try:
-                    await apply(engine, m, verbs[-1])
+                    for unit in units:
+                        fake_systemd.start(engine, m, unit, engine.machine_env(m))
+                    if power:
+                        await apply(engine, m, power[-1])
                 except Exception:  # one machine's request must not stop the watch for all
                     log.exception("guest power request of %s failed", m.id)
 
@@ -182,8 +188,10 @@ async def apply(engine: Engine, m: Machine, verb: str) -> None:
     if what is None:
         return
     home = engine.machine_home(m)
+    fake_systemd.stop_all(engine, m)  # before the power-off: a killed service is not restarted
     if what == "restart":  # everything it ran is gone; it comes back on the same address
         power_off(home)
+        fake_systemd.boot(engine, m, engine.machine_env(m))  # its enabled units start again
         return
     engine._cancel(m)
     if what == "terminate":

@@ -1,6 +1,7 @@
-"""The processes of a simulated machine, beside its SSH server: its user data's `#!` scripts, run
-once at boot and detached (output in `$HOME/cloud-init-output.log`), and power-off, which kills
-everything still running in its home. The engine (`engine.py`) calls these as machines boot and go.
+"""The processes of a simulated machine, beside its SSH server: its user data's files (under its
+`root`), `#!` scripts and runcmd, run once at boot and detached (output in
+`$HOME/cloud-init-output.log`), and power-off, which kills everything still running in its home.
+The engine (`engine.py`) calls these as machines boot and go.
 """
 
 from __future__ import annotations
@@ -17,14 +18,37 @@ from fakeclouds import cloudinit
 log = logging.getLogger(__name__)
 
 
+def root_of(home: Path) -> Path:
+    """Where the machine's files outside its home live (cloud-init's write_files): `/etc/x` is
+    `<root>/etc/x`. Never the host's own."""
+    return home.parent / "root"
+
+
 def run_user_data(home: Path, user_data: str | None, env: dict[str, str]) -> None:
-    # Like cloud-init, run the user data's "#!" scripts once at boot (keys were added at create).
-    for i, text in enumerate(cloudinit.parse(user_data).scripts):
+    # Like cloud-init at first boot: write_files, then the "#!" scripts and runcmd, once (keys were
+    # added at create).
+    parsed = cloudinit.parse(user_data)
+    for f in parsed.files:
+        _write(root_of(home), f)
+    scripts = list(parsed.scripts)
+    if parsed.runcmd:  # cloud-init writes runcmd as one shell script, run with the others
+        scripts.append("#!/bin/sh\n" + "\n".join(parsed.runcmd) + "\n")
+    for i, text in enumerate(scripts):
         script = home / f".user-data-{i}"
         script.write_text(text)
         script.chmod(0o700)  # run as the service's own user: nobody else's to read
         log_file = (home / "cloud-init-output.log").open("ab")
         asyncio.get_running_loop().create_task(_run_detached([str(script)], home, env, log_file))
+
+
+def _write(root: Path, f: cloudinit.WriteFile) -> None:
+    path = (root / f.path.lstrip("/")).resolve()
+    if not path.is_relative_to(root.resolve()):  # "/../../x" stays on the machine, as on a real one
+        log.warning("write_files %s leaves the machine's root: not written", f.path)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(f.content)
+    path.chmod(f.mode & 0o7777)
 
 
 async def _run_detached(argv: list[str], cwd: Path, env: dict[str, str], log_file: Any) -> None:

@@ -37,6 +37,7 @@ from providers import aws_spot, cloudinit
 from providers.aws_prices import ON_DEMAND, on_demand_price
 from providers.base import (
     K8S_API_PORT,
+    BootLease,
     Capabilities,
     CapacityError,
     FailureScope,
@@ -134,14 +135,15 @@ def _service_models() -> Any:
     return botocore.loaders.create_loader()
 
 
-def user_data(public_keys: list[str], extra: str | None, *, k3s: bool = False) -> str:
+def user_data(public_keys: list[str], extra: str | None, *, k3s: bool = False,
+              lease: BootLease | None = None) -> str:
     """cloud-init user data: every key authorized for the image's login user, k3s at boot when
-    asked, then the caller's own user data (a MIME multipart when there is more than the keys), as
-    cloud-init on Ubuntu AMIs reads it."""
+    asked, then the caller's own user data, then the lease's timer (a MIME multipart when there is
+    more than the keys), as cloud-init on Ubuntu AMIs reads it."""
     # Dumped, never formatted: each key stays one YAML string whatever it holds.
     keys = "#cloud-config\n" + yaml.safe_dump({"ssh_authorized_keys": [k.strip() for k in public_keys]},
                                               default_flow_style=False, width=1 << 20)
-    return cloudinit.combine(keys, cloudinit.K3S_AT_BOOT if k3s else None, extra) or keys
+    return cloudinit.combine(keys, *cloudinit.boot_parts(extra, k3s=k3s, lease=lease)) or keys
 
 
 def _opened(rules: list[dict[str, Any]]) -> set[tuple[int, str]]:
@@ -216,6 +218,7 @@ class AwsProvider(SdkCloudProvider):
             source=("https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/"
                     "Using_ChangingInstanceInitiatedShutdownBehavior.html"),
             command="sudo shutdown -h now",
+            boot_timer=True,  # Ubuntu AMIs run cloud-init
         ),
     )
 
@@ -405,7 +408,7 @@ class AwsProvider(SdkCloudProvider):
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         if spec.image and not _AMI_ID.match(spec.image):
             raise InvalidRequest(f"{self.id}: --image must be an AMI id (ami-...) of region {offer.region}")
-        data = user_data(spec.ssh_public_keys, spec.user_data, k3s=spec.k3s)
+        data = user_data(spec.ssh_public_keys, spec.user_data, k3s=spec.k3s, lease=spec.lease)
         if len(data.encode()) > USER_DATA_MAX:
             raise InvalidRequest(f"{self.id}: user data and SSH keys exceed EC2's 16 KB of user data")
         region = offer.region

@@ -195,6 +195,14 @@ class Ownership(BaseModel):
     allocation_id: str
 
 
+class BootLease(BaseModel):
+    """The lease timer a machine gets at boot (activities/lease.py renders it): `script` runs as the
+    login `user` under systemd, from the machine's first boot, and at every boot after."""
+
+    user: str = Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")  # a POSIX login name: it goes in a unit
+    script: str
+
+
 class LaunchSpec(BaseModel):
     """What to put on the machine. `key` is the idempotency key: cloud name, tag and token."""
 
@@ -216,6 +224,9 @@ class LaunchSpec(BaseModel):
     # then. Only for clouds whose capabilities say they enforce one (`max_lifetime_h`); None: as
     # long as the cloud lets it (Modal: its 24 h cap).
     lifetime_s: int | None = Field(default=None, gt=0)
+    # The lease's timer, installed at boot (clouds whose SelfEnd.boot_timer is set put it in their
+    # cloud-init user data: providers/cloudinit.py `lease_at_boot`); None: no lease, or not at boot.
+    lease: BootLease | None = None
 
     @field_validator("key")
     @classmethod
@@ -305,6 +316,11 @@ class SelfEnd(BaseModel):
     source: str | None = None  # the vendor documentation that says so
     # What the machine's lease timer runs when the lease is over ("" for none/n/a).
     command: str = ""
+    # The timer is installed at boot, from the user data, as a systemd service (cloud-init runs it
+    # there): it runs from boot, before gpuprov first logs in, and comes back after a reboot. Else
+    # the timer is a detached process started over SSH at ready (it dies with a reboot; the next
+    # renewal starts it again).
+    boot_timer: bool = False
 
 
 class Capabilities(BaseModel):

@@ -190,6 +190,7 @@ class GcpProvider(ComputeClient):
                  "not a guest shutdown)"),
             source="https://cloud.google.com/compute/docs/instances/stop-start-instance",
             command="sudo shutdown -h now",
+            boot_timer=True,  # Ubuntu images run cloud-init on the `user-data` metadata
         ),
     )
 
@@ -388,7 +389,7 @@ class GcpProvider(ComputeClient):
         # Keys in metadata are ignored where OS Login is on; the instance turns it off for itself
         # (an organisation policy that enforces OS Login still wins: then SSH with these keys fails).
         metadata.append(compute.Items(key="enable-oslogin", value="FALSE"))
-        boot = cloudinit.boot_user_data(spec.user_data, k3s=spec.k3s)
+        boot = cloudinit.boot_user_data(spec.user_data, k3s=spec.k3s, lease=spec.lease)
         if boot:
             metadata.append(compute.Items(key="user-data", value=boot))  # cloud-init reads it
         scheduling = compute.Scheduling(

@@ -22,7 +22,8 @@ SELF_END = {"shutdown": "✓ guest shutdown", "api": "✓ machine-scoped API", "
 def self_end(caps: Capabilities) -> str:
     """How a machine whose lease ran out ends its own bill there, linked to the vendor's words."""
     text = SELF_END[caps.self_end.method]
-    return f"[{text}]({caps.self_end.source})" if caps.self_end.source else text
+    linked = f"[{text}]({caps.self_end.source})" if caps.self_end.source else text
+    return f"{linked}, timer at boot (systemd)" if caps.self_end.boot_timer else linked
 
 
 def _yes(flag: bool) -> str:
