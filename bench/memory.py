@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from typing import Any
 
@@ -17,6 +19,7 @@ from temporalio.service import RPCError
 
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import cpu_snapshot, cpu_used, rss_kb
+from bench.worker_proc import HEAP_ENV
 from messages import workflows as wf
 from messages.allocation import AllocationInput, Timing
 from messages.ids import allocation_workflow_id
@@ -43,6 +46,9 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: flo
         # not per allocation.
         await b.allocate("rss-warmup", TIMING, task_queue=queue, **PLACEMENT)
         rss0 = rss_kb(pid)
+        heap = os.environ.get(HEAP_ENV)
+        if heap:
+            os.kill(pid, signal.SIGUSR1)
         # The boot delay is read at create: only machines created from now on stay booting.
         b.cloud.admin.configure(boot_delay=NEVER_BOOTS_S)
         try:
@@ -65,6 +71,9 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: flo
         cpu0 = cpu_snapshot(pids)
         await asyncio.sleep(window_s)  # steady state: every allocation polls and heartbeats
         idle, rss1 = cpu_used(cpu0, pids), rss_kb(pid)
+        if heap:
+            os.kill(pid, signal.SIGUSR1)
+            await asyncio.sleep(5)  # the snapshot is written before the allocations are cancelled
         cancelled = await cancel_all(handles)
     return {"open": m, "rss_before_kb": rss0, "rss_open_kb": rss1, "rss_per_open_kb": (rss1 - rss0) / m,
             "idle_ms_per_s": {k: 1000 * v / window_s / m for k, v in idle.items()}, "cancelled": cancelled}

@@ -30,6 +30,10 @@ from store.secrets import SecretBox
 from workflows.converter import connect_client
 
 KEY_ENV = "GPUPROV_BENCH_FERNET_KEY"
+# Where the worker's memory goes: with this set to a directory, the worker traces Python allocations
+# and writes a tracemalloc snapshot there on each SIGUSR1 (bench.memory sends one before and one
+# after opening its allocations; `python -m bench.heap DIR` compares them).
+HEAP_ENV = "GPUPROV_BENCH_HEAP_DIR"
 LIMITS: dict[str, Any] = {"max_concurrent_activities": 400, "max_concurrent_workflow_tasks": 400}
 
 
@@ -52,9 +56,24 @@ async def main(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    if os.environ.get(HEAP_ENV):
+        _trace_heap(os.environ[HEAP_ENV])
     async with w:
         print("ready", flush=True)
         await stop.wait()
+
+
+def _trace_heap(directory: str) -> None:
+    import tracemalloc
+
+    tracemalloc.start(8)
+    taken = [0]
+
+    def snapshot() -> None:
+        taken[0] += 1
+        tracemalloc.take_snapshot().dump(os.path.join(directory, f"heap-{taken[0]}.snap"))
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, snapshot)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 from fakeclouds import azure_catalog as cat
-from fakeclouds import preemption
+from fakeclouds import guest_power, preemption
 from fakeclouds.azure_arm_state import (
     MAX_CUSTOM_DATA,
     NAME,
@@ -408,6 +408,11 @@ class Compute(ArmState):
             return "Succeeded", [
                 status("ProvisioningState/succeeded", "Provisioning succeeded"),
                 status("PowerState/running", "VM running"),
+            ]
+        if m.status == ERROR and m.detail == guest_power.STOPPED:  # shut down from inside: Stopped
+            return "Succeeded", [  # ...still allocated, still billed (guest_power.py, Azure's stop_billing)
+                status("ProvisioningState/succeeded", "Provisioning succeeded"),
+                status("PowerState/stopped", "VM stopped"),
             ]
         if m.status == ERROR:
             return "Failed", [
