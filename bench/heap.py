@@ -28,7 +28,8 @@ def main() -> None:
     total = sum(s.size_diff for s in stats)
     print(f"python heap growth: {total / 1024:.0f} KB, {total / 1024 / args.per:.1f} KB per open allocation")
     for s in stats[: args.top]:
-        where = s.traceback.format()[-1].strip() if args.by != "traceback" else "\n    ".join(s.traceback.format())
+        lines = s.traceback.format()
+        where = "\n    ".join(lines) if args.by == "traceback" else lines[-1].strip()
         print(f"{s.size_diff / 1024 / args.per:8.1f} KB {s.count_diff / args.per:7.1f} objs  {where}")
 
 
