@@ -59,6 +59,7 @@ from messages.ids import (
 )
 from messages.sweep import SweepInput
 from providers import pacing, registry
+from workflows import shared_code
 from workflows.acceptance import AcceptanceWorkflow
 from workflows.allocation import AllocationWorkflow, launch_task_queue
 from workflows.connect import ConnectWorkflow
@@ -113,6 +114,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
+    shared_code.install()  # every run's fresh import of a workflow module shares its code objects
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
 
