@@ -66,7 +66,9 @@ async def main(args: argparse.Namespace) -> None:
 def _trace_heap(directory: str) -> None:
     import tracemalloc
 
-    tracemalloc.start(1)  # one frame: deeper tracing slows the worker past its task timeouts
+    # One frame by default: deeper tracing slows the worker past its workflow task timeouts at 200
+    # open allocations (GPUPROV_BENCH_HEAP_FRAMES=6 with `--open 50` shows whole tracebacks).
+    tracemalloc.start(int(os.environ.get("GPUPROV_BENCH_HEAP_FRAMES", "1")))
     taken = [0]
 
     def snapshot() -> None:
