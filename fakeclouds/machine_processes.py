@@ -48,7 +48,7 @@ def _write(root: Path, f: cloudinit.WriteFile) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(f.content)
-    path.chmod(f.mode & 0o7777)
+    path.chmod(f.mode & 0o777)  # never setuid/setgid on the host (the simulation may run as root)
 
 
 async def _run_detached(argv: list[str], cwd: Path, env: dict[str, str], log_file: Any) -> None:
