@@ -50,10 +50,17 @@ for a in "$@"; do
     *) if [ -z "$cmd" ]; then cmd=$a; else units="$units $a"; fi ;;
   esac
 done
-[ "$cmd" = daemon-reload ] && exit 0
+case "$cmd" in
+  daemon-reload) exit 0 ;;
+  enable|start|restart|is-enabled|is-active) [ -n "$units" ] || { echo "Too few arguments." >&2; exit 1; } ;;
+  *) echo "simulated machine: systemctl $* is not available here (only poweroff, halt, reboot and" \
+          "the units its user data installed)" >&2
+     exit 126 ;;
+esac
 status=0
 for u in $units; do
   case "$u" in *.*) ;; *) u="$u.service" ;; esac
+  case "$u" in */*|.*) echo "Invalid unit name \"$u\"" >&2; exit 1 ;; esac
   if [ ! -f "$dir/$u" ]; then  # not this machine's: the host's own units stay out of reach
     echo "simulated machine: systemctl $cmd $u is not available here (only units its user data installed)" >&2
     exit 126
@@ -68,7 +75,6 @@ for u in $units; do
       if [ -e "$dir/multi-user.target.wants/$u" ]; then echo enabled; else echo disabled; status=1; fi ;;
     is-active)
       if [ -e "$machine/units-active/$u" ]; then echo active; else echo inactive; status=3; fi ;;
-    *) echo "simulated machine: systemctl $cmd is not simulated" >&2; exit 126 ;;
   esac
 done
 exit $status
@@ -117,6 +123,9 @@ def _key(m: Machine, name: str) -> str:
 
 def start(engine: Engine, m: Machine, name: str, env: dict[str, str]) -> None:
     """Run unit `name` of m (once: a running one stays as it is), restarting it as its unit says."""
+    if "/" in name or name.startswith("."):  # a unit's name, never a path (the request file is the guest's)
+        log.warning("machine %s: %r is not a unit name", m.id, name)
+        return
     key = _key(m, name)
     task = engine._tasks.get(key)
     if task is not None and not task.done():

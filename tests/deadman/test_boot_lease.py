@@ -178,6 +178,8 @@ async def test_after_a_reboot_systemd_starts_the_timer_again(aws: AwsProvider, s
                                 known_hosts=None, agent_path=None) as conn:
         enabled = await conn.run(f"systemctl is-enabled {LEASE_UNIT}; systemctl is-active {LEASE_UNIT}")
         assert str(enabled.stdout).split() == ["enabled", "active"]
+        other = await conn.run("systemctl status")  # only the units it installed are simulated
+        assert other.exit_status == 126 and "not available here" in str(other.stderr)
         # The watch's renewal finds the service's timer running and starts no detached second one.
         renew = lease.renew_command(600.0, registry.capabilities("aws").self_end)
         renewed = await conn.run(renew + "true")
