@@ -91,15 +91,22 @@ def boot_script(hours: float, self_end: SelfEnd, *, hour: float | None = None,
             f"{timer_script(self_end, poll_s() if poll is None else poll)}\n")
 
 
+def _self_end_of(cloud: str, hours: float | None) -> SelfEnd | None:
+    """How a machine on `cloud` with a lease of `hours` ends itself; None: it carries no lease (off,
+    a fleet host, a cloud where nothing on the machine ends its bill)."""
+    if not hours or registry.is_fleet(cloud):
+        return None
+    self_end = registry.capabilities(cloud).self_end
+    return self_end if self_end.method in ("shutdown", "api") else None
+
+
 def at_boot(cloud: str, hours: float | None) -> BootLease | None:
     """The timer a create puts in the machine's user data: for a leased allocation on a cloud whose
     machines run cloud-init (SelfEnd.boot_timer); None elsewhere (the renewal at ready starts it)."""
-    if not hours or registry.is_fleet(cloud):
+    self_end = _self_end_of(cloud, hours)
+    if self_end is None or not self_end.boot_timer or hours is None:
         return None
-    caps = registry.capabilities(cloud)
-    if caps.self_end.method not in ("shutdown", "api") or not caps.self_end.boot_timer:
-        return None
-    return BootLease(user=caps.login_user, script=boot_script(hours, caps.self_end))
+    return BootLease(user=registry.capabilities(cloud).login_user, script=boot_script(hours, self_end))
 
 
 def renew_command(hours: float, self_end: SelfEnd, *, hour: float | None = None,
@@ -133,9 +140,7 @@ def command_at_ready(row: Instance | None) -> str:
     PROBE_GPUS, in the login it already holds): the lease runs from ready, not from the watch's
     first round after it. Nothing for a fleet host, a lease turned off, or a cloud where nothing on
     the machine can end its bill."""
-    if row is None or not row.lease_hours or registry.is_fleet(row.provider):
-        return ""
-    self_end = registry.capabilities(row.provider).self_end
-    if self_end.method not in ("shutdown", "api"):
+    self_end = _self_end_of(row.provider, row.lease_hours) if row is not None else None
+    if self_end is None or row is None or row.lease_hours is None:
         return ""
     return renew_command(row.lease_hours, self_end)

@@ -8,7 +8,6 @@ and a reboot starts the timer again. The host's own /etc and systemd are untouch
 from __future__ import annotations
 
 import email
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from store.models import Instance
 from store.secrets import SecretBox
 from tests import migrated, simclouds
 from tests.aws.conftest import USER_KEY, aws, aws_sim, ec2, offer, sim, spec  # noqa: F401 (fixtures)
+from tests.devrun import alive
 from tests.eventually import eventually
 
 LEASE_H = 3.0  # 3 s with GPUPROV_LEASE_HOUR_S=1
@@ -52,14 +52,6 @@ def scaled(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     assert not any(p.exists() for p in HOST_FILES)  # what "untouched" is checked against
     yield
     assert not any(p.exists() for p in HOST_FILES)  # the host's own /etc never got the unit
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _timer_pid(engine: Engine, m: Machine) -> int | None:
@@ -186,7 +178,7 @@ async def test_after_a_reboot_systemd_starts_the_timer_again(aws: AwsProvider, s
         assert renewed.exit_status == 0 and lease.NOT_RENEWED not in str(renewed.stderr)
         assert _timer_pid(sim.engine, m) == first and _timers(sim.engine, m) == [first]
         await conn.run("sudo reboot")
-    await eventually(lambda: not _alive(first), within=30, what="the reboot to end the first timer")
+    await eventually(lambda: not alive(first), within=30, what="the reboot to end the first timer")
     again = await eventually(lambda: _timer_pid(sim.engine, m), within=30, what="systemd's timer again")
     assert again != first and _timers(sim.engine, m) == [again]
     async with asyncssh.connect(m.address, m.ssh_port, username="ubuntu", client_keys=[USER_KEY],
@@ -195,4 +187,4 @@ async def test_after_a_reboot_systemd_starts_the_timer_again(aws: AwsProvider, s
     assert _timers(sim.engine, m) == [again]  # still the service's timer, no detached one
     await eventually(lambda: _state(ec2, ref), until=lambda s: s == "terminated", within=30,
                      what="the machine ending itself, by the timer systemd started after the reboot")
-    assert not _alive(again)
+    assert not alive(again)

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -62,9 +63,13 @@ def fake_login(monkeypatch: pytest.MonkeyPatch, ssh_key: asyncssh.SSHKey) -> Non
     monkeypatch.setattr(idle.machine_ssh, "connect", fake_connect)
 
 
+def lease_deadline(home: Path) -> int:
+    """A machine's lease: when it runs out, in epoch seconds of its (here: this host's) clock."""
+    return int((home / ".gpuprov" / "lease").read_text())
+
+
 def _deadline(engine: Engine, m: Machine) -> int:
-    """The machine's lease: when it runs out, in epoch seconds of its (here: this host's) clock."""
-    return int((engine.machine_home(m) / ".gpuprov" / "lease").read_text())
+    return lease_deadline(engine.machine_home(m))
 
 
 async def _watch_round(cloud: str, m: Machine, row: Instance) -> None:

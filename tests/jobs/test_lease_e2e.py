@@ -9,7 +9,6 @@ The host is untouched: the machine's `shutdown` is the simulation's (tests/deadm
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from activities.watch import start_watch
 from messages import workflows as wf
 from messages.ids import watch_workflow_id
 from tests import simclouds
+from tests.deadman.test_lease import lease_deadline
 from tests.eventually import eventually
 from tests.jobs.conftest import CLOUD, Stack
 from workflows import client_calls
@@ -70,7 +70,7 @@ async def test_a_leased_machine_ends_itself_only_once_the_worker_is_gone(
     m_local, m_lam = await _machine(stack, leased), await _machine(stack, unleased)
     home = stack.home_of(m_local)
     # Written at ready, by the allocation's last SSH step (no watch has run yet); none on Lambda.
-    at_ready = _deadline(home)
+    at_ready = lease_deadline(home)
     assert not (stack.home_of(m_lam) / ".gpuprov" / "lease").exists()
     lam = next(c for c in (await stack.http.get("/api/compute/providers")).json()["items"]
                if c["provider"] == CLOUD)["id"]
@@ -78,10 +78,11 @@ async def test_a_leased_machine_ends_itself_only_once_the_worker_is_gone(
         await start_watch(stack.client, stack.queue, conn, WATCH_S)
 
     # The worker running: each round renews, pushing the deadline on; nothing ends.
-    await eventually(lambda: _deadline(home) > at_ready, within=60, what="a watch round renewing the lease")
+    await eventually(lambda: lease_deadline(home) > at_ready, within=60,
+                     what="a watch round renewing the lease")
     monkeypatch.setenv(lease.HOUR_S_ENV, str(HOUR_S))
     short_s = LEASE_H * HOUR_S
-    await eventually(lambda: _deadline(home) <= time.time() + short_s + 1, within=60,
+    await eventually(lambda: lease_deadline(home) <= time.time() + short_s + 1, within=60,
                      what="a watch round renewing the lease with the short hour")
     alive = {m["id"]: m["status"] for m in await stack.sim.admin.aio.machines()}
     assert alive[m_local["id"]] != "terminated" and alive[m_lam["id"]] != "terminated", alive
@@ -109,11 +110,6 @@ async def test_a_leased_machine_ends_itself_only_once_the_worker_is_gone(
             await client_calls.signal(stack.client, watch_workflow_id(conn), wf.WATCH.stop)
         for inst in (leased, unleased):
             await stack.http.delete(f"/api/compute/instances/{inst['id']}")
-
-
-def _deadline(home: Path) -> int:
-    """The machine's lease: when it runs out, in epoch seconds of its (here: this host's) clock."""
-    return int((home / ".gpuprov" / "lease").read_text())
 
 
 async def _billing_grew(stack: Stack, machine_id: str, before: float) -> bool | None:
