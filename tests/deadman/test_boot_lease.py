@@ -65,17 +65,19 @@ def _timer_pid(engine: Engine, m: Machine) -> int | None:
 
 
 def _timers(engine: Engine, m: Machine) -> list[int]:
-    """Every running lease timer of m (its processes carry the machine's HOME and the mark)."""
+    """Every running lease timer of m: its processes carry the machine's HOME and the mark. A
+    timer's own fork (a `$(...)` about to exec `date` or `cat`) shows its parent's command line for
+    a moment: not counted."""
     home = f"HOME={engine.machine_home(m)}".encode()
-    found = []
+    found: dict[int, int] = {}  # pid -> parent pid
     for proc in Path("/proc").iterdir():
         try:
             if (proc.name.isdigit() and lease.TIMER_MARK.encode() in (proc / "cmdline").read_bytes()
                     and home in (proc / "environ").read_bytes().split(b"\0")):
-                found.append(int(proc.name))
-        except OSError:
+                found[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-    return found
+    return sorted(pid for pid, parent in found.items() if parent not in found)
 
 
 def _state(ec2: Any, ref: InstanceRef) -> str:  # noqa: F811 — boto3's client, not the fixture
