@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     # How long the server holds a workflow's next task for this worker's cache before any worker may
     # take it: after a crash, every workflow this worker ran waits this long (Temporal's default 10 s).
     sticky_timeout_s: float = 10.0
+    # How many workflows a worker keeps in memory between their tasks (Temporal's sticky cache). One
+    # evicted (least recently used first: an allocation waiting minutes for its boot) costs nothing
+    # while it waits and replays its history at its next task: a bound on the worker's memory when
+    # many machines boot at once, paid in CPU once more workflows run at once than it holds (README).
+    workflow_cache: int = Field(1000, ge=0)
     # Comma-separated URL prefixes a connection's endpoint may point under, besides each cloud's
     # documented API hosts (providers/endpoints.py). `make run` sets it to its simulated clouds.
     allowed_endpoints: str = ""

@@ -172,6 +172,7 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
     # worker little slack before the server declares the activity dead; flush more often.
     options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=3))
     options.setdefault("default_heartbeat_throttle_interval", timedelta(seconds=3))
+    options.setdefault("max_cached_workflows", get_settings().workflow_cache)
     options.setdefault("activity_executor",
                        ThreadPoolExecutor(max_workers=options.get("max_concurrent_activities", 100)))
     # Temporal's task-queue rate limit is the server's, shared by every worker polling the queue.

@@ -1,0 +1,84 @@
+"""A worker whose workflow cache holds fewer workflows than are open (`GPUPROV_WORKFLOW_CACHE`,
+settings.workflow_cache): the workflows it evicts are made again from their history at their next
+task (a new sandboxed instance replays it) and end exactly as cached ones do."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from activities.deps import ActivityDeps
+from messages import workflows as wf
+from messages.allocation import AllocateRequest, AllocationInput, AllocationState
+from messages.enums import Phase
+from messages.ids import allocation_workflow_id
+from settings import get_settings
+from tests.fakes import FakeInMemoryProvider
+from tests.workflows.conftest import FAST, USER_KEY, settled, terminate
+from worker import build_worker
+
+OPEN = 5
+CACHE = 2
+
+
+@pytest.fixture
+def small_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("GPUPROV_WORKFLOW_CACHE", str(CACHE))
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv("GPUPROV_WORKFLOW_CACHE")
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def instances_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The workflow id of every sandboxed workflow instance the worker makes: one per workflow run
+    while the cache holds it, one more each time it comes back after an eviction."""
+    made: list[str] = []
+    original = SandboxedWorkflowRunner.create_instance
+
+    def counted(self: SandboxedWorkflowRunner, det: Any) -> Any:
+        made.append(det.info.workflow_id)
+        return original(self, det)
+
+    monkeypatch.setattr(SandboxedWorkflowRunner, "create_instance", counted)
+    return made
+
+
+async def test_allocations_evicted_from_a_small_cache_replay_and_end_ready_then_terminated(
+        temporal_client: Client, activity_deps: ActivityDeps, fake_registered: None, fake_connection: str,
+        small_cache: None, instances_made: list[str]) -> None:
+    cloud = FakeInMemoryProvider.cloud
+    await cloud.reset()
+    cloud.boot_delay = 1.0  # every allocation waits on its boot while the others run their tasks
+    queue = f"wf-cache-{uuid.uuid4().hex[:8]}"
+    worker = build_worker(temporal_client, activity_deps, task_queue=queue)
+    assert worker.config()["max_cached_workflows"] == CACHE
+    try:
+        async with worker:
+            handles = [await temporal_client.start_workflow(
+                wf.ALLOCATION.name, AllocationInput(request=AllocateRequest(
+                    allocation_id=(aid := f"wc-{uuid.uuid4().hex[:8]}"), connection_id=fake_connection,
+                    cloud="fake", ssh_public_keys=[USER_KEY], k3s=False, timing=FAST)),
+                id=allocation_workflow_id(aid), task_queue=queue, result_type=AllocationState)
+                for _ in range(OPEN)]
+            states = await asyncio.gather(*(settled(h) for h in handles))
+            assert [s.phase for s in states] == [Phase.READY] * OPEN, states
+            assert len({s.ref.instance_id for s in states if s.ref}) == OPEN  # one machine each
+
+            # OPEN workflows open at once through a cache of CACHE: at least OPEN - CACHE of them
+            # were evicted while they waited and made again (replayed) at their next task.
+            again = [h.id for h in handles if instances_made.count(h.id) > 1]
+            assert len(again) >= OPEN - CACHE, instances_made
+
+            ended = await asyncio.gather(*(terminate(temporal_client, s.allocation_id) for s in states))
+            assert [s.phase for s in ended] == [Phase.TERMINATED] * OPEN
+            assert cloud.live() == []
+    finally:
+        await cloud.reset()
