@@ -200,15 +200,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         tiers.share_units(items, workerinput["workerid"])
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """What collection loaded (every module, the SDKs, the tests) lives until the process ends: out
-    of the cyclic collector's scans from here on; and the full collections, which scan everything
-    still tracked, come after 100 middle-generation collections, not 10. Measured with gc.callbacks
-    on conformance + schemathesis + allocate + queue in one process: full collections 22 -> 14,
-    10.4 -> 5.5 CPU-s of ~115 (about 4% of a test process's CPU)."""
-    gc.collect()
-    gc.freeze()
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, 100)
