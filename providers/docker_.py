@@ -271,8 +271,24 @@ class DockerProvider(CloudProvider):
         return c
 
     async def _started(self, c: Any) -> InstanceRef:
-        if c.status == "created":  # made, but the start was never sent or its answer was lost
-            await self._run(c.start)
+        import docker.errors
+
+        if c.status != "created":
+            return self._ref(c)
+        # Made, but the start was never sent or its answer was lost (a worker killed mid-create).
+        try:
+            await asyncio.to_thread(c.start)
+        except docker.errors.APIError as exc:
+            if "address already in use" not in str(exc.explanation or exc):
+                raise self._error(exc) from None
+            # The engine chose the published SSH port at create (podman does), and by this start
+            # something else holds it: every later start would fail the same way. The container
+            # never ran: remove it, and the create's retry makes another on a port free now.
+            await self._run(lambda: c.remove(force=True))
+            raise Transient("docker: the port the engine chose for the container was taken before "
+                            "its start; the container was removed and is made again") from None
+        except Exception as exc:  # noqa: BLE001 — every SDK failure is mapped
+            raise self._error(exc) from None
         return self._ref(c)
 
     async def _racing_twin(self, key: str) -> Any:

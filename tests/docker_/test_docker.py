@@ -9,6 +9,7 @@ adapter change that calls the engine differently fails here."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -203,6 +204,42 @@ async def test_racing_creates_under_one_key_make_one_container(docker_engine_url
             assert [r.instance_id for r in await p.find_all(s.key)] == [refs[0].instance_id]
         finally:
             await p.terminate(refs[0])
+        assert await p.find_all(s.key) == []
+
+
+async def test_a_created_container_whose_port_was_taken_before_its_start_is_made_again(
+        docker_engine_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed mid-create leaves the container created, never started, its SSH port chosen by
+    the engine at create (podman chooses then). Something else takes that port before the retry
+    starts it (a fresh-clone run saw an ephemeral local port do so): that start can never succeed.
+    The retry removes the container and says so (Transient); the next one makes one that runs."""
+    p = provider(docker_engine_url)
+    client = engine_client(docker_engine_url)
+    async with p:
+        [offer] = await p.offers(OfferQuery())
+        s = spec(p)
+
+        async def killed_before_the_start(c: Any) -> Any:
+            return p._ref(c)
+
+        monkeypatch.setattr(p, "_started", killed_before_the_start)
+        await p.create(offer, s)
+        monkeypatch.undo()
+        [made] = client.containers.list(all=True, filters={"label": f"{LABEL_KEY}={s.key}"})
+        assert made.status == "created"
+        port = int(made.attrs["HostConfig"]["PortBindings"]["22/tcp"][0]["HostPort"])
+        with socket.socket() as holder:
+            holder.bind((HOST, port))
+            holder.listen()
+            with pytest.raises(Transient, match="taken before its start"):
+                await p.create(offer, s)
+            assert client.containers.list(all=True, filters={"label": f"{LABEL_KEY}={s.key}"}) == []
+            ref = await p.create(offer, s)
+            try:
+                st = await wait_running(p, ref)
+                assert st.ssh_port not in (None, port), st
+            finally:
+                await p.terminate(ref)
         assert await p.find_all(s.key) == []
 
 
