@@ -91,10 +91,10 @@ def boot_script(hours: float, self_end: SelfEnd, *, hour: float | None = None,
             f"{timer_script(self_end, poll_s() if poll is None else poll)}\n")
 
 
-def _self_end_of(cloud: str, hours: float | None) -> SelfEnd | None:
-    """How a machine on `cloud` with a lease of `hours` ends itself; None: it carries no lease (off,
-    a fleet host, a cloud where nothing on the machine ends its bill)."""
-    if not hours or registry.is_fleet(cloud):
+def _self_end_of(cloud: str) -> SelfEnd | None:
+    """How a leased machine on `cloud` ends itself; None: it carries no lease (a fleet host, a cloud
+    where nothing on the machine ends its bill)."""
+    if registry.is_fleet(cloud):
         return None
     self_end = registry.capabilities(cloud).self_end
     return self_end if self_end.method in ("shutdown", "api") else None
@@ -103,8 +103,10 @@ def _self_end_of(cloud: str, hours: float | None) -> SelfEnd | None:
 def at_boot(cloud: str, hours: float | None) -> BootLease | None:
     """The timer a create puts in the machine's user data: for a leased allocation on a cloud whose
     machines run cloud-init (SelfEnd.boot_timer); None elsewhere (the renewal at ready starts it)."""
-    self_end = _self_end_of(cloud, hours)
-    if self_end is None or not self_end.boot_timer or hours is None:
+    if not hours:
+        return None
+    self_end = _self_end_of(cloud)
+    if self_end is None or not self_end.boot_timer:
         return None
     return BootLease(user=registry.capabilities(cloud).login_user, script=boot_script(hours, self_end))
 
@@ -140,7 +142,7 @@ def command_at_ready(row: Instance | None) -> str:
     PROBE_GPUS, in the login it already holds): the lease runs from ready, not from the watch's
     first round after it. Nothing for a fleet host, a lease turned off, or a cloud where nothing on
     the machine can end its bill."""
-    self_end = _self_end_of(row.provider, row.lease_hours) if row is not None else None
-    if self_end is None or row is None or row.lease_hours is None:
+    if row is None or not row.lease_hours:
         return ""
-    return renew_command(row.lease_hours, self_end)
+    self_end = _self_end_of(row.provider)
+    return renew_command(row.lease_hours, self_end) if self_end is not None else ""
