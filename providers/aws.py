@@ -34,6 +34,7 @@ import yaml
 from pydantic import SecretStr
 
 from providers import aws_spot, cloudinit
+from providers.all_of import all_of
 from providers.aws_prices import ON_DEMAND, on_demand_price
 from providers.base import (
     K8S_API_PORT,
@@ -299,7 +300,7 @@ class AwsProvider(SdkCloudProvider):
         return await self._sdk(self._invoke, "ec2", region, method, tolerate, kwargs, scope=scope)
 
     async def _each_region(self, fn: Any) -> list[Any]:
-        return list(await asyncio.gather(*(fn(r) for r in REGIONS)))
+        return await all_of(*(fn(r) for r in REGIONS))
 
     def _tags_for(self, spec: LaunchSpec, name: str) -> list[dict[str, str]]:
         return [{"Key": "Name", "Value": name}, {"Key": TAG_INSTALLATION, "Value": self.installation_id},
@@ -359,14 +360,14 @@ class AwsProvider(SdkCloudProvider):
         if query.region and query.region not in ON_DEMAND:
             return []
         regions = [query.region] if query.region else REGIONS
-        found = await asyncio.gather(*(self._region_offers(r, query) for r in regions))
+        found = await all_of(*(self._region_offers(r, query) for r in regions))
         return rank_offers([o for offers in found for o in offers], query)
 
     async def _region_offers(self, region: str, query: OfferQuery) -> list[Offer]:
         names = sorted(ON_DEMAND[region])
         want_spot = query.spot is not False
         now = dt.datetime.now(dt.UTC)
-        types, offerings, history = await asyncio.gather(
+        types, offerings, history = await all_of(
             self._ec2(region, "describe_instance_types", InstanceTypes=names, _pages="InstanceTypes"),
             self._ec2(region, "describe_instance_type_offerings", LocationType="availability-zone",
                       Filters=[{"Name": "instance-type", "Values": names}], _pages="InstanceTypeOfferings"),
@@ -557,7 +558,7 @@ class AwsProvider(SdkCloudProvider):
 
     async def list_owned(self) -> list[InstanceRef]:
         async def region_owned(region: str) -> list[InstanceRef]:
-            instances, groups = await asyncio.gather(self._instances(region), self._groups(region))
+            instances, groups = await all_of(self._instances(region), self._groups(region))
             machines = [self._ref(i, region) for i in instances]
             keys = {m.key for m in machines}
             leftovers = [InstanceRef(provider=self.id, instance_id=str(g["GroupId"]), kind="security-group",

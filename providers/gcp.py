@@ -33,7 +33,6 @@ when no live instance of ours carries its machine's name.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import threading
@@ -44,6 +43,7 @@ from pydantic import SecretStr, field_validator, model_validator
 
 from providers import cloudinit, gcp_preemption
 from providers import gcp_catalog as catalog
+from providers.all_of import all_of
 from providers.base import (
     K8S_API_PORT,
     Capabilities,
@@ -258,7 +258,7 @@ class GcpProvider(ComputeClient):
             project=self.project, filter=f'name eq "({families})-.*"'
         )
         accel_req = compute.AggregatedListAcceleratorTypesRequest(project=self.project)
-        machine_pager, accel_pager = await asyncio.gather(
+        machine_pager, accel_pager = await all_of(
             self._sdk(lambda: list(self._call("MachineTypesClient", "aggregated_list", request=types_req))),
             self._sdk(
                 lambda: list(self._call("AcceleratorTypesClient", "aggregated_list", request=accel_req))

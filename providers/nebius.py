@@ -50,6 +50,7 @@ from pydantic import SecretStr, field_validator
 
 from providers import cloudinit, naming
 from providers import nebius_wire as wire
+from providers.all_of import all_of
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -258,10 +259,10 @@ class NebiusProvider(CloudProvider):
                 compute.ListPlatformsRequest(parent_id=project, page_size=PAGE),
             )
             shapes = instance_offers(self.id, region, list(page.items))
-            priced = await asyncio.gather(*(self._price(project, o) for o in shapes))
+            priced = await all_of(*(self._price(project, o) for o in shapes))
             return [o for o in priced if o is not None]
 
-        found = await asyncio.gather(*(region_offers(r, p) for r, p in sorted(wanted.items())))
+        found = await all_of(*(region_offers(r, p) for r, p in sorted(wanted.items())))
         return rank_offers([o for offers in found for o in offers], query)
 
     async def _price(self, project: str, offer: Offer) -> Offer | None:

@@ -26,7 +26,6 @@ root on the randomly mapped public port that `ssh.direct` reports. Errors are RF
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 from collections.abc import Mapping
@@ -36,6 +35,7 @@ import httpx
 from pydantic import SecretStr
 
 from providers import naming, rest
+from providers.all_of import all_of
 from providers.base import (
     Capabilities,
     CapacityError,
@@ -264,7 +264,7 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
         params: dict[str, Any] = {"include": "AVAILABILITY", "product": "POD", "count": count}
         if country:
             params["countryCodes"] = country
-        answers = await asyncio.gather(
+        answers = await all_of(
             self._get("/catalog/datacenters"),
             *(self._get("/catalog/gpus", params={**params, "cloud": cloud}) for cloud in self._clouds()))
         out: list[Offer] = []
