@@ -10,12 +10,15 @@ then finishes in-flight activities (bounded) and exits.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import logging
 import signal
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import (
@@ -113,6 +116,24 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
     ]
 
 
+ROOT = Path(__file__).resolve().parent
+
+
+@functools.cache
+def build_id(root: Path = ROOT) -> str:
+    """The build id Temporal shows beside this worker's pollers and in each workflow task it
+    completes: a digest of the source of the workflow code and the messages it replays (workflows/,
+    messages/), which is what decides whether a history replays. Temporal's default, a digest of the
+    bytecode of every loaded module (~1,400 here), cost a third of a CPU-second at every worker
+    start; the suite and `gpuprov dev` start dozens. (Worker versioning is not used: the id only
+    tells an operator which code ran.)"""
+    digest = hashlib.sha256()
+    for package in ("workflows", "messages"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"gpuprov-{digest.hexdigest()[:16]}"
+
+
 def workflow_runner() -> SandboxedWorkflowRunner:
     shared_code.install()  # every run's fresh import of a workflow module shares its code objects
     return SandboxedWorkflowRunner(
@@ -173,13 +194,14 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
     options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=3))
     options.setdefault("default_heartbeat_throttle_interval", timedelta(seconds=3))
     options.setdefault("max_cached_workflows", get_settings().workflow_cache)
+    options.setdefault("build_id", build_id())
     options.setdefault("activity_executor",
                        ThreadPoolExecutor(max_workers=options.get("max_concurrent_activities", 100)))
     # Temporal's task-queue rate limit is the server's, shared by every worker polling the queue.
     launch_workers = [
         Worker(client, task_queue=launch_task_queue(queue, cloud),
                activities=[CloudActivities(deps).create_instance], max_task_queue_activities_per_second=rate,
-               graceful_shutdown_timeout=timedelta(seconds=10),
+               graceful_shutdown_timeout=timedelta(seconds=10), build_id=options["build_id"],
                max_heartbeat_throttle_interval=options["max_heartbeat_throttle_interval"],
                default_heartbeat_throttle_interval=options["default_heartbeat_throttle_interval"])
         for cloud, rate in launch_rates().items()]

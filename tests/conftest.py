@@ -36,6 +36,12 @@ if TYPE_CHECKING:
 # Subprocesses started with this environment (workers) inherit it; a test may set its own.
 os.environ.setdefault("GPUPROV_CLOUD_TIME_SCALE", "0.001")
 
+# Hypothesis (under schemathesis) keeps what it derives once in its storage directory: the table of
+# the characters UTF-8 encodes (6 CPU-s to build), the constants of the source it reads. Its default,
+# .hypothesis/ in the checkout, made every fresh clone build them again; they are kept where the Docker
+# engine's image is. No example database is kept there: every run is derandomized (database=None).
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path.home() / ".cache" / "gpuprov" / "hypothesis"))
+
 # The Docker cloud's real engine and its fault proxy: fixtures for tests/docker_ and the crash tests.
 pytest_plugins = ("tests.docker_.fixtures",)
 
