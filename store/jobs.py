@@ -52,10 +52,20 @@ def read_log(session: Session, job_id: str, offset: int, max_bytes: int = 1 << 2
 
 def last_lines(session: Session, job_id: str, n: int = 20) -> list[str]:
     """The job's last `n` output lines (from its last few chunks)."""
-    chunks = session.exec(select(JobLogChunk.data).where(JobLogChunk.job_id == job_id)
+    return log_tail(session, job_id, n)[0]
+
+
+def log_tail(session: Session, job_id: str, n: int = 20) -> tuple[list[str], int]:
+    """The job's last `n` output lines and the offset just past them, read together: one query, so
+    a reader that shows the lines and then follows the log from the offset sees each line once
+    (read apart, a chunk written between the two reads was shown and then streamed again)."""
+    chunks = session.exec(select(JobLogChunk.offset, JobLogChunk.data).where(JobLogChunk.job_id == job_id)
                           .order_by(col(JobLogChunk.offset).desc()).limit(4)).all()
-    text = b"".join(reversed(chunks))[-16384:].decode(errors="replace")
-    return text.splitlines()[-n:]
+    if not chunks:
+        return [], 0
+    end = int(chunks[0][0]) + len(chunks[0][1])
+    text = b"".join(data for _, data in reversed(chunks))[-16384:].decode(errors="replace")
+    return text.splitlines()[-n:], end
 
 
 def output_start(job: Job, attempt: int) -> int:

@@ -293,10 +293,9 @@ def _job_detail(session: Session, project: str, job_id: str) -> WorkloadDetail |
     if job is None or job.project != project:
         return None
     [row] = _job_rows([job], store.machines_of(session, [job]), queue.positions(session, project))
-    offset = job_store.log_end(session, job_id)
+    lines, offset = job_store.log_tail(session, job_id, LOG_LINES_SHOWN)
     out = JobOut.of(job)  # its retry policy and attempts, as GET /jobs/{id} shows them
-    return WorkloadDetail(**row.model_dump(), log_offset=offset,
-                          log_lines=job_store.last_lines(session, job_id, LOG_LINES_SHOWN),
+    return WorkloadDetail(**row.model_dump(), log_offset=offset, log_lines=lines,
                           log_url=f"/api/compute/jobs/{job_id}/logs?follow=true&offset={offset}",
                           metrics=_gpu_readings(session, job_id), retry=out.retry,
                           attempt_history=out.attempt_history)

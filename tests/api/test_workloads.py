@@ -9,12 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
 
 from api.routers.workloads import _job_rows, _location
 from messages.workloads import Waiting, queue_order
 from providers.lambda_ import LambdaProvider
 from providers.ssh_fleet import SshFleetProvider
-from store.models import Instance, Job
+from store.models import Instance, Job, JobLogChunk
 from tests.api.conftest import make_project
 
 URL = "/api/compute/workloads"
@@ -138,3 +140,35 @@ def test_a_job_that_named_no_gpu_shows_its_machines_gpus() -> None:
     job.gpu, job.gpu_count = "H100", 2  # what the job asked stays its own
     assert _job_rows([job], {"a1": machine}, {})[0].gpu == "2× H100"
     assert _job_rows([job], {}, {})[0].gpu == "2× H100"
+
+
+async def test_a_jobs_detail_shows_its_last_lines_and_follows_from_just_past_them(
+        client: httpx.AsyncClient, engine: sa.Engine) -> None:
+    """The lines shown and the offset the log is followed from are read together: a chunk written
+    while the detail is read (here, right after the detail's first read of the log) is either shown
+    and followed past, or followed from, never shown and streamed again."""
+    with Session(engine) as s:
+        s.add(Job(id="j1", name="n", type="sft", command="true", requested_by="t", workflow_id="w",
+                  status="running"))
+        s.add(JobLogChunk(job_id="j1", offset=0, data=b"hello\nworld\n"))
+        s.commit()
+    written: list[bytes] = []
+
+    def late_chunk(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "job_log_chunk" in statement and not written:
+            written.append(b"late\n")
+            with Session(engine) as other:  # the job's activity, appending as it reads more output
+                other.add(JobLogChunk(job_id="j1", offset=12, data=written[0]))
+                other.commit()
+
+    sa.event.listen(engine, "after_cursor_execute", late_chunk)
+    try:
+        detail = (await client.get(f"{URL}/job:j1")).json()
+    finally:
+        sa.event.remove(engine, "after_cursor_execute", late_chunk)
+    assert written  # the chunk did land mid-read
+    shown = "".join(f"{line}\n" for line in detail["log_lines"]).encode()
+    assert detail["log_offset"] == len(shown), detail
+    assert detail["log_url"].endswith(f"&offset={len(shown)}")
+    log = (await client.get("/api/compute/jobs/j1/logs", params={"offset": detail["log_offset"]})).content
+    assert shown + log == b"hello\nworld\nlate\n"  # every byte once
