@@ -121,7 +121,7 @@ ROOT = Path(__file__).resolve().parent
 
 @functools.cache
 def build_id(root: Path = ROOT) -> str:
-    """The build id Temporal lists beside this worker's pollers: a digest of the source of the
+    """The build id the server keeps with this worker's pollers: a digest of the source of the
     workflow code and the messages it replays (workflows/, messages/), which is what decides whether
     a history replays. Temporal's default, a digest of the bytecode of every loaded module (~1,400
     here), made each worker's construction cost 0.31 CPU-s instead of 0.11 (measured side by side);
