@@ -101,7 +101,7 @@ def activities_for(deps: ActivityDeps) -> list[Callable[..., Any]]:
         cloud.terminate_and_verify,
         conns.verify_credentials, conns.save_connection, conns.begin_disconnect, conns.delete_connection,
         conns.terminate_allocation, conns.start_watch, WatchActivities(deps).watch_connection,
-        ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus,
+        ssh.wait_ssh, ssh.install_k3s, ssh.probe_gpus, ssh.set_up_machine,
         records.record_allocation,
         sweep.sweep_targets, sweep.list_owned, sweep.judge_machines, sweep.sweep_remove,
         health.health_targets, health.check_connection, health.record_health, health.degraded_connections,

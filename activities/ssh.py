@@ -1,4 +1,5 @@
-"""SSH activities: log in with the installation's key, install k3s, look for GPUs."""
+"""SSH activities: log in with the installation's key, install k3s, look for GPUs — as three
+activities (runs from before FEWER_TRIPS_PATCH, workflows/allocation.py) or as one."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from activities import lease, machine_ssh
 from activities.deps import ActivityDeps, heartbeating
 from activities.k3s_setup import k3s_script
 from messages import activities as acts
-from messages.activities import SshTarget
+from messages.activities import MachineSetup, Marked, PhaseMark, SshTarget
 from messages.allocation import GpuInfo
-from messages.enums import ErrorKind
+from messages.enums import AllocationStatus, ErrorKind, Phase
 from store.db import session_scope
 from store.models import Instance
 
@@ -102,6 +103,39 @@ class SshActivities:
         """Return once a login with the installation's key runs a command — and, where the cloud
         leaves the user's keys to gpuprov (`t.authorize_keys`), has added them."""
         await self.deps.write_marks(t)
+        await self._wait_ssh(t)
+
+    @activity.defn(name=acts.INSTALL_K3S.name)
+    async def install_k3s(self, t: SshTarget) -> None:
+        await self.deps.write_marks(t)
+        await self._install_k3s(t)
+
+    @activity.defn(name=acts.PROBE_GPUS.name)
+    async def probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
+        """The GPUs nvidia-smi sees. No nvidia-smi is a fact ([]), not a failure."""
+        await self.deps.write_marks(t)
+        return await self._probe_gpus(t)
+
+    @activity.defn(name=acts.SET_UP_MACHINE.name)
+    async def set_up_machine(self, t: MachineSetup) -> list[GpuInfo]:
+        """WAIT_SSH, INSTALL_K3S (when asked) and PROBE_GPUS as one activity on one login: the
+        workflow's round trip between each pair (a workflow task, an activity dispatch) was the
+        largest part of an allocation's orchestration overhead (bench (a)). Each step's phase is
+        marked as the step starts, as the workflow marked it for the separate activities; the
+        workflow's own phase stays `ssh` until this returns."""
+        await self.deps.write_marks(t)
+        await self._wait_ssh(t)
+        await self._mark(t, Phase.K3S)
+        if t.install_k3s:
+            await self._install_k3s(t)
+        await self._mark(t, Phase.GPU_CHECK)
+        return await self._probe_gpus(t)
+
+    async def _mark(self, t: SshTarget, phase: Phase) -> None:
+        mark = PhaseMark(status=AllocationStatus.PROVISIONING, phase=phase)
+        await self.deps.write_marks(Marked(allocation_id=t.allocation_id, marks=[mark]))
+
+    async def _wait_ssh(self, t: SshTarget) -> None:
         command = authorize_keys_command(t.authorize_keys) if t.authorize_keys else "true"
         while True:
             try:
@@ -114,9 +148,7 @@ class SshActivities:
                 pass  # not up yet, or keys not installed yet
             await asyncio.sleep(t.poll_interval_s)
 
-    @activity.defn(name=acts.INSTALL_K3S.name)
-    async def install_k3s(self, t: SshTarget) -> None:
-        await self.deps.write_marks(t)
+    async def _install_k3s(self, t: SshTarget) -> None:
         try:  # the address goes into the script (quoted too): an address, nothing else
             san = machine_address(t.host)
         except ValueError as e:
@@ -127,10 +159,7 @@ class SshActivities:
             raise ApplicationError(f"k3s install failed (exit {result.exit_status}): "
                                    f"{str(result.stderr or '')[-500:]}", type=ErrorKind.K3S_FAILED)
 
-    @activity.defn(name=acts.PROBE_GPUS.name)
-    async def probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
-        """The GPUs nvidia-smi sees. No nvidia-smi is a fact ([]), not a failure."""
-        await self.deps.write_marks(t)
+    async def _probe_gpus(self, t: SshTarget) -> list[GpuInfo]:
         # The last SSH step before ready: the allocation's connection is closed after it. The
         # machine's lease is written first, in the same command (activities/lease.py).
         renew = lease.command_at_ready(await self.deps.blocking(self._row, t.allocation_id))

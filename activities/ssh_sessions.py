@@ -5,7 +5,8 @@ the connection here; INSTALL_K3S reuses it; PROBE_GPUS, the last step before rea
 closes it. Before, each step made its own handshake — the key exchange is most of an SSH step's
 CPU on both ends (bench (c)). The steps of one allocation run one after another, usually on the
 worker that holds the connection; a step that runs on another worker (a retry elsewhere, a restart)
-finds nothing here and logs in afresh, as before.
+finds nothing here and logs in afresh, as before. Since FEWER_TRIPS_PATCH the three steps are one
+activity (SET_UP_MACHINE), so they always share this worker's connection.
 
 Bounded: at most `limit` connections are held (the least recently used is closed first), and one
 unused for `idle_s` is closed at the next use of the pool — an allocation that failed between its

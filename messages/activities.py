@@ -167,6 +167,12 @@ class SshTarget(Marked):
     via: CloudTarget | None = None
 
 
+class MachineSetup(SshTarget):
+    """SET_UP_MACHINE: the SSH steps of WAIT_SSH, INSTALL_K3S (when `install_k3s`) and PROBE_GPUS."""
+
+    install_k3s: bool = False
+
+
 class TerminateInput(Marked):
     target: CloudTarget
     key: str
@@ -222,6 +228,8 @@ SAVE_CONNECTION: ActivityRef[ConnectRequest, None] = ActivityRef("save_connectio
 WAIT_SSH: ActivityRef[SshTarget, None] = ActivityRef("wait_ssh", SshTarget, None)
 INSTALL_K3S: ActivityRef[SshTarget, None] = ActivityRef("install_k3s", SshTarget, None)
 PROBE_GPUS: ActivityRef[SshTarget, list[GpuInfo]] = ActivityRef("probe_gpus", SshTarget, list[GpuInfo])
+SET_UP_MACHINE: ActivityRef[MachineSetup, list[GpuInfo]] = ActivityRef(
+    "set_up_machine", MachineSetup, list[GpuInfo])
 
 RECORD_ALLOCATION: ActivityRef[RecordAllocationInput, None] = ActivityRef(
     "record_allocation", RecordAllocationInput, None)
@@ -296,7 +304,7 @@ RECORD_ACCEPTANCE: ActivityRef[RecordAcceptanceInput, None] = ActivityRef(
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     VALIDATE_ALLOCATION, PLAN_ALLOCATION, CREATE_INSTANCE, WAIT_RUNNING,
     TERMINATE_AND_VERIFY, VERIFY_CREDENTIALS, SAVE_CONNECTION, WAIT_SSH, INSTALL_K3S, PROBE_GPUS,
-    RECORD_ALLOCATION, BEGIN_DISCONNECT,
+    SET_UP_MACHINE, RECORD_ALLOCATION, BEGIN_DISCONNECT,
     DELETE_CONNECTION, TERMINATE_ALLOCATION, WATCH_CONNECTION, START_WATCH,
     SWEEP_TARGETS, LIST_OWNED, JUDGE_MACHINES, SWEEP_REMOVE,
     HEALTH_TARGETS, CHECK_CONNECTION, RECORD_HEALTH, DEGRADED_CONNECTIONS,

@@ -76,6 +76,8 @@ class FakeCloud:
         self.boot_delay = 0.0
         self.ssh_delay = 0.0  # running -> SSH server accepting
         self.gpu_probe_delay = 0.0
+        # The next this many nvidia-smi runs fail as they do while the driver is not loaded yet.
+        self.gpu_probe_failures = 0
         self.create_calls = 0
         self.pending: list[asyncio.Task[None]] = []  # creates that land later (fault lands_late)
         self._ids = itertools.count(1)
@@ -146,6 +148,13 @@ class FakeCloud:
             cmd = process.command or ""
             if cmd.startswith("nvidia-smi"):
                 await asyncio.sleep(cloud.gpu_probe_delay)
+                if cloud.gpu_probe_failures > 0:
+                    cloud.gpu_probe_failures -= 1
+                    process.stdout.write("NVIDIA-SMI has failed because it couldn't communicate with "
+                                         "the NVIDIA driver. Make sure that the latest NVIDIA driver is "
+                                         "installed and running.\n")
+                    process.exit(9)
+                    return
                 if gpus is None:
                     process.stderr.write("bash: nvidia-smi: command not found\n")
                     process.exit(127)

@@ -22,6 +22,14 @@ async def call(ref: ActivityRef[I, O], arg: I, **options: Any) -> O:
     return result
 
 
+async def local_call(ref: ActivityRef[I, O], arg: I, **options: Any) -> O:
+    """`workflow.execute_local_activity` for `ref`: run by the workflow's own worker inside the
+    workflow task, so it costs no activity dispatch and no workflow task of its own after it. For
+    short, idempotent work only (a crash re-runs it; it cannot heartbeat)."""
+    result: O = await workflow.execute_local_activity(ref.name, arg, result_type=ref.output, **options)
+    return result
+
+
 async def start_child(ref: WorkflowRef[I, O], arg: I, **options: Any) -> workflow.ChildWorkflowHandle[Any, O]:
     """`workflow.start_child_workflow` for `ref`; `options` are its id, timeouts, close policy."""
     return await workflow.start_child_workflow(ref.name, arg, result_type=ref.output, **options)

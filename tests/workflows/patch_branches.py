@@ -20,7 +20,12 @@ from messages import activities as acts
 from messages import workflows as wf
 from providers import registry
 from workflows import search_attributes as sa
-from workflows.allocation import CAPACITY_NOTES_PATCH, LAUNCH_QUEUE_PATCH, RECORDS_RIDE_PATCH
+from workflows.allocation import (
+    CAPACITY_NOTES_PATCH,
+    FEWER_TRIPS_PATCH,
+    LAUNCH_QUEUE_PATCH,
+    RECORDS_RIDE_PATCH,
+)
 from workflows.job import JOB_RETRY_PATCH
 
 PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
@@ -95,6 +100,15 @@ def capacity_notes_old_branch(history: WorkflowHistory) -> bool:
             and CAPACITY_NOTES_PATCH not in patch_markers(history) and acts.PLAN_ALLOCATION.name in done[:-1])
 
 
+def fewer_trips_old_branch(history: WorkflowHistory) -> bool:
+    """FEWER_TRIPS_PATCH's `patched` is asked by every allocation's first run, right before it
+    validates; its old branch schedules VALIDATE_ALLOCATION as an activity task (the new: a local
+    activity, which leaves a marker and no ACTIVITY_TASK_SCHEDULED)."""
+    return (workflow_type(history) == wf.ALLOCATION.name
+            and FEWER_TRIPS_PATCH not in patch_markers(history)
+            and acts.VALIDATE_ALLOCATION.name in scheduled(history))
+
+
 def child_started(history: WorkflowHistory) -> bool:
     """The workflow started a child workflow (a job: its machine's allocation)."""
     return any(e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
@@ -116,4 +130,5 @@ OLD_BRANCH_TAKEN: dict[str, Callable[[WorkflowHistory], bool]] = {
     RECORDS_RIDE_PATCH: records_ride_old_branch,
     CAPACITY_NOTES_PATCH: capacity_notes_old_branch,
     JOB_RETRY_PATCH: job_retry_old_branch,
+    FEWER_TRIPS_PATCH: fewer_trips_old_branch,
 }

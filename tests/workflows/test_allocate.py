@@ -121,6 +121,35 @@ async def test_failure_after_create_compensates(temporal_client: Client, fake_cl
     assert r.status == "failed" and "failed" in (r.error or "")
 
 
+async def test_a_gpu_check_that_fails_once_is_retried_on_the_same_machine(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    """The SSH steps are one activity (SET_UP_MACHINE): its retry logs in again, re-checks the
+    GPUs and reaches ready on the machine it has — no second machine, every step's phase shown."""
+    fake_cloud.gpu_probe_failures = 1
+    req = make_request(gpu="a10")
+    st = await settled(await start_allocate(temporal_client, req))
+    assert st.phase == Phase.READY and len(st.gpus) == 1 and len(fake_cloud.machines) == 1
+    with session_scope(db_engine) as s:
+        phases = [e.phase for e in instances.events_of(s, req.allocation_id)]
+    assert phases[phases.index("ssh"):] == ["ssh", "k3s", "gpu_check", "ssh", "k3s", "gpu_check", "ready"]
+
+
+async def test_a_gpu_check_that_keeps_failing_fails_the_allocation_and_removes_the_machine(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    fake_cloud.gpu_probe_failures = 100
+    req = make_request(gpu="a10")
+    handle = await start_allocate(temporal_client, req)
+    with pytest.raises(WorkflowFailureError) as info:
+        await settled(handle)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "GpuCheckFailed"
+    assert "nvidia-smi failed (exit 9)" in cause.message and "NVIDIA driver" in cause.message
+    assert fake_cloud.gpu_probe_failures == 97  # the activity's three attempts, then compensation
+    assert await owned() == [] and len(fake_cloud.machines) == 1
+    r = row(db_engine, req.allocation_id)
+    assert r.status == "failed" and "nvidia-smi failed" in (r.error or "")
+
+
 async def test_lost_create_response_makes_one_machine(temporal_client: Client, fake_cloud: FakeCloud,
                                                       make_request: Any) -> None:
     fake_cloud.add_fault("create", "lose_response")
@@ -155,7 +184,14 @@ async def test_cancel_at_every_phase_leaves_nothing(temporal_client: Client, fak
     fake_cloud.gpu_probe_delay = 30 if phase == Phase.GPU_CHECK else 0
     req = make_request(gpu="a10")
     handle = await start_allocate(temporal_client, req)
-    await wait_phase(handle, phase)
+    if phase == Phase.GPU_CHECK:  # a step inside SET_UP_MACHINE: its mark on the row shows it
+        def phase_now() -> str | None:
+            with Session(db_engine) as s:
+                r = s.get(Instance, req.allocation_id)
+                return r.phase if r is not None else None
+        await eventually(phase_now, until=lambda p: p == phase, within=30, what="the row in gpu_check")
+    else:
+        await wait_phase(handle, phase)
     # in CREATE: once the cloud has acted on it, answer still held back
     await eventually(lambda: fake_cloud.machines, within=30, what="the cloud to make the machine")
     await handle.cancel()
@@ -274,8 +310,9 @@ async def test_every_phase_is_recorded_in_order_without_an_activity_each(
                  if e.HasField("activity_task_scheduled_event_attributes")]
     # Phases ride on the other activities, and so do the row at the start (on validate) and the
     # machine's id after create (on wait_running, RECORDS_RIDE_PATCH): one record activity, ready's.
-    assert scheduled.count("record_allocation") == 1, scheduled
-    assert scheduled[:4] == ["validate_allocation", "plan_allocation", "create_instance", "wait_running"]
+    # Validate runs as a local activity and the SSH steps as one (FEWER_TRIPS_PATCH).
+    assert scheduled == ["plan_allocation", "create_instance", "wait_running", "set_up_machine",
+                         "record_allocation"], scheduled
 
 
 async def test_a_booting_machines_id_is_on_its_row_before_it_runs(
