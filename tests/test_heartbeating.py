@@ -1,0 +1,57 @@
+"""activities.deps.heartbeating: an activity's heartbeats while it awaits, at most one per half
+interval however often it is called (a poll loop calls it on every poll), and never none while a
+long await is pending."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.testing import ActivityEnvironment
+
+from activities.deps import heartbeating
+
+
+async def test_a_poll_loop_of_short_awaits_heartbeats_once_per_half_interval() -> None:
+    beats: list[object] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details[0])
+
+    async def polls() -> None:
+        for i in range(200):  # each returns at once: far less than half of 60 s apart
+            await heartbeating(asyncio.sleep(0), 60, f"poll {i}")
+
+    await env.run(polls)
+    assert beats == ["poll 0"]  # before: one beat per call, 200
+
+
+async def test_a_long_await_keeps_heartbeating() -> None:
+    beats: list[object] = []
+    third = asyncio.Event()
+    env = ActivityEnvironment()
+
+    def beat(*details: object) -> None:
+        beats.append(details[0])
+        if len(beats) == 3:
+            third.set()
+
+    env.on_heartbeat = beat
+
+    async def waits() -> str:
+        # Ends only once three beats were sent while it was pending (bounded: a hang fails).
+        return await heartbeating(asyncio.wait_for(third.wait(), 30), 0.05, "waiting")
+
+    assert await env.run(waits) is True
+    assert beats == ["waiting"] * 3
+
+
+async def test_each_activity_beats_at_its_start() -> None:
+    beats: list[object] = []
+
+    async def one(name: str) -> None:
+        await heartbeating(asyncio.sleep(0), 60, name)
+
+    for name in ("first", "second"):  # two activities, one right after the other
+        env = ActivityEnvironment()
+        env.on_heartbeat = lambda *details: beats.append(details[0])
+        await asyncio.create_task(env.run(one, name))
+    assert beats == ["first", "second"]
