@@ -10,6 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import metrics
 from activities.deps import ActivityDeps, heartbeating
 from activities.watch import start_watch
 from messages import activities as acts
@@ -41,9 +42,11 @@ class ConnectionActivities:
         except SecretError as e:
             raise ApplicationError(str(e), type=ErrorKind.SECRET_ERROR, non_retryable=True) from None
         try:
-            adapter = registry.build(req.provider, credentials, options=req.options,
-                                     installation_id=self.deps.installation_id,
-                                     allowed_endpoints=self.deps.allowed_endpoints)
+            # Measured as every other cloud call of the worker (activities/metrics.py: calls,
+            # errors by kind, latency of `verify`).
+            adapter = metrics.instrument(registry.build(req.provider, credentials, options=req.options,
+                                                        installation_id=self.deps.installation_id,
+                                                        allowed_endpoints=self.deps.allowed_endpoints))
         except ProviderError as e:
             return ConnectResult(connection_id=req.connection_id, ok=False, reason=e.message)
         try:

@@ -17,12 +17,16 @@ from sqlmodel import Session
 from temporalio.runtime import BUFFERED_METRIC_KIND_COUNTER, BUFFERED_METRIC_KIND_HISTOGRAM
 
 from activities import metrics
+from activities.connections import ConnectionActivities
+from activities.deps import ActivityDeps
 from activities.temporal_metrics import TemporalSdkMetrics
+from messages.connection import ConnectRequest
 from providers import pacing
 from providers.base import InstanceRef, OfferQuery, RateLimited, Transient
 from providers.credentials import ApiKeyCredentials
 from store.metrics import DatabaseCollector
 from store.models import Instance, Job, Project
+from store.secrets import SecretBox
 from tests.api.conftest import GOOD_KEY, FakeCloud, make_project
 
 
@@ -148,6 +152,21 @@ async def test_cloud_calls_are_counted_once_per_verb_with_their_errors_and_laten
     with pytest.raises(NotImplementedError):
         await p.get(InstanceRef(provider="fakecloud", instance_id="i-1", key="k"))
     assert errors("get", "unexpected") >= 1
+
+
+async def test_the_connect_verify_call_is_counted_with_its_error(engine: sa.Engine, box: SecretBox) -> None:
+    """VERIFY_CREDENTIALS builds its own one-off adapter (not the worker's cached one): measured too."""
+    acts = ConnectionActivities(ActivityDeps(engine=engine, box=box, installation_id="inst0001"))
+
+    def request(key: str) -> ConnectRequest:
+        return ConnectRequest(connection_id="c1", provider="fakecloud", name="n",
+                              sealed_credentials=box.seal({"api_key": key}).decode())
+
+    verified, refused = calls("verify"), errors("verify", "AuthError")
+    assert (await acts.verify_credentials(request(GOOD_KEY))).ok
+    assert calls("verify") == verified + 1 and errors("verify", "AuthError") == refused
+    assert not (await acts.verify_credentials(request("wrong"))).ok
+    assert calls("verify") == verified + 2 and errors("verify", "AuthError") == refused + 1
 
 
 async def test_a_pacer_wait_is_counted_for_its_cloud() -> None:
