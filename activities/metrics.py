@@ -188,6 +188,19 @@ def lease_not_renewed(cloud: str) -> None:
     LEASE_NOT_RENEWED.labels(cloud_label(cloud)).inc()
 
 
+# The series of cloud calls and rate-limit waits: what the API process also serves of this registry
+# (its own offers calls: api/routers/metrics.py), the worker's other series being the worker's.
+CLOUD_CALL_FAMILIES = frozenset({"gpuprov_cloud_calls", "gpuprov_cloud_errors", "gpuprov_cloud_call_seconds",
+                                 "gpuprov_rate_limit_waits", "gpuprov_rate_limit_wait_seconds"})
+
+
+class CloudCallsCollector(Collector):
+    """This process's cloud-call and rate-limit series only, for a registry of its own."""
+
+    def collect(self) -> Any:
+        return (f for f in REGISTRY.collect() if f.name in CLOUD_CALL_FAMILIES)
+
+
 def value(name: str, **labels: str) -> float:
     """A sample's current value in REGISTRY (0 when it was never set): for tests and checks."""
     found = REGISTRY.get_sample_value(name, labels)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from activities import metrics
 from providers import registry
 from providers.base import (
     Capabilities,
@@ -46,9 +47,10 @@ class Market:
             credentials = connections.credentials_of(box, conn)
         except SecretError as e:
             raise InvalidRequest(f"connection {conn.id}: {e}") from None
-        adapter = registry.build(conn.provider, credentials,
-                                 options=ConnectionOptions(endpoint=conn.endpoint, ca_bundle=conn.ca_bundle),
-                                 installation_id=installation_id, allowed_endpoints=allowed_endpoints)
+        options = ConnectionOptions(endpoint=conn.endpoint, ca_bundle=conn.ca_bundle)
+        adapter = metrics.instrument(registry.build(conn.provider, credentials, options=options,
+                                                    installation_id=installation_id,
+                                                    allowed_endpoints=allowed_endpoints))
         self._adapters[conn.id] = (fp, adapter)
         # The one it replaces may serve a request in flight: it is dropped, not closed (its pool
         # closes when collected).
@@ -88,7 +90,7 @@ class Market:
                     credentials = fleets.open_fleet(box, fleet)
                 except SecretError as e:
                     raise InvalidRequest(f"fleet {fleet.id}: {e}") from None
-                built = registry.build(kind, credentials, installation_id=installation_id)
+                built = metrics.instrument(registry.build(kind, credentials, installation_id=installation_id))
                 if isinstance(built, SshFleetProvider):
                     built.pin_host_keys(fleet.host_keys, fleet.bastion_host_key)
                     if addresses is not None:  # else the defaults (providers/fleet_addresses.py)

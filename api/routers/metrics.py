@@ -4,15 +4,17 @@ cover every project (each project's running $/hr), which one tenant must not rea
 
 What it serves is the database's gauges (store/metrics.py: allocations by status and by phase, jobs
 by status, running $/hr per project), counted on each scrape into a registry of this request's own
-(never prometheus_client's global one). The worker's own series are on its loopback /metrics
-(activities/metrics.py). Not in the OpenAPI description: its body is not JSON, and it is an
-operator's endpoint, not the API's."""
+(never prometheus_client's global one), and this process's own cloud calls (the offers pages ask the
+clouds: calls, errors, latency and rate-limit waits, as activities/metrics.py measures the worker's).
+The worker's own series are on its loopback /metrics (activities/metrics.py). Not in the OpenAPI
+description: its body is not JSON, and it is an operator's endpoint, not the API's."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from activities.metrics import CloudCallsCollector
 from api.auth import require_admin_token
 from api.deps import DepsDep
 from store.metrics import DatabaseCollector
@@ -27,5 +29,6 @@ def metrics(deps: DepsDep) -> Response:
     """Sync: the collector reads the database, so FastAPI runs it on its threadpool."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector(deps.engine))
+    registry.register(CloudCallsCollector())
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel, Field
 
+from activities import metrics
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
@@ -211,9 +212,9 @@ async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQ
         return await _fleet_offers(deps, project, provider, query)
     _, credentials, options = await in_thread(_connection, deps, project, provider)
     try:
-        async with registry.build(provider, credentials, options=options,
-                                  installation_id=deps.installation_id,
-                                  allowed_endpoints=deps.allowed_endpoints) as cloud:
+        async with metrics.instrument(registry.build(provider, credentials, options=options,
+                                                     installation_id=deps.installation_id,
+                                                     allowed_endpoints=deps.allowed_endpoints)) as cloud:
             return await cloud.offers(query)
     except ProviderError as e:
         raise provider_http_error(provider, e) from None

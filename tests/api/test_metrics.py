@@ -27,7 +27,7 @@ from providers.credentials import ApiKeyCredentials
 from store.metrics import DatabaseCollector
 from store.models import Instance, Job, Project
 from store.secrets import SecretBox
-from tests.api.conftest import GOOD_KEY, FakeCloud, make_project
+from tests.api.conftest import GOOD_KEY, FakeCloud, connect_fake, make_project
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -51,6 +51,33 @@ async def test_the_api_metrics_need_the_admin_token(client: httpx.AsyncClient) -
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert "gpuprov_allocations" in r.text
     assert "/metrics" not in (await client.get("/openapi.json")).json()["paths"]
+
+
+async def test_the_api_serves_its_own_offers_calls_and_nothing_else_of_the_worker(
+        client: httpx.AsyncClient) -> None:
+    """The offers pages ask the clouds from the API process: its /metrics counts those calls (one
+    cloud's page and the cross-cloud one), their errors and latency — and none of the worker's
+    other series (time to ready, the watch, the sweep), which only the worker measures."""
+    await connect_fake(client)
+
+    async def scraped() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        r = await client.get("/metrics")
+        assert r.status_code == 200, r.text
+        assert "gpuprov_time_to_ready" not in r.text and "gpuprov_watch" not in r.text
+        return samples(r.text)
+
+    before = await scraped()
+    offers = dict(cloud="fakecloud", operation="offers")
+    assert (await client.get("/api/compute/backends/fakecloud/offers")).status_code == 200
+    assert (await client.get("/api/compute/offers")).json()["clouds"][0]["cached"] is False
+    FakeCloud.FAIL = Transient("upstream 503")
+    assert (await client.get("/api/compute/backends/fakecloud/offers")).status_code == 502
+    after = await scraped()
+    for name, more in (("gpuprov_cloud_calls_total", 3), ("gpuprov_cloud_call_seconds_count", 3)):
+        assert at(after, name, **offers) == at(before, name, **offers) + more, name
+    failed = dict(offers, kind="Transient")
+    errors_before = at(before, "gpuprov_cloud_errors_total", **failed)
+    assert at(after, "gpuprov_cloud_errors_total", **failed) == errors_before + 1
 
 
 def _instance(iid: str, project: str, status: str, phase: str, price: float | None) -> Instance:
