@@ -118,9 +118,9 @@ class SshActivities:
 
     @activity.defn(name=acts.SET_UP_MACHINE.name)
     async def set_up_machine(self, t: MachineSetup) -> list[GpuInfo]:
-        """WAIT_SSH, INSTALL_K3S (when asked) and PROBE_GPUS as one activity on one login: the
-        workflow's round trip between each pair (a workflow task, an activity dispatch) was the
-        largest part of an allocation's orchestration overhead (bench (a)). Each step's phase is
+        """WAIT_SSH, INSTALL_K3S (when asked) and PROBE_GPUS as one activity on one login: each
+        round trip between them (a workflow task, an activity dispatch: ~20-25 ms on the dev box)
+        was orchestration overhead (bench (a)). Each step's phase is
         marked as the step starts, as the workflow marked it for the separate activities; the
         workflow's own phase stays `ssh` until this returns."""
         await self.deps.write_marks(t)
