@@ -99,13 +99,22 @@ def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -
     return row
 
 
+# An allocation's statuses once it is over: nothing moves its row out of them but its own workflow.
+ENDED_STATUSES = frozenset({AllocationStatus.TERMINATED.value, AllocationStatus.FAILED.value,
+                            AllocationStatus.LOST.value})
+
+
 def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]], *,
                 commit: bool = True) -> None:
     """Move the row through (status, phase) marks in order, one event per change, and commit
     (`commit=False`: the caller commits, with whatever else belongs in the same transaction).
-    A retried call changes nothing (each mark equal to the row's state is skipped)."""
+    A retried call changes nothing (each mark equal to the row's state is skipped). A row whose
+    allocation has ended (terminated, failed, lost) takes no mark: an activity the workflow
+    cancelled without waiting for it may still be running after the end was recorded, and a step
+    it then marks (SET_UP_MACHINE marks each as it starts) would show the machine provisioning
+    again, for good."""
     row = session.get(Instance, instance_id)
-    if row is None or not marks:
+    if row is None or not marks or row.status in ENDED_STATUSES:
         return
     for status, phase in marks:
         if (row.status, row.phase) != (status, phase):

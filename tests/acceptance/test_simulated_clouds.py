@@ -11,7 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError
 
 from api.routers.acceptance import SIMULATED_TIMING, workflow_id
 from cli.acceptance import PrivateWorker
@@ -56,8 +57,14 @@ class KillDriverFake:
         while True:
             cues = {}
             for run_id in list(self.runs):
-                st = await self.client.get_workflow_handle(workflow_id(run_id)).query(
-                    wf.ACCEPTANCE.state.name, result_type=AcceptanceState)
+                try:
+                    st = await self.client.get_workflow_handle(workflow_id(run_id)).query(
+                        wf.ACCEPTANCE.state.name, result_type=AcceptanceState)
+                except (RPCError, WorkflowQueryFailedError):
+                    # A query the loaded server or worker did not answer in time: asked again next
+                    # round. Before, it ended this task unseen, and every run waited for a kill
+                    # that never came until the test's timeout (a fresh-clone run under load).
+                    continue
                 if st.kill_now is not None and (run_id, st.kill_now) not in told:
                     cues[run_id] = st.kill_now
             if cues and set(cues) >= self.runs:
@@ -91,10 +98,17 @@ async def test_every_simulated_cloud_passes_every_step_and_reads_simulated(
             driver.runs.discard(req.run_id)
 
     driving = asyncio.create_task(driver.drive())
+    runs = asyncio.ensure_future(asyncio.gather(*(one(c) for c in clouds)))
     try:
-        states = await asyncio.gather(*(one(c) for c in clouds))
+        # The driver never ends by itself: if it does (it raised), say so now rather than leave
+        # every run waiting for its kill until the test's timeout.
+        await asyncio.wait({runs, driving}, return_when=asyncio.FIRST_COMPLETED)
+        if driving.done():
+            raise AssertionError(f"the kill driver stopped: {driving.exception()!r}")
+        states = runs.result()
     finally:
         driving.cancel()
+        runs.cancel()
 
     failures = {st.cloud: [f"{s.name}: {s.outcome} ({s.detail})"
                            for s in st.steps if s.outcome not in PASSING] for st in states}

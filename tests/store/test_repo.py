@@ -96,6 +96,21 @@ def test_instances_update_and_live_filter(session: Session) -> None:
         instances.update_instance(session, "a1", colour="red")
 
 
+@pytest.mark.parametrize("ended", ["terminated", "failed", "lost"])
+def test_an_ended_allocations_row_takes_no_phase_mark(session: Session, ended: str) -> None:
+    """A step marked by an activity still running after the workflow recorded the end (a cancel
+    that did not wait for it: SET_UP_MACHINE marking gpu_check once the machine was terminated, as
+    a fresh-clone run showed) must not show the machine provisioning again."""
+    session.add(_instance("a1", "provisioning"))
+    session.commit()
+    instances.mark_phases(session, "a1", [("provisioning", "ssh"), ("terminating", "terminating"),
+                                          (ended, ended)])
+    instances.mark_phases(session, "a1", [("provisioning", "k3s"), ("provisioning", "gpu_check")])
+    row = instances.get_instance(session, "a1")
+    assert row is not None and (row.status, row.phase) == (ended, ended)
+    assert [e.phase for e in instances.events_of(session, "a1")][-3:] == ["ssh", "terminating", ended]
+
+
 def test_record_attempt_is_idempotent_per_seq(session: Session) -> None:
     session.add(_instance("a1"))
     session.commit()
