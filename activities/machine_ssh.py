@@ -5,10 +5,11 @@ providers/ssh_login.py directly) goes through `route` and `connect` here.
 - A fleet host: through the fleet's bastion when it has one, its host key (and the bastion's) as the
   fleet's probe pinned them (fleet_host.host_key, fleet.bastion_host_key), dialling the address the
   installation's fleet address check allowed (providers/fleet_addresses.py), as the adapter does.
-- A cloud machine: trust on first use, per machine. The first successful login (WAIT_SSH, normally)
-  records the host key the machine presented on its Instance row (`host_key`, with the machine it
-  was pinned for: `host_key_machine`); every later connection to that machine (k3s, the GPU check,
-  a job, an idle sample) accepts only that key. Another attempt of the allocation (another machine)
+- A cloud machine: trust on first use, per machine. The first successful login (SET_UP_MACHINE's
+  first step, or WAIT_SSH in runs from before it, normally) records the host key the machine
+  presented on its Instance row (`host_key`, with the machine it was pinned for:
+  `host_key_machine`); every later connection to that machine (k3s, the GPU check, a job, an idle
+  sample) accepts only that key. Another attempt of the allocation (another machine)
   pins afresh.
 
 A key other than the pinned one is refused before authentication — nothing is sent to the host —

@@ -104,7 +104,7 @@ class Instance(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True)))
     ready_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
     terminated_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
-    # The SSH host key a cloud machine presented at its first login (WAIT_SSH, trust on first use;
+    # The SSH host key a cloud machine presented at its first login (SET_UP_MACHINE, trust on first use;
     # activities/machine_ssh.py): every later connection accepts only it. An OpenSSH public key line;
     # `host_key_machine` is the cloud_instance_id it was pinned for (another attempt pins afresh).
     # Fleet hosts keep theirs on fleet_host (the probe's pin).
