@@ -132,10 +132,9 @@ def test_down_prints_the_teardown_not_the_provisioning_history(
     plain_terminate = workflows.request_update
 
     async def terminate_in_steps(workflow_id: str, update: UpdateRef[Any]) -> bool:
-        accepted = await plain_terminate(workflow_id, update)
-        with Session(engine) as s:  # the teardown's own steps, recorded like the workflow's
+        with Session(engine) as s:  # the teardown's own steps, recorded like the workflow's, before its end
             instances.mark_phases(s, iid, [("terminating", "terminate"), ("terminated", "terminated")])
-        return accepted
+        return await plain_terminate(workflow_id, update)
 
     workflows.request_update = terminate_in_steps  # type: ignore[method-assign]
     r = runner.invoke(app, ["down", iid])
