@@ -18,9 +18,10 @@ from activities import lease, machine_ssh
 from activities.deps import ActivityDeps, heartbeating
 from activities.k3s_setup import k3s_script
 from messages import activities as acts
-from messages.activities import MachineSetup, Marked, PhaseMark, SshTarget
+from messages.activities import MachineSetup, SshTarget
 from messages.allocation import GpuInfo
 from messages.enums import AllocationStatus, ErrorKind, Phase
+from store import instances
 from store.db import session_scope
 from store.models import Instance
 
@@ -125,15 +126,23 @@ class SshActivities:
         workflow's own phase stays `ssh` until this returns."""
         await self.deps.write_marks(t)
         await self._wait_ssh(t)
-        await self._mark(t, Phase.K3S)
+        await self._mark(t, Phase.SSH, Phase.K3S)
         if t.install_k3s:
             await self._install_k3s(t)
-        await self._mark(t, Phase.GPU_CHECK)
+        await self._mark(t, Phase.K3S, Phase.GPU_CHECK)
         return await self._probe_gpus(t)
 
-    async def _mark(self, t: SshTarget, phase: Phase) -> None:
-        mark = PhaseMark(status=AllocationStatus.PROVISIONING, phase=phase)
-        await self.deps.write_marks(Marked(allocation_id=t.allocation_id, marks=[mark]))
+    async def _mark(self, t: SshTarget, after: Phase, phase: Phase) -> None:
+        """Mark `phase` if the row still shows `after` (this activity's previous step): a teardown
+        its workflow began meanwhile (this activity's cancel not yet seen) is not undone."""
+        provisioning = AllocationStatus.PROVISIONING.value
+
+        def write() -> None:
+            with session_scope(self.deps.engine) as session:
+                instances.mark_phases(session, t.allocation_id, [(provisioning, phase.value)],
+                                      after=(provisioning, after.value))
+        if t.allocation_id:
+            await self.deps.blocking(write)
 
     async def _wait_ssh(self, t: SshTarget) -> None:
         command = authorize_keys_command(t.authorize_keys) if t.authorize_keys else "true"

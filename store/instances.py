@@ -105,16 +105,20 @@ ENDED_STATUSES = frozenset({AllocationStatus.TERMINATED.value, AllocationStatus.
 
 
 def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]], *,
-                commit: bool = True) -> None:
+                commit: bool = True, after: tuple[str, str] | None = None) -> None:
     """Move the row through (status, phase) marks in order, one event per change, and commit
     (`commit=False`: the caller commits, with whatever else belongs in the same transaction).
     A retried call changes nothing (each mark equal to the row's state is skipped). A row whose
     allocation has ended (terminated, failed, lost) takes no mark: an activity the workflow
     cancelled without waiting for it may still be running after the end was recorded, and a step
     it then marks (SET_UP_MACHINE marks each as it starts) would show the machine provisioning
-    again, for good."""
+    again, for good. `after`: mark only a row still at that (status, phase) — a step marked by the
+    activity that marked the one before, which must not undo what its workflow recorded since (a
+    teardown begun while the activity had not yet seen its cancel)."""
     row = session.get(Instance, instance_id)
     if row is None or not marks or row.status in ENDED_STATUSES:
+        return
+    if after is not None and (row.status, row.phase) != after:
         return
     for status, phase in marks:
         if (row.status, row.phase) != (status, phase):

@@ -111,6 +111,20 @@ def test_an_ended_allocations_row_takes_no_phase_mark(session: Session, ended: s
     assert [e.phase for e in instances.events_of(session, "a1")][-3:] == ["ssh", "terminating", ended]
 
 
+def test_a_mark_after_a_step_applies_only_while_the_row_is_at_that_step(session: Session) -> None:
+    """SET_UP_MACHINE's next step is marked only over its previous one: a teardown its workflow
+    recorded meanwhile (the activity's cancel not yet seen) stays shown."""
+    session.add(_instance("a1", "provisioning"))
+    session.commit()
+    instances.mark_phases(session, "a1", [("provisioning", "ssh")])
+    instances.mark_phases(session, "a1", [("provisioning", "k3s")], after=("provisioning", "ssh"))
+    instances.mark_phases(session, "a1", [("terminating", "compensating")])  # the workflow's teardown
+    instances.mark_phases(session, "a1", [("provisioning", "gpu_check")], after=("provisioning", "k3s"))
+    row = instances.get_instance(session, "a1")
+    assert row is not None and (row.status, row.phase) == ("terminating", "compensating")
+    assert [e.phase for e in instances.events_of(session, "a1")][-3:] == ["ssh", "k3s", "compensating"]
+
+
 def test_record_attempt_is_idempotent_per_seq(session: Session) -> None:
     session.add(_instance("a1"))
     session.commit()
