@@ -99,11 +99,6 @@ def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -
     return row
 
 
-# An allocation's statuses once it is over: nothing moves its row out of them but its own workflow.
-ENDED_STATUSES = frozenset({AllocationStatus.TERMINATED.value, AllocationStatus.FAILED.value,
-                            AllocationStatus.LOST.value})
-
-
 def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]], *,
                 commit: bool = True, after: tuple[str, str] | None = None) -> None:
     """Move the row through (status, phase) marks in order, one event per change, and commit
@@ -116,7 +111,7 @@ def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, s
     activity that marked the one before, which must not undo what its workflow recorded since (a
     teardown begun while the activity had not yet seen its cancel)."""
     row = session.get(Instance, instance_id)
-    if row is None or not marks or row.status in ENDED_STATUSES:
+    if row is None or not marks or not AllocationStatus(row.status).live:  # ended: terminated, failed, lost
         return
     if after is not None and (row.status, row.phase) != after:
         return

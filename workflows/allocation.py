@@ -353,8 +353,7 @@ class AllocationWorkflow:
                         authorize_keys=req.ssh_public_keys if caps.user_keys == "ssh" else [],
                         via=st.target if caps.bastion else None)
         await self._advance(Phase.SSH)
-        k3s_skipped = (None if req.k3s and caps.k3s != "none" else "k3s skipped: not requested" if not req.k3s
-                       else f"k3s skipped: {caps.k3s_reason or caps.display_name + ' cannot host k3s'}")
+        k3s_skipped = self._k3s_skipped(caps)
         if not self._fewer_trips:
             await self._ssh_steps(ssh, k3s_skipped)
         else:
@@ -372,6 +371,14 @@ class AllocationWorkflow:
             st.notes.append(f"offer promised {expected} GPU(s); nvidia-smi shows {len(st.gpus)}")
 
         await self._advance(Phase.READY, AllocationStatus.READY)
+
+    def _k3s_skipped(self, caps: Capabilities) -> str | None:
+        """Why k3s is not installed on this machine (a note), or None when it is."""
+        if not self._req.k3s:
+            return "k3s skipped: not requested"
+        if caps.k3s == "none":
+            return f"k3s skipped: {caps.k3s_reason or caps.display_name + ' cannot host k3s'}"
+        return None
 
     async def _ssh_steps(self, ssh: SshTarget, k3s_skipped: str | None) -> None:
         """WAIT_SSH, INSTALL_K3S and PROBE_GPUS as activities of their own (before FEWER_TRIPS_PATCH)."""
