@@ -160,6 +160,10 @@ async def test_out_of_stock_and_quota_are_worded(api: httpx.AsyncClient, sim: Fa
 
 
 async def test_pod_lifecycle(api: httpx.AsyncClient, sim: FakeCloudServer) -> None:
+    # A pod is PROVISIONING for the first half of its boot: with the module's 0.3 s boot that is 150 ms,
+    # which a busy CI box once spent between the create and its answer (the phases themselves are
+    # checked without a clock in test_pod_phases_while_booting).
+    sim.admin.configure(boot_delay=2.0)
     await add_key(api)
     r = await api.post("/pods/", json=pod_body(name="job-1"))
     assert r.status_code == 200, r.text
