@@ -38,7 +38,7 @@ from store import connections as connection_store
 from store import migrate
 from store.db import make_engine, session_scope
 from store.secrets import SecretBox
-from workflows import client_calls, search_attributes
+from workflows import client_calls, dev_server, search_attributes
 from workflows.converter import data_converter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,8 +151,7 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
             dev_server_startup_timeout=timedelta(seconds=120),
             # Its "slow gRPC call" warnings under the throughput figure's load would bury the figures.
             dev_server_log_level="error",
-            dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal",
-                                   "--sqlite-pragma", "synchronous=normal"],
+            dev_server_extra_args=dev_server.FLAGS,
         )
         db = home / "gpuprov.db"
         engine = make_engine(f"sqlite:///{db}")

@@ -279,12 +279,12 @@ async def run_dev(cfg: DevConfig) -> int:
         ca_pem = tls.ensure(cfg.home / "localcloud", (cfg.host,)).ca_pem
         bodies = connection_bodies(cfg.cloud_url, tokens, cfg.cloud_tls_url, ca_pem,  # facades load
                                    cfg.cloud_grpc_url, cfg.cloud_grpc_tls_url)
+        from workflows import dev_server
         from workflows.search_attributes import dev_server_args
 
         await stack.launch("temporal", [
             str(bindir / "temporal"), "server", "start-dev",
-            "--db-filename", str(cfg.home / "temporal.db"),
-            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=NORMAL",
+            "--db-filename", str(cfg.home / "temporal.db"), *dev_server.FLAGS,
             "--ip", cfg.host, "--port", str(cfg.temporal_port), "--ui-port", str(cfg.ui_port),
             "--ui-disable-news-fetch", "--log-level", "warn", *dev_server_args(),
             # The UI decodes payloads through the API's codec endpoint (no secret on this line: the

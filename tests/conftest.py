@@ -26,7 +26,7 @@ from store.db import make_engine
 from store.secrets import SecretBox
 from tests import netguard, tiers
 from tests import processes as process_permit
-from workflows import search_attributes
+from workflows import dev_server, search_attributes
 from workflows.converter import data_converter
 
 if TYPE_CHECKING:
@@ -83,8 +83,7 @@ async def temporal_env(temporal_db: Path) -> AsyncIterator[WorkflowEnvironment]:
         dev_server_database_filename=str(db),
         search_attributes=search_attributes.ALL,
         dev_server_startup_timeout=SERVER_STARTUP,
-        dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal",
-                               "--sqlite-pragma", "synchronous=normal"],
+        dev_server_extra_args=dev_server.FLAGS,
     )
     try:
         yield env

@@ -1,0 +1,14 @@
+"""The flags every embedded Temporal dev server here starts with: `gpuprov dev`'s (cli/dev.py), the
+test session's (tests/conftest.py) and bench's (bench/harness.py). Search attributes are registered
+apart (workflows/search_attributes.py)."""
+
+from __future__ import annotations
+
+FLAGS: list[str] = [
+    # SQLite in WAL mode, synced at checkpoints: the dev server's default journal fsyncs every write.
+    "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+    # The frontend's version check looks up version-info.temporal.io as the server starts (a DNS query to
+    # the host's resolver, then HTTPS to Temporal): traffic off this machine, which nothing here may
+    # send, and on a box without a resolver a lookup that waits out its timeouts.
+    "--dynamic-config-value", "frontend.enableServerVersionCheck=false",
+]
