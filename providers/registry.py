@@ -61,6 +61,7 @@ FLEETS: tuple[CloudEntry, ...] = (
 _EXTRA: dict[str, type[CloudProvider]] = {}
 
 
+@functools.cache  # the targets are fixed strings; import_module costs a lock and lookups per call
 def _load(target: str) -> Any:
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
@@ -81,6 +82,7 @@ def entries() -> tuple[CloudEntry, ...]:
     return tuple(found.values())
 
 
+@functools.cache  # entries() is fixed for the process; lists ask once per row
 def _entries_by_id() -> Mapping[str, CloudEntry]:
     return {e.id: e for e in entries()}
 
@@ -95,8 +97,11 @@ def fleets() -> list[str]:
     return [e.id for e in FLEETS]
 
 
+_FLEET_IDS = frozenset(e.id for e in FLEETS)
+
+
 def is_fleet(cloud: str) -> bool:
-    return cloud in fleets()
+    return cloud in _FLEET_IDS
 
 
 def placeable() -> list[str]:
