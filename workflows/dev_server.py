@@ -9,6 +9,6 @@ FLAGS: list[str] = [
     "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
     # The frontend's version check looks up version-info.temporal.io as the server starts (a DNS query to
     # the host's resolver, then HTTPS to Temporal): traffic off this machine, which nothing here may
-    # send, and on a box without a resolver a lookup that waits out its timeouts.
+    # send (it runs beside the start-up, so it never slowed one: tests/deploy/test_temporal_offline.py).
     "--dynamic-config-value", "frontend.enableServerVersionCheck=false",
 ]
