@@ -7,9 +7,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 from functools import lru_cache
+from ipaddress import IPv4Address
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, IPvAnyAddress
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -57,8 +58,12 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = 10.0  # a webhook that has not answered by then is recorded as failed
     policy_interval_s: float = 60.0  # how often each condition policy's Schedule evaluates it
     job_metrics_interval_s: float = 30.0  # how often a running job's GPUs are sampled (nvidia-smi)
-    # The worker's Prometheus /metrics, on 127.0.0.1 at this port (0: off). `gpuprov dev` turns it on.
+    # The worker's Prometheus /metrics at this port (0: off). `gpuprov dev` turns it on.
     worker_metrics_port: int = Field(0, ge=0, le=65535)
+    # Its address: 127.0.0.1 (anyone on the host may scrape it), or another (a container's 0.0.0.0, so a
+    # scraper on its network reaches each replica), where every scrape needs the admin token
+    # (api_token, which must then be set): activities/metrics_http.py.
+    worker_metrics_addr: IPvAnyAddress = IPv4Address("127.0.0.1")
     # A job's priority may be -job_priority_max..job_priority_max (a higher one is a 422): the queue is
     # shared by every project, so a tenant must not be able to jump the others by an arbitrary amount.
     job_priority_max: int = Field(100, ge=0, le=1000)

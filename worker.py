@@ -362,7 +362,8 @@ async def main(private_queue: str | None = None) -> None:
     upgrade()  # every replica may be the first to start; migrations take turns
     deps = ActivityDeps.from_settings()
     if private_queue is None and s.worker_metrics_port:
-        serve_metrics(s.worker_metrics_port, s.task_queue)  # before the client: the SDK's Runtime
+        # before the client: the SDK's Runtime
+        serve_metrics(s.worker_metrics_port, s.task_queue, addr=str(s.worker_metrics_addr), token=s.api_token)
     # The payload codec's keys are the secret store's: the API, reading the same store, decodes them.
     client = await connect_client(s.temporal_address, s.temporal_namespace, keys=deps.box.keys)
     stop = asyncio.Event()
@@ -375,22 +376,26 @@ async def main(private_queue: str | None = None) -> None:
         await serve(client, deps, s, stop)
 
 
-def serve_metrics(port: int, task_queue: str) -> None:
-    """The worker's /metrics on 127.0.0.1:`port` (README: Metrics): gpuprov's series and the Temporal
-    SDK's, whose Runtime (made here, the default of every client made after) records into a buffer."""
+def serve_metrics(port: int, task_queue: str, *, addr: str = "127.0.0.1", token: str | None = None) -> None:
+    """The worker's /metrics on `addr`:`port` (README: Metrics): gpuprov's series and the Temporal
+    SDK's, whose Runtime (made here, the default of every client made after) records into a buffer.
+    Off loopback, only for the admin `token` (none: refused, before anything starts)."""
     from temporalio.runtime import Runtime
 
     from activities import metrics
+    from activities.metrics_http import is_loopback
     from activities.temporal_metrics import TemporalSdkMetrics, buffered_runtime
+
+    guard = None if is_loopback(addr) else token  # on loopback as before: anyone on the host
 
     runtime, buffer = buffered_runtime()
     Runtime.set_default(runtime)
     queues = [task_queue, *(launch_task_queue(task_queue, cloud) for cloud in launch_rates())]
     sdk = TemporalSdkMetrics(buffer, queues)
-    metrics.serve(port, also=sdk)
+    metrics.serve(port, also=sdk, addr=addr, token=guard)
     threading.Thread(target=sdk.drain_forever, args=(threading.Event(),), name="gpuprov-sdk-metrics",
                      daemon=True).start()
-    log.info("metrics on http://127.0.0.1:%d/metrics", port)
+    log.info("metrics on http://%s:%d/metrics%s", addr, port, " (admin token)" if guard else "")
 
 
 def private_queue_arg(argv: Sequence[str]) -> str | None:

@@ -7,7 +7,7 @@ out before retrying); time to ready per cloud (activities/records.py); sweep act
 
 One registry per process (REGISTRY, not prometheus_client's global one): tests read exact values
 from it, and nothing a library registers globally leaks into the worker's /metrics. `serve(port)`
-exposes it on 127.0.0.1 only.
+exposes it on 127.0.0.1, or on another address behind the admin token (activities/metrics_http.py).
 
 Every label value is bounded: a cloud is one of the registry's ids (else `other`), an operation one
 of VERBS, an error kind a ProviderError class of providers/base.py, a sweep action one of
@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.registry import Collector
 
 from providers import pacing, registry
@@ -207,9 +207,13 @@ def value(name: str, **labels: str) -> float:
     return 0.0 if found is None else found
 
 
-def serve(port: int, *, also: Collector | None = None, addr: str = "127.0.0.1") -> Any:
+def serve(port: int, *, also: Collector | None = None, addr: str = "127.0.0.1",
+          token: str | None = None) -> Any:
     """REGISTRY (and `also`: the Temporal SDK's metrics) at http://addr:port/metrics, on a daemon
-    thread; loopback only by default. Returns prometheus_client's (server, thread)."""
+    thread: loopback only, unless `token` guards it (activities/metrics_http.py). Returns the server."""
+    from activities import metrics_http
+
+    server = metrics_http.serve(REGISTRY, port, addr=addr, token=token)  # refuses before registering
     if also is not None:
         REGISTRY.register(also)
-    return start_http_server(port, addr=addr, registry=REGISTRY)
+    return server

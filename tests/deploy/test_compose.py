@@ -117,6 +117,15 @@ def test_no_secret_on_any_command_line() -> None:
             assert not SECRET_WORD.search(line), line
 
 
+def test_the_workers_metrics_off_loopback_come_with_the_admin_token() -> None:
+    """A replica's /metrics listens on its container's address only because the admin token guards it
+    (activities/metrics_http.py refuses such an address without one), and no host port publishes it."""
+    env = load()["services"]["worker"]["environment"]
+    assert (env["GPUPROV_WORKER_METRICS_ADDR"], env["GPUPROV_WORKER_METRICS_PORT"]) == ("0.0.0.0", "9464")
+    assert ":?" in env["GPUPROV_API_TOKEN"]
+    assert not any("9464" in str(p) for p in load()["services"]["worker"].get("ports", []))
+
+
 def test_secrets_are_required_not_defaulted() -> None:
     env = load()["services"]["api"]["environment"]
     # `${VAR:?msg}` makes compose refuse to start without the secret instead of running with a default one.

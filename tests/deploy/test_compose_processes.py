@@ -107,6 +107,10 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         "PYTHONPATH": str(ROOT),
         # The adapters pace at the simulation's speed (its rate limits run 1000x faster than real).
         "GPUPROV_CLOUD_TIME_SCALE": os.environ.get("GPUPROV_CLOUD_TIME_SCALE", "0.001"),
+        # Each replica's container address stands for its own network: here the processes share the
+        # host's, where 0.0.0.0 is every interface and one port fits one worker (tests/test_worker_
+        # metrics_http.py covers the server).
+        "GPUPROV_WORKER_METRICS_PORT": "0",
     }
     assert set(overrides) - {"GPUPROV_TASK_QUEUE", "PYTHONPATH", "GPUPROV_CLOUD_TIME_SCALE"} <= set(shared)
 
