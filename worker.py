@@ -379,15 +379,14 @@ async def main(private_queue: str | None = None) -> None:
 def serve_metrics(port: int, task_queue: str, *, addr: str = "127.0.0.1", token: str | None = None) -> None:
     """The worker's /metrics on `addr`:`port` (README: Metrics): gpuprov's series and the Temporal
     SDK's, whose Runtime (made here, the default of every client made after) records into a buffer.
-    Off loopback, only for the admin `token` (none: refused, before anything starts)."""
+    Off loopback, only for the admin `token` (none: MetricsAddressError, before anything starts)."""
     from temporalio.runtime import Runtime
 
     from activities import metrics
-    from activities.metrics_http import is_loopback
+    from activities.metrics_http import guard_for
     from activities.temporal_metrics import TemporalSdkMetrics, buffered_runtime
 
-    guard = None if is_loopback(addr) else token  # on loopback as before: anyone on the host
-
+    guard = guard_for(addr, token)
     runtime, buffer = buffered_runtime()
     Runtime.set_default(runtime)
     queues = [task_queue, *(launch_task_queue(task_queue, cloud) for cloud in launch_rates())]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -58,15 +59,30 @@ class _QuietHandler(WSGIRequestHandler):
         """No access log on stderr: a scrape every few seconds would bury the worker's own lines."""
 
 
-def serve(registry: Collector, port: int, *, addr: str = "127.0.0.1", token: str | None = None) -> WSGIServer:
-    """`registry` at http://addr:port/metrics on a daemon thread; the server (its `server_port` is the
-    port bound, for `port` 0). `token`: every scrape must carry it; required off loopback."""
-    if token is None and not is_loopback(addr):
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def guard_for(addr: str, admin_token: str | None) -> str | None:
+    """The token the metrics on `addr` need: none on loopback (as before: anyone on the host), the
+    admin token anywhere else — MetricsAddressError when there is none."""
+    if is_loopback(addr):
+        return None
+    if not admin_token:
         raise MetricsAddressError(
             f"the worker's metrics on {addr} (not a loopback address) need the admin token to guard them: "
             "set GPUPROV_API_TOKEN, or keep GPUPROV_WORKER_METRICS_ADDR on 127.0.0.1")
+    return admin_token
+
+
+def serve(registry: Collector, port: int, *, addr: str = "127.0.0.1", token: str | None = None) -> WSGIServer:
+    """`registry` at http://addr:port/metrics on a daemon thread; the server (its `server_port` is the
+    port bound, for `port` 0). `token`: every scrape must carry it; required off loopback."""
+    if token is None:
+        guard_for(addr, None)  # refuses any address but loopback
     app = make_wsgi_app(registry)
-    server = make_server(addr, port, bearer_only(app, token) if token else app, _Server,
+    server_class = _Server6 if ":" in addr else _Server
+    server = make_server(addr, port, bearer_only(app, token) if token else app, server_class,
                          handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="gpuprov-metrics", daemon=True).start()
     return server

@@ -64,3 +64,15 @@ def test_off_loopback_without_a_token_nothing_binds(registry: CollectorRegistry,
     assert bound == []
     addresses = ("127.0.0.1", "127.3.2.1", "::1", "0.0.0.0", "10.0.0.1")
     assert [metrics_http.is_loopback(a) for a in addresses] == [True, True, True, False, False]
+    # What the worker asks before it builds anything (worker.serve_metrics): the admin token off loopback.
+    assert [metrics_http.guard_for(a, "tok") for a in ("127.0.0.1", "::1", "0.0.0.0")] == [None, None, "tok"]
+    for token in (None, ""):
+        with pytest.raises(metrics_http.MetricsAddressError):
+            metrics_http.guard_for("0.0.0.0", token)
+
+
+def test_an_ipv6_loopback_address_is_served(registry: CollectorRegistry,
+                                            servers: list[metrics_http.WSGIServer]) -> None:
+    servers.append(server := metrics_http.serve(registry, 0, addr="::1"))
+    r = httpx.get(f"http://[::1]:{server.server_port}/metrics")
+    assert r.status_code == 200 and "gpuprov_probe_total 3.0" in r.text
