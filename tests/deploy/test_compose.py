@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from workflows import dev_server
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -124,6 +126,21 @@ def test_the_workers_metrics_off_loopback_come_with_the_admin_token() -> None:
     assert (env["GPUPROV_WORKER_METRICS_ADDR"], env["GPUPROV_WORKER_METRICS_PORT"]) == ("0.0.0.0", "9464")
     assert ":?" in env["GPUPROV_API_TOKEN"]
     assert not any("9464" in str(p) for p in load()["services"]["worker"].get("ports", []))
+
+
+def test_temporal_gets_the_embedded_dev_servers_dynamic_config() -> None:
+    """docker-compose's Temporal reads the dynamic config `gpuprov dev`'s is started with
+    (workflows/dev_server.FLAGS): one partition per task queue, no version check."""
+    spec = load()
+    temporal = spec["services"]["temporal"]
+    [mount] = temporal["configs"]
+    assert mount["target"] == f"/etc/temporal/{temporal['environment']['DYNAMIC_CONFIG_FILE_PATH']}"
+    config = yaml.safe_load(spec["configs"][mount["source"]]["content"])
+    flags = dev_server.FLAGS
+    dynamic = dict(flags[i + 1].split("=", 1) for i, flag in enumerate(flags)
+                   if flag == "--dynamic-config-value")
+    assert {key: [{"value": yaml.safe_load(value)}] for key, value in dynamic.items()} == config
+    assert config["matching.numTaskqueueReadPartitions"] == [{"value": 1}]
 
 
 def test_secrets_are_required_not_defaulted() -> None:
