@@ -35,6 +35,7 @@ class Namespace:
     name: str
     heard: list[str] = field(default_factory=list)  # the names the listener was asked, in order
     procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)  # held: the loop keeps only weak refs
 
     async def exec(self, *argv: str, **kw: Any) -> asyncio.subprocess.Process:
         proc = await asyncio.create_subprocess_exec("ip", "netns", "exec", self.name, *argv, **kw)
@@ -60,7 +61,7 @@ async def listen(ns: Namespace) -> None:
         assert proc.stdout is not None
         while line := await proc.stdout.readline():
             ns.heard.append(line.decode().strip())
-    asyncio.get_running_loop().create_task(record())
+    ns.tasks.append(asyncio.get_running_loop().create_task(record()))  # ends at the listener's EOF
 
 
 def ip(*args: str, check: bool = True) -> None:
