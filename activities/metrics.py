@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.registry import Collector
 
+from activities import metrics_http
 from providers import pacing, registry
 from providers.base import (
     AuthError,
@@ -211,8 +212,6 @@ def serve(port: int, *, also: Collector | None = None, addr: str = "127.0.0.1",
           token: str | None = None) -> Any:
     """REGISTRY (and `also`: the Temporal SDK's metrics) at http://addr:port/metrics, on a daemon
     thread: loopback only, unless `token` guards it (activities/metrics_http.py). Returns the server."""
-    from activities import metrics_http
-
     server = metrics_http.serve(REGISTRY, port, addr=addr, token=token)  # refuses before registering
     if also is not None:
         REGISTRY.register(also)

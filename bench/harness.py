@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import asyncssh
@@ -147,8 +146,7 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
             dev_server_existing_path=TEMPORAL_BIN,
             dev_server_database_filename=temporal_db,
             search_attributes=search_attributes.ALL,
-            # The SDK waits 5 s for the server by default: too short beside a busy box's other work.
-            dev_server_startup_timeout=timedelta(seconds=120),
+            dev_server_startup_timeout=dev_server.STARTUP_TIMEOUT,
             # Its "slow gRPC call" warnings under the throughput figure's load would bury the figures.
             dev_server_log_level="error",
             dev_server_extra_args=dev_server.FLAGS,

@@ -225,7 +225,7 @@ def child_env(cfg: DevConfig, simulated: list[str]) -> dict[str, str]:
             "GPUPROV_API_URL": cfg.api_url, "GPUPROV_CODEC_CORS_ORIGINS": cfg.ui_url,
             # Adapters pace their calls at the speed the simulated clouds run their rate limits.
             "GPUPROV_CLOUD_TIME_SCALE": str(cfg.cloud_time_scale),
-            "GPUPROV_WORKER_METRICS_PORT": str(cfg.worker_metrics_port),  # on 127.0.0.1 only
+            "GPUPROV_WORKER_METRICS_PORT": str(cfg.worker_metrics_port),  # on 127.0.0.1: the default address
             "GPUPROV_ALLOWED_ENDPOINTS": ",".join(simulated_endpoints(
                 cfg.cloud_url, simulated, cfg.cloud_tls_url, cfg.cloud_grpc_url,
                 cfg.cloud_grpc_tls_url).values()),

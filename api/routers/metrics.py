@@ -6,7 +6,7 @@ What it serves is the database's gauges (store/metrics.py: allocations by status
 by status, running $/hr per project), counted on each scrape into a registry of this request's own
 (never prometheus_client's global one), and this process's own cloud calls (the offers pages ask the
 clouds: calls, errors, latency and rate-limit waits, as activities/metrics.py measures the worker's).
-The worker's own series are on its loopback /metrics (activities/metrics.py). Not in the OpenAPI
+The worker's own series are on its own /metrics (activities/metrics.py, metrics_http.py). Not in the OpenAPI
 description: its body is not JSON, and it is an operator's endpoint, not the API's."""
 
 from __future__ import annotations
