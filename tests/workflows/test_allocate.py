@@ -129,8 +129,14 @@ async def test_a_gpu_check_that_fails_once_is_retried_on_the_same_machine(
     req = make_request(gpu="a10")
     st = await settled(await start_allocate(temporal_client, req))
     assert st.phase == Phase.READY and len(st.gpus) == 1 and len(fake_cloud.machines) == 1
-    with session_scope(db_engine) as s:
-        phases = [e.phase for e in instances.events_of(s, req.allocation_id)]
+
+    def phases_now() -> list[str]:
+        with session_scope(db_engine) as s:
+            return [e.phase for e in instances.events_of(s, req.allocation_id)]
+
+    # The query shows ready before the last record activity writes it (as in the test below): wait for it.
+    phases = await eventually(phases_now, until=lambda phases: "ready" in phases, within=30,
+                              what="the ready event recorded")
     assert phases[phases.index("ssh"):] == ["ssh", "k3s", "gpu_check", "ssh", "k3s", "gpu_check", "ready"]
 
 
