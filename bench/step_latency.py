@@ -35,13 +35,9 @@ TEMPORAL_DEFAULT = "20"  # its registered default (the server's dynamicconfig co
 
 
 def flags_with(key: str, value: str) -> list[str]:
-    """dev_server.FLAGS with `--dynamic-config-value key=...` set to `value` (added if absent)."""
-    flags, pair = list(dev_server.FLAGS), f"{key}={value}"
-    for i, flag in enumerate(flags):
-        if flag == "--dynamic-config-value" and flags[i + 1].split("=", 1)[0] == key:
-            flags[i + 1] = pair
-            return flags
-    return [*flags, "--dynamic-config-value", pair]
+    """dev_server.FLAGS with the dynamic-config `key` (which they set) at `value` instead."""
+    current = f"{key}={dev_server.dynamic_config()[key]}"
+    return [f"{key}={value}" if flag == current else flag for flag in dev_server.FLAGS]
 
 
 @asynccontextmanager

@@ -31,3 +31,9 @@ FLAGS: list[str] = [
     # activities, 11.9 ms at 200 (bench/step_latency.py, side by side on the 2-core dev box).
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=200",
 ]
+
+
+def dynamic_config(flags: list[str] = FLAGS) -> dict[str, str]:
+    """The `--dynamic-config-value key=value` pairs of `flags`: key -> value as written."""
+    pairs = (flags[i + 1].split("=", 1) for i, flag in enumerate(flags) if flag == "--dynamic-config-value")
+    return {key: value for key, value in pairs}

@@ -136,9 +136,7 @@ def test_temporal_gets_the_embedded_dev_servers_dynamic_config() -> None:
     [mount] = temporal["configs"]
     assert mount["target"] == f"/etc/temporal/{temporal['environment']['DYNAMIC_CONFIG_FILE_PATH']}"
     config = yaml.safe_load(spec["configs"][mount["source"]]["content"])
-    flags = dev_server.FLAGS
-    dynamic = dict(flags[i + 1].split("=", 1) for i, flag in enumerate(flags)
-                   if flag == "--dynamic-config-value")
+    dynamic = dev_server.dynamic_config()
     assert {key: [{"value": yaml.safe_load(value)}] for key, value in dynamic.items()} == config
     assert config["matching.numTaskqueueReadPartitions"] == [{"value": 1}]
 

@@ -16,11 +16,6 @@ from tests.conftest import TEMPORAL_BIN
 from workflows import dev_server
 
 
-def dynamic_keys() -> list[str]:
-    flags = dev_server.FLAGS
-    return [flags[i + 1].split("=", 1)[0] for i, flag in enumerate(flags) if flag == "--dynamic-config-value"]
-
-
 @pytest.fixture(scope="module")
 def server_binary() -> Iterator[mmap.mmap]:
     with TEMPORAL_BIN.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
@@ -34,13 +29,13 @@ def registered(image: mmap.mmap, key: str) -> bool:
 
 
 def test_the_flags_set_the_keys_this_project_relies_on() -> None:
-    assert set(dynamic_keys()) >= {
+    assert set(dev_server.dynamic_config()) >= {
         "frontend.enableServerVersionCheck", "matching.numTaskqueueReadPartitions",
         "matching.numTaskqueueWritePartitions", "history.transferProcessorMaxPollRPS"}
 
 
 def test_every_dynamic_config_key_is_one_the_shipped_server_registers(server_binary: mmap.mmap) -> None:
-    assert [key for key in dynamic_keys() if not registered(server_binary, key)] == []
+    assert [key for key in dev_server.dynamic_config() if not registered(server_binary, key)] == []
 
 
 def test_the_check_tells_a_misspelt_key(server_binary: mmap.mmap) -> None:

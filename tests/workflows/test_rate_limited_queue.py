@@ -2,7 +2,7 @@
 one partition (workflows/dev_server.FLAGS) and holds its rate. On the server's default of 4 partitions
 the limit applies per partition: `make run`'s first Lambda create waited 26 s on its launch queue, and
 a probe with one launch per 12 s waited 45 s for its first (then 0.0 s for the next, on another
-partition); on one partition, 0.1 s, then 11.0 s (/tmp/scratch/rate.py, this round's note)."""
+partition); on one partition, 0.1 s, then 11.0 s (a probe script's figures, in issue 24's notes)."""
 
 from __future__ import annotations
 
