@@ -28,9 +28,10 @@ import ast
 import hashlib
 import importlib.util
 import re
+import threading
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Literal
@@ -120,13 +121,28 @@ def imported_modules(files: Iterable[Path]) -> set[str]:
     """Every module name the files import (absolute imports; `from a.b import c` gives a.b, a.b.c)."""
     names: set[str] = set()
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module)
-                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        names.update(_imports_in(path.read_text()))
     return names
+
+
+# CPython 3.11 counts the AST constructor's recursion depth per interpreter, not per thread: two
+# threads parsing at once (the API's sync routes, a worker's activities) can fail with "SystemError:
+# AST constructor recursion depth mismatch" (python/cpython#106905; seen here in the suite, 3.11.7).
+_PARSING = threading.Lock()
+
+
+@lru_cache(maxsize=256)  # by source: the adapters' files rarely change, and every status() reads them
+def _imports_in(source: str) -> frozenset[str]:
+    with _PARSING:
+        tree = ast.parse(source)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return frozenset(names)
 
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*([^\s;,#]+)\s*(?:;.*)?$")

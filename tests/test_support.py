@@ -4,7 +4,9 @@ failing run is `failing`; a run on an older adapter does not count. Pure: no Tem
 
 from __future__ import annotations
 
+import ast
 import shutil
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -200,6 +202,46 @@ def test_the_version_covers_the_client_librarys_exact_pin(tmp_path: Path) -> Non
     one = support.version_of([adapter], support.client_pins([adapter], pins))
     two = support.version_of([adapter], support.client_pins([adapter], {**pins, "somesdk": "1.0.1"}))
     assert one != two
+
+
+def test_sources_are_parsed_one_at_a_time_whatever_the_threads(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads reading adapters' imports at once (the API's sync routes do) never parse at the
+    same moment: CPython 3.11 can fail such a pair with "AST constructor recursion depth mismatch"."""
+    inside, most, first_in, second_in = 0, 0, threading.Event(), threading.Event()
+    lock = threading.Lock()
+    real_parse = ast.parse
+
+    def parse_watched_fake(source: str, *args: Any, **kwargs: Any) -> ast.Module:
+        nonlocal inside, most
+        if source not in ours:  # pytest's own parsing, say: the real one, unwatched
+            return real_parse(source, *args, **kwargs)
+        with lock:
+            inside += 1
+            most = max(most, inside)
+            if inside > 1:
+                second_in.set()
+        first_in.set()
+        second_in.wait(0.5)  # the first parse holds on, giving the second thread its chance to enter
+        with lock:
+            inside -= 1
+        return real_parse(source)
+
+    monkeypatch.setattr(support.ast, "parse", parse_watched_fake)
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    files[0].write_text("import alpha\n")
+    files[1].write_text("from beta import gamma\n")
+    ours = {f.read_text() for f in files}
+    found: dict[int, set[str]] = {}
+    threads = [threading.Thread(target=lambda n=n: found.update({n: support.imported_modules([files[n]])}))
+               for n in (0, 1)]
+    threads[0].start()
+    assert first_in.wait(30)
+    threads[1].start()
+    for t in threads:
+        t.join(30)
+    assert found == {0: {"alpha"}, 1: {"beta", "beta.gamma"}}
+    assert most == 1
 
 
 def test_the_exact_pins_are_read_from_pyproject() -> None:
