@@ -117,3 +117,35 @@ async def test_a_project_token_is_looked_up_once_per_request(
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE api_token SET revoked_at = CURRENT_TIMESTAMP"))
         assert (await client.get("/providers")).status_code == 401
+
+
+async def test_each_row_of_the_list_reads_as_the_instance_itself_does(
+        stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
+    """The list builds its page from plain rows in one validation (api/responses.py `json_page`), GET
+    one from the ORM row through `InstanceOut.of`: the same fields either way, fleet rows (their
+    host's and bastion's pins) and cloud rows (their own pin, when it is this machine's) alike."""
+    engine, seeded = stores[200]
+    with engine.begin() as conn:  # half the live cloud rows get a pin of their machine, one a stale pin
+        live = conn.execute(sa.text(
+            "SELECT id, key, cloud_instance_id FROM instance WHERE provider != 'ssh' AND ssh_host IS NOT NULL"
+            " AND status IN ('ready', 'terminating') AND project = :p ORDER BY id"),
+            {"p": api_scale.MEASURED}).all()
+        key_line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDwTWPmgSchPjjY4fxu4N3PY0vTmDiWFQ5mK5wYzsjZD"
+        for n, (iid, key, cloud_id) in enumerate(live[::2]):
+            machine = f"{key or ''}/{cloud_id or ''}" if n else "an-earlier-attempt/i-0"
+            conn.execute(sa.text("UPDATE instance SET host_key = :k, host_key_machine = :m WHERE id = :i"),
+                         {"k": key_line, "m": machine, "i": iid})
+    async with _client(engine, seeded, box) as client:
+        listed = (await client.get("/instances?status=active&limit=200")).json()["items"]
+        singles = {i["id"]: (await client.get(f"/instances/{i['id']}")).json() for i in listed}
+    assert {i["cloud"] for i in listed} > {"ssh"} and len(live) > 2
+    pinned = [i for i in listed if i["cloud"] != "ssh" and i["host_key"]]
+    assert len(pinned) == len(live[::2]) - 1  # the stale pin is not this machine's
+    assert all(i["host_key"]["known_hosts"].endswith(key_line) for i in pinned)
+    for item in listed:
+        single = singles[item["id"]]
+        for shown in (item, single):
+            assert (shown.pop("uptime_s") is None) == (item["status"] not in ("ready", "terminating"))
+        single.pop("attempts"), single.pop("events")
+        item.pop("attempts"), item.pop("events")
+        assert item == single
