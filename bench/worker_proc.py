@@ -59,6 +59,7 @@ async def main(args: argparse.Namespace) -> None:
     if os.environ.get(HEAP_ENV):
         _trace_heap(os.environ[HEAP_ENV])
     async with w:
+        worker_module.freeze_start_up()  # as the deployment's worker does (worker.serve)
         print("ready", flush=True)
         await stop.wait()
 
