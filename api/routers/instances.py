@@ -213,7 +213,8 @@ def uptime_s(row: Instance, now: datetime) -> float | None:
 router = APIRouter(prefix="/instances", tags=["instances"])
 
 INSTANCE_PAGE = TypeAdapter(Page[InstanceOut])
-INSTANCE_COLUMNS = tuple(Instance.__table__.columns)  # type: ignore[attr-defined]
+INSTANCE_COLUMNS = tuple(Instance.__table__.columns)  # type: ignore[attr-defined]  # the list's select
+
 # Newest first; the keyset (created_at, id) keeps pages stable while allocations are added.
 KEYSET = Keyset("instances", Instance.created_at, Instance.id, descending=True)
 
