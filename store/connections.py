@@ -113,14 +113,18 @@ def record_health(session: Session, connection_id: str, *, status: str, reason: 
     return row
 
 
-def live_totals(session: Session, connection_ids: Collection[str]) -> dict[str, tuple[int, float]]:
-    """Connection id -> (how many live instances, their summed $/hr), in one query; connections
-    with none are absent. An instance whose price is not known yet adds to the count, not the sum."""
+def live_totals(session: Session, project: str,
+                connection_ids: Collection[str]) -> dict[str, tuple[int, float]]:
+    """Connection id -> (how many live instances, their summed $/hr), of the project's connections,
+    in one query; connections with none are absent. An instance whose price is not known yet adds
+    to the count, not the sum."""
     if not connection_ids:
         return {}
     total = func.coalesce(func.sum(Instance.price_per_hour), 0.0)
+    # The project as well as the connections: the (project, status, created_at) index reads the
+    # project's live instances (on SQLite, without it, every project's: 4x the time at 10,000 rows).
     stmt = (select(Instance.connection_id, func.count(), total)
-            .where(col(Instance.connection_id).in_(list(connection_ids)),
+            .where(col(Instance.project) == project, col(Instance.connection_id).in_(list(connection_ids)),
                    col(Instance.status).in_(list(LIVE_STATUSES)))
             .group_by(col(Instance.connection_id)))
     return {cid: (int(n), float(cost or 0.0)) for cid, n, cost in session.exec(stmt).all()}

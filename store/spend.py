@@ -106,16 +106,6 @@ def _midnight(d: date) -> datetime:
     return datetime.combine(d, time(0), tzinfo=UTC)
 
 
-class WindowRow(NamedTuple):
-    """An interval as `summarize_rows` reads it: its times as epoch seconds, no ORM object."""
-
-    project: str
-    job_type: str
-    rate_per_hour: float
-    started_s: float
-    ended_s: float | None
-
-
 class Accrual(Protocol):
     """What `summarize` reads of an interval (a SpendInterval)."""
 
@@ -137,67 +127,63 @@ class SpendSummary:
     by_job_type: dict[str, float] = field(default_factory=dict)
     by_project: dict[str, float] = field(default_factory=dict)
     total: float = 0.0
-    intervals: int = 0  # how many intervals accrued anything in the window
 
 
 def summarize(intervals: Iterable[Accrual], days: int, now: datetime) -> SpendSummary:
     """Cost per day over the last `days` UTC days (each interval's rate × its overlap with the day;
-    an open one up to `now`), and the window's cost by job type and by project."""
-    return summarize_rows((WindowRow(iv.project, iv.job_type, iv.rate_per_hour,
-                                     aware(iv.started_at).timestamp(),
-                                     None if iv.ended_at is None else aware(iv.ended_at).timestamp())
-                           for iv in intervals), days, now)
-
-
-def summarize_rows(rows: Iterable[WindowRow], days: int, now: datetime) -> SpendSummary:
-    """`summarize` over rows whose times are epoch seconds (what `window_rows` reads): the arithmetic
-    in floats, not datetimes (the spend card sums thousands of intervals per request)."""
+    an open one up to `now`), and the window's cost by job type and by project. The arithmetic as
+    written down: the spend card has the database do it (`day_costs`), checked against this."""
     now = aware(now)
     window = day_range(days, now)
-    end = now.timestamp()
+    costs = [DayCost(k, iv.project, iv.job_type, iv.rate_per_hour * hours) for iv in intervals
+             for k, d in enumerate(window)
+             if (hours := overlap_hours(iv.started_at, iv.ended_at, _midnight(d),
+                                        _midnight(d + timedelta(days=1)), now)) > 0.0]
+    return summarize_day_costs(costs, days, now)
+
+
+class DayCost(NamedTuple):
+    """What one (day, project, job type) of the window accrued: a row of `day_costs`."""
+
+    day: int  # the window's day, 0 the oldest
+    project: str
+    job_type: str
+    cost: float
+
+
+def summarize_day_costs(costs: Iterable[DayCost], days: int, now: datetime) -> SpendSummary:
+    """The window's daily totals (zero-filled) and breakdowns from its day costs."""
+    window = day_range(days, aware(now))
     per_day = [0.0] * days
     by_job: dict[str, float] = defaultdict(float)
     by_project: dict[str, float] = defaultdict(float)
-    counted = 0
-    bounds = [_midnight(d).timestamp() for d in [*window, window[-1] + timedelta(days=1)]]
-    lo = bounds[0]
-    for iv in rows:
-        accrued = 0.0
-        # Only the days the interval touches, each as overlap_hours() has it: a window's worth of
-        # zero overlaps per interval made the spend card cost seconds with thousands of intervals.
-        start = iv.started_s
-        stop = end if iv.ended_s is None else min(iv.ended_s, end)
-        first, last = max(0, int((start - lo) // _DAY_S)), min(days - 1, int((stop - lo) // _DAY_S))
-        for k in range(first, last + 1):
-            hours = (min(stop, bounds[k + 1]) - max(start, bounds[k])) / _HOUR_S
-            if hours > 0.0:
-                cost = iv.rate_per_hour * hours
-                per_day[k] += cost
-                accrued += cost
-        if accrued:
-            counted += 1
-            by_job[iv.job_type] += accrued
-            by_project[iv.project] += accrued
+    for c in costs:
+        per_day[c.day] += c.cost
+        by_job[c.job_type] += c.cost
+        by_project[c.project] += c.cost
     return SpendSummary(daily=list(zip(window, per_day, strict=True)), by_job_type=dict(by_job),
-                        by_project=dict(by_project), total=sum(per_day), intervals=counted)
+                        by_project=dict(by_project), total=sum(per_day))
+
+
+def _window_filter(stmt: Any, *, lo: datetime, now: datetime, projects: Collection[str] | None) -> Any:
+    """Intervals begun before `now` and not ended by `lo` (of `projects`; None: every project)."""
+    stmt = stmt.where(col(SpendInterval.started_at) < now,
+                      sa.or_(col(SpendInterval.ended_at).is_(None), col(SpendInterval.ended_at) > lo))
+    if projects is not None:
+        stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
+    return stmt
 
 
 def window_intervals(session: Session, *, days: int, now: datetime,
                      projects: Collection[str] | None = None) -> Sequence[SpendInterval]:
     """The intervals that overlap the last `days` UTC days (of `projects`; None: every project)."""
     lo = _midnight(day_range(days, now)[0])
-    stmt = select(SpendInterval).where(col(SpendInterval.started_at) < now,
-                                       sa.or_(col(SpendInterval.ended_at).is_(None),
-                                              col(SpendInterval.ended_at) > lo))
-    if projects is not None:
-        stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
-    return session.exec(stmt).all()
+    return session.exec(_window_filter(select(SpendInterval), lo=lo, now=now, projects=projects)).all()
 
 
 class EpochSeconds(sa.sql.functions.FunctionElement[float]):
-    """A timestamp column as float seconds since the epoch, computed by the database: reading
-    thousands of timestamps through SQLAlchemy's DateTime type (on SQLite a string parse each) was
-    most of the spend card's time."""
+    """A timestamp column as float seconds since the epoch, computed by the database (on SQLite a
+    DateTime is ISO text)."""
 
     type = sa.Float()
     inherit_cache = True
@@ -215,19 +201,93 @@ def _epoch_postgresql(element: EpochSeconds, compiler: Any, **kw: Any) -> str:
     return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
 
 
-def window_rows(session: Session, *, days: int, now: datetime,
-                projects: Collection[str] | None = None) -> list[WindowRow]:
-    """`window_intervals`, as plain rows of the columns `summarize` reads: no ORM object per interval
-    and no DateTime parsing (the spend card reads thousands of them per request)."""
+class Least(sa.sql.functions.FunctionElement[float]):
+    """The smaller of two numbers (PostgreSQL's LEAST; SQLite's two-argument min())."""
+
+    type = sa.Float()
+    inherit_cache = True
+    name = "least"
+
+
+class Greatest(sa.sql.functions.FunctionElement[float]):
+    """The larger of two numbers (PostgreSQL's GREATEST; SQLite's two-argument max())."""
+
+    type = sa.Float()
+    inherit_cache = True
+    name = "greatest"
+
+
+@compiles(Least, "sqlite")
+def _least_sqlite(element: Least, compiler: Any, **kw: Any) -> str:
+    return f"min({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(Greatest, "sqlite")
+def _greatest_sqlite(element: Greatest, compiler: Any, **kw: Any) -> str:
+    return f"max({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(Least)
+def _least(element: Least, compiler: Any, **kw: Any) -> str:
+    return f"LEAST({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(Greatest)
+def _greatest(element: Greatest, compiler: Any, **kw: Any) -> str:
+    return f"GREATEST({compiler.process(element.clauses, **kw)})"
+
+
+class DayIndex(sa.sql.functions.FunctionElement[int]):
+    """The whole number of days in a count of seconds that is never negative."""
+
+    type = sa.Integer()
+    inherit_cache = True
+    name = "day_index"
+
+
+@compiles(DayIndex, "sqlite")
+def _day_index_sqlite(element: DayIndex, compiler: Any, **kw: Any) -> str:
+    return f"CAST(({compiler.process(element.clauses, **kw)}) / {_DAY_S} AS INTEGER)"  # truncates
+
+
+@compiles(DayIndex)
+def _day_index(element: DayIndex, compiler: Any, **kw: Any) -> str:
+    return f"CAST(FLOOR(({compiler.process(element.clauses, **kw)}) / {_DAY_S}) AS INTEGER)"  # CAST rounds
+
+
+def day_costs(session: Session, *, days: int, now: datetime,
+              projects: Collection[str] | None = None) -> list[DayCost]:
+    """What each day of the last `days` UTC days accrued, per project and job type: `summarize`'s
+    arithmetic, with the database doing the sums. The spend card read the window's thousands of
+    intervals into Python to add them up (7 of its 10 ms at 10,000 machines); this reads a row per
+    (first day, last day, project, job type) of the intervals in the window.
+
+    An interval in the window runs from `s` to `e` seconds after the window's start (clamped to it,
+    an open one up to now). It accrues on its first day from `s` to that day's end, every whole day
+    between at 24 h, and on its last day from that day's start to `e` (one day: `e - s`). Each of
+    those is linear in `s` and `e`, so a group of intervals with the same first and last day is
+    summed by Σ rate, Σ rate × s and Σ rate × e alone."""
+    now = aware(now)
     lo = _midnight(day_range(days, now)[0])
-    ended = col(SpendInterval.ended_at)
-    started = col(SpendInterval.started_at)
-    stmt = sa.select(col(SpendInterval.project), col(SpendInterval.job_type),
-                     col(SpendInterval.rate_per_hour), EpochSeconds(started), EpochSeconds(ended))
-    stmt = stmt.where(started < now, sa.or_(ended.is_(None), ended > lo))
-    if projects is not None:
-        stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
-    return [WindowRow(*row) for row in session.connection().execute(stmt)]
+    end = now.timestamp()
+    ended = Least(sa.func.coalesce(EpochSeconds(col(SpendInterval.ended_at)), end), end)
+    s = Greatest(EpochSeconds(col(SpendInterval.started_at)), lo.timestamp()) - lo.timestamp()
+    e = ended - lo.timestamp()
+    rate = col(SpendInterval.rate_per_hour)
+    first, last = DayIndex(s), DayIndex(e)
+    stmt = _window_filter(sa.select(first, last, col(SpendInterval.project), col(SpendInterval.job_type),
+                                    sa.func.sum(rate), sa.func.sum(rate * s), sa.func.sum(rate * e)),
+                          lo=lo, now=now, projects=projects)
+    stmt = stmt.where(s < e).group_by(first, last, col(SpendInterval.project), col(SpendInterval.job_type))
+    costs = []
+    for a, b, project, job_type, rates, rate_s, rate_e in session.connection().execute(stmt):
+        if a == b:
+            costs.append(DayCost(a, project, job_type, (rate_e - rate_s) / _HOUR_S))
+            continue
+        costs.append(DayCost(a, project, job_type, (rates * (a + 1) * _DAY_S - rate_s) / _HOUR_S))
+        costs.extend(DayCost(k, project, job_type, rates * 24.0) for k in range(a + 1, b))
+        costs.append(DayCost(b, project, job_type, (rate_e - rates * b * _DAY_S) / _HOUR_S))
+    return costs
 
 
 def any_recorded(session: Session, projects: Collection[str] | None = None) -> bool:

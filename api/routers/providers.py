@@ -149,7 +149,8 @@ def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Res
     if rest or more_conns or more_fleets:
         last = shown[-1]
         following = encode_cursor(KEYSET.kind, t=last.created_at.isoformat(), i=last.id)
-    totals = connection_store.live_totals(session, [r.id for r in shown if isinstance(r, Connection)])
+    totals = connection_store.live_totals(session, project,
+                                          [r.id for r in shown if isinstance(r, Connection)])
     hosts = fleets.hosts_by_fleet(session, [r.id for r in shown if isinstance(r, Fleet)])
     return json_response(Page(items=[_row(r, totals) if isinstance(r, Connection)
                                      else _fleet_row(r, hosts.get(r.id, [])) for r in shown],

@@ -65,14 +65,10 @@ def get_spend(session: SessionDep, caller: CallerDep,
     it gone (a running one up to now). `empty` (with `reason`) until a provider is connected in the
     project and spend was recorded."""
     now = utcnow()
-    if caller.admin:  # every project's intervals, read once: the caller's are among them
-        everyone = spend.window_rows(session, days=days, now=now)
-        mine = spend.summarize_rows([iv for iv in everyone if iv.project == caller.project], days, now)
-        by_project = spend.summarize_rows(everyone, days, now).by_project
-    else:
-        mine = spend.summarize_rows(spend.window_rows(session, days=days, now=now, projects=[caller.project]),
-                               days, now)
-        by_project = mine.by_project
+    # Every project's day costs for the admin token (its by_project lists them all), read once.
+    costs = spend.day_costs(session, days=days, now=now, projects=None if caller.admin else [caller.project])
+    mine = spend.summarize_day_costs([c for c in costs if c.project == caller.project], days, now)
+    by_project = spend.summarize_day_costs(costs, days, now).by_project if caller.admin else mine.by_project
     reason = None
     if not connections.connected(session, project=caller.project):
         reason = f"no provider is connected in project {caller.project!r}"

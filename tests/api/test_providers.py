@@ -78,7 +78,10 @@ async def test_one_response_holds_the_whole_section(client: httpx.AsyncClient, e
     for status, price in (("ready", 2.5), ("provisioning", 0.75), ("terminating", None),
                           ("terminated", 9.0), ("failed", 9.0), ("lost", 9.0)):
         add_instance(engine, checked["id"], status, price)
-    add_instance(engine, fresh["id"], "ready", 9.0, project="other")  # not counted: another connection's
+    add_instance(engine, fresh["id"], "ready", 9.0)
+    # A row no allocation makes (placement takes only the project's own connections): another
+    # project's instance on this connection is not this project's to count.
+    add_instance(engine, fresh["id"], "ready", 4.0, project="other")
     before = datetime.now(UTC)
     check = await health_check(engine, box, checked["id"])
     assert check.ok and check.latency_ms is not None
@@ -95,7 +98,7 @@ async def test_one_response_holds_the_whole_section(client: httpx.AsyncClient, e
         "instance_count": 3, "cost_per_hour": 3.25}  # ready + provisioning + terminating (no price yet)
     assert isinstance(row["tagline"], str)
     assert datetime.fromisoformat(row["checked_at"]) >= before.replace(microsecond=0)
-    # Never checked yet: pending, nothing measured; the other project's instance does not count.
+    # Never checked yet: pending, nothing measured; its own instance counted, the other project's not.
     assert {k: rows[fresh["id"]][k] for k in ("status", "checked_at", "latency_ms", "instance_count",
                                               "cost_per_hour")} == {
         "status": "pending", "checked_at": None, "latency_ms": None, "instance_count": 1,

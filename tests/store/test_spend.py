@@ -55,7 +55,8 @@ def test_only_the_part_inside_the_window_counts() -> None:
     # Began 3 days before a 2-day window (29th and 30th): only the window's hours count.
     s = spend.summarize([iv(at(26, 0), at(29, 12), rate=1.0)], days=2, now=NOW)
     assert daily(s) == {date(2026, 11, 29): 12.0} and s.total == pytest.approx(12.0)
-    assert spend.summarize([iv(at(20, 0), at(21, 0))], days=2, now=NOW).intervals == 0
+    before = spend.summarize([iv(at(20, 0), at(21, 0))], days=2, now=NOW)
+    assert before.total == 0 and before.by_project == {} and before.by_job_type == {}
 
 
 def test_breakdowns_by_job_type_and_project() -> None:
@@ -65,7 +66,7 @@ def test_breakdowns_by_job_type_and_project() -> None:
     s = spend.summarize(rows, days=3, now=NOW)
     assert s.by_job_type == {"manual": pytest.approx(4.0), "training": pytest.approx(5.0)}
     assert s.by_project == {"default": pytest.approx(2.0), "vision": pytest.approx(7.0)}
-    assert s.total == pytest.approx(9.0) and s.intervals == 3
+    assert s.total == pytest.approx(9.0)
 
 
 def test_an_interval_ending_before_its_start_costs_nothing() -> None:
@@ -124,26 +125,40 @@ def test_the_window_query_finds_open_and_overlapping_intervals_only(session: Ses
     assert {r.key for r in spend.window_intervals(session, days=30, now=NOW)} == {"old", "open"}
 
 
-def test_the_spend_card_reads_times_as_epoch_seconds_the_database_computes(session: Session) -> None:
-    """`window_rows` has the database turn each timestamp into epoch seconds (julianday() on SQLite,
-    EXTRACT(EPOCH) on PostgreSQL): the same instants, to well under a millisecond, as the ORM's
-    datetimes, and the same sums."""
+def _stored(session: Session, key: str, start: datetime, end: datetime | None, rate: float, *,
+            project: str = "default", job_type: str = spend.MANUAL) -> None:
+    session.add(iv(start, end, rate, key=key, project=project, job_type=job_type))
+    session.commit()
+
+
+def test_the_database_sums_the_days_as_the_arithmetic_does(session: Session) -> None:
+    """`day_costs` (what the spend card reads: the database joins each interval to the days it
+    overlaps and sums) gives what `summarize` computes from the intervals one by one — on odd
+    instants, across midnights, open ones up to now, ones ending where they start or before the
+    window, a zero rate, several projects and job types — on SQLite and PostgreSQL."""
     odd = timedelta(minutes=17, seconds=3, microseconds=654321)
-    _open(session, "a", at(28, 1) + odd, rate=2.5)
-    spend.close_interval(session, "a", at(29, 4) + odd)
-    _open(session, "b", at(29, 20) + odd, rate=1.25)  # still open
-    _open(session, "c", at(1, 0))
-    spend.close_interval(session, "c", at(1, 2))  # before the window: not read
-    rows = spend.window_rows(session, days=3, now=NOW)
-    orm = spend.window_intervals(session, days=3, now=NOW)
-    assert len(rows) == len(orm) == 2
-    by_start = sorted(orm, key=lambda r: spend.aware(r.started_at))
-    for row, iv in zip(sorted(rows, key=lambda r: r.started_s), by_start, strict=True):
-        assert row.started_s == pytest.approx(spend.aware(iv.started_at).timestamp(), abs=1e-3)
-        assert (row.ended_s is None) == (iv.ended_at is None)
-        if iv.ended_at is not None:
-            assert row.ended_s == pytest.approx(spend.aware(iv.ended_at).timestamp(), abs=1e-3)
-    fast, slow = spend.summarize_rows(rows, 3, NOW), spend.summarize(orm, 3, NOW)
-    assert [d for d, _ in fast.daily] == [d for d, _ in slow.daily]
-    assert [c for _, c in fast.daily] == pytest.approx([c for _, c in slow.daily], abs=1e-6)
-    assert fast.total == pytest.approx(2.5 * 27 + 1.25 * (NOW - at(29, 20) - odd).total_seconds() / 3600)
+    _stored(session, "a", at(28, 1) + odd, at(29, 4) + odd, 2.5)  # across a midnight
+    _stored(session, "b", at(29, 20) + odd, None, 1.25, project="vision")  # still open: up to now
+    _stored(session, "c", at(1, 0), at(1, 2), 9.0)  # before the window
+    _stored(session, "d", at(20, 0), None, 0.75, job_type="training")  # began before it, still open
+    _stored(session, "e", at(29, 12), at(29, 12), 5.0, project="instant")  # no time: not listed
+    _stored(session, "f", at(30, 0), at(30, 5), 0.0, project="free")  # a zero rate
+    _stored(session, "g", at(27, 23) + odd, at(30, 0), 3.0, project="vision", job_type="training")  # to 0:00
+    _stored(session, "h", NOW + timedelta(minutes=5), None, 4.0)  # not begun by now
+    for days in (1, 3, 30):
+        reference = spend.summarize(spend.window_intervals(session, days=days, now=NOW), days, NOW)
+        summed = spend.summarize_day_costs(spend.day_costs(session, days=days, now=NOW), days, NOW)
+        assert [d for d, _ in summed.daily] == [d for d, _ in reference.daily]
+        assert [c for _, c in summed.daily] == pytest.approx([c for _, c in reference.daily], abs=1e-6)
+        assert summed.by_job_type == pytest.approx(reference.by_job_type, abs=1e-6)
+        assert summed.by_project == pytest.approx(reference.by_project, abs=1e-6)  # "free" too, at 0
+        assert summed.total == pytest.approx(reference.total, abs=1e-6)
+    three = spend.summarize_day_costs(spend.day_costs(session, days=3, now=NOW), 3, NOW)
+    open_hours = (NOW - at(29, 20) - odd).total_seconds() / 3600
+    # By hand: a's 27 h, b's hours until now, d's 54 h of the window, g's 48 h of it (from the 28th).
+    assert three.by_project == pytest.approx({"default": 2.5 * 27 + 0.75 * 54, "free": 0.0,
+                                              "vision": 1.25 * open_hours + 3.0 * 48}, abs=1e-6)
+    assert three.by_job_type == pytest.approx({"manual": 2.5 * 27 + 1.25 * open_hours,
+                                               "training": 0.75 * 54 + 3.0 * 48}, abs=1e-6)
+    mine = spend.day_costs(session, days=3, now=NOW, projects=["vision"])
+    assert {c.project for c in mine} == {"vision"}
