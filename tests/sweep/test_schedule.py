@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -31,7 +32,10 @@ SERVE_QUEUE = f"{TASK_QUEUE}-serve"
 
 @asynccontextmanager
 async def worker_started(client: Client, deps: ActivityDeps, **settings: Any) -> AsyncIterator[None]:
-    """What `python worker.py` does after connecting (worker.main -> serve), until the block ends."""
+    """What `python worker.py` does after connecting (worker.main -> serve), until the block ends.
+    Serving, it has frozen start-up's heap (worker.freeze_start_up; tests/api/test_start_up_frozen.py
+    checks what freezing does)."""
+    gc.unfreeze()  # what an earlier test in this process froze
     stop, started = asyncio.Event(), asyncio.Event()
     s = Settings(task_queue=SERVE_QUEUE, **settings)
     task = asyncio.create_task(serve(client, deps, s, stop, started))
@@ -42,6 +46,7 @@ async def worker_started(client: Client, deps: ActivityDeps, **settings: Any) ->
             waiting.cancel()
         if task.done():
             task.result()  # serve failed: raise why
+        assert gc.get_freeze_count() > 10_000, "serve() did not freeze start-up's heap"
         yield
     finally:
         stop.set()
