@@ -201,42 +201,6 @@ def _epoch_postgresql(element: EpochSeconds, compiler: Any, **kw: Any) -> str:
     return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
 
 
-class Least(sa.sql.functions.FunctionElement[float]):
-    """The smaller of two numbers (PostgreSQL's LEAST; SQLite's two-argument min())."""
-
-    type = sa.Float()
-    inherit_cache = True
-    name = "least"
-
-
-class Greatest(sa.sql.functions.FunctionElement[float]):
-    """The larger of two numbers (PostgreSQL's GREATEST; SQLite's two-argument max())."""
-
-    type = sa.Float()
-    inherit_cache = True
-    name = "greatest"
-
-
-@compiles(Least, "sqlite")
-def _least_sqlite(element: Least, compiler: Any, **kw: Any) -> str:
-    return f"min({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(Greatest, "sqlite")
-def _greatest_sqlite(element: Greatest, compiler: Any, **kw: Any) -> str:
-    return f"max({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(Least)
-def _least(element: Least, compiler: Any, **kw: Any) -> str:
-    return f"LEAST({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(Greatest)
-def _greatest(element: Greatest, compiler: Any, **kw: Any) -> str:
-    return f"GREATEST({compiler.process(element.clauses, **kw)})"
-
-
 class DayIndex(sa.sql.functions.FunctionElement[int]):
     """The whole number of days in a count of seconds that is never negative."""
 
@@ -270,8 +234,11 @@ def day_costs(session: Session, *, days: int, now: datetime,
     now = aware(now)
     lo = _midnight(day_range(days, now)[0])
     end = now.timestamp()
-    ended = Least(sa.func.coalesce(EpochSeconds(col(SpendInterval.ended_at)), end), end)
-    s = Greatest(EpochSeconds(col(SpendInterval.started_at)), lo.timestamp()) - lo.timestamp()
+    # LEAST and GREATEST are SQLite's two-argument min() and max().
+    sqlite = session.get_bind().dialect.name == "sqlite"
+    least, greatest = (sa.func.min, sa.func.max) if sqlite else (sa.func.least, sa.func.greatest)
+    ended = least(sa.func.coalesce(EpochSeconds(col(SpendInterval.ended_at)), end), end)
+    s = greatest(EpochSeconds(col(SpendInterval.started_at)), lo.timestamp()) - lo.timestamp()
     e = ended - lo.timestamp()
     rate = col(SpendInterval.rate_per_hour)
     first, last = DayIndex(s), DayIndex(e)
