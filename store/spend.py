@@ -135,10 +135,11 @@ def summarize(intervals: Iterable[Accrual], days: int, now: datetime) -> SpendSu
     written down: the spend card has the database do it (`day_costs`), checked against this."""
     now = aware(now)
     window = day_range(days, now)
-    costs = [DayCost(k, iv.project, iv.job_type, iv.rate_per_hour * hours) for iv in intervals
+    # What accrued nothing (no time in the day, or a free machine's zero rate) is not listed.
+    costs = [DayCost(k, iv.project, iv.job_type, cost) for iv in intervals
              for k, d in enumerate(window)
-             if (hours := overlap_hours(iv.started_at, iv.ended_at, _midnight(d),
-                                        _midnight(d + timedelta(days=1)), now)) > 0.0]
+             if (cost := iv.rate_per_hour * overlap_hours(iv.started_at, iv.ended_at, _midnight(d),
+                                                          _midnight(d + timedelta(days=1)), now)) > 0.0]
     return summarize_day_costs(costs, days, now)
 
 
@@ -245,7 +246,8 @@ def day_costs(session: Session, *, days: int, now: datetime,
     stmt = _window_filter(sa.select(first, last, col(SpendInterval.project), col(SpendInterval.job_type),
                                     sa.func.sum(rate), sa.func.sum(rate * s), sa.func.sum(rate * e)),
                           lo=lo, now=now, projects=projects)
-    stmt = stmt.where(s < e).group_by(first, last, col(SpendInterval.project), col(SpendInterval.job_type))
+    stmt = (stmt.where(s < e, rate > 0)  # what accrues nothing is not listed, as in `summarize`
+            .group_by(first, last, col(SpendInterval.project), col(SpendInterval.job_type)))
     costs = []
     for a, b, project, job_type, rates, rate_s, rate_e in session.connection().execute(stmt):
         if a == b:

@@ -142,7 +142,7 @@ def test_the_database_sums_the_days_as_the_arithmetic_does(session: Session) -> 
     _stored(session, "c", at(1, 0), at(1, 2), 9.0)  # before the window
     _stored(session, "d", at(20, 0), None, 0.75, job_type="training")  # began before it, still open
     _stored(session, "e", at(29, 12), at(29, 12), 5.0, project="instant")  # no time: not listed
-    _stored(session, "f", at(30, 0), at(30, 5), 0.0, project="free")  # a zero rate
+    _stored(session, "f", at(30, 0), at(30, 5), 0.0, project="free")  # a zero rate: nothing, not listed
     _stored(session, "g", at(27, 23) + odd, at(30, 0), 3.0, project="vision", job_type="training")  # to 0:00
     _stored(session, "h", NOW + timedelta(minutes=5), None, 4.0)  # not begun by now
     for days in (1, 3, 30):
@@ -151,12 +151,12 @@ def test_the_database_sums_the_days_as_the_arithmetic_does(session: Session) -> 
         assert [d for d, _ in summed.daily] == [d for d, _ in reference.daily]
         assert [c for _, c in summed.daily] == pytest.approx([c for _, c in reference.daily], abs=1e-6)
         assert summed.by_job_type == pytest.approx(reference.by_job_type, abs=1e-6)
-        assert summed.by_project == pytest.approx(reference.by_project, abs=1e-6)  # "free" too, at 0
+        assert summed.by_project == pytest.approx(reference.by_project, abs=1e-6)
         assert summed.total == pytest.approx(reference.total, abs=1e-6)
     three = spend.summarize_day_costs(spend.day_costs(session, days=3, now=NOW), 3, NOW)
     open_hours = (NOW - at(29, 20) - odd).total_seconds() / 3600
     # By hand: a's 27 h, b's hours until now, d's 54 h of the window, g's 48 h of it (from the 28th).
-    assert three.by_project == pytest.approx({"default": 2.5 * 27 + 0.75 * 54, "free": 0.0,
+    assert three.by_project == pytest.approx({"default": 2.5 * 27 + 0.75 * 54,
                                               "vision": 1.25 * open_hours + 3.0 * 48}, abs=1e-6)
     assert three.by_job_type == pytest.approx({"manual": 2.5 * 27 + 1.25 * open_hours,
                                                "training": 0.75 * 54 + 3.0 * 48}, abs=1e-6)
