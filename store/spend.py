@@ -202,24 +202,6 @@ def _epoch_postgresql(element: EpochSeconds, compiler: Any, **kw: Any) -> str:
     return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
 
 
-class DayIndex(sa.sql.functions.FunctionElement[int]):
-    """The whole number of days in a count of seconds that is never negative."""
-
-    type = sa.Integer()
-    inherit_cache = True
-    name = "day_index"
-
-
-@compiles(DayIndex, "sqlite")
-def _day_index_sqlite(element: DayIndex, compiler: Any, **kw: Any) -> str:
-    return f"CAST(({compiler.process(element.clauses, **kw)}) / {_DAY_S} AS INTEGER)"  # truncates
-
-
-@compiles(DayIndex)
-def _day_index(element: DayIndex, compiler: Any, **kw: Any) -> str:
-    return f"CAST(FLOOR(({compiler.process(element.clauses, **kw)}) / {_DAY_S}) AS INTEGER)"  # CAST rounds
-
-
 def day_costs(session: Session, *, days: int, now: datetime,
               projects: Collection[str] | None = None) -> list[DayCost]:
     """What each day of the last `days` UTC days accrued, per project and job type: `summarize`'s
@@ -235,14 +217,20 @@ def day_costs(session: Session, *, days: int, now: datetime,
     now = aware(now)
     lo = _midnight(day_range(days, now)[0])
     end = now.timestamp()
-    # LEAST and GREATEST are SQLite's two-argument min() and max().
+    # LEAST and GREATEST are SQLite's two-argument min() and max(); its CAST to INTEGER truncates
+    # (the same as FLOOR for what is never negative), PostgreSQL's rounds.
     sqlite = session.get_bind().dialect.name == "sqlite"
     least, greatest = (sa.func.min, sa.func.max) if sqlite else (sa.func.least, sa.func.greatest)
+
+    def day_of(seconds: Any) -> Any:
+        days_in = seconds / _DAY_S
+        return sa.cast(days_in if sqlite else sa.func.floor(days_in), sa.Integer)
+
     ended = least(sa.func.coalesce(EpochSeconds(col(SpendInterval.ended_at)), end), end)
     s = greatest(EpochSeconds(col(SpendInterval.started_at)), lo.timestamp()) - lo.timestamp()
     e = ended - lo.timestamp()
     rate = col(SpendInterval.rate_per_hour)
-    first, last = DayIndex(s), DayIndex(e)
+    first, last = day_of(s), day_of(e)
     stmt = _window_filter(sa.select(first, last, col(SpendInterval.project), col(SpendInterval.job_type),
                                     sa.func.sum(rate), sa.func.sum(rate * s), sa.func.sum(rate * e)),
                           lo=lo, now=now, projects=projects)
