@@ -1,8 +1,8 @@
 """`python -m bench` (or `make bench`): prints every figure, measured side by side in one run.
 
     --latency S         fixed latency added to every simulated cloud call for (a) (default 0.05)
-    --rounds N          allocations per side for the overhead ratio, workflows per side for the
-                        step figure (median; default 5)
+    --rounds N          allocations per side for the overhead ratio (their boots spread over one
+                        poll period; mean), workflows per side for the step figure (median); default 5
     --concurrency N     concurrent allocations for the throughput ratio and CPU figures (default 200)
     --boot-delay S      simulated boot time (default 0.5)
     --open N            allocations held open (booting) for the memory figure; 0 skips (d) (default 200)
@@ -38,7 +38,8 @@ def fmt(cpu: dict[str, float], names: tuple[str, ...]) -> str:
 async def overhead_figures(b: Bench, args: argparse.Namespace) -> None:
     for cloud in OVERHEAD_CLOUDS:
         o = await overhead.run(b, cloud=cloud, latency_s=args.latency, rounds=args.rounds)
-        per_call = f"{o['latency_s'] * 1000:.0f} ms per call, boot {args.boot_delay}s"
+        boots = f"boots {o['boot_min_s']:.2f}-{o['boot_max_s']:.2f}s"
+        per_call = f"{o['latency_s'] * 1000:.0f} ms per call, {boots}, mean of {args.rounds}"
         print(f"(a) orchestration overhead on {cloud}, {per_call}: "
               f"workflow {o['workflow_s']:.3f}s / direct {o['direct_s']:.3f}s = {o['ratio']:.2f}x "
               f"(target <= 1.15)")
