@@ -7,7 +7,7 @@ to it by up to one poll: which poll sees it is set by the fixed time before the 
 workflow's task and dispatch), not by what the rest costs. With one boot length for every round that
 lateness was the same each round, and the ratio swung with it (lambda 0.98x at a 0.55 s boot, 1.18x
 at 0.50 s and 0.60 s, same code). So the rounds' boots are spread evenly over one poll period
-(BOOT_SPREAD), each round's the same for both sides, and each side's time is the mean over the
+(`boot_lengths`), each round's the same for both sides, and each side's time is the mean over the
 rounds: what a machine whose boot length is not known to the poller costs on average."""
 
 from __future__ import annotations
