@@ -15,7 +15,6 @@ from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.compiler import compiles
 from sqlmodel import Session, col, select
 
 from store.models import SpendInterval
@@ -182,26 +181,6 @@ def window_intervals(session: Session, *, days: int, now: datetime,
     return session.exec(_window_filter(select(SpendInterval), lo=lo, now=now, projects=projects)).all()
 
 
-class EpochSeconds(sa.sql.functions.FunctionElement[float]):
-    """A timestamp column as float seconds since the epoch, computed by the database (on SQLite a
-    DateTime is ISO text)."""
-
-    type = sa.Float()
-    inherit_cache = True
-    name = "epoch_seconds"
-
-
-@compiles(EpochSeconds, "sqlite")
-def _epoch_sqlite(element: EpochSeconds, compiler: Any, **kw: Any) -> str:
-    # julianday() reads the stored ISO text (UTC) with its fraction; a day is 86,400 s from 2440587.5.
-    return f"((julianday({compiler.process(element.clauses, **kw)}) - 2440587.5) * 86400.0)"
-
-
-@compiles(EpochSeconds, "postgresql")
-def _epoch_postgresql(element: EpochSeconds, compiler: Any, **kw: Any) -> str:
-    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
-
-
 def day_costs(session: Session, *, days: int, now: datetime,
               projects: Collection[str] | None = None) -> list[DayCost]:
     """What each day of the last `days` UTC days accrued, per project and job type: `summarize`'s
@@ -222,12 +201,19 @@ def day_costs(session: Session, *, days: int, now: datetime,
     sqlite = session.get_bind().dialect.name == "sqlite"
     least, greatest = (sa.func.min, sa.func.max) if sqlite else (sa.func.least, sa.func.greatest)
 
+    def epoch(column: Any) -> Any:
+        """A timestamp as float seconds since the epoch. SQLite stores it as ISO text (UTC), which
+        julianday() reads with its fraction: a day is 86,400 s from 2440587.5."""
+        if sqlite:
+            return (sa.func.julianday(column) - 2440587.5) * 86400.0
+        return sa.cast(sa.extract("epoch", column), sa.Float)
+
     def day_of(seconds: Any) -> Any:
         days_in = seconds / _DAY_S
         return sa.cast(days_in if sqlite else sa.func.floor(days_in), sa.Integer)
 
-    ended = least(sa.func.coalesce(EpochSeconds(col(SpendInterval.ended_at)), end), end)
-    s = greatest(EpochSeconds(col(SpendInterval.started_at)), lo.timestamp()) - lo.timestamp()
+    ended = least(sa.func.coalesce(epoch(col(SpendInterval.ended_at)), end), end)
+    s = greatest(epoch(col(SpendInterval.started_at)), lo.timestamp()) - lo.timestamp()
     e = ended - lo.timestamp()
     rate = col(SpendInterval.rate_per_hour)
     first, last = day_of(s), day_of(e)
