@@ -195,6 +195,7 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
     options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=3))
     options.setdefault("default_heartbeat_throttle_interval", timedelta(seconds=3))
     options.setdefault("max_cached_workflows", get_settings().workflow_cache)
+    options.setdefault("max_concurrent_workflow_tasks", get_settings().workflow_task_slots)
     options.setdefault("build_id", build_id())
     options.setdefault("activity_executor",
                        ThreadPoolExecutor(max_workers=options.get("max_concurrent_activities", 100)))

@@ -34,7 +34,10 @@ KEY_ENV = "GPUPROV_BENCH_FERNET_KEY"
 # and writes a tracemalloc snapshot there on each SIGUSR1 (bench.memory sends one before and one
 # after opening its allocations; `python -m bench.heap DIR` compares them).
 HEAP_ENV = "GPUPROV_BENCH_HEAP_DIR"
-LIMITS: dict[str, Any] = {"max_concurrent_activities": 400, "max_concurrent_workflow_tasks": 400}
+# Both workers take as many workflow tasks at once as the deployment's (settings.workflow_task_slots;
+# the bench's 400 here made 49 of 1,000 allocations at once fail). Activity slots are raised from the
+# SDK's 100: an allocation holds one for its whole boot (wait_running), and hundreds boot at once here.
+LIMITS: dict[str, Any] = {"max_concurrent_activities": 400}
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -52,7 +55,8 @@ async def main(args: argparse.Namespace) -> None:
         deps.allowed_endpoints.extend(parse_prefixes(os.environ.get("GPUPROV_ALLOWED_ENDPOINTS", "")))
     else:
         w = Worker(client, task_queue=args.task_queue, workflows=[BareWorkflow], activities=[trivial],
-                   workflow_runner=worker_module.workflow_runner(), **LIMITS)
+                   workflow_runner=worker_module.workflow_runner(),
+                   max_concurrent_workflow_tasks=Settings().workflow_task_slots, **LIMITS)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
