@@ -280,6 +280,13 @@ class DockerProvider(CloudProvider):
             await asyncio.to_thread(c.start)
         except docker.errors.APIError as exc:
             if "address already in use" not in str(exc.explanation or exc):
+                # A create racing under the same key (its twin found it created too) may be starting
+                # it this moment, and the engine refuses a second start meanwhile (podman: "must be
+                # in Created or Stopped state to be started: container state improper"). Started by
+                # either is what this create wanted.
+                await self._run(c.reload)
+                if c.status != "created":
+                    return self._ref(c)
                 raise self._error(exc) from None
             # The engine chose the published SSH port at create (podman does), and by this start
             # something else holds it: every later start would fail the same way. The container

@@ -207,6 +207,53 @@ async def test_racing_creates_under_one_key_make_one_container(docker_engine_url
         assert await p.find_all(s.key) == []
 
 
+async def test_a_start_refused_while_a_racing_create_starts_the_container_returns_that_container(
+        docker_engine_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Racing creates under one key both find the container created; the first start wins, and the
+    engine refuses the other while the first is under way (a fresh-clone run saw podman answer 500
+    "container state improper" in test_racing_creates_under_one_key_make_one_container). That create
+    returns the started container rather than failing. The race, made certain: the twin's start runs
+    just before ours (FakeTwinStartsFirst), and ours is refused with podman's answer."""
+    import docker.errors
+    import requests
+    from docker.models.containers import Container
+
+    p = provider(docker_engine_url)
+    client = engine_client(docker_engine_url)
+    async with p:
+        [offer] = await p.offers(OfferQuery())
+        s = spec(p)
+
+        async def killed_before_the_start(c: Any) -> Any:
+            return p._ref(c)
+
+        monkeypatch.setattr(p, "_started", killed_before_the_start)
+        await p.create(offer, s)
+        monkeypatch.undo()
+        [made] = client.containers.list(all=True, filters={"label": f"{LABEL_KEY}={s.key}"})
+        assert made.status == "created"
+        real_start = Container.start
+
+        def fake_twin_starts_first(self: Container, **kwargs: Any) -> None:
+            real_start(self, **kwargs)  # the twin's start
+            refused = requests.Response()
+            refused.status_code = 500
+            raise docker.errors.APIError("500 Server Error", response=refused, explanation=(
+                f"container {self.id} must be in Created or Stopped state to be started: "
+                "container state improper"))
+
+        monkeypatch.setattr(Container, "start", fake_twin_starts_first)
+        ref = await p.create(offer, s)
+        monkeypatch.undo()
+        try:
+            assert ref.instance_id == made.id
+            await wait_running(p, ref)
+            assert [r.instance_id for r in await p.find_all(s.key)] == [made.id]
+        finally:
+            await p.terminate(ref)
+        assert await p.find_all(s.key) == []
+
+
 async def test_a_created_container_whose_port_was_taken_before_its_start_is_made_again(
         docker_engine_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker killed mid-create leaves the container created, never started, its SSH port chosen by
