@@ -22,7 +22,7 @@ from sqlmodel import Session
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from fakeclouds.engine import PENDING, TERMINATED, Machine
+from fakeclouds.engine import PENDING, TERMINATED, TERMINATING, Machine
 from fakeclouds.server import FakeCloudServer
 from messages import workflows as wf
 from messages.allocation import Timing
@@ -38,6 +38,7 @@ from store import ids, pools, projects
 from store.models import Pool
 from tests import simclouds
 from tests.crash.conftest import ROOT, TASK_QUEUE, WorkerProcess
+from tests.eventually import eventually
 from tests.processes import until
 
 TIMING = Timing(heartbeat_timeout_s=2, poll_interval_s=0.2, call_timeout_s=30, boot_timeout_s=60,
@@ -176,8 +177,9 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
         # 8 → 3: teardowns are slowed so the kill lands while machines are being removed.
         await sim.admin.aio.configure(terminate_delay=1.5)
         await asyncio.to_thread(_resize, db_engine, pool_id, 3)
+        ready = {m.id for m in cloud.machines()}
         await handle.execute_update(wf.SCALE.reconcile.name)
-        await until(lambda: _terminating(cloud, 5), 60, "the 5 teardowns under way")
+        await under_way(cloud, ready, 5)
         await crash(pool_worker)
         await sim.admin.aio.configure(terminate_delay=TERMINATE_DELAY_S)
         await until(lambda: settled(db_engine, cloud, pool_id, 3), 90, "3 ready machines")
@@ -191,8 +193,9 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
         # 3 → 0 (DELETE): killed during the teardown; the pool is forgotten once the cloud shows none.
         await sim.admin.aio.configure(terminate_delay=1.5)
         await asyncio.to_thread(_delete, db_engine, pool_id)
+        ready = {m.id for m in cloud.machines()}
         await handle.execute_update(wf.SCALE.reconcile.name)
-        await until(lambda: _terminating(cloud, 3), 60, "the 3 teardowns under way")
+        await under_way(cloud, ready, 3)
         await crash(pool_worker)
         await sim.admin.aio.configure(terminate_delay=TERMINATE_DELAY_S)
         final = await asyncio.wait_for(handle.result(), 90)
@@ -208,8 +211,19 @@ async def _booting(cloud: CloudSampler, n: int) -> bool:
     return sum(1 for m in cloud.machines() if m.status == PENDING) >= n
 
 
-async def _terminating(cloud: CloudSampler, n: int) -> bool:
-    return sum(1 for m in cloud.machines() if m.status == "terminating") >= n
+async def under_way(cloud: CloudSampler, ready: set[str], n: int) -> None:
+    """Until `n` of the `ready` machines have begun their teardown (terminating, or gone) and one at
+    least is still terminating: a kill now lands mid-teardown. Not "n terminating at once": under a
+    loaded suite the teardowns may begin further apart than one takes (a fresh-clone run saw 3 never
+    terminating together within 60 s)."""
+    def begun() -> bool:
+        now = {m.id: m.status for m in cloud.machines()}
+        terminating = [i for i in ready if now.get(i) == TERMINATING]
+        gone = [i for i in ready if i not in now]
+        return bool(terminating) and len(terminating) + len(gone) >= n
+
+    await eventually(begun, within=60, what=f"{n} teardowns under way",
+                     detail=lambda: {m.id: m.status for m in cloud.machines()})
 
 
 async def _replaced(cloud: CloudSampler, victim: Machine) -> bool:
