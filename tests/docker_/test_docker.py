@@ -78,6 +78,19 @@ async def wait_running(p: DockerProvider, ref: Any, within_s: float = 30.0) -> A
         await asyncio.sleep(0.1)
 
 
+async def created_never_started(p: DockerProvider, client: Any, offer: Any, s: LaunchSpec) -> Any:
+    """What a worker killed mid-create leaves: the container made under `s.key`, never started."""
+    async def killed_before_the_start(c: Any) -> Any:
+        return p._ref(c)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(p, "_started", killed_before_the_start)
+        await p.create(offer, s)
+    [made] = client.containers.list(all=True, filters={"label": f"{LABEL_KEY}={s.key}"})
+    assert made.status == "created"
+    return made
+
+
 # ------------------------------------------------------------------ pure
 
 
@@ -224,14 +237,7 @@ async def test_a_start_refused_while_a_racing_create_starts_the_container_return
         [offer] = await p.offers(OfferQuery())
         s = spec(p)
 
-        async def killed_before_the_start(c: Any) -> Any:
-            return p._ref(c)
-
-        monkeypatch.setattr(p, "_started", killed_before_the_start)
-        await p.create(offer, s)
-        monkeypatch.undo()
-        [made] = client.containers.list(all=True, filters={"label": f"{LABEL_KEY}={s.key}"})
-        assert made.status == "created"
+        made = await created_never_started(p, client, offer, s)
         real_start = Container.start
 
         def fake_twin_starts_first(self: Container, **kwargs: Any) -> None:
@@ -255,7 +261,7 @@ async def test_a_start_refused_while_a_racing_create_starts_the_container_return
 
 
 async def test_a_created_container_whose_port_was_taken_before_its_start_is_made_again(
-        docker_engine_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        docker_engine_url: str) -> None:
     """A worker killed mid-create leaves the container created, never started, its SSH port chosen by
     the engine at create (podman chooses then). Something else takes that port before the retry
     starts it (a fresh-clone run saw an ephemeral local port do so): that start can never succeed.
@@ -266,14 +272,7 @@ async def test_a_created_container_whose_port_was_taken_before_its_start_is_made
         [offer] = await p.offers(OfferQuery())
         s = spec(p)
 
-        async def killed_before_the_start(c: Any) -> Any:
-            return p._ref(c)
-
-        monkeypatch.setattr(p, "_started", killed_before_the_start)
-        await p.create(offer, s)
-        monkeypatch.undo()
-        [made] = client.containers.list(all=True, filters={"label": f"{LABEL_KEY}={s.key}"})
-        assert made.status == "created"
+        made = await created_never_started(p, client, offer, s)
         port = int(made.attrs["HostConfig"]["PortBindings"]["22/tcp"][0]["HostPort"])
         with socket.socket() as holder:
             holder.bind((HOST, port))

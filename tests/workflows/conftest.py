@@ -102,6 +102,20 @@ async def settled(handle: WorkflowHandle[Any, AllocationState], within: float = 
     return await eventually(ready_or_closed, within=within, what=f"allocation {handle.id} ready (or closed)")
 
 
+async def start_fake_allocations(client: Client, connection_id: str, *, queue: str, count: int,
+                                 prefix: str) -> list[WorkflowHandle[Any, AllocationState]]:
+    """`count` allocations on the fake cloud (no k3s, FAST timing), started one after another on `queue`."""
+    handles = []
+    for _ in range(count):
+        aid = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        handles.append(await client.start_workflow(
+            wf.ALLOCATION.name, AllocationInput(request=AllocateRequest(
+                allocation_id=aid, connection_id=connection_id, cloud="fake", ssh_public_keys=[USER_KEY],
+                k3s=False, timing=FAST)),
+            id=allocation_workflow_id(aid), task_queue=queue, result_type=AllocationState))
+    return handles
+
+
 async def terminate(client: Client, allocation_id: str) -> AllocationState:
     """The allocation's `terminate` update: returns once the cloud shows the machine gone."""
     handle = client.get_workflow_handle(allocation_workflow_id(allocation_id))

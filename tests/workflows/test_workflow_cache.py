@@ -14,13 +14,10 @@ from temporalio.client import Client
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.deps import ActivityDeps
-from messages import workflows as wf
-from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
-from messages.ids import allocation_workflow_id
 from settings import get_settings
 from tests.fakes import FakeInMemoryProvider
-from tests.workflows.conftest import FAST, USER_KEY, settled, terminate
+from tests.workflows.conftest import settled, start_fake_allocations, terminate
 from worker import build_worker
 
 OPEN = 5
@@ -62,12 +59,8 @@ async def test_allocations_evicted_from_a_small_cache_replay_and_end_ready_then_
     assert worker.config()["max_cached_workflows"] == CACHE
     try:
         async with worker:
-            handles = [await temporal_client.start_workflow(
-                wf.ALLOCATION.name, AllocationInput(request=AllocateRequest(
-                    allocation_id=(aid := f"wc-{uuid.uuid4().hex[:8]}"), connection_id=fake_connection,
-                    cloud="fake", ssh_public_keys=[USER_KEY], k3s=False, timing=FAST)),
-                id=allocation_workflow_id(aid), task_queue=queue, result_type=AllocationState)
-                for _ in range(OPEN)]
+            handles = await start_fake_allocations(temporal_client, fake_connection, queue=queue,
+                                                   count=OPEN, prefix="wc")
             states = await asyncio.gather(*(settled(h) for h in handles))
             assert [s.phase for s in states] == [Phase.READY] * OPEN, states
             assert len({s.ref.instance_id for s in states if s.ref}) == OPEN  # one machine each

@@ -14,13 +14,10 @@ from temporalio.client import Client
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.deps import ActivityDeps
-from messages import workflows as wf
-from messages.allocation import AllocateRequest, AllocationInput, AllocationState
 from messages.enums import Phase
-from messages.ids import allocation_workflow_id
 from settings import get_settings
 from tests.fakes import FakeInMemoryProvider
-from tests.workflows.conftest import FAST, USER_KEY, settled, terminate
+from tests.workflows.conftest import settled, start_fake_allocations, terminate
 from worker import build_worker
 
 SLOTS = 2
@@ -87,12 +84,8 @@ async def test_a_worker_runs_no_more_workflow_tasks_at_once_than_its_slots_and_e
     assert worker.config()["max_concurrent_workflow_tasks"] == SLOTS
     try:
         async with worker:
-            handles = [await temporal_client.start_workflow(
-                wf.ALLOCATION.name, AllocationInput(request=AllocateRequest(
-                    allocation_id=(aid := f"ws-{uuid.uuid4().hex[:8]}"), connection_id=fake_connection,
-                    cloud="fake", ssh_public_keys=[USER_KEY], k3s=False, timing=FAST)),
-                id=allocation_workflow_id(aid), task_queue=queue, result_type=AllocationState)
-                for _ in range(STARTED)]
+            handles = await start_fake_allocations(temporal_client, fake_connection, queue=queue,
+                                                   count=STARTED, prefix="ws")
             states = await asyncio.gather(*(settled(h) for h in handles))
             assert [s.phase for s in states] == [Phase.READY] * STARTED, states
             # The slots were used side by side, and never more of them than the setting allows.
