@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     # in the worker, times out, is redone — and meanwhile the server refuses updates to that workflow
     # ("Workflow Task in failed state"). Tasks not taken wait on the server, which costs nothing.
     # Measured (bench scale, 1,000 allocations at once, 2-core box): 400 → 49 of 1,000 failed; 100 →
-    # 0, with tasks over 5 s; 40 → 0, none over 5 s, allocations/s unchanged (README Benchmarks).
+    # 0, with tasks over 5 s; 40 → 0, none over 5 s; allocations/s at 200 within the box's swing (README).
     workflow_task_slots: int = Field(40, ge=1)
     # Comma-separated URL prefixes a connection's endpoint may point under, besides each cloud's
     # documented API hosts (providers/endpoints.py). `make run` sets it to its simulated clouds.
