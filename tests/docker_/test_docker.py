@@ -78,8 +78,12 @@ async def wait_running(p: DockerProvider, ref: Any, within_s: float = 30.0) -> A
         await asyncio.sleep(0.1)
 
 
-async def created_never_started(p: DockerProvider, client: Any, offer: Any, s: LaunchSpec) -> Any:
-    """What a worker killed mid-create leaves: the container made under `s.key`, never started."""
+async def created_never_started(p: DockerProvider, client: Any) -> tuple[Any, LaunchSpec, Any]:
+    """What a worker killed mid-create leaves: a container made under a new key, never started.
+    Returns the offer and the spec a retried create sends, and the container."""
+    [offer] = await p.offers(OfferQuery())
+    s = spec(p)
+
     async def killed_before_the_start(c: Any) -> Any:
         return p._ref(c)
 
@@ -88,7 +92,7 @@ async def created_never_started(p: DockerProvider, client: Any, offer: Any, s: L
         await p.create(offer, s)
     [made] = client.containers.list(all=True, filters={"label": f"{LABEL_KEY}={s.key}"})
     assert made.status == "created"
-    return made
+    return offer, s, made
 
 
 # ------------------------------------------------------------------ pure
@@ -234,10 +238,7 @@ async def test_a_start_refused_while_a_racing_create_starts_the_container_return
     p = provider(docker_engine_url)
     client = engine_client(docker_engine_url)
     async with p:
-        [offer] = await p.offers(OfferQuery())
-        s = spec(p)
-
-        made = await created_never_started(p, client, offer, s)
+        offer, s, made = await created_never_started(p, client)
         real_start = Container.start
 
         def fake_twin_starts_first(self: Container, **kwargs: Any) -> None:
@@ -269,10 +270,7 @@ async def test_a_created_container_whose_port_was_taken_before_its_start_is_made
     p = provider(docker_engine_url)
     client = engine_client(docker_engine_url)
     async with p:
-        [offer] = await p.offers(OfferQuery())
-        s = spec(p)
-
-        made = await created_never_started(p, client, offer, s)
+        offer, s, made = await created_never_started(p, client)
         port = int(made.attrs["HostConfig"]["PortBindings"]["22/tcp"][0]["HostPort"])
         with socket.socket() as holder:
             holder.bind((HOST, port))

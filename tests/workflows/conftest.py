@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from messages.allocation import AllocateRequest, AllocationInput, AllocationStat
 from messages.enums import Phase
 from messages.ids import allocation_workflow_id
 from providers import registry
+from settings import get_settings
 from store import connections
 from store.secrets import SecretBox
 from tests.eventually import eventually
@@ -102,9 +104,23 @@ async def settled(handle: WorkflowHandle[Any, AllocationState], within: float = 
     return await eventually(ready_or_closed, within=within, what=f"allocation {handle.id} ready (or closed)")
 
 
-async def start_fake_allocations(client: Client, connection_id: str, *, queue: str, count: int,
-                                 prefix: str) -> list[WorkflowHandle[Any, AllocationState]]:
-    """`count` allocations on the fake cloud (no k3s, FAST timing), started one after another on `queue`."""
+def setting_for_the_test(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> Iterator[None]:
+    """A fixture's body: the GPUPROV_* setting `env` at `value` while the test runs (get_settings
+    reads it afresh), then as it was."""
+    monkeypatch.setenv(env, value)
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv(env)
+    get_settings.cache_clear()
+
+
+Handles = list[WorkflowHandle[Any, AllocationState]]
+
+
+async def ready_fake_allocations(client: Client, connection_id: str, *, queue: str, count: int,
+                                 prefix: str) -> tuple[Handles, list[AllocationState]]:
+    """`count` allocations on the fake cloud (no k3s, FAST timing), started one after another on `queue`
+    and each settled ready (asserted): their handles and their ready states."""
     handles = []
     for _ in range(count):
         aid = f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -113,7 +129,15 @@ async def start_fake_allocations(client: Client, connection_id: str, *, queue: s
                 allocation_id=aid, connection_id=connection_id, cloud="fake", ssh_public_keys=[USER_KEY],
                 k3s=False, timing=FAST)),
             id=allocation_workflow_id(aid), task_queue=queue, result_type=AllocationState))
-    return handles
+    states = list(await asyncio.gather(*(settled(h) for h in handles)))
+    assert [s.phase for s in states] == [Phase.READY] * count, states
+    return handles, states
+
+
+async def terminate_all(client: Client, states: list[AllocationState]) -> None:
+    """Each allocation's `terminate` update at once; every one ends terminated (asserted)."""
+    ended = await asyncio.gather(*(terminate(client, s.allocation_id) for s in states))
+    assert [s.phase for s in ended] == [Phase.TERMINATED] * len(states)
 
 
 async def terminate(client: Client, allocation_id: str) -> AllocationState:

@@ -4,7 +4,6 @@ task (a new sandboxed instance replays it) and end exactly as cached ones do."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,10 +13,8 @@ from temporalio.client import Client
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.deps import ActivityDeps
-from messages.enums import Phase
-from settings import get_settings
 from tests.fakes import FakeInMemoryProvider
-from tests.workflows.conftest import settled, start_fake_allocations, terminate
+from tests.workflows.conftest import ready_fake_allocations, setting_for_the_test, terminate_all
 from worker import build_worker
 
 OPEN = 5
@@ -26,11 +23,7 @@ CACHE = 2
 
 @pytest.fixture
 def small_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("GPUPROV_WORKFLOW_CACHE", str(CACHE))
-    get_settings.cache_clear()
-    yield
-    monkeypatch.delenv("GPUPROV_WORKFLOW_CACHE")
-    get_settings.cache_clear()
+    yield from setting_for_the_test(monkeypatch, "GPUPROV_WORKFLOW_CACHE", str(CACHE))
 
 
 @pytest.fixture
@@ -59,10 +52,8 @@ async def test_allocations_evicted_from_a_small_cache_replay_and_end_ready_then_
     assert worker.config()["max_cached_workflows"] == CACHE
     try:
         async with worker:
-            handles = await start_fake_allocations(temporal_client, fake_connection, queue=queue,
-                                                   count=OPEN, prefix="wc")
-            states = await asyncio.gather(*(settled(h) for h in handles))
-            assert [s.phase for s in states] == [Phase.READY] * OPEN, states
+            handles, states = await ready_fake_allocations(temporal_client, fake_connection, queue=queue,
+                                                    count=OPEN, prefix="wc")
             assert len({s.ref.instance_id for s in states if s.ref}) == OPEN  # one machine each
 
             # OPEN workflows open at once through a cache of CACHE: at least OPEN - CACHE of them
@@ -70,8 +61,7 @@ async def test_allocations_evicted_from_a_small_cache_replay_and_end_ready_then_
             again = [h.id for h in handles if instances_made.count(h.id) > 1]
             assert len(again) >= OPEN - CACHE, instances_made
 
-            ended = await asyncio.gather(*(terminate(temporal_client, s.allocation_id) for s in states))
-            assert [s.phase for s in ended] == [Phase.TERMINATED] * OPEN
+            await terminate_all(temporal_client, states)
             assert cloud.live() == []
     finally:
         await cloud.reset()

@@ -3,7 +3,6 @@ the rest wait on the server, not in the worker, and every allocation still ends 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,10 +13,8 @@ from temporalio.client import Client
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.deps import ActivityDeps
-from messages.enums import Phase
-from settings import get_settings
 from tests.fakes import FakeInMemoryProvider
-from tests.workflows.conftest import settled, start_fake_allocations, terminate
+from tests.workflows.conftest import ready_fake_allocations, setting_for_the_test, terminate_all
 from worker import build_worker
 
 SLOTS = 2
@@ -27,11 +24,7 @@ HOLD_S = 0.5  # well inside the SDK's 2 s deadlock detector, which times each ac
 
 @pytest.fixture
 def two_slots(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("GPUPROV_WORKFLOW_TASK_SLOTS", str(SLOTS))
-    get_settings.cache_clear()
-    yield
-    monkeypatch.delenv("GPUPROV_WORKFLOW_TASK_SLOTS")
-    get_settings.cache_clear()
+    yield from setting_for_the_test(monkeypatch, "GPUPROV_WORKFLOW_TASK_SLOTS", str(SLOTS))
 
 
 class ActivationsAtOnce:
@@ -84,15 +77,12 @@ async def test_a_worker_runs_no_more_workflow_tasks_at_once_than_its_slots_and_e
     assert worker.config()["max_concurrent_workflow_tasks"] == SLOTS
     try:
         async with worker:
-            handles = await start_fake_allocations(temporal_client, fake_connection, queue=queue,
-                                                   count=STARTED, prefix="ws")
-            states = await asyncio.gather(*(settled(h) for h in handles))
-            assert [s.phase for s in states] == [Phase.READY] * STARTED, states
+            _, states = await ready_fake_allocations(temporal_client, fake_connection, queue=queue,
+                                                     count=STARTED, prefix="ws")
             # The slots were used side by side, and never more of them than the setting allows.
             assert at_once.peak == SLOTS
 
-            ended = await asyncio.gather(*(terminate(temporal_client, s.allocation_id) for s in states))
-            assert [s.phase for s in ended] == [Phase.TERMINATED] * STARTED
+            await terminate_all(temporal_client, states)
             assert cloud.live() == []
     finally:
         await cloud.reset()
