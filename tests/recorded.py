@@ -15,6 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from tests.eventually import eventually
 from worker import WORKFLOWS, workflow_runner
 
 HISTORIES = Path(__file__).resolve().parent / "workflows" / "histories"
@@ -30,6 +31,19 @@ CLOSED = {EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, EventType.EVENT_TYP
           EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW}
 
 
+async def closed_history(client: Client, workflow_id: str, within_s: float = 30) -> WorkflowHistory:
+    """The latest run's history once it has closed. Callers see a run's end through the store, which
+    its last activity writes a moment before the workflow closes (a fresh-clone run fetched a job's
+    history between the two: "has not closed")."""
+    async def fetched() -> WorkflowHistory:
+        return await client.get_workflow_handle(workflow_id).fetch_history()
+
+    history: WorkflowHistory = await eventually(
+        fetched, until=lambda h: h.events[-1].event_type in CLOSED, within=within_s,
+        what=f"{workflow_id} closed")
+    return history
+
+
 def recording() -> bool:
     return bool(os.environ.get("GPUPROV_RECORD_HISTORIES"))
 
@@ -37,11 +51,10 @@ def recording() -> bool:
 async def replays(client: Client, *workflow_ids: str, into: Path | None = None) -> list[WorkflowHistory]:
     """The latest run of each workflow, closed, replayed against the current code (a replay failure
     raises); kept in `into` (default BATCH) when recording."""
-    histories = [await client.get_workflow_handle(w).fetch_history() for w in workflow_ids]
+    histories = [await closed_history(client, w) for w in workflow_ids]
     replayer = Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(),
                         data_converter=client.data_converter)
     for history in histories:
-        assert history.events[-1].event_type in CLOSED, f"{history.workflow_id} has not closed"
         await replayer.replay_workflow(history)
     if recording():
         folder = into or BATCH
