@@ -84,6 +84,12 @@ async def memory_figures(b: Bench, args: argparse.Namespace) -> None:
           f"{memory.TIMING.poll_interval_s:g} s poll at first, growing to the cloud's ceiling), "
           f"ms CPU per second per open allocation: worker {idle['worker']:.1f} (target <= 0.5), "
           f"temporal {idle['temporal']:.1f}, cloud {idle['cloud']:.1f}")
+    f = await memory.bare_floor(b, open_workflows=args.open)
+    print(f"    its floor: {f['rss_per_open_kb']:,.0f} KB per open bare workflow holding one heartbeating "
+          f"activity after {memory.ACTIVITIES_BEFORE_BOOT} trivial ones, same runner and slots "
+          f"({f['open']} open, RSS {f['rss_before_kb'] / 1024:.0f} MB -> {f['rss_open_kb'] / 1024:.0f} MB): "
+          f"the allocation's own "
+          f"{m['rss_per_open_kb'] - f['rss_per_open_kb']:,.0f} KB above it")
 
 
 async def watch_figure(b: Bench, args: argparse.Namespace) -> None:

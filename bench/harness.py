@@ -118,8 +118,6 @@ class Bench:
             drain = asyncio.create_task(_copy_to_stderr(proc.stdout))
             yield proc.pid
         finally:
-            if drain is not None:
-                drain.cancel()
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)  # graceful: in-flight activities get their grace period
                 try:
@@ -127,6 +125,13 @@ class Bench:
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
+            if drain is not None:
+                # Read on to the end of its output: a pipe left open here is closed by the garbage
+                # collector after the bench's event loop has gone ("Event loop is closed").
+                try:
+                    await asyncio.wait_for(drain, 10)
+                except TimeoutError:
+                    pass
 
 
 async def _copy_to_stderr(stream: asyncio.StreamReader) -> None:

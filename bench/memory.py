@@ -17,6 +17,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError
 
+from bench.bare import BareHeldWorkflow
 from bench.harness import TASK_QUEUE, Bench
 from bench.procs import cpu_snapshot, cpu_used, rss_kb
 from bench.worker_proc import HEAP_ENV
@@ -29,11 +30,23 @@ NEVER_BOOTS_S = 24 * 3600.0
 PLACEMENT = {"gpu": "A10", "region": "us-east-1"}
 
 
-async def waiting_for_boot(h: WorkflowHandle[Any, Any]) -> bool:
-    """Has the worker picked up this allocation's wait_running activity (holding its adapter)?"""
+async def holding(h: WorkflowHandle[Any, Any], activity_type: str) -> bool:
+    """Has a worker picked up this workflow's `activity_type` activity (an allocation's wait_running,
+    holding its adapter)?"""
     pending = (await h.describe()).raw_description.pending_activities
     started = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-    return any(a.activity_type.name == "wait_running" and a.state == started for a in pending)
+    return any(a.activity_type.name == activity_type and a.state == started for a in pending)
+
+
+async def all_holding(handles: list[WorkflowHandle[Any, Any]], activity_type: str, timeout_s: float) -> None:
+    """Return once a worker has picked up every workflow's `activity_type` activity."""
+    pending, deadline = list(handles), time.monotonic() + timeout_s
+    while pending:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(pending)} of {len(handles)} workflows never reached {activity_type}")
+        started = await asyncio.gather(*(holding(h, activity_type) for h in pending))
+        pending = [h for h, ok in zip(pending, started, strict=True) if not ok]
+        await asyncio.sleep(1)
 
 
 async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: float = 0.0,
@@ -55,13 +68,7 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: flo
             handles = [await b.client.start_workflow(
                 wf.ALLOCATION.name, AllocationInput(request=b.request(f"rss{i}", TIMING, **PLACEMENT)),
                 id=allocation_workflow_id(f"rss{i}"), task_queue=queue) for i in range(m)]
-            pending, deadline = list(handles), time.monotonic() + timeout_s
-            while pending:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{len(pending)} of {m} allocations never reached wait_running")
-                started = await asyncio.gather(*(waiting_for_boot(h) for h in pending))
-                pending = [h for h, ok in zip(pending, started, strict=True) if not ok]
-                await asyncio.sleep(1)
+            await all_holding(handles, "wait_running", timeout_s)
         finally:
             b.cloud.admin.configure(boot_delay=b.boot_delay)
         # Boots of minutes are polled less often as they go on (activities/cloud.py, boot_polls):
@@ -77,6 +84,32 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: flo
         cancelled = await cancel_all(handles)
     return {"open": m, "rss_before_kb": rss0, "rss_open_kb": rss1, "rss_per_open_kb": (rss1 - rss0) / m,
             "idle_ms_per_s": {k: 1000 * v / window_s / m for k, v in idle.items()}, "cancelled": cancelled}
+
+
+# Activities an allocation completes before its wait_running (plan_allocation and create_instance, as
+# its recorded histories show): the held bare workflow runs as many trivial ones before its hold.
+ACTIVITIES_BEFORE_BOOT = 2
+
+
+async def bare_floor(b: Bench, *, open_workflows: int, timeout_s: float = 600) -> dict[str, Any]:
+    """(d)'s floor: the worker RSS per open bare workflow holding one heartbeating activity (bench.bare
+    BareHeldWorkflow) in the same sandboxed runner with the same slots, on a fresh worker process,
+    measured as `run` measures an open allocation."""
+    m, queue = open_workflows, TASK_QUEUE + "-rss-bare"
+
+    async def held(names: list[str]) -> list[WorkflowHandle[Any, Any]]:
+        handles = [await b.client.start_workflow(BareHeldWorkflow.run, ACTIVITIES_BEFORE_BOOT, id=name,
+                                                 task_queue=queue) for name in names]
+        await all_holding(handles, "bench_held", timeout_s)
+        return handles
+
+    async with b.worker_process("bare", queue) as pid:
+        await cancel_all(await held(["rss-bare-warmup"]))  # one-time costs first, as `run` does
+        rss0 = rss_kb(pid)
+        handles = await held([f"rss-bare-{i}" for i in range(m)])
+        rss1 = rss_kb(pid)
+        await cancel_all(handles)
+    return {"open": m, "rss_before_kb": rss0, "rss_open_kb": rss1, "rss_per_open_kb": (rss1 - rss0) / m}
 
 
 async def cancel_all(handles: list[WorkflowHandle[Any, Any]], timeout_s: float = 180) -> int:

@@ -4,7 +4,7 @@
     python -m bench.worker_proc bare --target HOST:PORT --task-queue Q
 
 `gpuprov` is worker.build_worker() with the harness's ActivityDeps (same database, same key);
-`bare` runs bench.bare's workflow in the same sandboxed runner as gpuprov's workflows.
+`bare` runs bench.bare's workflows in the same sandboxed runner as gpuprov's workflows.
 The database key comes in GPUPROV_BENCH_FERNET_KEY, not argv (command lines are world-readable).
 Prints "ready" once the worker runs; SIGTERM/SIGINT shut it down gracefully.
 """
@@ -22,7 +22,7 @@ from temporalio.worker import Worker
 
 import worker as worker_module
 from activities.deps import ActivityDeps
-from bench.bare import BareWorkflow, trivial
+from bench.bare import BareHeldWorkflow, BareWorkflow, held, trivial
 from providers.endpoints import parse_prefixes
 from settings import Settings
 from store.db import make_engine
@@ -54,7 +54,8 @@ async def main(args: argparse.Namespace) -> None:
         # The simulated cloud's endpoints, as the harness passes them (the same list the worker uses).
         deps.allowed_endpoints.extend(parse_prefixes(os.environ.get("GPUPROV_ALLOWED_ENDPOINTS", "")))
     else:
-        w = Worker(client, task_queue=args.task_queue, workflows=[BareWorkflow], activities=[trivial],
+        w = Worker(client, task_queue=args.task_queue, workflows=[BareWorkflow, BareHeldWorkflow],
+                   activities=[trivial, held],
                    workflow_runner=worker_module.workflow_runner(),
                    max_concurrent_workflow_tasks=Settings().workflow_task_slots, **LIMITS)
     stop = asyncio.Event()
