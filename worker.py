@@ -426,3 +426,6 @@ if __name__ == "__main__":
     queue = private_queue_arg(sys.argv[1:])
     logsafe.configure(logging.INFO)  # exception messages withheld: they may hold input
     asyncio.run(main(queue))
+    from workflows.converter import exit_after_client
+
+    exit_after_client(0)  # shut down cleanly: no teardown left for the SDK's threads to abort

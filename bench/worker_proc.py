@@ -27,7 +27,7 @@ from providers.endpoints import parse_prefixes
 from settings import Settings
 from store.db import make_engine
 from store.secrets import SecretBox
-from workflows.converter import connect_client
+from workflows.converter import connect_client, exit_after_client
 
 KEY_ENV = "GPUPROV_BENCH_FERNET_KEY"
 # Where the worker's memory goes: with this set to a directory, the worker traces Python allocations
@@ -92,3 +92,4 @@ if __name__ == "__main__":
     parser.add_argument("--db")
     parser.add_argument("--installation")
     asyncio.run(main(parser.parse_args()))
+    exit_after_client(0)  # as worker.py: the SDK's threads would sometimes abort the teardown

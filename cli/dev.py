@@ -347,4 +347,8 @@ async def run_dev(cfg: DevConfig) -> int:
 
 def dev() -> None:
     """Run everything locally: Temporal dev server, simulated clouds, worker and API."""
-    raise typer.Exit(asyncio.run(run_dev(DevConfig.from_env())))
+    code = asyncio.run(run_dev(DevConfig.from_env()))
+    # Its health checks made Temporal clients: their SDK threads would sometimes abort the teardown.
+    from workflows.converter import exit_after_client
+
+    exit_after_client(code)
