@@ -72,6 +72,14 @@ async def throughput_figures(b: Bench, args: argparse.Namespace) -> None:
     print(f"(c) CPU-seconds per allocation: {fmt(alloc, ('worker', 'temporal', 'cloud'))} (target total "
           f"<= 0.20) | bare: {fmt(bare, ('worker', 'temporal'))} "
           f"(bench client, not in totals: {alloc['client']:.2f} | {bare['client']:.2f})")
+    # Both sides keep most of the box's cores busy (printed), so each rate is about those cores over its
+    # CPU per unit, and (b) about the bare's CPU over the allocation's: what (b) >= 0.7 asks of (c).
+    alloc_cpu = sum(alloc[n] for n in ("worker", "temporal", "cloud"))
+    bare_cpu = sum(bare[n] for n in ("worker", "temporal"))
+    print(f"    (b) from (c): cores kept busy {t['allocations_per_s'] * alloc_cpu:.2f} by the allocations, "
+          f"{t['bare_workflows_per_s'] * bare_cpu:.2f} by the bare workflows; bare CPU / allocation CPU = "
+          f"{bare_cpu:.3f} / {alloc_cpu:.3f} = {bare_cpu / alloc_cpu:.2f} (read {t['ratio']:.2f}); "
+          f"(b) >= 0.7 would take an allocation at {bare_cpu / 0.7:.3f} CPU-s or less")
 
 
 async def memory_figures(b: Bench, args: argparse.Namespace) -> None:
