@@ -28,12 +28,16 @@ async def held() -> None:
         await asyncio.sleep(HELD_HEARTBEAT_S)
 
 
+async def trivial_ones(activities: int) -> None:
+    for i in range(activities):
+        await workflow.execute_activity(trivial, i, start_to_close_timeout=timedelta(seconds=30))
+
+
 @workflow.defn(name="BenchBareWorkflow")
 class BareWorkflow:
     @workflow.run
     async def run(self, activities: int) -> int:
-        for i in range(activities):
-            await workflow.execute_activity(trivial, i, start_to_close_timeout=timedelta(seconds=30))
+        await trivial_ones(activities)
         return activities
 
 
@@ -41,8 +45,7 @@ class BareWorkflow:
 class BareHeldWorkflow:
     @workflow.run
     async def run(self, activities: int) -> int:
-        for i in range(activities):
-            await workflow.execute_activity(trivial, i, start_to_close_timeout=timedelta(seconds=30))
+        await trivial_ones(activities)
         # Cancelled, it closes once the activity has stopped (at its next heartbeat), as an
         # allocation does: the worker is left with no activity of a closed workflow to report.
         await workflow.execute_activity(held, start_to_close_timeout=timedelta(days=1),

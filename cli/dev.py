@@ -22,7 +22,7 @@ import httpx
 import typer
 
 from cli.output import reason
-from cli.supervise import DevError, Supervisor, http_ok, temporal_up, worker_polling
+from cli.supervise import DevError, Supervisor, exit_after_clients, http_ok, temporal_up, worker_polling
 from messages.enums import ConnectionStatus
 
 TOKENS_FILE = "cloud-tokens.json"
@@ -347,8 +347,4 @@ async def run_dev(cfg: DevConfig) -> int:
 
 def dev() -> None:
     """Run everything locally: Temporal dev server, simulated clouds, worker and API."""
-    code = asyncio.run(run_dev(DevConfig.from_env()))
-    # Its health checks made Temporal clients: their SDK threads would sometimes abort the teardown.
-    from workflows.converter import exit_after_client
-
-    exit_after_client(code)
+    exit_after_clients(asyncio.run(run_dev(DevConfig.from_env())))

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 import typer
@@ -110,6 +111,15 @@ class Supervisor:
 
 
 # --------------------------------------------------------------------------- health checks
+
+
+def exit_after_clients(code: int) -> NoReturn:
+    """End `gpuprov dev` with `code` once it has stopped everything: the health checks below made
+    Temporal clients, whose SDK threads would now and then abort the interpreter's teardown
+    (workflows/converter.py, exit_after_client)."""
+    from workflows.converter import exit_after_client
+
+    exit_after_client(code)
 
 
 async def http_ok(url: str, token: str | None = None) -> bool:
