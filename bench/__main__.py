@@ -28,6 +28,9 @@ from collections.abc import Awaitable, Callable
 from bench import api_scale, capacity, memory, offers, overhead, scale, step_latency, throughput, watch_scale
 from bench.harness import OVERHEAD_CLOUDS, Bench, bench_stack
 
+ALLOCATION_SIDE = ("worker", "temporal", "cloud")  # the processes (c) totals (not the bench client)
+BARE_SIDE = ("worker", "temporal")
+
 
 def fmt(cpu: dict[str, float], names: tuple[str, ...]) -> str:
     """"worker 0.52, temporal 0.39, total 0.91" over `names` (the bench client is not in the total)."""
@@ -69,13 +72,12 @@ async def throughput_figures(b: Bench, args: argparse.Namespace) -> None:
     for name, row in t["timings"].items():
         print(f"    {name:<22} {row['latency_s']:6.3f}s  retries {row['retries']:.0f}")
     alloc, bare = t["cpu_per_allocation"], t["cpu_per_bare_workflow"]
-    print(f"(c) CPU-seconds per allocation: {fmt(alloc, ('worker', 'temporal', 'cloud'))} (target total "
-          f"<= 0.20) | bare: {fmt(bare, ('worker', 'temporal'))} "
+    print(f"(c) CPU-seconds per allocation: {fmt(alloc, ALLOCATION_SIDE)} (target total "
+          f"<= 0.20) | bare: {fmt(bare, BARE_SIDE)} "
           f"(bench client, not in totals: {alloc['client']:.2f} | {bare['client']:.2f})")
     # Both sides keep most of the box's cores busy (printed), so each rate is about those cores over its
     # CPU per unit, and (b) about the bare's CPU over the allocation's: what (b) >= 0.7 asks of (c).
-    alloc_cpu = sum(alloc[n] for n in ("worker", "temporal", "cloud"))
-    bare_cpu = sum(bare[n] for n in ("worker", "temporal"))
+    alloc_cpu, bare_cpu = sum(alloc[n] for n in ALLOCATION_SIDE), sum(bare[n] for n in BARE_SIDE)
     print(f"    (b) from (c): cores kept busy {t['allocations_per_s'] * alloc_cpu:.2f} by the allocations, "
           f"{t['bare_workflows_per_s'] * bare_cpu:.2f} by the bare workflows; bare CPU / allocation CPU = "
           f"{bare_cpu:.3f} / {alloc_cpu:.3f} = {bare_cpu / alloc_cpu:.2f} (read {t['ratio']:.2f}); "
@@ -96,8 +98,7 @@ async def memory_figures(b: Bench, args: argparse.Namespace) -> None:
     print(f"    its floor: {f['rss_per_open_kb']:,.0f} KB per open bare workflow holding one heartbeating "
           f"activity after {memory.ACTIVITIES_BEFORE_BOOT} trivial ones, same runner and slots "
           f"({f['open']} open, RSS {f['rss_before_kb'] / 1024:.0f} MB -> {f['rss_open_kb'] / 1024:.0f} MB): "
-          f"the allocation's own "
-          f"{m['rss_per_open_kb'] - f['rss_per_open_kb']:,.0f} KB above it")
+          f"the allocation's own {m['rss_per_open_kb'] - f['rss_per_open_kb']:,.0f} KB above it")
 
 
 async def watch_figure(b: Bench, args: argparse.Namespace) -> None:
