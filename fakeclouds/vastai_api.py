@@ -25,8 +25,9 @@ destroyed. A machine that dies (`admin.kill`) is `offline`: its host went away.
 
 Rate limits are per endpoint and identity, a minimum interval between calls (the docs'
 `x-rate-limit` thresholds, read as seconds [unconfirmed]); a refusal is a 429 with no Retry-After
-and the endpoint's documented body (plain text, `{"detail"}`, or `{success, error, msg}`). Injected
-`rate_limit` faults add Retry-After (a simulation extension, so tests can steer the delay).
+and the endpoint's documented body (`{"detail"}` or `{success, error, msg}`; plain text where none is
+documented). Injected `rate_limit` faults add Retry-After (a simulation extension, so tests can steer
+the delay).
 """
 
 from __future__ import annotations
@@ -188,15 +189,19 @@ def _fail(status: int, error: str | None, msg: str, **extra: Any) -> JSONRespons
 
 
 def too_frequent(op: str, retry_after: float | None) -> Response:
-    """The endpoint's documented 429 body; never a Retry-After from the real API."""
+    """The endpoint's documented 429 body; never a Retry-After from the real API.
+
+    The vendored spec documents `{"detail"}` for create, show and list (yaml/create_instance.yaml,
+    show_instance.yaml, show_instances.yaml) and `{success, error, msg}` for destroy; search documents
+    no 429, and the docs' error page says such bodies are often plain text."""
     headers = {"Retry-After": retry_after_header(retry_after)} if retry_after is not None else None
     text = "API requests too frequent" + (f" endpoint threshold={_THRESHOLD[op]}" if op in _THRESHOLD else "")
-    if op == "create":
-        return JSONResponse({"detail": text}, status_code=429, headers=headers)
     if op == "terminate":
         return JSONResponse({"success": False, "error": "rate_limit_exceeded", "msg": text}, status_code=429,
                             headers=headers)
-    return PlainTextResponse(text.replace(" endpoint", ": endpoint"), status_code=429, headers=headers)
+    if op in _THRESHOLD:
+        return JSONResponse({"detail": text}, status_code=429, headers=headers)
+    return PlainTextResponse(text, status_code=429, headers=headers)
 
 
 def error_response(exc: CloudError, op: str, ask_id: int | None = None) -> Response:

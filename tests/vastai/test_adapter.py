@@ -60,7 +60,7 @@ class Recording(httpx.AsyncBaseTransport):
         if self.throttle and request.url.path.endswith(self.path):
             self.throttle -= 1
             self.seen.append((request.url.path, 429))
-            return httpx.Response(429, text="API requests too frequent: endpoint threshold=1.0")
+            return httpx.Response(429, json={"detail": "API requests too frequent endpoint threshold=1.0"})
         resp = await self.inner.handle_async_request(request)
         self.seen.append((request.url.path, resp.status_code))
         return resp

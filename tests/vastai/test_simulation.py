@@ -185,7 +185,7 @@ async def test_minimum_intervals_answer_429_without_retry_after(
     assert r.json() == {"detail": "API requests too frequent endpoint threshold=4.5"}
     assert (await api.get("/api/v1/instances/")).status_code == 200
     r = await api.get("/api/v1/instances/")
-    assert r.status_code == 429 and r.text == "API requests too frequent: endpoint threshold=1.0"
+    assert r.status_code == 429 and r.json() == {"detail": "API requests too frequent endpoint threshold=1.0"}
     assert (await api.delete(f"/api/v0/instances/{iid}/")).status_code == 200
     r = await api.delete(f"/api/v0/instances/{iid}/")
     assert r.status_code == 429 and r.json()["error"] == "rate_limit_exceeded"
@@ -196,7 +196,7 @@ async def test_injected_rate_limits_say_when(sim: FakeCloudServer, api: httpx.As
     add_fault(sim, "get", "rate_limit", retry_after=2)
     r = await api.get("/api/v0/instances/1/")
     assert r.status_code == 429 and r.headers["retry-after"] == "2"  # a simulation extension
-    assert r.text == "API requests too frequent: endpoint threshold=2.0"
+    assert r.json() == {"detail": "API requests too frequent endpoint threshold=2.0"}
 
 
 async def test_error_bodies_of_faults(sim: FakeCloudServer, api: httpx.AsyncClient) -> None:

@@ -15,12 +15,14 @@ import copy
 import json
 from typing import Any
 
+import httpx
+
 from fakeclouds.server import FakeCloudServer
 from providers.base import CloudProvider, Offer
 from providers.vastai import VastAIProvider
 from tests.specs import drive
 from tests.specs.oracle import DROP, Exchange, Exchanges, SpecOracle
-from tests.vastai.conftest import CHEAP, adapter, offer, spec
+from tests.vastai.conftest import CHEAP, adapter, configure, offer, spec
 
 # Statuses the docs give for every endpoint, outside the operations' own `responses`:
 # rate-limits-and-errors.mdx ("Error Responses"): `{success, error, msg}`, some without `success`,
@@ -136,6 +138,26 @@ async def test_refusals_conform(sim: FakeCloudServer) -> None:
     rec = await drive.refusals(cloud_of(sim))
     assert {e.status for e in rec.seen} >= {400, 401, 404, 429, 500, 503}
     assert ORACLE.check(rec) == OPEN
+
+
+async def test_every_throttled_answer_conforms(sim: FakeCloudServer, api: httpx.AsyncClient) -> None:
+    # Each limited endpoint called twice inside its interval: the second is refused with the body its
+    # own 429 documents ({"detail"} for create, show and list; {success, error, msg} for destroy).
+    configure(sim, time_scale=20.0)
+    rent = {"client_id": "me", "image": "ubuntu:22.04", "runtype": "ssh", "disk": 16}
+    created = await api.put(f"/api/v0/asks/{CHEAP.id}/", json=rent)
+    iid = created.json()["new_contract"]
+    calls: list[tuple[str, str, dict[str, Any]]] = [
+        ("PUT", f"/api/v0/asks/{CHEAP.id}/", {"json": rent}),
+        ("GET", "/api/v1/instances/", {}), ("GET", "/api/v1/instances/", {}),
+        ("GET", f"/api/v0/instances/{iid}/", {"params": {"owner": "me"}}),
+        ("GET", f"/api/v0/instances/{iid}/", {"params": {"owner": "me"}}),
+        ("DELETE", f"/api/v0/instances/{iid}/", {}), ("DELETE", f"/api/v0/instances/{iid}/", {})]
+    rec = Exchanges(seen=[Exchange.of(created, api.base_url.path)])
+    for method, path, kw in calls:
+        rec.seen.append(Exchange.of(await api.request(method, path, **kw), api.base_url.path))
+    assert [e.status for e in rec.seen] == [200, 429, 200, 429, 200, 429, 200, 429]
+    assert ORACLE.check(rec) == []
 
 
 async def test_a_retried_create_reading_the_instance_keys_conforms(sim: FakeCloudServer) -> None:
