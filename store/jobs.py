@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 from messages.job import JobStatus, RecordJobInput, RetryCause, attempt_marker
 from store.models import Job, JobGpuSample, JobLogChunk, utcnow
 from store.queue import release
+from store.records import select_records
 
 
 def log_end(session: Session, job_id: str) -> int:
@@ -156,13 +157,20 @@ def add_gpu_reading(session: Session, job_id: str, at: datetime, gpus: Sequence[
     session.commit()
 
 
+GPU_READING_COLUMNS = (col(JobGpuSample.at), col(JobGpuSample.gpu), col(JobGpuSample.utilization_pct),
+                       col(JobGpuSample.memory_used_mib), col(JobGpuSample.memory_total_mib))
+
+
 def gpu_readings(session: Session, job_id: str, n: int = 60) -> list[JobGpuSample]:
-    """The job's last `n` readings' samples, oldest first."""
+    """The job's last `n` readings' samples, oldest first: records of GPU_READING_COLUMNS
+    (store/records.py), read by attribute as a JobGpuSample is (a job's detail shows 60 readings of
+    each GPU: as ORM objects, two thirds of its time)."""
     ats = session.exec(select(JobGpuSample.at).where(JobGpuSample.job_id == job_id)
                        .group_by(col(JobGpuSample.at)).order_by(col(JobGpuSample.at).desc())
                        .limit(n)).all()
     if not ats:
         return []
-    return list(session.exec(select(JobGpuSample).where(JobGpuSample.job_id == job_id,
-                                                        col(JobGpuSample.at) >= min(ats))
-                             .order_by(col(JobGpuSample.at), col(JobGpuSample.gpu))).all())
+    stmt = (sa.select(*GPU_READING_COLUMNS)
+            .where(col(JobGpuSample.job_id) == job_id, col(JobGpuSample.at) >= min(ats))
+            .order_by(col(JobGpuSample.at), col(JobGpuSample.gpu)))
+    return cast(list[JobGpuSample], select_records(session, stmt))

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from store.models import Instance, Job, ReportedWorkload, utcnow
+from store.records import select_records
 
 # A managed job's row id in the Workload Queue is this prefix and its id (api/routers/workloads.py).
 JOB_ROW_PREFIX = "job:"
 
 # A row's place in the Workload Queue: (id, kind, status, created_at), of a job or a reported workload.
 Key = tuple[str, str, str, datetime | None]
+REPORTED_COLUMNS = tuple(ReportedWorkload.__table__.columns)  # type: ignore[attr-defined]
 
 
 def get_reported(session: Session, project: str, workload_id: str) -> ReportedWorkload | None:
@@ -55,12 +57,24 @@ def forget(session: Session, project: str, workload_id: str) -> bool:
     return True
 
 
+# What a queue row shows of a job's machine (api/routers/workloads.py: where it runs, its GPUs).
+MACHINE_COLUMNS = tuple(col(c) for c in (Instance.id, Instance.provider, Instance.offer_region,
+                                          Instance.region, Instance.gpus_found, Instance.gpu,
+                                          Instance.gpu_count))
+# What a queue row shows of a job (JobOut, the whole job, is GET /jobs/{id}'s).
+JOB_ROW_COLUMNS = tuple(col(c) for c in (
+    Job.id, Job.name, Job.type, Job.status, Job.gpu, Job.gpu_count, Job.allocation_id, Job.requested_by,
+    Job.attempts, Job.started_at, Job.ended_at, Job.created_at, Job.updated_at))
+
+
 def machines_of(session: Session, jobs: Sequence[Job]) -> dict[str, Instance]:
-    """The instances the jobs' machines are, by allocation id."""
+    """The jobs' machines by allocation id: records of MACHINE_COLUMNS (store/records.py), read by
+    attribute as an Instance is."""
     ids = [j.allocation_id for j in jobs if j.allocation_id]
     if not ids:
         return {}
-    return {i.id: i for i in session.exec(select(Instance).where(col(Instance.id).in_(ids))).all()}
+    stmt = sa.select(*MACHINE_COLUMNS).where(col(Instance.id).in_(ids))
+    return {i.id: i for i in select_records(session, stmt)}
 
 
 def job_keys(session: Session, project: str) -> list[Key]:
@@ -114,16 +128,19 @@ def kind_counts(session: Session, project: str) -> dict[str, int]:
 
 
 def jobs_by_id(session: Session, project: str, ids: Collection[str]) -> Sequence[Job]:
+    """The project's jobs of `ids` as queue rows show them: records of JOB_ROW_COLUMNS."""
     if not ids:
         return []
-    return session.exec(select(Job).where(Job.project == project, col(Job.id).in_(list(ids)))).all()
+    stmt = sa.select(*JOB_ROW_COLUMNS).where(col(Job.project) == project, col(Job.id).in_(list(ids)))
+    return cast(list[Job], select_records(session, stmt))
 
 
 def reported_shown(session: Session, project: str, ids: Collection[str],
                    queued: str) -> Sequence[ReportedWorkload]:
     """The project's reported workloads of `ids`, and every one with status `queued` (a queued one's
-    PRI is its place among them all), oldest first as `reported_of`."""
-    stmt = select(ReportedWorkload).where(ReportedWorkload.project == project,
-                                          sa.or_(col(ReportedWorkload.id).in_(list(ids)),
-                                                 col(ReportedWorkload.status) == queued))
-    return session.exec(stmt.order_by(col(ReportedWorkload.created_at))).all()
+    PRI is its place among them all), oldest first as `reported_of`; records (store/records.py)."""
+    stmt = sa.select(*REPORTED_COLUMNS).where(col(ReportedWorkload.project) == project,
+                                              sa.or_(col(ReportedWorkload.id).in_(list(ids)),
+                                                     col(ReportedWorkload.status) == queued))
+    stmt = stmt.order_by(col(ReportedWorkload.created_at))
+    return cast(list[ReportedWorkload], select_records(session, stmt))

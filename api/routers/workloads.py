@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator
@@ -279,13 +279,14 @@ def _counts(session: Session, project: str) -> dict[WorkloadFilter, int]:
     return counts
 
 
-def _gpu_readings(session: Session, job_id: str) -> list[GpuReadingOut]:
-    by_at: dict[datetime, list[GpuSampleOut]] = {}
+def _gpu_readings(session: Session, job_id: str) -> list[dict[str, Any]]:
+    """GpuReadingOut's fields, oldest first: WorkloadDetail validates them all in one call."""
+    by_at: dict[datetime, list[dict[str, Any]]] = {}
     for s in job_store.gpu_readings(session, job_id, METRICS_SHOWN):
-        by_at.setdefault(_at(s.at), []).append(GpuSampleOut(
-            gpu=s.gpu, utilization_pct=s.utilization_pct, memory_used_mib=s.memory_used_mib,
-            memory_total_mib=s.memory_total_mib))
-    return [GpuReadingOut(at=at, gpus=gpus) for at, gpus in by_at.items()]
+        by_at.setdefault(s.at, []).append({
+            "gpu": s.gpu, "utilization_pct": s.utilization_pct, "memory_used_mib": s.memory_used_mib,
+            "memory_total_mib": s.memory_total_mib})
+    return [{"at": at, "gpus": gpus} for at, gpus in by_at.items()]  # `at` made UTC as it validates
 
 
 def _job_detail(session: Session, project: str, job_id: str) -> WorkloadDetail | None:
