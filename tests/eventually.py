@@ -20,6 +20,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
@@ -121,3 +122,13 @@ def eventually_sync(check: Callable[[], T | None], *, within: float, what: str,
             raise _failure(what, within, started, checks, last, error, detail)
         time.sleep(min(pause, left))
         pause = min(pause * 2, cap)
+
+
+def text_of(path: Path) -> str:
+    """`path`'s text, '' while it does not exist. A file a boot script writes (`echo x > f`) exists,
+    empty, before its line is in it: a test waits for the text (`eventually(lambda: text_of(f),
+    until=...)`), never for the file alone and then reads it."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""

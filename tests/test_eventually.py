@@ -4,10 +4,11 @@ here depends on timing; only the failing cases use a tiny `within`."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from tests.eventually import eventually, eventually_sync
+from tests.eventually import eventually, eventually_sync, text_of
 
 
 class Counter:
@@ -158,3 +159,12 @@ def test_the_sync_twin_refuses_an_async_check() -> None:
 
     with pytest.raises(TypeError, match="use eventually"):
         eventually_sync(check, within=60, what="x")  # type: ignore[unused-coroutine]
+
+
+def test_text_of_a_file_not_yet_written_is_empty(tmp_path: Path) -> None:
+    mark = tmp_path / "booted"
+    assert text_of(mark) == ""
+    mark.touch()  # as `echo booted > mark` leaves it before the write
+    assert text_of(mark) == ""
+    mark.write_text("booted\n")
+    assert text_of(mark) == "booted\n"

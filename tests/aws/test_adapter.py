@@ -23,7 +23,7 @@ from providers.base import (
 )
 from tests.aws.conftest import USER_KEY, adapter, boto, offer, spec
 from tests.conformance.checks import WAIT_GONE, WAIT_RUNNING, wait_for
-from tests.eventually import eventually
+from tests.eventually import eventually, text_of
 
 
 def _running(st: InstanceStatus | None) -> bool:
@@ -182,8 +182,8 @@ async def test_user_data_runs_at_boot(sim: FakeCloudServer, aws: AwsProvider) ->
     ref = await aws.create(await offer(aws), s)
     await wait_for(aws, ref, _running, WAIT_RUNNING)
     home = Path(sim.admin.machine(ref.instance_id)["home"])
-    await eventually((home / "booted").exists, within=WAIT_RUNNING, what="the user data's boot mark")
-    assert (home / "booted").read_text() == "booted\n"
+    await eventually(lambda: text_of(home / "booted"), until=lambda text: text == "booted\n",
+                     within=WAIT_RUNNING, what="the user data's boot mark")
 
 
 async def test_a_custom_image_must_be_an_ami_the_region_has(aws: AwsProvider) -> None:

@@ -24,7 +24,7 @@ from providers.base import (
 )
 from tests import simclouds
 from tests.azure.conftest import CLOUD, Sdk, cheapest, names, ours, spec
-from tests.eventually import eventually
+from tests.eventually import eventually, text_of
 
 
 def machines_named(sim: FakeCloudServer, group: str, name: str) -> list[dict[str, object]]:
@@ -186,9 +186,9 @@ async def test_the_machine_runs_the_user_data_after_the_k3s_part(
     ref = await provider.create(offer, s)
     await running(provider, ref)
     home = Path(str(sim.admin.machine(ref.instance_id)["home"]))
-    await eventually((home / "hello").exists, within=20, what="the user data's hello",
+    await eventually(lambda: text_of(home / "hello"), until=lambda text: text.strip() == "from-user-data",
+                     within=20, what="the user data's hello",
                      detail=lambda: (home / "cloud-init-output.log").read_text())
-    assert (home / "hello").read_text().strip() == "from-user-data"
     scripts = sorted(p.read_text() for p in home.glob(".user-data-*"))  # noqa: ASYNC240
     assert any("get.k3s.io" in t for t in scripts)  # k3s at boot: skipped here, the image has it
 

@@ -30,7 +30,7 @@ from providers.base import (
 from providers.gcp import GcpProvider, instance_name
 from tests.conformance import checks
 from tests.conformance.conftest import make_harness
-from tests.eventually import eventually
+from tests.eventually import eventually, text_of
 from tests.gcp.test_simulation import insert, instance, wait
 
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
@@ -210,8 +210,8 @@ async def test_spot_launches_as_spot_and_user_data_runs_at_boot(
         [machine] = [m for m in sim_clean.admin.machines() if m["id"] == ref.instance_id]
         assert machine["spot"] is True
         mark = Path(machine["home"]) / "boot-mark"
-        await eventually(mark.exists, within=20, what="the user-data's boot mark")
-        assert mark.read_text().strip() == "booted-by-cloud-init"
+        await eventually(lambda: text_of(mark), until=lambda text: text.strip() == "booted-by-cloud-init",
+                         within=20, what="the user-data's boot mark")
         await p.terminate(ref)
 
 

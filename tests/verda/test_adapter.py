@@ -28,7 +28,7 @@ from providers.base import (
     Unsupported,
 )
 from providers.verda import VerdaProvider, startup_script
-from tests.eventually import eventually
+from tests.eventually import eventually, text_of
 from tests.fakeclouds.helpers import WITHIN
 from tests.verda.conftest import adapter, offer, spec, token
 
@@ -123,9 +123,8 @@ async def test_create_sends_ownership_k3s_script_and_os_volume(sim: FakeCloudSer
     assert (vol["name"], vol["on_spot_discontinue"]) == (name, "delete_permanently")
     st = await _wait(verda, ref, InstanceState.RUNNING)
     home = sim.engine.machine_home(m)
-    await eventually(lambda: (home / "user-ran").exists(), within=WITHIN,
-                     what="the caller's script to run at boot")
-    assert (home / "user-ran").read_text() == "it's 2\n"
+    await eventually(lambda: text_of(home / "user-ran"), until=lambda text: text == "it's 2\n",
+                     within=WITHIN, what="the caller's script to run at boot")
     assert (st.ssh_port, st.ssh_user, st.host) == (22, "root", m.address)
     # The shared SSH key object is made once per installation and public key.
     again = await verda.create(await offer(verda), spec(verda))
