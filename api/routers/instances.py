@@ -368,6 +368,16 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
     return InstanceAccepted(id=allocation_id, status=current)
 
 
+def list_query(project: str, status_: str | None) -> sa.Select[Any]:
+    """The list's select of the project's instances (`status_`: one status, `active` or None)."""
+    stmt = sa.select(*INSTANCE_COLUMNS).where(col(Instance.project) == project)
+    if status_ == ACTIVE:
+        return stmt.where(col(Instance.status).in_(sorted(instances.LIVE_STATUSES)))
+    if status_ is not None:
+        return stmt.where(col(Instance.status) == status_)
+    return stmt
+
+
 @router.get("", response_model=Page[InstanceOut])
 def list_instances(
     session: SessionDep,
@@ -377,12 +387,7 @@ def list_instances(
 ) -> Response:
     """The project's instances, newest first (without attempts and events: GET one for those).
     `status=active`: every one whose machine may exist and bill (provisioning, ready, terminating)."""
-    stmt = sa.select(*INSTANCE_COLUMNS).where(col(Instance.project) == caller.project)
-    if status_ == ACTIVE:
-        stmt = stmt.where(col(Instance.status).in_(sorted(instances.LIVE_STATUSES)))
-    elif status_ is not None:
-        stmt = stmt.where(col(Instance.status) == status_)
-    found, following = KEYSET.fetch_columns(session, stmt, page)
+    found, following = KEYSET.fetch_columns(session, list_query(caller.project, status_), page)
     # Rows of Instance's own columns, each read by attribute as an Instance is: what the helpers
     # below read of one. (A fleet row's route comes from `fleet_routes`, never from its session.)
     rows = cast(list[Instance], found)

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from api.fields import aware
 from store import jobs as job_store
 from store import workloads
 from store.models import Instance, Job, ReportedWorkload
@@ -20,9 +21,7 @@ T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
 def _utc(value: object) -> object:
     """SQLite hands back naive timestamps (every stored one UTC): compare them as UTC."""
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
+    return aware(value) if isinstance(value, datetime) else value
 
 
 def _same(record: object, orm: object, columns: tuple[Any, ...]) -> None:
