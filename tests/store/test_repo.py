@@ -125,6 +125,22 @@ def test_a_mark_after_a_step_applies_only_while_the_row_is_at_that_step(session:
     assert [e.phase for e in instances.events_of(session, "a1")][-3:] == ["ssh", "k3s", "compensating"]
 
 
+def test_a_session_holding_the_row_reads_what_its_marks_wrote(session: Session) -> None:
+    """mark_phases writes with statements, past the session's objects: an Instance the session
+    already holds must read the marked state after it, committed or not (record_allocation marks,
+    then reads the row, in one transaction) — not the state it was loaded with."""
+    session.add(_instance("a1", "provisioning"))
+    session.commit()
+    held = instances.get_instance(session, "a1")
+    assert held is not None and held.status == "provisioning"
+    instances.mark_phases(session, "a1", [("provisioning", "ssh")], commit=False)
+    assert (held.status, held.phase) == ("provisioning", "ssh")
+    instances.mark_phases(session, "a1", [("ready", "ready")])
+    again = instances.get_instance(session, "a1")
+    assert again is held and (held.status, held.phase) == ("ready", "ready")
+    assert [e.phase for e in instances.events_of(session, "a1")] == ["ssh", "ready"]
+
+
 def test_record_attempt_is_idempotent_per_seq(session: Session) -> None:
     session.add(_instance("a1"))
     session.commit()
