@@ -6,7 +6,7 @@ its event loop (heartbeats, cloud calls) never waits on the database."""
 
 from __future__ import annotations
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 from temporalio import activity
 
 from activities import metrics
@@ -17,7 +17,7 @@ from messages.enums import AllocationStatus
 from messages.ids import allocation_workflow_id
 from store import instances, spend
 from store.db import session_scope
-from store.models import Attempt, Instance, InstanceEvent, utcnow
+from store.models import Attempt, Instance, utcnow
 
 
 class RecordActivities:
@@ -97,6 +97,5 @@ def _log_transition(session: Session, instance_id: str, before: tuple[str, str],
                     after: tuple[str, str]) -> None:
     """Append an event when (status, phase) changes. `before` is the row as it was, so a
     retried activity (row already updated) adds nothing; the first record logs its state."""
-    first = session.exec(select(InstanceEvent.id).where(InstanceEvent.instance_id == instance_id)).first()
-    if first is None or before != after:
-        session.add(InstanceEvent(instance_id=instance_id, status=after[0], phase=after[1]))
+    if before != after or not instances.has_events(session, instance_id):
+        instances.add_event(session, instance_id, after)

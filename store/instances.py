@@ -22,6 +22,9 @@ LIVE_STATUSES = frozenset(s.value for s in AllocationStatus if s.live)
 
 _INSTANCE = Instance.__table__  # type: ignore[attr-defined]
 _EVENT = InstanceEvent.__table__  # type: ignore[attr-defined]
+_ATTEMPT = Attempt.__table__  # type: ignore[attr-defined]
+# What a later snapshot of an attempt may change (not its instance, seq, or when it began).
+_ATTEMPT_FIELDS = ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason")
 
 
 def list_instances(session: Session, *, project: str | None = None, status: str | None = None,
@@ -87,21 +90,41 @@ def events_of(session: Session, instance_id: str, after: int = 0) -> Sequence[In
     return session.exec(stmt).all()
 
 
-def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -> Attempt:
+def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -> None:
     """Insert or update the attempt (instance_id, seq): activities retry, rows must not double.
     An update keeps the row's `at` (when the attempt began). `commit=False` leaves the commit to
-    a caller writing more in the same transaction."""
-    stmt = select(Attempt).where(Attempt.instance_id == attempt.instance_id, Attempt.seq == attempt.seq)
-    row = session.exec(stmt).first()
-    if row is None:
-        row = attempt
+    a caller writing more in the same transaction. Statements, as mark_phases: every snapshot an
+    allocation records comes here once per attempt."""
+    found = session.execute(sa.select(_ATTEMPT.c.id).where(_ATTEMPT.c.instance_id == attempt.instance_id,
+                                                           _ATTEMPT.c.seq == attempt.seq)).first()
+    values = {name: getattr(attempt, name) for name in _ATTEMPT_FIELDS}
+    if found is None:
+        session.execute(sa.insert(_ATTEMPT).values(instance_id=attempt.instance_id, seq=attempt.seq,
+                                                   at=attempt.at, **values))
     else:
-        for name in ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason"):
-            setattr(row, name, getattr(attempt, name))
-    session.add(row)
+        session.execute(sa.update(_ATTEMPT).where(_ATTEMPT.c.id == found.id).values(**values))
+        _expire_held(session, Attempt, found.id)
     if commit:
         session.commit()
-    return row
+
+
+def has_events(session: Session, instance_id: str) -> bool:
+    stmt = sa.select(_EVENT.c.id).where(_EVENT.c.instance_id == instance_id).limit(1)
+    return session.execute(stmt).first() is not None
+
+
+def add_event(session: Session, instance_id: str, state: tuple[str, str]) -> None:
+    """Append one (status, phase) event; the caller commits."""
+    session.execute(sa.insert(_EVENT).values(instance_id=instance_id, status=state[0], phase=state[1],
+                                             at=utcnow()))
+
+
+def _expire_held(session: Session, model: type, key: object) -> None:
+    """A row written with a statement: an object of it this session already holds would read the old
+    values, so it reloads when next read."""
+    held = session.identity_map.get(identity_key(model, key))
+    if held is not None:
+        session.expire(held)
 
 
 def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, str]], *,
@@ -136,9 +159,6 @@ def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, s
         session.execute(sa.insert(_EVENT), events)
     session.execute(sa.update(_INSTANCE).where(_INSTANCE.c.id == instance_id)
                     .values(status=state[0], phase=state[1], updated_at=now))
-    # An Instance this session already holds would now read the old state: reload it when next read.
-    held = session.identity_map.get(identity_key(Instance, instance_id))
-    if held is not None:
-        session.expire(held)
+    _expire_held(session, Instance, instance_id)
     if commit:
         session.commit()

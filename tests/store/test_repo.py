@@ -150,9 +150,12 @@ def test_record_attempt_is_idempotent_per_seq(session: Session) -> None:
                        price_per_hour=1.5, outcome=outcome)
 
     instances.record_attempt(session, attempt("created"))
+    [held] = instances.attempts_of(session, "a1")  # the session now holds the row as an object
+    began = held.at
     instances.record_attempt(session, attempt("capacity"))
     rows = instances.attempts_of(session, "a1")
     assert [(a.seq, a.outcome) for a in rows] == [(1, "capacity")]
+    assert held.outcome == "capacity" and held.at == began  # re-read, and the attempt keeps its start
 
 
 def test_new_id_shape() -> None:
