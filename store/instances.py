@@ -109,6 +109,7 @@ def record_attempt(session: Session, attempt: Attempt, *, commit: bool = True) -
 
 
 def has_events(session: Session, instance_id: str) -> bool:
+    """Whether the instance has any event yet (an allocation's first record logs its state)."""
     stmt = sa.select(_EVENT.c.id).where(_EVENT.c.instance_id == instance_id).limit(1)
     return session.execute(stmt).first() is not None
 

@@ -30,7 +30,7 @@ _SLOT = re.compile(r"\{[^}]*\}")
 # What each cloud's oracle is read from, by distribution. The versions are the installed ones this
 # oracle was checked with: the test asserts the installed version is still this one, and that it
 # satisfies pyproject.toml's requirement (where pyproject pins exactly, it is that pin). A moved SDK
-# shows up here first. Distributions not in pyproject (botocore, msal) come with the one that is.
+# shows up here first. Distributions not in pyproject (msal) come with the one that is.
 SDKS: dict[str, dict[str, str]] = {
     "aws": {"boto3": "1.44.8", "botocore": "1.44.8"},  # botocore holds the service models
     "gcp": {"google-cloud-compute": "1.57.0"},
