@@ -15,14 +15,12 @@ from sqlalchemy.orm.util import identity_key
 from sqlmodel import Session, col, select
 
 from messages.enums import AllocationStatus
-from store.models import Attempt, Instance, InstanceEvent, utcnow
+from store.models import Attempt, Instance, InstanceEvent, table_of, utcnow
 
 # Instance statuses while a cloud machine may exist (or be about to).
 LIVE_STATUSES = frozenset(s.value for s in AllocationStatus if s.live)
 
-_INSTANCE = Instance.__table__  # type: ignore[attr-defined]
-_EVENT = InstanceEvent.__table__  # type: ignore[attr-defined]
-_ATTEMPT = Attempt.__table__  # type: ignore[attr-defined]
+_INSTANCE, _EVENT, _ATTEMPT = table_of(Instance), table_of(InstanceEvent), table_of(Attempt)
 # What a later snapshot of an attempt may change (not its instance, seq, or when it began).
 _ATTEMPT_FIELDS = ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason")
 

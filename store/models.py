@@ -16,6 +16,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def table_of(model: type[SQLModel]) -> sa.Table:
+    """A table model's Table, for statements and column lists that skip the ORM (SQLModel sets
+    `__table__` on each table class but does not declare it to type checkers)."""
+    return model.__table__  # type: ignore[attr-defined,no-any-return]
+
+
 class Installation(SQLModel, table=True):
     """The deployment's identity: one row, shared by every worker and API process, so a create
     retried on any worker looks for the same names and tags (store/identity.py)."""

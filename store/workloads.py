@@ -10,7 +10,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from store.models import Instance, Job, ReportedWorkload, utcnow
+from store.models import Instance, Job, ReportedWorkload, table_of, utcnow
 from store.records import select_records
 
 # A managed job's row id in the Workload Queue is this prefix and its id (api/routers/workloads.py).
@@ -18,7 +18,7 @@ JOB_ROW_PREFIX = "job:"
 
 # A row's place in the Workload Queue: (id, kind, status, created_at), of a job or a reported workload.
 Key = tuple[str, str, str, datetime | None]
-REPORTED_COLUMNS = tuple(ReportedWorkload.__table__.columns)  # type: ignore[attr-defined]
+REPORTED_COLUMNS = tuple(table_of(ReportedWorkload).columns)
 
 
 def get_reported(session: Session, project: str, workload_id: str) -> ReportedWorkload | None:

@@ -40,7 +40,7 @@ from providers import host_keys, registry
 from providers.base import InvalidRequest, SelfEnd
 from store import allocations, connections, ids, instances, picks
 from store import host_keys as store_host_keys
-from store.models import Attempt, Instance, InstanceEvent
+from store.models import Attempt, Instance, InstanceEvent, table_of
 
 # The `?status=` filter: a status, or `active` — every status in which a machine may exist and bill
 # (provisioning, ready, terminating): the Compute page's "Active cloud instances".
@@ -213,7 +213,7 @@ def uptime_s(row: Instance, now: datetime) -> float | None:
 router = APIRouter(prefix="/instances", tags=["instances"])
 
 INSTANCE_PAGE = TypeAdapter(Page[InstanceOut])
-INSTANCE_COLUMNS = tuple(Instance.__table__.columns)  # type: ignore[attr-defined]  # the list's select
+INSTANCE_COLUMNS = tuple(table_of(Instance).columns)  # the list's select
 
 # Newest first; the keyset (created_at, id) keeps pages stable while allocations are added.
 KEYSET = Keyset("instances", Instance.created_at, Instance.id, descending=True)
