@@ -199,11 +199,14 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
     options.setdefault("build_id", build_id())
     options.setdefault("activity_executor",
                        ThreadPoolExecutor(max_workers=options.get("max_concurrent_activities", 100)))
+    # The launch workers stop as the main one does: a caller that shuts down at once (a test's dead
+    # worker) must not leave a create running for another 10 s on the launch queue.
+    options.setdefault("graceful_shutdown_timeout", timedelta(seconds=10))
     # Temporal's task-queue rate limit is the server's, shared by every worker polling the queue.
     launch_workers = [
         Worker(client, task_queue=launch_task_queue(queue, cloud),
                activities=[CloudActivities(deps).create_instance], max_task_queue_activities_per_second=rate,
-               graceful_shutdown_timeout=timedelta(seconds=10), build_id=options["build_id"],
+               graceful_shutdown_timeout=options["graceful_shutdown_timeout"], build_id=options["build_id"],
                max_heartbeat_throttle_interval=options["max_heartbeat_throttle_interval"],
                default_heartbeat_throttle_interval=options["default_heartbeat_throttle_interval"])
         for cloud, rate in launch_rates().items()]
@@ -214,7 +217,7 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
         workflows=list(workflows),
         activities=activities_for(deps),
         workflow_runner=workflow_runner(),
-        **{"graceful_shutdown_timeout": timedelta(seconds=10), **options},
+        **options,
     )
 
 
