@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     # How long the server holds a workflow's next task for this worker's cache before any worker may
     # take it: after a crash, every workflow this worker ran waits this long (Temporal's default 10 s).
     sticky_timeout_s: float = 10.0
+    # How long an allocation's or job's activity may go without a heartbeat before Temporal retries it
+    # elsewhere: how long a dead worker's cloud calls go unnoticed (new requests; Timing's default).
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
     # How many workflows a worker keeps in memory between their tasks (Temporal's sticky cache). One
     # evicted (least recently used first: an allocation waiting minutes for its boot) costs nothing
     # while it waits and replays its history at its next task: a bound on the worker's memory when

@@ -50,8 +50,10 @@ class AppDeps:
     # The cross-cloud offers page: each connection's adapter, built once per API process (its HTTP
     # pool and TLS context reused), and a short cache of each connection's answer.
     market: Market = field(default_factory=lambda: Market())
-    # Managed jobs: their allocations' and activities' timing (tests shorten it), and how often a
-    # running job's output is read from its host.
+    # The timing a new allocation runs with (GPUPROV_HEARTBEAT_TIMEOUT_S), and managed jobs' for their
+    # allocations and activities (tests shorten it), and how often a running job's output is read
+    # from its host.
+    allocation_timing: Timing = field(default_factory=Timing)
     job_timing: Timing = field(default_factory=Timing)
     job_log_poll_s: float = 1.0
     job_queue_poll_s: float = 5.0  # a queued job asks for its grant at least this often
@@ -91,6 +93,8 @@ def deps_from_settings() -> AppDeps:
         fleet_addresses=FleetAddresses.from_settings(s),
         market=Market(ttl_s=s.offers_cache_ttl_s, timeout_s=s.offers_timeout_s),
         job_priority_max=s.job_priority_max,
+        allocation_timing=Timing(heartbeat_timeout_s=s.heartbeat_timeout_s),
+        job_timing=Timing(heartbeat_timeout_s=s.heartbeat_timeout_s),
     )
 
 

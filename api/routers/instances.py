@@ -349,7 +349,7 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
         gpu_count=body.gpu_count, region=body.region, spot=body.spot, instance_type=default.instance_type,
         ports=body.ports, image=body.image, k3s=body.k3s, ssh_public_keys=body.ssh_public_keys,
         max_hours=body.max_hours, k8s_api_from=k8s_api_networks(body, http_request),
-        lease_hours=await in_thread(lease_hours_for, deps, project, body))
+        lease_hours=await in_thread(lease_hours_for, deps, project, body), timing=deps.allocation_timing)
     workflow_id = allocation_workflow_id(allocation_id)
     try:
         # Once per id: a retry joins the run the first attempt started; an id that ran never runs again.

@@ -160,7 +160,7 @@ def _mark_deleting(deps: AppDeps, pool_id: str) -> Pool | None:
 
 async def _wake(deps: AppDeps, row: Pool) -> None:
     """Start the pool's ScaleWorkflow unless it runs, and have it reconcile now."""
-    scale = ScaleInput(pool_id=row.id, project=row.project, name=row.name)
+    scale = ScaleInput(pool_id=row.id, project=row.project, name=row.name, timing=deps.allocation_timing)
     await deps.workflows.start(wf.SCALE, scale, workflow_id=row.workflow_id, use_existing=True)
     await deps.workflows.request_update(row.workflow_id, wf.SCALE.reconcile)
 

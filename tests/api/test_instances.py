@@ -1,19 +1,24 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
+from cryptography.fernet import Fernet
 from sqlmodel import Session, select
 
+from api.deps import deps_from_settings
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
+from messages.allocation import Timing
 from messages.workflows import UpdateRef
+from settings import get_settings
 from store import instances
 from store.models import Attempt, Instance
-from tests.api.conftest import FakeWorkflows, connect_fake, make_project
+from tests.api.conftest import FakeWorkflows, app_serving, connect_fake, make_project
 
 URL = "/api/compute/instances"
 
@@ -215,3 +220,33 @@ async def test_active_instances_are_the_ones_that_may_bill_with_gpu_price_and_up
     assert 7000 < ready["uptime_s"] < 7200 + 600  # two hours, give or take this test's own run
     provisioning = (await client.get(f"{URL}/{ids[1]}")).json()
     assert provisioning["uptime_s"] is None and provisioning["gpu_label"] == "1× H100"  # as asked
+
+
+async def test_new_allocations_and_pools_run_with_the_configured_heartbeat_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ssh_key: str) -> None:
+    """GPUPROV_HEARTBEAT_TIMEOUT_S: how long a dead worker's cloud calls go unnoticed, for what the
+    API starts from then on (an allocation, a pool's allocations, a job's)."""
+    monkeypatch.setenv("GPUPROV_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GPUPROV_DATABASE_URL", f"sqlite:///{tmp_path / 'api.db'}")
+    monkeypatch.setenv("GPUPROV_SECRET_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("GPUPROV_HEARTBEAT_TIMEOUT_S", "7")
+    get_settings.cache_clear()
+    try:
+        deps = deps_from_settings()
+    finally:
+        get_settings.cache_clear()
+    assert deps.allocation_timing.heartbeat_timeout_s == deps.job_timing.heartbeat_timeout_s == 7
+    deps.workflows = workflows = FakeWorkflows(deps.engine, deps.box)
+    transport = httpx.ASGITransport(app=app_serving(deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api",
+                                 headers={"Authorization": f"Bearer {deps.api_token}"}) as client:
+        await connect_fake(client)
+        r = await client.post(URL, json=body(ssh_key))
+        assert r.status_code == 202, r.text
+        r = await client.put("/api/compute/pools/web", json={"cloud": "fakecloud", "max": 8, "size": 1})
+        assert r.status_code == 202, r.text
+    allocation, pool = workflows.starts
+    assert allocation.arg.request.timing.heartbeat_timeout_s == 7
+    assert pool.arg.timing.heartbeat_timeout_s == 7
+    assert Timing().heartbeat_timeout_s == 30  # unset, the default
+    deps.engine.dispose()

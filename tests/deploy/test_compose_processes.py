@@ -111,8 +111,12 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         # host's, where 0.0.0.0 is every interface and one port fits one worker (tests/test_worker_
         # metrics_http.py covers the server).
         "GPUPROV_WORKER_METRICS_PORT": "0",
+        # The killed worker's create is retried on the other one 5 s after its last heartbeat, not
+        # the default 30: what is checked is that the retry finds the machine, not how long it waits.
+        "GPUPROV_HEARTBEAT_TIMEOUT_S": "5",
     }
-    assert set(overrides) - {"GPUPROV_TASK_QUEUE", "PYTHONPATH", "GPUPROV_CLOUD_TIME_SCALE"} <= set(shared)
+    assert set(overrides) - {"GPUPROV_TASK_QUEUE", "PYTHONPATH", "GPUPROV_CLOUD_TIME_SCALE",
+                             "GPUPROV_HEARTBEAT_TIMEOUT_S"} <= set(shared)
 
     def env(home: str) -> dict[str, str]:
         # Each replica is its own container: its own (empty) home. Nothing may depend on it.
