@@ -20,7 +20,9 @@ file, so a file's tests run in order on one worker and share its module fixtures
 module says `TESTS_RUN_APART = True` (its tests share no state but session fixtures, which each
 worker makes its own), when each test is a unit of its own. The `processes` tests are two units,
 two lanes that each run one test at a time: the crash tests (one `python worker.py` killed and
-restarted) and the stacks (`gpuprov dev`, the compose services, the API killed). Collection orders
+restarted) and the stacks (`gpuprov dev`, the compose services, the API killed). A stacks module
+may say `TESTS_LANE = "crash"` to run in the crash lane instead, to keep the two lanes' lengths
+near each other (the suite's wall time is the longer lane's). Collection orders
 the files heaviest tier first (stable within a tier), and the scheduler hands units out in that
 order, so the two lanes start first instead of becoming the tail everyone waits for.
 """
@@ -153,7 +155,8 @@ def _unit(item: pytest.Item, tier: str) -> str:
     dev` that took over 90 s to connect its clouds)."""
     if tier == "processes":
         names = set(getattr(item, "fixturenames", ()))
-        return "processes:crash" if names & CRASH_LANE_FIXTURES else "processes:stacks"
+        moved = getattr(getattr(item, "module", None), "TESTS_LANE", None) == "crash"
+        return "processes:crash" if names & CRASH_LANE_FIXTURES or moved else "processes:stacks"
     if tier == "acceptance":
         return "acceptance"
     module: Any = getattr(item, "module", None)

@@ -34,6 +34,8 @@ from tests import simclouds
 from tests.processes import Process, free_port, fresh_postgres_database, until
 
 ROOT = Path(__file__).resolve().parents[2]
+# In the crash lane, not the stacks lane: the two process lanes stay near one length (tests/tiers.py).
+TESTS_LANE = "crash"
 # Compose host names and what stands in for them here.
 COMPOSE_HOSTS = {"postgresql:5432", "temporal:7233"}
 

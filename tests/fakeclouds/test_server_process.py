@@ -7,6 +7,9 @@ import httpx
 
 from tests.processes import simulation_process
 
+# In the crash lane, not the stacks lane: the two process lanes stay near one length (tests/tiers.py).
+TESTS_LANE = "crash"
+
 
 def _ssh_ok(port: int, key: asyncssh.SSHKey) -> str:
     import asyncio

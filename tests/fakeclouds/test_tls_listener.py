@@ -13,6 +13,9 @@ import pytest
 from fakeclouds import tls
 from tests.processes import simulation_process
 
+# In the crash lane, not the stacks lane: the two process lanes stay near one length (tests/tiers.py).
+TESTS_LANE = "crash"
+
 
 def test_the_tls_listener_serves_the_app_with_a_ca_that_outlives_a_restart(tmp_path: Path,
                                                                            processes: None) -> None:

@@ -43,6 +43,8 @@ from tests import simclouds
 from tests.processes import Process, free_port, fresh_postgres_database, simulation_process, until
 
 ROOT = Path(__file__).resolve().parents[2]
+# In the crash lane, not the stacks lane: the two process lanes stay near one length (tests/tiers.py).
+TESTS_LANE = "crash"
 CLIENTS, FIRST_WAVE = 20, 5
 API_APP = "gpuprov-api"  # the API's PostgreSQL application_name: its lock waits are visible
 
