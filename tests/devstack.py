@@ -48,10 +48,12 @@ class SharedDev:
 
 def start(tmp: Path) -> SharedDev:
     """`gpuprov dev` with the plugin cloud on its PYTHONPATH; the simulated clouds' documented rate
-    limits stay on, 100x faster than real (Lambda: a launch per 0.12 s)."""
+    limits stay on, 100x faster than real (Lambda: a launch per 0.12 s). A running job's GPUs are
+    sampled every 3 s, not 30: the console's job detail charts a sample the test waits for."""
     private, public = user_key(tmp)
     home, ports = tmp / "home", dev_ports()
     run = DevRun(home, ports, extra_env={"GPUPROV_DEV_CLOUD_TIME_SCALE": "0.01",
+                                         "GPUPROV_JOB_METRICS_INTERVAL_S": "3",
                                          "PYTHONPATH": plugin_env()["PYTHONPATH"]})
     try:
         token = run.wait_for(r"^\s*API token\s+(\S+)").group(1)  # printed once every cloud is connected

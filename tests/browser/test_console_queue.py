@@ -230,7 +230,8 @@ def test_a_jobs_detail_replaces_the_header_follows_its_log_and_charts_its_gpus(
     assert page.evaluate("() => Chart.getChart('gpu-mem').data.datasets.length") == len(charted)
     assert page.locator("#gpu-util").bounding_box()["height"] > 50  # drawn, not a hidden canvas
     # The job's GPU busy at 64 % (it wrote that for the simulated nvidia-smi): charted when sampled
-    # next (GPUPROV_JOB_METRICS_INTERVAL_S, 30 s in `gpuprov dev`), the latest sample spelled out.
+    # next (GPUPROV_JOB_METRICS_INTERVAL_S: 3 s in the suite's `gpuprov dev`, tests/devstack.py), the
+    # latest sample spelled out.
     until(page, "() => Chart.getChart('gpu-util').data.datasets[0].data.includes(64)", timeout=120)
     expect(page.locator("#gpu-latest")).to_contain_text("GPU 0 64%")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
