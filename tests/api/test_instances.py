@@ -17,6 +17,7 @@ from messages.allocation import Timing
 from messages.workflows import UpdateRef
 from settings import get_settings
 from store import instances
+from store.db import default_engine
 from store.models import Attempt, Instance
 from tests.api.conftest import FakeWorkflows, app_serving, connect_fake, make_project
 
@@ -233,8 +234,9 @@ async def test_new_allocations_and_pools_run_with_the_configured_heartbeat_timeo
     get_settings.cache_clear()
     try:
         deps = deps_from_settings()
-    finally:
+    finally:  # nothing of this test's environment stays cached for the next test in this process
         get_settings.cache_clear()
+        default_engine.cache_clear()
     assert deps.allocation_timing.heartbeat_timeout_s == deps.job_timing.heartbeat_timeout_s == 7
     deps.workflows = workflows = FakeWorkflows(deps.engine, deps.box)
     transport = httpx.ASGITransport(app=app_serving(deps))
