@@ -20,4 +20,3 @@ def test_a_process_test_goes_to_the_crash_lane_by_its_fixture_or_its_modules_say
     assert tiers._unit(fake_item(moved, "processes"), "processes") == "processes:crash"
     # A test of another tier is its file's unit, whatever its module says.
     assert tiers._unit(fake_item(moved), "simulation") == "tests/x.py"
-

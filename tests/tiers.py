@@ -20,9 +20,10 @@ file, so a file's tests run in order on one worker and share its module fixtures
 module says `TESTS_RUN_APART = True` (its tests share no state but session fixtures, which each
 worker makes its own), when each test is a unit of its own. The `processes` tests are two units,
 two lanes that each run one test at a time: the crash tests (one `python worker.py` killed and
-restarted) and the stacks (`gpuprov dev`, the compose services, the API killed). A stacks module
+restarted) and the stacks (`gpuprov dev` and the browser tests, Docker's engine). A stacks module
 may say `TESTS_LANE = "crash"` to run in the crash lane instead, to keep the two lanes' lengths
-near each other (the suite's wall time is the longer lane's). Collection orders
+near each other (the compose services and the API killed do; the suite lasts at least as long as
+its longer lane). Collection orders
 the files heaviest tier first (stable within a tier), and the scheduler hands units out in that
 order, so the two lanes start first instead of becoming the tail everyone waits for.
 """
