@@ -7,6 +7,7 @@ Functions take an open Session and commit only where they say so, so a caller ca
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -112,10 +113,14 @@ def has_events(session: Session, instance_id: str) -> bool:
     return session.execute(stmt).first() is not None
 
 
+def _event_row(instance_id: str, state: tuple[str, str], at: datetime) -> dict[str, Any]:
+    """An event row's values, for an insert statement."""
+    return {"instance_id": instance_id, "status": state[0], "phase": state[1], "at": at}
+
+
 def add_event(session: Session, instance_id: str, state: tuple[str, str]) -> None:
     """Append one (status, phase) event; the caller commits."""
-    session.execute(sa.insert(_EVENT).values(instance_id=instance_id, status=state[0], phase=state[1],
-                                             at=utcnow()))
+    session.execute(sa.insert(_EVENT).values(**_event_row(instance_id, state, utcnow())))
 
 
 def _expire_held(session: Session, model: type, key: object) -> None:
@@ -153,7 +158,7 @@ def mark_phases(session: Session, instance_id: str, marks: Sequence[tuple[str, s
     for mark in marks:
         if tuple(mark) != state:
             state = (mark[0], mark[1])
-            events.append({"instance_id": instance_id, "status": state[0], "phase": state[1], "at": now})
+            events.append(_event_row(instance_id, state, now))
     if events:
         session.execute(sa.insert(_EVENT), events)
     session.execute(sa.update(_INSTANCE).where(_INSTANCE.c.id == instance_id)
