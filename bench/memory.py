@@ -1,7 +1,10 @@
 """(d) Worker memory per open allocation: M allocations held in wait_running (the simulated cloud
 does not finish booting their machines) on a fresh worker process; its VmRSS growth divided by M.
-Also what those open allocations cost in CPU while idle (polls, heartbeats), over a fixed window.
-Then they are cancelled (compensation terminates their machines), so the run ends clean."""
+Then M more, and their growth divided by M: the first M also pay what the worker grows once to
+serve that many at once (its database threads and their SQLite connections, each with its own page
+cache), the next M only what each further open allocation holds. Also what the first M cost in CPU
+while idle (polls, heartbeats), over a fixed window. Then all are cancelled (compensation
+terminates their machines), so the run ends clean."""
 
 from __future__ import annotations
 
@@ -52,7 +55,21 @@ async def all_holding(handles: list[WorkflowHandle[Any, Any]], activity_type: st
 async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: float = 0.0,
               timeout_s: float = 600) -> dict[str, Any]:
     m, queue = open_allocations, TASK_QUEUE + "-rss"
-    b.cloud.admin.set_stock("gpu_1x_a10", "us-east-1", m + 10)
+    b.cloud.admin.set_stock("gpu_1x_a10", "us-east-1", 2 * m + 10)
+
+    async def booting(prefix: str) -> list[WorkflowHandle[Any, Any]]:
+        """M allocations started and held in wait_running (their machines never finish booting)."""
+        # The boot delay is read at create: only machines created from now on stay booting.
+        b.cloud.admin.configure(boot_delay=NEVER_BOOTS_S)
+        try:
+            handles = [await b.client.start_workflow(
+                wf.ALLOCATION.name, AllocationInput(request=b.request(f"{prefix}{i}", TIMING, **PLACEMENT)),
+                id=allocation_workflow_id(f"{prefix}{i}"), task_queue=queue) for i in range(m)]
+            await all_holding(handles, "wait_running", timeout_s)
+        finally:
+            b.cloud.admin.configure(boot_delay=b.boot_delay)
+        return handles
+
     # A fresh worker: the throughput phase's peak would leave freed heap for these allocations to reuse.
     async with b.worker_process("gpuprov", queue) as pid:
         # One allocation to ready first: imports, sandbox and first-client costs are one-time,
@@ -62,15 +79,7 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: flo
         heap = os.environ.get(HEAP_ENV)
         if heap:
             os.kill(pid, signal.SIGUSR1)
-        # The boot delay is read at create: only machines created from now on stay booting.
-        b.cloud.admin.configure(boot_delay=NEVER_BOOTS_S)
-        try:
-            handles = [await b.client.start_workflow(
-                wf.ALLOCATION.name, AllocationInput(request=b.request(f"rss{i}", TIMING, **PLACEMENT)),
-                id=allocation_workflow_id(f"rss{i}"), task_queue=queue) for i in range(m)]
-            await all_holding(handles, "wait_running", timeout_s)
-        finally:
-            b.cloud.admin.configure(boot_delay=b.boot_delay)
+        handles = await booting("rss")
         # Boots of minutes are polled less often as they go on (activities/cloud.py, boot_polls):
         # the window opens once every allocation has been booting `settle_s`.
         await asyncio.sleep(settle_s)
@@ -78,11 +87,15 @@ async def run(b: Bench, *, open_allocations: int, window_s: float, settle_s: flo
         cpu0 = cpu_snapshot(pids)
         await asyncio.sleep(window_s)  # steady state: every allocation polls and heartbeats
         idle, rss1 = cpu_used(cpu0, pids), rss_kb(pid)
-        if heap:
+        if heap:  # the first M's heap (bench.heap --per M)
             os.kill(pid, signal.SIGUSR1)
-            await asyncio.sleep(5)  # the snapshot is written before the allocations are cancelled
+            await asyncio.sleep(5)  # written before the next M are started
+        handles += await booting("rss-next")
+        await asyncio.sleep(settle_s + window_s)  # measured as long after their start as the first M
+        rss2 = rss_kb(pid)
         cancelled = await cancel_all(handles)
     return {"open": m, "rss_before_kb": rss0, "rss_open_kb": rss1, "rss_per_open_kb": (rss1 - rss0) / m,
+            "rss_next_open_kb": rss2, "rss_per_next_open_kb": (rss2 - rss1) / m,
             "idle_ms_per_s": {k: 1000 * v / window_s / m for k, v in idle.items()}, "cancelled": cancelled}
 
 
@@ -108,8 +121,11 @@ async def bare_floor(b: Bench, *, open_workflows: int, timeout_s: float = 600) -
         rss0 = rss_kb(pid)
         handles = await held([f"rss-bare-{i}" for i in range(m)])
         rss1 = rss_kb(pid)
+        handles += await held([f"rss-bare-next-{i}" for i in range(m)])
+        rss2 = rss_kb(pid)
         await cancel_all(handles)
-    return {"open": m, "rss_before_kb": rss0, "rss_open_kb": rss1, "rss_per_open_kb": (rss1 - rss0) / m}
+    return {"open": m, "rss_before_kb": rss0, "rss_open_kb": rss1, "rss_per_open_kb": (rss1 - rss0) / m,
+            "rss_next_open_kb": rss2, "rss_per_next_open_kb": (rss2 - rss1) / m}
 
 
 async def cancel_all(handles: list[WorkflowHandle[Any, Any]], timeout_s: float = 180) -> int:

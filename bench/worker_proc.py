@@ -74,6 +74,7 @@ def _trace_heap(directory: str) -> None:
 
     # One frame by default: deeper tracing slows the worker past its workflow task timeouts at 200
     # open allocations (GPUPROV_BENCH_HEAP_FRAMES=6 with `--open 50` shows whole tracebacks).
+    os.makedirs(directory, exist_ok=True)
     tracemalloc.start(int(os.environ.get("GPUPROV_BENCH_HEAP_FRAMES", "1")))
     taken = [0]
 
