@@ -156,12 +156,15 @@ class NebiusProvider(CloudProvider):
         async with self._lock:
             if self._sdk_obj is None:
                 creds: NebiusCredentials = self.credentials  # type: ignore[assignment]
+                endpoint, ca_bundle = self.options.endpoint, self.options.ca_bundle
+                if endpoint:  # a private endpoint's certificate is checked once, before any call
+                    await wire.check_endpoint_certificate(self.id, endpoint, ca_bundle)
                 self._sdk_obj = wire.build_sdk(
                     service_account_id=creds.service_account_id,
                     public_key_id=creds.public_key_id,
                     private_key_pem=creds.private_key.get_secret_value(),
-                    endpoint=self.options.endpoint,
-                    ca_bundle=self.options.ca_bundle,
+                    endpoint=endpoint,
+                    ca_bundle=ca_bundle,
                     provider=self.id,
                 )
             return self._sdk_obj

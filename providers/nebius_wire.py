@@ -11,7 +11,9 @@ table) is done here for gRPC: the CA goes in-memory into `tls_credentials`.
   the system roots). `https://host:port` (a private endpoint, the simulation's gRPC TLS port): every
   service resolves there (`resolver.Constant`) over TLS (`tls_credentials`), trusting the connection's
   `ca_bundle` (the simulation's CA) besides the default roots. Never plain text: Nebius serves TLS
-  only, and so does its simulation (an `http://` endpoint is refused).
+  only, and so does its simulation (an `http://` endpoint is refused). Its certificate is checked
+  once, with the same roots, before the SDK's first call (`check_endpoint_certificate`): gRPC
+  retries a refused handshake until the call's deadline, which reads as a timeout.
 - Credentials: the service account's key, in memory (`ServiceAccount` token requester): the SDK signs
   the RS256 JWT and exchanges it at `iam.v1.TokenExchangeService/Exchange` itself, renewing the token.
 - Retries: the SDK's own are off (`retries=0`), each call has its `timeout`: Temporal owns retrying.
@@ -73,10 +75,8 @@ def build_sdk(
         raise AuthError(f"{provider}: the private key must be an RSA key (Nebius signs RS256)")
     kwargs: dict[str, Any] = {}
     if endpoint:
-        parts = urlsplit(endpoint)
-        if parts.scheme != "https" or not parts.hostname or not parts.port:
-            raise InvalidRequest(f"{provider}: endpoint must be https://host:port (gRPC over TLS)")
-        kwargs["resolver"] = Constant(f"{parts.hostname}:{parts.port}")
+        host, port = endpoint_address(provider, endpoint)
+        kwargs["resolver"] = Constant(f"{host}:{port}")
         kwargs["tls_credentials"] = channel_credentials(ca_bundle)
     return SDK(
         credentials=ServiceAccount(key, public_key_id, service_account_id),
@@ -85,17 +85,63 @@ def build_sdk(
     )
 
 
-def channel_credentials(ca_bundle: str | None) -> Any:
-    """TLS credentials for a private endpoint: the default roots (certifi's, as the other SDK adapters
-    trust) and, when the connection gives one, its CA (the simulation's)."""
+def endpoint_address(provider: str, endpoint: str) -> tuple[str, int]:
+    """A private endpoint's host and port; InvalidRequest unless it is https://host:port."""
+    parts = urlsplit(endpoint)
+    if parts.scheme != "https" or not parts.hostname or not parts.port:
+        raise InvalidRequest(f"{provider}: endpoint must be https://host:port (gRPC over TLS)")
+    return parts.hostname, parts.port
+
+
+def trusted_roots(ca_bundle: str | None) -> bytes:
+    """The CA certificates a private endpoint is checked against: the default roots (certifi's, as the
+    other SDK adapters trust) and, when the connection gives one, its CA (the simulation's)."""
     import certifi
-    import grpc
 
     with open(certifi.where(), "rb") as f:
         trusted = f.read()
     if ca_bundle:
         trusted += b"\n" + ca_bundle.encode()
-    return grpc.ssl_channel_credentials(root_certificates=trusted)
+    return trusted
+
+
+def channel_credentials(ca_bundle: str | None) -> Any:
+    """TLS credentials for a private endpoint, trusting `trusted_roots`."""
+    import grpc
+
+    return grpc.ssl_channel_credentials(root_certificates=trusted_roots(ca_bundle))
+
+
+# How long the endpoint's certificate check may take (one TLS handshake on the endpoint's address).
+TLS_CHECK_TIMEOUT = 10.0
+
+
+async def check_endpoint_certificate(provider: str, endpoint: str, ca_bundle: str | None) -> None:
+    """InvalidRequest, with the verifier's reason, when a private endpoint's TLS certificate is not
+    signed by `trusted_roots`. gRPC treats a failed handshake as a channel that is not ready yet and
+    keeps reconnecting until the call's deadline (and the SDK's token exchange waits out its own), so a
+    wrong CA bundle otherwise shows as a timeout, seconds later, that names no certificate. One TLS
+    handshake with the same roots, before the SDK's first call, says why. Anything else (refused,
+    unreachable, slow) is left to the calls, which report it as they always have."""
+    import ssl
+
+    host, port = endpoint_address(provider, endpoint)
+    context = ssl.create_default_context(cadata=trusted_roots(ca_bundle).decode())
+    context.set_alpn_protocols(["h2"])
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context, server_hostname=host), TLS_CHECK_TIMEOUT
+        )
+    except ssl.SSLCertVerificationError as exc:
+        raise InvalidRequest(
+            f"{provider}: the endpoint {host}:{port} presents a TLS certificate the connection does not "
+            f"trust ({exc.verify_message or exc.reason}): its CA bundle must hold the CA that signed it"
+        ) from None
+    except (OSError, TimeoutError):  # ssl.SSLError is an OSError: a handshake that failed otherwise
+        return
+    # Dropped, not closed: a TLS close waits for the peer's close_notify, which a gRPC server that
+    # never saw an HTTP/2 request may not send (asyncio then waits out its 30 s shutdown timeout).
+    writer.transport.abort()
 
 
 def _service_error_kind(status: Any) -> str | None:

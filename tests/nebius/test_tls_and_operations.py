@@ -13,7 +13,9 @@ adapter only for its bound."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -21,6 +23,7 @@ import grpc
 import pytest
 
 from fakeclouds import connect, nebius_api
+from fakeclouds import tls as fake_tls
 from fakeclouds.server import FakeCloudServer
 from providers import nebius, nebius_wire
 from providers.base import (
@@ -31,7 +34,6 @@ from providers.base import (
     OfferQuery,
     Ownership,
     QuotaError,
-    Transient,
 )
 from providers.nebius import NebiusProvider
 
@@ -111,11 +113,46 @@ async def test_a_client_that_does_not_trust_the_ca_is_refused(server: FakeCloudS
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE  # no handshake: no call reached a handler
 
 
-async def test_the_adapter_without_the_ca_is_refused_by_the_handshake(server: FakeCloudServer) -> None:
-    options = ConnectionOptions(endpoint=f"https://{server.grpc_tls_target}")  # no ca_bundle
+@pytest.mark.parametrize("ca", ["none", "another-ca"])
+async def test_an_endpoint_whose_certificate_the_connection_does_not_trust_is_named_before_any_call(
+    server: FakeCloudServer, ca: str, tmp_path: Path
+) -> None:
+    # Before the check, gRPC retried the failed handshake until the call's deadline: "call timed out"
+    # (a Transient) after ten seconds, naming no certificate.
+    other_ca = fake_tls.ensure(tmp_path).ca_pem if ca == "another-ca" else None
+    options = ConnectionOptions(endpoint=f"https://{server.grpc_tls_target}", ca_bundle=other_ca)
+    calls_before = nebius_calls(server)
     async with NebiusProvider(credentials(server), installation_id="abcd1234", options=options) as p:
-        with pytest.raises(Transient):
+        with pytest.raises(InvalidRequest) as caught:
             await p.verify()
+    message = caught.value.message
+    assert f"{server.grpc_tls_target} presents a TLS certificate the connection does not trust" in message
+    assert "certificate verify failed" in message or "unable to get local issuer" in message
+    assert nebius_calls(server) == calls_before  # no token exchange, no call reached the simulation
+
+
+def nebius_calls(server: FakeCloudServer) -> int:
+    return sum(server.engine.calls.counts_json().get("nebius", {}).values())
+
+
+async def test_the_certificate_check_leaves_an_unreachable_endpoint_to_the_calls(
+    server: FakeCloudServer,
+) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: refused, which the calls report (a Transient) as before
+    await nebius_wire.check_endpoint_certificate("nebius", f"https://127.0.0.1:{port}", server.ca_pem)
+
+
+async def test_with_the_simulations_own_ca_the_check_passes_and_the_calls_go_out(
+    server: FakeCloudServer,
+) -> None:
+    options = connect.options(server, "nebius")
+    calls_before = nebius_calls(server)
+    async with NebiusProvider(credentials(server), installation_id="abcd1234", options=options) as p:
+        assert "service account" in await p.verify()
+    assert nebius_calls(server) > calls_before  # what the refused case's "no call" is counted by
 
 
 async def test_a_plain_text_endpoint_is_refused_before_any_call(server: FakeCloudServer) -> None:
