@@ -135,7 +135,8 @@ async def check_endpoint_certificate(provider: str, endpoint: str, ca_bundle: st
     except ssl.SSLCertVerificationError as exc:
         raise InvalidRequest(
             f"{provider}: the endpoint {host}:{port} presents a TLS certificate the connection does not "
-            f"trust ({exc.verify_message or exc.reason}): its CA bundle must hold the CA that signed it"
+            f"trust ({exc.verify_message or exc.reason}): it must name this address and be signed by a CA "
+            f"in the connection's CA bundle"
         ) from None
     except (OSError, TimeoutError):  # ssl.SSLError is an OSError: a handshake that failed otherwise
         return
