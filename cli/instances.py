@@ -12,7 +12,7 @@ import typer
 from cli.client import API_PREFIX, Api, new_idempotency_key
 from cli.output import fail, money, print_attempt, ssh_command, table
 from messages.enums import AllocationStatus
-from providers import registry, ssh_keys
+from providers import registry
 
 READY, TERMINATED = AllocationStatus.READY, AllocationStatus.TERMINATED
 TERMINAL = {READY, AllocationStatus.FAILED, TERMINATED}
@@ -49,6 +49,8 @@ def follow(api: Api, instance_id: str, until: set[AllocationStatus],
 def read_ssh_key(path: Path | None) -> str:
     """The public key line of `path` (default ~/.ssh/id_ed25519.pub, id_rsa.pub), checked here: a
     private key given by mistake (`--ssh-key ~/.ssh/id_ed25519`) never leaves this machine."""
+    from providers import ssh_keys  # asyncssh: only the commands that read a key pay its import
+
     ssh_dir = Path.home() / ".ssh"
     candidates = [path] if path else [ssh_dir / "id_ed25519.pub", ssh_dir / "id_rsa.pub"]
     for p in candidates:
