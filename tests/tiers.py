@@ -23,9 +23,9 @@ two lanes that each run one test at a time: the crash tests (one `python worker.
 restarted) and the stacks (`gpuprov dev` and the browser tests, Docker's engine). A stacks module
 may say `TESTS_LANE = "crash"` to run in the crash lane instead, to keep the two lanes' lengths
 near each other (the compose services and the API killed do; the suite lasts at least as long as
-its longer lane). Collection orders
-the files heaviest tier first (stable within a tier), and the scheduler hands units out in that
-order, so the two lanes start first instead of becoming the tail everyone waits for.
+its longer lane). Collection orders the files heaviest tier first (stable within a tier), and the
+scheduler hands units out in that order, so the two lanes start first instead of becoming the tail
+everyone waits for.
 """
 
 from __future__ import annotations
