@@ -3,6 +3,7 @@
 Services and messages follow the public protos (github.com/nebius/api: nebius/compute/v1/
 instance_service.proto, platform_service.proto, image_service.proto; nebius/vpc/v1/subnet_service.proto;
 nebius/iam/v1/token_exchange_service.proto, profile_service.proto, project_service.proto;
+nebius/iam/v2/project_service.proto;
 nebius/billing/v1alpha1/calculator_service.proto; nebius/common/v1/operation_service.proto). The
 message classes are the SDK package's own (nebius.api.nebius...), nothing is vendored or generated.
 
@@ -10,13 +11,20 @@ message classes are the SDK package's own (nebius.api.nebius...), nothing is ven
 |---|---|
 | iam.v1.TokenExchangeService | Exchange (RS256 JWT of the service account -> IAM token) |
 | iam.v1.ProfileService | Get (the service account) |
-| iam.v1.ProjectService | Get, List (one project per region, in one tenant) |
+| iam.v2.ProjectService | Get, List (one project per region, in one tenant) |
+| iam.v1.ProjectService | the same, deprecated: served until its removal date (below) |
 | compute.v1.PlatformService | List (platforms of a project's region, with presets) |
 | compute.v1.ImageService | Get, GetLatestByFamily (public images) |
 | vpc.v1.SubnetService | List (the project's default subnet) |
 | compute.v1.InstanceService | Get, GetByName, List (paged), Create, Delete |
 | common.v1.OperationService | Get |
 | billing.v1alpha1.CalculatorService | Estimate (hourly cost of a CreateInstanceRequest) |
+
+iam.v1.ProjectService is deprecated in the protos the SDK ships (nebius 0.6.29,
+nebius/iam/v1/project_service.proto's service option: "Project service v1 API is deprecated. Please
+use the v2 API instead. All projects remain accessible through the v2 API.", supported until
+2026-12-16). The simulation serves it until that date and answers UNIMPLEMENTED from then on, as a
+removed gRPC service is answered.
 
 Fault ops: `create`, `get`, `list`, `terminate`, `offers` (platforms and the calculator), `auth`.
 
@@ -37,6 +45,7 @@ than silently left unfiltered.
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, date, datetime
 from typing import Any
 
 import grpc
@@ -57,6 +66,7 @@ NAME = "nebius"
 LOGIN_USER = "ubuntu"
 CLOUD_INIT_MAX = 32768  # InstanceSpec.cloud_init_user_data limit (instance.proto)
 PAGE_MAX = 1000
+V1_PROJECTS_LAST_DAY = date(2026, 12, 16)  # iam.v1.ProjectService's "supported until" (module docstring)
 _STATES = {"pending": "STARTING", "running": "RUNNING", "terminating": "DELETING", "error": "ERROR"}
 _CALLERS: dict[int, NebiusCaller] = {}  # id(engine) -> its caller: what tests read the calls from
 
@@ -77,6 +87,19 @@ def _page(items: list[Any], size: int, token: str) -> tuple[list[Any], str]:
     start, size = int(token or 0), min(size or 100, PAGE_MAX)
     end = start + size
     return items[start:end], (str(end) if end < len(items) else "")
+
+
+def v1_projects_served(today: date | None = None) -> bool:
+    """Is iam.v1.ProjectService still served (on `today`, default the real date)? After its last
+    supported day gRPC answers its methods UNIMPLEMENTED, as for any service a server lacks."""
+    return (today or datetime.now(UTC).date()) <= V1_PROJECTS_LAST_DAY
+
+
+def _projects_page(request: Any) -> tuple[list[cat.Project], str]:
+    """A page of the tenant's projects, for either version's List (the same request fields)."""
+    if request.parent_id != cat.TENANT:
+        raise NotFound(f"tenant {request.parent_id!r} not found or not accessible")
+    return _page(list(cat.PROJECTS), request.page_size, request.page_token)
 
 
 def _project(project_id: str) -> cat.Project:
@@ -230,6 +253,7 @@ def build_services(engine: Engine, token: str) -> list[Any]:
     from nebius.api.nebius.common import v1 as common
     from nebius.api.nebius.compute import v1 as compute
     from nebius.api.nebius.iam import v1 as iam_api
+    from nebius.api.nebius.iam import v2 as iam_v2
     from nebius.api.nebius.vpc import v1 as vpc
 
     iam = Iam(token)
@@ -292,10 +316,22 @@ def build_services(engine: Engine, token: str) -> list[Any]:
         return container(_project(request.id))
 
     def list_projects(request: Any, context: Any, _: CallPlan) -> Any:
-        if request.parent_id != cat.TENANT:
-            raise NotFound(f"tenant {request.parent_id!r} not found or not accessible")
-        items, nxt = _page(list(cat.PROJECTS), request.page_size, request.page_token)
+        items, nxt = _projects_page(request)
         return iam_api.ListProjectsResponse(items=[container(p) for p in items], next_page_token=nxt)
+
+    def project_v2(p: cat.Project) -> Any:
+        return iam_v2.Project(
+            metadata=common.ResourceMetadata(id=p.id, parent_id=cat.TENANT, name=p.name),
+            spec=iam_v2.ProjectSpec(region=p.region),
+            status=iam_v2.ProjectStatus(project_state=iam_v2.ProjectStatus.ProjectState.ACTIVE),
+        )
+
+    def get_project_v2(request: Any, context: Any, _: CallPlan) -> Any:
+        return project_v2(_project(request.id))
+
+    def list_projects_v2(request: Any, context: Any, _: CallPlan) -> Any:
+        items, nxt = _projects_page(request)
+        return iam_v2.ListProjectsResponse(items=[project_v2(p) for p in items], next_page_token=nxt)
 
     def platform_message(p: cat.Platform) -> Any:
         presets = [
@@ -434,12 +470,19 @@ def build_services(engine: Engine, token: str) -> list[Any]:
             {"Get": (profile, iam_api.GetProfileRequest, iam_api.GetProfileResponse, "auth")},
         ),
         svc(
+            "nebius.iam.v2.ProjectService",
+            {
+                "Get": (get_project_v2, iam_v2.GetProjectRequest, iam_v2.Project, "auth"),
+                "List": (list_projects_v2, iam_v2.ListProjectsRequest, iam_v2.ListProjectsResponse, "auth"),
+            },
+        ),
+        *([svc(
             "nebius.iam.v1.ProjectService",
             {
                 "Get": (get_project, iam_api.GetProjectRequest, iam_api.Container, "auth"),
                 "List": (list_projects, iam_api.ListProjectsRequest, iam_api.ListProjectsResponse, "auth"),
             },
-        ),
+        )] if v1_projects_served() else []),
         svc(
             "nebius.compute.v1.PlatformService",
             {"List": (list_platforms, compute.ListPlatformsRequest, compute.ListPlatformsResponse, "offers")},

@@ -194,26 +194,32 @@ class NebiusProvider(CloudProvider):
         if self._projects is not None:
             return self._projects
         from nebius.api.nebius.iam import v1 as iam
+        from nebius.api.nebius.iam import v2 as iam_v2
 
         profile = await self._call("iam.v1", "ProfileServiceClient", "get", iam.GetProfileRequest())
         account = profile.service_account_profile
         if profile.which_field_in_oneof("profile") != "service_account_profile":
             raise InvalidRequest(f"{self.id}: the credentials are not a service account's")
         self._account = account.info.metadata.id
+        # Projects through iam.v2: v1's ProjectService is deprecated, supported until 2026-12-16
+        # (its proto's service option, as the SDK ships it; fakeclouds/nebius_api.py).
         home = await self._call(
-            "iam.v1", "ProjectServiceClient", "get", iam.GetProjectRequest(id=account.info.metadata.parent_id)
+            "iam.v2",
+            "ProjectServiceClient",
+            "get",
+            iam_v2.GetProjectRequest(id=account.info.metadata.parent_id),
         )
         tenant, token = home.metadata.parent_id, ""
         found: dict[str, str] = {}
         while True:
             page = await self._call(
-                "iam.v1",
+                "iam.v2",
                 "ProjectServiceClient",
                 "list",
-                iam.ListProjectsRequest(parent_id=tenant, page_size=PAGE, page_token=token),
+                iam_v2.ListProjectsRequest(parent_id=tenant, page_size=PAGE, page_token=token),
             )
             for p in sorted(page.items, key=lambda p: p.metadata.name):
-                region = p.status.region or p.spec.region
+                region = p.spec.region
                 if region:
                     found.setdefault(region, p.metadata.id)
             token = page.next_page_token

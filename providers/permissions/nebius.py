@@ -9,8 +9,8 @@ _NEB_TENANT = "viewer (access permit on the tenant)"
 _NEB_CALLS: dict[str, tuple[str, ...]] = {
     "nebius.iam.v1.TokenExchangeService/Exchange": (),
     "nebius.iam.v1.ProfileService/Get": (),
-    "nebius.iam.v1.ProjectService/Get": (_NEB_PROJECT,),
-    "nebius.iam.v1.ProjectService/List": (_NEB_TENANT,),
+    "nebius.iam.v2.ProjectService/Get": (_NEB_PROJECT,),
+    "nebius.iam.v2.ProjectService/List": (_NEB_TENANT,),
     "nebius.billing.v1alpha1.CalculatorService/Estimate": (_NEB_PROJECT,),
     "nebius.compute.v1.PlatformService/List": (_NEB_PROJECT,),
     "nebius.compute.v1.ImageService/GetLatestByFamily": (_NEB_PROJECT,),

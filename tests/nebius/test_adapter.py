@@ -20,8 +20,8 @@ from providers.nebius import NebiusProvider
 PINNED_CALLS = {
     "nebius.iam.v1.TokenExchangeService/Exchange",
     "nebius.iam.v1.ProfileService/Get",
-    "nebius.iam.v1.ProjectService/Get",
-    "nebius.iam.v1.ProjectService/List",
+    "nebius.iam.v2.ProjectService/Get",
+    "nebius.iam.v2.ProjectService/List",
     "nebius.compute.v1.PlatformService/List",
     "nebius.billing.v1alpha1.CalculatorService/Estimate",
     "nebius.vpc.v1.SubnetService/List",
