@@ -5,11 +5,14 @@ the adapter makes are pinned (an SDK upgrade that changes them fails here, loudl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import asyncssh
 import pytest
 
+import providers
 from fakeclouds import connect, nebius_api
 from fakeclouds.server import FakeCloudServer
 from providers.base import LaunchSpec, OfferQuery, Ownership
@@ -71,13 +74,39 @@ async def running(p: NebiusProvider, ref: object) -> object:
     raise AssertionError("never running")
 
 
-async def test_lifecycle_pins_the_remote_calls(server: FakeCloudServer, provider: NebiusProvider) -> None:
+@pytest.fixture
+def sdk_deprecations(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], list[str]]:
+    """What the SDK has said is deprecated since the test began, as it says it: a warning on its
+    "deprecation" logger naming the service, method or field and the date support ends, attributed
+    to the first caller outside the SDK ("path:line: message"). The SDK says each once per process:
+    its record of what it has said starts empty here, whatever ran before in this process."""
+    from nebius.base.protos import direct
+
+    monkeypatch.setattr(direct, "_DEPRECATION_SEEN", set())
+    caplog.set_level(logging.WARNING, logger="deprecation")
+
+    def said() -> list[str]:
+        records = [r for r in caplog.records if r.name == "deprecation"]
+        return [f"{r.pathname}:{r.lineno}: {r.getMessage()}" for r in records]
+
+    return said
+
+
+async def test_lifecycle_pins_the_remote_calls_and_uses_nothing_the_sdk_deprecates(
+    server: FakeCloudServer, provider: NebiusProvider, sdk_deprecations: Callable[[], list[str]]
+) -> None:
     offer = (await provider.offers(OfferQuery(gpu="H100", spot=False)))[0]
     ref = await provider.create(offer, spec("pin-1", k3s=True))
     await running(provider, ref)
     assert [r.instance_id for r in await provider.list_owned()] == [ref.instance_id]
     await provider.terminate(ref)
     assert nebius_api.calls_seen(server.engine) == PINNED_CALLS
+    # The SDK ships each service's, method's and field's deprecation (with the last supported day)
+    # as the protos declare it: an upgrade that deprecates something the adapter uses fails here.
+    adapter = str(Path(providers.__file__).parent)
+    assert [line for line in sdk_deprecations() if line.startswith(adapter)] == []
 
 
 async def test_lost_create_answer_is_one_instance(server: FakeCloudServer, provider: NebiusProvider) -> None:
