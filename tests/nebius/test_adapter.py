@@ -1,6 +1,7 @@
 """The Nebius adapter against its simulation: a create retried after a lost answer is one instance,
 spot launches preemptible, the SSH key reaches the VM only through cloud-init, and the remote calls
-the adapter makes are pinned (an SDK upgrade that changes them fails here, loudly)."""
+the adapter makes are pinned (an SDK upgrade that changes them fails here, loudly), none of them one
+the SDK says is deprecated."""
 
 from __future__ import annotations
 
