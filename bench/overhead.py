@@ -33,7 +33,10 @@ async def direct_once(b: Bench, p: CloudProvider, cloud: str, n: int) -> float:
     """The provider calls and SSH steps an allocation makes, with no Temporal in between, on one
     adapter kept across rounds (as a worker keeps one per connection: clients, tokens warm)."""
     t0 = time.perf_counter()
-    offer = (await p.offers(OfferQuery(region=region_for(cloud))))[0]
+    # The query the workflow's plan sends for the bench's request (on-demand: spot only when asked
+    # for). Asked with spot=None, AWS's cheapest offer was spot: a spot launch, whose every `get`
+    # also reads its spot request, timed against an on-demand one through the workflow.
+    offer = (await p.offers(OfferQuery(region=region_for(cloud), spot=False)))[0]
     await p.prepare(offer.region)  # as the workflow's create does: shared side resources first
     owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{cloud}{n}")
     spec = LaunchSpec(key=f"direct-{cloud}-{n}", owner=owner,
