@@ -23,8 +23,8 @@ message classes are the SDK package's own (nebius.api.nebius...), nothing is ven
 iam.v1.ProjectService is deprecated in the protos the SDK ships (nebius 0.6.29,
 nebius/iam/v1/project_service.proto's service option: "Project service v1 API is deprecated. Please
 use the v2 API instead. All projects remain accessible through the v2 API.", supported until
-2026-12-16). The simulation serves it until that date and answers UNIMPLEMENTED from then on, as a
-removed gRPC service is answered.
+2026-12-16). A simulation started on or before that date serves it; one started after does not, and
+gRPC answers its methods UNIMPLEMENTED, as for any service a server lacks.
 
 Fault ops: `create`, `get`, `list`, `terminate`, `offers` (platforms and the calculator), `auth`.
 
@@ -90,8 +90,8 @@ def _page(items: list[Any], size: int, token: str) -> tuple[list[Any], str]:
 
 
 def v1_projects_served(today: date | None = None) -> bool:
-    """Is iam.v1.ProjectService still served (on `today`, default the real date)? After its last
-    supported day gRPC answers its methods UNIMPLEMENTED, as for any service a server lacks."""
+    """Does a simulation started `today` (default: the real date) serve iam.v1.ProjectService? Not
+    after its last supported day (asked once, when the services are built)."""
     return (today or datetime.now(UTC).date()) <= V1_PROJECTS_LAST_DAY
 
 
