@@ -323,7 +323,7 @@ def build_services(engine: Engine, token: str) -> list[Any]:
         return iam_v2.Project(
             metadata=common.ResourceMetadata(id=p.id, parent_id=cat.TENANT, name=p.name),
             spec=iam_v2.ProjectSpec(region=p.region),
-            status=iam_v2.ProjectStatus(project_state=iam_v2.ProjectStatus.ProjectState.ACTIVE),
+            status=iam_v2.ProjectStatus(project_state=iam_v2.ProjectStatus.ProjectState[p.state]),
         )
 
     def get_project_v2(request: Any, context: Any, _: CallPlan) -> Any:

@@ -30,6 +30,7 @@ class Project:
     name: str
     region: str
     subnet_id: str
+    state: str = "ACTIVE"  # iam.v2's ProjectStatus.ProjectState name (v1 has no state)
 
 
 PROJECTS = (

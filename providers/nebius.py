@@ -41,6 +41,7 @@ the instance's own state (`get`), which the workflow polls, tells the rest.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
 import uuid
@@ -87,6 +88,33 @@ PAGE = 100
 CREATE_WAIT_S = 10.0  # at most, for a create's operation to fail or its instance to be placed
 DELETE_WAIT_S = 10.0  # at most, for a terminate's operation to finish; past it, `get` shows the rest
 _REQUEST_NS = uuid.UUID("7b0e3c8a-5f1d-4f0b-9a57-2f6c1e9d4b21")  # our idempotency keys' UUIDv5 namespace
+
+
+# A project iam.v2 reports as being set up, parked or purged is not launched into. An unset state
+# (v1 had none) counts as active. Which states refuse a create is not published; these are the
+# states named for a project that is not simply in use (nebius.iam.v2.ProjectStatus.ProjectState).
+LAUNCHABLE_PROJECT_STATES = frozenset({"ACTIVE", "STATE_UNSPECIFIED"})
+
+
+@dataclasses.dataclass
+class TenantProjects:
+    """The tenant's projects, as iam.v2 lists them (by name within each page)."""
+
+    # region -> the first launchable project's id there: where new machines go
+    launch: dict[str, str] = dataclasses.field(default_factory=dict)
+    # (region, project id) of every project, whatever its state: where our machines are looked for,
+    # so that one launched into a project since parked, or no longer first by name, is still seen.
+    listed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    unused: list[str] = dataclasses.field(default_factory=list)  # "name (STATE)" of those not launched into
+
+    def add(self, project_id: str, name: str, region: str, state: str) -> None:
+        if not region:
+            return
+        self.listed.append((region, project_id))
+        if state in LAUNCHABLE_PROJECT_STATES:
+            self.launch.setdefault(region, project_id)
+        else:
+            self.unused.append(f"{name} ({state})")
 
 
 class NebiusCredentials(Credentials):
@@ -147,7 +175,7 @@ class NebiusProvider(CloudProvider):
         super().__init__(credentials, **kwargs)
         self._sdk_obj: Any = None
         self._lock = asyncio.Lock()
-        self._projects: dict[str, str] | None = None  # region -> project id
+        self._projects: TenantProjects | None = None  # found on first use
         self._account = ""
 
     # ------------------------------------------------------------------ plumbing
@@ -190,7 +218,10 @@ class NebiusProvider(CloudProvider):
         )
 
     async def _region_projects(self) -> dict[str, str]:
-        """Region -> the tenant's project there (the first by name when a region has several)."""
+        """Region -> the tenant's project new machines go to there (the first active one by name)."""
+        return (await self._tenant_projects()).launch
+
+    async def _tenant_projects(self) -> TenantProjects:
         if self._projects is not None:
             return self._projects
         from nebius.api.nebius.iam import v1 as iam
@@ -210,7 +241,7 @@ class NebiusProvider(CloudProvider):
             iam_v2.GetProjectRequest(id=account.info.metadata.parent_id),
         )
         tenant, token = home.metadata.parent_id, ""
-        found: dict[str, str] = {}
+        found = TenantProjects()
         while True:
             page = await self._call(
                 "iam.v2",
@@ -219,9 +250,7 @@ class NebiusProvider(CloudProvider):
                 iam_v2.ListProjectsRequest(parent_id=tenant, page_size=PAGE, page_token=token),
             )
             for p in sorted(page.items, key=lambda p: p.metadata.name):
-                region = p.spec.region
-                if region:
-                    found.setdefault(region, p.metadata.id)
+                found.add(p.metadata.id, p.metadata.name, p.spec.region, p.status.project_state.name)
             token = page.next_page_token
             if not token:
                 break
@@ -250,9 +279,10 @@ class NebiusProvider(CloudProvider):
     # ------------------------------------------------------------------ primitives
 
     async def verify(self) -> str:
-        projects = await self._region_projects()
-        regions = ", ".join(sorted(projects)) or "none"
-        return f"Nebius service account {self._account} (projects in {regions})"
+        projects = await self._tenant_projects()
+        regions = ", ".join(sorted(projects.launch)) or "none"
+        unused = f"; not used for new machines: {', '.join(projects.unused)}" if projects.unused else ""
+        return f"Nebius service account {self._account} (projects in {regions}{unused})"
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
         from nebius.api.nebius.compute import v1 as compute
@@ -499,11 +529,12 @@ class NebiusProvider(CloudProvider):
         await wire.settle(self.id, op, DELETE_WAIT_S)
 
     async def _listed(self) -> list[tuple[Any, InstanceRef]]:
-        """Our instances in every project's listing (every page; no label filter, labels read here)."""
+        """Our instances in every project's listing (every page; no label filter, labels read here):
+        a parked project's too, so that a machine launched there before is never lost from sight."""
         from nebius.api.nebius.compute import v1 as compute
 
         out: list[tuple[Any, InstanceRef]] = []
-        for region, project in sorted((await self._region_projects()).items()):
+        for region, project in sorted((await self._tenant_projects()).listed):
             token = ""
             while True:
                 page = await self._call(
