@@ -319,11 +319,13 @@ def build_services(engine: Engine, token: str) -> list[Any]:
         items, nxt = _projects_page(request)
         return iam_api.ListProjectsResponse(items=[container(p) for p in items], next_page_token=nxt)
 
+    project_states: Any = iam_v2.ProjectStatus.ProjectState  # a generated IntEnum, by name
+
     def project_v2(p: cat.Project) -> Any:
         return iam_v2.Project(
             metadata=common.ResourceMetadata(id=p.id, parent_id=cat.TENANT, name=p.name),
             spec=iam_v2.ProjectSpec(region=p.region),
-            status=iam_v2.ProjectStatus(project_state=iam_v2.ProjectStatus.ProjectState[p.state]),
+            status=iam_v2.ProjectStatus(project_state=project_states[p.state]),
         )
 
     def get_project_v2(request: Any, context: Any, _: CallPlan) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncssh
@@ -38,14 +38,6 @@ PINNED_CALLS = {
     "nebius.common.v1.OperationService/Get",  # Create's and Delete's operations, polled until done
 }
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeCloudServer]:
-    with FakeCloudServer(
-        facades=[nebius_api.FACADE], boot_delay=0.2, terminate_delay=0.02, time_scale=0
-    ) as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ not what the caller asked for. No side resource is made for it; a retried create
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import asyncssh
 import pytest
@@ -19,13 +19,6 @@ from providers.base import K8S_API_PORT, InstanceRef, LaunchSpec, OfferQuery, Ow
 from providers.nebius import NebiusProvider
 
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeCloudServer]:
-    with FakeCloudServer(facades=[nebius_api.FACADE], boot_delay=0.2, terminate_delay=0.02,
-                         time_scale=0) as srv:
-        yield srv
 
 
 @pytest.fixture

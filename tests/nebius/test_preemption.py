@@ -10,7 +10,7 @@ import asyncio
 from fakeclouds.server import FakeCloudServer
 from providers.base import InstanceState, OfferQuery
 from providers.nebius import NebiusProvider
-from tests.nebius.test_adapter import provider, running, server, spec  # noqa: F401 — the fixtures
+from tests.nebius.test_adapter import provider, running, spec  # noqa: F401 — the fixture
 
 
 async def test_a_preempted_vm_reads_stopped_and_preempted(server: FakeCloudServer,  # noqa: F811

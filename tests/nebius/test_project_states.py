@@ -6,7 +6,7 @@ that has since been parked is not lost from sight."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,13 +26,6 @@ def parked_first() -> tuple[cat.Project, ...]:
     parked = cat.Project("project-e00eunorth1parked00", "aaa-parked-eu-north1", "eu-north1",
                          "vpcsubnet-e00eunorth1parkd", state="PARKED")
     return (parked, NORTH, WEST, dataclasses.replace(CENTRAL, state="PURGING"))
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeCloudServer]:
-    with FakeCloudServer(facades=[nebius_api.FACADE], boot_delay=0.2, terminate_delay=0.02,
-                         time_scale=0) as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ adapter reports that as AuthError, and a Create retried under its idempotency ke
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,14 +17,6 @@ from fakeclouds import connect, nebius_api, nebius_auth
 from fakeclouds.server import FakeCloudServer
 from providers.base import AuthError
 from providers.nebius import NebiusProvider
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeCloudServer]:
-    with FakeCloudServer(
-        facades=[nebius_api.FACADE], boot_delay=0.2, terminate_delay=0.02, time_scale=0
-    ) as srv:
-        yield srv
 
 
 def _jwt(token: str, key: Any, **claims: Any) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +39,6 @@ from providers.nebius import NebiusProvider
 
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 OP_GET = "nebius.common.v1.OperationService/Get"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeCloudServer]:
-    with FakeCloudServer(
-        facades=[nebius_api.FACADE], boot_delay=0.2, terminate_delay=0.02, time_scale=0
-    ) as srv:
-        yield srv
 
 
 def credentials(server: FakeCloudServer) -> Any:
