@@ -139,4 +139,9 @@ def openssh_key_lines(keys: list[str]) -> list[str]:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: no field it does not declare, and each value of JSON's own type for its field.
+    Pydantic's lax mode would take `false` or `"5"` for a number and `1` or `"yes"` for a boolean, a
+    body the schema refuses (`make fuzz` found `PUT /limits {"max_gpus": false}` setting a limit of
+    0). JSON carries enums and date-times as strings: such a field says `strict=False` to take them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 
 from fastapi import APIRouter, HTTPException, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.auth import CallerDep
 from api.deps import DepsDep, SessionDep, in_thread
+from api.fields import Strict
 from api.routers.policies import SAVE_ERRORS, PolicyIn, PolicyOut, save_card, sync_schedule
 from messages.policy import IdleWhen, Minutes, TerminateIdleThen
 from store import policies
@@ -29,9 +30,7 @@ def builtin_idle_policy_id(project: str) -> str:
     return f"builtin-idle-{project}"
 
 
-class IdlePolicyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class IdlePolicyIn(Strict):
     minutes: Minutes = Field(description="idle (GPU under 5 %, no job, no login session) longer than this")
     include_manual: bool = Field(default=False, description="also machines allocated by hand (the opt-in)")
     enabled: bool = True

@@ -70,7 +70,7 @@ ImageRef = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE), AfterValida
 class RetryIn(Strict):
     """A job's `retry`: restart it on a new machine when an attempt ends by a cause in `on`."""
 
-    on: list[RetryCause] = Field(
+    on: list[Annotated[RetryCause, Field(strict=False)]] = Field(
         min_length=1, max_length=len(RetryCause),
         description="what restarts it: `preempted` (the cloud reclaimed its machine), `machine_lost` "
                     "(its machine went otherwise), `no_capacity` (no machine could be allocated), "
@@ -78,7 +78,7 @@ class RetryIn(Strict):
     restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = Field(
         description=f"restarts at most (0..{MAX_RESTARTS}): restarts + 1 attempts")
     where: RetryWhere = Field(
-        RetryWhere.ANY_ALLOWED,
+        RetryWhere.ANY_ALLOWED, strict=False,
         description="a restart's machine: `same_offer` (the first machine's instance type, region and "
                     "connection), `same_cloud` (its cloud), `any_allowed` (any the job may use)")
 
@@ -96,7 +96,7 @@ class RetryIn(Strict):
 
 class JobCreate(Strict):
     name: Annotated[str, Field(min_length=1, max_length=100), Printable]
-    type: JobType
+    type: JobType = Field(strict=False)
     command: Annotated[str, Field(min_length=1, max_length=100_000), AfterValidator(command_text)] = Field(
         description="run by bash on the host; no control characters but newline and tab")
     image: ImageRef | None = Field(

@@ -88,15 +88,17 @@ class WorkloadReport(Strict):
     """A workload run elsewhere, as its owner reports it (every report replaces the last)."""
 
     name: Name
-    kind: WorkloadKind = Field(description="sft, dpo, grpo, ppo, serving, eval, task, kb_compile, synthetic")
-    status: WorkloadStatus
+    kind: WorkloadKind = Field(description="sft, dpo, grpo, ppo, serving, eval, task, kb_compile, synthetic",
+                               strict=False)
+    status: WorkloadStatus = Field(strict=False)
     source: Source = "other"
     gpu: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     gpu_count: Annotated[int, Field(ge=1, le=4096)] | None = None
     location: Name | None = Field(None, description="`local cluster` or the cloud backend it runs on")
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     progress_pct: Annotated[float, Field(ge=0, le=100)] | None = None
-    eta_at: EtaAt | None = Field(None, description="when it is expected to end: an RFC 3339 date-time "
+    eta_at: EtaAt | None = Field(None, strict=False,
+                                 description="when it is expected to end: an RFC 3339 date-time "
                                                    "string, not in the past (a minute of clock skew "
                                                    "allowed); a number or other text is a 422")
     requested_by: Name | None = None

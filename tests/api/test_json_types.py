@@ -1,0 +1,95 @@
+"""A request body's numbers and booleans are JSON's own: pydantic's lax mode would take `false` or
+`"5"` for a number and `1` or `"yes"` for a boolean. `make fuzz` (schemathesis' ST201) found
+`PUT /limits {"max_gpus": false}` answered 200 with a limit of 0 — every job of the project held."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel, ValidationError
+
+import api.app  # noqa: F401 — every router, so every body model, is defined
+from api.fields import Strict
+
+
+def bodies() -> Iterator[type[Strict]]:
+    def below(cls: type[Strict]) -> Iterator[type[Strict]]:
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from below(sub)
+    yield from below(Strict)
+
+
+def scalar_types(annotation: Any) -> set[Any]:
+    """The scalar types a field holds: through Optional, Annotated and lists."""
+    origin = typing.get_origin(annotation)
+    if origin is None:
+        return {annotation}
+    if origin is typing.Literal:
+        return set()
+    return {t for arg in typing.get_args(annotation) if arg is not types.NoneType
+            for t in scalar_types(arg)}
+
+
+def typed_fields() -> list[tuple[type[BaseModel], str, Any]]:
+    """(body, field, a value of another JSON type that lax mode would coerce) for every number and
+    boolean field of every request body."""
+    found = []
+    for body in bodies():
+        for name, field in body.model_fields.items():
+            kinds = scalar_types(field.annotation)
+            if bool in kinds:
+                found.append((body, name, 1))
+            elif kinds & {int, float}:
+                found.append((body, name, False))
+    return found
+
+
+FIELDS = typed_fields()
+
+
+def test_the_bodies_have_numbers_and_booleans_to_check() -> None:
+    names = {f"{body.__name__}.{name}" for body, name, _ in FIELDS}
+    assert {"LimitsIn.max_gpus", "LimitsIn.max_usd_per_hour", "InstanceCreate.gpu_count",
+            "InstanceCreate.spot", "JobCreate.priority", "IdlePolicyIn.enabled"} <= names
+    assert len(FIELDS) >= 30
+
+
+@pytest.mark.parametrize(("body", "name", "wrong"), FIELDS, ids=[f"{b.__name__}.{n}" for b, n, _ in FIELDS])
+def test_a_number_or_boolean_of_another_json_type_is_refused(body: type[BaseModel], name: str,
+                                                              wrong: Any) -> None:
+    field = body.model_fields[name]
+    value = [wrong] if typing.get_origin(field.annotation) is list else wrong
+    with pytest.raises(ValidationError) as caught:
+        body.model_validate({name: value})
+    assert any(e["loc"][0] == name and e["type"] in ("int_type", "float_type", "bool_type")
+               for e in caught.value.errors()), caught.value.errors()
+
+
+async def test_a_limit_given_as_false_is_a_422_and_the_stored_limit_stays(client: httpx.AsyncClient) -> None:
+    assert (await client.put("/api/compute/limits", json={"max_gpus": 4})).status_code == 200
+    for wrong in ({"max_gpus": False}, {"max_gpus": "2"}, {"max_usd_per_hour": True},
+                  {"max_usd_per_hour": "5"}):
+        r = await client.put("/api/compute/limits", json=wrong)
+        assert r.status_code == 422, (wrong, r.text)
+        assert next(iter(wrong)) in r.text
+    assert (await client.get("/api/compute/limits")).json()["project"] == {"max_gpus": 4,
+                                                                          "max_usd_per_hour": None}
+    # A JSON integer is a number: an hourly limit of 5 is $5/h.
+    r = await client.put("/api/compute/limits", json={"max_gpus": 4, "max_usd_per_hour": 5})
+    assert r.status_code == 200 and r.json() == {"max_gpus": 4, "max_usd_per_hour": 5.0}
+
+
+async def test_enums_and_date_times_still_come_as_json_text(client: httpx.AsyncClient) -> None:
+    """What JSON carries as a string (a workload's kind and status, its ETA) is taken from the string."""
+    report = {"name": "nightly eval", "kind": "eval", "status": "running", "gpu_count": 2}
+    r = await client.put("/api/compute/workloads/nightly-eval", json={**report, "eta_at": "2999-01-01T00:00:00Z"})
+    assert r.status_code == 201, r.text
+    assert r.json()["kind"] == "eval" and r.json()["eta_at"].startswith("2999-01-01T00:00:00")
+    r = await client.put("/api/compute/workloads/nightly-eval", json={**report, "gpu_count": True})
+    assert r.status_code == 422 and "gpu_count" in r.text
