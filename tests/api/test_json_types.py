@@ -88,7 +88,8 @@ async def test_a_limit_given_as_false_is_a_422_and_the_stored_limit_stays(client
 async def test_enums_and_date_times_still_come_as_json_text(client: httpx.AsyncClient) -> None:
     """What JSON carries as a string (a workload's kind and status, its ETA) is taken from the string."""
     report = {"name": "nightly eval", "kind": "eval", "status": "running", "gpu_count": 2}
-    r = await client.put("/api/compute/workloads/nightly-eval", json={**report, "eta_at": "2999-01-01T00:00:00Z"})
+    eta = "2999-01-01T00:00:00Z"
+    r = await client.put("/api/compute/workloads/nightly-eval", json={**report, "eta_at": eta})
     assert r.status_code == 201, r.text
     assert r.json()["kind"] == "eval" and r.json()["eta_at"].startswith("2999-01-01T00:00:00")
     r = await client.put("/api/compute/workloads/nightly-eval", json={**report, "gpu_count": True})
