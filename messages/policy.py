@@ -21,7 +21,9 @@ Minutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a card's numbers and switches are JSON's own (no `false` for a pool's size, no "30" for
+    # minutes), as api/fields.py `Strict` holds every request body; its text fields are plain strings.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # --------------------------------------------------------------------------- cron

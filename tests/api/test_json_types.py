@@ -15,14 +15,17 @@ from pydantic import BaseModel, ValidationError
 
 import api.app  # noqa: F401 — every router, so every body model, is defined
 from api.fields import Strict
+from messages import policy
 
 
-def bodies() -> Iterator[type[Strict]]:
-    def below(cls: type[Strict]) -> Iterator[type[Strict]]:
+def bodies() -> Iterator[type[BaseModel]]:
+    """Every request body's model, and a policy card's parts (its When and Then)."""
+    def below(cls: type[BaseModel]) -> Iterator[type[BaseModel]]:
         for sub in cls.__subclasses__():
             yield sub
             yield from below(sub)
     yield from below(Strict)
+    yield from below(policy._Strict)
 
 
 def scalar_types(annotation: Any) -> set[Any]:
@@ -56,7 +59,8 @@ FIELDS = typed_fields()
 def test_the_bodies_have_numbers_and_booleans_to_check() -> None:
     names = {f"{body.__name__}.{name}" for body, name, _ in FIELDS}
     assert {"LimitsIn.max_gpus", "LimitsIn.max_usd_per_hour", "InstanceCreate.gpu_count",
-            "InstanceCreate.spot", "JobCreate.priority", "IdlePolicyIn.enabled"} <= names
+            "InstanceCreate.spot", "JobCreate.priority", "IdlePolicyIn.enabled", "ScalePoolThen.to",
+            "PolicyIn.enabled", "PoolUtilisationWhen.percent"} <= names
     assert len(FIELDS) >= 30
 
 
