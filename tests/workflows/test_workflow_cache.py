@@ -41,6 +41,10 @@ def instances_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return made
 
 
+# An eviction cancels the workflow's local activities; one that finished a moment before is no longer
+# the worker's, and the SDK warns that it cannot find it (temporalio/worker/_activity.py) — a race
+# this test provokes on purpose (1 of the fresh clone's runs on 2026-12-05), not a failure.
+@pytest.mark.filterwarnings("ignore:Cannot find activity to cancel:UserWarning")
 async def test_allocations_evicted_from_a_small_cache_replay_and_end_ready_then_terminated(
         temporal_client: Client, activity_deps: ActivityDeps, fake_registered: None, fake_connection: str,
         small_cache: None, instances_made: list[str]) -> None:
