@@ -99,8 +99,8 @@ class WorkloadReport(Strict):
     progress_pct: Annotated[float, Field(ge=0, le=100)] | None = None
     eta_at: EtaAt | None = Field(None, strict=False,
                                  description="when it is expected to end: an RFC 3339 date-time "
-                                                   "string, not in the past (a minute of clock skew "
-                                                   "allowed); a number or other text is a 422")
+                                             "string, not in the past (a minute of clock skew "
+                                             "allowed); a number or other text is a 422")
     requested_by: Name | None = None
 
     @field_validator("gpu")
