@@ -40,11 +40,16 @@ PINNED_CALLS = {
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 
 
+def new_provider(server: FakeCloudServer, installation_id: str = "abcd1234") -> NebiusProvider:
+    """An adapter on the simulation's service account: it reads the tenant's projects on first use."""
+    creds = NebiusProvider.parse_credentials(nebius_api.FACADE.credentials(server.tokens["nebius"]))
+    return NebiusProvider(creds, installation_id=installation_id, options=connect.options(server, "nebius"))
+
+
 @pytest.fixture
 async def provider(server: FakeCloudServer) -> AsyncIterator[NebiusProvider]:
     server.admin.reset()
-    creds = NebiusProvider.parse_credentials(nebius_api.FACADE.credentials(server.tokens["nebius"]))
-    p = NebiusProvider(creds, installation_id="abcd1234", options=connect.options(server, "nebius"))
+    p = new_provider(server)
     async with p:
         yield p
 

@@ -11,12 +11,13 @@ from collections.abc import AsyncIterator
 import asyncssh
 import pytest
 
-from fakeclouds import connect, nebius_api
+from fakeclouds import nebius_api
 from fakeclouds.errors import Invalid
 from fakeclouds.facade import IngressRule
 from fakeclouds.server import FakeCloudServer
 from providers.base import K8S_API_PORT, InstanceRef, LaunchSpec, OfferQuery, Ownership, Transient
 from providers.nebius import NebiusProvider
+from tests.nebius.test_adapter import new_provider
 
 KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 
@@ -24,8 +25,7 @@ KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().
 @pytest.fixture
 async def provider(server: FakeCloudServer) -> AsyncIterator[NebiusProvider]:
     server.admin.reset()
-    creds = NebiusProvider.parse_credentials(nebius_api.FACADE.credentials(server.tokens["nebius"]))
-    p = NebiusProvider(creds, installation_id="k8s12345", options=connect.options(server, "nebius"))
+    p = new_provider(server, "k8s12345")
     async with p:
         yield p
 

@@ -10,10 +10,10 @@ from datetime import date
 import grpc
 import pytest
 
-from fakeclouds import connect, nebius_api, nebius_catalog
+from fakeclouds import nebius_api, nebius_catalog
 from fakeclouds.server import FakeCloudServer
 from providers.base import OfferQuery
-from providers.nebius import NebiusProvider
+from tests.nebius.test_adapter import new_provider
 
 
 def test_v1_project_service_is_served_through_its_last_supported_day_only() -> None:
@@ -46,9 +46,7 @@ async def test_once_v1_is_gone_its_calls_are_unimplemented(server_after_v1_remov
 
 async def test_the_adapter_finds_its_projects_without_v1(server_after_v1_removal: FakeCloudServer) -> None:
     srv = server_after_v1_removal
-    creds = NebiusProvider.parse_credentials(nebius_api.FACADE.credentials(srv.tokens["nebius"]))
-    p = NebiusProvider(creds, installation_id="abcd1234", options=connect.options(srv, "nebius"))
-    async with p:
+    async with new_provider(srv) as p:
         offers = await p.offers(OfferQuery(gpu="H100", spot=False))
     # Offers are priced per region in the tenant's projects there: found through iam.v2 alone.
     assert offers and {o.region for o in offers} <= {proj.region for proj in nebius_catalog.PROJECTS}

@@ -10,12 +10,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fakeclouds import connect, nebius_api
 from fakeclouds import nebius_catalog as cat
 from fakeclouds.server import FakeCloudServer
 from providers.base import OfferQuery
-from providers.nebius import NebiusProvider
-from tests.nebius.test_adapter import spec
+from tests.nebius.test_adapter import new_provider, spec
 
 NORTH, WEST, CENTRAL = cat.PROJECTS  # the simulation's one active project per region
 
@@ -35,16 +33,10 @@ async def fresh(server: FakeCloudServer) -> AsyncIterator[None]:
     server.admin.reset()
 
 
-def provider(server: FakeCloudServer) -> NebiusProvider:
-    """A new adapter: it reads the tenant's projects afresh on first use."""
-    creds = NebiusProvider.parse_credentials(nebius_api.FACADE.credentials(server.tokens["nebius"]))
-    return NebiusProvider(creds, installation_id="abcd1234", options=connect.options(server, "nebius"))
-
-
 async def test_new_machines_go_only_to_an_active_project(
         server: FakeCloudServer, fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cat, "PROJECTS", parked_first())
-    async with provider(server) as p:
+    async with new_provider(server) as p:
         said = await p.verify()
         offers = await p.offers(OfferQuery(gpu="H100", spot=False))
         north = next(o for o in offers if o.region == "eu-north1")
@@ -60,11 +52,11 @@ async def test_new_machines_go_only_to_an_active_project(
 
 async def test_a_machine_in_a_project_parked_since_is_still_listed(
         server: FakeCloudServer, fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with provider(server) as p:
+    async with new_provider(server) as p:
         ref = await p.create(next(o for o in await p.offers(OfferQuery(gpu="H100", spot=False))
                                   if o.region == "us-central1"), spec("gp-parked-a2"))
     monkeypatch.setattr(cat, "PROJECTS", (NORTH, WEST, dataclasses.replace(CENTRAL, state="PARKED")))
-    async with provider(server) as p:
+    async with new_provider(server) as p:
         owned = await p.list_owned()
         offers = await p.offers(OfferQuery(gpu="H100", spot=False))
         status = await p.get(ref)
