@@ -61,17 +61,28 @@ const url = (path) => (path.startsWith("/api/") ? path : COMPUTE + path);
 export const get = (path) => api("GET", url(path));
 export const send = (method, path, body) => api(method, url(path), body);
 
-// Every page of a paginated list (the API answers {items, next_cursor}).
-export async function all(path, limit = 200) {
+// The first `count` pages of a paginated list (the API answers {items, next_cursor}): their items,
+// whether more follow, and the first page as answered (a list's extras, e.g. the queue's counts).
+export async function pages(path, count = Infinity, limit = 200) {
   const items = [];
   let cursor = null;
+  let first = null;
+  let read = 0;
   do {
     const sep = path.includes("?") ? "&" : "?";
     const page = await get(`${path}${sep}limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    first = first || page;
     items.push(...page.items);
     cursor = page.next_cursor;
-  } while (cursor);
-  return items;
+    read += 1;
+  } while (cursor && read < count);
+  return { items, more: Boolean(cursor), first };
+}
+
+// Every page of a short list (connections, the catalog). A list that grows with the fleet is read
+// a page at a time instead (`pages`): a live view re-reads what it shows every few seconds.
+export async function all(path, limit = 200) {
+  return (await pages(path, Infinity, limit)).items;
 }
 
 export async function loadSession() {

@@ -1,8 +1,9 @@
 // The Cloud tab: connected providers, active cloud instances, cloud spend, the connect grid.
-import { all, get, send } from "./api.js";
+import { all, get, pages, send } from "./api.js";
 import { confirmDialog, dot, errorBox, fmt, h, live, replace } from "./dom.js";
 import { barChart } from "./charts.js";
 
+const PAGE = 200; // rows a page of the instances table
 const TONE = { healthy: "green", degraded: "amber", pending: "grey", removing: "grey" };
 
 function initials(name) {
@@ -72,13 +73,20 @@ function connectGrid(catalog, connectedAny) {
 export function render({ main }) {
   const providersBox = h("div", { class: "rows" });
   const instancesBody = h("tbody");
+  // The table shows the newest page of active instances; each "Show more" adds a page. A refresh
+  // re-reads only the pages shown, so a tab's cost every 3 s does not grow with the fleet.
+  let instancePages = 1;
+  const moreButton = h("button", { class: "secondary", type: "button", id: "instances-more",
+    on: { click: () => showMore() } }, `Show ${PAGE} more`);
+  const moreInstances = h("p", { class: "table-foot", hidden: true },
+    h("span", { class: "muted" }, "Newest first. "), moreButton);
   const spendCard = h("section", { class: "card", id: "spend", hidden: true });
   const grid = h("div");
   const providersCard = h("section", { class: "card", id: "providers" }, h("h2", {}, "Connected providers"), providersBox);
   const instancesCard = h("section", { class: "card", id: "instances" }, h("h2", {}, "Active cloud instances"),
     h("div", { class: "table-wrap" }, h("table", {},
       h("thead", {}, h("tr", {}, ["Workload", "GPU · Instance", "Started", "$/hr", ""].map((t) => h("th", { scope: "col", class: t === "Started" ? "hide-narrow" : undefined }, t)))),
-      instancesBody)));
+      instancesBody)), moreInstances);
   const problem = h("div", { "aria-live": "polite" });
   replace(main, problem, providersCard, instancesCard, spendCard, grid);
   let catalog = null;
@@ -86,21 +94,29 @@ export function render({ main }) {
 
   async function refresh() {
     const [providers, instances, spend] = await Promise.all([
-      all("/providers"), all("/instances?status=active"), get("/spend?days=30"),
+      all("/providers"), pages("/instances?status=active", instancePages, PAGE), get("/spend?days=30"),
       catalog ? null : all("/providers/catalog").then((c) => { catalog = c; })]);
     replace(problem);
     const connected = providers.length > 0;
     providersCard.hidden = !connected;
     instancesCard.hidden = !connected;
     replace(providersBox, providers.map((p) => providerRow(p, refresh)));
-    replace(instancesBody, instances.length ? instances.map((i) => instanceRow(i, refresh))
+    replace(instancesBody, instances.items.length ? instances.items.map((i) => instanceRow(i, refresh))
       : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No active instances.")));
+    moreInstances.hidden = !instances.more;
     spendCard.hidden = !connected || spend.empty;
     if (!spendCard.hidden) drawSpend(spend);
     if (!grid.firstChild || grid.dataset.connected !== String(connected)) {
       grid.dataset.connected = String(connected);
       replace(grid, connectGrid(catalog, connected));
     }
+  }
+
+  async function showMore() {
+    instancePages += 1;
+    moreButton.disabled = true;
+    try { await refresh(); } catch (err) { replace(problem, errorBox(err.message)); }
+    moreButton.disabled = false;
   }
 
   function drawSpend(spend) {

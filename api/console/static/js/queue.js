@@ -1,10 +1,11 @@
 // The Workload Queue tab: the filter pills with their live counts, the table (active first, then
 // newest: the API's order), and a workload's detail — which replaces the header — with its log
 // followed live and its GPUs' metrics charted. `?workload=<id>` opens the detail (Back works).
-import { api, get, send } from "./api.js";
+import { api, get, pages, send } from "./api.js";
 import { confirmDialog, dot, errorBox, fmt, h, live, replace } from "./dom.js";
 import { lineChart } from "./charts.js";
 
+const PAGE = 200; // rows a page of the table
 const PILLS = ["ALL", "SFT", "GRPO", "SERVING", "EVAL", "TASK", "SYNTHETIC"];
 const TONE = { running: "green", provisioning: "blue", queued: "amber", succeeded: "grey", failed: "red", cancelled: "grey" };
 const COLUMNS = [["PRI"], ["WORKLOAD"], ["TYPE"], ["STATUS"], ["GPU"], ["LOCATION", "hide-narrow"],
@@ -28,18 +29,11 @@ function progressText(w) {
   return parts.length ? parts.join(" · ") : "—";
 }
 
-// Every page of the list; the counts come with the first.
-async function workloads(filter) {
-  const rows = [];
-  let cursor = null;
-  let counts = null;
-  do {
-    const page = await get(`/workloads?type=${filter}&limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
-    counts = counts || page.counts;
-    rows.push(...page.items);
-    cursor = page.next_cursor;
-  } while (cursor);
-  return { rows, counts };
+// The list's first `count` pages (the table shows them; "Show more" adds one); the counts come
+// with the first.
+async function workloads(filter, count) {
+  const { items, more, first } = await pages(`/workloads?type=${filter}`, count, PAGE);
+  return { rows: items, more, counts: first.counts };
 }
 
 // A job's output: followed with a streamed fetch from `offset`, resumed where it stopped if the
@@ -206,6 +200,7 @@ function showDetail(ctx, id, onBack) {
 export function render(ctx) {
   const { main } = ctx;
   let filter = "ALL";
+  let shownPages = 1; // of the filter's list: a refresh re-reads these, never the whole queue
   let seq = 0;
   let stopList = null;
   let stopDetail = null;
@@ -215,6 +210,9 @@ export function render(ctx) {
     "aria-pressed": String(key === filter), on: { click: () => setFilter(key) } },
   key, h("span", { class: "count" }, "")));
   const tbody = h("tbody");
+  const moreButton = h("button", { class: "secondary", type: "button", id: "workloads-more",
+    on: { click: () => showMore() } }, `Show ${PAGE} more`);
+  const moreRow = h("p", { class: "table-foot", hidden: true }, moreButton);
   const problem = h("div", { "aria-live": "polite" });
   const listView = [
     h("section", { class: "card", id: "queue" },
@@ -223,7 +221,8 @@ export function render(ctx) {
       problem,
       h("div", { class: "table-wrap" }, h("table", { id: "workloads" },
         h("thead", {}, h("tr", {}, COLUMNS.map(([t, cls]) => h("th", { scope: "col", class: cls }, t)))),
-        tbody))),
+        tbody)),
+      moreRow),
   ];
 
   function row(w) {
@@ -243,7 +242,7 @@ export function render(ctx) {
 
   async function refreshList() {
     const mine = ++seq;
-    const { rows, counts } = await workloads(filter);
+    const { rows, more, counts } = await workloads(filter, shownPages);
     if (mine !== seq || stopList === null) return; // a newer refresh (another pill) or the list closed
     replace(problem);
     for (const b of pillButtons) {
@@ -256,10 +255,19 @@ export function render(ctx) {
       : h("tr", {}, h("td", { colspan: COLUMNS.length, class: "muted empty" },
         filter === "ALL" ? "Nothing is running or queued in this project." : `No ${filter} workloads.`)));
     if (focusId) [...tbody.rows].find((r) => r.dataset.workload === focusId)?.focus();
+    moreRow.hidden = !more;
+  }
+
+  async function showMore() {
+    shownPages += 1;
+    moreButton.disabled = true;
+    try { await refreshList(); } catch (err) { replace(problem, errorBox(err.message)); }
+    moreButton.disabled = false;
   }
 
   function setFilter(key) {
     filter = key;
+    shownPages = 1;
     for (const b of pillButtons) b.setAttribute("aria-pressed", String(b.dataset.filter === filter));
     refreshList().catch((err) => replace(problem, errorBox(err.message)));
   }
