@@ -347,8 +347,8 @@ def api_process(url: str, home: Path) -> Iterator[str]:
 def endpoints(seeded: Seeded) -> dict[str, str]:
     """Report name -> path under /api/compute: each list as the console asks for its first page."""
     return {
-        "instances?status=active": "/instances?status=active&limit=200",  # cloud.js pages(): the page shown
-        "workloads (with counts)": "/workloads?type=ALL&limit=200",  # queue.js: the page shown
+        "instances?status=active": "/instances?status=active&limit=50",  # cloud.js PAGE: the page shown
+        "workloads (with counts)": "/workloads?type=ALL&limit=50",  # queue.js PAGE: the page shown
         "providers": "/providers?limit=200",  # cloud.js all("/providers")
         "spend?days=30": "/spend?days=30",  # cloud.js
         "job log": f"/jobs/{seeded.job_id}/logs?offset=0",  # the whole output of one job
@@ -391,7 +391,7 @@ async def measure(client: httpx.AsyncClient, path: str, *, clients: int, request
 # The console's own load: each open tab refreshes its page every REFRESH_S (api/console/static/js/
 # dom.js `live`), the Cloud tab its three lists at once (cloud.js), the Queue tab the workloads and
 # the job it shows (queue.js). Half the tabs on each, their refreshes spread over the period. (Both
-# tabs re-read only the pages they show: the first, 200 rows, until someone asks for more.)
+# tabs re-read only the pages they show: the first, 50 rows, until someone asks for more.)
 REFRESH_S = 3.0
 # Rounds per tab: 75 s. Half the tabs show each page, so at 8 tabs each list is asked 4 × 25 = 100
 # times, and its p99 is the second-slowest request; at 15 (before 2026-12-05) it was 60 times, and

@@ -5,10 +5,12 @@ bench's: `python -m bench.api_scale`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -149,3 +151,14 @@ async def test_each_row_of_the_list_reads_as_the_instance_itself_does(
         single.pop("attempts"), single.pop("events")
         item.pop("attempts"), item.pop("events")
         assert item == single
+
+
+def test_the_bench_asks_for_the_pages_the_console_shows() -> None:
+    """bench.api_scale times the console's requests: its two long lists at the page size the Cloud
+    tab and the Workload Queue ask for (their `PAGE`), so a console change does not leave the bench
+    measuring another load."""
+    static = Path(__file__).resolve().parents[2] / "api" / "console" / "static" / "js"
+    paths = api_scale.endpoints(api_scale.Seeded(token="", job_id="j", active=0, counts={}))
+    for script, name in (("cloud.js", "instances?status=active"), ("queue.js", "workloads (with counts)")):
+        [page] = re.findall(r"^const PAGE = (\d+);", (static / script).read_text(), flags=re.MULTILINE)
+        assert parse_qs(urlsplit(paths[name]).query)["limit"] == [page], (script, paths[name])

@@ -1,6 +1,6 @@
 """The console's lists that grow with the fleet read a page at a time: the Cloud tab's active
 instances and the Workload Queue show their newest page, re-read only the pages shown at each
-refresh (every 3 s), and add a page on "Show 200 more" — a tab's load on the API no longer grows with
+refresh (every 3 s), and add a page on "Show 50 more" — a tab's load on the API no longer grows with
 the project's machines (it read every page every refresh)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from tests.browser.conftest import Recorder, Stack, sign_in, until
 from tests.eventually import eventually_sync
 
-PAGE = 200  # the console's page (cloud.js, queue.js)
+PAGE = 50  # the console's page (cloud.js, queue.js)
 
 
 def list_reads(recorder: Recorder, path: str, since: int) -> list[dict[str, list[str]]]:
@@ -85,20 +85,20 @@ def fake_instance_pages(total: int) -> Callable[[Any], None]:
 def test_the_cloud_tab_reads_the_instances_it_shows_a_page_at_a_time(page: Any, stack: Stack,
                                                                        recorder: Recorder) -> None:
     path = "/api/compute/instances"
-    page.route(lambda url: urlsplit(url).path == path and "status=active" in url, fake_instance_pages(413))
+    page.route(lambda url: urlsplit(url).path == path and "status=active" in url, fake_instance_pages(120))
     sign_in(page, stack)
     page.wait_for_selector("#instances-more", state="visible")
     assert rows(page, "#instances tbody tr[data-instance]") == PAGE
     assert page.inner_text("#instances tbody tr >> nth=0").startswith("fake-machine-0")  # the newest first
 
-    # Each refresh asks for the first page only: 413 machines cost one request, not three.
+    # Each refresh asks for the first page only: 120 machines cost one request, not three.
     mark = len(recorder.requests)
     reads = refreshes(page, recorder, path, mark, 2)
     assert all("cursor" not in q and q["limit"] == [str(PAGE)] for q in reads), reads
 
     # Show more: two pages shown, and each refresh re-reads those two, never the third.
     page.click("#instances-more")
-    shows(page, "#instances tbody tr[data-instance]", 400)
+    shows(page, "#instances tbody tr[data-instance]", 2 * PAGE)
     mark = len(recorder.requests)
     reads = refreshes(page, recorder, path, mark, 2)
     cursors = [q["cursor"][0] for q in reads if "cursor" in q]
@@ -106,7 +106,7 @@ def test_the_cloud_tab_reads_the_instances_it_shows_a_page_at_a_time(page: Any, 
     assert page.is_visible("#instances-more")
 
     page.click("#instances-more")  # the last page: every machine shown, nothing more to ask for
-    shows(page, "#instances tbody tr[data-instance]", 413)
+    shows(page, "#instances tbody tr[data-instance]", 120)
     page.wait_for_selector("#instances-more", state="hidden")
 
 
@@ -115,7 +115,7 @@ def test_the_cloud_tab_reads_the_instances_it_shows_a_page_at_a_time(page: Any, 
 
 @pytest.fixture
 def crowded_project(stack: Stack) -> Iterator[tuple[str, str]]:
-    """A project of its own with 205 reported workloads (its id and a token of it); they are deleted
+    """A project of its own with 55 reported workloads (its id and a token of it); they are deleted
     afterwards. Its own, so the other queue tests' pages stay one page long."""
     project = f"paging-{uuid.uuid4().hex[:6]}"
     admin = httpx.Client(base_url=stack.url + "/api", timeout=60,
@@ -153,16 +153,16 @@ def test_the_queue_reads_the_workloads_it_shows_a_page_at_a_time(page: Any, stac
     assert all("cursor" not in q for q in reads), reads
 
     page.click("#workloads-more")
-    shows(page, "#workloads tbody tr[data-workload]", 205)
+    shows(page, "#workloads tbody tr[data-workload]", PAGE + 5)
     page.wait_for_selector("#workloads-more", state="hidden")
     mark = len(recorder.requests)
     reads = refreshes(page, recorder, path, mark, 2)
     assert any("cursor" in q for q in reads), reads  # both pages shown are re-read
 
-    # Another pill starts again from its first page: SFT's 102 fit one, nothing more to show.
+    # Another pill starts again from its first page: SFT's 27 fit one, nothing more to show.
     page.click("#queue-pills button[data-filter=SFT]")
-    shows(page, "#workloads tbody tr[data-workload]", 102)
+    shows(page, "#workloads tbody tr[data-workload]", 27)
     assert page.is_hidden("#workloads-more")
     page.click("#queue-pills button[data-filter=ALL]")
-    shows(page, "#workloads tbody tr[data-workload]", 200)
+    shows(page, "#workloads tbody tr[data-workload]", PAGE)
     page.wait_for_selector("#workloads-more", state="visible")

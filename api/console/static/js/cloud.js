@@ -3,7 +3,7 @@ import { all, get, pages, send } from "./api.js";
 import { confirmDialog, dot, errorBox, fmt, h, live, replace } from "./dom.js";
 import { barChart } from "./charts.js";
 
-const PAGE = 200; // rows a page of the instances table
+const PAGE = 50; // rows a page of the instances table: a screenful or two, re-read every 3 s
 const TONE = { healthy: "green", degraded: "amber", pending: "grey", removing: "grey" };
 
 function initials(name) {

@@ -5,7 +5,7 @@ import { api, get, pages, send } from "./api.js";
 import { confirmDialog, dot, errorBox, fmt, h, live, replace } from "./dom.js";
 import { lineChart } from "./charts.js";
 
-const PAGE = 200; // rows a page of the table
+const PAGE = 50; // rows a page of the table: a screenful or two, re-read every 3 s
 const PILLS = ["ALL", "SFT", "GRPO", "SERVING", "EVAL", "TASK", "SYNTHETIC"];
 const TONE = { running: "green", provisioning: "blue", queued: "amber", succeeded: "grey", failed: "red", cancelled: "grey" };
 const COLUMNS = [["PRI"], ["WORKLOAD"], ["TYPE"], ["STATUS"], ["GPU"], ["LOCATION", "hide-narrow"],
