@@ -105,9 +105,12 @@ def test_the_cloud_tab_reads_the_instances_it_shows_a_page_at_a_time(page: Any, 
     assert cursors and set(cursors) == {f"fake-cursor-{PAGE}"}, reads
     assert page.is_visible("#instances-more")
 
-    page.click("#instances-more")  # the last page: every machine shown, nothing more to ask for
+    page.focus("#instances-more")
+    page.keyboard.press("Enter")  # the last page: every machine shown, nothing more to ask for
     shows(page, "#instances tbody tr[data-instance]", 120)
     page.wait_for_selector("#instances-more", state="hidden")
+    # The keyboard's place is kept where the button was: the first row the last page added.
+    until(page, "() => document.activeElement?.closest('tr')?.dataset.instance === 'al-fake0100'")
 
 
 # --------------------------------------------------------------------------- the Workload Queue
@@ -152,9 +155,11 @@ def test_the_queue_reads_the_workloads_it_shows_a_page_at_a_time(page: Any, stac
     reads = refreshes(page, recorder, path, mark, 2)
     assert all("cursor" not in q for q in reads), reads
 
-    page.click("#workloads-more")
+    page.focus("#workloads-more")
+    page.keyboard.press("Enter")
     shows(page, "#workloads tbody tr[data-workload]", PAGE + 5)
     page.wait_for_selector("#workloads-more", state="hidden")
+    until(page, "() => document.activeElement?.matches('#workloads tbody tr:nth-child(51)')")
     mark = len(recorder.requests)
     reads = refreshes(page, recorder, path, mark, 2)
     assert any("cursor" in q for q in reads), reads  # both pages shown are re-read

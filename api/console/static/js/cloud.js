@@ -76,6 +76,8 @@ export function render({ main }) {
   // The table shows the newest page of active instances; each "Show more" adds a page. A refresh
   // re-reads only the pages shown, so a tab's cost every 3 s does not grow with the fleet.
   let instancePages = 1;
+  let addedAt = null; // the first row of the page Show more asked for, until it is rendered
+  let seq = 0;
   const moreButton = h("button", { class: "secondary", type: "button", id: "instances-more",
     on: { click: () => showMore() } }, `Show ${PAGE} more`);
   const moreInstances = h("p", { class: "table-foot", hidden: true },
@@ -93,9 +95,11 @@ export function render({ main }) {
   const charts = {};
 
   async function refresh() {
+    const mine = ++seq;
     const [providers, instances, spend] = await Promise.all([
       all("/providers"), pages("/instances?status=active", instancePages, PAGE), get("/spend?days=30"),
       catalog ? null : all("/providers/catalog").then((c) => { catalog = c; })]);
+    if (mine !== seq) return; // a newer refresh (Show more, a removal) renders instead
     replace(problem);
     const connected = providers.length > 0;
     providersCard.hidden = !connected;
@@ -104,6 +108,12 @@ export function render({ main }) {
     replace(instancesBody, instances.items.length ? instances.items.map((i) => instanceRow(i, refresh))
       : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No active instances.")));
     moreInstances.hidden = !instances.more;
+    // The last page hides its button: the keyboard's place moves to the first row that page added.
+    // (A refresh begun before Show more never renders: `seq`.)
+    if (addedAt !== null) {
+      if (moreInstances.hidden) instancesBody.rows[addedAt]?.querySelector("button")?.focus();
+      addedAt = null;
+    }
     spendCard.hidden = !connected || spend.empty;
     if (!spendCard.hidden) drawSpend(spend);
     if (!grid.firstChild || grid.dataset.connected !== String(connected)) {
@@ -113,6 +123,7 @@ export function render({ main }) {
   }
 
   async function showMore() {
+    addedAt = instancePages * PAGE;
     instancePages += 1;
     moreButton.disabled = true;
     try { await refresh(); } catch (err) { replace(problem, errorBox(err.message)); }

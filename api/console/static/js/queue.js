@@ -201,6 +201,7 @@ export function render(ctx) {
   const { main } = ctx;
   let filter = "ALL";
   let shownPages = 1; // of the filter's list: a refresh re-reads these, never the whole queue
+  let addedAt = null; // the first row of the page Show more asked for, until it is rendered
   let seq = 0;
   let stopList = null;
   let stopDetail = null;
@@ -256,9 +257,16 @@ export function render(ctx) {
         filter === "ALL" ? "Nothing is running or queued in this project." : `No ${filter} workloads.`)));
     if (focusId) [...tbody.rows].find((r) => r.dataset.workload === focusId)?.focus();
     moreRow.hidden = !more;
+    // The last page hides its button: the keyboard's place moves to the first row that page added.
+    // (A refresh begun before Show more never renders: `seq`.)
+    if (addedAt !== null) {
+      if (moreRow.hidden) tbody.rows[addedAt]?.focus();
+      addedAt = null;
+    }
   }
 
   async function showMore() {
+    addedAt = shownPages * PAGE;
     shownPages += 1;
     moreButton.disabled = true;
     try { await refreshList(); } catch (err) { replace(problem, errorBox(err.message)); }
@@ -268,6 +276,7 @@ export function render(ctx) {
   function setFilter(key) {
     filter = key;
     shownPages = 1;
+    addedAt = null;
     for (const b of pillButtons) b.setAttribute("aria-pressed", String(b.dataset.filter === filter));
     refreshList().catch((err) => replace(problem, errorBox(err.message)));
   }
