@@ -1,6 +1,6 @@
 // The Cloud tab: connected providers, active cloud instances, cloud spend, the connect grid.
 import { all, get, pages, send } from "./api.js";
-import { confirmDialog, dot, errorBox, fmt, h, live, replace } from "./dom.js";
+import { confirmDialog, dot, errorBox, fmt, h, live, replace, showMore } from "./dom.js";
 import { barChart } from "./charts.js";
 
 const PAGE = 50; // rows a page of the instances table: a screenful or two, re-read every 3 s
@@ -73,23 +73,19 @@ function connectGrid(catalog, connectedAny) {
 export function render({ main }) {
   const providersBox = h("div", { class: "rows" });
   const instancesBody = h("tbody");
-  // The table shows the newest page of active instances; each "Show more" adds a page. A refresh
-  // re-reads only the pages shown, so a tab's cost every 3 s does not grow with the fleet.
-  let instancePages = 1;
-  let addedAt = null; // the first row of the page Show more asked for, until it is rendered
+  const problem = h("div", { "aria-live": "polite" });
+  // The newest page of active instances; Show more adds one. A refresh re-reads only the pages
+  // shown, so a tab's cost every 3 s does not grow with the fleet.
+  const pager = showMore({ id: "instances-more", size: PAGE, refresh: () => refresh(), note: "Newest first. ",
+    focusRow: (row) => row.querySelector("button")?.focus(), onError: (err) => replace(problem, errorBox(err.message)) });
   let seq = 0;
-  const moreButton = h("button", { class: "secondary", type: "button", id: "instances-more",
-    on: { click: () => showMore() } }, `Show ${PAGE} more`);
-  const moreInstances = h("p", { class: "table-foot", hidden: true },
-    h("span", { class: "muted" }, "Newest first. "), moreButton);
   const spendCard = h("section", { class: "card", id: "spend", hidden: true });
   const grid = h("div");
   const providersCard = h("section", { class: "card", id: "providers" }, h("h2", {}, "Connected providers"), providersBox);
   const instancesCard = h("section", { class: "card", id: "instances" }, h("h2", {}, "Active cloud instances"),
     h("div", { class: "table-wrap" }, h("table", {},
       h("thead", {}, h("tr", {}, ["Workload", "GPU · Instance", "Started", "$/hr", ""].map((t) => h("th", { scope: "col", class: t === "Started" ? "hide-narrow" : undefined }, t)))),
-      instancesBody)), moreInstances);
-  const problem = h("div", { "aria-live": "polite" });
+      instancesBody)), pager.foot);
   replace(main, problem, providersCard, instancesCard, spendCard, grid);
   let catalog = null;
   const charts = {};
@@ -97,7 +93,7 @@ export function render({ main }) {
   async function refresh() {
     const mine = ++seq;
     const [providers, instances, spend] = await Promise.all([
-      all("/providers"), pages("/instances?status=active", instancePages, PAGE), get("/spend?days=30"),
+      all("/providers"), pages("/instances?status=active", pager.pages, PAGE), get("/spend?days=30"),
       catalog ? null : all("/providers/catalog").then((c) => { catalog = c; })]);
     if (mine !== seq) return; // a newer refresh (Show more, a removal) renders instead
     replace(problem);
@@ -107,27 +103,13 @@ export function render({ main }) {
     replace(providersBox, providers.map((p) => providerRow(p, refresh)));
     replace(instancesBody, instances.items.length ? instances.items.map((i) => instanceRow(i, refresh))
       : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No active instances.")));
-    moreInstances.hidden = !instances.more;
-    // The last page hides its button: the keyboard's place moves to the first row that page added.
-    // (A refresh begun before Show more never renders: `seq`.)
-    if (addedAt !== null) {
-      if (moreInstances.hidden) instancesBody.rows[addedAt]?.querySelector("button")?.focus();
-      addedAt = null;
-    }
+    pager.rendered(instances.more, instancesBody.rows);
     spendCard.hidden = !connected || spend.empty;
     if (!spendCard.hidden) drawSpend(spend);
     if (!grid.firstChild || grid.dataset.connected !== String(connected)) {
       grid.dataset.connected = String(connected);
       replace(grid, connectGrid(catalog, connected));
     }
-  }
-
-  async function showMore() {
-    addedAt = instancePages * PAGE;
-    instancePages += 1;
-    moreButton.disabled = true;
-    try { await refresh(); } catch (err) { replace(problem, errorBox(err.message)); }
-    moreButton.disabled = false;
   }
 
   function drawSpend(spend) {

@@ -88,6 +88,33 @@ export function live(fn, ms) {
   return () => { stopped = true; if (timer) clearTimeout(timer); document.removeEventListener("visibilitychange", onVisible); };
 }
 
+// "Show N more" under a live table of a paginated list: the table shows `pages` pages of `size`
+// rows (its refresh re-reads those, never the whole list) and each click adds one. After each
+// render, `rendered(more, rows)` shows the button while more follow; when the page a click asked
+// for was the last, the button goes and the keyboard's place moves to that page's first row
+// (`focusRow`). `refresh` must not render a refresh begun before it (a sequence number does).
+export function showMore({ id, size, refresh, focusRow, onError, note }) {
+  let shown = 1;
+  let addedAt = null; // the first row of the page a click asked for, until a render shows it
+  const button = h("button", { class: "secondary", type: "button", id, on: { click: async () => {
+    addedAt = shown * size;
+    shown += 1;
+    button.disabled = true;
+    try { await refresh(); } catch (err) { onError(err); }
+    button.disabled = false;
+  } } }, `Show ${size} more`);
+  return {
+    foot: h("p", { class: "table-foot", hidden: true }, note ? h("span", { class: "muted" }, note) : null, button),
+    get pages() { return shown; },
+    reset() { shown = 1; addedAt = null; },
+    rendered(more, rows) {
+      this.foot.hidden = !more;
+      if (addedAt !== null && !more && rows[addedAt]) focusRow(rows[addedAt]);
+      addedAt = null;
+    },
+  };
+}
+
 export function errorBox(message) {
   return h("p", { class: "error", role: "alert" }, message);
 }

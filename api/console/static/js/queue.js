@@ -2,7 +2,7 @@
 // newest: the API's order), and a workload's detail — which replaces the header — with its log
 // followed live and its GPUs' metrics charted. `?workload=<id>` opens the detail (Back works).
 import { api, get, pages, send } from "./api.js";
-import { confirmDialog, dot, errorBox, fmt, h, live, replace } from "./dom.js";
+import { confirmDialog, dot, errorBox, fmt, h, live, replace, showMore } from "./dom.js";
 import { lineChart } from "./charts.js";
 
 const PAGE = 50; // rows a page of the table: a screenful or two, re-read every 3 s
@@ -200,8 +200,6 @@ function showDetail(ctx, id, onBack) {
 export function render(ctx) {
   const { main } = ctx;
   let filter = "ALL";
-  let shownPages = 1; // of the filter's list: a refresh re-reads these, never the whole queue
-  let addedAt = null; // the first row of the page Show more asked for, until it is rendered
   let seq = 0;
   let stopList = null;
   let stopDetail = null;
@@ -211,10 +209,10 @@ export function render(ctx) {
     "aria-pressed": String(key === filter), on: { click: () => setFilter(key) } },
   key, h("span", { class: "count" }, "")));
   const tbody = h("tbody");
-  const moreButton = h("button", { class: "secondary", type: "button", id: "workloads-more",
-    on: { click: () => showMore() } }, `Show ${PAGE} more`);
-  const moreRow = h("p", { class: "table-foot", hidden: true }, moreButton);
   const problem = h("div", { "aria-live": "polite" });
+  // The filter's first page; Show more adds one (a refresh re-reads those, never the whole queue).
+  const pager = showMore({ id: "workloads-more", size: PAGE, refresh: () => refreshList(),
+    focusRow: (row) => row.focus(), onError: (err) => replace(problem, errorBox(err.message)) });
   const listView = [
     h("section", { class: "card", id: "queue" },
       h("div", { class: "card-head" }, h("h2", {}, "Workload Queue"),
@@ -223,7 +221,7 @@ export function render(ctx) {
       h("div", { class: "table-wrap" }, h("table", { id: "workloads" },
         h("thead", {}, h("tr", {}, COLUMNS.map(([t, cls]) => h("th", { scope: "col", class: cls }, t)))),
         tbody)),
-      moreRow),
+      pager.foot),
   ];
 
   function row(w) {
@@ -243,7 +241,7 @@ export function render(ctx) {
 
   async function refreshList() {
     const mine = ++seq;
-    const { rows, more, counts } = await workloads(filter, shownPages);
+    const { rows, more, counts } = await workloads(filter, pager.pages);
     if (mine !== seq || stopList === null) return; // a newer refresh (another pill) or the list closed
     replace(problem);
     for (const b of pillButtons) {
@@ -256,27 +254,13 @@ export function render(ctx) {
       : h("tr", {}, h("td", { colspan: COLUMNS.length, class: "muted empty" },
         filter === "ALL" ? "Nothing is running or queued in this project." : `No ${filter} workloads.`)));
     if (focusId) [...tbody.rows].find((r) => r.dataset.workload === focusId)?.focus();
-    moreRow.hidden = !more;
-    // The last page hides its button: the keyboard's place moves to the first row that page added.
-    // (A refresh begun before Show more never renders: `seq`.)
-    if (addedAt !== null) {
-      if (moreRow.hidden) tbody.rows[addedAt]?.focus();
-      addedAt = null;
-    }
+    pager.rendered(more, tbody.rows);
   }
 
-  async function showMore() {
-    addedAt = shownPages * PAGE;
-    shownPages += 1;
-    moreButton.disabled = true;
-    try { await refreshList(); } catch (err) { replace(problem, errorBox(err.message)); }
-    moreButton.disabled = false;
-  }
 
   function setFilter(key) {
     filter = key;
-    shownPages = 1;
-    addedAt = null;
+    pager.reset();
     for (const b of pillButtons) b.setAttribute("aria-pressed", String(b.dataset.filter === filter));
     refreshList().catch((err) => replace(problem, errorBox(err.message)));
   }
