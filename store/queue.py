@@ -103,18 +103,23 @@ def queue_order(waiting: Iterable[Job]) -> list[Job]:
     return [jobs[w.id] for w in order]
 
 
-def waiting_jobs(session: Session) -> Sequence[Job]:
-    return session.exec(select(Job).where(Job.status == JobStatus.QUEUED, col(Job.granted_at).is_(None),
-                                          col(Job.type).in_(QUEUEABLE))).all()
+def waiting_jobs(session: Session, project: str | None = None) -> Sequence[Job]:
+    """Every waiting job, or `project`'s."""
+    stmt = select(Job).where(Job.status == JobStatus.QUEUED, col(Job.granted_at).is_(None),
+                             col(Job.type).in_(QUEUEABLE))
+    return session.exec(stmt if project is None else stmt.where(Job.project == project)).all()
 
 
 def positions(session: Session, project: str | None = None) -> dict[str, int]:
     """Job id -> PRI (1-based queue position) of every waiting job: in the installation's one order,
     or, with `project`, that project's jobs only, numbered among themselves in the same order (what
     a tenant is shown: how many of its own jobs are ahead, nothing about other projects')."""
-    order = queue_order(waiting_jobs(session))
-    return {j.id: i for i, j in enumerate((j for j in order if project is None or j.project == project),
-                                         start=1)}
+    # One project's jobs keep their order among themselves whatever other projects wait: priority
+    # first, and at equal priority the round-robin ranks a project's jobs by age among its own, so
+    # other projects' jobs only interleave. So a project's numbers come from its own jobs alone —
+    # each list request reads the project's queue, not every tenant's.
+    order = queue_order(waiting_jobs(session, project))
+    return {j.id: i for i, j in enumerate(order, start=1)}
 
 
 def load_limits(session: Session) -> Limits:
