@@ -45,6 +45,7 @@ from sqlmodel import Session
 
 from store import migrate
 from store import projects as project_store
+from store import spend as spend_store
 from store.db import make_engine
 from store.models import (
     Attempt,
@@ -263,6 +264,9 @@ def seed(engine: sa.Engine, rows: int, rng: random.Random | None = None,
         for model, values in tables:
             for start in range(0, len(values), 5000):
                 conn.execute(sa.insert(model.__table__), values[start:start + 5000])  # executemany
+    with Session(engine) as session:
+        # Each closed interval's cost in `spend_day`, as `close_interval` leaves it when a machine ends.
+        spend_store.roll_up_closed(session)
     if engine.dialect.name == "postgresql":
         # Fresh planner statistics, as autovacuum keeps them on a live server. Not on SQLite: nothing
         # in gpuprov runs ANALYZE there, so its planner works without statistics, as here.

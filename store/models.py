@@ -3,7 +3,7 @@ what list pages read. Secrets are stored only as Fernet ciphertext (store/secret
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -272,8 +272,12 @@ class SpendInterval(SQLModel, table=True):
     The unique key makes opening idempotent, and closing only sets an empty `ended_at`."""
 
     __tablename__ = "spend_interval"
-    # The spend card's window: the project's intervals still open or ended within it (migration 0027).
-    __table_args__ = (sa.Index("ix_spend_interval_project_ended_at", "project", "ended_at"),)
+    __table_args__ = (
+        # Budgets' and the running rate's reads: the project's intervals still open or ended lately (0027).
+        sa.Index("ix_spend_interval_project_ended_at", "project", "ended_at"),
+        # The spend card's: the intervals not yet in `spend_day` — the open ones (0031).
+        sa.Index("ix_spend_interval_rolled_up_project", "rolled_up", "project"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     key: str = Field(unique=True)  # the allocation attempt's key: one interval per attempt
@@ -285,6 +289,24 @@ class SpendInterval(SQLModel, table=True):
     rate_per_hour: float  # the offer's $/hr (a spot offer at its spot price)
     started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
+    # True once its cost is in `spend_day`: set with `ended_at` (or after it) in the transaction that
+    # adds it there, so a read counts each interval exactly once, from one place or the other.
+    rolled_up: bool = Field(default=False, sa_column=sa.Column(sa.Boolean(), nullable=False,
+                                                               server_default=sa.false()))
+
+
+class SpendDay(SQLModel, table=True):
+    """The closed intervals' cost per UTC day, project and job type. A closed interval never changes,
+    so its cost is added here once, when it closes (store/spend.py `close_interval`), and the spend
+    card sums these rows and the open intervals instead of re-adding a 30-day window's every interval
+    at each request."""
+
+    __tablename__ = "spend_day"
+
+    project: str = Field(primary_key=True)
+    job_type: str = Field(primary_key=True)
+    day: date = Field(sa_column=sa.Column(sa.Date(), primary_key=True))  # a UTC day
+    cost: float  # $ accrued that day by the closed intervals of this project and job type
 
 
 class BackendPick(SQLModel, table=True):

@@ -7,6 +7,7 @@ first start wins), and closing sets `ended_at` only while it is empty."""
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -14,10 +15,12 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from store.models import SpendInterval
+from store.models import SpendDay, SpendInterval
 
 MANUAL = "manual"  # the job type of instances allocated by hand
 _HOUR_S = 3600.0
@@ -65,18 +68,72 @@ def open_interval(session: Session, *, key: str, instance_id: str, project: str,
 
 
 def close_interval(session: Session, key: str, ended_at: datetime) -> bool:
-    """Close the attempt `key`'s interval at `ended_at` (never before its start) if it is open, and
-    commit. True if this call closed it; a second close changes nothing."""
+    """Close the attempt `key`'s interval at `ended_at` (never before its start) if it is open, add
+    its cost to `spend_day`, and commit. True if this call closed it; a second close changes nothing."""
     row = session.exec(select(SpendInterval).where(SpendInterval.key == key)).first()
     if row is None or row.ended_at is not None:
         return False
     end = max(aware(ended_at), aware(row.started_at))
-    # A conditional update: of two concurrent closes, only the first sets it.
+    # A conditional update: of two concurrent closes, only the first sets it (PostgreSQL's second
+    # waits on the row's lock, then finds it closed), and only that one adds the cost.
     result = session.execute(sa.update(SpendInterval)
                              .where(col(SpendInterval.key) == key, col(SpendInterval.ended_at).is_(None))
-                             .values(ended_at=end))
+                             .values(ended_at=end, rolled_up=True))
+    if not getattr(result, "rowcount", 0):
+        session.rollback()
+        return False
+    _add_to_days(session, row.project, row.job_type, day_shares(row.started_at, end, row.rate_per_hour))
     session.commit()
-    return bool(getattr(result, "rowcount", 0))
+    return True
+
+
+def roll_up_closed(session: Session) -> int:
+    """Add the closed intervals not yet in `spend_day` to it, and commit; how many. `close_interval`
+    does this for each as it closes; what else wrote an end (a process from before 0031 still running
+    beside a new one, or rows written directly) leaves them to this. Reads count them either way."""
+    iv = SpendInterval
+    stmt = (sa.select(col(iv.id), col(iv.project), col(iv.job_type), col(iv.rate_per_hour),
+                      col(iv.started_at), col(iv.ended_at))
+            .where(col(iv.ended_at).is_not(None), col(iv.rolled_up) == sa.false())
+            .with_for_update())
+    ids: list[int] = []
+    totals: dict[tuple[str, str], dict[date, float]] = defaultdict(lambda: defaultdict(float))
+    for id_, project, job_type, rate, started, ended in session.connection().execute(stmt):
+        assert id_ is not None and ended is not None  # a stored row; the query's closed ones
+        ids.append(id_)
+        for day, cost in day_shares(started, ended, rate):
+            totals[project, job_type][day] += cost
+    for (project, job_type), days in totals.items():
+        _add_to_days(session, project, job_type, sorted(days.items()))
+    for start in range(0, len(ids), 1000):
+        session.execute(sa.update(SpendInterval).where(col(SpendInterval.id).in_(ids[start:start + 1000]))
+                        .values(rolled_up=True))
+    session.commit()
+    return len(ids)
+
+
+def day_shares(start: datetime, end: datetime, rate_per_hour: float) -> list[tuple[date, float]]:
+    """What [start, end) at `rate_per_hour` costs on each UTC day it accrues on (none: not listed)."""
+    start, end = aware(start), aware(end)
+    shares, day = [], start.astimezone(UTC).date()
+    while _midnight(day) < end:
+        next_day = day + timedelta(days=1)
+        cost = rate_per_hour * overlap_hours(start, end, _midnight(day), _midnight(next_day), end)
+        if cost > 0.0:
+            shares.append((day, cost))
+        day = next_day
+    return shares
+
+
+def _add_to_days(session: Session, project: str, job_type: str, shares: list[tuple[date, float]]) -> None:
+    """Add each (day, cost) to the project's and job type's `spend_day` row (made if absent)."""
+    if not shares:
+        return
+    insert = sqlite_insert if session.get_bind().dialect.name == "sqlite" else postgresql_insert
+    stmt = insert(SpendDay).values([dict(project=project, job_type=job_type, day=day, cost=cost)
+                                    for day, cost in shares])
+    session.execute(stmt.on_conflict_do_update(index_elements=["project", "job_type", "day"],
+                                               set_={"cost": col(SpendDay.cost) + stmt.excluded.cost}))
 
 
 def intervals_of(session: Session, instance_id: str) -> Sequence[SpendInterval]:
@@ -165,12 +222,13 @@ def summarize_day_costs(costs: Iterable[DayCost], days: int, now: datetime) -> S
                         by_project=dict(by_project), total=sum(per_day))
 
 
-def _window_filter(stmt: Any, *, lo: datetime, now: datetime, projects: Collection[str] | None) -> Any:
-    """Intervals begun before `now` and not ended by `lo` (of `projects`; None: every project)."""
+def _window_filter(stmt: Any, *, lo: Any, now: Any, projects: Any) -> Any:
+    """Intervals begun before `now` and not ended by `lo` (of `projects`, a list or a bound list;
+    None: every project)."""
     stmt = stmt.where(col(SpendInterval.started_at) < now,
                       sa.or_(col(SpendInterval.ended_at).is_(None), col(SpendInterval.ended_at) > lo))
     if projects is not None:
-        stmt = stmt.where(col(SpendInterval.project).in_(list(projects)))
+        stmt = stmt.where(col(SpendInterval.project).in_(projects))
     return stmt
 
 
@@ -178,15 +236,16 @@ def window_intervals(session: Session, *, days: int, now: datetime,
                      projects: Collection[str] | None = None) -> Sequence[SpendInterval]:
     """The intervals that overlap the last `days` UTC days (of `projects`; None: every project)."""
     lo = _midnight(day_range(days, now)[0])
-    return session.exec(_window_filter(select(SpendInterval), lo=lo, now=now, projects=projects)).all()
+    return session.exec(_window_filter(select(SpendInterval), lo=lo, now=now,
+                                       projects=None if projects is None else list(projects))).all()
 
 
 def day_costs(session: Session, *, days: int, now: datetime,
               projects: Collection[str] | None = None) -> list[DayCost]:
     """What each day of the last `days` UTC days accrued, per project and job type: `summarize`'s
-    arithmetic, with the database doing the sums. The spend card read the window's thousands of
-    intervals into Python to add them up (7 of its 10 ms at 10,000 machines); this reads a row per
-    (first day, last day, project, job type) of the intervals in the window.
+    arithmetic, with the database doing the sums. It reads the closed intervals' `spend_day` rows of
+    the window, and sums the intervals not in them (the open ones: the machines billing now) — one
+    statement, so an interval closing meanwhile is counted once, from one side or the other.
 
     An interval in the window runs from `s` to `e` seconds after the window's start (clamped to it,
     an open one up to now). It accrues on its first day from `s` to that day's end, every whole day
@@ -194,16 +253,39 @@ def day_costs(session: Session, *, days: int, now: datetime,
     those is linear in `s` and `e`, so a group of intervals with the same first and last day is
     summed by Σ rate, Σ rate × s and Σ rate × e alone."""
     now = aware(now)
-    lo = _midnight(day_range(days, now)[0])
-    end = now.timestamp()
+    window = day_range(days, now)
+    lo = _midnight(window[0])
+    params: dict[str, Any] = dict(lo=lo.timestamp(), end=now.timestamp(), lo_at=lo, now_at=now,
+                                  first_day=window[0], last_day=window[-1])
+    if projects is not None:
+        params["projects"] = list(projects)
+    stmt = _day_costs_statement(session.get_bind().dialect.name, projects is not None)
+    costs = []
+    for a, b, project, job_type, rates, rate_s, rate_e, cost in session.connection().execute(stmt, params):
+        if cost is not None:
+            costs.append(DayCost(a, project, job_type, cost))
+        elif a == b:
+            costs.append(DayCost(a, project, job_type, (rate_e - rate_s) / _HOUR_S))
+        else:
+            costs.append(DayCost(a, project, job_type, (rates * (a + 1) * _DAY_S - rate_s) / _HOUR_S))
+            costs.extend(DayCost(k, project, job_type, rates * 24.0) for k in range(a + 1, b))
+            costs.append(DayCost(b, project, job_type, (rate_e - rates * b * _DAY_S) / _HOUR_S))
+    return costs
+
+
+@functools.cache
+def _day_costs_statement(dialect: str, of_projects: bool) -> Any:
+    """`day_costs`' statement, built once per dialect (building it took more of a request's time
+    than running it): the window's `lo` and `end` (epoch seconds; `lo_at`, `now_at` the same as
+    timestamps), its `first_day` and `last_day`, and `projects` when `of_projects` are bound."""
+    sqlite = dialect == "sqlite"
     # LEAST and GREATEST are SQLite's two-argument min() and max(); its CAST to INTEGER truncates
     # (the same as FLOOR for what is never negative), PostgreSQL's rounds.
-    sqlite = session.get_bind().dialect.name == "sqlite"
     least, greatest = (sa.func.min, sa.func.max) if sqlite else (sa.func.least, sa.func.greatest)
 
     def epoch(column: Any) -> Any:
-        """A timestamp as float seconds since the epoch. SQLite stores it as ISO text (UTC), which
-        julianday() reads with its fraction: a day is 86,400 s from 2440587.5."""
+        """A timestamp (or a date: its midnight) as float seconds since the epoch. SQLite stores it as
+        ISO text (UTC), which julianday() reads with its fraction: a day is 86,400 s from 2440587.5."""
         if sqlite:
             return (sa.func.julianday(column) - 2440587.5) * 86400.0
         return sa.cast(sa.extract("epoch", column), sa.Float)
@@ -212,25 +294,28 @@ def day_costs(session: Session, *, days: int, now: datetime,
         days_in = seconds / _DAY_S
         return sa.cast(days_in if sqlite else sa.func.floor(days_in), sa.Integer)
 
+    lo, end = sa.bindparam("lo", type_=sa.Float), sa.bindparam("end", type_=sa.Float)
+    projects: Any = sa.bindparam("projects", expanding=True) if of_projects else None
     ended = least(sa.func.coalesce(epoch(col(SpendInterval.ended_at)), end), end)
-    s = greatest(epoch(col(SpendInterval.started_at)), lo.timestamp()) - lo.timestamp()
-    e = ended - lo.timestamp()
+    s = greatest(epoch(col(SpendInterval.started_at)), lo) - lo
+    e = ended - lo
     rate = col(SpendInterval.rate_per_hour)
     first, last = day_of(s), day_of(e)
-    stmt = _window_filter(sa.select(first, last, col(SpendInterval.project), col(SpendInterval.job_type),
-                                    sa.func.sum(rate), sa.func.sum(rate * s), sa.func.sum(rate * e)),
-                          lo=lo, now=now, projects=projects)
-    stmt = (stmt.where(s < e, rate > 0)  # what accrues nothing is not listed, as in `summarize`
-            .group_by(first, last, col(SpendInterval.project), col(SpendInterval.job_type)))
-    costs = []
-    for a, b, project, job_type, rates, rate_s, rate_e in session.connection().execute(stmt):
-        if a == b:
-            costs.append(DayCost(a, project, job_type, (rate_e - rate_s) / _HOUR_S))
-            continue
-        costs.append(DayCost(a, project, job_type, (rates * (a + 1) * _DAY_S - rate_s) / _HOUR_S))
-        costs.extend(DayCost(k, project, job_type, rates * 24.0) for k in range(a + 1, b))
-        costs.append(DayCost(b, project, job_type, (rate_e - rates * b * _DAY_S) / _HOUR_S))
-    return costs
+    none = sa.cast(sa.null(), sa.Float)
+    summed = _window_filter(sa.select(first, last, col(SpendInterval.project), col(SpendInterval.job_type),
+                                      sa.func.sum(rate), sa.func.sum(rate * s), sa.func.sum(rate * e), none),
+                            lo=sa.bindparam("lo_at"), now=sa.bindparam("now_at"), projects=projects)
+    summed = (summed.where(col(SpendInterval.rolled_up) == sa.false(),
+                           s < e, rate > 0)  # what accrues nothing is not listed, as in `summarize`
+              .group_by(first, last, col(SpendInterval.project), col(SpendInterval.job_type)))
+    k = day_of(epoch(col(SpendDay.day)) - lo)
+    rolled = (sa.select(k, k, col(SpendDay.project), col(SpendDay.job_type), none, none, none,
+                        col(SpendDay.cost))
+              .where(col(SpendDay.day) >= sa.bindparam("first_day"),
+                     col(SpendDay.day) <= sa.bindparam("last_day")))
+    if projects is not None:
+        rolled = rolled.where(col(SpendDay.project).in_(projects))
+    return sa.union_all(summed, rolled)
 
 
 def any_recorded(session: Session, projects: Collection[str] | None = None) -> bool:

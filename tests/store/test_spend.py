@@ -3,6 +3,8 @@ every day of the window present) and its idempotent writes, on SQLite and Postgr
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -10,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from store import spend
-from store.models import SpendInterval
+from store import migrate, spend
+from store.models import SpendDay, SpendInterval
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)  # 06:00 on the window's last day
 
@@ -131,11 +133,24 @@ def _stored(session: Session, key: str, start: datetime, end: datetime | None, r
     session.commit()
 
 
+def _agrees_with_the_arithmetic(session: Session, now: datetime = NOW) -> None:
+    """`day_costs` gives what `summarize` computes from the window's intervals one by one."""
+    for days in (1, 3, 30):
+        reference = spend.summarize(spend.window_intervals(session, days=days, now=now), days, now)
+        summed = spend.summarize_day_costs(spend.day_costs(session, days=days, now=now), days, now)
+        assert [d for d, _ in summed.daily] == [d for d, _ in reference.daily]
+        assert [c for _, c in summed.daily] == pytest.approx([c for _, c in reference.daily], abs=1e-6)
+        assert summed.by_job_type == pytest.approx(reference.by_job_type, abs=1e-6)
+        assert summed.by_project == pytest.approx(reference.by_project, abs=1e-6)
+        assert summed.total == pytest.approx(reference.total, abs=1e-6)
+
+
 def test_the_database_sums_the_days_as_the_arithmetic_does(session: Session) -> None:
-    """`day_costs` (what the spend card reads: the database joins each interval to the days it
-    overlaps and sums) gives what `summarize` computes from the intervals one by one — on odd
-    instants, across midnights, open ones up to now, ones ending where they start or before the
-    window, a zero rate, several projects and job types — on SQLite and PostgreSQL."""
+    """`day_costs` (what the spend card reads: the database sums each interval's share of the days it
+    overlaps, or reads a closed one's from `spend_day`) gives what `summarize` computes from the
+    intervals one by one — on odd instants, across midnights, open ones up to now, ones ending where
+    they start or before the window, a zero rate, several projects and job types, summed or rolled
+    up — on SQLite and PostgreSQL."""
     odd = timedelta(minutes=17, seconds=3, microseconds=654321)
     _stored(session, "a", at(28, 1) + odd, at(29, 4) + odd, 2.5)  # across a midnight
     _stored(session, "b", at(29, 20) + odd, None, 1.25, project="vision")  # still open: up to now
@@ -145,14 +160,11 @@ def test_the_database_sums_the_days_as_the_arithmetic_does(session: Session) -> 
     _stored(session, "f", at(30, 0), at(30, 5), 0.0, project="free")  # a zero rate: nothing, not listed
     _stored(session, "g", at(27, 23) + odd, at(30, 0), 3.0, project="vision", job_type="training")  # to 0:00
     _stored(session, "h", NOW + timedelta(minutes=5), None, 4.0)  # not begun by now
-    for days in (1, 3, 30):
-        reference = spend.summarize(spend.window_intervals(session, days=days, now=NOW), days, NOW)
-        summed = spend.summarize_day_costs(spend.day_costs(session, days=days, now=NOW), days, NOW)
-        assert [d for d, _ in summed.daily] == [d for d, _ in reference.daily]
-        assert [c for _, c in summed.daily] == pytest.approx([c for _, c in reference.daily], abs=1e-6)
-        assert summed.by_job_type == pytest.approx(reference.by_job_type, abs=1e-6)
-        assert summed.by_project == pytest.approx(reference.by_project, abs=1e-6)
-        assert summed.total == pytest.approx(reference.total, abs=1e-6)
+    _agrees_with_the_arithmetic(session)
+    # The same once the closed ones (a, c, e, f, g) are in `spend_day`: read from there instead.
+    assert spend.roll_up_closed(session) == 5
+    assert spend.roll_up_closed(session) == 0  # each once
+    _agrees_with_the_arithmetic(session)
     three = spend.summarize_day_costs(spend.day_costs(session, days=3, now=NOW), 3, NOW)
     open_hours = (NOW - at(29, 20) - odd).total_seconds() / 3600
     # By hand: a's 27 h, b's hours until now, d's 54 h of the window, g's 48 h of it (from the 28th).
@@ -162,3 +174,66 @@ def test_the_database_sums_the_days_as_the_arithmetic_does(session: Session) -> 
                                                "training": 0.75 * 54 + 3.0 * 48}, abs=1e-6)
     mine = spend.day_costs(session, days=3, now=NOW, projects=["vision"])
     assert {c.project for c in mine} == {"vision"}
+
+
+def _days(session: Session) -> dict[tuple[str, str, date], float]:
+    rows = session.exec(sa.select(SpendDay.project, SpendDay.job_type, SpendDay.day, SpendDay.cost)).all()
+    return {(p, j, d): round(c, 9) for p, j, d, c in rows}
+
+
+def test_closing_adds_the_cost_to_its_days_once(session: Session) -> None:
+    """A closed interval's cost goes to `spend_day` as it closes, split at UTC midnights and added to
+    what other intervals of the project and job type accrued those days; a retried close adds nothing."""
+    _open(session, "x", at(28, 22), rate=2.0)
+    _open(session, "y", at(29, 1), rate=1.0)
+    assert _days(session) == {}  # open: summed at each read
+    assert spend.close_interval(session, "x", at(29, 3)) is True
+    assert spend.close_interval(session, "x", at(29, 9)) is False
+    assert _days(session) == {("default", "manual", date(2026, 11, 28)): 4.0,
+                              ("default", "manual", date(2026, 11, 29)): 6.0}
+    assert spend.close_interval(session, "y", at(29, 5)) is True
+    assert _days(session)["default", "manual", date(2026, 11, 29)] == 10.0
+    assert spend.roll_up_closed(session) == 0  # both went as they closed
+    _agrees_with_the_arithmetic(session)
+
+
+def test_two_closes_at_once_add_the_cost_once(migrated: sa.Engine) -> None:
+    """Two workers closing the same interval together (a retried activity): one closes it and adds
+    its cost, the other finds it closed — on PostgreSQL the second waits on the first's row lock."""
+    with Session(migrated) as s:
+        _open(s, "z", at(29, 0), rate=3.0)
+    barrier = threading.Barrier(2)
+
+    def close() -> bool:
+        with Session(migrated) as s:
+            barrier.wait()
+            return spend.close_interval(s, "z", at(29, 2))
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: close(), range(2)))
+    assert sorted(results) == [False, True]
+    with Session(migrated) as s:
+        assert _days(s) == {("default", "manual", date(2026, 11, 29)): 6.0}
+
+
+def test_the_upgrade_adds_the_intervals_already_closed(engine: sa.Engine) -> None:
+    """0031 puts every interval closed before it into `spend_day` (and marks it), leaving the open
+    ones to be summed: the first read after the upgrade agrees with the arithmetic."""
+    migrate.upgrade(engine, "0030")
+    rows = [("a", at(28, 22), at(29, 3), 2.0, "default"), ("b", at(29, 1), None, 1.5, "default"),
+            ("c", at(27, 12), at(29, 12), 0.5, "vision")]
+    with engine.begin() as conn:  # the table as 0030 left it: no `rolled_up`
+        conn.execute(sa.insert(SpendInterval.__table__), [  # type: ignore[attr-defined]
+            dict(key=key, instance_id="al-1", project=project, connection_id="c1", provider="fake",
+                 job_type="manual", rate_per_hour=rate, started_at=start, ended_at=end)
+            for key, start, end, rate, project in rows])
+    migrate.upgrade(engine)
+    with Session(engine) as session:
+        assert _days(session) == {("default", "manual", date(2026, 11, 28)): 4.0,
+                                  ("default", "manual", date(2026, 11, 29)): 6.0,
+                                  ("vision", "manual", date(2026, 11, 27)): 6.0,
+                                  ("vision", "manual", date(2026, 11, 28)): 12.0,
+                                  ("vision", "manual", date(2026, 11, 29)): 6.0}
+        flags = dict(session.exec(sa.select(SpendInterval.key, SpendInterval.rolled_up)).all())
+        assert flags == {"a": True, "b": False, "c": True}
+        _agrees_with_the_arithmetic(session)
