@@ -75,11 +75,24 @@ class Connection(SQLModel, table=True):
     health_latency_ms: int | None = None
 
 
+# The statuses in which a machine may exist and bill (AllocationStatus.live), as SQL: the predicate of
+# the live instances' partial index.
+_LIVE_LITERALS = ", ".join(f"'{s.value}'" for s in sorted(AllocationStatus, key=lambda s: s.value) if s.live)
+LIVE_PREDICATE = f"status IN ({_LIVE_LITERALS})"
+
+
 class Instance(SQLModel, table=True):
     """One allocation, from request to verified teardown. `id` is the allocation id."""
 
-    # The console's "active instances" page: the project's live rows, newest first (migration 0027).
-    __table_args__ = (sa.Index("ix_instance_project_status_created_at", "project", "status", "created_at"),)
+    __table_args__ = (
+        # A project's rows of one status, newest first; its live machines' totals (migration 0027).
+        sa.Index("ix_instance_project_status_created_at", "project", "status", "created_at"),
+        # The console's "active instances" page: the project's live rows in page order, so a page
+        # reads its 50 rows, not every live one to sort them (0032). A query uses it only when its
+        # status list is this one, written out (api/routers/instances.py `list_query`).
+        sa.Index("ix_instance_live_project_created_at", "project", "created_at", "id",
+                 sqlite_where=sa.text(LIVE_PREDICATE), postgresql_where=sa.text(LIVE_PREDICATE)),
+    )
 
     id: str = Field(primary_key=True)
     name: str | None = None

@@ -89,8 +89,9 @@ async def test_a_list_request_makes_as_many_statements_with_4x_the_rows(
 
 async def test_the_active_instances_page_uses_its_index(
         stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
-    """The Cloud tab's page (`status=active`) reads the project's live rows through
-    ix_instance_project_status_created_at, not every instance the project ever had."""
+    """The Cloud tab's page (`status=active`) reads the project's live rows in page order through
+    ix_instance_live_project_created_at: its rows, not every live one to sort them, nor every
+    instance the project ever had."""
     engine, seeded = stores[800]
     async with _client(engine, seeded, box) as client:
         with statements(engine) as seen:
@@ -103,7 +104,7 @@ async def test_the_active_instances_page_uses_its_index(
     [(query, params)] = [(s, p) for s, p in seen if "FROM instance" in s and "ORDER BY" in s]
     with engine.connect() as conn:
         plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}", params))
-    assert "ix_instance_project_status_created_at" in plan, plan
+    assert "ix_instance_live_project_created_at" in plan and "ORDER BY" not in plan, plan
 
 
 async def test_a_project_token_is_looked_up_once_per_request(
