@@ -21,6 +21,15 @@ from store.models import Attempt, Instance, InstanceEvent, table_of, utcnow
 # Instance statuses while a cloud machine may exist (or be about to).
 LIVE_STATUSES = frozenset(s.value for s in AllocationStatus if s.live)
 
+
+def is_live() -> sa.ColumnElement[bool]:
+    """`instance.status IN (the live statuses)` with the list written into the SQL, not bound: only
+    then can a planner see that it is the live rows' partial indexes' predicate (store/models.py
+    LIVE_PREDICATE) and read those instead of every row of the project."""
+    live: sa.BindParameter[list[str]] = sa.bindparam("live", sorted(LIVE_STATUSES), expanding=True,
+                                                     literal_execute=True)
+    return col(Instance.status).in_(live)
+
 _INSTANCE, _EVENT, _ATTEMPT = table_of(Instance), table_of(InstanceEvent), table_of(Attempt)
 # What a later snapshot of an attempt may change (not its instance, seq, or when it began).
 _ATTEMPT_FIELDS = ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason")

@@ -85,12 +85,17 @@ class Instance(SQLModel, table=True):
     """One allocation, from request to verified teardown. `id` is the allocation id."""
 
     __table_args__ = (
-        # A project's rows of one status, newest first; its live machines' totals (migration 0027).
+        # A project's rows of one status, newest first (migration 0027).
         sa.Index("ix_instance_project_status_created_at", "project", "status", "created_at"),
         # The console's "active instances" page: the project's live rows in page order, so a page
         # reads its 50 rows, not every live one to sort them (0032). A query uses it only when its
-        # status list is this one, written out (api/routers/instances.py `list_query`).
+        # status list is this one, written out (store/instances.py `is_live`).
         sa.Index("ix_instance_live_project_created_at", "project", "created_at", "id",
+                 sqlite_where=sa.text(LIVE_PREDICATE), postgresql_where=sa.text(LIVE_PREDICATE)),
+        # The providers list's live count and $/hr per connection, from the index alone (0032;
+        # `status` too: SQLite reads the table for a column the index lacks, even one it settles).
+        sa.Index("ix_instance_live_project_connection",
+                 "project", "connection_id", "price_per_hour", "status",
                  sqlite_where=sa.text(LIVE_PREDICATE), postgresql_where=sa.text(LIVE_PREDICATE)),
     )
 

@@ -372,11 +372,7 @@ def list_query(project: str, status_: str | None) -> sa.Select[Any]:
     """The list's select of the project's instances (`status_`: one status, `active` or None)."""
     stmt = sa.select(*INSTANCE_COLUMNS).where(col(Instance.project) == project)
     if status_ == ACTIVE:
-        # Written into the SQL, not bound: only then can a planner see that it is the live index's
-        # predicate (store/models.py LIVE_PREDICATE) and read the page in order from it.
-        live: sa.BindParameter[list[str]] = sa.bindparam("live", sorted(instances.LIVE_STATUSES),
-                                                         expanding=True, literal_execute=True)
-        return stmt.where(col(Instance.status).in_(live))
+        return stmt.where(instances.is_live())  # read in page order from the live rows' index
     if status_ is not None:
         return stmt.where(col(Instance.status) == status_)
     return stmt

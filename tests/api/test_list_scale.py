@@ -107,6 +107,21 @@ async def test_the_active_instances_page_uses_its_index(
     assert "ix_instance_live_project_created_at" in plan and "ORDER BY" not in plan, plan
 
 
+async def test_the_providers_live_totals_read_their_index_alone(
+        stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
+    """The providers list's live count and $/hr per connection come from the live rows' covering
+    index (ix_instance_live_project_connection), not from every live row of the table."""
+    engine, seeded = stores[800]
+    async with _client(engine, seeded, box) as client:
+        with statements(engine) as seen:
+            r = await client.get(api_scale.endpoints(seeded)["providers"])
+    assert r.status_code == 200 and any(p["instance_count"] for p in r.json()["items"])
+    [(query, params)] = [(s, p) for s, p in seen if "FROM instance" in s and "GROUP BY" in s]
+    with engine.connect() as conn:
+        plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}", params))
+    assert "COVERING INDEX ix_instance_live_project_connection" in plan, plan
+
+
 async def test_a_project_token_is_looked_up_once_per_request(
         stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
     """The edge guard checks the bearer token before any body is read; the route's caller is

@@ -1,9 +1,14 @@
-"""live instances index: the Cloud tab's active page reads its rows in order
+"""live instances indexes: the Cloud tab's active page reads its rows in order, its providers' totals
+the index alone
 
 `instance (project, created_at, id) WHERE status IN (the live statuses)`: the Cloud tab's "Active
 cloud instances" (`GET /instances?status=active`, 50 rows a page) found the project's live rows
 through (project, status, created_at) — one range per status — and sorted all of them (413 at
 10,000 machines) to return 50. This index holds them in page order: the page reads its 50.
+`instance (project, connection_id, price_per_hour, status) WHERE status IN (the live statuses)`: the providers
+list's live count and $/hr per connection read every live row of the project from the table; this
+answers it from the index (`status` in it too: SQLite reads the table for a column the index lacks,
+even one the predicate settles).
 
 Revision ID: 0032
 Revises: 0031
@@ -28,7 +33,11 @@ _LIVE = "status IN ('provisioning', 'ready', 'terminating')"  # store/models.py 
 def upgrade() -> None:
     op.create_index("ix_instance_live_project_created_at", "instance", ["project", "created_at", "id"],
                     sqlite_where=sa.text(_LIVE), postgresql_where=sa.text(_LIVE))
+    op.create_index("ix_instance_live_project_connection", "instance",
+                    ["project", "connection_id", "price_per_hour", "status"],
+                    sqlite_where=sa.text(_LIVE), postgresql_where=sa.text(_LIVE))
 
 
 def downgrade() -> None:
+    op.drop_index("ix_instance_live_project_connection", "instance")
     op.drop_index("ix_instance_live_project_created_at", "instance")
