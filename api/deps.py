@@ -5,7 +5,7 @@ database sessions out. Authentication is api/auth.py; the Temporal gateway api/t
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -112,10 +112,16 @@ def open_session(deps: AppDeps) -> Session:
     return Session(deps.engine, expire_on_commit=False)
 
 
-def get_session(deps: DepsDep) -> Iterator[Session]:
-    # A sync generator: FastAPI enters and leaves it on its threadpool, never on the event loop.
-    with open_session(deps) as session:
+async def get_session(deps: DepsDep) -> AsyncIterator[Session]:
+    """The request's session. Making one reads nothing (it takes a connection at its first
+    statement, on the route's thread), so it is made here on the event loop — a sync generator cost
+    a trip to the threadpool to enter as well as to leave (0.1–0.25 ms of CPU a request). Closing it
+    gives the connection back to the pool (on PostgreSQL a ROLLBACK on the wire): on the threadpool."""
+    session = open_session(deps)
+    try:
         yield session
+    finally:
+        await run_in_threadpool(session.close)
 
 
 # Only `def` routes take a session (FastAPI runs them on its threadpool). An `async` route does its

@@ -101,7 +101,7 @@ def direct_db_calls(fn: Callable[..., Any]) -> list[str]:
 
 
 def test_routes_that_take_a_session_are_sync_and_async_routes_use_the_threadpool() -> None:
-    assert inspect.isgeneratorfunction(get_session)  # FastAPI enters it on the threadpool
+    assert inspect.isasyncgenfunction(get_session)  # made on the loop (no I/O), closed on the threadpool
     checked_async = []
     for route in app_routes():
         endpoint = route.endpoint
@@ -151,7 +151,12 @@ async def test_no_statement_runs_on_the_event_loop(client: httpx.AsyncClient, en
         if threading.get_ident() == loop_thread:
             on_loop.append(statement.split(None, 1)[0])
 
+    def returned(conn: Any, record: Any, state: Any) -> None:  # a connection back to the pool: a ROLLBACK
+        if threading.get_ident() == loop_thread:
+            on_loop.append("reset")
+
     sa.event.listen(engine, "before_cursor_execute", record)
+    sa.event.listen(engine.pool, "reset", returned)
     try:
         conn = await connect_fake(client)
         refused = {"provider": "fakecloud", "credentials": {"api_key": "bad"}}
@@ -170,4 +175,5 @@ async def test_no_statement_runs_on_the_event_loop(client: httpx.AsyncClient, en
         assert (await client.delete(f"/api/compute/connections/{conn['id']}")).status_code == 202
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
+        sa.event.remove(engine.pool, "reset", returned)
     assert on_loop == []
