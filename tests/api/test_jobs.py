@@ -14,6 +14,7 @@ from sqlmodel import Session
 from store import spend
 from store.models import utcnow
 from tests.api.conftest import FakeWorkflows, connect_fake
+from tests.api.test_list_scale import statements
 
 JOB = {"name": "j", "command": "true", "requested_by": "tests", "gpu": "A10"}
 
@@ -104,3 +105,22 @@ async def test_a_job_queued_behind_a_gpu_limit_says_so_and_the_one_behind_it_too
     # Every waiting job has a reason; the one not queued (serving, granted) has none.
     assert all(j["waiting_reason"] for j in listed.values() if j["pri"] is not None)
     assert [j["waiting_reason"] for j in listed.values() if j["pri"] is None] == [None]
+
+
+async def test_a_page_without_a_waiting_job_does_not_walk_the_queue(client: httpx.AsyncClient,
+                                                                     engine: sa.Engine) -> None:
+    """A waiting job's reason takes the admission walk over the installation's whole queue; a page
+    of jobs none of which waits has nothing to explain, and reads neither the limits, the grants,
+    the pauses nor anyone's waiting jobs (it did: 160 ms a page with 5,000 jobs waiting anywhere)."""
+    await connect_fake(client)
+    assert (await client.put("/api/compute/limits", json={"max_gpus": 1})).status_code == 200
+    waiting = (await client.post("/api/compute/jobs", json={**JOB, "type": "sft"})).json()["id"]
+    serving = (await client.post("/api/compute/jobs", json={**JOB, "type": "serving"})).json()["id"]
+    with statements(engine) as seen:
+        page = (await client.get("/api/compute/jobs?limit=1")).json()["items"]
+    assert [(j["id"], j["pri"], j["waiting_reason"]) for j in page] == [(serving, None, None)]
+    queue_tables = ("job_limit", "queue_pause", "granted_at IS NOT NULL")
+    assert not [s for s, _ in seen if any(t in s for t in queue_tables)], seen
+    # The page that shows it explains it.
+    listed = {j["id"]: j for j in (await client.get("/api/compute/jobs")).json()["items"]}
+    assert listed[waiting]["pri"] == 1 and listed[waiting]["waiting_reason"]
