@@ -410,6 +410,9 @@ class ReportedWorkload(SQLModel, table=True):
     is the one list of everything consuming compute. gpuprov shows it; it does not run it."""
 
     __tablename__ = "reported_workload"
+    # The Workload Queue's page and its counts per kind, from the index alone (migration 0033).
+    __table_args__ = (
+        sa.Index("ix_reported_workload_queue", "project", "kind", "status", "created_at", "id"),)
 
     project: str = Field(primary_key=True)
     id: str = Field(primary_key=True)  # the reporter's own id (api/routers/workloads.py checks its shape)
@@ -464,6 +467,9 @@ class ProjectBudget(SQLModel, table=True):
 class Job(SQLModel, table=True):
     """A managed job (workflows/job.py): a command run on a machine allocated for it. Its output is
     in `job_log_chunk`, never in workflow history."""
+
+    # The Workload Queue's page and its counts per kind, from the index alone (migration 0033).
+    __table_args__ = (sa.Index("ix_job_queue", "project", "type", "status", "created_at", "id"),)
 
     id: str = Field(primary_key=True)
     project: str = Field(default="default", index=True)

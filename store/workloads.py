@@ -3,6 +3,7 @@ ReportedWorkload, work run elsewhere) and gpuprov's own managed jobs with their 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -27,7 +28,7 @@ def get_reported(session: Session, project: str, workload_id: str) -> ReportedWo
 
 def reported_of(session: Session, project: str) -> Sequence[ReportedWorkload]:
     return session.exec(select(ReportedWorkload).where(ReportedWorkload.project == project)
-                        .order_by(col(ReportedWorkload.created_at))).all()
+                        .order_by(col(ReportedWorkload.created_at), col(ReportedWorkload.id))).all()
 
 
 def report(session: Session, project: str, workload_id: str,
@@ -99,32 +100,49 @@ def page_keys(session: Session, project: str, kinds: Collection[str] | None, off
     """One page of the project's Workload Queue as (row id, kind, active, created_at), jobs (row id
     `job_prefix` + id) and reported workloads together in the queue's order, sorted and cut by the
     database: only the page's keys are read, however many rows the project has."""
+    params: dict[str, Any] = {"project": project, "offset": offset, "limit": limit}
+    if kinds is not None:
+        params["kinds"] = list(kinds)
+    rows = session.connection().execute(_page_keys_statement(kinds is not None), params)
+    return [(i, k, bool(a), at) for i, k, a, at in rows]
+
+
+@functools.cache
+def _page_keys_statement(of_kinds: bool) -> sa.Select[Any]:
+    """`page_keys`' statement, built once (building it cost more than running it): `project`,
+    `offset`, `limit` and, when `of_kinds`, `kinds` bound. Each part reads the (project, kind,
+    status, created_at, id) index alone (migration 0033)."""
     def part(id_: Any, kind: Any, status: Any, created: Any, owner: Any) -> sa.Select[Any]:
         active = sa.case((status.in_(ACTIVE_STATUSES), 1), else_=0)
         stmt = sa.select(id_.label("id"), kind.label("kind"), active.label("active"), created.label("at"))
-        stmt = stmt.where(owner == project)
-        return stmt.where(kind.in_(list(kinds))) if kinds is not None else stmt
+        stmt = stmt.where(owner == sa.bindparam("project"))
+        return stmt.where(kind.in_(sa.bindparam("kinds", expanding=True))) if of_kinds else stmt
 
     jobs = part(sa.literal(JOB_ROW_PREFIX) + col(Job.id), col(Job.type), col(Job.status), col(Job.created_at),
                 col(Job.project))
     reported = part(col(ReportedWorkload.id), col(ReportedWorkload.kind), col(ReportedWorkload.status),
                     col(ReportedWorkload.created_at), col(ReportedWorkload.project))
     both = sa.union_all(jobs, reported).subquery()
-    stmt = (sa.select(both.c.id, both.c.kind, both.c.active, both.c.at)
+    return (sa.select(both.c.id, both.c.kind, both.c.active, both.c.at)
             .order_by(both.c.active.desc(), both.c.at.desc().nulls_first(), both.c.id)
-            .offset(offset).limit(limit))
-    return [(i, k, bool(a), at) for i, k, a, at in session.execute(stmt).all()]
+            .offset(sa.bindparam("offset", type_=sa.Integer)).limit(sa.bindparam("limit", type_=sa.Integer)))
 
 
 def kind_counts(session: Session, project: str) -> dict[str, int]:
     """How many of the project's jobs and reported workloads there are of each kind (a job's type)."""
     counts: dict[str, int] = {}
-    for kind_col, owner in ((col(Job.type), col(Job.project)),
-                            (col(ReportedWorkload.kind), col(ReportedWorkload.project))):
-        for kind, n in session.execute(sa.select(kind_col, sa.func.count()).where(owner == project)
-                                       .group_by(kind_col)).all():
+    for stmt in _kind_counts_statements():
+        for kind, n in session.connection().execute(stmt, {"project": project}):
             counts[str(kind)] = counts.get(str(kind), 0) + int(n)
     return counts
+
+
+@functools.cache
+def _kind_counts_statements() -> tuple[sa.Select[str, int], ...]:
+    """`kind_counts`' two statements (jobs, reported workloads), built once; `project` bound."""
+    parts = ((col(Job.type), col(Job.project)), (col(ReportedWorkload.kind), col(ReportedWorkload.project)))
+    return tuple(sa.select(kind, sa.func.count()).where(owner == sa.bindparam("project")).group_by(kind)
+                 for kind, owner in parts)
 
 
 def jobs_by_id(session: Session, project: str, ids: Collection[str]) -> Sequence[Job]:
@@ -142,5 +160,5 @@ def reported_shown(session: Session, project: str, ids: Collection[str],
     stmt = sa.select(*REPORTED_COLUMNS).where(col(ReportedWorkload.project) == project,
                                               sa.or_(col(ReportedWorkload.id).in_(list(ids)),
                                                      col(ReportedWorkload.status) == queued))
-    stmt = stmt.order_by(col(ReportedWorkload.created_at))
+    stmt = stmt.order_by(col(ReportedWorkload.created_at), col(ReportedWorkload.id))
     return cast(list[ReportedWorkload], select_records(session, stmt))

@@ -122,6 +122,25 @@ async def test_the_providers_live_totals_read_their_index_alone(
     assert "COVERING INDEX ix_instance_live_project_connection" in plan, plan
 
 
+async def test_the_workload_queue_reads_its_page_and_counts_from_indexes_alone(
+        stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
+    """The Workload Queue's page keys (jobs and reported workloads sorted together) and its counts
+    per kind read the (project, kind, status, created_at, id) indexes, never the tables' rows."""
+    engine, seeded = stores[800]
+    async with _client(engine, seeded, box) as client:
+        with statements(engine) as seen:
+            r = await client.get(api_scale.endpoints(seeded)["workloads (with counts)"])
+    assert r.status_code == 200 and r.json()["items"]
+    reads = [(q, p) for q, p in seen if "UNION ALL" in q or ("count(*)" in q and "GROUP BY" in q)]
+    assert len(reads) == 3, [q for q, _ in seen]  # the page's keys; the counts of jobs, of reported ones
+    with engine.connect() as conn:
+        plans = [" ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {q}", p))
+                 for q, p in reads]
+    for plan in plans:
+        tables = plan.split("SEARCH ")[1:]
+        assert tables and all("USING COVERING INDEX ix_" in step for step in tables), plan
+
+
 async def test_a_project_token_is_looked_up_once_per_request(
         stores: dict[int, tuple[sa.Engine, api_scale.Seeded]], box: SecretBox) -> None:
     """The edge guard checks the bearer token before any body is read; the route's caller is
