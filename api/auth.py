@@ -39,8 +39,8 @@ class Caller:
 def token_project(deps: AppDeps, token: str) -> str | None:
     """The project of a live project token; None for an unknown or revoked one. Sync (a database
     read): call it from the threadpool."""
-    with open_session(deps) as session:
-        return projects.project_of_token(session, token)
+    with deps.engine.connect() as conn:
+        return projects.project_of_token(conn, token)
 
 
 def is_admin_token(deps: AppDeps, token: str) -> bool:

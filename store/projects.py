@@ -46,14 +46,17 @@ def add_token(session: Session, project: str, label: str | None) -> tuple[ApiTok
     return row, value
 
 
-def project_of_token(session: Session, token: str) -> str | None:
-    """The project of a live (unrevoked) token, or None. Every request asks: two columns, not an
-    ORM object (0.16 -> 0.035 ms)."""
-    row = session.execute(sa.select(col(ApiToken.project), col(ApiToken.revoked_at))
-                          .where(col(ApiToken.token_hash) == token_hash(token))).first()
+def project_of_token(conn: sa.Connection, token: str) -> str | None:
+    """The project of a live (unrevoked) token, or None. Every request asks: two columns by a
+    statement built once, on a bare connection (a Session around it cost more than the read)."""
+    row = conn.execute(_TOKEN_LOOKUP, {"token_hash": token_hash(token)}).first()
     if row is None or row.revoked_at is not None:
         return None
-    return row.project
+    return str(row.project)
+
+
+_TOKEN_LOOKUP = sa.select(col(ApiToken.project), col(ApiToken.revoked_at)).where(
+    col(ApiToken.token_hash) == sa.bindparam("token_hash"))
 
 
 def revoke_token(session: Session, project: str, token_id: str) -> ApiToken | None:

@@ -72,7 +72,7 @@ def get_spend(session: SessionDep, caller: CallerDep,
     reason = None
     if not connections.connected(session, project=caller.project):
         reason = f"no provider is connected in project {caller.project!r}"
-    elif not spend.any_recorded(session, [caller.project]):
+    elif mine.total == 0.0 and not spend.any_recorded(session, [caller.project]):  # no cost: any at all?
         reason = f"no spend was recorded in project {caller.project!r}"
     return json_response(SpendOut(
         days=days,
