@@ -40,6 +40,10 @@ def token_project(deps: AppDeps, token: str) -> str | None:
     """The project of a live project token; None for an unknown or revoked one. Sync (a database
     read): call it from the threadpool."""
     with deps.engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            # One read needs no transaction, and PostgreSQL's BEGIN and ROLLBACK are two more round
+            # trips (a lookup 0.61 -> 0.42 ms). Not SQLite's: switching its mode costs more than it saves.
+            conn.execution_options(isolation_level="AUTOCOMMIT")
         return projects.project_of_token(conn, token)
 
 
