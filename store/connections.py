@@ -92,6 +92,14 @@ def connected(session: Session, providers: Collection[str] | None = None,
     return session.exec(stmt.order_by(col(Connection.created_at).desc(), col(Connection.id).desc())).all()
 
 
+def any_connected(session: Session, project: str) -> bool:
+    """Whether `project` has a connected connection: one id read, no row built (the spend card asks
+    at every refresh)."""
+    stmt = sa.select(col(Connection.id)).where(col(Connection.status) == ConnectionStatus.CONNECTED,
+                                               col(Connection.project) == project).limit(1)
+    return session.execute(stmt).first() is not None
+
+
 def connected_anywhere(session: Session,
                        connection_ids: Collection[str] | None = None) -> Sequence[Connection]:
     """Connected connections of every project (of `connection_ids`, or all), oldest first (the

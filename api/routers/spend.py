@@ -70,7 +70,7 @@ def get_spend(session: SessionDep, caller: CallerDep,
     mine = spend.summarize_day_costs([c for c in costs if c.project == caller.project], days, now)
     by_project = spend.summarize_day_costs(costs, days, now).by_project if caller.admin else mine.by_project
     reason = None
-    if not connections.connected(session, project=caller.project):
+    if not connections.any_connected(session, caller.project):
         reason = f"no provider is connected in project {caller.project!r}"
     elif mine.total == 0.0 and not spend.any_recorded(session, [caller.project]):  # no cost: any at all?
         reason = f"no spend was recorded in project {caller.project!r}"
