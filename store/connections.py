@@ -138,7 +138,7 @@ def live_totals(session: Session, project: str,
 @functools.cache
 def _live_totals_statement() -> sa.Select[str, int, float | None]:
     """`live_totals`' statement, built once (building it cost more than running it). It reads the
-    project's live rows' (project, connection_id, price_per_hour) index alone (migration 0032)."""
+    project's live rows' (project, connection_id, price_per_hour, status) index alone (0032)."""
     total = func.coalesce(func.sum(Instance.price_per_hour), 0.0)
     return (sa.select(col(Instance.connection_id), func.count(), total)
             .where(col(Instance.project) == sa.bindparam("project"),

@@ -3,7 +3,9 @@ arithmetic that turns them into daily totals and breakdowns.
 
 Writes are idempotent, so a retried activity or a crash between write and answer neither loses nor
 doubles time: an interval is opened once per attempt key (insert-if-absent on a unique key, the
-first start wins), and closing sets `ended_at` only while it is empty."""
+first start wins), and closing sets `ended_at` only while it is empty. A closed interval never changes,
+so closing also adds its cost per UTC day to `spend_day`, once, and the spend card reads those rows in
+place of the closed intervals (`day_costs`): each request sums only the open ones."""
 
 from __future__ import annotations
 
