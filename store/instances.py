@@ -30,6 +30,7 @@ def is_live() -> sa.ColumnElement[bool]:
                                                      literal_execute=True)
     return col(Instance.status).in_(live)
 
+
 _INSTANCE, _EVENT, _ATTEMPT = table_of(Instance), table_of(InstanceEvent), table_of(Attempt)
 # What a later snapshot of an attempt may change (not its instance, seq, or when it began).
 _ATTEMPT_FIELDS = ("provider", "instance_type", "region", "spot", "price_per_hour", "outcome", "reason")
