@@ -29,7 +29,6 @@ import math
 import shlex
 
 import asyncssh
-from sqlmodel import select
 from temporalio import activity
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -57,9 +56,9 @@ from messages.job import (
 )
 from messages.pool import slot_of_allocation
 from store import jobs as job_store
-from store import pool_claims, queue
+from store import pool_claims, queue, spend
 from store.db import session_scope
-from store.models import Job, SpendInterval, utcnow
+from store.models import Job, utcnow
 from workflows import client_calls
 
 READ_MAX = 1 << 20  # bytes read (and stored as one chunk) per poll
@@ -176,11 +175,8 @@ class JobActivities:
             if inp.status == JobStatus.RUNNING and inp.allocation_id is not None and not pool_machine:
                 # The machine's spend counts under the job's type, not as allocated by hand.
                 job = session.get(Job, inp.job_id)
-                for iv in session.exec(select(SpendInterval).where(
-                        SpendInterval.instance_id == inp.allocation_id)).all():
-                    if job is not None and iv.job_type != job.type:
-                        iv.job_type = job.type
-                        session.add(iv)
+                if job is not None:
+                    spend.set_job_type(session, inp.allocation_id, job.type)
                 session.commit()
 
     @activity.defn(name=acts.ADMIT_JOB.name)

@@ -77,16 +77,49 @@ def close_interval(session: Session, key: str, ended_at: datetime) -> bool:
         return False
     end = max(aware(ended_at), aware(row.started_at))
     # A conditional update: of two concurrent closes, only the first sets it (PostgreSQL's second
-    # waits on the row's lock, then finds it closed), and only that one adds the cost.
-    result = session.execute(sa.update(SpendInterval)
+    # waits on the row's lock, then finds it closed), and only that one adds the cost — under the
+    # job type the row has as it is closed (RETURNING), not as read above: `set_job_type` may have
+    # changed it in between.
+    closed = session.execute(sa.update(SpendInterval)
                              .where(col(SpendInterval.key) == key, col(SpendInterval.ended_at).is_(None))
-                             .values(ended_at=end, rolled_up=True))
-    if not getattr(result, "rowcount", 0):
+                             .values(ended_at=end, rolled_up=True)
+                             .returning(col(SpendInterval.project), col(SpendInterval.job_type))).first()
+    if closed is None:
         session.rollback()
         return False
-    _add_to_days(session, row.project, row.job_type, day_shares(row.started_at, end, row.rate_per_hour))
+    _add_to_days(session, closed.project, closed.job_type, day_shares(row.started_at, end, row.rate_per_hour))
     session.commit()
     return True
+
+
+def set_job_type(session: Session, instance_id: str, job_type: str) -> None:
+    """Count the allocation's intervals under `job_type` (the job's, once it runs on the machine),
+    a closed one's cost in `spend_day` moving with it. Not committed. Each row is changed only as it
+    was read (its job type and whether it is rolled up), so a close in between is seen, not undone."""
+    rows = sa.select(col(SpendInterval.id), col(SpendInterval.project), col(SpendInterval.job_type),
+                     col(SpendInterval.rolled_up), col(SpendInterval.rate_per_hour),
+                     col(SpendInterval.started_at), col(SpendInterval.ended_at))
+    pending = [r for r in session.execute(rows.where(col(SpendInterval.instance_id) == instance_id))]
+    while pending:
+        row = pending.pop()
+        if row.job_type == job_type:
+            continue
+        changed = session.execute(sa.update(SpendInterval)
+                                  .where(col(SpendInterval.id) == row.id,
+                                         col(SpendInterval.job_type) == row.job_type,
+                                         col(SpendInterval.rolled_up) == row.rolled_up)
+                                  .values(job_type=job_type))
+        if not getattr(changed, "rowcount", 0):  # closed (or retyped) meanwhile: read it again
+            pending.extend(session.execute(rows.where(col(SpendInterval.id) == row.id)))
+            continue
+        if row.rolled_up and row.ended_at is not None:
+            shares = day_shares(row.started_at, row.ended_at, row.rate_per_hour)
+            _add_to_days(session, row.project, row.job_type, [(day, -cost) for day, cost in shares])
+            _add_to_days(session, row.project, job_type, shares)
+            # A day the old type no longer accrued on is gone, not a row of float dust.
+            session.execute(sa.delete(SpendDay).where(
+                col(SpendDay.project) == row.project, col(SpendDay.job_type) == row.job_type,
+                col(SpendDay.day).in_([day for day, _ in shares]), sa.func.abs(col(SpendDay.cost)) < 1e-9))
 
 
 def roll_up_closed(session: Session) -> int:

@@ -237,3 +237,50 @@ def test_the_upgrade_adds_the_intervals_already_closed(engine: sa.Engine) -> Non
         flags = dict(session.exec(sa.select(SpendInterval.key, SpendInterval.rolled_up)).all())
         assert flags == {"a": True, "b": False, "c": True}
         _agrees_with_the_arithmetic(session)
+
+
+def test_a_jobs_type_moves_a_closed_intervals_cost_with_it(session: Session) -> None:
+    """A job's machine counts under the job's type once it runs (activities/jobs.py record_job) — the
+    allocation's earlier attempts too, whose intervals may be closed and rolled up under `manual`
+    already: their cost moves in `spend_day` with them, and no empty `manual` day is left."""
+    _open(session, "try-1", at(29, 1), rate=2.0)  # a first attempt, ended before the job ran
+    assert spend.close_interval(session, "try-1", at(29, 3)) is True
+    _open(session, "try-2", at(29, 4), rate=2.0)  # the machine the job runs on, still open
+    spend.set_job_type(session, "al-1", "sft")
+    session.commit()
+    assert _days(session) == {("default", "sft", date(2026, 11, 29)): 4.0}
+    assert {iv.key: iv.job_type for iv in spend.intervals_of(session, "al-1")} == {"try-1": "sft",
+                                                                                  "try-2": "sft"}
+    _agrees_with_the_arithmetic(session)
+    spend.set_job_type(session, "al-1", "sft")  # again: nothing moves twice
+    session.commit()
+    assert _days(session) == {("default", "sft", date(2026, 11, 29)): 4.0}
+    assert spend.close_interval(session, "try-2", at(29, 6)) is True  # closes under the job's type
+    assert _days(session) == {("default", "sft", date(2026, 11, 29)): 8.0}
+
+
+def test_a_retype_between_a_closes_read_and_its_update_counts_under_the_new_type(
+        migrated: sa.Engine) -> None:
+    """`close_interval` reads the row (job type `manual`); the job's type is set and committed before
+    its update: the cost goes under the type the row has as it closes, not the one it read."""
+    with Session(migrated) as s:
+        _open(s, "k", at(29, 0), rate=1.0)
+    retyped: list[bool] = []
+
+    def retype_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE SPEND_INTERVAL SET ENDED_AT") and not retyped:
+            retyped.append(True)
+            with Session(migrated) as other:
+                spend.set_job_type(other, "al-1", "grpo")
+                other.commit()
+
+    sa.event.listen(migrated, "before_cursor_execute", retype_first)
+    try:
+        with Session(migrated) as s:
+            assert spend.close_interval(s, "k", at(29, 2)) is True
+    finally:
+        sa.event.remove(migrated, "before_cursor_execute", retype_first)
+    assert retyped
+    with Session(migrated) as s:
+        assert _days(s) == {("default", "grpo", date(2026, 11, 29)): 2.0}
+        _agrees_with_the_arithmetic(s)
