@@ -82,7 +82,7 @@ def test_the_live_instances_indexes_hold_exactly_the_live_statuses(engine: sa.En
     Cloud tab reading every live row again, so the two must agree."""
     migrate.upgrade(engine)
     query = ("SELECT sql FROM sqlite_master WHERE name = :n" if engine.dialect.name == "sqlite"
-             else "SELECT indexdef FROM pg_indexes WHERE indexname = :n")
+             else "SELECT indexdef FROM pg_indexes WHERE indexname = :n AND schemaname = current_schema()")
     with engine.connect() as conn:
         definition = conn.execute(sa.text(query), {"n": index}).scalar_one()
     held = {s.value for s in AllocationStatus if f"'{s.value}'" in definition}
