@@ -92,14 +92,18 @@ def close_interval(session: Session, key: str, ended_at: datetime) -> bool:
     return True
 
 
+# What moving or rolling up an interval's cost reads of it.
+_ACCRUAL = tuple(col(c) for c in (SpendInterval.id, SpendInterval.project, SpendInterval.job_type,
+                                  SpendInterval.rolled_up, SpendInterval.rate_per_hour,
+                                  SpendInterval.started_at, SpendInterval.ended_at))
+
+
 def set_job_type(session: Session, instance_id: str, job_type: str) -> None:
     """Count the allocation's intervals under `job_type` (the job's, once it runs on the machine),
     a closed one's cost in `spend_day` moving with it. Not committed. Each row is changed only as it
     was read (its job type and whether it is rolled up), so a close in between is seen, not undone."""
-    rows = sa.select(col(SpendInterval.id), col(SpendInterval.project), col(SpendInterval.job_type),
-                     col(SpendInterval.rolled_up), col(SpendInterval.rate_per_hour),
-                     col(SpendInterval.started_at), col(SpendInterval.ended_at))
-    pending = [r for r in session.execute(rows.where(col(SpendInterval.instance_id) == instance_id))]
+    read = sa.select(*_ACCRUAL)
+    pending = list(session.execute(read.where(col(SpendInterval.instance_id) == instance_id)))
     while pending:
         row = pending.pop()
         if row.job_type == job_type:
@@ -110,7 +114,7 @@ def set_job_type(session: Session, instance_id: str, job_type: str) -> None:
                                          col(SpendInterval.rolled_up) == row.rolled_up)
                                   .values(job_type=job_type))
         if not getattr(changed, "rowcount", 0):  # closed (or retyped) meanwhile: read it again
-            pending.extend(session.execute(rows.where(col(SpendInterval.id) == row.id)))
+            pending.extend(session.execute(read.where(col(SpendInterval.id) == row.id)))
             continue
         if row.rolled_up and row.ended_at is not None:
             shares = day_shares(row.started_at, row.ended_at, row.rate_per_hour)
@@ -126,18 +130,15 @@ def roll_up_closed(session: Session) -> int:
     """Add the closed intervals not yet in `spend_day` to it, and commit; how many. `close_interval`
     does this for each as it closes; what else wrote an end (a process from before 0031 still running
     beside a new one, or rows written directly) leaves them to this. Reads count them either way."""
-    iv = SpendInterval
-    stmt = (sa.select(col(iv.id), col(iv.project), col(iv.job_type), col(iv.rate_per_hour),
-                      col(iv.started_at), col(iv.ended_at))
-            .where(col(iv.ended_at).is_not(None), col(iv.rolled_up) == sa.false())
+    stmt = (sa.select(*_ACCRUAL)
+            .where(col(SpendInterval.ended_at).is_not(None), col(SpendInterval.rolled_up) == sa.false())
             .with_for_update())
     ids: list[int] = []
     totals: dict[tuple[str, str], dict[date, float]] = defaultdict(lambda: defaultdict(float))
-    for id_, project, job_type, rate, started, ended in session.connection().execute(stmt):
-        assert id_ is not None and ended is not None  # a stored row; the query's closed ones
-        ids.append(id_)
-        for day, cost in day_shares(started, ended, rate):
-            totals[project, job_type][day] += cost
+    for row in session.connection().execute(stmt):
+        ids.append(row.id)
+        for day, cost in day_shares(row.started_at, row.ended_at, row.rate_per_hour):
+            totals[row.project, row.job_type][day] += cost
     for (project, job_type), days in totals.items():
         _add_to_days(session, project, job_type, sorted(days.items()))
     for start in range(0, len(ids), 1000):
