@@ -8,6 +8,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Annotated
 
+import sqlalchemy as sa
 from fastapi import Depends, Header, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
@@ -36,14 +37,20 @@ class Caller:
     project: str
 
 
+def _read(deps: AppDeps) -> sa.Connection:
+    """A bare connection for one lookup. On PostgreSQL outside a transaction: one read needs none,
+    and BEGIN and ROLLBACK are two more round trips (a lookup 0.61 -> 0.42 ms). Not on SQLite:
+    switching its mode costs more than it saves."""
+    conn = deps.engine.connect()
+    if conn.dialect.name == "postgresql":
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+    return conn
+
+
 def token_project(deps: AppDeps, token: str) -> str | None:
     """The project of a live project token; None for an unknown or revoked one. Sync (a database
     read): call it from the threadpool."""
-    with deps.engine.connect() as conn:
-        if conn.dialect.name == "postgresql":
-            # One read needs no transaction, and PostgreSQL's BEGIN and ROLLBACK are two more round
-            # trips (a lookup 0.61 -> 0.42 ms). Not SQLite's: switching its mode costs more than it saves.
-            conn.execution_options(isolation_level="AUTOCOMMIT")
+    with _read(deps) as conn:
         return projects.project_of_token(conn, token)
 
 
@@ -80,8 +87,28 @@ def check_token(deps: AppDeps, token: str) -> TokenCheck:
     return TokenCheck(token, admin=False, project=token_project(deps, token))
 
 
+async def checked_token(deps: AppDeps, token: str) -> TokenCheck:
+    """check_token from the event loop: the admin token is compared here, a project token is looked
+    up on the threadpool."""
+    if token and is_admin_token(deps, token):
+        return TokenCheck(token, admin=True, project=None)
+    return await run_in_threadpool(check_token, deps, token)
+
+
 def token_is_valid(deps: AppDeps, token: str) -> bool:
     return check_token(deps, token).valid
+
+
+@dataclass(frozen=True)
+class ConsoleCheck:
+    """What the edge guard learnt of a request's console session cookie (TokenCheck's counterpart):
+    `current_caller` reads it rather than looking the same session up again."""
+
+    value: str
+    opened: console_sessions.OpenSession | None
+
+
+CONSOLE_CHECK = "gpuprov_console_check"  # its key in the ASGI scope's "state"
 
 
 UNAUTHORIZED = "missing or invalid bearer token"
@@ -107,14 +134,41 @@ def console_session(deps: AppDeps, value: str | None) -> console_sessions.OpenSe
     """The live console session a cookie value opens, else None. Sync (a database read)."""
     if not value:
         return None
+    with _read(deps) as conn:
+        return console_sessions.live_session(conn, deps.box, value)
+
+
+def project_exists(deps: AppDeps, project: str) -> bool:
+    """Whether `project` exists. Projects are never deleted (store/projects.py), so one seen once is
+    remembered for the process: an admin's requests read it once, not at every request. Sync."""
+    if project in deps.known_projects:
+        return True
     with open_session(deps) as session:
-        return console_sessions.live_session(session, deps.box, value)
+        exists = projects.get_project(session, project) is not None
+    if exists:
+        deps.known_projects.add(project)
+    return exists
 
 
-def _console_caller(request: Request, deps: AppDeps) -> tuple[bool, str | None]:
-    """(admin, project) of the request's console session; 401 without a live one, 403 for a write
-    without its CSRF token (a cookie rides along with requests the page did not make)."""
-    opened = console_session(deps, request.cookies.get(CONSOLE_COOKIE))
+async def _who(request: Request, creds: HTTPAuthorizationCredentials | None,
+               deps: AppDeps) -> tuple[bool, str | None]:
+    """(admin, project) of the request's bearer token, else of its console session: what the edge
+    guard learnt of the same credential if it did, else a lookup. 401 for neither; 403 for a
+    console session's write without its CSRF token (a cookie rides along with requests the page did
+    not make)."""
+    if creds is not None:
+        check = getattr(request.state, TOKEN_CHECK, None)
+        if not (isinstance(check, TokenCheck) and check.token == creds.credentials):
+            check = await checked_token(deps, creds.credentials)
+        if not check.valid:
+            raise _unauthorized()
+        return check.admin, check.project
+    value = request.cookies.get(CONSOLE_COOKIE)
+    known = getattr(request.state, CONSOLE_CHECK, None)
+    if isinstance(known, ConsoleCheck) and known.value == value:
+        opened = known.opened
+    else:
+        opened = await run_in_threadpool(console_session, deps, value)
     if opened is None:
         raise _unauthorized()
     if request.method not in SAFE_METHODS and not hmac.compare_digest(
@@ -126,35 +180,15 @@ def _console_caller(request: Request, deps: AppDeps) -> tuple[bool, str | None]:
 async def current_caller(request: Request, creds: BearerDep, deps: DepsDep,
                          x_project: ProjectHeader = None) -> Caller:
     """Authenticate the request (a bearer token, else a console session cookie) and settle its
-    project. A project token the edge guard already checked costs nothing more (its `TokenCheck`);
-    anything that reads the database (a console session, the admin's project) runs on the threadpool,
-    never on the event loop. Async: a dependency FastAPI would otherwise hand to its threadpool."""
-    checked = getattr(request.state, TOKEN_CHECK, None)
-    if creds is not None and isinstance(checked, TokenCheck) and checked.token == creds.credentials \
-            and not checked.admin:
-        own = checked.project
-    else:
-        return await run_in_threadpool(_caller_from_store, request, creds, deps, x_project)
-    if own is None:
-        raise _unauthorized()
-    if x_project is not None and x_project != own:
-        raise no_project(x_project)
-    return Caller(admin=False, project=own)
-
-
-def _caller_from_store(request: Request, creds: HTTPAuthorizationCredentials | None, deps: AppDeps,
-                       x_project: str | None) -> Caller:
-    """`current_caller` when the database must be read: on the threadpool."""
-    if creds is None:
-        admin, own = _console_caller(request, deps)
-    else:
-        check = check_token(deps, creds.credentials)
-        admin, own = check.admin, check.project
+    project. What the edge guard already checked costs nothing more; what reads the database (a
+    credential the guard did not check, a project an admin names for the first time) runs on the
+    threadpool, never on the event loop. Async: a dependency FastAPI would otherwise hand to its
+    threadpool."""
+    admin, own = await _who(request, creds, deps)
     if admin:
         project = x_project or DEFAULT_PROJECT
-        with open_session(deps) as session:
-            if projects.get_project(session, project) is None:
-                raise no_project(project)
+        if not (project in deps.known_projects or await run_in_threadpool(project_exists, deps, project)):
+            raise no_project(project)
         return Caller(admin=True, project=project)
     if own is None:
         raise _unauthorized()

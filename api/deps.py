@@ -60,6 +60,8 @@ class AppDeps:
     job_priority_max: int = 100  # a job's priority is within ±this (GPUPROV_JOB_PRIORITY_MAX)
     # The SSH path to machines (activities/machine_ssh.py), for reading a kubeconfig: built on first use.
     machine_access: Any = None
+    # Projects seen to exist (api/auth.py project_exists): never deleted, so remembered per process.
+    known_projects: set[str] = field(default_factory=set)
 
 
 def load_or_create_token(home: Path, configured: str | None = None) -> str:

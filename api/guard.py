@@ -36,7 +36,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import logsafe
 from api import strict_json
-from api.auth import CONSOLE_COOKIE, TOKEN_CHECK, UNAUTHORIZED, check_token, console_session
+from api.auth import (
+    CONSOLE_CHECK,
+    CONSOLE_COOKIE,
+    TOKEN_CHECK,
+    UNAUTHORIZED,
+    ConsoleCheck,
+    checked_token,
+    console_session,
+)
 from api.console import pages
 from api.deps import AppDeps
 from api.routers import codec
@@ -157,9 +165,10 @@ def replaying(body: bytes, receive: Receive) -> Receive:
 
 
 class EdgeGuard:
-    """See the module docstring. Tokens are checked by auth.check_token against the deps of the
-    app being called (`app.state.deps`); it is sync (it may query the database) and runs on the
-    threadpool. Session cookies by codec.valid_session (an HMAC and a clock: cheap, no I/O)."""
+    """See the module docstring. Tokens are checked by auth.checked_token against the deps of the
+    app being called (`app.state.deps`): the admin token here, a project token on the threadpool
+    (a database read), as is a console session. Codec session cookies by codec.valid_session (an
+    HMAC and a clock: cheap, no I/O)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -229,13 +238,17 @@ class EdgeGuard:
             return value is not None and codec.valid_session(deps, value)
         if authorization is None and scope["path"].startswith("/api/"):
             value = session_cookie(headers, CONSOLE_COOKIE)
-            return value is not None and await run_in_threadpool(console_session, deps, value) is not None
+            if value is None:
+                return False
+            opened = await run_in_threadpool(console_session, deps, value)
+            # The route's `current_caller` reads it from the request's state rather than asking again.
+            scope.setdefault("state", {})[CONSOLE_CHECK] = ConsoleCheck(value, opened)
+            return opened is not None
         token = bearer_token(authorization)
         if token is None:
             return False
-        check = await run_in_threadpool(check_token, deps, token)
-        # The route's `current_caller` reads it from the request's state rather than asking again.
-        scope.setdefault("state", {})[TOKEN_CHECK] = check
+        check = await checked_token(deps, token)
+        scope.setdefault("state", {})[TOKEN_CHECK] = check  # as CONSOLE_CHECK above
         return check.valid
 
 

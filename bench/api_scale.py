@@ -13,8 +13,8 @@ The schema is made by the project's own migrations (store/migrate.py); rows go i
 (SQLAlchemy core executemany) into the real tables, while the project and its token are made by
 the store's own functions so the API's auth takes them. PostgreSQL is GPUPROV_TEST_POSTGRES_URL's
 server (default postgres@127.0.0.1:5432) in a database of its own, `gpuprov_bench_api`, dropped
-afterwards; SQLite a temp file. Requests are made as the console makes them: a project token, the
-first page of each list at the console's page size.
+afterwards; SQLite a temp file. Requests are made as the console makes them: with the session
+cookie its sign-in gives for a project token, the first page of each list at the console's page size.
 """
 
 from __future__ import annotations
@@ -348,6 +348,14 @@ def api_process(url: str, home: Path) -> Iterator[str]:
 # --------------------------------------------------------------------------- measuring
 
 
+def console_cookie(base: str, token: str) -> dict[str, str]:
+    """The session cookie the console's sign-in trades `token` for (api/console/session.py): the
+    console's pages send it, not the token, with every request they make."""
+    r = httpx.post(f"{base}/api/console/session", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    r.raise_for_status()
+    return dict(r.cookies)
+
+
 def endpoints(seeded: Seeded) -> dict[str, str]:
     """Report name -> path under /api/compute: each list as the console asks for its first page."""
     return {
@@ -473,7 +481,7 @@ async def run_backend(backend: str, rows: int, clients: int, requests: int,
             with api_process(url, folder / "home") as base:
                 limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
                 async with httpx.AsyncClient(base_url=base + "/api/compute", limits=limits, timeout=60,
-                                             headers={"Authorization": f"Bearer {seeded.token}"}) as client:
+                                             cookies=console_cookie(base, seeded.token)) as client:
                     # The floor: a route with no auth and no database, by the same clients in the same
                     # run — what uvicorn and this box's two cores cost alone at this concurrency.
                     floor = await measure(client, f"{base}/healthz", clients=clients, requests=requests)

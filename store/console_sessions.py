@@ -11,7 +11,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlmodel import Session, select
+import sqlalchemy as sa
+from sqlmodel import Session, col
 
 from store.models import ApiToken, ConsoleSession, utcnow
 from store.secrets import SecretBox
@@ -46,17 +47,26 @@ def open_session(session: Session, box: SecretBox, *, admin: bool, project: str 
     return value, OpenSession(admin, project, csrf_token(box, value), row.expires_at)
 
 
-def live_session(session: Session, box: SecretBox, value: str | None) -> OpenSession | None:
+def live_session(conn: sa.Connection, box: SecretBox, value: str | None) -> OpenSession | None:
     """The live session `value` opens, else None: unknown, ended, expired, or opened with a project
-    token that has since been revoked."""
-    row = _row(session, box, value)
-    if value is None or row is None or row.ended_at is not None or _aware(row.expires_at) <= utcnow():
+    token that has since been revoked. Every console request asks: one statement built once (the
+    session's row and its token's revocation together), on a bare connection."""
+    if not value or len(value) > 128:  # a value no cookie of ours could hold names none
         return None
-    if row.token_hash is not None:
-        token = session.exec(select(ApiToken).where(ApiToken.token_hash == row.token_hash)).first()
-        if token is None or token.revoked_at is not None:
-            return None
-    return OpenSession(row.admin, row.project, csrf_token(box, value), _aware(row.expires_at))
+    row = conn.execute(_LIVE_LOOKUP, {"id_digest": _id_digest(box, value)}).first()
+    if row is None or row.ended_at is not None or _aware(row.expires_at) <= utcnow():
+        return None
+    if row.token_hash is not None and (row.token_project is None or row.revoked_at is not None):
+        return None
+    return OpenSession(bool(row.admin), row.project, csrf_token(box, value), _aware(row.expires_at))
+
+
+_LIVE_LOOKUP = sa.select(
+    col(ConsoleSession.admin), col(ConsoleSession.project), col(ConsoleSession.token_hash),
+    col(ConsoleSession.ended_at), col(ConsoleSession.expires_at),
+    sa.label("token_project", col(ApiToken.project)), col(ApiToken.revoked_at),
+).outerjoin(ApiToken, col(ApiToken.token_hash) == col(ConsoleSession.token_hash)).where(
+    col(ConsoleSession.id_digest) == sa.bindparam("id_digest"))
 
 
 def end_session(session: Session, box: SecretBox, value: str | None) -> bool:

@@ -4,7 +4,8 @@ FakeCloud adapter and a FakeWorkflows recorder in place of Temporal."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -288,6 +289,21 @@ async def connect_fake(client: httpx.AsyncClient, project: str | None = None) ->
     assert r.status_code == 201, r.text
     body: dict[str, Any] = r.json()
     return body
+
+
+@contextmanager
+def statements(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
+    """Every SQL statement run on `engine` meanwhile, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        seen.append((statement, parameters))
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
 
 
 async def make_project(client: httpx.AsyncClient, project: str) -> str:

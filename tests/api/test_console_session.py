@@ -15,7 +15,7 @@ from sqlmodel import Session, select
 
 from api.auth import CONSOLE_COOKIE, CSRF_HEADER
 from store.models import Connection, ConsoleSession, utcnow
-from tests.api.conftest import GOOD_KEY, TOKEN, make_project
+from tests.api.conftest import GOOD_KEY, TOKEN, make_project, statements
 
 SESSION = "/api/console/session"
 FAKE_CONNECTION = {"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY}}
@@ -154,3 +154,17 @@ async def test_a_bearer_token_wins_over_a_cookie(browser: httpx.AsyncClient) -> 
     value, _ = await sign_in(browser)
     r = await browser.get("/api/compute/providers", headers={**cookie(value), "Authorization": "Bearer nope"})
     assert r.status_code == 401
+
+
+@pytest.mark.parametrize("token", ["admin", "project"])
+async def test_a_console_request_reads_its_session_once(client: httpx.AsyncClient, browser: httpx.AsyncClient,
+                                                        engine: sa.Engine, token: str) -> None:
+    """The edge guard's lookup of the cookie's session is the route's too: one read a request, the
+    session and its token's revocation together (it was two: the guard's, then the route's)."""
+    value, _ = await sign_in(browser, TOKEN if token == "admin" else await make_project(client, "team-a"))
+    with statements(engine) as seen:
+        r = await browser.get("/api/compute/providers", headers=cookie(value))
+        write = await browser.post("/api/compute/connections", json=FAKE_CONNECTION, headers=cookie(value))
+    assert r.status_code == 200, r.text
+    assert write.status_code == 403  # the guard's lookup does not stand in for the write's CSRF check
+    assert sum("console_sessions" in statement for statement, _ in seen) == 2, seen  # one a request

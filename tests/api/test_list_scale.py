@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -20,22 +19,7 @@ from api.deps import AppDeps
 from bench import api_scale
 from store.secrets import SecretBox
 from tests import migrated
-from tests.api.conftest import TOKEN, FakeWorkflows, app_serving
-
-
-@contextmanager
-def statements(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
-    """Every SQL statement run on `engine` meanwhile, with its parameters."""
-    seen: list[tuple[str, Any]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        seen.append((statement, parameters))
-
-    sa.event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", record)
+from tests.api.conftest import TOKEN, FakeWorkflows, app_serving, statements
 
 
 @asynccontextmanager
