@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, delete, select
 
 from messages.fleet import HostProbe
 from store.models import Fleet, FleetHost, utcnow
+from store.records import select_records
 from store.secrets import SecretBox
 
 
@@ -43,12 +46,17 @@ def probe_targets(session: Session, fleet_ids: Sequence[str] | None = None) -> l
     return [(f.id, f.probe_id) for f in rows if f.probe_id is not None]
 
 
-def hosts_by_fleet(session: Session, fleet_ids: Sequence[str]) -> dict[str, list[FleetHost]]:
-    """The hosts of each fleet named, in their order: one query."""
-    found: dict[str, list[FleetHost]] = {f: [] for f in fleet_ids}
+# What a fleet's health shows of each host (api/routers/providers.py).
+HOST_HEALTH_COLUMNS: tuple[Any, ...] = (FleetHost.fleet_id, FleetHost.host, FleetHost.probed_at,
+                                        FleetHost.reachable, FleetHost.reason, FleetHost.gpu_count)
+
+
+def host_health_by_fleet(session: Session, fleet_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """The hosts of each fleet named, in their order, as records of HOST_HEALTH_COLUMNS: one query."""
+    found: dict[str, list[Any]] = {f: [] for f in fleet_ids}
     if fleet_ids:
-        for h in session.exec(select(FleetHost).where(col(FleetHost.fleet_id).in_(fleet_ids))
-                              .order_by(col(FleetHost.position))).all():
+        for h in select_records(session, sa.select(*HOST_HEALTH_COLUMNS).where(
+                col(FleetHost.fleet_id).in_(fleet_ids)).order_by(col(FleetHost.position))):
             found[h.fleet_id].append(h)
     return found
 

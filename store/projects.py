@@ -1,4 +1,8 @@
-"""Projects and their API tokens (store/models.py Project, ApiToken); only a token's hash is kept."""
+"""Projects and their API tokens (store/models.py Project, ApiToken); only a token's hash is kept.
+
+A project is never deleted (nothing here or in a migration removes one): the API remembers which
+exist for as long as its process runs (api/auth.py project_exists). Deleting projects would need
+that memory dropped first."""
 
 from __future__ import annotations
 

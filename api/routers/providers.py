@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, Field
-from sqlmodel import select
+from sqlmodel import col
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.auth import CallerDep
@@ -43,7 +44,7 @@ from providers import listing, registry
 from providers.future import FUTURE, SSH_FLEET
 from store import connections as connection_store
 from store import fleets
-from store.models import Connection, Fleet, FleetHost
+from store.models import Connection, Fleet
 
 router = APIRouter(prefix="/providers", tags=["providers"])
 
@@ -95,7 +96,17 @@ class ProviderOut(BaseModel):
                                                     "probe")
 
 
-def _row(c: Connection, totals: dict[str, tuple[int, float]]) -> ProviderOut:
+# The columns each row reads, as records (store/records.py): no ORM object per row, and never a
+# connection's sealed credentials, which the list does not show.
+_CONNECTION_COLUMNS: tuple[Any, ...] = (
+    Connection.id, Connection.provider, Connection.name, Connection.status, Connection.error,
+    Connection.health_status, Connection.health_reason, Connection.health_checked_at,
+    Connection.health_latency_ms, Connection.created_at)
+_FLEET_COLUMNS: tuple[Any, ...] = (Fleet.id, Fleet.name, Fleet.created_at)
+
+
+def _row(c: Any, totals: dict[str, tuple[int, float]]) -> ProviderOut:
+    """A connection's row; `c` a record of _CONNECTION_COLUMNS."""
     try:
         card = listing.of(registry.adapter_class(c.provider))
         name, tagline = card.display_name or c.provider, card.tagline
@@ -115,7 +126,8 @@ def _row(c: Connection, totals: dict[str, tuple[int, float]]) -> ProviderOut:
                        instance_count=count, cost_per_hour=round(cost, 6))
 
 
-def _fleet_row(f: Fleet, hosts: Sequence[FleetHost]) -> ProviderOut:
+def _fleet_row(f: Any, hosts: Sequence[Any]) -> ProviderOut:
+    """A fleet's row; `f` a record of _FLEET_COLUMNS, `hosts` of fleets.HOST_HEALTH_COLUMNS."""
     probed = [h for h in hosts if h.probed_at is not None]
     down = [h for h in probed if not h.reachable]
     reason = None
@@ -139,22 +151,22 @@ def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Res
     with its last health check (a fleet: its hosts' last probe), a cloud's live instances' count and
     $/hr, a fleet's host and GPU counts: a handful of queries per page, no cloud or host called."""
     project = caller.project
-    conns, more_conns = KEYSET.fetch(session, select(Connection).where(Connection.project == project), page)
-    fleet_rows, more_fleets = FLEET_KEYSET.fetch(session, select(Fleet).where(Fleet.project == project), page)
+    conns, more_conns = KEYSET.fetch_columns(
+        session, sa.select(*_CONNECTION_COLUMNS).where(col(Connection.project) == project), page)
+    fleet_rows, more_fleets = FLEET_KEYSET.fetch_columns(
+        session, sa.select(*_FLEET_COLUMNS).where(col(Fleet.project) == project), page)
     # Each list gave up to `limit` rows after the cursor; the first `limit` of both, merged, are this page.
-    merged: list[Connection | Fleet] = sorted([*conns, *fleet_rows],
-                                              key=lambda r: (aware(r.created_at), r.id))
+    merged: list[tuple[Any, bool]] = sorted([*((c, True) for c in conns), *((f, False) for f in fleet_rows)],
+                    key=lambda entry: (aware(entry[0].created_at), entry[0].id))
     shown, rest = merged[:page.limit], merged[page.limit:]
     following = None
     if rest or more_conns or more_fleets:
-        last = shown[-1]
+        last = shown[-1][0]
         following = encode_cursor(KEYSET.kind, t=last.created_at.isoformat(), i=last.id)
-    totals = connection_store.live_totals(session, project,
-                                          [r.id for r in shown if isinstance(r, Connection)])
-    hosts = fleets.hosts_by_fleet(session, [r.id for r in shown if isinstance(r, Fleet)])
-    return json_response(Page(items=[_row(r, totals) if isinstance(r, Connection)
-                                     else _fleet_row(r, hosts.get(r.id, [])) for r in shown],
-                              next_cursor=following))
+    totals = connection_store.live_totals(session, project, [r.id for r, cloud in shown if cloud])
+    hosts = fleets.host_health_by_fleet(session, [r.id for r, cloud in shown if not cloud])
+    return json_response(Page(items=[_row(r, totals) if cloud else _fleet_row(r, hosts.get(r.id, []))
+                                     for r, cloud in shown], next_cursor=following))
 
 
 @router.delete("/{connection_id:backend_id}", status_code=status.HTTP_202_ACCEPTED,

@@ -27,7 +27,7 @@ from messages.health import CheckInput, RecordHealthInput
 from store import connections, fleets, ids
 from store.models import Instance
 from store.secrets import SecretBox
-from tests.api.conftest import FakeWorkflows, all_items, connect_fake, make_project
+from tests.api.conftest import FakeWorkflows, all_items, connect_fake, make_project, statements
 
 URL = "/api/compute/providers"
 
@@ -203,6 +203,21 @@ async def test_fleets_are_rows_with_hosts_gpus_and_their_probe_health(
     assert [p["id"] for p in await all_items(client, URL, limit=1)] == list(rows)
     assert [p["id"] for p in await all_items(client, URL, limit=3)] == list(rows)
     assert workflows.starts == []  # read from the database: no probe, no check started
+
+
+async def test_the_list_reads_no_sealed_credentials(client: httpx.AsyncClient, engine: sa.Engine,
+                                                   box: SecretBox) -> None:
+    """The list shows neither a connection's credentials nor a fleet's keys, so it reads neither:
+    a page never unseals or even loads them (the ORM's whole rows did)."""
+    await connect_fake(client)
+    rack = add_fleet(engine, box, "rack", ["10.0.0.1"])
+    answer(engine, rack, "10.0.0.1", reachable=True, gpu_count=2)
+    with statements(engine) as seen:
+        r = await client.get(URL)
+    assert r.status_code == 200 and len(r.json()["items"]) == 2
+    read = " ".join(statement for statement, _ in seen)
+    assert "FROM connection" in read and "FROM fleet" in read and "FROM fleet_host" in read, read
+    assert "secret" not in read and "host_key" not in read, read
 
 
 async def test_delete_of_a_fleet_drops_it_and_starts_nothing(
