@@ -95,9 +95,14 @@ def connected(session: Session, providers: Collection[str] | None = None,
 def any_connected(session: Session, project: str) -> bool:
     """Whether `project` has a connected connection: one id read, no row built (the spend card asks
     at every refresh)."""
-    stmt = sa.select(col(Connection.id)).where(col(Connection.status) == ConnectionStatus.CONNECTED,
-                                               col(Connection.project) == project).limit(1)
-    return session.execute(stmt).first() is not None
+    return session.connection().execute(_ANY_CONNECTED, {"project": project}).first() is not None
+
+
+# Built once, run on the session's connection: building it and the ORM's execute path cost more
+# than the read (spend's card: 10 % of its request's server time).
+_ANY_CONNECTED = sa.select(col(Connection.id)).where(
+    col(Connection.status) == ConnectionStatus.CONNECTED.value,
+    col(Connection.project) == sa.bindparam("project")).limit(1)
 
 
 def connected_anywhere(session: Session,
