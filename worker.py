@@ -370,7 +370,10 @@ async def serve_private(client: Client, deps: ActivityDeps, task_queue: str, sto
 
 
 async def main(private_queue: str | None = None) -> None:
+    from sqlmodel import Session
+
     from settings import get_settings, private_home
+    from store import spend
     from store.migrate import upgrade
     from workflows.converter import connect_client
 
@@ -378,6 +381,9 @@ async def main(private_queue: str | None = None) -> None:
     private_home(s.home)
     upgrade()  # every replica may be the first to start; migrations take turns
     deps = ActivityDeps.from_settings()
+    with Session(deps.engine) as session:
+        # Ends written by a process from before migration 0031 (an upgrade's overlap) into spend_day.
+        spend.roll_up_closed(session)
     if private_queue is None and s.worker_metrics_port:
         # before the client: the SDK's Runtime
         serve_metrics(s.worker_metrics_port, s.task_queue, addr=str(s.worker_metrics_addr), token=s.api_token)

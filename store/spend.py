@@ -129,23 +129,23 @@ def set_job_type(session: Session, instance_id: str, job_type: str) -> None:
 def roll_up_closed(session: Session) -> int:
     """Add the closed intervals not yet in `spend_day` to it, and commit; how many. `close_interval`
     does this for each as it closes; what else wrote an end (a process from before 0031 still running
-    beside a new one, or rows written directly) leaves them to this. Reads count them either way."""
-    stmt = (sa.select(*_ACCRUAL)
-            .where(col(SpendInterval.ended_at).is_not(None), col(SpendInterval.rolled_up) == sa.false())
-            .with_for_update())
-    ids: list[int] = []
+    beside a new one, or rows written directly) leaves them to this, which each worker runs as it
+    starts. Reads count them either way. The update that marks them returns them, so of two calls at
+    once each adds only what its own update changed (PostgreSQL's second waits on the rows' locks,
+    then finds them rolled up; SQLite runs one writer at a time)."""
+    marked = session.execute(sa.update(SpendInterval)
+                             .where(col(SpendInterval.ended_at).is_not(None),
+                                    col(SpendInterval.rolled_up) == sa.false())
+                             .values(rolled_up=True)
+                             .returning(*_ACCRUAL)).all()
     totals: dict[tuple[str, str], dict[date, float]] = defaultdict(lambda: defaultdict(float))
-    for row in session.connection().execute(stmt):
-        ids.append(row.id)
+    for row in marked:
         for day, cost in day_shares(row.started_at, row.ended_at, row.rate_per_hour):
             totals[row.project, row.job_type][day] += cost
     for (project, job_type), days in totals.items():
         _add_to_days(session, project, job_type, sorted(days.items()))
-    for start in range(0, len(ids), 1000):
-        session.execute(sa.update(SpendInterval).where(col(SpendInterval.id).in_(ids[start:start + 1000]))
-                        .values(rolled_up=True))
     session.commit()
-    return len(ids)
+    return len(marked)
 
 
 def day_shares(start: datetime, end: datetime, rate_per_hour: float) -> list[tuple[date, float]]:

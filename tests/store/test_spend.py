@@ -216,6 +216,29 @@ def test_two_closes_at_once_add_the_cost_once(migrated: sa.Engine) -> None:
         assert _days(s) == {("default", "manual", date(2026, 11, 29)): 6.0}
 
 
+def test_two_roll_ups_at_once_add_each_interval_once(migrated: sa.Engine) -> None:
+    """Two workers starting together both roll up what an older process closed: each interval's
+    cost goes to `spend_day` once (on SQLite too, where a select-then-update would let both read it)."""
+    with Session(migrated) as s:
+        _stored(s, "p", at(28, 22), at(29, 3), 2.0)  # closed by a process from before 0031
+        _stored(s, "q", at(29, 1), at(29, 2), 1.0)
+        _stored(s, "r", at(29, 4), None, 5.0)  # still open: not rolled up
+    barrier = threading.Barrier(2)
+
+    def roll_up() -> int:
+        with Session(migrated) as s:
+            barrier.wait()
+            return spend.roll_up_closed(s)
+
+    with ThreadPoolExecutor(2) as pool:
+        counts = list(pool.map(lambda _: roll_up(), range(2)))
+    assert sum(counts) == 2
+    with Session(migrated) as s:
+        assert _days(s) == {("default", "manual", date(2026, 11, 28)): 4.0,
+                            ("default", "manual", date(2026, 11, 29)): 7.0}
+        _agrees_with_the_arithmetic(s)
+
+
 def test_the_upgrade_adds_the_intervals_already_closed(engine: sa.Engine) -> None:
     """0031 puts every interval closed before it into `spend_day` (and marks it), leaving the open
     ones to be summed: the first read after the upgrade agrees with the arithmetic."""
