@@ -95,10 +95,6 @@ async def checked_token(deps: AppDeps, token: str) -> TokenCheck:
     return await run_in_threadpool(check_token, deps, token)
 
 
-def token_is_valid(deps: AppDeps, token: str) -> bool:
-    return check_token(deps, token).valid
-
-
 @dataclass(frozen=True)
 class ConsoleCheck:
     """What the edge guard learnt of a request's console session cookie (TokenCheck's counterpart):

@@ -51,9 +51,10 @@ def live_session(conn: sa.Connection, box: SecretBox, value: str | None) -> Open
     """The live session `value` opens, else None: unknown, ended, expired, or opened with a project
     token that has since been revoked. Every console request asks: one statement built once (the
     session's row and its token's revocation together), on a bare connection."""
-    if not value or len(value) > 128:  # a value no cookie of ours could hold names none
+    digest = _stored_id(box, value)
+    if value is None or digest is None:
         return None
-    row = conn.execute(_LIVE_LOOKUP, {"id_digest": _id_digest(box, value)}).first()
+    row = conn.execute(_LIVE_LOOKUP, {"id_digest": digest}).first()
     if row is None or row.ended_at is not None or _aware(row.expires_at) <= utcnow():
         return None
     if row.token_hash is not None and (row.token_project is None or row.revoked_at is not None):
@@ -81,10 +82,16 @@ def end_session(session: Session, box: SecretBox, value: str | None) -> bool:
 
 
 def _row(session: Session, box: SecretBox, value: str | None) -> ConsoleSession | None:
-    """The session row a cookie value names (a value no cookie of ours could hold names none)."""
+    """The session row a cookie value names."""
+    digest = _stored_id(box, value)
+    return None if digest is None else session.get(ConsoleSession, digest)
+
+
+def _stored_id(box: SecretBox, value: str | None) -> str | None:
+    """The id a cookie value's session is stored under; None for a value no cookie of ours could hold."""
     if not value or len(value) > 128:
         return None
-    return session.get(ConsoleSession, _id_digest(box, value))
+    return _id_digest(box, value)
 
 
 def _aware(at: datetime) -> datetime:
