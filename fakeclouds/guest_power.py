@@ -19,12 +19,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from fakeclouds import fake_systemd
+from fakeclouds import fake_systemd, shim_dirs
 from fakeclouds.machine_processes import power_off
 
 if TYPE_CHECKING:
@@ -102,9 +101,9 @@ POWER = ("shutdown", "poweroff", "halt", "reboot", "systemctl", "sudo")
 
 @functools.cache
 def shim_dir() -> Path:
-    """The directory (made once per process) holding the power shims (`watch` adds the CLIs of an
-    engine's clouds whose machines end themselves through their API)."""
-    d = Path(tempfile.mkdtemp(prefix="fakeclouds-power-"))
+    """The directory (made once per process; shim_dirs.py says where) holding the power shims
+    (`watch` adds the CLIs of an engine's clouds whose machines end themselves through their API)."""
+    d = shim_dirs.make("power")
     for name in POWER:
         _write_shim(d / name)
     _write_shim(d / fake_systemd.UNITS_SHIM, fake_systemd.UNITS_SCRIPT)
@@ -113,10 +112,7 @@ def shim_dir() -> Path:
 
 
 def _write_shim(path: Path, script: str = SHIM) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(script)
-    tmp.chmod(0o755)
-    tmp.replace(path)  # whole or absent: a shell never runs half a shim
+    shim_dirs.write_script(path, script)
 
 
 def record(engine: Engine, m: Machine) -> list[str]:

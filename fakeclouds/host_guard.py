@@ -10,8 +10,9 @@ refuses, saying it is on a simulated machine, and changes nothing.
 from __future__ import annotations
 
 import functools
-import tempfile
 from pathlib import Path
+
+from fakeclouds import shim_dirs
 
 REFUSED = ("sudo", "su", "apt", "apt-get", "dpkg", "yum", "dnf", "systemctl", "service",
            "shutdown", "poweroff", "reboot", "halt", "init")
@@ -25,11 +26,10 @@ exit 126
 
 @functools.cache
 def guard_dir() -> Path:
-    """The directory (made once per process) holding a refusing script for each of REFUSED."""
-    d = Path(tempfile.mkdtemp(prefix="fakeclouds-guard-"))
+    """The directory (made once per process; shim_dirs.py says where) holding a refusing script
+    for each of REFUSED."""
+    d = shim_dirs.make("guard")
     for name in REFUSED:
-        path = d / name
-        path.write_text(SCRIPT)
-        path.chmod(0o755)
+        shim_dirs.write_script(d / name, SCRIPT)
     d.chmod(0o755)
     return d

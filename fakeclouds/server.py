@@ -40,7 +40,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
-from fakeclouds import admin_api, clouds, tls
+from fakeclouds import admin_api, clouds, shim_dirs, tls
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.calls import RecordCalls
 from fakeclouds.engine import ADMIN_PREFIX, Engine
@@ -462,6 +462,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     os.umask(0o077)  # the state dir holds host keys and machines' disks: the owner's only
+    if args.state_dir is not None:  # its machines' processes outlive this one: their shims must too
+        shim_dirs.keep_in(Path(args.state_dir) / "shims")
     engine = Engine(facades=facades, boot_delay=args.boot_delay, terminate_delay=args.terminate_delay,
                     state_dir=args.state_dir, time_scale=args.time_scale)
     asyncio.run(_serve(args, engine, tokens))

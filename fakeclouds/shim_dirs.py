@@ -1,0 +1,41 @@
+"""Where the simulation's command shims live: guest_power's power commands (shutdown, sudo, …) and
+host_guard's refusals, which come before the host's own commands on every simulated machine's PATH.
+
+A persisted simulation (`--state-dir`, as `gpuprov dev` runs it) keeps them in its state directory:
+its machines outlive the simulation process (a VM outlives its cloud's API), and so do their
+detached processes (a lease timer, a job), whose PATH must keep finding the shims — in a temporary
+directory removed under them, a machine's `sudo shutdown` would reach the host's own. Otherwise
+(tests' in-process clouds, which power their machines off as they stop) a fresh temporary
+directory per process."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+_base: Path | None = None
+
+
+def keep_in(base: Path) -> None:
+    """Keep every shim directory made from now on under `base` (call before any machine starts)."""
+    global _base
+    _base = base
+
+
+def make(kind: str) -> Path:
+    """The directory for shims of `kind`: `<base>/<kind>` when kept (the same across restarts),
+    else a new temporary one."""
+    if _base is None:
+        return Path(tempfile.mkdtemp(prefix=f"fakeclouds-{kind}-"))
+    d = _base / kind
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def write_script(path: Path, script: str) -> None:
+    """Write an executable script whole or not at all: a shell running the one it replaces (a
+    restart rewrites them) never reads half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(script)
+    tmp.chmod(0o755)
+    tmp.replace(path)
