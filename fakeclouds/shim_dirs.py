@@ -28,8 +28,13 @@ def make(kind: str) -> Path:
     if _base is None:
         return Path(tempfile.mkdtemp(prefix=f"fakeclouds-{kind}-"))
     d = _base / kind
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=MODE, parents=True, exist_ok=True)
     return d
+
+
+# The machines' shells run as the simulation's own user: nobody else needs to read or run a shim
+# (and a persisted cloud's state dir holds nothing others may read: `gpuprov dev`'s home is private).
+MODE = 0o700
 
 
 def write_script(path: Path, script: str) -> None:
@@ -37,5 +42,5 @@ def write_script(path: Path, script: str) -> None:
     restart rewrites them) never reads half of it."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(script)
-    tmp.chmod(0o755)
+    tmp.chmod(MODE)
     tmp.replace(path)
