@@ -156,8 +156,10 @@ def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Res
     fleet_rows, more_fleets = FLEET_KEYSET.fetch_columns(
         session, sa.select(*_FLEET_COLUMNS).where(col(Fleet.project) == project), page)
     # Each list gave up to `limit` rows after the cursor; the first `limit` of both, merged, are this page.
-    merged: list[tuple[Any, bool]] = sorted([*((c, True) for c in conns), *((f, False) for f in fleet_rows)],
-                    key=lambda entry: (aware(entry[0].created_at), entry[0].id))
+    # (record, is a cloud connection), oldest first.
+    merged: list[tuple[Any, bool]] = sorted(
+        [*((c, True) for c in conns), *((f, False) for f in fleet_rows)],
+        key=lambda entry: (aware(entry[0].created_at), entry[0].id))
     shown, rest = merged[:page.limit], merged[page.limit:]
     following = None
     if rest or more_conns or more_fleets:
