@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # xdist worker. Here Python caches bytecode (in __pycache__/, ignored by git) as it normally does.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-fast test-acceptance lint bench fuzz clean docker-engine
+.PHONY: run test machine-setup test-fast test-acceptance lint bench fuzz clean docker-engine
 
 # The product and, beside it, the simulated clouds (a distribution of their own: fakeclouds/pyproject.toml).
 # uv installs what pip would, from the same registry, several times faster (the suite's budget
@@ -37,8 +37,14 @@ docker-engine: $(STAMP)
 # on Temporal and the simulations. Measured side by side on one clone here: 383 s with three, 350 s
 # with four. TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 4
-test: $(STAMP)
+test: machine-setup $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
+# What the process lanes need from the machine (podman, the engine's image, chromium), installed in
+# the background from the first second of `make test`, beside the venv's build and the first tests,
+# when missing (as root): tests/machine_setup.py. With the system's python3: the venv may not exist yet.
+machine-setup:
+	@$(PY) -m tests.machine_setup --background
 
 # The inner loop: the pure and simulation tiers, no Temporal server and no process stacks. Three
 # workers on two cores: its tests wait often enough (simulated boots, rate limits) that a third fills

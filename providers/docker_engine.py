@@ -86,18 +86,18 @@ def existing_engine() -> str | None:
 
 def install_packages() -> None:
     """`apt-get install podman runc mmdebstrap` when any is missing (as root; about 45 s here)."""
-    if _installed():
+    if packages_installed():
         return
     with _setup_lock():
         _install_packages()
 
 
-def _installed() -> bool:
+def packages_installed() -> bool:
     return all(shutil.which(t) or os.path.exists(f"/usr/sbin/{t}") for t in APT_PACKAGES)
 
 
 def _install_packages() -> None:
-    if _installed():  # another process installed them while this one waited for the lock
+    if packages_installed():  # another process installed them while this one waited for the lock
         return
     if os.geteuid() != 0:
         raise EngineUnavailable("podman, runc or mmdebstrap is missing, and only root may install them")
@@ -213,8 +213,8 @@ def start_own(home: Path) -> PodmanService:
 def _setup_lock() -> Iterator[None]:
     """One install or image build at a time on this machine (a test session and `make run` may both
     start: apt's lock would refuse the second, and two builds would write one tar)."""
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    with open(cache_dir() / ".setup.lock", "w") as f:
+    setup_lock_path().parent.mkdir(parents=True, exist_ok=True)
+    with open(setup_lock_path(), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -222,16 +222,26 @@ def _setup_lock() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def setup_lock_path() -> Path:
+    return cache_dir() / ".setup.lock"
+
+
+def image_tar() -> Path:
+    return cache_dir() / f"sshd-{SUITE}.tar"
+
+
 def build_image_tar() -> Path:
     """The image's root file system as a tar in the cache (mmdebstrap, about 40 s), built once."""
-    tar = cache_dir() / f"sshd-{SUITE}.tar"
+    tar = image_tar()
     if tar.exists():
         return tar
     with _setup_lock():
-        return _build_image_tar(tar)
+        return build_image_tar_holding_lock()
 
 
-def _build_image_tar(tar: Path) -> Path:
+def build_image_tar_holding_lock() -> Path:
+    """`build_image_tar` for a caller that holds the setup lock (tests/machine_setup.py)."""
+    tar = image_tar()
     if not tar.exists():
         part = tar.with_suffix(f".{os.getpid()}.part")
         r = subprocess.run(

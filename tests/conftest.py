@@ -120,7 +120,19 @@ def session_processes() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def shared_dev(tmp_path_factory: pytest.TempPathFactory, session_processes: None) -> Iterator[SharedDev]:
+def machine_ready() -> None:
+    """Waits while `make test`'s machine setup (tests/machine_setup.py: podman, the engine's image,
+    chromium) is still installing, before a test starts processes that need them — not inside them,
+    where the wait would count against their start-up timeouts. Its tests run last in their process
+    lanes (tests/tiers.py), by when the setup is done."""
+    from tests import machine_setup
+
+    machine_setup.wait()
+
+
+@pytest.fixture(scope="session")
+def shared_dev(tmp_path_factory: pytest.TempPathFactory, session_processes: None,
+               machine_ready: None) -> Iterator[SharedDev]:
     """One `gpuprov dev` run for the console's browser tests and the make-run checks (tests/devstack.py).
     Stopped at the end of the session unless a test stopped it already."""
     from tests import devstack

@@ -61,6 +61,9 @@ ACCEPTANCE_FIXTURES = frozenset({"acceptance_worker"})
 # process, killed and restarted); every other one in the stacks lane.
 CRASH_LANE_FIXTURES = frozenset({"worker_process", "pool_worker"})
 TEMPORAL_FIXTURES = frozenset({"temporal_env", "time_skipping_env"})
+# A test that needs what `make test`'s machine setup installs (tests/machine_setup.py) runs after those
+# of its lane that do not, so on a fresh machine the setup has finished before the lane gets there.
+MACHINE_FIXTURES = frozenset({"machine_ready"})
 SIMULATION_PACKAGE = "fakeclouds"
 
 _uses_simulation: dict[str, bool] = {}
@@ -126,8 +129,10 @@ def mark_one(item: pytest.Item) -> None:
 
 def order(items: list[pytest.Item]) -> None:
     """Files heaviest tier first (a file's rank is its heaviest test's, so its tests stay together);
-    within a tier, larger units first, so the last units handed out are single tests: the workers
-    then finish together instead of one finishing a whole file while the others wait."""
+    within a tier, the files that need the machine setup after those that do not (the process lanes
+    start with what a fresh machine can already run), then larger units first, so the last units
+    handed out are single tests: the workers then finish together instead of one finishing a whole
+    file while the others wait."""
     rank = {tier: i for i, tier in enumerate(TIERS)}
 
     def tier(item: pytest.Item) -> str:
@@ -141,11 +146,14 @@ def order(items: list[pytest.Item]) -> None:
         return str(mark.args[0]) if mark else path(item)
 
     file_rank: dict[str, int] = {}
+    file_waits: dict[str, bool] = {}
     unit_size: dict[str, int] = {}
     for item in items:
         file_rank[path(item)] = min(file_rank.get(path(item), len(TIERS)), rank[tier(item)])
+        waits = bool(set(getattr(item, "fixturenames", ())) & MACHINE_FIXTURES)
+        file_waits[path(item)] = file_waits.get(path(item), False) or waits
         unit_size[unit(item)] = unit_size.get(unit(item), 0) + 1
-    items.sort(key=lambda item: (file_rank[path(item)], -unit_size[unit(item)]))
+    items.sort(key=lambda item: (file_rank[path(item)], file_waits[path(item)], -unit_size[unit(item)]))
 
 
 def _unit(item: pytest.Item, tier: str) -> str:

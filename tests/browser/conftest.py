@@ -79,7 +79,7 @@ def stack(shared_dev: SharedDev, tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="package")
-def browser() -> Iterator[Any]:
+def browser(machine_ready: None) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     path = chromium.ensure()

@@ -35,7 +35,7 @@ class Engine:
 
 
 @pytest.fixture(scope="session")
-def _docker_engine_session() -> Iterator[Engine]:
+def _docker_engine_session(machine_ready: None) -> Iterator[Engine]:
     existing = docker_engine.existing_engine()
     if existing is not None:
         yield Engine(existing, None)
