@@ -76,13 +76,20 @@ async def test_search_prices_filters_and_bids(api: httpx.AsyncClient) -> None:
     assert r.status_code == 400 and r.json()["error"] == "invalid_request"
 
 
-async def test_rent_boot_and_login_with_attached_keys(api: httpx.AsyncClient) -> None:
+async def test_rent_boot_and_login_with_attached_keys(sim: FakeCloudServer, api: httpx.AsyncClient) -> None:
+    # Booting, it is "loading" with no ports: shown on a machine whose boot outlasts the test (a 0.1 s
+    # boot was over before the first read on a busy box), destroyed before the one that boots.
+    configure(sim, boot_delay=3600)
+    r = await rent(api, label="job-0")
+    assert r.status_code == 200 and r.json()["success"] is True, r.text
+    first = await instance(api, r.json()["new_contract"])
+    assert first is not None and first["actual_status"] == "loading" and first["ports"] == {}
+    assert (await api.delete(f"/api/v0/instances/{first['id']}/")).status_code == 200
+    configure(sim, boot_delay=0.1)
     r = await rent(api, label="job-1", onstart="echo booted > marker")
     assert r.status_code == 200 and r.json()["success"] is True, r.text
     iid = r.json()["new_contract"]
     assert isinstance(iid, int)
-    first = await instance(api, iid)
-    assert first is not None and first["actual_status"] == "loading" and first["ports"] == {}
     inst = await running(api, iid)
     assert inst["label"] == "job-1" and inst["public_ipaddr"] == "127.0.0.1\n"  # newline as the real API
     port = int(inst["ports"]["22/tcp"][0]["HostPort"])
