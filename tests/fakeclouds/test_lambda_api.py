@@ -50,13 +50,21 @@ async def test_ssh_keys(lam: httpx.AsyncClient, pubkey: str) -> None:
     assert r.status_code == 404 and _code(r) == "global/not-found"  # v1.10's generic 404
 
 
-async def test_launch_get_list_terminate(lam: httpx.AsyncClient, pubkey: str) -> None:
+async def test_launch_get_list_terminate(lam: httpx.AsyncClient, admin: FakeCloudAdmin, pubkey: str) -> None:
+    # Booting: read on a machine whose boot outlasts the test (a 0.1 s boot can be over before the
+    # first read on a busy box), gone before the one that boots is launched.
+    await admin.aio.configure(boot_delay=3600)
+    r = await launch_lambda(lam, pubkey, name="job-0")
+    (slow,) = r.json()["data"]["instance_ids"]
+    booting = (await lam.get(f"/instances/{slow}")).json()["data"]
+    assert booting["status"] == "booting" and "ip" not in booting  # optional: absent while unknown
+    assert booting["actions"]["restart"] == {"available": False, "reason_code": "vm-has-not-launched"}
+    assert (await lam.post("/instance-operations/terminate", json={"instance_ids": [slow]})).status_code == 200
+    await wait_gone(lam, f"/instances/{slow}")
+    await admin.aio.configure(boot_delay=0.1)
     r = await launch_lambda(lam, pubkey, name="job-1")
     assert r.status_code == 200, r.text
     (iid,) = r.json()["data"]["instance_ids"]
-    booting = (await lam.get(f"/instances/{iid}")).json()["data"]
-    assert booting["status"] == "booting" and "ip" not in booting  # optional: absent while unknown
-    assert booting["actions"]["restart"] == {"available": False, "reason_code": "vm-has-not-launched"}
     inst = await wait_lambda(lam, iid)
     assert "x_sim_ssh_port" not in inst  # like real Lambda: SSH is on port 22 at `ip`
     ip = ipaddress.ip_address(inst["ip"])
