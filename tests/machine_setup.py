@@ -33,6 +33,13 @@ from providers import docker_engine
 from tests.browser import chromium
 
 READY = "machine setup: started"
+ALREADY = "machine setup: already under way in another process"
+
+
+def _say(announce: IO[str] | None, line: str) -> None:
+    if announce is not None:
+        announce.write(line + "\n")
+        announce.flush()
 
 
 def log_path() -> Path:
@@ -55,12 +62,17 @@ def can_install() -> bool:
 
 
 class _Held:
-    """An exclusive flock on `path`, taken at construction (blocking) and released once."""
+    """An exclusive flock on `path`, taken at construction and released once. With `wait=False`,
+    BlockingIOError when another process holds it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, wait: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = path.open("w")
-        fcntl.flock(self._file, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.release()
+            raise
 
     def release(self) -> None:
         if self._file is not None:
@@ -86,9 +98,18 @@ def _run(log: IO[str], *cmd: str) -> None:
 
 def prepare(needed: dict[str, bool], log: IO[str], announce: IO[str] | None = None) -> None:
     """Install what `needed` names. Both locks are taken before the announcement; chromium's is
-    released once it is installed, the engine's once the image is built (or on failure)."""
-    engine_lock = _Held(docker_engine.setup_lock_path())
-    chromium_lock = _Held(chromium.LOCK)
+    released once it is installed, the engine's once the image is built (or on failure). Where
+    another process holds either (an earlier `make test`'s setup, a test's own install), that one
+    is under way and the tests will wait for it: nothing more is done here."""
+    try:
+        engine_lock = _Held(docker_engine.setup_lock_path(), wait=False)
+    except BlockingIOError:
+        return _say(announce, ALREADY)
+    try:
+        chromium_lock = _Held(chromium.LOCK, wait=False)
+    except BlockingIOError:
+        engine_lock.release()
+        return _say(announce, ALREADY)
     failed: list[BaseException] = []
 
     def install_chromium() -> None:
@@ -101,9 +122,7 @@ def prepare(needed: dict[str, bool], log: IO[str], announce: IO[str] | None = No
             chromium_lock.release()
 
     try:
-        if announce is not None:
-            announce.write(READY + "\n")
-            announce.flush()
+        _say(announce, READY)
         _run(log, "apt-get", "update", "-q")
         if needed["engine packages"]:
             _run(log, "apt-get", "install", "-y", "-q", *docker_engine.APT_PACKAGES)

@@ -5,6 +5,7 @@ on a machine that lacks them."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ ALL_MISSING = {"engine packages": True, "engine image": True, "chromium": True}
 def locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     monkeypatch.setenv("GPUPROV_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(chromium, "LOCK", tmp_path / "chromium.lock")
+    docker_engine.setup_lock_path().parent.mkdir(parents=True)
     return docker_engine.setup_lock_path(), chromium.LOCK
 
 
@@ -116,3 +118,25 @@ def test_a_test_that_needs_the_machine_waits_while_the_setup_holds_a_lock(locks:
         holder.wait(30)
     waiter.join(30)
     assert waited.is_set()
+
+
+def test_a_second_setup_while_one_is_under_way_does_nothing_and_says_so(
+        locks: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeRecordingRunner(locks)
+    monkeypatch.setattr(machine_setup, "_run", fake.run)
+    hold = ("import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); sys.stdin.readline()")
+    for held in locks:
+        holder = subprocess.Popen([sys.executable, "-c", hold, str(held)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "held"
+        said = io.StringIO()
+        try:
+            machine_setup.prepare(ALL_MISSING, log=None, announce=said)  # type: ignore[arg-type]
+        finally:
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            holder.wait(30)
+        assert said.getvalue() == machine_setup.ALREADY + "\n" and fake.calls == []
+        assert free(locks[0]) and free(locks[1])  # the lock it did take, it gave back
