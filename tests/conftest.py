@@ -13,7 +13,7 @@ import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
@@ -54,6 +54,33 @@ netguard.install()  # nothing but loopback from a test process (tests/netguard.p
 # cloud SDKs, moto and schemathesis. Nothing a test checks runs then (pytest's own collections, which
 # report unraisable exceptions, ran at unconfigure), so what survives is frozen out of them.
 atexit.register(gc.freeze)
+
+# The SDK fails a workflow activation that takes over 2 s of wall time as a deadlock (TMPRL1101). A test
+# process holds ~800 MB of heap beside its in-process Temporal workers, and on a starved box (three
+# xdist workers beside two CPU hogs, 2026-12-05) a query's activation was caught in a garbage
+# collection past 2 s: the query failed, and the eviction after it never finished, so that worker's
+# shutdown held the session's teardown for pytest-timeout's 300 s. In test processes only, the
+# detector waits 30 s; `python worker.py` (production, and the suite's worker processes) keeps 2 s.
+TEST_DEADLOCK_TIMEOUT_S = 30
+
+
+def _patient_deadlock_detector() -> None:
+    from temporalio.worker import _workflow
+
+    original = _workflow._WorkflowWorker.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if not hasattr(self, "_deadlock_timeout_seconds"):  # an SDK upgrade renamed it: say so
+            raise RuntimeError("temporalio's _WorkflowWorker has no _deadlock_timeout_seconds: "
+                               "update tests/conftest.py's _patient_deadlock_detector")
+        if self._deadlock_timeout_seconds is not None:  # None: debug mode, no detector
+            self._deadlock_timeout_seconds = TEST_DEADLOCK_TIMEOUT_S
+
+    _workflow._WorkflowWorker.__init__ = init  # type: ignore[method-assign]
+
+
+_patient_deadlock_detector()
 
 # The test session's secret key (a test key, committed on purpose): the payload codec encrypts every
 # history the tests write with it, so histories recorded by tests/workflows/test_replay.py (committed
