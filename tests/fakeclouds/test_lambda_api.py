@@ -59,7 +59,8 @@ async def test_launch_get_list_terminate(lam: httpx.AsyncClient, admin: FakeClou
     booting = (await lam.get(f"/instances/{slow}")).json()["data"]
     assert booting["status"] == "booting" and "ip" not in booting  # optional: absent while unknown
     assert booting["actions"]["restart"] == {"available": False, "reason_code": "vm-has-not-launched"}
-    assert (await lam.post("/instance-operations/terminate", json={"instance_ids": [slow]})).status_code == 200
+    r = await lam.post("/instance-operations/terminate", json={"instance_ids": [slow]})
+    assert r.status_code == 200, r.text
     await wait_gone(lam, f"/instances/{slow}")
     await admin.aio.configure(boot_delay=0.1)
     r = await launch_lambda(lam, pubkey, name="job-1")
