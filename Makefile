@@ -36,7 +36,8 @@ docker-engine: $(STAMP)
 # process lanes; the others the in-process tests, which spend about two thirds of their time waiting
 # on Temporal and the simulations. Measured side by side on one clone here: 383 s with three, 350 s
 # with four; on a busy box (fresh clones beside two CPU-bound loops, 2026-12-05) 588 s with four,
-# 975 s with three. TEST_WORKERS=0 runs it in this one process.
+# 975 s with three (300 s of it a hung teardown, tests/conftest.py says why; 675 s without).
+# TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 4
 test: machine-setup $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
