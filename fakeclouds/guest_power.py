@@ -107,7 +107,6 @@ def shim_dir() -> Path:
     for name in POWER:
         _write_shim(d / name)
     _write_shim(d / fake_systemd.UNITS_SHIM, fake_systemd.UNITS_SCRIPT)
-    d.chmod(shim_dirs.MODE)
     return d
 
 

@@ -31,5 +31,4 @@ def guard_dir() -> Path:
     d = shim_dirs.make("guard")
     for name in REFUSED:
         shim_dirs.write_script(d / name, SCRIPT)
-    d.chmod(shim_dirs.MODE)
     return d

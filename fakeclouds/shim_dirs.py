@@ -26,9 +26,11 @@ def make(kind: str) -> Path:
     """The directory for shims of `kind`: `<base>/<kind>` when kept (the same across restarts),
     else a new temporary one."""
     if _base is None:
-        return Path(tempfile.mkdtemp(prefix=f"fakeclouds-{kind}-"))
-    d = _base / kind
-    d.mkdir(mode=MODE, parents=True, exist_ok=True)
+        d = Path(tempfile.mkdtemp(prefix=f"fakeclouds-{kind}-"))
+    else:
+        d = _base / kind
+        d.mkdir(parents=True, exist_ok=True)
+    d.chmod(MODE)  # whatever the umask, and a kept directory made before the mode was 0700
     return d
 
 

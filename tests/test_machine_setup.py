@@ -5,11 +5,13 @@ on a machine that lacks them."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,14 +96,24 @@ def test_only_what_is_missing_is_installed_and_a_failure_releases_both_locks(
     assert free(locks[0]) and free(locks[1])
 
 
-def test_a_test_that_needs_the_machine_waits_while_the_setup_holds_a_lock(locks: tuple[Path, Path]) -> None:
+@contextlib.contextmanager
+def held_elsewhere(path: Path) -> Iterator[None]:
+    """`path`'s lock held by another process (as an installing setup holds it) until the block ends."""
     hold = ("import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
             "print('held', flush=True); sys.stdin.readline()")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", hold, str(locks[1])],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdin is not None
     assert holder.stdout.readline().strip() == "held"
+    try:
+        yield
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(30)
+
+
+def test_a_test_that_needs_the_machine_waits_while_the_setup_holds_a_lock(locks: tuple[Path, Path]) -> None:
     waited = threading.Event()
 
     def waits() -> None:
@@ -109,13 +121,9 @@ def test_a_test_that_needs_the_machine_waits_while_the_setup_holds_a_lock(locks:
         waited.set()
 
     waiter = threading.Thread(target=waits)
-    waiter.start()
-    try:
+    with held_elsewhere(locks[1]):
+        waiter.start()
         assert not waited.wait(0.5)  # still held: still waiting
-    finally:
-        holder.stdin.write("\n")
-        holder.stdin.flush()
-        holder.wait(30)
     waiter.join(30)
     assert waited.is_set()
 
@@ -124,19 +132,9 @@ def test_a_second_setup_while_one_is_under_way_does_nothing_and_says_so(
         locks: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeRecordingRunner(locks)
     monkeypatch.setattr(machine_setup, "_run", fake.run)
-    hold = ("import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('held', flush=True); sys.stdin.readline()")
     for held in locks:
-        holder = subprocess.Popen([sys.executable, "-c", hold, str(held)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "held"
         said = io.StringIO()
-        try:
+        with held_elsewhere(held):
             machine_setup.prepare(ALL_MISSING, log=None, announce=said)  # type: ignore[arg-type]
-        finally:
-            holder.stdin.write("\n")
-            holder.stdin.flush()
-            holder.wait(30)
         assert said.getvalue() == machine_setup.ALREADY + "\n" and fake.calls == []
         assert free(locks[0]) and free(locks[1])  # the lock it did take, it gave back
