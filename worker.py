@@ -393,10 +393,13 @@ async def main(private_queue: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if private_queue is not None:
-        await serve_private(client, deps, private_queue, stop)
-    else:
-        await serve(client, deps, s, stop)
+    try:
+        if private_queue is not None:
+            await serve_private(client, deps, private_queue, stop)
+        else:
+            await serve(client, deps, s, stop)
+    finally:
+        await deps.aclose()
 
 
 def serve_metrics(port: int, task_queue: str, *, addr: str = "127.0.0.1", token: str | None = None) -> None:

@@ -121,6 +121,13 @@ class ActivityDeps:
         """Run a blocking call (SQL, decryption) on the executor."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, partial(fn, *args, **kwargs))
 
+    async def aclose(self) -> None:
+        """What this process holds open for the activities, closed as it exits: every adapter (its
+        HTTP pool or SDK clients, and the CA bundle file an SDK adapter wrote to the temporary
+        directory, which would otherwise be left there) and the machines' shared SSH logins."""
+        await self.ssh_sessions.close_all()
+        await self.providers.aclose()
+
     @classmethod
     def from_settings(cls) -> ActivityDeps:
         from settings import get_settings

@@ -44,21 +44,26 @@ async def sim() -> AsyncIterator[FakeCloudServer]:
         yield server
 
 
+def worker_env(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
+               sim: FakeCloudServer) -> dict[str, str]:
+    """The environment `python worker.py` runs with in these tests."""
+    return {**os.environ,
+            **simclouds.allowed_env(sim),
+            "GPUPROV_HOME": str(tmp_path / "home"),
+            "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
+            "GPUPROV_SECRET_KEY": secret_key.decode(),
+            "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+            "GPUPROV_TASK_QUEUE": TASK_QUEUE,
+            # A killed worker's workflows wait this long on its sticky queue before the restarted one
+            # may take them (Temporal's default 10 s: most of each crash test's time, for nothing).
+            "GPUPROV_STICKY_TIMEOUT_S": "1",
+            "PYTHONPATH": str(ROOT)}
+
+
 @pytest.fixture
 def worker_process(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
                    db_engine: sa.Engine, sim: FakeCloudServer, processes: None) -> Iterator[WorkerProcess]:
-    env = {**os.environ,
-           **simclouds.allowed_env(sim),
-           "GPUPROV_HOME": str(tmp_path / "home"),
-           "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
-           "GPUPROV_SECRET_KEY": secret_key.decode(),
-           "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-           "GPUPROV_TASK_QUEUE": TASK_QUEUE,
-           # A killed worker's workflows wait this long on its sticky queue before the restarted one
-           # may take them (Temporal's default 10 s: most of each crash test's time, for nothing).
-           "GPUPROV_STICKY_TIMEOUT_S": "1",
-           "PYTHONPATH": str(ROOT)}
-    w = WorkerProcess(env, tmp_path / "worker.log")
+    w = WorkerProcess(worker_env(temporal_env, tmp_path, db_path, secret_key, sim), tmp_path / "worker.log")
     w.start()
     yield w
     # The assertions are done: SIGKILL, not SIGTERM, which would give in-flight activities the

@@ -12,7 +12,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.crash.conftest import WorkerProcess
+import sqlalchemy as sa
+from sqlmodel import Session
+from temporalio.testing import WorkflowEnvironment
+
+from fakeclouds.server import FakeCloudServer
+from store.models import Connection, Instance
+from store.secrets import SecretBox
+from tests import simclouds
+from tests.crash.conftest import WorkerProcess, worker_env
 from tests.eventually import eventually
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -28,6 +36,40 @@ async def test_a_worker_stopped_by_sigterm_shuts_down_and_exits_0(worker_process
     log = worker_process.log.read_text(errors="replace")
     assert worker_process.proc.returncode == 0, log[-3000:]
     assert "shutting down" in log and "Fatal Python error" not in log
+
+
+async def test_a_stopped_worker_removes_the_ca_bundle_files_its_adapters_wrote(
+        temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
+        db_engine: sa.Engine, secret_box: SecretBox, sim: FakeCloudServer, processes: None) -> None:
+    """An SDK adapter given a CA bundle writes it to a file in the temporary directory (boto3,
+    requests and azure-core take a path: providers/sdk.py `ca_bundle_file`), removed when the adapter
+    closes. A worker stopped by SIGTERM closes its adapters as it exits; before, every stop of a
+    worker with an Azure, AWS or GCP connection to a private CA left one file per connection."""
+    with Session(db_engine) as s:
+        connection_id = simclouds.add_connection(s, secret_box, sim, "azure")  # served over TLS: a CA
+        # A ready machine to watch (the watch builds no adapter for a connection without one).
+        s.add(Instance(id="ca-file-probe", provider="azure", connection_id=connection_id,
+                       workflow_id="allocation-ca-file-probe", status="ready", phase="ready",
+                       cloud_instance_id="ca-file-probe", key="ca-file-probe"))
+        s.commit()
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    worker = WorkerProcess({**worker_env(temporal_env, tmp_path, db_path, secret_key, sim),
+                            "TMPDIR": str(temp)}, tmp_path / "worker.log")
+    try:
+        worker.start()
+        # The worker starts a watch on every connection; its first round lists the machines.
+        await eventually(lambda: list(temp.glob("gpuprov-azure-ca-*.pem")), within=90,
+                         what="the Azure adapter's CA bundle file written")
+        worker.stop()
+        assert worker.proc is not None and worker.proc.returncode == 0, worker.log.read_text()[-3000:]
+        assert list(temp.iterdir()) == []
+    finally:
+        worker.kill()
+        with Session(db_engine) as s:  # the module's other workers would watch them too
+            s.delete(s.get_one(Instance, "ca-file-probe"))
+            s.delete(s.get_one(Connection, connection_id))
+            s.commit()
 
 
 def test_exit_after_client_flushes_what_is_buffered_and_skips_the_teardown(tmp_path: Path) -> None:
