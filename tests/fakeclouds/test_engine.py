@@ -99,7 +99,7 @@ async def test_persistence_restores_machines_same_port_and_host_key(tmp_path: Pa
     await wait_engine(first, up.id, "running")
     first.terminate("local", gone.id)
     await wait_engine(first, gone.id, "terminated")
-    first.configure(boot_delay=30)  # the next one is still booting when the engine stops
+    first.configure(boot_delay=3600)  # the next one is still booting when the engine stops, and after
     (booting,) = _local(first, pubkey, name="booting")
     port = up.ssh_port
     async with asyncssh.connect("127.0.0.1", port, username="gpuprov", client_keys=[ssh_key],
