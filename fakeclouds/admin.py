@@ -78,6 +78,11 @@ class FakeCloudAdmin:
         """The machine dies now: SSH stops, status error (it still bills until terminated)."""
         return self._request("POST", f"/machines/{machine_id}/die")
 
+    def boot_now(self, machine_id: str) -> Any:
+        """A booting machine's boot ends now, whatever delay it was created with: read it booting on
+        a long delay (no race with its boot however slow the host), then let it come up."""
+        return self._request("POST", f"/machines/{machine_id}/boot")
+
     def preempt(self, machine_id: str, notice_s: float = 0.0) -> Any:
         """The cloud takes the machine back: it is gone (not billing), with detail `preempted`. With
         `notice_s`, its interruption notice is out that long first while the machine still runs

@@ -91,6 +91,11 @@ def build_router(engine: Engine) -> APIRouter:
         m = await engine.kill(machine_id)
         return JSONResponse(admin_machine_json(engine, m))
 
+    @router.post("/machines/{machine_id}/boot")
+    async def boot(machine_id: str) -> Response:
+        """A booting machine's boot ends now (Engine.boot_now)."""
+        return JSONResponse(admin_machine_json(engine, engine.boot_now(machine_id)))
+
     @router.post("/machines/{machine_id}/preempt")
     async def preempt(machine_id: str, request: Request) -> Response:
         """The cloud takes the machine back: now, or (`{"notice_s": s}`) after its interruption notice

@@ -31,8 +31,12 @@ async def until(predicate: Callable[[], bool], what: str = "the moment to kill t
     await eventually(predicate, within=90, what=what)
 
 
-async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: WorkerProcess, conn: str,
-                                crash_when: Callable[[str], bool]) -> tuple[str, AllocationState]:
+async def allocate_with_a_crash(
+        client: Client, sim: FakeCloudServer, worker: WorkerProcess, conn: str,
+        crash_when: Callable[[str], bool],
+        restarted: Callable[[str], None] = lambda key: None) -> tuple[str, AllocationState]:
+    """An allocation on the local cloud whose worker is killed once `crash_when(key)` holds and started
+    again (then `restarted(key)` runs): it ends ready, on one machine."""
     allocation_id = f"crash-{uuid.uuid4().hex[:8]}"
     key = attempt_key(allocation_id, 1)
     req = AllocateRequest(allocation_id=allocation_id, connection_id=conn, cloud="local",
@@ -44,6 +48,7 @@ async def allocate_with_a_crash(client: Client, sim: FakeCloudServer, worker: Wo
     worker.kill()
     sim.admin.clear_faults()
     worker.start()
+    restarted(key)
     state = await asyncio.wait_for(settled(handle), 90)
     assert state.phase == Phase.READY
     made = machines_of(sim, key)
@@ -78,14 +83,20 @@ async def test_kill_after_the_cloud_accepted_the_create(temporal_client: Client,
 async def test_kill_while_waiting_for_boot(temporal_client: Client, sim: FakeCloudServer,
                                            worker_process: WorkerProcess, local_connection: str,
                                            installation: str) -> None:
-    sim.admin.configure(boot_delay=5)
+    # Held booting until the worker is dead (a day-long boot: a 5 s one could end before the test
+    # looked on a busy box), then let up for the restarted worker to find.
+    sim.admin.configure(boot_delay=24 * 3600)
     try:
         def booting(key: str) -> bool:
             made = machines_of(sim, key)
             return len(made) == 1 and made[0]["status"] == "pending"
 
+        def boot_now(key: str) -> None:
+            (machine,) = machines_of(sim, key)
+            sim.admin.boot_now(machine["id"])
+
         allocation_id, _ = await allocate_with_a_crash(temporal_client, sim, worker_process,
-                                                       local_connection, booting)
+                                                       local_connection, booting, boot_now)
     finally:
         sim.admin.configure(boot_delay=0.3)
     await terminate_and_check_nothing_left(temporal_client, sim, allocation_id, installation)

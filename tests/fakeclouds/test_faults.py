@@ -121,6 +121,22 @@ async def test_kill_makes_local_machine_error(local: httpx.AsyncClient, admin: F
     assert dead["status"] == "error" and dead["host"] is None
 
 
+async def test_boot_now_ends_a_held_boot_and_only_a_boot(local: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                                         pubkey: str) -> None:
+    """A machine created on a day-long boot stays pending however slow the host (no race for a test
+    reading it booting), and comes up once told to; a machine that is not booting is refused."""
+    admin.configure(boot_delay=24 * 3600)
+    m = (await create_local(local, pubkey)).json()
+    admin.configure(boot_delay=0.1)
+    assert (await local.get(f"/machines/{m['id']}")).json()["status"] == "pending"
+    assert admin.boot_now(m["id"])["status"] == "pending"  # its boot (the SSH server's start) is under way
+    await wait_local(local, m["id"])
+    for machine_id, status in ((m["id"], 400), ("no-such-machine", 404)):  # running now; unknown
+        with pytest.raises(FakeCloudAdminError) as err:
+            admin.boot_now(machine_id)
+        assert err.value.status == status
+
+
 def test_admin_refuses_bad_rules(admin: FakeCloudAdmin) -> None:
     for kwargs in ({"kind": "explode"}, {"kind": "latency", "when": "during"},
                    {"kind": "latency", "bogus": 1}, {"kind": "capacity", "times": 0},
