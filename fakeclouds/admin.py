@@ -110,8 +110,14 @@ class FakeCloudAdmin:
         return self._request("GET", "/stock", pick=lambda b: b["stock"])
 
     def configure(self, *, boot_delay: float | None = None, terminate_delay: float | None = None,
-                  quota: dict[str, int | None] | None = None, time_scale: float | None = None) -> Any:
+                  quota: dict[str, int | None] | None = None, time_scale: float | None = None,
+                  hold_boots: bool | None = None) -> Any:
+        """`hold_boots`: machines created from now on boot only when `boot_now(id)` says (their boot
+        delay a week meanwhile); what depends on `boot_delay` alone, like GCP's insert operation,
+        keeps it."""
         body: dict[str, Any] = {}
+        if hold_boots is not None:
+            body["hold_boots"] = hold_boots
         if time_scale is not None:
             body["time_scale"] = time_scale
         if boot_delay is not None:

@@ -37,6 +37,7 @@ class ConfigBody(BaseModel):
     terminate_delay: float | None = None
     quota: dict[str, int | None] | None = None  # facade -> max live machines (None: unlimited)
     time_scale: float | None = None  # documented rate-limit windows x this (1: real speed, 0: off)
+    hold_boots: bool | None = None  # machines created from now boot only at POST /machines/{id}/boot
 
 
 def _error(exc: CloudError, _request: Request | None = None) -> JSONResponse:
@@ -140,13 +141,13 @@ def build_router(engine: Engine) -> APIRouter:
     @router.get("/config")
     async def get_config() -> dict[str, Any]:
         return {"boot_delay": engine.boot_delay, "terminate_delay": engine.terminate_delay,
-                "quota": engine.quota, "time_scale": engine.time_scale}
+                "quota": engine.quota, "time_scale": engine.time_scale, "hold_boots": engine.hold_boots}
 
     @router.put("/config")
     async def set_config(request: Request) -> Response:
         body = await json_body(request, ConfigBody)
         engine.configure(boot_delay=body.boot_delay, terminate_delay=body.terminate_delay,
-                         quota=body.quota, time_scale=body.time_scale)
+                         quota=body.quota, time_scale=body.time_scale, hold_boots=body.hold_boots)
         return JSONResponse(await get_config())
 
     @router.get("/calls")

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 BIND_ATTEMPTS = 16  # addresses a new machine tries when another process holds the one it drew
 ADMIN_PREFIX = "/_fake"
 PENDING, RUNNING, TERMINATING, TERMINATED, ERROR = "pending", "running", "terminating", "terminated", "error"
+HELD_BOOT_S = 7 * 24 * 3600.0  # a held boot (Engine.hold_boots): past any test, ended by boot_now
 PREEMPTED = "preempted"  # Machine.detail of a machine the cloud took back (status terminated)
 
 
@@ -119,6 +120,10 @@ class Engine:
         self.facades = _index(facades)
         self.loopback = loopback or LoopbackPool()
         self.boot_delay = boot_delay
+        # Machines created while set boot only when the admin says (boot_now): a test reads them
+        # booting without racing their boot. What depends on boot_delay alone (GCP's insert
+        # operation ends at a quarter of it) is unchanged.
+        self.hold_boots = False
         self.terminate_delay = terminate_delay
         self.faults = FaultBook()
         self.calls = CallLog()  # what adapters asked of each facade (fakeclouds/calls.py)
@@ -295,7 +300,8 @@ class Engine:
                 id=mid, facade=facade, name=name, instance_type=instance_type, region=region, spot=spot,
                 ssh_user=cloud.login_user, public_keys=[k.strip() for k in public_keys],
                 price_per_hour=price,
-                created_at=now, boot_at=now + self.boot_delay, labels=dict(labels or {}),
+                created_at=now, boot_at=now + (HELD_BOOT_S if self.hold_boots else self.boot_delay),
+                labels=dict(labels or {}),
                 user_data=user_data, ports=list(ports or []), stuck=stuck, die_after_boot=die_after_boot,
                 preempt_after=preempt_after, extra=dict(extra or {}),
             )
@@ -398,7 +404,10 @@ class Engine:
         return self.limiter.time_scale
 
     def configure(self, *, boot_delay: float | None = None, terminate_delay: float | None = None,
-                  quota: dict[str, int | None] | None = None, time_scale: float | None = None) -> None:
+                  quota: dict[str, int | None] | None = None, time_scale: float | None = None,
+                  hold_boots: bool | None = None) -> None:
+        if hold_boots is not None:
+            self.hold_boots = hold_boots
         if boot_delay is not None:
             if boot_delay < 0:
                 raise Invalid("boot_delay must be >= 0")
@@ -420,6 +429,7 @@ class Engine:
     async def reset(self) -> None:
         """A fresh cloud: terminate everything now and forget it, clear faults, restore stock and quotas."""
         self.faults.clear()
+        self.hold_boots = False
         self.limiter.reset()
         for m in self.machines.values():
             if m.status != TERMINATED:

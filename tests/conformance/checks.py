@@ -207,14 +207,15 @@ async def check_create_idempotent(h: Harness) -> None:
 async def check_lifecycle(h: Harness) -> None:
     """pending -> running with an SSH address -> terminate -> gone; terminate twice is fine."""
     async with h.provider() as p:
-        ref = await p.create(await cheapest(p), h.spec())
+        ref = await h.create_booting(p, await cheapest(p), h.spec())
         try:
-            seen = await wait_for(p, ref, lambda s: s is not None and s.state == InstanceState.RUNNING,
-                                  WAIT_RUNNING)
-            first = seen[0]
+            first = await p.get(ref)
             booting = {InstanceState.PENDING, InstanceState.RUNNING} if h.boots_before_first_look \
                 else {InstanceState.PENDING}
             assert first is not None and first.state in booting, "first state must be pending"
+            await h.boot_now(ref)
+            seen = await wait_for(p, ref, lambda s: s is not None and s.state == InstanceState.RUNNING,
+                                  WAIT_RUNNING)
             running = seen[-1]
             assert running is not None and running.host and running.ssh_port > 0
             assert running.ssh_user == type(p).capabilities.login_user

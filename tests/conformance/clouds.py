@@ -12,7 +12,7 @@ from typing import Any
 import asyncssh
 
 from providers import registry
-from providers.base import CloudProvider, LaunchSpec, Ownership
+from providers.base import CloudProvider, InstanceRef, LaunchSpec, Offer, Ownership
 from tests import simclouds
 
 # Clouds checked against a real engine of their own instead of a simulation: docker (a real Docker
@@ -57,7 +57,7 @@ class Harness:
     installation_id: str = field(default_factory=new_installation_id)
     provider_cls: type[CloudProvider] | None = None  # override, e.g. a deliberately broken adapter
     # The machine may be up before anyone looks: a real engine whose boot nothing here can hold (a
-    # simulation boots after its boot delay, so its first look sees it pending).
+    # simulation holds it: create_booting).
     boots_before_first_look: bool = False
 
     @property
@@ -83,6 +83,18 @@ class Harness:
     async def admin_do(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the admin client whether its methods are sync or async."""
         return await _maybe_await(getattr(self.admin, method)(*args, **kwargs))
+
+    async def create_booting(self, p: CloudProvider, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        """`p.create(offer, spec)`, the machine held booting (the simulation's `hold_boots`) until
+        `boot_now`: however slow the host, a look at it finds it booting."""
+        await self.admin_do("configure", hold_boots=True)
+        try:
+            return await p.create(offer, spec)
+        finally:
+            await self.admin_do("configure", hold_boots=False)
+
+    async def boot_now(self, ref: InstanceRef) -> None:
+        await self.admin_do("boot_now", ref.instance_id)
 
     async def add_fault(self, op: str, kind: str, times: int = 1, **params: Any) -> None:
         await self.admin_do("add_fault", self.cloud, op, kind, times=times, **params)

@@ -166,14 +166,14 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
         id=scale_workflow_id(pool_id), task_queue=TASK_QUEUE, result_type=ScaleState,
         task_timeout=timedelta(seconds=TASK_TIMEOUT_S))
     cloud = CloudSampler(sim, pool_id)
-    await sim.admin.aio.configure(boot_delay=24 * 3600)
+    await sim.admin.aio.configure(hold_boots=True)
     with cloud.running():
         # 0 → 8: killed while the first machines boot (held booting, so their allocations wait on a
         # heartbeating activity, whose loss is noticed in seconds; a 2 s boot could end before all
         # four were made on a busy box) and the others are not made yet; then their boots end.
         await until(lambda: _booting(cloud, PARALLEL), 60, "the first machines booting")
         await crash(pool_worker)
-        await sim.admin.aio.configure(boot_delay=BOOT_DELAY_S)
+        await sim.admin.aio.configure(hold_boots=False)
         await boot_now(sim, cloud)
         await until(lambda: settled(db_engine, cloud, pool_id, 8), 90, "8 ready machines")
 
@@ -211,8 +211,8 @@ async def test_scale_0_8_3_0_with_the_worker_killed_in_each_step(
 
 
 async def boot_now(sim: FakeCloudServer, cloud: CloudSampler) -> None:
-    """End the boot of each of the pool's machines still booting (those created before the boot delay
-    was short again: any made since boots soon anyway)."""
+    """End the boot of each of the pool's machines still booting (those created while boots were held:
+    any made since boots on its own)."""
     for m in cloud.machines():
         if m.status == PENDING:
             try:

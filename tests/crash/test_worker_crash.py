@@ -83,9 +83,9 @@ async def test_kill_after_the_cloud_accepted_the_create(temporal_client: Client,
 async def test_kill_while_waiting_for_boot(temporal_client: Client, sim: FakeCloudServer,
                                            worker_process: WorkerProcess, local_connection: str,
                                            installation: str) -> None:
-    # Held booting until the worker is dead (a day-long boot: a 5 s one could end before the test
-    # looked on a busy box), then let up for the restarted worker to find.
-    sim.admin.configure(boot_delay=24 * 3600)
+    # Held booting until the worker is dead (a 5 s boot could end before the test looked on a busy
+    # box), then let up for the restarted worker to find.
+    sim.admin.configure(hold_boots=True)
     try:
         def booting(key: str) -> bool:
             made = machines_of(sim, key)
@@ -98,5 +98,5 @@ async def test_kill_while_waiting_for_boot(temporal_client: Client, sim: FakeClo
         allocation_id, _ = await allocate_with_a_crash(temporal_client, sim, worker_process,
                                                        local_connection, booting, boot_now)
     finally:
-        sim.admin.configure(boot_delay=0.3)
+        sim.admin.configure(hold_boots=False)
     await terminate_and_check_nothing_left(temporal_client, sim, allocation_id, installation)

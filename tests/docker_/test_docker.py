@@ -20,9 +20,12 @@ import pytest
 
 from fakeclouds.faults import FaultRule
 from providers.base import (
+    CloudProvider,
+    InstanceRef,
     InstanceState,
     InvalidRequest,
     LaunchSpec,
+    Offer,
     OfferQuery,
     Ownership,
     Transient,
@@ -342,6 +345,12 @@ class DockerHarness(Harness):
     # look after create already finds it running (seen in a fresh-clone run), and nothing here can
     # hold a real engine's boot.
     boots_before_first_look: bool = True
+
+    async def create_booting(self, p: CloudProvider, offer: Offer, spec: LaunchSpec) -> InstanceRef:
+        return await p.create(offer, spec)  # a real engine's boot: nothing holds it
+
+    async def boot_now(self, ref: InstanceRef) -> None:
+        pass
 
     def provider(self, *, installation_id: str | None = None, token: str | None = None) -> DockerProvider:
         return provider(self.server, installation_id or self.installation_id)

@@ -123,18 +123,23 @@ async def test_kill_makes_local_machine_error(local: httpx.AsyncClient, admin: F
 
 async def test_boot_now_ends_a_held_boot_and_only_a_boot(local: httpx.AsyncClient, admin: FakeCloudAdmin,
                                                          pubkey: str) -> None:
-    """A machine created on a day-long boot stays pending however slow the host (no race for a test
-    reading it booting), and comes up once told to; a machine that is not booting is refused."""
-    admin.configure(boot_delay=24 * 3600)
+    """A machine created while boots are held stays pending however slow the host (no race for a
+    test reading it booting), and comes up once told to; a machine that is not booting is refused."""
+    assert admin.configure(hold_boots=True)["hold_boots"] is True
     m = (await create_local(local, pubkey)).json()
-    admin.configure(boot_delay=0.1)
+    assert admin.configure(hold_boots=False)["boot_delay"] == 0.1  # the boot delay itself unchanged
     assert (await local.get(f"/machines/{m['id']}")).json()["status"] == "pending"
+    held = admin.machine(m["id"])
+    assert held["boot_at"] - held["created_at"] > 24 * 3600
     assert admin.boot_now(m["id"])["status"] == "pending"  # its boot (the SSH server's start) is under way
     await wait_local(local, m["id"])
     for machine_id, status in ((m["id"], 400), ("no-such-machine", 404)):  # running now; unknown
         with pytest.raises(FakeCloudAdminError) as err:
             admin.boot_now(machine_id)
         assert err.value.status == status
+    admin.configure(hold_boots=True)
+    admin.reset()  # a fresh cloud holds no boot
+    assert admin.configure()["hold_boots"] is False
 
 
 def test_admin_refuses_bad_rules(admin: FakeCloudAdmin) -> None:
