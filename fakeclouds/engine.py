@@ -356,8 +356,8 @@ class Engine:
 
     def boot_now(self, machine_id: str) -> Machine:
         """Admin: a booting machine's boot ends now, whatever delay it was created with. A test reads
-        a machine booting without racing its boot (created while the delay is long: it stays booting
-        however slow the test's host is), then lets it come up."""
+        a machine booting without racing its boot (created while `hold_boots` is set: it stays
+        booting however slow the test's host is), then lets it come up."""
         m = self.machines.get(machine_id)
         if m is None or m.status == TERMINATED:
             raise NotFound(f"no machine {machine_id!r}")
