@@ -32,7 +32,7 @@ from fakeclouds import catalog, cloudinit, fake_systemd, guest_power, k8s_api, m
 from fakeclouds.addresses import SHARED_HOST, LoopbackPool, bind_failure
 from fakeclouds.calls import CallLog
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
-from fakeclouds.facade import Facade
+from fakeclouds.facade import Facade, index_facades
 from fakeclouds.faults import FaultBook
 from fakeclouds.k8s_api import MachineApi
 from fakeclouds.machine_processes import power_off, run_user_data
@@ -86,30 +86,6 @@ class Machine:
         return asdict(self)
 
 
-def _overlaps(a: str, b: str) -> bool:
-    """Whether one mount prefix is the other or lies under it (the server could not tell them apart)."""
-    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
-
-
-def _index(facades: Iterable[Facade]) -> dict[str, Facade]:
-    """Facades by name, refusing declarations that would clash on the server or in the engine."""
-    found: dict[str, Facade] = {}
-    for f in facades:
-        if f.name in found:
-            raise ValueError(f"two facades are named {f.name!r}")
-        taken = [ADMIN_PREFIX, *(other.prefix for other in found.values())]
-        if not f.prefix.startswith("/") or any(_overlaps(f.prefix, p) for p in taken):
-            raise ValueError(f"facade {f.name!r}: prefix {f.prefix!r} must start with / and not overlap "
-                             f"another mount ({', '.join(taken)})")
-        regions = {r.name for r in f.regions}
-        for t in f.instance_types:
-            if not set(t.prices) <= regions:
-                raise ValueError(f"facade {f.name!r}: {t.name} is priced in undeclared regions")
-        found[f.name] = f
-    return found
-
-
 class Engine:
     def __init__(self, *, facades: Iterable[Facade], boot_delay: float = 1.0,
                  terminate_delay: float = 0.2, state_dir: str | Path | None = None,
@@ -117,7 +93,7 @@ class Engine:
         """`facades`: the clouds to simulate (`clouds.all_facades()`: every simulated cloud).
         `loopback`: where machines of fixed-SSH-port clouds get their addresses (default: a random /24).
         `time_scale`: documented rate-limit windows run this much faster (1.0: real speed; 0: off)."""
-        self.facades = _index(facades)
+        self.facades = index_facades(facades, reserved=ADMIN_PREFIX)
         self.loopback = loopback or LoopbackPool()
         self.boot_delay = boot_delay
         # Machines created while set boot only when the admin says (boot_now): a test reads them

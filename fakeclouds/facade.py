@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,3 +117,27 @@ class Facade:
     def instance_type(self, name: str) -> InstanceType | None:
         return next((t for t in self.instance_types if t.name == name), None)
 
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one mount prefix is the other or lies under it (the server could not tell them apart)."""
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def index_facades(facades: Iterable[Facade], *, reserved: str) -> dict[str, Facade]:
+    """Facades by name, refusing declarations that would clash on the server (`reserved`: a mount
+    that is not a facade's, the admin API's) or in the engine."""
+    found: dict[str, Facade] = {}
+    for f in facades:
+        if f.name in found:
+            raise ValueError(f"two facades are named {f.name!r}")
+        taken = [reserved, *(other.prefix for other in found.values())]
+        if not f.prefix.startswith("/") or any(_overlaps(f.prefix, p) for p in taken):
+            raise ValueError(f"facade {f.name!r}: prefix {f.prefix!r} must start with / and not overlap "
+                             f"another mount ({', '.join(taken)})")
+        regions = {r.name for r in f.regions}
+        for t in f.instance_types:
+            if not set(t.prices) <= regions:
+                raise ValueError(f"facade {f.name!r}: {t.name} is priced in undeclared regions")
+        found[f.name] = f
+    return found
