@@ -6,7 +6,6 @@ not parametrized by cloud, so Azure's variant lives here.)"""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from store.identity import installation_id
 from store.secrets import SecretBox
 from tests import simclouds
 from tests.azure.conftest import CLOUD, Sdk, ours
-from tests.crash.conftest import ROOT, WorkerProcess
+from tests.crash.conftest import WorkerProcess, worker_env
 from tests.eventually import eventually
 from tests.workflows.conftest import settled, terminate
 
@@ -40,13 +39,8 @@ USER_KEY = asyncssh.generate_private_key("ssh-ed25519").export_public_key().deco
 @pytest.fixture
 def worker(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
            db_engine: sa.Engine, sim: FakeCloudServer, processes: None) -> Iterator[WorkerProcess]:
-    env = {**os.environ, **simclouds.allowed_env(sim),
-           "GPUPROV_HOME": str(tmp_path / "home"), "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
-           "GPUPROV_SECRET_KEY": secret_key.decode(),
-           "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-           "GPUPROV_TASK_QUEUE": TASK_QUEUE, "GPUPROV_STICKY_TIMEOUT_S": "1",  # as tests/crash/conftest.py
-           "PYTHONPATH": str(ROOT)}
-    w = WorkerProcess(env, tmp_path / "worker.log")
+    w = WorkerProcess(worker_env(temporal_env, tmp_path, db_path, secret_key, sim, TASK_QUEUE),
+                      tmp_path / "worker.log")
     w.start()
     yield w
     w.kill()  # the assertions are done: no need for the worker's 10 s grace period

@@ -45,15 +45,19 @@ async def sim() -> AsyncIterator[FakeCloudServer]:
 
 
 def worker_env(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path, secret_key: bytes,
-               sim: FakeCloudServer) -> dict[str, str]:
-    """The environment `python worker.py` runs with in these tests."""
+               sim: FakeCloudServer, task_queue: str = TASK_QUEUE) -> dict[str, str]:
+    """The environment `python worker.py` runs with in these tests. Its temporary files go to the
+    test's own directory: a worker killed with SIGKILL never removes them (an SDK adapter's CA file)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
     return {**os.environ,
+            "TMPDIR": str(temp),
             **simclouds.allowed_env(sim),
             "GPUPROV_HOME": str(tmp_path / "home"),
             "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
             "GPUPROV_SECRET_KEY": secret_key.decode(),
             "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-            "GPUPROV_TASK_QUEUE": TASK_QUEUE,
+            "GPUPROV_TASK_QUEUE": task_queue,
             # A killed worker's workflows wait this long on its sticky queue before the restarted one
             # may take them (Temporal's default 10 s: most of each crash test's time, for nothing).
             "GPUPROV_STICKY_TIMEOUT_S": "1",

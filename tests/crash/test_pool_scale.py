@@ -7,7 +7,6 @@ next generation). The pool's spec is written the way PUT writes it (store/pools.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -37,8 +36,7 @@ from messages.pool import (
 )
 from store import ids, pools, projects
 from store.models import Pool
-from tests import simclouds
-from tests.crash.conftest import ROOT, TASK_QUEUE, WorkerProcess
+from tests.crash.conftest import TASK_QUEUE, WorkerProcess, worker_env
 from tests.eventually import eventually
 from tests.processes import until
 
@@ -57,13 +55,7 @@ def pool_worker(temporal_env: WorkflowEnvironment, tmp_path: Path, db_path: Path
                 processes: None) -> Iterator[WorkerProcess]:
     """`python worker.py`, started after the connection exists (so its watch runs), watching every
     0.5 s, and handing a crashed worker's workflows to the next one after 1 s, not Temporal's 10 s."""
-    env = {**os.environ, **simclouds.allowed_env(sim),
-           "GPUPROV_HOME": str(tmp_path / "home"), "GPUPROV_DATABASE_URL": f"sqlite:///{db_path}",
-           "GPUPROV_SECRET_KEY": secret_key.decode(),
-           "GPUPROV_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-           "GPUPROV_TASK_QUEUE": TASK_QUEUE,
-           "GPUPROV_WATCH_INTERVAL_S": "0.5", "GPUPROV_STICKY_TIMEOUT_S": "1",
-           "PYTHONPATH": str(ROOT)}
+    env = {**worker_env(temporal_env, tmp_path, db_path, secret_key, sim), "GPUPROV_WATCH_INTERVAL_S": "0.5"}
     w = WorkerProcess(env, tmp_path / "worker.log")
     w.start()
     yield w

@@ -52,10 +52,9 @@ async def test_a_stopped_worker_removes_the_ca_bundle_files_its_adapters_wrote(
                        workflow_id="allocation-ca-file-probe", status="ready", phase="ready",
                        cloud_instance_id="ca-file-probe", key="ca-file-probe"))
         s.commit()
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    worker = WorkerProcess({**worker_env(temporal_env, tmp_path, db_path, secret_key, sim),
-                            "TMPDIR": str(temp)}, tmp_path / "worker.log")
+    worker = WorkerProcess(worker_env(temporal_env, tmp_path, db_path, secret_key, sim),
+                           tmp_path / "worker.log")
+    temp = tmp_path / "tmp"  # its TMPDIR (worker_env)
     try:
         worker.start()
         # The worker starts a watch on every connection; its first round lists the machines.
