@@ -40,6 +40,7 @@ async def aws_worker(temporal_client: Client, db_engine: sa.Engine, secret_box: 
                         client=temporal_client, allowed_endpoints=simclouds.endpoints(aws_sim))
     async with build_worker(temporal_client, deps, task_queue=TASK_QUEUE):
         yield
+    await deps.aclose()  # its adapters' CA files (as a worker process does when it exits)
 
 
 @pytest.fixture

@@ -165,3 +165,4 @@ async def test_the_watch_passes_ec2s_notice_to_the_job_once_then_reports_the_int
         [lost] = [a for w, n, a in sent if n == wf.ALLOCATION.machine_lost.name]
         assert lost.preempted and lost.reason == report.lost[key]
         await p.terminate(ref)
+    await deps.aclose()

@@ -52,6 +52,7 @@ async def azure_worker(
     with simclouds.allowed(deps, sim):
         async with build_worker(temporal_client, deps, task_queue=TASK_QUEUE):
             yield
+    await deps.aclose()  # its adapters' CA files (as a worker process does when it exits)
 
 
 @pytest.fixture

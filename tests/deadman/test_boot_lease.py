@@ -127,6 +127,7 @@ async def test_an_instance_nobody_ever_logs_into_ends_itself_when_its_boot_lease
     try:
         ref = await _create(db, box, deps, sim)
     finally:
+        await deps.aclose()
         deps.executor.shutdown(wait=False)
         db.dispose()
     m = sim.engine.machines[ref.instance_id]

@@ -83,6 +83,7 @@ async def gcp_worker_deps(
     )
     async with build_worker(temporal_client, deps, task_queue=TASK_QUEUE):
         yield deps
+    await deps.aclose()  # its adapters' CA files (as a worker process does when it exits)
 
 
 @pytest.fixture
