@@ -110,14 +110,14 @@ async def test_extra_keys_and_k3s_go_in_user_data(sim: FakeCloudServer, do: Digi
 
 
 async def test_statuses_and_terminate_leaves_nothing(sim: FakeCloudServer, do: DigitalOceanProvider) -> None:
-    # Booting, a droplet is "new" with no address: read on one whose boot outlasts the test (a 0.2 s
+    # Booting, a droplet is "new" with no address: read on one held booting (a 0.2 s
     # boot can be over before the first read on a busy box), deleted before the one that boots.
-    sim.admin.configure(boot_delay=3600)
+    sim.admin.configure(hold_boots=True)
     slow = await do.create(await _offer(do, "gpu-h100x1-80gb", "atl1"), spec(do))
     first = await do.get(slow)
     assert first is not None and (first.state, first.host, first.detail) == ("pending", None, "new")
     await do.terminate(slow)
-    sim.admin.configure(boot_delay=0.2)
+    sim.admin.configure(hold_boots=False)
     s = spec(do)
     ref = await do.create(await _offer(do, "gpu-h100x1-80gb", "atl1"), s)
     assert ref.region == "atl1"

@@ -51,9 +51,9 @@ async def test_ssh_keys(lam: httpx.AsyncClient, pubkey: str) -> None:
 
 
 async def test_launch_get_list_terminate(lam: httpx.AsyncClient, admin: FakeCloudAdmin, pubkey: str) -> None:
-    # Booting: read on a machine whose boot outlasts the test (a 0.1 s boot can be over before the
+    # Booting: read on a machine held booting (a 0.1 s boot can be over before the
     # first read on a busy box), gone before the one that boots is launched.
-    await admin.aio.configure(boot_delay=3600)
+    await admin.aio.configure(hold_boots=True)
     r = await launch_lambda(lam, pubkey, name="job-0")
     (slow,) = r.json()["data"]["instance_ids"]
     booting = (await lam.get(f"/instances/{slow}")).json()["data"]
@@ -62,7 +62,7 @@ async def test_launch_get_list_terminate(lam: httpx.AsyncClient, admin: FakeClou
     r = await lam.post("/instance-operations/terminate", json={"instance_ids": [slow]})
     assert r.status_code == 200, r.text
     await wait_gone(lam, f"/instances/{slow}")
-    await admin.aio.configure(boot_delay=0.1)
+    await admin.aio.configure(hold_boots=False)
     r = await launch_lambda(lam, pubkey, name="job-1")
     assert r.status_code == 200, r.text
     (iid,) = r.json()["data"]["instance_ids"]

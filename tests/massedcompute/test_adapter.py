@@ -112,9 +112,9 @@ async def test_image_by_id_or_name(sim: FakeCloudServer, api: httpx.AsyncClient,
 
 async def test_statuses_address_user_and_no_password(sim: FakeCloudServer, api: httpx.AsyncClient,
                                                      mc: MassedComputeProvider) -> None:
-    # Booting: read on a VM whose boot outlasts the test (a 0.2 s boot can be over before the first
+    # Booting: read on a VM held booting (a 0.2 s boot can be over before the first
     # read on a busy box), gone before the one that boots.
-    sim.admin.configure(boot_delay=3600)
+    sim.admin.configure(hold_boots=True)
     slow = await mc.create(await offer(mc), spec(mc))
     booting = await mc.get(slow)
     assert booting is not None and booting.state == InstanceState.PENDING and booting.host is None
@@ -122,7 +122,7 @@ async def test_statuses_address_user_and_no_password(sim: FakeCloudServer, api: 
     await mc.terminate(slow)
     await eventually(lambda: mc.get(slow), until=lambda st: st is None, within=WITHIN,
                      what=f"{slow.instance_id} gone")
-    sim.admin.configure(boot_delay=0.2)
+    sim.admin.configure(hold_boots=False)
     ref = await mc.create(await offer(mc), spec(mc))
     up = await wait_state(mc, ref, InstanceState.RUNNING)
     assert (up.ssh_port, up.ssh_user, up.instance_type) == (22, "Ubuntu", "gpu_1x_a6000")

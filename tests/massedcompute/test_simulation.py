@@ -94,10 +94,10 @@ async def test_launch_refusals_make_nothing(sim: FakeCloudServer, api: httpx.Asy
 
 async def test_lifecycle_rented_before_booted(sim: FakeCloudServer, api: httpx.AsyncClient) -> None:
     await add_key(api, "k1")
-    # The quirk: a VM is "rented" from the start; only os_booted says it is up. Read on a VM whose boot
-    # outlasts the test (a 0.2 s boot can be over before the first read on a busy box), gone before
+    # The quirk: a VM is "rented" from the start; only os_booted says it is up. Read on a VM held
+    # booting (a 0.2 s boot can be over before the first read on a busy box), gone before
     # the one that boots.
-    sim.admin.configure(boot_delay=3600)
+    sim.admin.configure(hold_boots=True)
     r = await launch(api, instanceName="job-0", sshKeys=["k1"])
     assert r.status_code == 200, r.text
     slow = r.json()["instanceUuid"]
@@ -105,7 +105,7 @@ async def test_lifecycle_rented_before_booted(sim: FakeCloudServer, api: httpx.A
     assert (booting["status"], booting["os_booted"], booting["ip"]) == ("rented", 0, None)
     assert (await api.post("/instance/terminate", json={"instanceUuids": [slow]})).status_code == 200
     await wait_gone(api, slow)
-    sim.admin.configure(boot_delay=0.2)
+    sim.admin.configure(hold_boots=False)
     r = await launch(api, instanceName="job-1", sshKeys=["k1"], command="echo started > ran.txt")
     assert r.status_code == 200, r.text
     uuid_ = r.json()["instanceUuid"]

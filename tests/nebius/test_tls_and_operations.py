@@ -224,16 +224,16 @@ async def test_create_polls_its_operation_which_finishes_when_the_instance_runs(
     offer = (await provider.offers(OfferQuery(gpu="H100", spot=False)))[0]
     assert OP_GET not in nebius_api.calls_seen(server.engine)
     # Returned once placed (the contract's create returns while pending): the boot is get's to follow.
-    # Shown on an instance whose boot outlasts the test (a 0.2 s boot can be over by the time the
+    # Shown on an instance held booting (a 0.2 s boot can be over by the time the
     # create's polls are done on a busy box), deleted before the one that boots.
-    await server.admin.aio.configure(boot_delay=3600)
+    await server.admin.aio.configure(hold_boots=True)
     try:
         slow = await provider.create(offer, spec("op-0"))
         assert OP_GET in nebius_api.calls_seen(server.engine)  # the create asked how its operation went
         assert server.engine.machines[slow.instance_id].status == "pending"
         await provider.terminate(slow)
-    finally:  # the module's server: its other tests boot in 0.2 s
-        await server.admin.aio.configure(boot_delay=0.2)
+    finally:  # the module's server: its other tests boot on their own
+        await server.admin.aio.configure(hold_boots=False)
     ref = await provider.create(offer, spec("op-1"))
     (created,) = operations(server, ref.instance_id)
     await running(provider, ref)
@@ -286,15 +286,15 @@ async def test_a_placement_that_fails_in_the_operation_is_capacity(
     assert refused["refusal"] is not None and refused["finished_at"] is not None
     assert await provider.find_all("full-1") == []  # nothing holds the name for the next offer
     server.admin.reset()
-    # Placed once there is room, a new attempt, and returned while pending: on an instance whose boot
-    # outlasts the test (the module's 0.2 s boot can be over when the create returns on a busy box).
-    server.admin.configure(boot_delay=3600)
+    # Placed once there is room, a new attempt, and returned while pending: on an instance held
+    # booting (the module's 0.2 s boot can be over when the create returns on a busy box).
+    server.admin.configure(hold_boots=True)
     try:
         ref = await provider.create(offer, spec("full-1"))
         assert server.engine.machines[ref.instance_id].status == "pending"
         await provider.terminate(ref)
     finally:
-        server.admin.configure(boot_delay=0.2)
+        server.admin.configure(hold_boots=False)
 
 
 async def test_quota_is_still_refused_by_the_create_call(

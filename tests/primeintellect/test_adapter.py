@@ -34,7 +34,7 @@ from providers.primeintellect import (
 )
 from tests.eventually import eventually
 from tests.fakeclouds.helpers import WITHIN
-from tests.primeintellect.conftest import BOOT_DELAY, PUBLIC_KEY, USER_KEY, adapter, offer_of, spec
+from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY, adapter, offer_of, spec
 
 A6000 = "pi-tensordock-1xa6000_48gb-pcie"
 
@@ -93,15 +93,15 @@ async def test_create_registers_the_installation_key_once(pi: PrimeIntellectProv
 
 async def test_pending_then_running_on_the_port_the_pod_names(pi: PrimeIntellectProvider,
                                                               sim: FakeCloudServer) -> None:
-    # Pending: read on a pod whose boot outlasts the test (a 0.3 s boot can be over before the first
+    # Pending: read on a pod held booting (a 0.3 s boot can be over before the first
     # read on a busy box), gone before the one that boots.
-    await sim.admin.aio.configure(boot_delay=3600)
+    await sim.admin.aio.configure(hold_boots=True)
     slow = await pi.create(await offer_of(pi), spec(pi))
     first = await pi.get(slow)
     assert first is not None and first.state == InstanceState.PENDING and first.host is None
     await pi.terminate(slow)
     await eventually(lambda: _gone(pi, slow), within=WITHIN, what="the booting pod to go")
-    await sim.admin.aio.configure(boot_delay=BOOT_DELAY)
+    await sim.admin.aio.configure(hold_boots=False)
     ref = await pi.create(await offer_of(pi), spec(pi))
 
     async def running() -> Any:

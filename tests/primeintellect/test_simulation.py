@@ -15,7 +15,7 @@ from fakeclouds.engine import PENDING, RUNNING, Machine
 from fakeclouds.server import FakeCloudServer
 from tests.eventually import eventually
 from tests.fakeclouds.helpers import WITHIN
-from tests.primeintellect.conftest import BOOT_DELAY, PUBLIC_KEY, USER_KEY
+from tests.primeintellect.conftest import PUBLIC_KEY, USER_KEY
 
 A6000 = "pi-tensordock-1xa6000_48gb-pcie"
 
@@ -196,15 +196,15 @@ async def test_pod_lifecycle(api: httpx.AsyncClient, sim: FakeCloudServer) -> No
     history = (await api.get("/pods/history")).json()["data"]
     assert [h["id"] for h in history] == [pod["id"]] and history[0]["terminatedAt"]
 
-    # A pod is PROVISIONING for the first half of its boot, a time of the clock: shown on a pod whose
-    # boot outlasts the test (half of the module's 0.3 s boot is 150 ms, which a busy CI box once spent
+    # A pod is PROVISIONING for the first half of its boot, a time of the clock: shown on a pod held
+    # booting (half of the module's 0.3 s boot is 150 ms, which a busy CI box once spent
     # between the create and its answer). The phases themselves are checked without a clock in
     # test_pod_phases_while_booting.
-    await sim.admin.aio.configure(boot_delay=3600)
+    await sim.admin.aio.configure(hold_boots=True)
     r = await api.post("/pods/", json=pod_body(name="job-2"))
     assert r.status_code == 200 and r.json()["status"] == "PROVISIONING", r.text
     assert (await api.delete(f"/pods/{r.json()['id']}")).status_code == 200
-    await sim.admin.aio.configure(boot_delay=BOOT_DELAY)
+    await sim.admin.aio.configure(hold_boots=False)
 
 
 async def test_pods_page_and_names_are_not_unique(api: httpx.AsyncClient) -> None:

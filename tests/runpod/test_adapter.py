@@ -87,14 +87,14 @@ async def test_gpu_count_and_stock(runpod: RunPodProvider, admin: FakeCloudAdmin
 async def test_create_sends_the_keys_image_and_port_and_reports_the_mapped_ssh_port(
         runpod: RunPodProvider, admin: FakeCloudAdmin, sim: FakeCloudServer) -> None:
     offer = await offer_in(runpod, "EU-RO-1")
-    # Pending: read on a pod whose boot outlasts the test (a 0.3 s boot can be over before the first
+    # Pending: read on a pod held booting (a 0.3 s boot can be over before the first
     # read on a busy box), deleted before the one that boots.
-    admin.configure(boot_delay=3600)
+    admin.configure(hold_boots=True)
     slow = await runpod.create(offer, spec(runpod))
     first = await runpod.get(slow)
     assert first is not None and first.state == InstanceState.PENDING and first.host is None
     await runpod.terminate(slow)
-    admin.configure(boot_delay=0.3)
+    admin.configure(hold_boots=False)
     s = spec(runpod)
     ref = await runpod.create(offer, s)
     assert (ref.key, ref.region) == (s.key, "EUROPE")

@@ -77,15 +77,15 @@ async def test_search_prices_filters_and_bids(api: httpx.AsyncClient) -> None:
 
 
 async def test_rent_boot_and_login_with_attached_keys(sim: FakeCloudServer, api: httpx.AsyncClient) -> None:
-    # Booting, it is "loading" with no ports: shown on a machine whose boot outlasts the test (a 0.1 s
+    # Booting, it is "loading" with no ports: shown on a machine held booting (a 0.1 s
     # boot was over before the first read on a busy box), destroyed before the one that boots.
-    configure(sim, boot_delay=3600)
+    configure(sim, hold_boots=True)
     r = await rent(api, label="job-0")
     assert r.status_code == 200 and r.json()["success"] is True, r.text
     first = await instance(api, r.json()["new_contract"])
     assert first is not None and first["actual_status"] == "loading" and first["ports"] == {}
     assert (await api.delete(f"/api/v0/instances/{first['id']}/")).status_code == 200
-    configure(sim, boot_delay=0.1)
+    configure(sim, hold_boots=False)
     r = await rent(api, label="job-1", onstart="echo booted > marker")
     assert r.status_code == 200 and r.json()["success"] is True, r.text
     iid = r.json()["new_contract"]

@@ -129,16 +129,16 @@ async def test_lifecycle_conforms(sim: FakeCloudServer) -> None:
             "DELETE /api/v0/instances/{id}/"} <= ORACLE.templates(rec)
     assert ORACLE.check(rec) == []
     # A booting instance: no ports yet, and no ssh_port (an integer when there is one, never null). Read
-    # on one whose boot outlasts the test (the 0.1 s boot above can be over before the lifecycle's first
+    # on one held booting (the 0.1 s boot above can be over before the lifecycle's first
     # read on a busy box), destroyed after.
-    configure(sim, boot_delay=3600)
+    configure(sim, hold_boots=True)
     p = adapter(sim)
     async with p:
         ref = await p.create(await offer(p), spec(p))
         rec = Exchanges.attach(p)
         assert await p.get(ref) is not None
         await p.terminate(ref)
-    configure(sim, boot_delay=0.1)
+    configure(sim, hold_boots=False)
     booting = next(e.answer_json()["instances"] for e in rec.seen if e.method == "GET" and e.status == 200
                    and e.path.startswith("/api/v0/instances/") and e.answer_json()["instances"])
     assert booting["actual_status"] != "running" and booting["ports"] == {} and "ssh_port" not in booting

@@ -30,7 +30,7 @@ from providers.base import (
 from providers.verda import VerdaProvider, startup_script
 from tests.eventually import eventually, text_of
 from tests.fakeclouds.helpers import WITHIN
-from tests.verda.conftest import BOOT_DELAY, adapter, offer, spec, token
+from tests.verda.conftest import adapter, offer, spec, token
 
 
 def _state(sim: FakeCloudServer) -> dict[str, Any]:
@@ -208,14 +208,14 @@ async def test_lost_create_answer_then_retry_finds_the_instance(sim: FakeCloudSe
 
 
 async def test_statuses(sim: FakeCloudServer, verda: VerdaProvider) -> None:
-    # Booting: read on an instance whose boot outlasts the test (a 0.2 s boot can be over before the
+    # Booting: read on an instance held booting (a 0.2 s boot can be over before the
     # first read on a busy box); provisioning, it cannot be deleted: the sim fixture's next reset ends it.
-    sim.admin.configure(boot_delay=3600)
+    sim.admin.configure(hold_boots=True)
     slow = await verda.create(await offer(verda), spec(verda))
     first = await verda.get(slow)
     assert first is not None and (first.state, first.detail, first.host) == (InstanceState.PENDING,
                                                                             "provisioning", None)
-    sim.admin.configure(boot_delay=BOOT_DELAY)
+    sim.admin.configure(hold_boots=False)
     ref = await verda.create(await offer(verda), spec(verda))
     await _wait(verda, ref, InstanceState.RUNNING)
     sim.admin.kill(ref.instance_id)

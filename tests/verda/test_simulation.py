@@ -12,7 +12,7 @@ from fakeclouds import verda_api, verda_catalog
 from fakeclouds.server import FakeCloudServer
 from tests.eventually import eventually
 from tests.fakeclouds.helpers import WITHIN
-from tests.verda.conftest import BOOT_DELAY, PUBKEY, base_url, token
+from tests.verda.conftest import PUBKEY, base_url, token
 
 
 def _err(r: httpx.Response) -> tuple[int, str, str]:
@@ -145,14 +145,14 @@ async def test_instance_types_and_availability(sim: FakeCloudServer, api: httpx.
 
 async def test_create_boots_with_its_os_volume_and_startup_script(sim: FakeCloudServer,
                                                                     api: httpx.AsyncClient) -> None:
-    # Like the SDK says: no address nor OS volume until provisioned. Read on an instance whose boot
-    # outlasts the test (a 0.2 s boot can be over before the first read on a busy box); provisioning,
+    # Like the SDK says: no address nor OS volume until provisioned. Read on an instance held
+    # booting (a 0.2 s boot can be over before the first read on a busy box); provisioning,
     # it cannot be deleted: the sim fixture's next reset ends it.
-    sim.admin.configure(boot_delay=3600)
+    sim.admin.configure(hold_boots=True)
     slow = await _create(api, hostname="box-0", os_volume={"name": "os-box-0", "size": 60})
     first = (await api.get(f"/instances/{slow}")).json()
     assert first["status"] == "provisioning" and first["ip"] is None and first["os_volume_id"] is None
-    sim.admin.configure(boot_delay=BOOT_DELAY)
+    sim.admin.configure(hold_boots=False)
     script = "#!/bin/sh\necho booted > \"$HOME/startup-ran\"\n"
     sid = (await api.post("/scripts", json={"name": "s", "script": script})).text
     iid = await _create(api, startup_script_id=sid, is_spot=True)
