@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -92,10 +94,13 @@ class WorkerProcess:
         self.env = env  # None: this process's, under worker.env's settings (worker_env)
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def environment(self) -> dict[str, str]:
+        return self.env or worker_env()
+
     def start(self) -> None:
         with self.log.open("ab") as out:
             argv = [sys.executable, str(ROOT / "worker.py"), *self.args]
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env or worker_env(), stdout=out,
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.environment(), stdout=out,
                                          stderr=subprocess.STDOUT)
 
     def kill(self) -> None:
@@ -114,11 +119,22 @@ class WorkerProcess:
 
 class PrivateWorker(WorkerProcess):
     """The run's own worker on a private task queue (`python worker.py --private-queue Q`), which
-    the worker-killed step SIGKILLs and restarts."""
+    the worker-killed step SIGKILLs and restarts. Its temporary files go to a directory of its own,
+    removed when it is stopped: a SIGKILLed worker cannot remove what it wrote (an SDK adapter's CA
+    bundle file), which would otherwise stay in the machine's temporary directory."""
 
     def __init__(self, queue: str, log: Path, env: dict[str, str] | None = None) -> None:
         super().__init__(log, env, ("--private-queue", queue))
         self.queue = queue
+        self.temp = Path(tempfile.mkdtemp(prefix="gpuprov-acceptance-"))  # 0700
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), "TMPDIR": str(self.temp)}
+
+    def stop(self, grace_s: float = 30) -> None:
+        """SIGTERM (SIGKILL after `grace_s`), then its temporary directory removed."""
+        super().stop(grace_s)
+        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 def _phase_of(api: Api, instance_id: str) -> str | None:

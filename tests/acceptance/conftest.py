@@ -87,4 +87,4 @@ def private_worker(module_processes: None, acceptance_sim: FakeCloudServer, temp
     worker = PrivateWorker(f"gpuprov-acceptance-{uuid.uuid4().hex[:12]}", home / "worker.log", env=env)
     worker.start()
     yield worker
-    worker.kill()  # the assertions are done: no grace period for nothing
+    worker.stop(grace_s=0)  # the assertions are done: no grace period for nothing (and its TMPDIR removed)

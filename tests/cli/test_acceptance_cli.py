@@ -4,7 +4,9 @@ run against every simulation in tests/acceptance/)."""
 
 from __future__ import annotations
 
+import stat
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from cli import app
+from cli.acceptance import PrivateWorker
 from messages import workflows as wf
 from messages.acceptance import (
     STEPS,
@@ -100,3 +103,17 @@ def test_a_declined_plan_creates_nothing_and_exits_1(workflows: FakeAcceptanceWo
     assert r.exit_code == 1, r.output
     assert "not spending: the run ends with nothing created" in r.output
     assert workflows.approved is False
+
+
+def test_a_private_workers_temporary_files_go_to_its_own_directory_removed_when_it_stops(
+        tmp_path: Path) -> None:
+    """The worker-killed step SIGKILLs the private worker, which then cannot remove what it wrote to
+    its temporary directory (an SDK adapter's CA file): that is a directory of its own, removed when
+    the run stops it."""
+    worker = PrivateWorker("gpuprov-acceptance-test", tmp_path / "worker.log", env={"PATH": "/usr/bin:/bin"})
+    temp = Path(worker.environment()["TMPDIR"])
+    assert temp.is_dir() and stat.S_IMODE(temp.stat().st_mode) == 0o700
+    assert worker.environment()["PATH"] == "/usr/bin:/bin"  # the rest of its environment as given
+    (temp / "gpuprov-azure-ca-left.pem").write_text("what a SIGKILLed worker left")
+    worker.stop()  # never started here: nothing to signal
+    assert not temp.exists()
