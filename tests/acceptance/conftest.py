@@ -61,6 +61,7 @@ async def acceptance_worker(temporal_client: Client, acceptance_deps: ActivityDe
     await asyncio.to_thread(import_clients)
     async with build_worker(temporal_client, acceptance_deps, task_queue=TASK_QUEUE):
         yield
+    await acceptance_deps.aclose()  # its adapters' CA files (as a worker process does when it exits)
 
 
 @pytest.fixture
