@@ -79,8 +79,9 @@ class FakeCloudAdmin:
         return self._request("POST", f"/machines/{machine_id}/die")
 
     def boot_now(self, machine_id: str) -> Any:
-        """A booting machine's boot ends now, whatever delay it was created with: read it booting on
-        a long delay (no race with its boot however slow the host), then let it come up."""
+        """A booting machine's boot ends now, whatever delay it was created with: a test reads it
+        booting while boots are held (`configure(hold_boots=True)`: no race with its boot however
+        slow the host), then lets it come up."""
         return self._request("POST", f"/machines/{machine_id}/boot")
 
     def preempt(self, machine_id: str, notice_s: float = 0.0) -> Any:
