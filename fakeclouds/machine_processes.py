@@ -1,7 +1,8 @@
 """The processes of a simulated machine, beside its SSH server: its user data's files (under its
 `root`), `#!` scripts and runcmd, run once at boot and detached (output in
 `$HOME/cloud-init-output.log`), and power-off, which kills everything still running in its home.
-The engine (`engine.py`) calls these as machines boot and go.
+The engine (`engine.py`) calls these as machines boot and go; `kill_users_of` ends what still runs
+from a directory about to be removed (a shim directory, a test's hosts).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -78,3 +80,40 @@ def power_off(home: Path) -> int:
         except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
             continue
     return killed
+
+
+def _names(entry: bytes, path: bytes) -> bool:
+    """Whether an environment entry (`NAME=value`) names `path` or anything under it: as its value
+    or as one of a PATH-like value's `:`-separated parts (`/tmp/x` is not `/tmp/x2`)."""
+    _, _, value = entry.partition(b"=")
+    return any(part == path or part.startswith(path + b"/") for part in value.split(b":"))
+
+
+def kill_users_of(path: Path) -> int:
+    """SIGKILL every process (but this one) whose environment names `path` or a path under it — a
+    HOME there, a PATH through it: what a machine started there, detached or not, and its children,
+    which inherit both. For a directory about to be removed: a process left running on a PATH through
+    it would find the host's own commands (a `sudo shutdown` the host's) once it is gone. Returns how
+    many were killed."""
+    wanted, killed = str(path).encode(), 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if any(_names(e, wanted) for e in (entry / "environ").read_bytes().split(b"\0")):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
+            continue
+    return killed
+
+
+def remove_once_unused(path: Path, rounds: int = 5) -> bool:
+    """Remove the directory `path` once nothing runs from it: its users killed until a scan finds
+    none (a child forked while one scan ran is found by the next), then the directory. Left in place
+    if processes still appear after `rounds` scans. Whether it was removed."""
+    for _ in range(rounds):
+        if kill_users_of(path) == 0:
+            shutil.rmtree(path, ignore_errors=True)
+            return True
+    return False

@@ -6,12 +6,17 @@ its machines outlive the simulation process (a VM outlives its cloud's API), and
 detached processes (a lease timer, a job), whose PATH must keep finding the shims — in a temporary
 directory removed under them, a machine's `sudo shutdown` would reach the host's own. Otherwise
 (tests' in-process clouds, which power their machines off as they stop) a fresh temporary
-directory per process."""
+directory per process, removed as the process exits — after whatever still runs on a PATH through
+it is killed (machine_processes.remove_once_unused): nothing is left running to find the host's
+commands in its place."""
 
 from __future__ import annotations
 
+import atexit
 import tempfile
 from pathlib import Path
+
+from fakeclouds.machine_processes import remove_once_unused
 
 _base: Path | None = None
 
@@ -27,6 +32,7 @@ def make(kind: str) -> Path:
     else a new temporary one."""
     if _base is None:
         d = Path(tempfile.mkdtemp(prefix=f"fakeclouds-{kind}-"))
+        atexit.register(remove_once_unused, d)
     else:
         d = _base / kind
         d.mkdir(parents=True, exist_ok=True)

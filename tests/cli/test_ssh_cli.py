@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from cli.ssh import NoHostKey, plan
+from fakeclouds.machine_processes import remove_once_unused
 from fakeclouds.ssh import MachineSSH
 from providers.ssh_fleet import SshFleetProvider
 from store import fleets
@@ -151,3 +152,4 @@ async def test_gpuprov_ssh_logs_in_with_the_pinned_key_and_refuses_another(
         assert host not in mine  # the user's own known_hosts is not written
     finally:
         await server.stop()
+        remove_once_unused(home)

@@ -36,6 +36,7 @@ from api.deps import AppDeps
 from api.temporal import TemporalGateway
 from fakeclouds.k3s import INSTALLER
 from fakeclouds.k3s import SCRIPT as K3S
+from fakeclouds.machine_processes import remove_once_unused
 from fakeclouds.ssh import MachineSSH
 from messages import workflows as wf
 from messages.ids import attempt_key, watch_workflow_id
@@ -127,6 +128,7 @@ async def fleet() -> AsyncIterator[Fleet]:
     finally:
         for server in servers.values():
             await server.stop()
+        remove_once_unused(root)  # with whatever a job left running on the hosts' shims
 
 
 @pytest.fixture

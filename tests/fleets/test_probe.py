@@ -45,6 +45,7 @@ from api.app import create_app
 from api.deps import AppDeps
 from api.temporal import TemporalGateway
 from fakeclouds.catalog import Gpu, InstanceType
+from fakeclouds.machine_processes import remove_once_unused
 from fakeclouds.nvidia_smi import CONTAINER_RUNTIME, script_for
 from fakeclouds.ssh import MachineSSH
 from messages.fleet import FleetProbeResult
@@ -127,6 +128,7 @@ async def lab() -> AsyncIterator[Lab]:
     finally:
         for server in servers.values():
             await server.stop()
+        remove_once_unused(root)  # with whatever a test left running on the hosts' shims
 
 
 FLEET_KEY = asyncssh.generate_private_key("ssh-ed25519")
