@@ -35,7 +35,7 @@ from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, Quota
 from fakeclouds.facade import Facade, index_facades
 from fakeclouds.faults import FaultBook
 from fakeclouds.k8s_api import MachineApi
-from fakeclouds.machine_processes import power_off, run_user_data
+from fakeclouds.machine_processes import power_off, run_user_data, tmp_of
 from fakeclouds.ratelimit import RateLimiter
 from fakeclouds.ssh import MachineSSH, load_or_create_host_key, parse_public_key
 
@@ -505,7 +505,8 @@ class Engine:
             api = MachineApi(self.machine_home(m))
             server = MachineSSH(home=self.machine_home(m), host_key=host_key, user=m.ssh_user,
                                 public_keys=m.public_keys, inside={k8s_api.PORT: api.inside},
-                                on_login=functools.partial(self.calls.record_login, m.id))
+                                on_login=functools.partial(self.calls.record_login, m.id),
+                                env={"TMPDIR": str(tmp_of(self.machine_home(m)))})
             try:
                 m.ssh_port = await server.start(host, port)
             except OSError as exc:
@@ -555,7 +556,8 @@ class Engine:
     def machine_env(self, m: Machine) -> dict[str, str]:
         """The environment m's commands run with (its logins', boot scripts', units')."""
         server = self._ssh.get(m.id)
-        return server._env() if server else {"HOME": str(self.machine_home(m))}
+        home = self.machine_home(m)
+        return server._env() if server else {"HOME": str(home), "TMPDIR": str(tmp_of(home))}
 
     def _run_user_data(self, m: Machine) -> None:
         run_user_data(self.machine_home(m), m.user_data, self.machine_env(m))

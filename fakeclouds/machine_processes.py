@@ -26,6 +26,14 @@ def root_of(home: Path) -> Path:
     return home.parent / "root"
 
 
+def tmp_of(home: Path) -> Path:
+    """The machine's /tmp (its processes' TMPDIR), made if missing: what they write there (a
+    `mktemp` in a boot script) stays the machine's, never the host's /tmp."""
+    tmp = root_of(home) / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return tmp
+
+
 def run_user_data(home: Path, user_data: str | None, env: dict[str, str]) -> None:
     # Like cloud-init at first boot: write_files, then the "#!" scripts and runcmd, once (keys were
     # added at create).

@@ -117,7 +117,7 @@ def startup_script(key: str, *, k3s: bool, user_data: str | None) -> str:
                               "script starting with #!")
         encoded = "\n".join(textwrap.wrap(base64.b64encode(user_data.encode()).decode(), 76))
         lines += ['f=$(mktemp) && base64 -d > "$f" <<\'GPUPROV_USER_DATA\'', encoded, "GPUPROV_USER_DATA",
-                  'chmod 700 "$f" && "$f"']
+                  'chmod 700 "$f" && "$f"', 'rm -f "$f"']  # the decoded text is not left behind
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from fakeclouds.admin import FakeCloudAdmin
+from fakeclouds.machine_processes import tmp_of
 from tests.eventually import eventually
 from tests.fakeclouds.helpers import WITHIN, create_local, launch_lambda, wait_lambda, wait_local
 
@@ -146,15 +147,22 @@ async def test_not_listening_before_boot_nor_after_death(local: httpx.AsyncClien
 
 
 async def test_user_data_script_runs_at_boot(local: httpx.AsyncClient, admin: FakeCloudAdmin,
-                                             pubkey: str) -> None:
-    m = (await create_local(local, pubkey, user_data="#!/bin/bash\necho booted > $HOME/marker\n")).json()
-    await wait_local(local, m["id"])
-    marker = Path(admin.machine(m["id"])["home"], "marker")
+                                             pubkey: str, ssh_key: asyncssh.SSHKey) -> None:
+    script = "#!/bin/bash\nmktemp > $HOME/temporary && echo booted > $HOME/marker\n"
+    m = (await create_local(local, pubkey, user_data=script)).json()
+    m = await wait_local(local, m["id"])
+    home = Path(admin.machine(m["id"])["home"])
 
     def written() -> str:
-        return marker.read_text() if marker.exists() else ""
+        return (home / "marker").read_text() if (home / "marker").exists() else ""
     booted = await eventually(lambda: asyncio.to_thread(written), within=WITHIN, what="the boot script")
     assert booted == "booted\n"
+    # The machine's temporary files are its own (under its root's /tmp), never in the host's /tmp:
+    # a boot script's, and a login's.
+    async with _connect(m["ssh_port"], ssh_key) as conn:
+        login = (await conn.run("mktemp", check=True)).stdout
+    for made in ((home / "temporary").read_text(), str(login)):
+        assert Path(made.strip()).parent == tmp_of(home), made
 
 
 async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, ssh_key: asyncssh.SSHKey,

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from fakeclouds import verda_api, verda_catalog
+from fakeclouds.machine_processes import tmp_of
 from fakeclouds.server import FakeCloudServer
 from providers import cloudinit
 from providers import verda as verda_mod
@@ -125,6 +126,9 @@ async def test_create_sends_ownership_k3s_script_and_os_volume(sim: FakeCloudSer
     home = sim.engine.machine_home(m)
     await eventually(lambda: text_of(home / "user-ran"), until=lambda text: text == "it's 2\n",
                      within=WITHIN, what="the caller's script to run at boot")
+    # Decoded into the machine's own /tmp to run, and removed once it ran.
+    await eventually(lambda: list(tmp_of(home).iterdir()), until=lambda left: left == [], within=WITHIN,
+                     what="the decoded script removed after it ran")
     assert (st.ssh_port, st.ssh_user, st.host) == (22, "root", m.address)
     # The shared SSH key object is made once per installation and public key.
     again = await verda.create(await offer(verda), spec(verda))
