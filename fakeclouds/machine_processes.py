@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,18 @@ def power_off(home: Path) -> int:
     (its SSH server runs commands there). A detached command (setsid, nohup) outlives its session,
     as on a real VM, but not the VM itself. Returns how many were killed."""
     wanted = f"HOME={home}".encode()
+    return _kill_where(lambda environ: wanted in environ)
+
+
+def _kill_where(match: Callable[[list[bytes]], bool]) -> int:
+    """SIGKILL every process but this one whose environment (its `NAME=value` entries) `match`es.
+    Returns how many were killed."""
     killed = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+            if match((entry / "environ").read_bytes().split(b"\0")):
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1
         except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
@@ -103,17 +110,8 @@ def kill_users_of(path: Path) -> int:
     which inherit both. For a directory about to be removed: a process left running on a PATH through
     it would find the host's own commands (a `sudo shutdown` the host's) once it is gone. Returns how
     many were killed."""
-    wanted, killed = str(path).encode(), 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if any(_names(e, wanted) for e in (entry / "environ").read_bytes().split(b"\0")):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-        except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
-            continue
-    return killed
+    wanted = str(path).encode()
+    return _kill_where(lambda environ: any(_names(e, wanted) for e in environ))
 
 
 def remove_once_unused(path: Path, rounds: int = 5) -> bool:
