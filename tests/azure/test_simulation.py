@@ -90,9 +90,15 @@ async def test_a_put_under_a_taken_name_converges_or_is_refused(
         sdk.compute.virtual_machines.begin_create_or_update(group, name, elsewhere)
     assert error_code(moved.value) == "PropertyChangeNotAllowed" and "zones" in str(moved.value.message)
 
-    sdk.compute.virtual_machines.begin_delete(group, name)  # marked for deletion: a PUT is refused now
-    with pytest.raises(HttpResponseError) as deleting:
-        sdk.compute.virtual_machines.begin_create_or_update(group, name, body)
+    # Marked for deletion: a PUT is refused meanwhile. The deletion is held for the check (the
+    # module's 0.05 s could be over before the PUT on a busy box: a fresh-clone run saw it so).
+    sim.admin.configure(terminate_delay=3600)
+    try:
+        sdk.compute.virtual_machines.begin_delete(group, name)
+        with pytest.raises(HttpResponseError) as deleting:
+            sdk.compute.virtual_machines.begin_create_or_update(group, name, body)
+    finally:
+        sim.admin.configure(terminate_delay=0.05)  # the module's; `reset` ends the held deletion
     assert error_code(deleting.value) == "OperationNotAllowed" and "marked for deletion" in str(
         deleting.value
     )
