@@ -500,13 +500,14 @@ class Engine:
     async def _listen(self, m: Machine) -> str | None:
         """Start m's SSH server; None once it listens, else why it cannot (for m.detail)."""
         why = f"no free loopback address left in {self.loopback.network}"
+        home = self.machine_home(m)
+        own_tmp = {"TMPDIR": str(tmp_of(home))}
         for host, port in self._addresses(m):
             host_key = load_or_create_host_key(self.root / "machines" / m.id / "host_key")
-            api = MachineApi(self.machine_home(m))
-            server = MachineSSH(home=self.machine_home(m), host_key=host_key, user=m.ssh_user,
+            api = MachineApi(home)
+            server = MachineSSH(home=home, host_key=host_key, user=m.ssh_user,
                                 public_keys=m.public_keys, inside={k8s_api.PORT: api.inside},
-                                on_login=functools.partial(self.calls.record_login, m.id),
-                                env={"TMPDIR": str(tmp_of(self.machine_home(m)))})
+                                on_login=functools.partial(self.calls.record_login, m.id), env=own_tmp)
             try:
                 m.ssh_port = await server.start(host, port)
             except OSError as exc:

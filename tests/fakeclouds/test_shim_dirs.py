@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from fakeclouds.machine_processes import kill_users_of, remove_once_unused
+from tests.devrun import alive
 from tests.eventually import eventually_sync
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,14 +24,6 @@ def _detached(env: dict[str, str], command: str = "sleep 600") -> subprocess.Pop
 
 def _children_of(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def _ended(pid: int) -> bool:
-    """Gone, or a zombie waiting for its parent (killed either way)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def test_a_directory_goes_only_after_what_runs_from_it_is_killed(tmp_path: Path) -> None:
@@ -48,7 +41,7 @@ def test_a_directory_goes_only_after_what_runs_from_it_is_killed(tmp_path: Path)
         assert not root.exists()
         assert on_path.wait(10) == -9 and at_home.wait(10) == -9
         # Their children too: they inherit the environment.
-        eventually_sync(lambda: all(_ended(pid) for pid in grandchildren), within=10, what="sleeps killed")
+        eventually_sync(lambda: not any(alive(pid) for pid in grandchildren), within=10, what="sleeps killed")
         assert bystander.poll() is None and sibling.exists()  # /tmp/x2 is not under /tmp/x
         assert kill_users_of(root) == 0
     finally:
@@ -77,9 +70,9 @@ def test_a_process_removes_its_shim_directories_at_exit_and_ends_what_ran_on_the
     made = json.loads(out.stdout)
     assert all(d.startswith(str(tmp_path)) for d in made["dirs"])
     try:
-        eventually_sync(lambda: _ended(made["job"]), within=10, what="the machine's detached process killed")
+        eventually_sync(lambda: not alive(made["job"]), within=10, what="the detached process killed")
         assert [d for d in made["dirs"] if Path(d).exists()] == []
         assert list(tmp_path.iterdir()) == []
     finally:
-        if not _ended(made["job"]):
+        if alive(made["job"]):
             os.kill(made["job"], 9)
