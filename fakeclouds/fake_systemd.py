@@ -41,7 +41,7 @@ UNITS_SCRIPT = r"""#!/bin/sh
 # SIMULATED systemctl for units a simulated machine's cloud-init installed (fakeclouds/fake_systemd.py).
 machine=$(dirname "$HOME")
 dir="$machine/root/etc/systemd/system"
-requests=$(dirname "$(dirname "$machine")")/power-requests
+request="$(dirname "$0")/.request"  # guest_power.REQUEST_SCRIPT
 cmd=; now=; units=
 for a in "$@"; do
   case "$a" in
@@ -69,8 +69,8 @@ for u in $units; do
     enable)
       mkdir -p "$dir/multi-user.target.wants" && ln -sf "../$u" "$dir/multi-user.target.wants/$u"
       echo "Created symlink /etc/systemd/system/multi-user.target.wants/$u -> /etc/systemd/system/$u." >&2
-      [ -n "$now" ] && echo "unit-start:$u" >> "$requests/$(basename "$machine")" ;;
-    start|restart) echo "unit-start:$u" >> "$requests/$(basename "$machine")" ;;
+      [ -n "$now" ] && "$request" "unit-start:$u" ;;
+    start|restart) "$request" "unit-start:$u" ;;
     is-enabled)
       if [ -e "$dir/multi-user.target.wants/$u" ]; then echo enabled; else echo disabled; status=1; fi ;;
     is-active)

@@ -3,8 +3,8 @@
 Simulated machines run real shells on the host, so `shutdown`, `poweroff`, `halt`, `reboot`,
 `systemctl poweroff|halt|reboot` and `sudo` in front of them must never reach the host's own. Every
 machine's PATH has `shim_dir()` right after its `~/bin` (fakeclouds/ssh.py): each shim there only
-appends the verb to a request file outside the machine's home (`<root>/power-requests/<machine
-id>`) and a line to the machine's `power.log` (what a test asserts ran). The engine's watcher
+writes a request file outside the machine's home (`<root>/power-requests/<machine id>@<time>`)
+and a line to the machine's `power.log` (what a test asserts ran). The engine's watcher
 (`watch`) picks requests up and applies that cloud's documented semantics (its facade's
 `guest_shutdown`): a guest shutdown on EC2 with InstanceInitiatedShutdownBehavior=terminate
 terminates the machine, on Azure it leaves a stopped machine that still bills, on Nebius the cloud
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1  # how often the watcher looks for requests (one directory listing per engine)
-REQUESTS = "power-requests"  # under the engine's root: one file per machine that asked
+REQUESTS = "power-requests"  # under the engine's root: one file per request (REQUEST_SCRIPT)
 RECORD = "power.log"  # beside the machine's home: every shim run, kept for tests and people
 TASK_KEY = "guest-power-watch"  # the watcher's entry in the engine's tasks (stop() cancels it)
 STOPPED = "stopped by a guest shutdown"
@@ -84,19 +84,30 @@ case "$name" in
          exit 126 ;;
     esac ;;
 esac
-machine=$(dirname "$HOME")
-requests=$(dirname "$(dirname "$machine")")/power-requests
-echo "$(date +%s) $name $* -> $verb" >> "$machine/power.log"
-if [ ! -d "$requests" ]; then
-  echo "simulated machine: no simulation is listening for $name here" >&2
-  exit 1
-fi
-echo "$verb" >> "$requests/$(basename "$machine")"
+echo "$(date +%s) $name $* -> $verb" >> "$(dirname "$HOME")/power.log"
+"$shims/.request" "$verb" || exit 1
 echo "simulated machine: $verb requested; the simulated cloud acts on it" >&2
 exit 0
 """
 
+# Hands one request (a power verb, or fake_systemd's unit-start:<unit>) to the watcher. A request
+# is written whole to a dot-file and renamed into place: the watcher reads only renamed files, so it
+# never reads (and removes) one a shell has opened but not yet written — `echo >> file` could be
+# seen empty in between, and the request was lost. The name orders a machine's requests by time.
+REQUEST_SCRIPT = r"""#!/bin/sh
+# SIMULATED: hands a request to gpuprov's fakeclouds (fakeclouds/guest_power.py).
+machine=$(dirname "$HOME")
+requests=$(dirname "$(dirname "$machine")")/power-requests
+if [ ! -d "$requests" ]; then
+  echo "simulated machine: no simulation is listening here" >&2
+  exit 1
+fi
+id=$(basename "$machine")
+printf '%s\n' "$@" > "$requests/.$id.$$" && mv -f "$requests/.$id.$$" "$requests/$id@$(date +%s%N).$$"
+"""
+
 POWER = ("shutdown", "poweroff", "halt", "reboot", "systemctl", "sudo")
+REQUEST_SHIM = ".request"  # in shim_dir(): REQUEST_SCRIPT, which the shims above and fake_systemd's call
 
 
 @functools.cache
@@ -107,6 +118,7 @@ def shim_dir() -> Path:
     for name in POWER:
         _write_shim(d / name)
     _write_shim(d / fake_systemd.UNITS_SHIM, fake_systemd.UNITS_SCRIPT)
+    _write_shim(d / REQUEST_SHIM, REQUEST_SCRIPT)
     return d
 
 
@@ -155,23 +167,43 @@ async def _watch(engine: Engine) -> None:
         if not any(m.status in (PENDING, RUNNING) for m in engine.machines.values()):
             engine._tasks.pop(TASK_KEY, None)  # the next machine to listen starts it again
             return
+        for machine_id, verbs in _take_requests(requests).items():
+            m = engine.machines.get(machine_id)
+            if m is None or m.status != RUNNING or not verbs:
+                continue
+            start = fake_systemd.START
+            units = [v.removeprefix(start) for v in verbs if v.startswith(start)]
+            power = [v for v in verbs if not v.startswith(start)]
+            try:
+                for unit in units:
+                    fake_systemd.start(engine, m, unit, engine.machine_env(m))
+                if power:
+                    await apply(engine, m, power[-1])
+            except Exception:  # one machine's request must not stop the watch for all
+                log.exception("guest power request of %s failed", m.id)
+
+
+def _take_requests(requests: Path) -> dict[str, list[str]]:
+    """The verbs each machine has asked for since the last look, oldest first; their files removed.
+    A dot-file is a request still being written (REQUEST_SCRIPT renames it into place once whole)."""
+    found: list[tuple[str, str, Path]] = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in requests.iterdir():
+            if not entry.name.startswith("."):
+                machine_id, _, when = entry.name.rpartition("@")  # <id>@<nanoseconds>.<pid>
+                found.append((machine_id or entry.name, when, entry))
+    taken: dict[str, list[str]] = {}
+    for machine_id, _, entry in sorted(found, key=lambda f: (f[0], _nanoseconds(f[1]))):
         with contextlib.suppress(FileNotFoundError):
-            for entry in list(requests.iterdir()):
-                verbs = entry.read_text().split()
-                entry.unlink()
-                m = engine.machines.get(entry.name)
-                if m is None or m.status != RUNNING or not verbs:
-                    continue
-                start = fake_systemd.START
-                units = [v.removeprefix(start) for v in verbs if v.startswith(start)]
-                power = [v for v in verbs if not v.startswith(start)]
-                try:
-                    for unit in units:
-                        fake_systemd.start(engine, m, unit, engine.machine_env(m))
-                    if power:
-                        await apply(engine, m, power[-1])
-                except Exception:  # one machine's request must not stop the watch for all
-                    log.exception("guest power request of %s failed", m.id)
+            verbs = entry.read_text().split()
+            entry.unlink()
+            taken.setdefault(machine_id, []).extend(verbs)
+    return taken
+
+
+def _nanoseconds(when: str) -> int:
+    head = when.partition(".")[0]
+    return int(head) if head.isdigit() else 0
 
 
 async def apply(engine: Engine, m: Machine, verb: str) -> None:

@@ -4,8 +4,10 @@ and this test process (on the host the machine is simulated on) is still here to
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -99,3 +101,41 @@ async def test_a_guest_shutdown_does_what_the_cloud_does(engine: Engine, pubkey:
     first = m.billing_seconds()
     await eventually(lambda: m.billing_seconds() > first + 0.2 if bills else True, "time to pass")
     assert (m.billing_seconds() > first) == bills
+
+
+async def test_a_request_is_read_only_once_whole(engine: Engine, pubkey: str, ssh_key: asyncssh.SSHKey,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher polls while a shim is mid-request: it must neither act on nor drop a request it
+    finds half-written (an `echo verb >> file` seen between its open and its write read as nothing,
+    was removed, and the machine never powered off: the boot lease's flake on a busy box)."""
+    looks = 0
+    take = guest_power._take_requests
+
+    def counted(requests: Path) -> dict[str, list[str]]:
+        nonlocal looks
+        looks += 1
+        return take(requests)
+
+    monkeypatch.setattr(guest_power, "_take_requests", counted)
+    m = await _boot(engine, "azure", pubkey)
+    home = engine.machine_home(m)
+    go = home / ".go"
+    os.mkfifo(go)
+    # The machine's own `mv` (its ~/bin is first on its PATH) holds the request between written and
+    # renamed into place until the test lets it go.
+    (home / "bin").mkdir(exist_ok=True)
+    held = home / "bin" / "mv"
+    held.write_text('#!/bin/sh\n: > "$HOME/.paused"\nread _ < "$HOME/.go"\nexec /bin/mv "$@"\n')
+    held.chmod(0o755)
+    shutdown = asyncio.create_task(_run(m, ssh_key, "sudo poweroff"))
+    await eventually(lambda: (home / ".paused").exists(), "the shim to reach its rename")
+    seen = looks
+    await eventually(lambda: looks >= seen + 3, "three looks while the request is half-done")
+    requests = engine.root / guest_power.REQUESTS
+    [pending] = list(requests.iterdir())
+    assert pending.name.startswith(f".{m.id}.") and pending.read_text() == "poweroff\n"
+    assert m.status == RUNNING
+    await asyncio.to_thread(go.write_text, "\n")  # a FIFO: returns once the shim has read it
+    await eventually(lambda: m.status == ERROR, "the Azure VM to stop once its request is whole")
+    await shutdown
+    assert list(requests.iterdir()) == []
