@@ -13,7 +13,8 @@ COPY store store
 COPY cli cli
 COPY worker.py settings.py logsafe.py ./
 RUN pip install --no-cache-dir .
-# A non-root user that owns its (0700) home: the service writes nothing anywhere else.
+# A non-root user that owns its (0700) home: the service writes nothing anywhere else but its
+# temporary files (the API's counters directory, api/serve.py; an SDK's CA bundle), in the container's /tmp.
 RUN useradd --system --create-home --home-dir /var/lib/gpuprov gpuprov \
     && chmod 0700 /var/lib/gpuprov
 USER gpuprov

@@ -68,6 +68,8 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = 10.0  # a webhook that has not answered by then is recorded as failed
     policy_interval_s: float = 60.0  # how often each condition policy's Schedule evaluates it
     job_metrics_interval_s: float = 30.0  # how often a running job's GPUs are sampled (nvidia-smi)
+    # How many processes `python -m api.serve` runs the API in (one port; api/serve.py says why).
+    api_workers: int = Field(2, ge=1, le=64)
     # The worker's Prometheus /metrics at this port (0: off). `gpuprov dev` turns it on.
     worker_metrics_port: int = Field(0, ge=0, le=65535)
     # Its address: 127.0.0.1 (anyone on the host may scrape it), or another (a container's 0.0.0.0, so a

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -196,10 +197,20 @@ CLOUD_CALL_FAMILIES = frozenset({"gpuprov_cloud_calls", "gpuprov_cloud_errors", 
 
 
 class CloudCallsCollector(Collector):
-    """This process's cloud-call and rate-limit series only, for a registry of its own."""
+    """The cloud-call and rate-limit series only, for a registry of its own: this process's — or,
+    where the API runs in several processes that write them to one directory (PROMETHEUS_MULTIPROC_DIR,
+    api/serve.py), every one of those processes' summed (a dead one's counts too: a counter that
+    fell when a process exits would read as a reset)."""
 
     def collect(self) -> Any:
-        return (f for f in REGISTRY.collect() if f.name in CLOUD_CALL_FAMILIES)
+        shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if shared:
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            families = MultiProcessCollector(None, shared).collect()
+        else:
+            families = REGISTRY.collect()
+        return (f for f in families if f.name in CLOUD_CALL_FAMILIES)
 
 
 def value(name: str, **labels: str) -> float:

@@ -114,8 +114,10 @@ def create_app(deps: AppDeps) -> FastAPI:
 
 def build_app() -> FastAPI:
     """The app for uvicorn (`uvicorn --factory api.app:build_app`): migrates the database first."""
+    from api.serve import stop_with_launcher
     from settings import get_settings, private_home
 
+    stop_with_launcher()  # one of `python -m api.serve`'s processes: not beyond its launcher
     logsafe.configure_uvicorn()  # uvicorn has set up its logging by now
     private_home(get_settings().home)  # before the database, token or key is written there
     return create_app(deps_from_settings())

@@ -1,9 +1,10 @@
 """(api) An API that stays fast: p50/p99 latency of the lists the Compute console calls, over HTTP
-against the real API process (`uvicorn --factory api.app:build_app`, as `gpuprov dev` and the compose
-file run it), with `rows` instances (and their jobs, reported workloads, spend intervals) seeded
+against the real API (`python -m api.serve`, as `gpuprov dev` and the compose file run it: one
+process, then two), with `rows` instances (and their jobs, reported workloads, spend intervals) seeded
 across several projects, on PostgreSQL and on SQLite.
 
     python -m bench.api_scale [--rows 10000] [--clients 8] [--requests 400] [--console-refreshes 25]
+                              [--processes N ...]
 
 Two loads: `clients` clients each asking again as soon as answered (the saturated case; beside it
 the same clients on a no-op route, the floor of the server and the box at that concurrency), and
@@ -67,6 +68,8 @@ TARGET_P99_MS = 20.0
 PG_URL = os.environ.get("GPUPROV_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 PG_DATABASE = "gpuprov_bench_api"
 BACKENDS = ("postgresql", "sqlite")
+# The API's process counts measured side by side: one, and settings' default (GPUPROV_API_WORKERS)
+PROCESSES = (1, 2)
 # The measured project holds the largest share: the tenant whose console pages are slowest.
 PROJECTS = {"research": 0.4, "prod": 0.3, "staging": 0.2, "default": 0.1}
 MEASURED = "research"
@@ -309,15 +312,16 @@ def _free_port() -> int:
 
 
 @contextmanager
-def api_process(url: str, home: Path) -> Iterator[str]:
-    """The API as `gpuprov dev` starts it (uvicorn, one process), on `url`'s database: its base URL."""
+def api_process(url: str, home: Path, processes: int) -> Iterator[str]:
+    """The API as `gpuprov dev` starts it (`python -m api.serve`: uvicorn in `processes` processes),
+    on `url`'s database: its base URL."""
     port = _free_port()
     env = {**os.environ, "GPUPROV_HOME": str(home), "GPUPROV_DATABASE_URL": url,
            "GPUPROV_SECRET_KEY": Fernet.generate_key().decode(),
            "GPUPROV_TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}"}  # never called by these reads
     home.mkdir(mode=0o700, exist_ok=True)
     log = (home / "api.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.app:build_app",
+    proc = subprocess.Popen([sys.executable, "-m", "api.serve", "--workers", str(processes),
                              "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -462,7 +466,9 @@ async def measure_console(client: httpx.AsyncClient, seeded: Seeded, base: str, 
 
 async def run_backend(backend: str, rows: int, clients: int, requests: int,
                       progress: Callable[[str], None] | None = None,
-                      console_refreshes: int = CONSOLE_REFRESHES) -> dict[str, Any]:
+                      console_refreshes: int = CONSOLE_REFRESHES,
+                      processes: tuple[int, ...] = PROCESSES) -> dict[int, dict[str, Any]]:
+    """One seeded database, measured behind the API run in each of `processes` processes in turn."""
     with tempfile.TemporaryDirectory(prefix="gpuprov-bench-api-") as tmp:
         folder = Path(tmp)
         with database(backend, folder) as url:
@@ -478,59 +484,71 @@ async def run_backend(backend: str, rows: int, clients: int, requests: int,
             # seeding left) would be read as the server's latency.
             gc.collect()
             gc.freeze()
-            with api_process(url, folder / "home") as base:
-                limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-                async with httpx.AsyncClient(base_url=base + "/api/compute", limits=limits, timeout=60,
-                                             cookies=console_cookie(base, seeded.token)) as client:
-                    # The floor: a route with no auth and no database, by the same clients in the same
-                    # run — what uvicorn and this box's two cores cost alone at this concurrency.
-                    floor = await measure(client, f"{base}/healthz", clients=clients, requests=requests)
-                    if progress is not None:
-                        progress(f"{backend} floor (/healthz): p50 {floor['p50_ms']:.1f} ms "
-                                 f"p99 {floor['p99_ms']:.1f} ms")
-                    figures = {}
-                    for name, path in endpoints(seeded).items():
-                        figures[name] = f = await measure(client, path, clients=clients, requests=requests)
-                        if progress is not None:
-                            progress(f"{backend} {name}: p50 {f['p50_ms']:.1f} ms p99 {f['p99_ms']:.1f} ms, "
-                                     f"{f['items']} items, {f['bytes']} bytes")
-                    console, console_floor = await measure_console(client, seeded, base, tabs=clients,
-                                                                   refreshes=console_refreshes)
-    return {"seed_s": seed_s, "counts": seeded.counts, "active": seeded.active, "endpoints": figures,
-            "floor": floor, "console": console, "console_floor": console_floor}
+            found = {}
+            for n in processes:
+                with api_process(url, folder / f"home-{n}", n) as base:
+                    figures = await measure_api(base, seeded, clients, requests, f"{backend}/{n}", progress,
+                                                console_refreshes)
+                found[n] = {"seed_s": seed_s, "counts": seeded.counts, "active": seeded.active, **figures}
+    return found
+
+
+async def measure_api(base: str, seeded: Seeded, clients: int, requests: int, label: str,
+                      progress: Callable[[str], None] | None, console_refreshes: int) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base + "/api/compute", limits=limits, timeout=60,
+                                 cookies=console_cookie(base, seeded.token)) as client:
+        # The floor: a route with no auth and no database, by the same clients in the same
+        # run — what uvicorn and this box's two cores cost alone at this concurrency.
+        floor = await measure(client, f"{base}/healthz", clients=clients, requests=requests)
+        if progress is not None:
+            progress(f"{label} floor (/healthz): p50 {floor['p50_ms']:.1f} ms p99 {floor['p99_ms']:.1f} ms")
+        figures = {}
+        for name, path in endpoints(seeded).items():
+            figures[name] = f = await measure(client, path, clients=clients, requests=requests)
+            if progress is not None:
+                progress(f"{label} {name}: p50 {f['p50_ms']:.1f} ms p99 {f['p99_ms']:.1f} ms, "
+                         f"{f['items']} items, {f['bytes']} bytes")
+        console, console_floor = await measure_console(client, seeded, base, tabs=clients,
+                                                       refreshes=console_refreshes)
+    return {"endpoints": figures, "floor": floor, "console": console, "console_floor": console_floor}
 
 
 async def run(rows: int = 10_000, clients: int = 8, requests: int = 400,
               backends: tuple[str, ...] = BACKENDS, progress: Callable[[str], None] | None = None,
-              console_refreshes: int = CONSOLE_REFRESHES,
+              console_refreshes: int = CONSOLE_REFRESHES, processes: tuple[int, ...] = PROCESSES,
               ) -> dict[str, Any]:
-    """Per backend, per console list: p50/p99 ms of `requests` GETs by `clients` concurrent clients
-    (each asking again as soon as answered: the saturated case) against the API process over a
-    store of `rows` instances, beside a no-op route's (the floor), and p50/p99 under the console's
-    own load: `clients` tabs refreshing every REFRESH_S."""
+    """Per backend and API process count (`backend/n`), per console list: p50/p99 ms of `requests`
+    GETs by `clients` concurrent clients (each asking again as soon as answered: the saturated case)
+    against the API over a store of `rows` instances, beside a no-op route's (the floor), and p50/p99
+    under the console's own load: `clients` tabs refreshing every REFRESH_S."""
+    found = {}
+    for b in backends:
+        for n, figures in (await run_backend(b, rows, clients, requests, progress, console_refreshes,
+                                             processes)).items():
+            found[f"{b}/{n}"] = figures
     return {"rows": rows, "clients": clients, "requests": requests, "target_p99_ms": TARGET_P99_MS,
-            "backends": {b: await run_backend(b, rows, clients, requests, progress, console_refreshes)
-                         for b in backends}}
+            "backends": found}
 
 
 def report(result: dict[str, Any]) -> list[str]:
     lines = []
-    for backend, figures in result["backends"].items():
+    for backend, figures in result["backends"].items():  # "postgresql/2": 2 API processes
         floor = figures["floor"]
-        lines.append(f"(api) {backend:<10}  {'floor: GET /healthz':<24}  p50 {floor['p50_ms']:.1f} ms  "
+        lines.append(f"(api) {backend:<12}  {'floor: GET /healthz':<24}  p50 {floor['p50_ms']:.1f} ms  "
                      f"p99 {floor['p99_ms']:.1f} ms  (no auth, no database: the server and the box alone)")
         for name, f in figures["endpoints"].items():
             verdict = "ok" if f["p99_ms"] <= result["target_p99_ms"] else "MISSED"
             target = f"(target p99 <= {result['target_p99_ms']:.0f} ms)"
-            lines.append(f"(api) {backend:<10}  {name:<24}  p50 {f['p50_ms']:.1f} ms  "
+            lines.append(f"(api) {backend:<12}  {name:<24}  p50 {f['p50_ms']:.1f} ms  "
                          f"p99 {f['p99_ms']:.1f} ms  = {f['p99_ms'] / floor['p99_ms']:.1f}x the floor's  "
                          f"{target} {verdict}")
         cf = figures["console_floor"]
-        lines.append(f"(api) {backend:<10}  {'console floor: /healthz':<24}  p50 {cf['p50_ms']:.1f} ms  "
+        lines.append(f"(api) {backend:<12}  {'console floor: /healthz':<24}  p50 {cf['p50_ms']:.1f} ms  "
                      f"p99 {cf['p99_ms']:.1f} ms  (the console's load, a no-op route in every list's place)")
         for name, f in figures["console"].items():
             verdict = "ok" if f["p99_ms"] <= result["target_p99_ms"] else "MISSED"
-            lines.append(f"(api) {backend:<10}  {name:<24}  p50 {f['p50_ms']:.1f} ms  "
+            lines.append(f"(api) {backend:<12}  {name:<24}  p50 {f['p50_ms']:.1f} ms  "
                          f"p99 {f['p99_ms']:.1f} ms  under the console's own load ({result['clients']} tabs "
                          f"refreshing every {REFRESH_S:g} s, {f['requests']} requests) {verdict}")
     return lines
@@ -544,12 +562,15 @@ def main() -> None:
     parser.add_argument("--backend", action="append", choices=BACKENDS, help="only this one (repeatable)")
     parser.add_argument("--console-refreshes", type=int, default=CONSOLE_REFRESHES,
                         help=f"refreshes per console tab, each {REFRESH_S:g} s (default {CONSOLE_REFRESHES})")
+    parser.add_argument("--processes", type=int, action="append",
+                        help=f"API processes (repeatable; default {' and '.join(map(str, PROCESSES))})")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print rows seeded and page sizes")
     args = parser.parse_args()
     progress = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
     result = asyncio.run(run(rows=args.rows, clients=args.clients, requests=args.requests,
                              console_refreshes=args.console_refreshes,
-                             backends=tuple(args.backend or BACKENDS), progress=progress))
+                             backends=tuple(args.backend or BACKENDS), progress=progress,
+                             processes=tuple(args.processes or PROCESSES)))
     if args.verbose:
         for backend, figures in result["backends"].items():
             print(f"{backend}: seeded in {figures['seed_s']:.1f}s {figures['counts']}, "

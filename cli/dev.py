@@ -295,10 +295,9 @@ async def run_dev(cfg: DevConfig) -> int:
                            lambda: http_ok(f"{cfg.cloud_url}/_fake/health"))
         await stack.launch("worker", [sys.executable, "-m", "cli", "worker"],
                            lambda: worker_polling(cfg.temporal_address, settings.task_queue))
-        await stack.launch("api", [
-            sys.executable, "-m", "uvicorn", "--factory", "api.app:build_app", "--host", cfg.host,
-            "--port", str(cfg.api_port), "--log-level", "warning",
-        ], lambda: http_ok(f"{cfg.api_url}/healthz"))
+        await stack.launch("api", [  # GPUPROV_API_WORKERS processes on one port (api/serve.py)
+            sys.executable, "-m", "api.serve", "--host", cfg.host, "--port", str(cfg.api_port),
+            "--log-level", "warning"], lambda: http_ok(f"{cfg.api_url}/healthz"))
         async with httpx.AsyncClient(base_url=cfg.api_url + "/api/compute", timeout=90,
                                      headers={"Authorization": f"Bearer {token}"}) as client:
             await connect_simulated(client, bodies)

@@ -4,6 +4,7 @@ boot, stopped in reverse order, and killed with the supervisor if it dies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,19 +17,13 @@ from typing import NoReturn
 import httpx
 import typer
 
+from api.serve import die_with_parent
+
 
 class DevError(Exception):
     pass
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the child gets SIGTERM if `gpuprov dev` itself is killed (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 @dataclass
@@ -44,7 +39,7 @@ class Child:
             # Own session: a terminal Ctrl-C reaches only `gpuprov dev`, which stops children in order.
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=die_with_parent)  # if `gpuprov dev` is killed
 
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -62,7 +57,10 @@ class Child:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            # Its whole process group (its own session, above): the API's processes are children
+            # of the one started here, and a SIGKILLed parent stops none of them.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
 

@@ -286,7 +286,7 @@ def _within_budget(deps: AppDeps, project: str) -> None:
 
 def k8s_api_networks(body: InstanceCreate, request: Request) -> list[str]:
     """Who the Kubernetes API is opened to: as asked, else the address the request came from (as the
-    server sees it: behind a proxy, uvicorn's --forwarded-allow-ips decides); nobody without k3s."""
+    server sees it: behind a proxy, uvicorn's FORWARDED_ALLOW_IPS decides); nobody without k3s."""
     if not body.k3s:
         return []
     if body.k8s_api_from is not None:

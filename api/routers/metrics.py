@@ -4,8 +4,9 @@ cover every project (each project's running $/hr), which one tenant must not rea
 
 What it serves is the database's gauges (store/metrics.py: allocations by status and by phase, jobs
 by status, running $/hr per project), counted on each scrape into a registry of this request's own
-(never prometheus_client's global one), and this process's own cloud calls (the offers pages ask the
-clouds: calls, errors, latency and rate-limit waits, as activities/metrics.py measures the worker's).
+(never prometheus_client's global one), and the API's own cloud calls (the offers pages ask the
+clouds: calls, errors, latency and rate-limit waits, as activities/metrics.py measures the worker's)
+— every API process's summed where `python -m api.serve` runs several (CloudCallsCollector).
 The worker's own series are on its own /metrics (activities/metrics.py, metrics_http.py). Not in the OpenAPI
 description: its body is not JSON, and it is an operator's endpoint, not the API's."""
 

@@ -42,11 +42,12 @@ def test_workers_and_api_share_one_configuration_pointing_at_postgres_and_tempor
     assert services["worker"]["deploy"]["replicas"] >= 2
 
 
-def test_the_api_command_names_an_app_factory_that_exists() -> None:
+def test_the_api_command_names_a_launcher_whose_app_factory_exists() -> None:
     command = load()["services"]["api"]["command"]
-    assert command[:2] == ["uvicorn", "--factory"]
-    module, _, attr = command[2].partition(":")
-    assert callable(getattr(importlib.import_module(module), attr))
+    assert command[:3] == ["python", "-m", "api.serve"]
+    serve = importlib.import_module("api.serve")
+    module, _, attr = serve.APP.partition(":")
+    assert callable(serve.main) and callable(getattr(importlib.import_module(module), attr))
 
 
 LOOPBACK = {"127.0.0.1", "::1", "[::1]", "localhost"}
@@ -94,7 +95,7 @@ def test_the_checks_below_catch_what_they_look_for() -> None:
     assert secret_looking(["x", "--token", "${GPUPROV_API_TOKEN}", "Z-W-ia7vvBsNCu5mlChD9fI47UFHj-vU"]) == [
         "--token", "${GPUPROV_API_TOKEN}", "Z-W-ia7vvBsNCu5mlChD9fI47UFHj-vU"]
     assert secret_looking("psql postgresql://u:pw@db/x --password") == ["--password"]
-    assert secret_looking(["uvicorn", "--factory", "api.app:build_app", "--port", "8000"]) == []
+    assert secret_looking(["python", "-m", "api.serve", "--port", "8000"]) == []
 
 
 def test_nothing_is_published_beyond_the_hosts_loopback() -> None:

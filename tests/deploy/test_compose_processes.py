@@ -124,7 +124,10 @@ async def stack(temporal_env: WorkflowEnvironment, app_database: str, tmp_path: 
         # Each replica is its own container: its own (empty) home. Nothing may depend on it.
         (tmp_path / home).mkdir()
         base = {k: v for k, v in os.environ.items() if not k.startswith("GPUPROV_")}
-        return {**base, **shared, **overrides, "GPUPROV_HOME": str(tmp_path / home)}
+        # Its own /tmp too: the API's counters directory (api/serve.py) outlives the SIGKILL below.
+        (tmp_path / home / "tmp").mkdir()
+        return {**base, **shared, **overrides, "GPUPROV_HOME": str(tmp_path / home),
+                "TMPDIR": str(tmp_path / home / "tmp")}
 
     workers = [Process(f"worker-{i}", argv_of(services["worker"]["command"]), env(f"worker-{i}"),
                        tmp_path / f"worker-{i}.log") for i in range(services["worker"]["deploy"]["replicas"])]

@@ -136,3 +136,22 @@ def test_one_allocation_moves_each_series_by_exactly_one(dev: SharedDev) -> None
         for key, value in pairs:
             assert value == "+Inf" or LABEL.match(value) or key == "le", (name, key, value)
     print(f"metrics e2e: {time.monotonic() - started:.1f}s")
+
+
+def test_the_apis_offers_calls_are_counted_whichever_process_answered(dev: SharedDev) -> None:
+    """`gpuprov dev` runs the API in GPUPROV_API_WORKERS (2) processes on one port: each request and
+    each scrape lands on either. Every one of the offers pages' cloud calls is in every scrape."""
+    api_url = f"{dev.url}/metrics"
+    headers = {"Authorization": f"Bearer {dev.token}"}
+    offers = {"cloud": "local", "operation": "offers"}
+    before, _ = scrape(api_url, dev.token)
+    asked = 6
+    for _ in range(asked):  # a connection each: the kernel hands each to one of the processes
+        r = httpx.get(f"{dev.url}/api/compute/backends/local/offers", headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+    for _ in range(3):  # three scrapes, each on a connection of its own: all read the same total
+        after, _ = scrape(api_url, dev.token)
+        assert at(after, "gpuprov_cloud_calls_total", **offers) == at(
+            before, "gpuprov_cloud_calls_total", **offers) + asked
+        assert at(after, "gpuprov_cloud_call_seconds_count", **offers) == at(
+            before, "gpuprov_cloud_call_seconds_count", **offers) + asked

@@ -1,6 +1,7 @@
-"""The API SIGKILLed with requests in flight, as real processes: the API (uvicorn factory, as in
-production), one worker (`python worker.py`), the simulated clouds (their own process), a fresh
-PostgreSQL app database, and the session's Temporal dev server.
+"""The API SIGKILLed with requests in flight, as real processes: the API (one uvicorn process, as
+`python -m api.serve` runs each of its processes in production), one worker (`python worker.py`),
+the simulated clouds (their own process), a fresh PostgreSQL app database, and the session's
+Temporal dev server.
 
 Creates: 20 clients, each with its own Idempotency-Key. Five answer; then the `instance` table is
 locked, so the other fifteen start their workflows and hang before writing their rows — and the API

@@ -1,0 +1,142 @@
+"""The API in several processes (`python -m api.serve`, api/serve.py): one port, each process writing
+its cloud-call counters to one directory, and `/metrics` summing them — an operator's scrape reaches
+one process at random and must read every process's calls, never a counter that jumps back."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from activities.metrics import CloudCallsCollector
+from api import serve
+from tests.api.test_metrics import at, samples
+from tests.devrun import alive
+from tests.eventually import eventually_sync
+from tests.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# One API process's cloud calls, as the offers pages' metered adapter counts them (activities/metrics.py)
+CALLS = textwrap.dedent("""
+    import sys
+    from activities import metrics
+    for _ in range(int(sys.argv[1])):
+        metrics.CLOUD_CALLS.labels("lambda", "offers").inc()
+        metrics.CLOUD_SECONDS.labels("lambda", "offers").observe(0.2)
+    metrics.rate_limit_wait("lambda", "pacer", 1.5)
+    metrics.LEASE_NOT_RENEWED.labels("lambda").inc()  # the worker's, never the API's to serve
+""")
+
+
+def test_a_scrape_sums_every_api_process_calls_even_once_one_exited(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(shared), "PYTHONPATH": str(ROOT)}
+    for calls in (2, 3):  # two processes, both exited by the time of the scrape
+        subprocess.run([sys.executable, "-c", CALLS, str(calls)], env=env, cwd=ROOT, check=True, timeout=60)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(shared))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CloudCallsCollector())
+    found = samples(generate_latest(registry).decode())
+    offers = {"cloud": "lambda", "operation": "offers"}
+    assert at(found, "gpuprov_cloud_calls_total", **offers) == 5
+    assert at(found, "gpuprov_cloud_call_seconds_count", **offers) == 5
+    assert at(found, "gpuprov_cloud_call_seconds_sum", **offers) == pytest.approx(1.0)
+    assert at(found, "gpuprov_rate_limit_waits_total", cloud="lambda", source="pacer") == 2
+    assert at(found, "gpuprov_rate_limit_wait_seconds_total", cloud="lambda", source="pacer") == 3.0
+    assert not [name for name, _ in found if not name.startswith(("gpuprov_cloud_", "gpuprov_rate_limit_"))]
+
+
+def _children(pid: int) -> list[int]:
+    found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in found]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:  # gone since listed
+        return b""
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(kv.decode().split("=", 1) for kv in raw if b"=" in kv)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_the_api_serves_from_two_processes_that_share_one_metrics_directory(tmp_path: Path,
+                                                                            stop: signal.Signals) -> None:
+    """Stopped (SIGTERM), the launcher stops its processes and removes the directory; killed
+    (SIGKILL), its processes stop too rather than hold the port."""
+    home, port = tmp_path / "home", free_port()
+    env = {**os.environ, "GPUPROV_HOME": str(home), "GPUPROV_DATABASE_URL": f"sqlite:///{tmp_path}/api.db",
+           "GPUPROV_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}", "GPUPROV_API_WORKERS": "2"}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log = (tmp_path / "api.log").open("wb")
+    argv = [sys.executable, "-m", "api.serve", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def up() -> bool:
+            assert proc.poll() is None, (tmp_path / "api.log").read_text()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        eventually_sync(up, within=120, what="the API to answer")
+
+        def spawned() -> list[int] | None:  # uvicorn's processes, not multiprocessing's resource tracker
+            found = [c for c in _children(proc.pid) if b"spawn_main" in _cmdline(c)]
+            return found if len(found) == 2 else None
+
+        workers = eventually_sync(spawned, within=60, what="two API processes")  # one answers first
+        # Both count into one directory (each process's files named after its pid, made as it first
+        # counts: the test above reads such files), made for this run.
+        [shared] = {_environ(c)["PROMETHEUS_MULTIPROC_DIR"] for c in workers}
+        assert Path(shared).is_dir() and not list(Path(shared).iterdir())
+        token = (home / "api-token").read_text().strip()
+        r = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"},
+                      timeout=30)
+        assert r.status_code == 200 and "gpuprov_allocations" in r.text
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).status_code == 401
+    finally:
+        proc.send_signal(stop)
+        code = proc.wait(60)
+        log.close()
+    eventually_sync(lambda: not any(alive(w) for w in workers), within=60, what="the API's processes to end")
+    if stop == signal.SIGTERM:
+        assert code == 0, (tmp_path / "api.log").read_text()
+        assert not Path(shared).exists()  # a next run starts from no counts
+    else:
+        shutil.rmtree(shared)  # what a killed launcher cannot do (a fresh one makes its own)
+
+
+def test_a_killed_launchers_directory_goes_at_the_next_start_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a pid that has exited
+    left = tmp_path / f"{serve.METRICS_PREFIX}{dead}-abc"
+    running = tmp_path / f"{serve.METRICS_PREFIX}{os.getpid()}-def"  # a launcher still running
+    elsewhere = tmp_path / "elsewhere"
+    for d in (left, running, elsewhere):
+        d.mkdir()
+        (d / "counter_1.db").write_bytes(b"x")
+    link = tmp_path / f"{serve.METRICS_PREFIX}{dead}-link"
+    link.symlink_to(elsewhere)
+    made = Path(serve.fresh_metrics_dir())
+    assert made.parent == tmp_path and made.name.startswith(f"{serve.METRICS_PREFIX}{os.getpid()}-")
+    assert not left.exists() and (running / "counter_1.db").exists()
+    assert link.is_symlink() and (elsewhere / "counter_1.db").exists()  # never through a link
