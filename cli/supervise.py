@@ -24,8 +24,6 @@ class DevError(Exception):
     pass
 
 
-
-
 @dataclass
 class Child:
     name: str
