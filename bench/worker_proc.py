@@ -63,10 +63,14 @@ async def main(args: argparse.Namespace) -> None:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     if os.environ.get(HEAP_ENV):
         _trace_heap(os.environ[HEAP_ENV])
-    async with w:
-        worker_module.freeze_start_up()  # as the deployment's worker does (worker.serve)
-        print("ready", flush=True)
-        await stop.wait()
+    try:
+        async with w:
+            worker_module.freeze_start_up()  # as the deployment's worker does (worker.serve)
+            print("ready", flush=True)
+            await stop.wait()
+    finally:
+        if args.kind == "gpuprov":  # as worker.py does: its adapters' CA files and SSH logins
+            await deps.aclose()
 
 
 def _trace_heap(directory: str) -> None:
