@@ -8,11 +8,14 @@ directory removed under them, a machine's `sudo shutdown` would reach the host's
 (tests' in-process clouds, which power their machines off as they stop) a fresh temporary
 directory per process, removed as the process exits — after whatever still runs on a PATH through
 it is killed (machine_processes.remove_once_unused): nothing is left running to find the host's
-commands in its place."""
+commands in its place. A process killed outright runs no exit handler: its directories (named after
+its pid) go, the same way, when the next process makes its own."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -31,7 +34,8 @@ def make(kind: str) -> Path:
     """The directory for shims of `kind`: `<base>/<kind>` when kept (the same across restarts),
     else a new temporary one."""
     if _base is None:
-        d = Path(tempfile.mkdtemp(prefix=f"fakeclouds-{kind}-"))
+        _remove_left_behind()
+        d = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{os.getpid()}-"))
         atexit.register(remove_once_unused, d)
     else:
         d = _base / kind
@@ -39,6 +43,19 @@ def make(kind: str) -> Path:
     d.chmod(MODE)  # whatever the umask, and a kept directory made before the mode was 0700
     return d
 
+
+def _remove_left_behind() -> None:
+    """Remove the temporary shim directories of processes that are gone (`<PREFIX><kind>-<pid>-…`;
+    this user's own, never through a link), killing first what their machines left running."""
+    for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*-*"):
+        owner = d.name.split("-")[2]
+        with contextlib.suppress(OSError):
+            if (owner.isdigit() and not Path(f"/proc/{owner}").exists() and not d.is_symlink()
+                    and d.is_dir() and d.stat().st_uid == os.getuid()):
+                remove_once_unused(d)
+
+
+PREFIX = "fakeclouds-"
 
 # The machines' shells run as the simulation's own user: nobody else needs to read or run a shim
 # (and a persisted cloud's state dir holds nothing others may read: `gpuprov dev`'s home is private).

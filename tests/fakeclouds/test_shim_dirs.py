@@ -76,3 +76,25 @@ def test_a_process_removes_its_shim_directories_at_exit_and_ends_what_ran_on_the
     finally:
         if alive(made["job"]):
             os.kill(made["job"], 9)
+
+
+_KILLED = "import os, signal, sys\nsys.stdout.flush()\nos.kill(os.getpid(), signal.SIGKILL)\n"  # no atexit
+
+
+def test_a_killed_process_directories_go_when_the_next_one_makes_its_own(tmp_path: Path) -> None:
+    """SIGKILLed, a process runs no exit handler: its shim directories and the machine process on
+    them stay — until the next process on the host makes shim directories of its own."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    dead = subprocess.run([sys.executable, "-c", _CLOUD_PROCESS + _KILLED], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert dead.returncode == -9
+    made = json.loads(dead.stdout)
+    try:
+        assert all(Path(d).is_dir() for d in made["dirs"]) and alive(made["job"])
+        subprocess.run([sys.executable, "-c", "from fakeclouds import guest_power; guest_power.shim_dir()"],
+                       env=env, cwd=REPO, timeout=60, check=True)
+        eventually_sync(lambda: not alive(made["job"]), within=10, what="the left-behind process killed")
+        assert list(tmp_path.iterdir()) == []  # the next process's own went at its exit
+    finally:
+        for d in made["dirs"]:  # the job and its children, whatever failed above
+            kill_users_of(Path(d))
