@@ -186,14 +186,14 @@ async def _watch(engine: Engine) -> None:
 def _take_requests(requests: Path) -> dict[str, list[str]]:
     """The verbs each machine has asked for since the last look, oldest first; their files removed.
     A dot-file is a request still being written (REQUEST_SCRIPT renames it into place once whole)."""
-    found: list[tuple[str, str, Path]] = []
+    found: list[tuple[str, int, Path]] = []
     with contextlib.suppress(FileNotFoundError):
         for entry in requests.iterdir():
             if not entry.name.startswith("."):
                 machine_id, _, when = entry.name.rpartition("@")  # <id>@<nanoseconds>.<pid>
-                found.append((machine_id or entry.name, when, entry))
+                found.append((machine_id or entry.name, _nanoseconds(when), entry))
     taken: dict[str, list[str]] = {}
-    for machine_id, _, entry in sorted(found, key=lambda f: (f[0], _nanoseconds(f[1]))):
+    for machine_id, _, entry in sorted(found):
         with contextlib.suppress(FileNotFoundError):
             verbs = entry.read_text().split()
             entry.unlink()

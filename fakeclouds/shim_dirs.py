@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 from fakeclouds.machine_processes import remove_once_unused
 
 _base: Path | None = None
+PREFIX = "fakeclouds-"  # a temporary one's name: <PREFIX><kind>-<pid>-<random>
 
 
 def keep_in(base: Path) -> None:
@@ -44,6 +46,7 @@ def make(kind: str) -> Path:
     return d
 
 
+@functools.cache  # once per process: its first directory's making looks, its second need not
 def _remove_left_behind() -> None:
     """Remove the temporary shim directories of processes that are gone (`<PREFIX><kind>-<pid>-…`;
     this user's own, never through a link), killing first what their machines left running."""
@@ -53,9 +56,6 @@ def _remove_left_behind() -> None:
             if (owner.isdigit() and not Path(f"/proc/{owner}").exists() and not d.is_symlink()
                     and d.is_dir() and d.stat().st_uid == os.getuid()):
                 remove_once_unused(d)
-
-
-PREFIX = "fakeclouds-"
 
 # The machines' shells run as the simulation's own user: nobody else needs to read or run a shim
 # (and a persisted cloud's state dir holds nothing others may read: `gpuprov dev`'s home is private).
