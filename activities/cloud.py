@@ -103,8 +103,9 @@ class CloudActivities:
     @activity.defn(name=acts.PLAN_ALLOCATION.name)
     async def plan_allocation(self, inp: PlanInput) -> PlanResult:
         """Offers from every target at once (providers/market.py), merged cheapest first, each naming
-        its connection; live, no cache. A target that fails, is slow or cannot serve the query is
-        reported, not fatal, while another answered."""
+        its connection; live, no cache (plans at once share listings that began after each asked).
+        A target that fails, is slow or cannot serve the query is reported, not fatal, while another
+        answered."""
         await self.deps.write_marks(inp)
 
         def source(target: CloudTarget) -> Source:
@@ -116,7 +117,8 @@ class CloudActivities:
                           adapter=adapter)
 
         answer = await heartbeating(
-            gather_offers([source(t) for t in inp.targets], inp.query, timeout_s=PLAN_TIMEOUT_S), 1.0,
+            gather_offers([source(t) for t in inp.targets], inp.query, timeout_s=PLAN_TIMEOUT_S,
+                          live=self.deps.live_offers), 1.0,
             "planning")
         failures = [f"{a.cloud} ({a.connection_id}): {a.reason}" for a in answer.clouds
                     if a.status != "answered"]

@@ -25,7 +25,18 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 
-from bench import api_scale, capacity, memory, offers, overhead, scale, step_latency, throughput, watch_scale
+from bench import (
+    api_scale,
+    capacity,
+    memory,
+    offers,
+    overhead,
+    plans,
+    scale,
+    step_latency,
+    throughput,
+    watch_scale,
+)
 from bench.harness import OVERHEAD_CLOUDS, Bench, bench_stack
 
 ALLOCATION_SIDE = ("worker", "temporal", "cloud")  # the processes (c) totals (not the bench client)
@@ -71,6 +82,9 @@ async def throughput_figures(b: Bench, args: argparse.Namespace) -> None:
     print("    where the time goes (median scheduled->closed; retries over all allocations):")
     for name, row in t["timings"].items():
         print(f"    {name:<22} {row['latency_s']:6.3f}s  retries {row['retries']:.0f}")
+    calls = t["cloud_calls_per_allocation"]
+    print(f"    cloud calls per allocation (at the simulation): {sum(calls.values()):.2f} — "
+          + ", ".join(f"{k} {v:.2f}" for k, v in calls.items()))
     alloc, bare = t["cpu_per_allocation"], t["cpu_per_bare_workflow"]
     print(f"(c) CPU-seconds per allocation: {fmt(alloc, ALLOCATION_SIDE)} (target total "
           f"<= 0.20) | bare: {fmt(bare, BARE_SIDE)} "
@@ -82,6 +96,17 @@ async def throughput_figures(b: Bench, args: argparse.Namespace) -> None:
           f"{t['bare_workflows_per_s'] * bare_cpu:.2f} by the bare workflows; bare CPU / allocation CPU = "
           f"{bare_cpu:.3f} / {alloc_cpu:.3f} = {bare_cpu / alloc_cpu:.2f} (read {t['ratio']:.2f}); "
           f"(b) >= 0.7 would take an allocation at {bare_cpu / 0.7:.3f} CPU-s or less")
+
+
+async def plans_figure(b: Bench, args: argparse.Namespace) -> None:
+    p = await plans.run(b, plans=args.plans)
+    shared, own = p["shared"], p["own"]
+    print(f"(plans) {p['plans']} allocations planned at once on one Lambda key (paced at {p['scale']:g}x its "
+          f"1 request/s): each plan its own call {own['listings']:.0f} instance-types listings, median plan "
+          f"answered at {own['median_s']:.2f} s, the last at {own['last_s']:.2f} s; sharing "
+          f"{shared['listings']:.0f} listings, {shared['median_s']:.2f} s, {shared['last_s']:.2f} s "
+          f"(at the real rate the pacer's waits alone: ~{own['listings'] - 1:.0f} s -> "
+          f"~{shared['listings'] - 1:.0f} s)")
 
 
 async def memory_figures(b: Bench, args: argparse.Namespace) -> None:
@@ -130,6 +155,7 @@ async def capacity_figure(b: Bench, args: argparse.Namespace) -> None:
 # Each figure by name (--only picks some), in the order a full run prints them.
 FIGURES: dict[str, Callable[[Bench, argparse.Namespace], Awaitable[None]]] = {
     "a": overhead_figures, "step": step_figure, "e": offers_figure, "bc": throughput_figures,
+    "plans": plans_figure,
     "d": memory_figures, "watch": watch_figure, "scale": scale_figure, "api": api_figure,
     "capacity": capacity_figure,
 }
@@ -142,7 +168,8 @@ async def main(args: argparse.Namespace) -> None:
         raise SystemExit(f"--only: unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
     async with bench_stack(boot_delay=args.boot_delay) as b:
         skipped = {"d": not args.open, "watch": not args.watch_machines, "scale": not args.scale,
-                   "api": not args.api_rows, "capacity": args.capacity < 2}
+                   "api": not args.api_rows, "capacity": args.capacity < 2,
+                   "plans": not args.plans}
         for name in chosen:
             if skipped.get(name):
                 continue  # its count was 0
@@ -163,6 +190,7 @@ if __name__ == "__main__":
     parser.add_argument("--scale", type=int, default=1000)
     parser.add_argument("--api-rows", type=int, default=10_000)
     parser.add_argument("--capacity", type=int, default=20)
+    parser.add_argument("--plans", type=int, default=50)
     parser.add_argument("--capacity-latency", type=float, default=0.5)
     parser.add_argument("--only", help=f"comma-separated figures among {', '.join(FIGURES)} (default: all)")
     asyncio.run(main(parser.parse_args()))

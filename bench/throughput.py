@@ -30,11 +30,13 @@ def activity_count(history: WorkflowHistory) -> int:
 async def run(b: Bench, *, concurrency: int) -> dict[str, Any]:
     b.cloud.admin.set_stock("gpu_1x_a10", "us-east-1", concurrency * 2)
     pids = {"worker": b.worker_pid, "temporal": b.temporal_pid, "cloud": b.cloud.pid, "client": os.getpid()}
+    b.cloud.admin.clear_calls()
     cpu0, t0 = cpu_snapshot(pids), time.perf_counter()
     outcomes = await asyncio.gather(*(b.allocate(f"tp{i}", TIMING, gpu="A10", region="us-east-1")
                                       for i in range(concurrency)), return_exceptions=True)
     alloc_s, alloc_cpu = time.perf_counter() - t0, cpu_used(cpu0, pids)
     failed = sum(isinstance(o, BaseException) for o in outcomes)
+    calls: dict[str, int] = b.cloud.admin.call_counts().get("lambda", {})  # counted at the simulation
     histories = [await b.client.get_workflow_handle(allocation_workflow_id(f"tp{i}")).fetch_history()
                  for i in range(concurrency)]
     n_act = activity_count(histories[0])
@@ -54,6 +56,7 @@ async def run(b: Bench, *, concurrency: int) -> dict[str, Any]:
     return {"concurrency": concurrency, "failed": failed, "activities_per_allocation": n_act,
             "allocations_per_s": alloc_rate, "bare_workflows_per_s": bare_rate,
             "ratio": alloc_rate / bare_rate, "timings": activity_latencies(histories),
+            "cloud_calls_per_allocation": {k: v / concurrency for k, v in sorted(calls.items())},
             "cpu_per_allocation": {k: v / concurrency for k, v in alloc_cpu.items()},
             "cpu_per_bare_workflow": {k: v / concurrency for k, v in bare_cpu.items()}}
 

@@ -31,6 +31,11 @@ class FreshListing(Generic[T]):
         self._callers: dict[asyncio.Future[list[T]], int] = {}  # callers still awaiting each answer
         self.fetches = 0  # listings made (tests count them)
 
+    @property
+    def callers(self) -> int:
+        """How many callers await a listing now."""
+        return sum(self._callers.values())
+
     async def get(self) -> list[T]:
         """A listing that began after this call: the caller's own list (the items are shared)."""
         if self._waiting is None:

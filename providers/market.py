@@ -6,7 +6,8 @@ A slow or failing cloud never holds the others back: the whole answer takes at m
 answering cloud's time, and never more than `timeout_s` plus scheduling. `OfferCache` keeps each
 connection's answer for a short time (the page is refreshed often; a cloud's stock is not polled
 per keystroke); "cold" means that cache is empty. Planning asks live (no cache): an allocation
-plans from what can be launched now.
+plans from what can be launched now. `LiveOffers` lets concurrent plans share a listing that began
+after each asked — as live as each plan's own call, one call per listing time instead of one per plan.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from providers.base import Capabilities, CloudProvider, Offer, OfferQuery, ProviderError, rank_offers
+from providers.fresh_listing import FreshListing
 from providers.rest import clean
 
 DEFAULT_TIMEOUT_S = 15.0
@@ -140,8 +142,43 @@ class OfferCache:
         self._entries.clear()
 
 
+class LiveOffers:
+    """Each adapter's offers, shared by the plans that ask at once: every caller gets a listing that
+    began after it asked (providers/fresh_listing.py), so nothing older than its own call would have
+    been. Two hundred allocations started together on Lambda (one request a second per key) made two
+    hundred instance-type listings, one per plan: ~200 s of the key's budget before the first
+    launch; now a handful. A listing is forgotten once nobody awaits it.
+
+    Keyed by the adapter object (a re-keyed connection's new adapter lists anew) and the query. Each
+    caller resolves its adapter itself: the listing runs in the first caller's task context, so it
+    must not heartbeat (resolving the adapter does) on behalf of an activity that may be over."""
+
+    def __init__(self) -> None:
+        self._listings: dict[tuple[int, str], tuple[CloudProvider, FreshListing[Offer]]] = {}
+
+    async def get(self, adapter: CloudProvider, query: OfferQuery) -> list[Offer]:
+        key = (id(adapter), query.model_dump_json())
+        entry = self._listings.get(key)
+        if entry is None:  # the adapter is held in the entry: its id is not reused meanwhile
+            entry = self._listings[key] = (adapter, FreshListing(lambda: adapter.offers(query)))
+        listing = entry[1]
+        try:
+            return await listing.get()
+        finally:
+            if not listing.callers and self._listings.get(key) is entry:
+                del self._listings[key]
+
+    def __len__(self) -> int:
+        """Listings someone awaits (a finished one is forgotten)."""
+        return len(self._listings)
+
+    def callers(self) -> int:
+        """How many plans await a listing now."""
+        return sum(listing.callers for _, listing in self._listings.values())
+
+
 async def _ask(source: Source, query: OfferQuery, timeout_s: float,
-               cache: OfferCache | None) -> tuple[list[Offer], CloudAnswer]:
+               cache: OfferCache | None, live: LiveOffers | None = None) -> tuple[list[Offer], CloudAnswer]:
     answer = CloudAnswer(cloud=source.cloud, connection_id=source.connection_id, status="answered")
     why = skip_reason(source.capabilities, query)
     if why is not None:
@@ -155,7 +192,11 @@ async def _ask(source: Source, query: OfferQuery, timeout_s: float,
 
     started = time.monotonic()
     try:
-        if cache is None:
+        if live is not None:
+            async def listed() -> list[Offer]:
+                return await live.get(await source.adapter(), asked)
+            offers = await asyncio.wait_for(listed(), timeout_s)
+        elif cache is None:
             offers, answer.cached = await asyncio.wait_for(fetch(), timeout_s), False
         else:
             shared = cache.get_or_fetch(cache.key(source, asked), fetch)
@@ -183,10 +224,11 @@ async def _ask(source: Source, query: OfferQuery, timeout_s: float,
 
 
 async def gather_offers(sources: Sequence[Source], query: OfferQuery, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                        cache: OfferCache | None = None) -> MarketAnswer:
+                        cache: OfferCache | None = None, live: LiveOffers | None = None) -> MarketAnswer:
     """Every source's offers matching `query`, cheapest first, and one CloudAnswer per source (in
-    the order given). Raises nothing a cloud does: failures are answers."""
-    results = await asyncio.gather(*(_ask(s, query, timeout_s, cache) for s in sources))
+    the order given). Raises nothing a cloud does: failures are answers. With `live`, concurrent
+    callers share fresh listings (planning); with `cache`, recent answers are served (the page)."""
+    results = await asyncio.gather(*(_ask(s, query, timeout_s, cache, live) for s in sources))
     # The region was each cloud's to apply (each was asked with it): a cloud's region may name a group
     # of its regions (Verda's country FI is its locations FIN-01..03), which equality here would drop.
     anywhere = query.model_copy(update={"region": None})

@@ -47,7 +47,7 @@ class FakeMarketCloud:
         return rank_offers(self._offers, query)
 
 
-def source(conn: str, cloud: FakeMarketCloud, *, fingerprint: str = "v1", **caps: Any) -> Source:
+def source(conn: str, cloud: object, *, fingerprint: str = "v1", **caps: Any) -> Source:
     async def adapter() -> CloudProvider:
         return cloud  # type: ignore[return-value]  # duck-typed: only offers() is called
     return Source(connection_id=conn, cloud=conn.split("-")[0], adapter=adapter, fingerprint=fingerprint,
