@@ -282,8 +282,11 @@ class CloudActivities:
         with provider_errors():
             p = await self.deps.provider(inp.target)
             while True:
-                # heartbeats continue while a slow cloud answers the get
-                st = await heartbeating(p.get(inp.ref), inp.heartbeat_every_s, "waiting for running")
+                # Heartbeats continue while a slow cloud answers. Polls of other machines booting on the
+                # same connection at once share its listing (providers/shared_statuses.py).
+                shared = self.deps.boot_statuses
+                polled = shared.status(p, inp.ref) if shared is not None else p.get(inp.ref)
+                st = await heartbeating(polled, inp.heartbeat_every_s, "waiting for running")
                 if st is None or st.state in (InstanceState.TERMINATED, InstanceState.TERMINATING):
                     raise ApplicationError(f"instance {inp.ref.instance_id} disappeared while booting",
                                            type=ErrorKind.INSTANCE_GONE, non_retryable=True)

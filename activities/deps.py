@@ -29,6 +29,7 @@ from providers import registry
 from providers.base import CloudProvider, ConnectionOptions
 from providers.fleet_addresses import FleetAddresses
 from providers.market import LiveOffers
+from providers.shared_statuses import SharedStatuses
 from providers.ssh_fleet import SshFleetProvider
 from store import connections, fleets, instances
 from store.db import session_scope
@@ -109,8 +110,11 @@ class ActivityDeps:
     capacity_memory: bool = True
     providers: ProviderCache = field(default_factory=ProviderCache, repr=False)
     # Each connection's offers listing, shared by the plans that ask at once (providers/market.py);
-    # None: each plan makes its own call (bench `plans` measures the difference).
+    # None: each plan makes its own call (bench `paced` measures the difference).
     live_offers: LiveOffers | None = field(default_factory=LiveOffers, repr=False)
+    # Booting machines' polls, sharing each connection's listing while they overlap; None: a get each
+    # (bench `paced` measures the difference).
+    boot_statuses: SharedStatuses | None = field(default_factory=SharedStatuses, repr=False)
     # The SSH connection an allocation's SSH steps share, per machine (activities/ssh_sessions.py).
     ssh_sessions: MachineSessions = field(default_factory=MachineSessions, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)

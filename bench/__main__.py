@@ -31,7 +31,7 @@ from bench import (
     memory,
     offers,
     overhead,
-    plans,
+    paced,
     scale,
     step_latency,
     throughput,
@@ -98,15 +98,15 @@ async def throughput_figures(b: Bench, args: argparse.Namespace) -> None:
           f"(b) >= 0.7 would take an allocation at {bare_cpu / 0.7:.3f} CPU-s or less")
 
 
-async def plans_figure(b: Bench, args: argparse.Namespace) -> None:
-    p = await plans.run(b, plans=args.plans)
-    shared, own = p["shared"], p["own"]
-    print(f"(plans) {p['plans']} allocations planned at once on one Lambda key (paced at {p['scale']:g}x its "
-          f"1 request/s): each plan its own call {own['listings']:.0f} instance-types listings, median plan "
-          f"answered at {own['median_s']:.2f} s, the last at {own['last_s']:.2f} s; sharing "
-          f"{shared['listings']:.0f} listings, {shared['median_s']:.2f} s, {shared['last_s']:.2f} s "
-          f"(at the real rate the pacer's waits alone: ~{own['listings'] - 1:.0f} s -> "
-          f"~{shared['listings'] - 1:.0f} s)")
+async def paced_figure(b: Bench, args: argparse.Namespace) -> None:
+    p = await paced.run(b, n=args.paced)
+    for what, said in (("plans", "plans"), ("polls", "machines' boot polls")):
+        own, shared = p[what]["own"], p[what]["shared"]
+        print(f"(paced) {p['n']} {said} at once on one Lambda key (paced at {p['scale']:g}x its "
+              f"1 request/s): a call each {own['calls']:.0f} calls, the median answered at "
+              f"{own['median_s']:.2f} s, the last at {own['last_s']:.2f} s; sharing {shared['calls']:.0f} "
+              f"calls, {shared['median_s']:.2f} s, {shared['last_s']:.2f} s (at the real rate the pacer's "
+              f"waits alone: ~{own['calls'] - 1:.0f} s -> ~{shared['calls'] - 1:.0f} s)")
 
 
 async def memory_figures(b: Bench, args: argparse.Namespace) -> None:
@@ -155,7 +155,7 @@ async def capacity_figure(b: Bench, args: argparse.Namespace) -> None:
 # Each figure by name (--only picks some), in the order a full run prints them.
 FIGURES: dict[str, Callable[[Bench, argparse.Namespace], Awaitable[None]]] = {
     "a": overhead_figures, "step": step_figure, "e": offers_figure, "bc": throughput_figures,
-    "plans": plans_figure,
+    "paced": paced_figure,
     "d": memory_figures, "watch": watch_figure, "scale": scale_figure, "api": api_figure,
     "capacity": capacity_figure,
 }
@@ -169,7 +169,7 @@ async def main(args: argparse.Namespace) -> None:
     async with bench_stack(boot_delay=args.boot_delay) as b:
         skipped = {"d": not args.open, "watch": not args.watch_machines, "scale": not args.scale,
                    "api": not args.api_rows, "capacity": args.capacity < 2,
-                   "plans": not args.plans}
+                   "paced": not args.paced}
         for name in chosen:
             if skipped.get(name):
                 continue  # its count was 0
@@ -190,7 +190,7 @@ if __name__ == "__main__":
     parser.add_argument("--scale", type=int, default=1000)
     parser.add_argument("--api-rows", type=int, default=10_000)
     parser.add_argument("--capacity", type=int, default=20)
-    parser.add_argument("--plans", type=int, default=50)
+    parser.add_argument("--paced", type=int, default=50)
     parser.add_argument("--capacity-latency", type=float, default=0.5)
     parser.add_argument("--only", help=f"comma-separated figures among {', '.join(FIGURES)} (default: all)")
     asyncio.run(main(parser.parse_args()))

@@ -548,6 +548,13 @@ class CloudProvider(abc.ABC):
         """Everything billable carrying this installation's ownership tag: machines, and side resources
         (`kind` other than "machine") whose machine is gone or was never made."""
 
+    def listing_calls(self, machines: int) -> int | None:
+        """About how many calls `list_machines` makes when it shows `machines` machines: booting
+        machines' polls share the listing only while more of them are under way than that
+        (providers/shared_statuses.py). None (the default): they never share it — a listing per
+        region, or a second listing for the addresses, costs more than a few gets."""
+        return None
+
     async def list_machines(self) -> list[InstanceStatus] | None:
         """Every machine of ours with its state and address as the cloud's listing reports them — the
         same listing calls `list_owned` makes for machines (every page), none for side resources.

@@ -406,6 +406,9 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "droplet"):
             return self._status(body["droplet"], ref)
 
+    def listing_calls(self, machines: int) -> int:
+        return machines // self.page_size + 1  # a page each, the last one short
+
     async def list_machines(self) -> list[InstanceStatus]:
         # The tagged droplets' listing, every page (200 a page): the watch's whole round.
         owned = await self._owned_droplets()

@@ -477,6 +477,9 @@ class HyperstackProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "instances"):
             return [self._ref(vm) for vm in vms]
 
+    def listing_calls(self, machines: int) -> int:
+        return machines // PAGE_SIZE + 1  # a page each, the last one short
+
     async def list_machines(self) -> list[InstanceStatus]:
         # The listing's VM objects are the ones GET /core/virtual-machines/{id} answers: one call a page.
         vms = await self._owned()

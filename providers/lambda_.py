@@ -371,6 +371,9 @@ class LambdaProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "instance"):
             return self._status(body["data"], ref)
 
+    def listing_calls(self, machines: int) -> int:
+        return 1  # not paged
+
     async def list_machines(self) -> list[InstanceStatus]:
         # One GET /instances (Lambda's listing is not paged): the watch's whole round. A preempted
         # instance stays listed until terminated: reported (gone, preempted) rather than left out,

@@ -208,6 +208,9 @@ class LocalProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "machines"):
             return [self._ref(m) for m in machines]
 
+    def listing_calls(self, machines: int) -> int:
+        return 1  # not paged
+
     async def list_machines(self) -> list[InstanceStatus]:
         # GET /machines (one call, not paged) answers the machine objects GET /machines/{id} does.
         machines = await self._owned()

@@ -432,6 +432,9 @@ class VastAIProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "instances"):
             return [self._ref(i) for i in instances]
 
+    def listing_calls(self, machines: int) -> int:
+        return machines // self.page_size + 1  # a page each, the last one short
+
     async def list_machines(self) -> list[InstanceStatus]:
         # The v1 listing's instance objects carry actual_status, public_ipaddr and the port map the
         # single GET reads: one call a page. Destroyed instances are gone from it at once.

@@ -473,6 +473,9 @@ class VerdaProvider(rest.RestCloudProvider):
     def _ours(self, instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [i for i in instances if str(i.get("hostname") or "").startswith(self._prefix)]
 
+    def listing_calls(self, machines: int) -> int:
+        return 1  # not paged
+
     async def list_machines(self) -> list[InstanceStatus]:
         # GET /instances (not paged) answers the same instance objects as GET /instances/{id}; the
         # scripts and volumes list_owned also reads are not machines.

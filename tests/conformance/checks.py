@@ -76,12 +76,21 @@ async def _terminate_all(p: CloudProvider, refs: list[InstanceRef]) -> None:
         await p.terminate(ref)
 
 
-async def check_listed_as(p: CloudProvider, ref: InstanceRef, status: InstanceStatus | None) -> None:
+async def check_listed_as(h: Harness, p: CloudProvider, ref: InstanceRef,
+                          status: InstanceStatus | None) -> None:
     """The listing the watch reads (`list_machines`) says what `get` said: the same state, address
-    and key for a machine `get` shows, nothing alive for one it shows gone."""
+    and key for a machine `get` shows, nothing alive for one it shows gone. And it costs no more calls
+    than the adapter says (`listing_calls`: booting machines' polls share it on that figure)."""
+    before = await h.admin_do("call_counts")
     listed = await p.list_machines()
     if listed is None:
         return  # the adapter has no state-bearing listing: the watch asks `get` for each machine
+    calls = p.listing_calls(len(listed))
+    if calls is not None:
+        after = await h.admin_do("call_counts")
+        made = sum(n for counts in after.values() for n in counts.values()) \
+            - sum(n for counts in before.values() for n in counts.values())
+        assert made <= calls, f"{p.id}: list_machines made {made} calls, listing_calls says {calls}"
     mine = [s for s in listed if s.ref.instance_id == ref.instance_id]
     if status is None:
         assert all(s.state == InstanceState.TERMINATED for s in mine), f"{p.id}: gone but listed {mine}"
@@ -219,7 +228,7 @@ async def check_lifecycle(h: Harness) -> None:
             running = seen[-1]
             assert running is not None and running.host and running.ssh_port > 0
             assert running.ssh_user == type(p).capabilities.login_user
-            await check_listed_as(p, ref, running)
+            await check_listed_as(h, p, ref, running)
             conn = asyncio.open_connection(running.host, running.ssh_port)
             reader, writer = await asyncio.wait_for(conn, 5)
             banner = await asyncio.wait_for(reader.readline(), 5)
@@ -228,7 +237,7 @@ async def check_lifecycle(h: Harness) -> None:
         finally:
             await p.terminate(ref)
         await wait_for(p, ref, _gone, WAIT_GONE)
-        await check_listed_as(p, ref, None)
+        await check_listed_as(h, p, ref, None)
         await p.terminate(ref)  # already gone: success
         assert _gone(await p.get(ref))
         missing = ref.model_copy(update={"instance_id": "999999999"})
