@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlmodel import Session
 from temporalio.testing import ActivityEnvironment
 
@@ -27,81 +30,88 @@ from tests.lambda_.conftest import offer, spec
 from tests.market.test_live_offers import until
 
 
-async def test_concurrent_plan_activities_make_one_listing_call_at_the_simulation(
-        sim: FakeCloudServer, tmp_path: Path, secret_box: SecretBox) -> None:
-    """The adapter's offers are held until ten plans asked, so the count does not depend on how fast
-    this box runs them."""
+@dataclass
+class Worker:
+    """A worker's ActivityDeps on one simulated Lambda connection, and the adapter its activities get."""
+
+    deps: ActivityDeps
+    target: CloudTarget
+    adapter: Any  # LambdaProvider; Any: the tests replace its methods with held ones
+
+
+@pytest.fixture
+async def worker(sim: FakeCloudServer, tmp_path: Path, secret_box: SecretBox) -> AsyncIterator[Worker]:
     deps = ActivityDeps(engine=migrated.sqlite_engine(tmp_path / "app.db"), box=secret_box,
                         installation_id=uuid.uuid4().hex[:8])
     with Session(deps.engine) as s:
-        connection_id = simclouds.add_connection(s, secret_box, sim, "lambda")
-    target = CloudTarget(connection_id=connection_id, cloud="lambda")
+        target = CloudTarget(connection_id=simclouds.add_connection(s, secret_box, sim, "lambda"),
+                             cloud="lambda")
     with simclouds.allowed(deps, sim):
-        adapter: Any = await ActivityEnvironment().run(deps.provider, target)  # the one the plans get
-        release, listed, held = asyncio.Event(), adapter.offers, [0]
-
-        async def held_offers(query: OfferQuery) -> list[Offer]:
-            held[0] += 1
-            await release.wait()
-            return list(await listed(query))
-
-        adapter.offers = held_offers
-        sim.admin.clear_calls()
-        plan = CloudActivities(deps).plan_allocation
-        inp = PlanInput(targets=[target], query=OfferQuery(gpu="A10", region="us-east-1"))
-        plans = [asyncio.ensure_future(ActivityEnvironment().run(plan, inp)) for _ in range(10)]
-        # (Without the sharing each plan holds its own call: ten of them, and the count below fails.)
-        live = deps.live_offers
-        await until(lambda: (live is not None and live.callers() >= 10) or held[0] >= 10)
-        release.set()
-        results = await asyncio.gather(*plans)
-    assert all(r.offers and r.offers[0].connection_id == target.connection_id for r in results)
-    # One listing for the first plan, one for the nine that asked while it was held.
-    assert sim.admin.call_counts()["lambda"].get("GET /instance-types") == 2
+        yield Worker(deps, target, await ActivityEnvironment().run(deps.provider, target))
     await deps.providers.aclose()
 
 
-async def test_boot_polls_at_once_share_the_instances_listing(
-        sim: FakeCloudServer, tmp_path: Path, secret_box: SecretBox) -> None:
+async def test_concurrent_plan_activities_make_one_listing_call_at_the_simulation(
+        sim: FakeCloudServer, worker: Worker) -> None:
+    """The adapter's offers are held until ten plans asked, so the count does not depend on how fast
+    this box runs them."""
+    deps, target, adapter = worker.deps, worker.target, worker.adapter
+    release, listed, held = asyncio.Event(), adapter.offers, [0]
+
+    async def held_offers(query: OfferQuery) -> list[Offer]:
+        held[0] += 1
+        await release.wait()
+        return list(await listed(query))
+
+    adapter.offers = held_offers
+    sim.admin.clear_calls()
+    plan = CloudActivities(deps).plan_allocation
+    inp = PlanInput(targets=[target], query=OfferQuery(gpu="A10", region="us-east-1"))
+    plans = [asyncio.ensure_future(ActivityEnvironment().run(plan, inp)) for _ in range(10)]
+    # (Without the sharing each plan holds its own call: ten of them, and the count below fails.)
+    live = deps.live_offers
+    await until(lambda: (live is not None and live.callers() >= 10) or held[0] >= 10)
+    release.set()
+    results = await asyncio.gather(*plans)
+    assert all(r.offers and r.offers[0].connection_id == target.connection_id for r in results)
+    # One listing for the first plan, one for the nine that asked while it was held.
+    assert sim.admin.call_counts()["lambda"].get("GET /instance-types") == 2
+
+
+async def test_boot_polls_at_once_share_the_instances_listing(sim: FakeCloudServer, worker: Worker) -> None:
     """Five machines' WAIT_RUNNING at once: the first poll is a get, the four that overlap it are
     answered by the listing. The adapter's calls are held until all five polled."""
-    deps = ActivityDeps(engine=migrated.sqlite_engine(tmp_path / "app.db"), box=secret_box,
-                        installation_id=uuid.uuid4().hex[:8])
-    with Session(deps.engine) as s:
-        connection_id = simclouds.add_connection(s, secret_box, sim, "lambda")
-    target = CloudTarget(connection_id=connection_id, cloud="lambda")
-    with simclouds.allowed(deps, sim):
-        adapter: Any = await ActivityEnvironment().run(deps.provider, target)  # the one the polls get
-        sim.admin.set_stock("gpu_1x_a10", "us-east-1", 5)
-        where = await offer(adapter)
-        refs = [await adapter.create(where, spec(adapter)) for _ in range(5)]
+    deps, target, adapter = worker.deps, worker.target, worker.adapter
+    sim.admin.set_stock("gpu_1x_a10", "us-east-1", 5)
+    where = await offer(adapter)
+    refs = [await adapter.create(where, spec(adapter)) for _ in range(5)]
 
-        async def running() -> list[InstanceStatus]:
-            return [st for st in await adapter.list_machines() if st.state == InstanceState.RUNNING]
+    async def running() -> list[InstanceStatus]:
+        return [st for st in await adapter.list_machines() if st.state == InstanceState.RUNNING]
 
-        await eventually(running, until=lambda up: len(up) == 5, within=30, what="five machines running")
-        release, held = asyncio.Event(), [0]
-        get, list_machines = adapter.get, adapter.list_machines
+    await eventually(running, until=lambda up: len(up) == 5, within=30, what="five machines running")
+    release, held = asyncio.Event(), [0]
+    get, list_machines = adapter.get, adapter.list_machines
 
-        async def held_get(ref: InstanceRef) -> InstanceStatus | None:
-            held[0] += 1
-            await release.wait()
-            return await get(ref)  # type: ignore[no-any-return]
+    async def held_get(ref: InstanceRef) -> InstanceStatus | None:
+        held[0] += 1
+        await release.wait()
+        return await get(ref)  # type: ignore[no-any-return]
 
-        async def held_listing() -> list[InstanceStatus] | None:
-            await release.wait()
-            return await list_machines()  # type: ignore[no-any-return]
+    async def held_listing() -> list[InstanceStatus] | None:
+        await release.wait()
+        return await list_machines()  # type: ignore[no-any-return]
 
-        adapter.get, adapter.list_machines = held_get, held_listing
-        sim.admin.clear_calls()
-        wait = CloudActivities(deps).wait_running
-        polls = [asyncio.ensure_future(ActivityEnvironment().run(
-            wait, WaitRunningInput(target=target, ref=ref, poll_interval_s=0.05))) for ref in refs]
-        # (Without the sharing each poll holds a get of its own: five, and the count below fails.)
-        shared = deps.boot_statuses
-        await until(lambda: (shared is not None and shared.polls() >= 5) or held[0] >= 5)
-        release.set()
-        statuses = await asyncio.gather(*polls)
+    adapter.get, adapter.list_machines = held_get, held_listing
+    sim.admin.clear_calls()
+    wait = CloudActivities(deps).wait_running
+    polls = [asyncio.ensure_future(ActivityEnvironment().run(
+        wait, WaitRunningInput(target=target, ref=ref, poll_interval_s=0.05))) for ref in refs]
+    # (Without the sharing each poll holds a get of its own: five, and the count below fails.)
+    shared = deps.boot_statuses
+    await until(lambda: (shared is not None and shared.polls() >= 5) or held[0] >= 5)
+    release.set()
+    statuses = await asyncio.gather(*polls)
     assert [st.ref.instance_id for st in statuses] == [r.instance_id for r in refs]
     assert all(st.state == InstanceState.RUNNING and st.host for st in statuses)
     counts = sim.admin.call_counts()["lambda"]
@@ -109,4 +119,3 @@ async def test_boot_polls_at_once_share_the_instances_listing(
     # One listing when the four overlapping polls all asked before it began, two when some asked
     # while the first was under way (each gets a listing that began after it asked).
     assert 1 <= counts.get("GET /instances", 0) <= 2, counts
-    await deps.providers.aclose()
