@@ -71,10 +71,12 @@ async def _polls(b: Bench, deps: ActivityDeps, target: CloudTarget,
     return await _timed(b, [poll(r) for r in refs])
 
 
-def _deps(b: Bench, **sharing: object) -> ActivityDeps:
-    """The harness's deps with adapters of their own (the caller closes them) for its Lambda."""
+def _deps(b: Bench, *, shared: bool) -> ActivityDeps:
+    """The harness's deps with adapters of their own (the caller closes them) for its Lambda, its
+    plans and boot polls sharing the cloud's listings or each making its own calls."""
     return replace(b.deps, providers=ProviderCache(), allowed_endpoints=[endpoint(b.cloud, "lambda")],
-                   **sharing)  # type: ignore[arg-type]
+                   live_offers=LiveOffers() if shared else None,
+                   boot_statuses=SharedStatuses() if shared else None)
 
 
 async def _machines(p: CloudProvider, b: Bench, n: int) -> list[InstanceRef]:
@@ -94,7 +96,7 @@ async def _machines(p: CloudProvider, b: Bench, n: int) -> list[InstanceRef]:
 
 async def run(b: Bench, *, n: int = 50, scale: float = 0.05, rounds: int = 2) -> dict[str, Any]:
     target = CloudTarget(connection_id=b.connections["lambda"], cloud="lambda")
-    unpaced = _deps(b)
+    unpaced = _deps(b, shared=True)
     p = await ActivityEnvironment().run(unpaced.provider, target)
     refs = await _machines(p, b, n)
     figures: dict[str, dict[str, list[dict[str, float]]]] = {
@@ -104,8 +106,7 @@ async def run(b: Bench, *, n: int = 50, scale: float = 0.05, rounds: int = 2) ->
     try:
         for _ in range(rounds):
             for side in ("shared", "own"):
-                deps = _deps(b, live_offers=LiveOffers() if side == "shared" else None,
-                             boot_statuses=SharedStatuses() if side == "shared" else None)
+                deps = _deps(b, shared=side == "shared")
                 try:
                     await ActivityEnvironment().run(deps.provider, target)  # built before the clock starts
                     figures["plans"][side].append(await _plans(b, deps, target, n))

@@ -1,4 +1,5 @@
-"""The suite's one poll-until: `eventually` (async) and `eventually_sync` (threads, subprocess output).
+"""The suite's one poll-until: `eventually` (async) and `eventually_sync` (threads, subprocess output);
+and `steps_until`, for a condition only other tasks of this event loop can make true (no clock).
 
 A wait is on a condition; `within` only bounds a failure, so it is generous (a busy 2-core box) and
 no test asserts on how long a wait took. Polling starts fast and backs off (0.01 s doubling to
@@ -132,3 +133,11 @@ def text_of(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
+
+
+async def steps_until(ready: Callable[[], bool]) -> None:
+    """Let this event loop's other tasks run until `ready()`: for a state they reach without I/O or
+    time (callers joined a shared call held by a fake), so the wait is steps of the loop, never a
+    clock. Nothing bounds it but the test's timeout: use `eventually` for anything outside the loop."""
+    while not ready():  # noqa: ASYNC110 — nothing to wait on but the other tasks' progress
+        await asyncio.sleep(0)

@@ -5,12 +5,12 @@ own get; a listing of many machines takes more overlapping polls before it is wo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
 from providers.base import InstanceRef, InstanceState, InstanceStatus
 from providers.shared_statuses import MACHINES_PER_GET, SharedStatuses
+from tests.eventually import steps_until
 
 
 class FakeBootingCloud:
@@ -50,11 +50,6 @@ def ref(instance_id: str) -> InstanceRef:
     return InstanceRef(provider="fake", instance_id=instance_id, key=f"k-{instance_id}")
 
 
-async def until(ready: Callable[[], bool]) -> None:
-    while not ready():  # noqa: ASYNC110 — steps of the event loop, no clock
-        await asyncio.sleep(0)
-
-
 def poll(shared: SharedStatuses, cloud: FakeBootingCloud,
          instance_id: str) -> asyncio.Future[InstanceStatus | None]:
     return asyncio.ensure_future(shared.status(cloud, ref(instance_id)))  # type: ignore[arg-type]  # duck-typed
@@ -71,9 +66,9 @@ async def test_a_lone_poll_is_a_get() -> None:
 async def test_polls_that_overlap_one_under_way_share_a_listing() -> None:
     shared, cloud = SharedStatuses(), FakeBootingCloud(6)
     first = poll(shared, cloud, "m0")
-    await until(lambda: cloud.gets == 1)  # its get is held
+    await steps_until(lambda: cloud.gets == 1)  # its get is held
     others = [poll(shared, cloud, f"m{i}") for i in range(1, 6)]
-    await until(lambda: shared.polls() == 6 and cloud.listings == 1)
+    await steps_until(lambda: shared.polls() == 6 and cloud.listings == 1)
     cloud.release_listings.set()
     cloud.release_gets.set()
     answers = await asyncio.gather(first, *others)
@@ -87,10 +82,10 @@ async def test_polls_that_overlap_one_under_way_share_a_listing() -> None:
 async def test_a_machine_the_listing_does_not_show_gets_its_own_get() -> None:
     shared, cloud = SharedStatuses(), FakeBootingCloud(2, unlisted=("m1",))
     first = poll(shared, cloud, "m0")
-    await until(lambda: cloud.gets == 1)
+    await steps_until(lambda: cloud.gets == 1)
     second = poll(shared, cloud, "m1")
     cloud.release_listings.set()
-    await until(lambda: cloud.gets == 2)  # not in the listing: asked by id
+    await steps_until(lambda: cloud.gets == 2)  # not in the listing: asked by id
     cloud.release_gets.set()
     assert (await second) == cloud.fleet["m1"] and (await first) == cloud.fleet["m0"]
     assert cloud.listings == 1
@@ -102,7 +97,7 @@ async def test_an_adapter_whose_listing_does_not_pay_is_asked_with_gets(adapter:
     cloud = FakeBootingCloud(3, listing=adapter != "listing tells no states",
                              priced=adapter != "listing costs more than gets")
     polls = [poll(shared, cloud, f"m{i}") for i in range(3)]
-    await until(lambda: cloud.gets == 3)
+    await steps_until(lambda: cloud.gets == 3)
     cloud.release_gets.set()
     assert [p.host for p in await asyncio.gather(*polls) if p] == ["10.0.0.0", "10.0.0.1", "10.0.0.2"]
     assert cloud.listings == 0
@@ -112,12 +107,12 @@ async def test_a_listing_of_many_machines_is_joined_only_by_enough_polls() -> No
     machines = 5 * MACHINES_PER_GET  # parsing it costs the worker about five gets: a sixth poll joins
     shared, cloud = SharedStatuses(), FakeBootingCloud(machines)
     first = poll(shared, cloud, "m0")
-    await until(lambda: cloud.gets == 1)
+    await steps_until(lambda: cloud.gets == 1)
     cloud.release_listings.set()
     assert (await poll(shared, cloud, "m1")) == cloud.fleet["m1"]  # joined while the listing size was unknown
     assert cloud.listings == 1
     beside = [poll(shared, cloud, f"m{i}") for i in range(2, 6)]
-    await until(lambda: cloud.gets == 5)  # up to five polls under way: gets
+    await steps_until(lambda: cloud.gets == 5)  # up to five polls under way: gets
     sixth = poll(shared, cloud, "m6")
     assert (await sixth) == cloud.fleet["m6"] and cloud.listings == 2 and cloud.gets == 5
     cloud.release_gets.set()
@@ -129,10 +124,10 @@ async def test_a_listing_of_many_pages_is_joined_only_by_a_poll_more_than_its_pa
     cloud.page = 1  # a page per machine, the last one short: two machines are three calls
     cloud.release_listings.set()
     first = poll(shared, cloud, "m0")
-    await until(lambda: cloud.gets == 1)
+    await steps_until(lambda: cloud.gets == 1)
     assert (await poll(shared, cloud, "m1")) == cloud.fleet["m1"] and cloud.listings == 1
     beside = [poll(shared, cloud, "m0") for _ in range(2)]
-    await until(lambda: cloud.gets == 3)  # three polls under way, a listing of three calls: gets
+    await steps_until(lambda: cloud.gets == 3)  # three polls under way, a listing of three calls: gets
     assert (await poll(shared, cloud, "m1")) == cloud.fleet["m1"] and cloud.listings == 2
     cloud.release_gets.set()
     await asyncio.gather(first, *beside)

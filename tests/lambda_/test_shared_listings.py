@@ -25,9 +25,8 @@ from messages.allocation import CloudTarget
 from providers.base import InstanceRef, InstanceState, InstanceStatus, Offer, OfferQuery
 from store.secrets import SecretBox
 from tests import migrated, simclouds
-from tests.eventually import eventually
+from tests.eventually import eventually, steps_until
 from tests.lambda_.conftest import offer, spec
-from tests.market.test_live_offers import until
 
 
 @dataclass
@@ -70,7 +69,7 @@ async def test_concurrent_plan_activities_make_one_listing_call_at_the_simulatio
     plans = [asyncio.ensure_future(ActivityEnvironment().run(plan, inp)) for _ in range(10)]
     # (Without the sharing each plan holds its own call: ten of them, and the count below fails.)
     live = deps.live_offers
-    await until(lambda: (live is not None and live.callers() >= 10) or held[0] >= 10)
+    await steps_until(lambda: (live is not None and live.callers() >= 10) or held[0] >= 10)
     release.set()
     results = await asyncio.gather(*plans)
     assert all(r.offers and r.offers[0].connection_id == target.connection_id for r in results)
@@ -109,7 +108,7 @@ async def test_boot_polls_at_once_share_the_instances_listing(sim: FakeCloudServ
         wait, WaitRunningInput(target=target, ref=ref, poll_interval_s=0.05))) for ref in refs]
     # (Without the sharing each poll holds a get of its own: five, and the count below fails.)
     shared = deps.boot_statuses
-    await until(lambda: (shared is not None and shared.polls() >= 5) or held[0] >= 5)
+    await steps_until(lambda: (shared is not None and shared.polls() >= 5) or held[0] >= 5)
     release.set()
     statuses = await asyncio.gather(*polls)
     assert [st.ref.instance_id for st in statuses] == [r.instance_id for r in refs]

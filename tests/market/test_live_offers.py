@@ -5,10 +5,10 @@ the cloud instead of one per plan (Lambda allows one request a second per key)."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from providers.base import Offer, OfferQuery, Transient
 from providers.market import LiveOffers, gather_offers
+from tests.eventually import steps_until
 from tests.market.test_market import offer, source
 
 
@@ -31,14 +31,8 @@ class FakeHeldCloud:
         return [offer("alpha", "a.one", float(number))]
 
 
-async def until(ready: Callable[[], bool]) -> None:
-    """Let the other tasks run until `ready()`: steps of the event loop, no clock."""
-    while not ready():  # noqa: ASYNC110 — nothing to wait on but the other tasks' progress
-        await asyncio.sleep(0)
-
-
 async def until_waiting(live: LiveOffers, callers: int) -> None:
-    await until(lambda: live.callers() >= callers)
+    await steps_until(lambda: live.callers() >= callers)
 
 
 async def test_plans_at_once_share_a_listing_that_began_after_each_asked() -> None:
@@ -63,7 +57,7 @@ async def test_a_connections_new_adapter_is_not_answered_by_the_old_ones_listing
     both = asyncio.gather(gather_offers([source("alpha-1", old)], OfferQuery(), live=live),
                           gather_offers([source("alpha-1", new)], OfferQuery(), live=live))
     await until_waiting(live, 2)
-    await until(lambda: old.calls + new.calls == 2)
+    await steps_until(lambda: old.calls + new.calls == 2)
     assert (old.calls, new.calls, len(live)) == (1, 1, 2)
     old.release.set()
     new.release.set()
