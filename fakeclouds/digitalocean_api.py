@@ -552,10 +552,12 @@ def build_router(engine: Engine, token: str) -> APIRouter:
 
     @router.delete("/firewalls/{fid}")
     async def delete_firewall(request: Request, fid: str) -> Response:
-        def effect(_: CallPlan) -> None:
-            if account.state["firewalls"].pop(fid, None) is None:
+        def effect(plan: CallPlan) -> None:
+            if fid not in account.state["firewalls"]:
                 raise NotFound(f"no firewall {fid}")
-            engine.save()
+            if not plan.ignores_delete:  # the fault: answered as done, still there
+                del account.state["firewalls"][fid]
+                engine.save()
         return await do(request, "side_resources", effect, status=204)
 
     return router

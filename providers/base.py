@@ -582,7 +582,7 @@ class CloudProvider(abc.ABC):
         return [ref for ref in await self.list_owned() if ref.key == key and ref.is_machine]
 
     async def release(self, key: str) -> None:  # noqa: B027 — optional hook
-        """Remove the per-key side resources (e.g. Lambda's SSH key object named like the machine)
+        """Remove the per-key side resources (e.g. Lambda's firewall ruleset named like the machine)
         that remain once no machine carries `key` — also those a create registered before a launch
         that never happened. Called only after every machine of `key` is gone; idempotent: nothing
         left is success. Default: nothing to release."""

@@ -4,11 +4,13 @@ token, REST + JSON, every answer `{"data": ...}` or `{"error": {code, message, s
 Lambda has no idempotency key and does not enforce unique instance names, and its listing filters
 by nothing but cluster, so the name carries the key: `gpuprov-<installation>-<key>` is looked up
 before every launch. Instances also carry ownership tags (`gpuprov-installation`, `gpuprov-key`),
-the stronger mark where present. A launch takes exactly one SSH key *name*: each machine gets its own
-key object named like it (the other keys go in through cloud-init), and, when ports or direct
-Kubernetes access are asked for, its own firewall ruleset in the offer's region (tcp/22 always,
-those ports from anywhere, 6443 only from `k8s_api_from`) — side resources
-terminate removes once the machine is gone, and `release(key)` too when no machine came. A ruleset
+the stronger mark where present. A launch takes exactly one SSH key *name*: the installation's key
+object (`gpuprov-<installation>-<digest>`, providers/account_objects.py), registered once and named in
+every launch (the other keys go in through cloud-init). Before 2026-12 each machine had a key
+object named like it; `release(key)` still removes such a one. When ports or direct Kubernetes access
+are asked for, a machine gets its own firewall ruleset in the offer's region (tcp/22 always, those
+ports from anywhere, 6443 only from `k8s_api_from`) — a side resource terminate removes once the
+machine is gone, and `release(key)` too when no machine came. A ruleset
 cannot be deleted while an instance that carries it is listed (`firewall-ruleset-in-use`), which
 includes a `terminating` one. k3s is installed at boot by cloud-init (`user_data`, at most 1 MB).
 `--image` is an image id (32 hex digits or a UUID) or an image family (`GET /images`).
@@ -64,6 +66,7 @@ CALL_INTERVAL_S = 1.0  # "generally limited to one request per second"
 LAUNCH_INTERVAL_S = 12.0  # "one request per 12 seconds, or five requests per minute"
 TAG_INSTALLATION = "gpuprov-installation"
 TAG_KEY = "gpuprov-key"
+_INSTALLATION_KEY = re.compile(r"[0-9a-f]{12}")  # what follows the prefix in the installation's key object
 _IMAGE_ID = re.compile(r"^([0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
 
 
@@ -154,7 +157,8 @@ class LambdaProvider(rest.RestCloudProvider):
         spot=False,
         custom_image=True,  # image id or family
         login_user="ubuntu",
-        side_resources=["ssh-key", "firewall-ruleset"],
+        # With ports or Kubernetes API access: the SSH key object is the installation's, not the machine's.
+        side_resources=["firewall-ruleset"],
         regions=REGIONS,
         default_regions=US_REGIONS,
         # No idempotency token: a launch whose answer was lost may still land this long after it
@@ -237,17 +241,34 @@ class LambdaProvider(rest.RestCloudProvider):
     async def _named(self, name: str) -> list[dict[str, Any]]:
         return [i for i in await self._instances() if i.get("name") == name]
 
-    async def _ensure_ssh_key(self, name: str, public_key: str) -> str:
-        """The per-machine SSH key object, registered once (a retried create reuses it, a concurrent
-        create's registration is adopted: providers/account_objects.py)."""
-        async def find() -> str | None:
-            return name if any(k.get("name") == name for k in await self._list("/ssh-keys")) else None
+    _key_names: dict[str, str] | None = None  # public key -> its key object's name, once seen
 
-        async def register() -> str:
-            await self._data("POST", "/ssh-keys", json={"name": name, "public_key": public_key.strip()})
-            return name
+    async def _key_object(self, public_key: str) -> str:
+        """The name of the key object holding the installation's key: looked up (or registered) once
+        per adapter, then remembered — every launch of this key names it, and Lambda's one request a
+        second is better spent on the launch (providers/account_objects.py)."""
+        if self._key_names is None:
+            self._key_names = {}
+        if public_key not in self._key_names:
+            async def held() -> list[tuple[str, str]]:
+                return [(str(k["name"]), str(k["public_key"])) for k in await self._list("/ssh-keys")
+                        if k.get("name") and k.get("public_key")]
 
-        return await account_objects.ensure(find, register)
+            async def register(name: str, line: str) -> None:
+                await self._data("POST", "/ssh-keys", json={"name": name, "public_key": line})
+
+            self._key_names[public_key] = await account_objects.ensure_key_object(
+                held, register, provider=self.id, installation_id=self.installation_id,
+                public_key=public_key, max_length=NAME_MAX)
+        return self._key_names[public_key]
+
+    async def _forget_key_object_if_gone(self, public_key: str, name: str) -> bool:
+        """After a launch refused as invalid: whether the remembered key object is gone (deleted in the
+        dashboard since it was looked up), in which case it is forgotten and a retry registers it."""
+        if not any(k.get("name") == name for k in await self._list("/ssh-keys")):
+            (self._key_names or {}).pop(public_key, None)
+            return True
+        return False
 
     async def _delete_ssh_key(self, name: str) -> None:
         for k in await self._list("/ssh-keys"):
@@ -330,7 +351,7 @@ class LambdaProvider(rest.RestCloudProvider):
         if found:
             with rest.parsing(self.id, "instance"):
                 return self._ref(found[0], spec.key)
-        key_name = await self._ensure_ssh_key(name, spec.ssh_public_keys[0])
+        key_name = await self._key_object(spec.ssh_public_keys[0])
         body: dict[str, Any] = {
             "region_name": offer.region,
             "instance_type_name": offer.instance_type,
@@ -352,12 +373,15 @@ class LambdaProvider(rest.RestCloudProvider):
                 data = await self._data("POST", LAUNCH, json=body,
                                         scope=FailureScope(provider=self.id, region=offer.region,
                                                            instance_type=offer.instance_type))
-        except (CapacityError, QuotaError, InvalidRequest):
-            # Definitely not launched: drop the side resources now rather than leave them to release.
-            # (Transient/RateLimited may have launched; the retry reuses them.)
+        except (CapacityError, QuotaError, InvalidRequest) as e:
+            # Definitely not launched: drop the ruleset now rather than leave it to release.
+            # (Transient/RateLimited may have launched; the retry reuses it.)
             if ruleset:
                 await self._delete_rulesets(name, strict=False)
-            await self._delete_ssh_key(key_name)
+            if isinstance(e, InvalidRequest) and await self._forget_key_object_if_gone(
+                    spec.ssh_public_keys[0], key_name):
+                raise Transient(f"{self.id}: the SSH key object {key_name} was deleted from the account; "
+                                "the retry registers it again") from None
             raise
         with rest.parsing(self.id, "launch"):
             instance_id = str(data["instance_ids"][0])
@@ -406,29 +430,29 @@ class LambdaProvider(rest.RestCloudProvider):
         gone = not resp.is_success
         if gone and rest.error_code(resp) != NOT_FOUND:
             raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
-        # The side resources belong to the name: they go with the last machine that carries it (a
-        # duplicate's terminate leaves them to the twin). A ruleset is refused while its instance is
-        # still terminating, so only tried when it was gone already: else release() removes it once
-        # the machine is seen gone.
-        name = self._name(ref.key)
-        others = [i for i in await self._named(name) if str(i.get("id")) != ref.instance_id]
-        if not others:
-            if gone:
+        # The ruleset belongs to the name: it goes with the last machine that carries it (a
+        # duplicate's terminate leaves it to the twin). It is refused while its instance is still
+        # terminating, so only tried when it was gone already: else release() removes it once the
+        # machine is seen gone.
+        if gone:
+            name = self._name(ref.key)
+            if not [i for i in await self._named(name) if str(i.get("id")) != ref.instance_id]:
                 await self._delete_rulesets(name, strict=False)
-            await self._delete_ssh_key(name)
 
     async def list_owned(self) -> list[InstanceRef]:
         instances = await self._instances()
         with rest.parsing(self.id, "instances"):
             machines = [self._ref(i, key) for i in instances if (key := self._owned_key(i)) is not None]
-        # An SSH key object or firewall ruleset named like a machine that is not there: left by a
-        # launch that never happened (or a terminate cut short). It is ours: listed, for the sweep.
+        # A firewall ruleset (or, from before 2026-12, an SSH key object) named like a machine that is
+        # not there: left by a launch that never happened (or a terminate cut short). It is ours:
+        # listed, for the sweep. The installation's own key object is no machine's.
         names = {str(i.get("name") or "") for i in instances}
         with rest.parsing(self.id, "side resources"):
             leftovers = [InstanceRef(provider=self.id, instance_id=str(k["id"]), kind="ssh-key",
                                      key=str(k["name"]).removeprefix(self._prefix))
                          for k in await self._list("/ssh-keys")
-                         if str(k.get("name") or "").startswith(self._prefix) and k.get("name") not in names]
+                         if str(k.get("name") or "").startswith(self._prefix) and k.get("name") not in names
+                         and not _INSTALLATION_KEY.fullmatch(str(k["name"]).removeprefix(self._prefix))]
             leftovers += [InstanceRef(provider=self.id, instance_id=str(r["id"]), kind="firewall-ruleset",
                                       key=str(r["name"]).removeprefix(self._prefix),
                                       region=(r.get("region") or {}).get("name"))
@@ -461,4 +485,4 @@ class LambdaProvider(rest.RestCloudProvider):
             await self._call("POST", "/instance-operations/terminate", json={"instance_ids": held},
                              allow=(404,))
         await self._delete_rulesets(name, strict=True)
-        await self._delete_ssh_key(name)
+        await self._delete_ssh_key(name)  # a per-machine key object, as launches made them before 2026-12

@@ -95,17 +95,6 @@ def instance_name(installation_id: str, key: str) -> str:
     return naming.owned_name(installation_id, key, NAME_MAX, what="a Massed Compute instance name")
 
 
-def _key_material(line: str) -> str:
-    """`type base64` of an OpenSSH public key line (comment dropped): what identifies the key."""
-    return " ".join(line.split()[:2])
-
-
-def key_object_name(installation_id: str, public_key: str) -> str:
-    """The account SSH key object of an installation's key: one per (installation, key)."""
-    digest = hashlib.sha256(_key_material(public_key).encode()).hexdigest()[:12]
-    return f"gpuprov-{installation_id}-{digest}"[:NAME_MAX]
-
-
 def authorized_keys_command(public_keys: list[str], user: str) -> str | None:
     """A startup command that adds `public_keys` to `user`'s authorized_keys (once each), or None.
     Each key is re-serialised from its parsed form (providers/ssh_keys.py: one line, no control
@@ -243,34 +232,20 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
             raise Transient(f"{self.id}: unexpected ssh-keys response")
         return [k for k in keys if isinstance(k, dict)]
 
-    def _same_key(self, obj: dict[str, Any], material: str) -> bool:
-        public = obj.get("publicKey", obj.get("public_key"))
-        return isinstance(public, str) and _key_material(public) == material
-
     async def _ensure_key_object(self, public_key: str) -> str:
-        """The name of an account SSH key object holding `public_key`, registering it (once per
-        installation) when the account has none. A key the account already holds under any name
-        is reused: registering the same key twice may be refused [unconfirmed]."""
-        try:
-            line = ssh_keys.public_key_line(public_key)
-        except ssh_keys.KeyRefused as e:
-            raise InvalidRequest(f"{self.id}: the installation's SSH key was refused: {e}") from None
-        material, name = _key_material(line), key_object_name(self.installation_id, line)
+        """The name of an account SSH key object holding `public_key`, registered once per
+        installation (providers/account_objects.py)."""
+        async def held() -> list[tuple[str, str]]:
+            return [(o["name"], public) for o in await self._key_objects()
+                    if isinstance(o.get("name"), str)
+                    and isinstance(public := o.get("publicKey", o.get("public_key")), str)]
 
-        def held(objs: list[dict[str, Any]]) -> str | None:
-            ours = [o for o in objs if o.get("name") == name and self._same_key(o, material)]
-            found = ours or [o for o in objs
-                             if self._same_key(o, material) and isinstance(o.get("name"), str)]
-            return str(found[0]["name"]) if found else None
-
-        async def find() -> str | None:
-            return held(await self._key_objects())
-
-        async def register() -> str:
+        async def register(name: str, line: str) -> None:
             await self._call("POST", "/ssh-keys", json={"name": name, "publicKey": line})
-            return name
 
-        return await account_objects.ensure(find, register)  # a concurrent create's is adopted
+        return await account_objects.ensure_key_object(
+            held, register, provider=self.id, installation_id=self.installation_id, public_key=public_key,
+            max_length=NAME_MAX)
 
     async def _image_id(self, wanted: str | None) -> int:
         """The integer imageId launch requires: `wanted` as an id or a name (case-insensitive),

@@ -169,21 +169,22 @@ async def test_a_declined_plan_creates_nothing(acceptance_worker: None, acceptan
 async def test_a_side_resource_the_cloud_kept_fails_nothing_billable_naming_it(
         acceptance_worker: None, acceptance_sim: FakeCloudServer, temporal_client: Client, connect: Any,
         db_engine: sa.Engine, secret_box: SecretBox) -> None:
-    # Lambda answers the SSH key's delete as done, and keeps it: a leak only the listing shows.
-    acceptance_sim.admin.add_fault("lambda", "ssh_keys", "ignore_delete", times=-1)
+    # DigitalOcean answers the machine's firewall delete as done, and keeps it: a leak only the
+    # listing shows.
+    acceptance_sim.admin.add_fault("digitalocean", "side_resources", "ignore_delete", times=-1)
     try:
-        # settle 1 s: the key stays for good, waiting longer shows nothing more
-        st = await accept(temporal_client, request(db_engine, secret_box, connect("lambda"), "lambda",
-                                                   settle_s=1.0))
+        # settle 1 s: the firewall stays for good, waiting longer shows nothing more
+        st = await accept(temporal_client, request(db_engine, secret_box, connect("digitalocean"),
+                                                   "digitalocean", settle_s=1.0))
     finally:
         acceptance_sim.admin.clear_faults()
     step = next(s for s in st.steps if s.name == "nothing_billable")
     key = f"gp-{st.run_id}-m-a1"
     assert step.outcome == "failed" and step.detail is not None
-    assert "ssh-key" in step.detail and f"(key {key})" in step.detail, step.detail
-    assert any(left.key == key and left.kind == "ssh-key" for left in st.leftovers)  # reported, with its id
+    assert "firewall" in step.detail and f"(key {key})" in step.detail, step.detail
+    assert any(left.key == key and left.kind == "firewall" for left in st.leftovers)  # reported, with its id
     assert st.result is not None and st.result.failed_step == "nothing_billable"
-    assert support.status("lambda", [st.result]).status == "failing"
+    assert support.status("digitalocean", [st.result]).status == "failing"
 
 
 async def test_refused_credentials_fail_connect_and_nothing_else_runs(

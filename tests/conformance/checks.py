@@ -387,19 +387,25 @@ async def check_find_all_and_terminate_by_key(h: Harness) -> None:
             await _terminate_all(p, refs)  # whatever an assertion above left
 
 
+def side_resource_spec(h: Harness) -> LaunchSpec:
+    """A spec whose create makes the cloud's side resources: with a port where the cloud opens ports
+    (Lambda makes a machine's firewall ruleset only then)."""
+    return h.spec(ports=[8080]) if registry.capabilities(h.cloud).ports else h.spec()
+
+
 async def check_release(h: Harness) -> None:
     """No side resource outlives terminate-by-key: neither a machine's, nor those a create made
     before a launch that never happened (a 5xx after the side resources were registered)."""
     async with h.provider() as p:
         offer = await cheapest(p)
-        spec = h.spec()
+        spec = side_resource_spec(h)
         ref = await p.create(offer, spec)
         await p.terminate(ref)
         await wait_for(p, ref, _gone, WAIT_GONE)
         await p.release(spec.key)
-        assert await side_resources_of(h, spec.key) == []
+        assert await side_resources_of(h, spec.key) == [], "release left a terminated machine's side resource"
 
-        failed = h.spec()
+        failed = side_resource_spec(h)
         before = await h.machine_ids()
         await h.add_fault("create", "server_error", status=503)
         with pytest.raises(Transient):
@@ -419,7 +425,7 @@ async def check_list_owned_reports_leftover_side_resources(h: Harness) -> None:
     if not registry.capabilities(h.cloud).side_resources:
         return  # nothing but machines to list (local); the machine checks cover it
     async with h.provider() as p:
-        failed = h.spec()
+        failed = side_resource_spec(h)
         await h.add_fault("create", "server_error", status=503)
         with pytest.raises(Transient):
             await p.create(await cheapest(p), failed)

@@ -7,11 +7,13 @@ import email
 import json
 from collections.abc import Callable
 
+import asyncssh
 import httpx
 import pytest
 import yaml
 
 from fakeclouds import cloudinit
+from providers.account_objects import key_object_name
 from providers.base import (
     CapacityError,
     ConnectionOptions,
@@ -33,9 +35,14 @@ OFFER = Offer(provider="lambda", instance_type="gpu_1x_a10", vcpus=30, memory_gi
               price_per_hour=0.75)
 
 
+# Real keys: an adapter that registers a key object parses the key first.
+PUBLIC_KEYS = [asyncssh.generate_private_key("ssh-ed25519", comment=f"k{i}").export_public_key().decode()
+               .strip() for i in range(3)]
+
+
 def spec(key: str = "alloc-1-a0", keys: int = 1, installation: str = "inst0001") -> LaunchSpec:
     return LaunchSpec(key=key, owner=Ownership(installation_id=installation, allocation_id="alloc-1"),
-                      ssh_public_keys=[f"ssh-ed25519 AAAA{i} k{i}" for i in range(keys)])
+                      ssh_public_keys=PUBLIC_KEYS[:keys])
 
 
 def spec_ref() -> InstanceRef:
@@ -172,7 +179,7 @@ async def test_a_lifetime_on_a_cloud_that_enforces_none_is_refused_before_any_ca
     assert paths == []
 
 
-async def test_lambda_create_registers_first_key_and_passes_the_rest_as_user_data() -> None:
+async def test_lambda_create_registers_the_installations_key_and_passes_the_rest_as_user_data() -> None:
     posted: dict[str, dict[str, object]] = {}
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -188,13 +195,13 @@ async def test_lambda_create_registers_first_key_and_passes_the_rest_as_user_dat
     assert ref.instance_id == "i-9"
     key = posted["/api/v1/ssh-keys"]
     launch = posted["/api/v1/instance-operations/launch"]
-    assert key == {"name": "gpuprov-inst0001-alloc-1-a0", "public_key": "ssh-ed25519 AAAA0 k0"}
-    assert launch["ssh_key_names"] == ["gpuprov-inst0001-alloc-1-a0"]
+    assert key == {"name": key_object_name("inst0001", PUBLIC_KEYS[0]), "public_key": PUBLIC_KEYS[0]}
+    assert launch["ssh_key_names"] == [key_object_name("inst0001", PUBLIC_KEYS[0])]
     assert launch["name"] == "gpuprov-inst0001-alloc-1-a0" and launch["quantity"] == 1
-    assert "ssh-ed25519 AAAA1 k1" in str(launch["user_data"])
+    assert PUBLIC_KEYS[1] in str(launch["user_data"])
 
 
-async def test_lambda_terminate_gone_is_success_and_deletes_the_key() -> None:
+async def test_lambda_terminate_gone_is_success_and_deletes_the_ruleset() -> None:
     calls: list[str] = []
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -204,17 +211,19 @@ async def test_lambda_terminate_gone_is_success_and_deletes_the_key() -> None:
         if req.url.path.endswith("/instances"):
             return data([])
         if req.method == "GET":
-            return data([{"id": "key-7", "name": "gpuprov-inst0001-alloc-1-a0"},
-                         {"id": "key-8", "name": "other"}])
+            return data([{"id": "rs-7", "name": "gpuprov-inst0001-alloc-1-a0"},
+                         {"id": "rs-8", "name": "other"}])
         return data({})
 
     async with lam(handler) as p:
         await p.terminate(spec_ref())
-    assert calls[-1] == "DELETE /api/v1/ssh-keys/key-7"
+    assert calls[-1] == "DELETE /api/v1/firewall-rulesets/rs-7"
+    assert not [c for c in calls if "/ssh-keys" in c], "the SSH key object is the installation's"
 
 
-async def test_lambda_terminate_leaves_the_key_to_a_twin_and_release_removes_it() -> None:
-    """Lambda names are not unique: the SSH key object goes with the last machine of the name."""
+async def test_lambda_terminate_leaves_the_ruleset_to_a_twin_and_release_removes_it() -> None:
+    """Lambda names are not unique: the firewall ruleset goes with the last machine of the name. A
+    per-machine SSH key object (as launches made them before 2026-12) goes at release too."""
     calls: list[str] = []
     name = "gpuprov-inst0001-alloc-1-a0"
     twins = [{"id": "i-1", "name": name, "status": "terminating"},
@@ -224,9 +233,11 @@ async def test_lambda_terminate_leaves_the_key_to_a_twin_and_release_removes_it(
     def handler(req: httpx.Request) -> httpx.Response:
         calls.append(f"{req.method} {req.url.path}")
         if req.url.path.endswith("/terminate"):
-            return data({"terminated_instances": []})
+            return lambda_err(404, "global/object-does-not-exist")  # i-1 is gone already
         if req.url.path.endswith("/instances"):
             return data(twins)
+        if req.url.path.endswith("/firewall-rulesets"):
+            return data([{"id": "rs-7", "name": name}])
         if req.method == "GET":
             return data([{"id": "key-7", "name": name}])
         return data({})
@@ -236,7 +247,8 @@ async def test_lambda_terminate_leaves_the_key_to_a_twin_and_release_removes_it(
         await p.terminate(spec_ref())
         assert not any(c.startswith("DELETE") for c in calls), "the twin i-2 still carries the name"
         await p.release("alloc-1-a0")
-    assert calls[-1] == "DELETE /api/v1/ssh-keys/key-7"
+    assert [c for c in calls if c.startswith("DELETE")] == ["DELETE /api/v1/firewall-rulesets/rs-7",
+                                                            "DELETE /api/v1/ssh-keys/key-7"]
 
 
 async def test_lambda_terminate_other_refusal_raises() -> None:
@@ -302,24 +314,25 @@ async def test_local_never_adopts_another_installations_machine() -> None:
         assert await p.list_owned() == []
 
 
-async def test_lambda_refused_launch_removes_the_key_it_registered() -> None:
+async def test_lambda_refused_launch_removes_its_ruleset_and_keeps_the_installations_key() -> None:
     calls: list[str] = []
+    name = "gpuprov-inst0001-alloc-1-a0"
 
     def handler(req: httpx.Request) -> httpx.Response:
         calls.append(f"{req.method} {req.url.path}")
         if req.url.path.endswith("/launch"):
             return lambda_err(400, "instance-operations/launch/insufficient-capacity")
         if req.method == "POST":
-            return data({"id": "key-5", "name": "gpuprov-inst0001-alloc-1-a0"})
-        if req.url.path.endswith("/ssh-keys") and any(c.startswith("POST") for c in calls):
-            return data([{"id": "key-5", "name": "gpuprov-inst0001-alloc-1-a0"}])
+            return data({"id": "rs-5" if "firewall" in req.url.path else "key-5", "name": name})
+        if req.url.path.endswith("/firewall-rulesets") and any(c.startswith("POST") for c in calls):
+            return data([{"id": "rs-5", "name": name, "region": {"name": "us-east-1"}}])
         return data([])
 
     async with lam(handler) as p:
         with pytest.raises(CapacityError) as exc:
-            await p.create(OFFER, spec())
+            await p.create(OFFER, spec().model_copy(update={"ports": [8080]}))
     assert str(exc.value.scope) == "lambda/us-east-1/gpu_1x_a10"  # that type, that region only
-    assert calls[-1] == "DELETE /api/v1/ssh-keys/key-5"
+    assert [c for c in calls if c.startswith("DELETE")] == ["DELETE /api/v1/firewall-rulesets/rs-5"]
 
 
 def test_k3s_at_boot_only_when_asked() -> None:

@@ -42,10 +42,9 @@ class DoubleCreatingFakeLambdaProvider(LambdaProvider):
 
     async def create(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         name = self._name(spec.key)
-        await self._ensure_ssh_key(name, spec.ssh_public_keys[0])
         data = await self._data("POST", "/instance-operations/launch", json={
             "region_name": offer.region, "instance_type_name": offer.instance_type,
-            "ssh_key_names": [name], "quantity": 1, "name": name,
+            "ssh_key_names": [await self._key_object(spec.ssh_public_keys[0])], "quantity": 1, "name": name,
         })
         return InstanceRef(provider=self.id, instance_id=str(data["instance_ids"][0]), key=spec.key,
                            region=offer.region)
@@ -79,8 +78,8 @@ async def test_suite_catches_a_double_creating_adapter(fake_server: Any) -> None
 
 
 class LeakyFakeLambdaProvider(LambdaProvider):
-    """Broken on purpose: the contract's default release (nothing), so a launch that never
-    happened leaves its SSH key object behind."""
+    """Broken on purpose: the contract's default release (nothing), so a machine's firewall ruleset
+    outlives it (refused while the machine terminates, it is left to release)."""
 
     async def release(self, key: str) -> None:
         return None
@@ -107,11 +106,12 @@ async def test_suite_catches_terminate_by_key_bugs(fake_server: Any, cls: type[L
             await check(h)
     finally:
         await h.admin_do("reset")
-        # what the broken adapter left: the simulated account's SSH keys outlive a reset
+        # what the broken adapter left, should the reset keep it (the account's SSH keys outlive one)
+        paths = {"ssh-key": "/ssh-keys", "firewall-ruleset": "/firewall-rulesets"}
         async with make_harness("lambda", fake_server).provider(installation_id=h.installation_id) as p:
             for r in await fake_server.admin.aio.side_resources():
-                if h.installation_id in r["name"]:
-                    await p._call("DELETE", f"/ssh-keys/{r['id']}", allow=(404,))
+                if h.installation_id in r["name"] and r["kind"] in paths:
+                    await p._call("DELETE", f"{paths[r['kind']]}/{r['id']}", allow=(404,))
 
 
 class EarlyMarkingFakeLambdaProvider(LambdaProvider):

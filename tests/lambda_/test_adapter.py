@@ -60,7 +60,7 @@ def test_capabilities_are_the_seed_row() -> None:
     caps = LambdaProvider.capabilities
     assert (caps.k3s, caps.k8s_api, caps.ports, caps.spot, caps.custom_image, caps.login_user) == (
         "cloud-init", True, True, False, True, "ubuntu")
-    assert caps.side_resources == ["ssh-key", "firewall-ruleset"]
+    assert caps.side_resources == ["firewall-ruleset"]  # the SSH key object is the installation's
     assert "us-midwest-2" in caps.regions and caps.default_regions
     assert all(r.startswith("us-") for r in caps.default_regions) and "us-east-1" in caps.default_regions
     assert caps.launches_per_s == pytest.approx(1 / 12)
@@ -106,7 +106,7 @@ async def test_a_refused_launch_leaves_a_ruleset_listed_for_release(sim: FakeClo
     with pytest.raises(Transient):
         await p.create(await offer(p), s)
     left = {r.kind for r in await p.list_owned() if r.key == s.key}
-    assert left == {"ssh-key", "firewall-ruleset"}
+    assert left == {"firewall-ruleset"}
     await p.release(s.key)
     assert [r for r in await p.list_owned() if r.key == s.key] == []
 
@@ -147,7 +147,7 @@ async def test_preempted_is_gone_and_release_frees_its_ruleset(sim: FakeCloudSer
     assert st.host is None
     assert await p.find_all(s.key) == [] and await p.find(s.key) is None
     owned = [r for r in await p.list_owned() if r.key == s.key]
-    assert owned and not any(r.is_machine for r in owned)  # its ssh key and ruleset: for the sweep
+    assert owned and not any(r.is_machine for r in owned)  # its ruleset: for the sweep
     await p.release(s.key)  # terminates the preempted instance that holds the ruleset, then removes it
     assert rulesets(sim, instance_name(p.installation_id, s.key)) == []
     assert await p.get(ref) is None

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from fakeclouds.server import FakeCloudServer
+from providers.account_objects import key_object_name
 from providers.base import (
     AuthError,
     CapacityError,
@@ -31,7 +32,6 @@ from providers.massedcompute import (
     MassedComputeProvider,
     authorized_keys_command,
     instance_name,
-    key_object_name,
 )
 from tests.eventually import eventually
 from tests.massedcompute.conftest import (

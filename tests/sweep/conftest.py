@@ -90,15 +90,16 @@ def new_allocation_id() -> str:
 
 
 async def plant(sim: FakeCloudServer, cloud: str, allocation_id: str | None = None, seq: int = 1, *,
-                installation_id: str = INSTALLATION) -> InstanceRef:
-    """A machine made the way an allocation's create makes it (key, ownership tag), no workflow."""
+                installation_id: str = INSTALLATION, ports: list[int] | None = None) -> InstanceRef:
+    """A machine made the way an allocation's create makes it (key, ownership tag), no workflow.
+    With `ports`, on Lambda: its own firewall ruleset too (a side resource)."""
     allocation_id = allocation_id or new_allocation_id()
     key = attempt_key(allocation_id, seq)
     async with provider(sim, cloud, installation_id) as p:
         offer = (await p.offers(OfferQuery(spot=False)))[0]
         return await p.create(offer, LaunchSpec(
             key=key, owner=Ownership(installation_id=installation_id, allocation_id=allocation_id),
-            ssh_public_keys=[PUBLIC_KEY]))
+            ssh_public_keys=[PUBLIC_KEY], ports=ports or []))
 
 
 def add_instance(engine: sa.Engine, allocation_id: str, *, connection_id: str, cloud: str, status: str,
@@ -144,12 +145,14 @@ async def launch_twin(sim: FakeCloudServer, ref: InstanceRef) -> str:
         assert status is not None and status.instance_type
         name = instance_name(INSTALLATION, ref.key)
         data = await p._data("POST", "/instance-operations/launch", json={  # type: ignore[attr-defined]
-            "region_name": ref.region, "instance_type_name": status.instance_type, "ssh_key_names": [name],
+            "region_name": ref.region, "instance_type_name": status.instance_type,
+            "ssh_key_names": (await sim.admin.aio.machine(ref.instance_id))["extra"]["ssh_key_names"],
             "quantity": 1, "name": name})
         return str(data["instance_ids"][0])
 
 
-async def ssh_key_objects(sim: FakeCloudServer, key: str) -> list[dict[str, Any]]:
-    """Lambda SSH key objects named for `key`."""
+async def side_objects(sim: FakeCloudServer, key: str) -> list[dict[str, Any]]:
+    """Lambda side resources (firewall rulesets; SSH key objects as launches made them before
+    2026-12) named for `key`."""
     return [r for r in await sim.admin.aio.side_resources()
             if r["facade"] == "lambda" and r["name"] == instance_name(INSTALLATION, key)]

@@ -32,7 +32,7 @@ from tests.sweep.conftest import (
     new_allocation_id,
     plant,
     provider,
-    ssh_key_objects,
+    side_objects,
     sweep,
 )
 from tests.workflows.conftest import FAST, settled
@@ -135,10 +135,10 @@ async def test_a_lambda_twin_of_a_ready_allocation_goes_and_the_allocation_keeps
         temporal_client: Client, sweep_worker: None, sim: FakeCloudServer, connect: Any,
         sweep_engine: sa.Engine) -> None:
     """A real allocation (AllocationWorkflow to ready on simulated Lambda), then a second instance
-    under its name: the sweep removes the twin only, and the SSH key object stays with the machine."""
+    under its name: the sweep removes the twin only, and the machine's firewall ruleset stays with it."""
     conn = connect("lambda")
     req = AllocateRequest(allocation_id=new_allocation_id(), connection_id=conn, cloud="lambda", gpu="a10",
-                          k3s=False, ssh_public_keys=[PUBLIC_KEY], timing=FAST)
+                          k3s=False, ssh_public_keys=[PUBLIC_KEY], ports=[8080], timing=FAST)
     handle = await temporal_client.start_workflow(
         wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
         task_queue=TASK_QUEUE, result_type=AllocationState)
@@ -152,7 +152,7 @@ async def test_a_lambda_twin_of_a_ready_allocation_goes_and_the_allocation_keeps
     assert (dup.machine.ref.instance_id, dup.verdict) == (twin, Verdict.DUPLICATE)
     assert f"machine {st.ref.instance_id}, not this one" in dup.reason
     assert not await alive(sim, twin) and await alive(sim, st.ref.instance_id)
-    assert await ssh_key_objects(sim, st.ref.key), "the allocation's machine still carries its key object"
+    assert await side_objects(sim, st.ref.key), "the allocation's machine still carries its ruleset"
 
     again = await sweep(temporal_client, grace_s=0)
     assert (again.seen, again.kept, again.removed, again.waiting) == (1, 1, [], [])
@@ -160,14 +160,14 @@ async def test_a_lambda_twin_of_a_ready_allocation_goes_and_the_allocation_keeps
     await handle.execute_update(wf.ALLOCATION.terminate.name, result_type=AllocationState)
     async with provider(sim, "lambda") as p:
         assert await p.list_owned() == []
-    assert await ssh_key_objects(sim, st.ref.key) == []
+    assert await side_objects(sim, st.ref.key) == []
 
 
 async def test_two_connections_to_one_account_act_once_per_machine(
         temporal_client: Client, sweep_worker: None, sim: FakeCloudServer, connect: Any,
         sweep_engine: sa.Engine) -> None:
     first, second = connect("lambda"), connect("lambda")
-    refs = [await plant(sim, "lambda"), await plant(sim, "lambda")]
+    refs = [await plant(sim, "lambda", ports=[8080]), await plant(sim, "lambda", ports=[8080])]
 
     summary = await sweep(temporal_client, grace_s=0)
 
@@ -179,7 +179,7 @@ async def test_two_connections_to_one_account_act_once_per_machine(
     assert sorted(a.instance_id for a in rows) == sorted(r.instance_id for r in refs)  # one each
     assert not any([await alive(sim, r.instance_id) for r in refs])
     for ref in refs:
-        assert await ssh_key_objects(sim, ref.key) == []
+        assert await side_objects(sim, ref.key) == []
 
 
 @pytest.mark.parametrize("cloud", ["local", "lambda"])
@@ -217,18 +217,18 @@ async def test_a_side_resource_left_without_its_machine_is_released(
         temporal_client: Client, sweep_worker: None, sim: FakeCloudServer, connect: Any,
         sweep_engine: sa.Engine) -> None:
     connect("lambda")
-    # A launch refused after its SSH key object was registered: the key object stays, no machine.
+    # A launch refused after its firewall ruleset was made: the ruleset stays, no machine.
     await sim.admin.aio.add_fault("lambda", "create", "server_error", status=503)
     allocation = new_allocation_id()
     with pytest.raises(Transient):
-        await plant(sim, "lambda", allocation)
+        await plant(sim, "lambda", allocation, ports=[8080])
     key = attempt_key(allocation, 1)
-    [left] = await ssh_key_objects(sim, key)
+    [left] = await side_objects(sim, key)
 
     summary = await sweep(temporal_client, grace_s=0)
 
     [done] = [r for r in summary.removed if r.machine.ref.key == key]
-    assert (done.verdict, done.machine.ref.kind) == (Verdict.ORPHAN, "ssh-key")
+    assert (done.verdict, done.machine.ref.kind) == (Verdict.ORPHAN, "firewall-ruleset")
     assert done.allocation_id == allocation
-    assert await ssh_key_objects(sim, key) == []
+    assert await side_objects(sim, key) == []
     assert [a.instance_id for a in actions(sweep_engine)] == [done.machine.ref.instance_id] == [left["id"]]

@@ -1,5 +1,5 @@
 """Terminate removes everything carrying the allocation's key: a Lambda twin that slipped through,
-and the SSH key object of a launch that never happened."""
+and the firewall ruleset of a launch that never happened."""
 
 from __future__ import annotations
 
@@ -20,14 +20,15 @@ from tests.sweep.conftest import (
     launch_twin,
     new_allocation_id,
     provider,
-    ssh_key_objects,
+    side_objects,
 )
 from tests.workflows.conftest import FAST, settled
 
 
 async def allocate(client: Client, connection_id: str) -> tuple[AllocateRequest, WorkflowHandle[Any, Any]]:
+    """A Lambda allocation asking for a port: its machine gets a firewall ruleset (a side resource)."""
     req = AllocateRequest(allocation_id=new_allocation_id(), connection_id=connection_id, cloud="lambda",
-                          gpu="a10", k3s=False, ssh_public_keys=[PUBLIC_KEY], timing=FAST)
+                          gpu="a10", k3s=False, ssh_public_keys=[PUBLIC_KEY], ports=[8080], timing=FAST)
     handle = await client.start_workflow(
         wf.ALLOCATION.name, AllocationInput(request=req), id=allocation_workflow_id(req.allocation_id),
         task_queue=TASK_QUEUE, result_type=AllocationState)
@@ -47,13 +48,13 @@ async def test_terminate_removes_a_twin_under_the_allocations_key(temporal_clien
     assert not await alive(sim, st.ref.instance_id) and not await alive(sim, twin)
     async with provider(sim, "lambda") as p:
         assert await p.find_all(st.ref.key) == [] and await p.list_owned() == []
-    assert await ssh_key_objects(sim, st.ref.key) == []
+    assert await side_objects(sim, st.ref.key) == []
 
 
-async def test_a_launch_that_never_happens_leaves_no_ssh_key_object(
+async def test_a_launch_that_never_happens_leaves_no_side_resource(
         temporal_client: Client, sweep_worker: None, sim: FakeCloudServer, connect: Any) -> None:
-    """Every launch answers 503 after the SSH key object was registered; the worker gives up on the
-    create and compensates by key: no machine was made, and the key object goes too."""
+    """Every launch answers 503 after the firewall ruleset was made; the worker gives up on the
+    create and compensates by key: no machine was made, and the ruleset goes too."""
     await sim.admin.aio.add_fault("lambda", "create", "server_error", times=-1, status=503)
     try:
         req, handle = await allocate(temporal_client, connect("lambda"))
@@ -65,4 +66,6 @@ async def test_a_launch_that_never_happens_leaves_no_ssh_key_object(
     key = attempt_key(req.allocation_id, 1)
     assert st.phase == Phase.FAILED and [a.key for a in st.attempts] == [key]
     assert [m for m in await sim.admin.aio.machines() if key in (m.get("name") or "")] == []
-    assert await ssh_key_objects(sim, key) == []
+    made = (await sim.admin.aio.call_counts())["lambda"].get("POST /firewall-rulesets", 0)
+    assert made >= 1, "each create made the machine's ruleset before its launch"
+    assert await side_objects(sim, key) == []
