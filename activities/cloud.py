@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -45,6 +45,7 @@ from providers.base import (
     on_launch_send,
 )
 from providers.market import Source, gather_offers
+from providers.shared_statuses import SharedStatuses
 from store import capacity, creates_in_flight, projects, spend
 from store.db import session_scope
 from store.models import CapacityRefusal, Connection, Instance, utcnow
@@ -284,8 +285,7 @@ class CloudActivities:
             while True:
                 # Heartbeats continue while a slow cloud answers. Polls of other machines booting on the
                 # same connection at once share its listing (providers/shared_statuses.py).
-                shared = self.deps.boot_statuses
-                polled = shared.status(p, inp.ref) if shared is not None else p.get(inp.ref)
+                polled = poll_status(p, inp.ref, self.deps.statuses)
                 st = await heartbeating(polled, inp.heartbeat_every_s, "waiting for running")
                 if st is None or st.state in (InstanceState.TERMINATED, InstanceState.TERMINATING):
                     raise ApplicationError(f"instance {inp.ref.instance_id} disappeared while booting",
@@ -306,8 +306,8 @@ class CloudActivities:
         await self.deps.write_marks(inp)
         with provider_errors():
             p = await self.deps.provider(inp.target)
-            await terminate_key(p, inp.key, [inp.ref] if inp.ref else [],
-                                poll_interval_s=inp.poll_interval_s, heartbeat_every_s=inp.heartbeat_every_s)
+            await terminate_key(p, inp.key, [inp.ref] if inp.ref else [], poll_interval_s=inp.poll_interval_s,
+                                heartbeat_every_s=inp.heartbeat_every_s, statuses=self.deps.statuses)
         # The cloud shows every machine under the key gone: the attempt stops accruing.
         await self.deps.blocking(close_spend, self.deps.engine, inp.key)
 
@@ -357,8 +357,15 @@ def close_spend(engine: sa.Engine, key: str) -> None:
         spend.close_interval(session, key, utcnow())
 
 
+def poll_status(p: CloudProvider, ref: InstanceRef, statuses: SharedStatuses | None
+                ) -> Awaitable[InstanceStatus | None]:
+    """What `p.get(ref)` says; from the connection's listing, when other polls of it overlap this one
+    (providers/shared_statuses.py), given the worker's `statuses`."""
+    return statuses.status(p, ref) if statuses is not None else p.get(ref)
+
+
 async def terminate_key(p: CloudProvider, key: str, refs: list[InstanceRef], *, poll_interval_s: float,
-                        heartbeat_every_s: float) -> None:
+                        heartbeat_every_s: float, statuses: SharedStatuses | None = None) -> None:
     """Terminate `refs` and everything `find_all(key)` shows, until the cloud lists nothing under
     the key that is not seen gone; then `release(key)`."""
     gone: set[str] = set()
@@ -368,23 +375,26 @@ async def terminate_key(p: CloudProvider, key: str, refs: list[InstanceRef], *, 
         if not pending:
             break
         await terminate_refs(p, list(pending.values()), poll_interval_s=poll_interval_s,
-                             heartbeat_every_s=heartbeat_every_s)
+                             heartbeat_every_s=heartbeat_every_s, statuses=statuses)
         gone |= set(pending)
         refs = []
     await heartbeating(p.release(key), heartbeat_every_s, f"releasing {key}")
 
 
 async def terminate_refs(p: CloudProvider, refs: list[InstanceRef], *, poll_interval_s: float,
-                         heartbeat_every_s: float) -> None:
+                         heartbeat_every_s: float, statuses: SharedStatuses | None = None) -> None:
     """Terminate each of `refs` and return once the cloud shows every one gone (the delete is
-    re-issued now and then while a machine still shows alive)."""
+    re-issued now and then while a machine still shows alive). Given the worker's `statuses`, polls
+    of machines torn down at once on one connection share its listing (providers/shared_statuses.py);
+    a machine the listing no longer shows is asked by id: gone is what the cloud says of it."""
     async def one(ref: InstanceRef) -> None:
         polls = 0
         while True:
             if polls % _TERMINATE_REISSUE_POLLS == 0:
                 # heartbeats continue while the cloud deletes (an adapter may wait on the delete)
                 await heartbeating(p.terminate(ref), heartbeat_every_s, f"terminating {ref.instance_id}")
-            st = await heartbeating(p.get(ref), heartbeat_every_s, f"waiting for {ref.instance_id} gone")
+            st = await heartbeating(poll_status(p, ref, statuses), heartbeat_every_s,
+                                    f"waiting for {ref.instance_id} gone")
             if st is None or st.state == InstanceState.TERMINATED:
                 return
             polls += 1

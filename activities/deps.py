@@ -112,9 +112,9 @@ class ActivityDeps:
     # Each connection's offers listing, shared by the plans that ask at once (providers/market.py);
     # None: each plan makes its own call (bench `paced` measures the difference).
     live_offers: LiveOffers | None = field(default_factory=LiveOffers, repr=False)
-    # Booting machines' polls, sharing each connection's listing while they overlap; None: a get each
-    # (bench `paced` measures the difference).
-    boot_statuses: SharedStatuses | None = field(default_factory=SharedStatuses, repr=False)
+    # State polls — booting machines', machines being torn down — sharing each connection's listing
+    # while they overlap; None: a get each (bench `paced` measures the difference).
+    statuses: SharedStatuses | None = field(default_factory=SharedStatuses, repr=False)
     # The SSH connection an allocation's SSH steps share, per machine (activities/ssh_sessions.py).
     ssh_sessions: MachineSessions = field(default_factory=MachineSessions, repr=False)
     _ssh_key: asyncssh.SSHKey | None = field(default=None, repr=False)

@@ -141,7 +141,7 @@ class SweepActivities:
             p = await self.deps.provider(m.target)
             if m.ref.is_machine:
                 await terminate_refs(p, [m.ref], poll_interval_s=inp.poll_interval_s,
-                                     heartbeat_every_s=inp.heartbeat_every_s)
+                                     heartbeat_every_s=inp.heartbeat_every_s, statuses=self.deps.statuses)
             # A side resource goes with its key's: released once no machine carries the key (a
             # machine still there is swept as a machine, and its terminate takes its side resources).
             left = await heartbeating(p.find_all(m.ref.key), inp.heartbeat_every_s, "finding twins")

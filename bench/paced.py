@@ -4,7 +4,7 @@
 - plans: N plans (PLAN_ALLOCATION) asked together — with the worker's plans sharing each offers
   listing (ActivityDeps.live_offers, providers/market.py LiveOffers) and with each its own call;
 - boot polls: N machines' WAIT_RUNNING started together, the machines already running — with polls
-  that overlap sharing the instances listing (ActivityDeps.boot_statuses,
+  that overlap sharing the instances listing (ActivityDeps.statuses,
   providers/shared_statuses.py) and with a get each.
 
 Activities run directly in this process, sides alternating. Printed per side: the calls the
@@ -76,7 +76,7 @@ def _deps(b: Bench, *, shared: bool) -> ActivityDeps:
     plans and boot polls sharing the cloud's listings or each making its own calls."""
     return replace(b.deps, providers=ProviderCache(), allowed_endpoints=[endpoint(b.cloud, "lambda")],
                    live_offers=LiveOffers() if shared else None,
-                   boot_statuses=SharedStatuses() if shared else None)
+                   statuses=SharedStatuses() if shared else None)
 
 
 async def _machines(p: CloudProvider, b: Bench, n: int) -> list[InstanceRef]:

@@ -1,18 +1,20 @@
-"""Booting machines' polls of one adapter, shared while they overlap.
+"""State polls of one adapter — booting machines', machines being torn down — shared while they overlap.
 
-Each booting machine's WAIT_RUNNING asks its cloud for the machine's state every few seconds. Alone,
-that is one `get`. Many machines booting on one connection make many gets, and on a rate-limited key
-they queue for it (Lambda: one request a second, so twenty booting machines see their boots up to
-twenty seconds late, and every create behind them waits too). Here a poll that starts while another
-poll of the same adapter is under way joins the adapter's listing (`list_machines`, one that began
-after it asked: providers/fresh_listing.py) instead of making its own get — one listing answers
-every poll that joined it. A lone poll stays a get. A poll joins only while more polls are under way
-than the listing costs calls (`CloudProvider.listing_calls`: one on Lambda, a page per 200 machines
-on DigitalOcean, as many as the last listing showed), and never on an adapter whose listing costs
-more than that (a listing per region on AWS, a second listing for the addresses on Azure). Nor while
-fewer polls are under way than one per `MACHINES_PER_GET` machines the last listing showed: a
-listing's parsing costs the worker CPU per machine, and 1,000 allocations at once on an unpaced
-cloud (bench `scale`) ran slower joining listings of 1,000 machines on every overlap than with gets.
+Each booting machine's WAIT_RUNNING asks its cloud for the machine's state every few seconds, and so
+does each machine's teardown (activities/cloud.py terminate_refs) until the cloud shows it gone.
+Alone, that is one `get`. Many machines booting or going on one connection make many gets, and on a
+rate-limited key they queue for it (Lambda: one request a second, so twenty booting machines see
+their boots up to twenty seconds late, and every create behind them waits too). Here a poll that
+starts while another poll of the same adapter is under way joins the adapter's listing
+(`list_machines`, one that began after it asked: providers/fresh_listing.py) instead of making its
+own get — one listing answers every poll that joined it. A lone poll stays a get. A poll joins only
+while more polls are under way than the listing costs calls (`CloudProvider.listing_calls`: one on
+Lambda, a page per 200 machines on DigitalOcean, as many as the last listing showed), and never on
+an adapter whose listing costs more than that (a listing per region on AWS, a second listing for the
+addresses on Azure). Nor while fewer polls are under way than one per `MACHINES_PER_GET` machines
+the last listing showed: a listing's parsing costs the worker CPU per machine, and 1,000 allocations
+at once on an unpaced cloud (bench `scale`) ran slower joining listings of 1,000 machines on every
+overlap than with gets.
 
 The listing says what `get` says for a machine it shows (tests/conformance/checks.py
 `check_listed_as`). A machine it does not show — a create the listing does not reflect yet, or a
