@@ -242,6 +242,20 @@ class LambdaProvider(rest.RestCloudProvider):
         return [i for i in await self._instances() if i.get("name") == name]
 
     _key_names: dict[str, str] | None = None  # public key -> its key object's name, once seen
+    # Whether the account's last SSH key listing showed a per-machine key object of ours (as launches
+    # made them before 2026-12); None: not listed yet. Release asks for one only while it may exist.
+    _machine_keys: bool | None = None
+
+    async def _ssh_keys(self) -> list[dict[str, Any]]:
+        keys = await self._list("/ssh-keys")
+        self._machine_keys = any(self._machine_key(k) for k in keys)
+        return keys
+
+    def _machine_key(self, k: dict[str, Any]) -> bool:
+        """A key object named like a machine of ours (never the installation's own)."""
+        name = str(k.get("name") or "")
+        suffix = name.removeprefix(self._prefix)
+        return name.startswith(self._prefix) and not _INSTALLATION_KEY.fullmatch(suffix)
 
     async def _key_object(self, public_key: str) -> str:
         """The name of the key object holding the installation's key: looked up (or registered) once
@@ -251,7 +265,7 @@ class LambdaProvider(rest.RestCloudProvider):
             self._key_names = {}
         if public_key not in self._key_names:
             async def held() -> list[tuple[str, str]]:
-                return [(str(k["name"]), str(k["public_key"])) for k in await self._list("/ssh-keys")
+                return [(str(k["name"]), str(k["public_key"])) for k in await self._ssh_keys()
                         if k.get("name") and k.get("public_key")]
 
             async def register(name: str, line: str) -> None:
@@ -265,13 +279,13 @@ class LambdaProvider(rest.RestCloudProvider):
     async def _forget_key_object_if_gone(self, public_key: str, name: str) -> bool:
         """After a launch refused as invalid: whether the remembered key object is gone (deleted in the
         dashboard since it was looked up), in which case it is forgotten and a retry registers it."""
-        if not any(k.get("name") == name for k in await self._list("/ssh-keys")):
+        if not any(k.get("name") == name for k in await self._ssh_keys()):
             (self._key_names or {}).pop(public_key, None)
             return True
         return False
 
     async def _delete_ssh_key(self, name: str) -> None:
-        for k in await self._list("/ssh-keys"):
+        for k in await self._ssh_keys():
             if k.get("name") == name and k.get("id"):
                 # Unknown id: 404 global/not-found (1.10), 400 global/invalid-parameters (1.8.3) — gone.
                 await self._call("DELETE", f"/ssh-keys/{k['id']}", allow=(400, 404))
@@ -450,9 +464,8 @@ class LambdaProvider(rest.RestCloudProvider):
         with rest.parsing(self.id, "side resources"):
             leftovers = [InstanceRef(provider=self.id, instance_id=str(k["id"]), kind="ssh-key",
                                      key=str(k["name"]).removeprefix(self._prefix))
-                         for k in await self._list("/ssh-keys")
-                         if str(k.get("name") or "").startswith(self._prefix) and k.get("name") not in names
-                         and not _INSTALLATION_KEY.fullmatch(str(k["name"]).removeprefix(self._prefix))]
+                         for k in await self._ssh_keys()
+                         if self._machine_key(k) and k.get("name") not in names]
             leftovers += [InstanceRef(provider=self.id, instance_id=str(r["id"]), kind="firewall-ruleset",
                                       key=str(r["name"]).removeprefix(self._prefix),
                                       region=(r.get("region") or {}).get("name"))
@@ -485,4 +498,5 @@ class LambdaProvider(rest.RestCloudProvider):
             await self._call("POST", "/instance-operations/terminate", json={"instance_ids": held},
                              allow=(404,))
         await self._delete_rulesets(name, strict=True)
-        await self._delete_ssh_key(name)  # a per-machine key object, as launches made them before 2026-12
+        if self._machine_keys is not False:  # a per-machine key object, as launches made them before 2026-12
+            await self._delete_ssh_key(name)

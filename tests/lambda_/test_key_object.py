@@ -44,10 +44,13 @@ async def test_the_key_object_is_registered_once_and_outlives_the_machines(sim: 
     assert registrations(sim) == 1
     assert {tuple(sim.admin.machine(r.instance_id)["extra"]["ssh_key_names"]) for r in refs} == {(name,)}
 
+    sim.admin.clear_calls()
     for ref in refs:
         await p.terminate(ref)
         await p.release(ref.key)
     assert [k["name"] for k in key_objects(sim, public)] == [name], "no machine's terminate removes it"
+    # The account showed no per-machine key object of the installation: nothing to look for.
+    assert "GET /ssh-keys" not in sim.admin.call_counts()["lambda"]
     assert [r for r in await p.list_owned() if name.endswith(r.key)] == [], "the sweep never sees it"
 
 
