@@ -102,7 +102,8 @@ async def throughput_figures(b: Bench, args: argparse.Namespace) -> None:
 
 async def paced_figure(b: Bench, args: argparse.Namespace) -> None:
     p = await paced.run(b, n=args.paced)
-    for what, said in (("plans", "plans"), ("polls", "machines' boot polls")):
+    for what, said in (("plans", "plans"), ("polls", "machines' boot polls"),
+                       ("teardowns", f"machines' teardowns ({paced.TERMINATING_S:g} s terminating)")):
         own, shared = p[what]["own"], p[what]["shared"]
         print(f"(paced) {p['n']} {said} at once on one Lambda key (paced at {p['scale']:g}x its "
               f"1 request/s): a call each {own['calls']:.0f} calls, the median answered at "
