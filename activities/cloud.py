@@ -52,7 +52,9 @@ from store.models import CapacityRefusal, Connection, Instance, utcnow
 
 # A cloud that has not listed its offers by then is reported and planning goes on without it.
 PLAN_TIMEOUT_S = 60.0
-# Re-issue the delete every this many polls while the cloud still shows the machine alive.
+# Re-issue the delete after this many poll intervals while the cloud shows the machine alive and not
+# terminating (it dropped the delete): counted in time, not polls, so polls answered faster (a shared
+# listing) do not re-issue it sooner.
 _TERMINATE_REISSUE_POLLS = 10
 
 log = logging.getLogger(__name__)
@@ -388,16 +390,17 @@ async def terminate_refs(p: CloudProvider, refs: list[InstanceRef], *, poll_inte
     of machines torn down at once on one connection share its listing (providers/shared_statuses.py);
     a machine the listing no longer shows is asked by id: gone is what the cloud says of it."""
     async def one(ref: InstanceRef) -> None:
-        polls = 0
+        reissue_after, st = None, None  # monotonic time; the last state seen
         while True:
-            if polls % _TERMINATE_REISSUE_POLLS == 0:
+            if reissue_after is None or (time.monotonic() >= reissue_after and st is not None
+                                         and st.state != InstanceState.TERMINATING):
                 # heartbeats continue while the cloud deletes (an adapter may wait on the delete)
                 await heartbeating(p.terminate(ref), heartbeat_every_s, f"terminating {ref.instance_id}")
+                reissue_after = time.monotonic() + _TERMINATE_REISSUE_POLLS * poll_interval_s
             st = await heartbeating(poll_status(p, ref, statuses), heartbeat_every_s,
                                     f"waiting for {ref.instance_id} gone")
             if st is None or st.state == InstanceState.TERMINATED:
                 return
-            polls += 1
             await asyncio.sleep(poll_interval_s)
 
     # Each runs to its end (gone or failed) before the first failure, if any, is raised.

@@ -555,6 +555,12 @@ class CloudProvider(abc.ABC):
         region, or a second listing for the addresses, costs more than a few gets."""
         return None
 
+    def paced(self) -> bool:
+        """Whether this adapter's calls wait their turn under the cloud's rate limit
+        (providers/pacing.py), as Lambda's do: each call then costs the key's time, not only the
+        worker's CPU, and a listing that spares two calls is worth its parsing."""
+        return False
+
     async def list_machines(self) -> list[InstanceStatus] | None:
         """Every machine of ours with its state and address as the cloud's listing reports them — the
         same listing calls `list_owned` makes for machines (every page), none for side resources.

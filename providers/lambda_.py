@@ -51,6 +51,7 @@ from providers.base import (
     launch_request,
     rank_offers,
 )
+from providers.batched_calls import BatchedCalls
 from providers.credentials import ApiKeyCredentials
 from providers.fresh_listing import FreshListing
 from providers.gpus import normalize_gpu
@@ -61,6 +62,7 @@ NAME_MAX = 64
 NOT_FOUND = "global/object-does-not-exist"
 IN_USE = "firewall-rulesets/firewall-ruleset-in-use"
 LAUNCH = "/instance-operations/launch"
+TERMINATE = "/instance-operations/terminate"
 USER_DATA_MAX = 1_000_000  # "cannot exceed 1MB"; whether 10^6 or 2^20 bytes is undocumented: the stricter
 CALL_INTERVAL_S = 1.0  # "generally limited to one request per second"
 LAUNCH_INTERVAL_S = 12.0  # "one request per 12 seconds, or five requests per minute"
@@ -180,6 +182,9 @@ class LambdaProvider(rest.RestCloudProvider):
         """This key's pacer in this process (every adapter of the key shares it)."""
         return pacing.shared(self.id, self.endpoint, str(self.credentials.reveal()["api_key"]),
                              CALL_INTERVAL_S, LAUNCH_INTERVAL_S)
+
+    def paced(self) -> bool:
+        return self.pacer().scale > 0  # 0: a simulation with its limits off
 
     async def _call(self, method: str, path: str, *, scope: FailureScope | str | None = None,
                     allow: tuple[int, ...] = (), **kwargs: Any) -> httpx.Response:
@@ -437,13 +442,28 @@ class LambdaProvider(rest.RestCloudProvider):
             preempted=status == "preempted",
         )
 
+    _terminations: BatchedCalls[str, bool] | None = None  # made at first use
+
+    async def _terminate(self, instance_ids: list[str]) -> dict[str, bool]:
+        """One terminate call for `instance_ids` ("Terminates one or more instances"): whether each
+        was gone already. A call of several that is refused (one unknown id answers 404 for all in
+        the simulation; Lambda's own behaviour is undocumented) is made again for each id alone, so
+        one machine's answer never fails another's teardown."""
+        resp = await self._call("POST", TERMINATE, json={"instance_ids": instance_ids}, allow=(400, 404))
+        if resp.is_success:
+            return dict.fromkeys(instance_ids, False)
+        if len(instance_ids) > 1:
+            return {i: (await self._terminate([i]))[i] for i in instance_ids}
+        if rest.error_code(resp) != NOT_FOUND:
+            raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
+        return {instance_ids[0]: True}
+
     async def terminate(self, ref: InstanceRef) -> None:
         # A preempted instance is terminated too: that is what removes it from Lambda's lists.
-        resp = await self._call("POST", "/instance-operations/terminate",
-                                json={"instance_ids": [ref.instance_id]}, allow=(400, 404))
-        gone = not resp.is_success
-        if gone and rest.error_code(resp) != NOT_FOUND:
-            raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
+        # Terminates asked while one is under way (or waits for the key's turn) go in one call.
+        if self._terminations is None:
+            self._terminations = BatchedCalls(self._terminate)
+        gone = await self._terminations.call(ref.instance_id)
         # The ruleset belongs to the name: it goes with the last machine that carries it (a
         # duplicate's terminate leaves it to the twin). It is refused while its instance is still
         # terminating, so only tried when it was gone already: else release() removes it once the
@@ -495,8 +515,7 @@ class LambdaProvider(rest.RestCloudProvider):
             held = [str(i["id"]) for i in await self._list("/instances")
                     if i.get("name") == name and i.get("status") == "preempted"]
         if held:
-            await self._call("POST", "/instance-operations/terminate", json={"instance_ids": held},
-                             allow=(404,))
+            await self._call("POST", TERMINATE, json={"instance_ids": held}, allow=(404,))
         await self._delete_rulesets(name, strict=True)
         if self._machine_keys is not False:  # a per-machine key object, as launches made them before 2026-12
             await self._delete_ssh_key(name)

@@ -11,10 +11,12 @@ own get — one listing answers every poll that joined it. A lone poll stays a g
 while more polls are under way than the listing costs calls (`CloudProvider.listing_calls`: one on
 Lambda, a page per 200 machines on DigitalOcean, as many as the last listing showed), and never on
 an adapter whose listing costs more than that (a listing per region on AWS, a second listing for the
-addresses on Azure). Nor while fewer polls are under way than one per `MACHINES_PER_GET` machines
-the last listing showed: a listing's parsing costs the worker CPU per machine, and 1,000 allocations
-at once on an unpaced cloud (bench `scale`) ran slower joining listings of 1,000 machines on every
-overlap than with gets.
+addresses on Azure). Nor, where calls are not paced, while fewer polls are under way than one per
+`MACHINES_PER_GET` machines the last listing showed: a listing's parsing costs the worker CPU per
+machine, and 1,000 allocations at once on an unpaced cloud (bench `scale`) ran slower joining
+listings of 1,000 machines on every overlap than with gets. On a paced key (`CloudProvider.paced`:
+Lambda's) each call costs the key's time, and that bound made every round of fifty teardown polls
+ten gets and a listing (bench `paced`).
 
 The listing says what `get` says for a machine it shows (tests/conformance/checks.py
 `check_listed_as`). A machine it does not show — a create the listing does not reflect yet, or a
@@ -55,8 +57,10 @@ class _Adapter:
     def join_listing(self) -> bool:
         """Whether a poll starting now (already counted) joins the listing rather than gets."""
         calls = self.adapter.listing_calls(self.listed)
-        return (self.listable and calls is not None
-                and self.polls > max(calls, math.ceil(self.listed / MACHINES_PER_GET)))
+        if not self.listable or calls is None:
+            return False
+        cpu_bound = 0 if self.adapter.paced() else math.ceil(self.listed / MACHINES_PER_GET)
+        return self.polls > max(calls, cpu_bound)
 
 
 class SharedStatuses:

@@ -27,6 +27,7 @@ class FakeBootingCloud:
                                               host=f"10.0.0.{i}") for i in range(machines)}
         self.unlisted, self.listing, self.priced = unlisted, listing, priced
         self.page = 200
+        self.rate_limited = False  # a paced key's (providers/pacing.py): a call costs its time
         self.gets, self.listings = 0, 0
         self.release_gets, self.release_listings = asyncio.Event(), asyncio.Event()
 
@@ -37,6 +38,9 @@ class FakeBootingCloud:
 
     def listing_calls(self, machines: int) -> int | None:
         return machines // self.page + 1 if self.priced else None
+
+    def paced(self) -> bool:
+        return self.rate_limited
 
     async def list_machines(self) -> list[InstanceStatus] | None:
         if not self.listing:
@@ -117,6 +121,20 @@ async def test_a_listing_of_many_machines_is_joined_only_by_enough_polls() -> No
     assert (await sixth) == cloud.fleet["m6"] and cloud.listings == 2 and cloud.gets == 5
     cloud.release_gets.set()
     await asyncio.gather(first, *beside)
+
+
+async def test_on_a_paced_key_a_second_poll_joins_a_listing_of_many_machines() -> None:
+    shared, cloud = SharedStatuses(), FakeBootingCloud(5 * MACHINES_PER_GET)
+    cloud.rate_limited = True
+    cloud.release_listings.set()
+    first = poll(shared, cloud, "m0")
+    await steps_until(lambda: cloud.gets == 1)
+    assert (await poll(shared, cloud, "m1")) == cloud.fleet["m1"] and cloud.listings == 1
+    # The listing's size is known now: still the second poll under way joins (unpaced: the sixth).
+    assert (await poll(shared, cloud, "m2")) == cloud.fleet["m2"] and cloud.listings == 2
+    assert cloud.gets == 1
+    cloud.release_gets.set()
+    await first
 
 
 async def test_a_listing_of_many_pages_is_joined_only_by_a_poll_more_than_its_pages() -> None:
