@@ -45,6 +45,7 @@ from providers.base import (
     LaunchSpec,
     Offer,
     OfferQuery,
+    ProviderError,
     QuotaError,
     SelfEnd,
     Transient,
@@ -159,7 +160,8 @@ class LambdaProvider(rest.RestCloudProvider):
         spot=False,
         custom_image=True,  # image id or family
         login_user="ubuntu",
-        # With ports or Kubernetes API access: the SSH key object is the installation's, not the machine's.
+        # A machine's firewall ruleset (with ports or Kubernetes API access). The SSH key object is the
+        # installation's, not the machine's.
         side_resources=["firewall-ruleset"],
         regions=REGIONS,
         default_regions=US_REGIONS,
@@ -270,8 +272,9 @@ class LambdaProvider(rest.RestCloudProvider):
             self._key_names = {}
         if public_key not in self._key_names:
             async def held() -> list[tuple[str, str]]:
+                # Never a machine's own key object (older launches'): its release deletes it.
                 return [(str(k["name"]), str(k["public_key"])) for k in await self._ssh_keys()
-                        if k.get("name") and k.get("public_key")]
+                        if k.get("name") and k.get("public_key") and not self._machine_key(k)]
 
             async def register(name: str, line: str) -> None:
                 await self._data("POST", "/ssh-keys", json={"name": name, "public_key": line})
@@ -442,21 +445,27 @@ class LambdaProvider(rest.RestCloudProvider):
             preempted=status == "preempted",
         )
 
-    _terminations: BatchedCalls[str, bool] | None = None  # made at first use
+    _terminations: BatchedCalls[str, bool | ProviderError] | None = None  # made at first use
 
-    async def _terminate(self, instance_ids: list[str]) -> dict[str, bool]:
+    async def _terminate(self, instance_ids: list[str]) -> dict[str, bool | ProviderError]:
         """One terminate call for `instance_ids` ("Terminates one or more instances"): whether each
-        was gone already. A call of several that is refused (one unknown id answers 404 for all in
-        the simulation; Lambda's own behaviour is undocumented) is made again for each id alone, so
-        one machine's answer never fails another's teardown."""
+        was gone already, or why its terminate failed. A call of several that is refused (one unknown
+        id answers 404 for all in the simulation; Lambda's own behaviour is undocumented) is made
+        again for each id alone, so one machine's answer never fails another's teardown."""
         resp = await self._call("POST", TERMINATE, json={"instance_ids": instance_ids}, allow=(400, 404))
         if resp.is_success:
             return dict.fromkeys(instance_ids, False)
-        if len(instance_ids) > 1:
-            return {i: (await self._terminate([i]))[i] for i in instance_ids}
-        if rest.error_code(resp) != NOT_FOUND:
-            raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
-        return {instance_ids[0]: True}
+        if len(instance_ids) == 1:
+            if rest.error_code(resp) != NOT_FOUND:
+                raise rest.map_response_error(resp, provider=self.id, codes=_CODES)
+            return {instance_ids[0]: True}
+        answers: dict[str, bool | ProviderError] = {}
+        for i in instance_ids:
+            try:
+                answers.update(await self._terminate([i]))
+            except ProviderError as e:
+                answers[i] = e
+        return answers
 
     async def terminate(self, ref: InstanceRef) -> None:
         # A preempted instance is terminated too: that is what removes it from Lambda's lists.
@@ -464,6 +473,8 @@ class LambdaProvider(rest.RestCloudProvider):
         if self._terminations is None:
             self._terminations = BatchedCalls(self._terminate)
         gone = await self._terminations.call(ref.instance_id)
+        if isinstance(gone, ProviderError):
+            raise gone
         # The ruleset belongs to the name: it goes with the last machine that carries it (a
         # duplicate's terminate leaves it to the twin). It is refused while its instance is still
         # terminating, so only tried when it was gone already: else release() removes it once the

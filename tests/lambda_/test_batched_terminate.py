@@ -5,11 +5,15 @@ made again for each id alone, so the others' teardowns go on."""
 from __future__ import annotations
 
 import asyncio
+import json
+
+import httpx
 
 from fakeclouds.server import FakeCloudServer
-from providers.base import InstanceRef
+from providers.base import InstanceRef, InvalidRequest
 from providers.lambda_ import LambdaProvider
 from tests.lambda_.conftest import offer, spec
+from tests.lambda_.test_adapter import error, mocked
 
 TERMINATE = "POST /instance-operations/terminate"
 
@@ -43,3 +47,34 @@ async def test_a_call_refused_for_one_id_is_made_for_each_alone(sim: FakeCloudSe
     # of three, refused, then one each.
     assert sim.admin.call_counts()["lambda"][TERMINATE] == 4
     assert {status(sim, r) for r in refs} <= {"terminating", "terminated"}
+
+
+async def test_one_ids_refusal_fails_its_own_teardown_only() -> None:
+    """Mock transport: the call of three is refused (404, one unknown id); alone, "bad" is refused as
+    invalid, "gone" is unknown (gone: success), "ok" is terminated."""
+    bodies: list[list[str]] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        ids = json.loads(req.content)["instance_ids"]
+        bodies.append(ids)
+        if len(ids) > 1 or ids == ["gone"]:
+            return error(404, "global/object-does-not-exist")
+        if ids == ["bad"]:
+            return error(400, "global/invalid-parameters")
+        return httpx.Response(200, json={"data": {"terminated_instances": []}})
+
+    refs = [InstanceRef(provider="lambda", instance_id=i, key=f"gp-{i}-a1") for i in ("bad", "gone", "ok")]
+    async with mocked(handler) as p:
+        p._named = _no_twins  # type: ignore[method-assign]  # a gone machine's ruleset: no twin, none
+        p._delete_rulesets = _no_rulesets  # type: ignore[method-assign]
+        outcomes = await asyncio.gather(*(p.terminate(r) for r in refs), return_exceptions=True)
+    assert isinstance(outcomes[0], InvalidRequest) and outcomes[1:] == [None, None], outcomes
+    assert bodies == [["bad", "gone", "ok"], ["bad"], ["gone"], ["ok"]]
+
+
+async def _no_twins(name: str) -> list[dict[str, object]]:
+    return []
+
+
+async def _no_rulesets(name: str, *, strict: bool) -> None:
+    return None

@@ -83,3 +83,14 @@ async def test_a_per_machine_key_object_from_before_is_listed_and_released(sim: 
     assert [r for r in await p.list_owned() if not r.is_machine] == []
     assert [k for k in sim.engine.ssh_keys["lambda"].values()
             if k["name"] == instance_name(p.installation_id, key)] == []
+
+
+async def test_a_machines_own_key_object_holding_the_key_is_never_adopted(sim: FakeCloudServer,
+                                                                        p: LambdaProvider) -> None:
+    """An older launch's per-machine key object holds the same public key; its release deletes it,
+    so launches name the installation's own."""
+    public = fresh_key()
+    sim.engine.add_ssh_key("lambda", instance_name(p.installation_id, "gp-older-a1"), public)
+    ref = await p.create(await offer(p), spec(p, ssh_public_keys=[public]))
+    name = key_object_name(p.installation_id, public)
+    assert sim.admin.machine(ref.instance_id)["extra"]["ssh_key_names"] == [name]

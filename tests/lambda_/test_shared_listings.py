@@ -74,8 +74,10 @@ async def test_concurrent_plan_activities_make_one_listing_call_at_the_simulatio
     release.set()
     results = await asyncio.gather(*plans)
     assert all(r.offers and r.offers[0].connection_id == target.connection_id for r in results)
-    # One listing for the first plan, one for the nine that asked while it was held.
-    assert sim.admin.call_counts()["lambda"].get("GET /instance-types") == 2
+    # One listing for the first plan and one for the nine that asked while it was held — or one for
+    # all ten, when each asked before the first's listing began (each resolves its connection in
+    # the database's threads first, so which comes first is the box's).
+    assert 1 <= sim.admin.call_counts()["lambda"].get("GET /instance-types", 0) <= 2
 
 
 async def test_boot_polls_at_once_share_the_instances_listing(sim: FakeCloudServer, worker: Worker) -> None:
