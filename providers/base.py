@@ -549,16 +549,13 @@ class CloudProvider(abc.ABC):
         (`kind` other than "machine") whose machine is gone or was never made."""
 
     def listing_calls(self, machines: int) -> int | None:
-        """About how many calls `list_machines` makes when it shows `machines` machines: booting
-        machines' polls share the listing only while more of them are under way than that
-        (providers/shared_statuses.py). None (the default): they never share it — a listing per
-        region, or a second listing for the addresses, costs more than a few gets."""
+        """About how many calls `list_machines` makes when it shows `machines` machines: state polls
+        share the listing only while more of them are under way (providers/shared_statuses.py). None
+        (the default): never — a listing per region, or a second for the addresses, costs more."""
         return None
 
     def paced(self) -> bool:
-        """Whether this adapter's calls wait their turn under the cloud's rate limit
-        (providers/pacing.py), as Lambda's do: each call then costs the key's time, not only the
-        worker's CPU, and a listing that spares two calls is worth its parsing."""
+        """Whether calls wait their turn under the cloud's rate limit (Lambda's: providers/pacing.py)."""
         return False
 
     async def list_machines(self) -> list[InstanceStatus] | None:

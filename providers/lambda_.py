@@ -451,7 +451,8 @@ class LambdaProvider(rest.RestCloudProvider):
         """One terminate call for `instance_ids` ("Terminates one or more instances"): whether each
         was gone already, or why its terminate failed. A call of several that is refused (one unknown
         id answers 404 for all in the simulation; Lambda's own behaviour is undocumented) is made
-        again for each id alone, so one machine's answer never fails another's teardown."""
+        again for each id alone, so one machine's answer never fails another's teardown. A call that
+        fails outright (a 5xx, a timeout, the rate limit) fails each teardown in it: each retries."""
         resp = await self._call("POST", TERMINATE, json={"instance_ids": instance_ids}, allow=(400, 404))
         if resp.is_success:
             return dict.fromkeys(instance_ids, False)
