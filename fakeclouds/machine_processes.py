@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,23 +79,41 @@ def power_off(home: Path) -> int:
     (its SSH server runs commands there). A detached command (setsid, nohup) outlives its session,
     as on a real VM, but not the VM itself. Returns how many were killed."""
     wanted = f"HOME={home}".encode()
-    return _kill_where(lambda environ: wanted in environ)
+    return len(_kill_where(lambda environ: wanted in environ))
 
 
-def _kill_where(match: Callable[[list[bytes]], bool]) -> int:
+def _kill_where(match: Callable[[list[bytes]], bool]) -> list[int]:
     """SIGKILL every process but this one whose environment (its `NAME=value` entries) `match`es.
-    Returns how many were killed."""
-    killed = 0
+    Returns the pids killed."""
+    killed = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             if match((entry / "environ").read_bytes().split(b"\0")):
                 os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
+                killed.append(int(entry.name))
         except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
             continue
     return killed
+
+
+def _wait_exited(pids: list[int], within_s: float = 5.0) -> None:
+    """Until each of `pids` has exited (its environment no longer readable: gone, or a zombie
+    waiting to be reaped), at most `within_s`: a SIGKILLed process takes a while to go on a busy
+    host, and a scan meanwhile would find it again."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not any(_environ(pid) for pid in pids):
+            return
+        time.sleep(0.01)
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
 
 
 def _names(entry: bytes, path: bytes) -> bool:
@@ -110,16 +129,22 @@ def kill_users_of(path: Path) -> int:
     which inherit both. For a directory about to be removed: a process left running on a PATH through
     it would find the host's own commands (a `sudo shutdown` the host's) once it is gone. Returns how
     many were killed."""
+    return len(_kill_users_of(path))
+
+
+def _kill_users_of(path: Path) -> list[int]:
     wanted = str(path).encode()
     return _kill_where(lambda environ: any(_names(e, wanted) for e in environ))
 
 
 def remove_once_unused(path: Path, rounds: int = 5) -> bool:
-    """Remove the directory `path` once nothing runs from it: its users killed until a scan finds
-    none (a child forked while one scan ran is found by the next), then the directory. Left in place
-    if processes still appear after `rounds` scans. Whether it was removed."""
+    """Remove the directory `path` once nothing runs from it: its users killed, and gone, until a
+    scan finds none (a child forked while one scan ran is found by the next), then the directory.
+    Left in place if processes still appear after `rounds` scans. Whether it was removed."""
     for _ in range(rounds):
-        if kill_users_of(path) == 0:
+        killed = _kill_users_of(path)
+        if not killed:
             shutil.rmtree(path, ignore_errors=True)
             return True
+        _wait_exited(killed)
     return False
