@@ -14,7 +14,7 @@
     --capacity N        allocations per side for the capacity-memory figure; 0 skips it (default 20)
     --capacity-latency S  how long each simulated create takes to answer there (default 0.5)
     --paced N           allocations at once on one paced Lambda key for the paced figure (their plans,
-                        their boot polls); 0 skips it (default 50)
+                        their boot polls, their teardowns); 0 skips it (default 50)
     --only a,step,e,bc,paced,d,watch,scale,api,capacity   only these figures (default: all, in that order)
 
 GPUPROV_TEMPORAL_BIN: the Temporal CLI (default .venv/bin/temporal of this checkout).

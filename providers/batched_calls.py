@@ -7,8 +7,10 @@ fifty terminate calls, fifty seconds of the key's budget with every other call w
 Batched, the first goes alone and the rest wait for its answer together: a few calls. Unpaced, a call
 is answered at once and most batches hold one item: nothing changes there.
 
-A batch's call runs in a task of its own, so a caller that goes away (its activity cancelled) does
-not take the others' call with it; its item stays in the batch — a terminate asked is still meant.
+The shape of providers/fresh_listing.py (callers during a call wait for the next, made when it ends),
+with items. Unlike a listing, a call that no caller awaits any more is still made: a batch's call runs
+in a task of its own, so a caller that goes away (its activity cancelled) does not take the others'
+call with it, and its item stays in the batch — a terminate asked is still meant.
 A call that fails fails every caller of its batch, as each one's own call would have.
 """
 
