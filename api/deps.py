@@ -20,6 +20,7 @@ from api.temporal import TemporalGateway, WorkflowGateway
 from messages.allocation import Timing
 from providers.fleet_addresses import FleetAddresses
 from settings import home_value
+from store.db import ReadSession
 from store.secrets import SecretBox
 
 P = ParamSpec("P")
@@ -126,9 +127,26 @@ async def get_session(deps: DepsDep) -> AsyncIterator[Session]:
         await run_in_threadpool(session.close)
 
 
+def open_read_session(deps: AppDeps) -> Session:
+    """A session for reads alone (store/db.py `ReadSession`: on PostgreSQL no transaction, so no
+    BEGIN and ROLLBACK on the wire; any write through it raises)."""
+    return ReadSession(deps.engine)
+
+
+async def get_read_session(deps: DepsDep) -> AsyncIterator[Session]:
+    """The request's session, for a route that only reads (the lists and details the console
+    refreshes): `get_session`'s, made by `open_read_session`."""
+    session = open_read_session(deps)
+    try:
+        yield session
+    finally:
+        await run_in_threadpool(session.close)
+
+
 # Only `def` routes take a session (FastAPI runs them on its threadpool). An `async` route does its
 # database work in sync helpers passed to `in_thread` (tests/api/test_routes.py checks both rules).
 SessionDep = Annotated[Session, Depends(get_session)]
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 
 
 async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

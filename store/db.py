@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any
+from weakref import WeakKeyDictionary
 
 import sqlalchemy as sa
 from sqlmodel import Session, create_engine
@@ -14,6 +17,12 @@ from sqlmodel import Session, create_engine
 # and closed it again (on SQLite re-running the pragmas below; on PostgreSQL a new backend process).
 POOL_SIZE = 16
 POOL_OVERFLOW = 16
+# A PostgreSQL connection back from the pool is pinged first only when it sat unused this long. Pinging
+# every checkout (SQLAlchemy's pool_pre_ping) cost a round trip to the server per session — two of a
+# console request's eight. One used within the last seconds is very likely still there; if it is not
+# (the server restarted just now), the statement fails, SQLAlchemy invalidates the pool, and that one
+# request answers 500 rather than waiting on a ping every time.
+PING_AFTER_IDLE_S = 10.0
 
 
 def make_engine(url: str) -> sa.Engine:
@@ -32,7 +41,29 @@ def make_engine(url: str) -> sa.Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+    # LIFO: the connection given back last goes out next, so a light load keeps to a few warm server
+    # backends (their caches and psycopg's prepared statements, made per connection after five
+    # runs of a statement) and the rest sit idle; FIFO cycled every request through all sixteen.
+    engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_use_lifo=True)
+    sa.event.listen(engine, "checkin", _note_idle)
+
+    @sa.event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        # SQLAlchemy's pessimistic disconnect handling, for idle connections only: raising
+        # DisconnectionError here makes the pool drop this connection and hand out a fresh one.
+        since = record.info.get("idle_since")  # None: connected just now
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)  # ";" outside a transaction
+        except Exception as e:  # a dead socket: psycopg's OperationalError, or worse
+            raise sa.exc.DisconnectionError(f"an idle connection no longer answers: {e!r}") from e
+
+    return engine
+
+
+def _note_idle(_dbapi_conn: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
 
 
 def _pool_of(url: str) -> dict[str, int]:
@@ -40,6 +71,43 @@ def _pool_of(url: str) -> dict[str, int]:
     if url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url:
         return {}
     return {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
+
+
+_READS: WeakKeyDictionary[sa.Engine, sa.Engine] = WeakKeyDictionary()
+
+
+def reads(engine: sa.Engine) -> sa.Engine:
+    """`engine` for work that only reads. On PostgreSQL its connections run in autocommit: no BEGIN
+    and ROLLBACK, two round trips a session. At PostgreSQL's READ COMMITTED each statement sees its
+    own snapshot whether in a transaction or not, so the reads lose no consistency. On SQLite
+    `engine` itself: there a transaction is what gives several reads one snapshot, and switching its
+    mode costs more than it saves."""
+    if engine.dialect.name != "postgresql":
+        return engine
+    found = _READS.get(engine)
+    if found is None:
+        found = _READS[engine] = engine.execution_options(isolation_level="AUTOCOMMIT")
+    return found
+
+
+class ReadSession(Session):
+    """A session that only reads (see `reads`). Any write through it raises: on PostgreSQL each
+    statement would commit on its own, so several writes would not be one transaction."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(reads(engine), expire_on_commit=False)
+
+
+@sa.event.listens_for(ReadSession, "before_flush")
+def _no_flush(session: Session, *_: Any) -> None:
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("a ReadSession writes nothing: open a Session to write")
+
+
+@sa.event.listens_for(ReadSession, "do_orm_execute")
+def _no_write(state: Any) -> None:
+    if state.is_insert or state.is_update or state.is_delete:  # (a text() statement is not checked)
+        raise RuntimeError("a ReadSession writes nothing: open a Session to write")
 
 
 @lru_cache

@@ -22,7 +22,7 @@ from sqlmodel import Session, col
 
 from api import idempotency as idem
 from api.auth import CallerDep
-from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
+from api.deps import AppDeps, DepsDep, ReadSessionDep, in_thread, open_session
 from api.errors import shown
 from api.fields import Timestamp, aware
 from api.pagination import Keyset, Page, PageDep
@@ -380,7 +380,7 @@ def list_query(project: str, status_: str | None) -> sa.Select[Any]:
 
 @router.get("", response_model=Page[InstanceOut])
 def list_instances(
-    session: SessionDep,
+    session: ReadSessionDep,
     caller: CallerDep,
     page: PageDep,
     status_: Annotated[InstanceStatusFilter | None, Query(alias="status")] = None,
@@ -398,7 +398,7 @@ def list_instances(
 
 
 @router.get("/{instance_id}", response_model=InstanceOut, responses={404: {"description": "unknown"}})
-def get_instance(instance_id: str, session: SessionDep, caller: CallerDep) -> InstanceOut:
+def get_instance(instance_id: str, session: ReadSessionDep, caller: CallerDep) -> InstanceOut:
     row = _get(session, caller.project, instance_id)
     return InstanceOut.of(row, list(instances.attempts_of(session, instance_id)),
                           list(instances.events_of(session, instance_id)))

@@ -18,7 +18,7 @@ from sqlmodel import select
 
 from api import idempotency as idem
 from api.auth import CallerDep
-from api.deps import AppDeps, DepsDep, SessionDep, in_thread, open_session
+from api.deps import AppDeps, DepsDep, ReadSessionDep, in_thread, open_read_session, open_session
 from api.errors import shown
 from api.fields import PlacementId, Printable, Strict, Timestamp
 from api.pagination import Keyset, Page, PageDep
@@ -207,7 +207,7 @@ class JobAccepted(BaseModel):
 
 
 def _job(deps: AppDeps, project: str, job_id: str) -> Job | None:
-    with open_session(deps) as session:
+    with open_read_session(deps) as session:
         row = session.get(Job, job_id)
     return row if row is not None and row.project == project else None
 
@@ -276,7 +276,7 @@ def _not_started(deps: AppDeps, job_id: str, why: str) -> None:
 def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
     """Output from `offset`, and whether the job had ended before it was read (so nothing more
     will come once the output read is empty)."""
-    with open_session(deps) as session:
+    with open_read_session(deps) as session:
         row = session.get(Job, job_id)
         ended = row is not None and JobStatus(row.status).ended
         return job_store.read_log(session, job_id, offset, LOG_PAGE), ended
@@ -369,7 +369,7 @@ async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,
 
 
 @router.get("", response_model=Page[JobOut])
-def list_jobs(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[JobOut]:
+def list_jobs(session: ReadSessionDep, caller: CallerDep, page: PageDep) -> Page[JobOut]:
     """The project's jobs, newest first."""
     rows, following = KEYSET.fetch(session, select(Job).where(Job.project == caller.project), page)
     pri = queue.positions(session, caller.project)  # within the project: other tenants' jobs unseen
@@ -378,7 +378,7 @@ def list_jobs(session: SessionDep, caller: CallerDep, page: PageDep) -> Page[Job
 
 
 @router.get("/{job_id}", response_model=JobOut, responses={404: {"description": "unknown"}})
-def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobOut:
+def get_job(job_id: str, session: ReadSessionDep, caller: CallerDep) -> JobOut:
     row = session.get(Job, job_id)
     if row is None or row.project != caller.project:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown(job_id)}")

@@ -31,7 +31,7 @@ from sqlmodel import col
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.auth import CallerDep
-from api.deps import DepsDep, SessionDep, in_thread
+from api.deps import DepsDep, ReadSessionDep, in_thread
 from api.fields import Timestamp, aware
 from api.pagination import Keyset, Page, PageDep, encode_cursor
 from api.responses import json_response
@@ -146,7 +146,7 @@ def _fleet_row(f: Any, hosts: Sequence[Any]) -> ProviderOut:
 
 
 @router.get("", response_model=Page[ProviderOut])
-def list_providers(session: SessionDep, caller: CallerDep, page: PageDep) -> Response:
+def list_providers(session: ReadSessionDep, caller: CallerDep, page: PageDep) -> Response:
     """The project's connected backends — cloud connections and SSH fleets — oldest first, each
     with its last health check (a fleet: its hosts' last probe), a cloud's live instances' count and
     $/hr, a fleet's host and GPU counts: a handful of queries per page, no cloud or host called."""

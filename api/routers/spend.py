@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from api.auth import CallerDep
-from api.deps import SessionDep
+from api.deps import ReadSessionDep
 from api.responses import json_response
 from store import connections, spend
 from store.models import utcnow
@@ -56,7 +56,7 @@ def _cents(x: float) -> float:
 
 
 @router.get("", response_model=SpendOut)
-def get_spend(session: SessionDep, caller: CallerDep,
+def get_spend(session: ReadSessionDep, caller: CallerDep,
               days: Annotated[int, Query(ge=1, le=MAX_DAYS, description="the window: the last N UTC days, "
                                                                        "today included")] = 30) -> Response:
     """Daily cost over the last `days` days (zero-filled), by job type and by project, for the caller's

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_va
 from sqlmodel import Session
 
 from api.auth import CallerDep
-from api.deps import SessionDep
+from api.deps import ReadSessionDep, SessionDep
 from api.errors import shown
 from api.fields import Name, Strict, Timestamp, aware
 from api.pagination import Page, PageDep, offset_cursor, offset_of
@@ -310,7 +310,7 @@ def _reported_row(session: Session, project: str, workload_id: str) -> WorkloadO
 
 
 @router.get("", response_model=WorkloadsPage)
-def list_workloads(session: SessionDep, caller: CallerDep, page: PageDep,
+def list_workloads(session: ReadSessionDep, caller: CallerDep, page: PageDep,
                    type: Annotated[WorkloadFilter, Query(description="a filter pill")] = WorkloadFilter.ALL,
                    ) -> Response:
     """The project's workloads — its managed jobs and the workloads reported in — active first then
@@ -325,7 +325,7 @@ def list_workloads(session: SessionDep, caller: CallerDep, page: PageDep,
 
 @router.get("/{workload_id}", response_model=WorkloadDetail,
             responses={404: {"description": "no such workload"}})
-def get_workload(workload_id: RowId, session: SessionDep, caller: CallerDep) -> WorkloadDetail:
+def get_workload(workload_id: RowId, session: ReadSessionDep, caller: CallerDep) -> WorkloadDetail:
     """One workload opened: the row, and for a managed job its last log lines, its log stream's URL
     and its GPU metrics."""
     if workload_id.startswith(JOB_PREFIX):

@@ -23,12 +23,12 @@ from fastapi.routing import APIRoute
 
 import api.routers
 from api import deps as api_deps
-from api.deps import AppDeps, get_session
+from api.deps import AppDeps, get_read_session, get_session
 from store import ids
 from store import instances as instance_store
 from tests.api.conftest import FakeWorkflows, connect_fake
 
-DB_NAMES = {"session", "open_session", "Session", "select"}
+DB_NAMES = {"session", "open_session", "open_read_session", "Session", "select"}
 
 
 def store_module(name: str, scope: dict[str, Any]) -> Any:
@@ -90,7 +90,7 @@ def direct_db_calls(fn: Callable[..., Any]) -> list[str]:
                 found.append(ast.unparse(func))  # a store query; pure helpers (ids.new_id) are fine
         elif isinstance(root, ast.Name) and root.id in DB_NAMES:
             found.append(ast.unparse(func))
-        elif isinstance(func, ast.Attribute) and func.attr in {"open_session", "Session"}:
+        elif isinstance(func, ast.Attribute) and func.attr in DB_NAMES - {"session", "select"}:
             found.append(ast.unparse(func))
         elif isinstance(func, ast.Name):
             helper = getattr(module, func.id, None)
@@ -101,11 +101,13 @@ def direct_db_calls(fn: Callable[..., Any]) -> list[str]:
 
 
 def test_routes_that_take_a_session_are_sync_and_async_routes_use_the_threadpool() -> None:
-    assert inspect.isasyncgenfunction(get_session)  # made on the loop (no I/O), closed on the threadpool
+    sessions = {get_session, get_read_session}
+    # made on the loop (no I/O), closed on the threadpool
+    assert all(map(inspect.isasyncgenfunction, sessions))
     checked_async = []
     for route in app_routes():
         endpoint = route.endpoint
-        takes_session = get_session in set(calls(route.dependant))
+        takes_session = bool(sessions & set(calls(route.dependant)))
         if inspect.iscoroutinefunction(endpoint):
             assert not takes_session, f"async {route.path} takes a session"
             assert direct_db_calls(endpoint) == [], f"async {route.path} calls the database on the loop"
