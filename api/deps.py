@@ -115,32 +115,31 @@ def open_session(deps: AppDeps) -> Session:
     return Session(deps.engine, expire_on_commit=False)
 
 
-async def get_session(deps: DepsDep) -> AsyncIterator[Session]:
-    """The request's session. Making one reads nothing (it takes a connection at its first
-    statement, on the route's thread), so it is made here on the event loop — a sync generator cost
-    a trip to the threadpool to enter as well as to leave (0.1–0.25 ms of CPU a request). Closing it
-    gives the connection back to the pool (on PostgreSQL a ROLLBACK on the wire): on the threadpool."""
-    session = open_session(deps)
-    try:
-        yield session
-    finally:
-        await run_in_threadpool(session.close)
-
-
 def open_read_session(deps: AppDeps) -> Session:
     """A session for reads alone (store/db.py `ReadSession`: on PostgreSQL no transaction, so no
     BEGIN and ROLLBACK on the wire; any write through it raises)."""
     return ReadSession(deps.engine)
 
 
-async def get_read_session(deps: DepsDep) -> AsyncIterator[Session]:
-    """The request's session, for a route that only reads (the lists and details the console
-    refreshes): `get_session`'s, made by `open_read_session`."""
-    session = open_read_session(deps)
-    try:
-        yield session
-    finally:
-        await run_in_threadpool(session.close)
+def _request_session(open_: Callable[[AppDeps], Session]) -> Callable[[AppDeps], AsyncIterator[Session]]:
+    """The dependency giving a request the session `open_` makes. Making one reads nothing (it takes
+    a connection at its first statement, on the route's thread), so it is made on the event loop — a
+    sync generator cost a trip to the threadpool to enter as well as to leave (0.1–0.25 ms of CPU a
+    request). Closing it gives the connection back to the pool (on PostgreSQL a ROLLBACK on the wire
+    unless it only read): on the threadpool."""
+    async def request_session(deps: DepsDep) -> AsyncIterator[Session]:
+        session = open_(deps)
+        try:
+            yield session
+        finally:
+            await run_in_threadpool(session.close)
+
+    return request_session
+
+
+get_session = _request_session(open_session)
+# For a route that only reads (the lists and details the console refreshes).
+get_read_session = _request_session(open_read_session)
 
 
 # Only `def` routes take a session (FastAPI runs them on its threadpool). An `async` route does its

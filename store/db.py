@@ -44,7 +44,7 @@ def make_engine(url: str) -> sa.Engine:
     # LIFO: the connection given back last goes out next, so a light load keeps to a few warm server
     # backends (their caches and psycopg's prepared statements, made per connection after five
     # runs of a statement) and the rest sit idle; FIFO cycled every request through all sixteen.
-    engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_use_lifo=True)
+    engine = create_engine(url, pool_use_lifo=True, **_pool_of(url))
     sa.event.listen(engine, "checkin", _note_idle)
 
     @sa.event.listens_for(engine, "checkout")
