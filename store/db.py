@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,11 +18,14 @@ from sqlmodel import Session, create_engine
 # and closed it again (on SQLite re-running the pragmas below; on PostgreSQL a new backend process).
 POOL_SIZE = 16
 POOL_OVERFLOW = 16
-# A PostgreSQL connection back from the pool is pinged first only when it sat unused this long. Pinging
-# every checkout (SQLAlchemy's pool_pre_ping) cost a round trip to the server per session — two of a
-# console request's eight. One used within the last seconds is very likely still there; if it is not
-# (the server restarted just now), the statement fails, SQLAlchemy invalidates the pool, and that one
-# request answers 500 rather than waiting on a ping every time.
+# A PostgreSQL connection back from the pool is pinged first only when it sat unused this long, or
+# when the server has sent it something since it was last used. Pinging every checkout (SQLAlchemy's
+# pool_pre_ping) cost a round trip per session — two of a console request's eight. A server that
+# closes a connection (a restart, pg_terminate_backend, an idle timeout) sends its FATAL message and
+# end-of-file, which sit readable on the socket: a poll of the socket with no wait sees them without
+# a round trip. What neither check sees at once is a server gone without closing (a host lost, a
+# network cut): that waits for the ping after the idle interval, or fails the one statement that
+# finds out.
 PING_AFTER_IDLE_S = 10.0
 
 
@@ -48,22 +52,32 @@ def make_engine(url: str) -> sa.Engine:
     sa.event.listen(engine, "checkin", _note_idle)
 
     @sa.event.listens_for(engine, "checkout")
-    def _ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-        # SQLAlchemy's pessimistic disconnect handling, for idle connections only: raising
-        # DisconnectionError here makes the pool drop this connection and hand out a fresh one.
+    def _ping_if_idle_or_closed(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        # SQLAlchemy's pessimistic disconnect handling, for the connections that may be dead:
+        # raising InvalidatePoolError here makes the pool drop this connection, hand out a fresh
+        # one, and reconnect every other that was open before now (a restart closed them all).
         since = record.info.get("idle_since")  # None: connected just now
-        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+        if since is None or (time.monotonic() - since < PING_AFTER_IDLE_S and not _sent_since(dbapi_conn)):
             return
         try:
             engine.dialect.do_ping(dbapi_conn)  # ";" outside a transaction
         except Exception as e:  # a dead socket: psycopg's OperationalError, or worse
-            raise sa.exc.DisconnectionError(f"an idle connection no longer answers: {e!r}") from e
+            raise sa.exc.InvalidatePoolError(f"a pooled connection no longer answers: {e!r}") from e
 
     return engine
 
 
 def _note_idle(_dbapi_conn: Any, record: Any) -> None:
     record.info["idle_since"] = time.monotonic()
+
+
+def _sent_since(dbapi_conn: Any) -> bool:
+    """Whether anything waits to be read on a connection that sat in the pool: between statements a
+    live server sends nothing unasked (no LISTEN here), a closing one its FATAL and end-of-file.
+    poll, not select: select fails on a descriptor numbered 1024 or more."""
+    poller = select.poll()
+    poller.register(dbapi_conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _pool_of(url: str) -> dict[str, int]:

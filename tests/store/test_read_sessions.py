@@ -1,11 +1,13 @@
 """store/db.py's connections as the API's reads use them: a ReadSession holds no transaction on
 PostgreSQL (no BEGIN and ROLLBACK on the wire) and refuses any write on both databases; a pooled
-PostgreSQL connection is pinged only after sitting idle, and one found dead then is replaced."""
+PostgreSQL connection is pinged only after sitting idle or when the server closed it, and one found
+dead then is replaced before use, with every other connection of the pool."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from select import POLLIN, poll
 from typing import Any
 
 import psycopg
@@ -68,25 +70,39 @@ def _backend_pid(engine: sa.Engine) -> int:
         return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
 
 
-def _terminate(postgres_url: str, pid: int) -> None:
+def _elsewhere(postgres_url: str, statement: str, **params: Any) -> Any:
+    """Run `statement` on a connection of an engine of its own (committed): its result's one value."""
     other = db.make_engine(postgres_url)
     try:
-        with other.connect() as conn:
-            assert conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar_one()
+        with other.begin() as conn:
+            result = conn.execute(sa.text(statement), params)
+            return result.scalar() if result.returns_rows else None
     finally:
         other.dispose()
 
 
-def test_a_connection_used_lately_is_not_pinged_an_idle_one_is(pg: sa.Engine,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    pings = []
-    real = pg.dialect.do_ping
+def _terminate(postgres_url: str, *pids: int) -> None:
+    """Close these backends as a server restart would, and return once they have exited (so their
+    FATAL message and end-of-file are on the client's sockets)."""
+    for pid in pids:
+        assert _elsewhere(postgres_url, "SELECT pg_terminate_backend(:pid, 30000)", pid=pid)
+
+
+def _counting_pings(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    pings: list[int] = []
+    real = engine.dialect.do_ping
 
     def counted(conn: Any) -> bool:
         pings.append(1)
         return real(conn)
 
-    monkeypatch.setattr(pg.dialect, "do_ping", counted)
+    monkeypatch.setattr(engine.dialect, "do_ping", counted)
+    return pings
+
+
+def test_a_connection_used_lately_is_not_pinged_an_idle_one_is(pg: sa.Engine,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    pings = _counting_pings(pg, monkeypatch)
     first = _backend_pid(pg)
     assert _backend_pid(pg) == first  # the same connection again (the pool is LIFO), not pinged
     assert pings == []
@@ -103,12 +119,40 @@ def test_an_idle_connection_found_dead_is_replaced_before_use(pg: sa.Engine, pos
     assert _backend_pid(pg) != dead  # the ping failed, the pool connected anew, the read worked
 
 
-def test_a_dead_connection_used_lately_fails_one_statement_then_the_pool_recovers(
-        pg: sa.Engine, postgres_url: str) -> None:
-    # The trade PING_AFTER_IDLE_S makes: no ping for a connection used within the interval, so a
-    # server that went away just now fails the one statement that finds out.
+def test_a_connection_the_server_closed_is_replaced_before_use(pg: sa.Engine, postgres_url: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Used a moment ago, so not pinged for being idle: its socket shows the server's close.
+    pings = _counting_pings(pg, monkeypatch)
     dead = _backend_pid(pg)
     _terminate(postgres_url, dead)
-    with pytest.raises(sa.exc.OperationalError):
-        _backend_pid(pg)
-    assert _backend_pid(pg) != dead
+    assert _backend_pid(pg) != dead  # no error: the read ran on a fresh connection
+    assert pings == [1]
+
+
+def test_after_a_restart_one_ping_renews_the_whole_pool(pg: sa.Engine, postgres_url: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pg.connect() as a, pg.connect() as b:  # two connections in the pool
+        dead = {conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() for conn in (a, b)}
+    pings = _counting_pings(pg, monkeypatch)
+    _terminate(postgres_url, *dead)  # every backend of the pool gone, as a restart leaves it
+    with pg.connect() as a, pg.connect() as b:
+        now = {conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() for conn in (a, b)}
+    assert len(now) == 2 and not now & dead
+    assert pings == [1]  # the first found dead invalidated the rest: reconnected without a ping each
+
+
+def test_a_live_connection_the_server_wrote_to_is_pinged_and_kept(pg: sa.Engine, postgres_url: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Something readable is not proof of a close: the ping decides (here a notification waits).
+    with pg.connect() as conn:
+        first = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        conn.execute(sa.text("LISTEN gpuprov_test"))
+        conn.commit()
+        fileno = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
+    _elsewhere(postgres_url, "NOTIFY gpuprov_test")
+    poller = poll()
+    poller.register(fileno, POLLIN)
+    assert poller.poll(30_000)  # the notification has arrived
+    pings = _counting_pings(pg, monkeypatch)
+    assert _backend_pid(pg) == first
+    assert pings == [1]
