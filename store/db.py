@@ -54,15 +54,17 @@ def make_engine(url: str) -> sa.Engine:
     @sa.event.listens_for(engine, "checkout")
     def _ping_if_idle_or_closed(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         # SQLAlchemy's pessimistic disconnect handling, for the connections that may be dead:
-        # raising InvalidatePoolError here makes the pool drop this connection, hand out a fresh
-        # one, and reconnect every other that was open before now (a restart closed them all).
+        # raising DisconnectionError here makes the pool drop this connection and hand out a fresh
+        # one. Only this one: after a restart each of the others shows its own close on its socket
+        # (and fails its ping at once, the server's message already there), while a server that
+        # closed one idle connection has left the rest working.
         since = record.info.get("idle_since")  # None: connected just now
         if since is None or (time.monotonic() - since < PING_AFTER_IDLE_S and not _sent_since(dbapi_conn)):
             return
         try:
             engine.dialect.do_ping(dbapi_conn)  # ";" outside a transaction
         except Exception as e:  # a dead socket: psycopg's OperationalError, or worse
-            raise sa.exc.InvalidatePoolError(f"a pooled connection no longer answers: {e!r}") from e
+            raise sa.exc.DisconnectionError(f"a pooled connection no longer answers: {e!r}") from e
 
     return engine
 

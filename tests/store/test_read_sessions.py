@@ -129,16 +129,28 @@ def test_a_connection_the_server_closed_is_replaced_before_use(pg: sa.Engine, po
     assert pings == [1]
 
 
-def test_after_a_restart_one_ping_renews_the_whole_pool(pg: sa.Engine, postgres_url: str,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    with pg.connect() as a, pg.connect() as b:  # two connections in the pool
-        dead = {conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() for conn in (a, b)}
+def _two_pids(engine: sa.Engine) -> list[int]:
+    """The backends of two connections checked out at once (the LIFO pool's two newest)."""
+    with engine.connect() as a, engine.connect() as b:
+        return [int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()) for conn in (a, b)]
+
+
+def test_after_a_restart_each_dead_connection_is_replaced(pg: sa.Engine, postgres_url: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = set(_two_pids(pg))
     pings = _counting_pings(pg, monkeypatch)
     _terminate(postgres_url, *dead)  # every backend of the pool gone, as a restart leaves it
-    with pg.connect() as a, pg.connect() as b:
-        now = {conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() for conn in (a, b)}
+    now = set(_two_pids(pg))
     assert len(now) == 2 and not now & dead
-    assert pings == [1]  # the first found dead invalidated the rest: reconnected without a ping each
+    assert pings == [1, 1]  # each found by its own socket; no statement failed
+
+
+def test_one_connection_closed_leaves_the_others_open(pg: sa.Engine, postgres_url: str) -> None:
+    # An idle timeout closes one connection: the pool replaces it alone, not every other.
+    first, second = _two_pids(pg)
+    _terminate(postgres_url, first)
+    now = _two_pids(pg)
+    assert first not in now and second in now  # the survivor is still the same backend
 
 
 def test_a_live_connection_the_server_wrote_to_is_pinged_and_kept(pg: sa.Engine, postgres_url: str,
