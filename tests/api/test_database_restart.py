@@ -1,12 +1,10 @@
 """The API on PostgreSQL across a server restart: the console's next requests are answered, not
 failed, though every pooled connection they would have used was closed by the server
-(store/db.py: a checkout sees the close on the socket and renews the pool)."""
+(store/db.py: a checkout sees the close on the socket and replaces the connection)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -15,28 +13,16 @@ import sqlalchemy as sa
 from store import migrate
 from store.db import make_engine
 from tests.api.conftest import make_project
-from tests.store.conftest import postgres_url  # noqa: F401 — fixture: the test server
+from tests.store.conftest import postgres_schema, postgres_url  # noqa: F401 — postgres_url: a fixture
 
 pytestmark = pytest.mark.usefixtures("fake_cloud")
 
 
 @pytest.fixture
 def engine(postgres_url: str) -> Iterator[sa.Engine]:  # noqa: F811 — the API's engine, on PostgreSQL
-    """The app's engine on a schema of its own, its connections named so the test can find them."""
-    name = f"gpuprov_test_{uuid.uuid4().hex[:12]}"
-    admin = make_engine(postgres_url)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{name}"'))
-    sep = "&" if "?" in postgres_url else "?"
-    eng = make_engine(f"{postgres_url}{sep}application_name={name}&options={quote(f'-csearch_path={name}')}")
-    migrate.upgrade(eng)
-    try:
+    with postgres_schema(postgres_url) as eng:
+        migrate.upgrade(eng)
         yield eng
-    finally:
-        eng.dispose()
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{name}" CASCADE'))
-        admin.dispose()
 
 
 def _restart_as_seen_by(engine: sa.Engine, server_url: str) -> set[int]:

@@ -10,6 +10,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -55,13 +56,21 @@ def engine(request: pytest.FixtureRequest, tmp_path) -> Iterator[sa.Engine]:  # 
         yield eng
         eng.dispose()
         return
-    base = request.getfixturevalue("postgres_url")
+    with postgres_schema(request.getfixturevalue("postgres_url")) as eng:
+        yield eng
+
+
+@contextmanager
+def postgres_schema(base: str) -> Iterator[sa.Engine]:
+    """An engine on `base`'s server whose connections use a new schema of their own, dropped
+    afterwards. The schema's name is each connection's application_name too: a test finds its
+    backends by it (pg_stat_activity)."""
     schema = f"gpuprov_test_{uuid.uuid4().hex[:12]}"
     admin = make_engine(base)
     with admin.begin() as conn:
         conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
     sep = "&" if "?" in base else "?"
-    eng = make_engine(f"{base}{sep}options={quote(f'-csearch_path={schema}')}")
+    eng = make_engine(f"{base}{sep}application_name={schema}&options={quote(f'-csearch_path={schema}')}")
     try:
         yield eng
     finally:

@@ -1,7 +1,7 @@
 """store/db.py's connections as the API's reads use them: a ReadSession holds no transaction on
 PostgreSQL (no BEGIN and ROLLBACK on the wire) and refuses any write on both databases; a pooled
 PostgreSQL connection is pinged only after sitting idle or when the server closed it, and one found
-dead then is replaced before use, with every other connection of the pool."""
+dead then is replaced before use (it alone: the others keep their backends)."""
 
 from __future__ import annotations
 
