@@ -76,9 +76,14 @@ def _note_idle(_dbapi_conn: Any, record: Any) -> None:
 def _sent_since(dbapi_conn: Any) -> bool:
     """Whether anything waits to be read on a connection that sat in the pool: between statements a
     live server sends nothing unasked (no LISTEN here), a closing one its FATAL and end-of-file.
-    poll, not select: select fails on a descriptor numbered 1024 or more."""
+    poll, not select: select fails on a descriptor numbered 1024 or more. A connection closed on
+    this side has no socket left: True, and its ping fails."""
+    try:
+        fd = dbapi_conn.fileno()
+    except Exception:  # psycopg: "the connection is closed"
+        return True
     poller = select.poll()
-    poller.register(dbapi_conn.fileno(), select.POLLIN)
+    poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
 
 

@@ -168,3 +168,12 @@ def test_a_live_connection_the_server_wrote_to_is_pinged_and_kept(pg: sa.Engine,
     pings = _counting_pings(pg, monkeypatch)
     assert _backend_pid(pg) == first
     assert pings == [1]
+
+
+def test_a_connection_closed_on_this_side_counts_as_closed(postgres_url: str) -> None:
+    conn = psycopg.connect(postgres_url)
+    try:
+        assert not db._sent_since(conn)  # open, nothing sent
+    finally:
+        conn.close()
+    assert db._sent_since(conn)  # no socket to poll: the ping decides, and fails
