@@ -290,3 +290,27 @@ def test_the_queue_at_390_px(browser: Any, recorder: Recorder, stack: Stack, wor
         narrow.wait_for_selector("nav.tabs")
     finally:
         finish(narrow, recorder, stack, "queue_narrow")
+
+
+def _next_refresh(page: Any) -> None:
+    """Wait for the Workload Queue's next refresh to be asked. live() asks the next one only after the
+    one before has rendered, so two of these in a row span at least one whole render."""
+    with page.expect_request(lambda r: "/api/compute/workloads?" in r.url):
+        pass
+
+
+def test_a_click_across_a_refresh_still_opens_the_row(page: Any, stack: Stack, work: dict[str, Any]) -> None:
+    # A press before a refresh and its release after: the row (unchanged) is still the element pressed,
+    # so the click lands. Every refresh used to build every row anew, and such a click did nothing.
+    sign_in(page, stack, path=PATH)
+    row = f"#workloads tr[data-workload='cq-sft-{work['tag']}']"
+    page.wait_for_selector(row)
+    page.evaluate("(sel) => { window.pressed = document.querySelector(sel); }", row)
+    page.hover(row)
+    page.mouse.down()
+    _next_refresh(page)
+    _next_refresh(page)
+    assert page.evaluate("(sel) => document.querySelector(sel) === window.pressed", row)
+    page.mouse.up()
+    page.wait_for_selector("#workload-fields")
+    expect(page.locator("#workload-title")).to_contain_text(f"llama-sft-{work['tag']}")

@@ -1,6 +1,6 @@
 // The Cloud tab: connected providers, active cloud instances, cloud spend, the connect grid.
 import { all, get, pages, send } from "./api.js";
-import { confirmDialog, dot, errorBox, fmt, h, live, replace, showMore } from "./dom.js";
+import { confirmDialog, dot, errorBox, fmt, h, keyedRows, live, replace, showMore } from "./dom.js";
 import { barChart } from "./charts.js";
 
 const PAGE = 50; // rows a page of the instances table: a screenful or two, re-read every 3 s
@@ -27,7 +27,9 @@ function providerRow(p, refresh) {
     try { await send("DELETE", `/providers/${encodeURIComponent(p.id)}`); } catch (err) { alertIn(err); }
     refresh();
   };
-  const alertIn = (err) => row.appendChild(errorBox(err.message));
+  // The row stays while the provider does not change (keyedRows): one error at a time, the latest.
+  let shown = null;
+  const alertIn = (err) => { shown?.remove(); shown = row.appendChild(errorBox(err.message)); };
   const row = h("div", { class: "row", dataset: { provider: p.id } },
     providerIcon(p.name),
     h("div", { class: "grow" }, h("div", { class: "name" }, p.name, p.label && p.label !== p.name ? h("span", { class: "muted label" }, ` · ${p.label}`) : null),
@@ -44,11 +46,22 @@ function instanceRow(i, refresh) {
     const ok = await confirmDialog(`Terminate ${i.name || i.id}?`,
       `The ${i.instance_type || "instance"} on ${i.cloud} is terminated and verified gone; its billing stops.`, "Terminate");
     if (!ok) return;
-    event.target.disabled = true;
-    event.target.textContent = "Terminating…";
-    try { await send("POST", `/instances/${encodeURIComponent(i.id)}/terminate`); } catch (err) { event.target.after(errorBox(err.message)); }
+    const button = event.target;
+    button.disabled = true;
+    button.textContent = "Terminating…";
+    problem?.remove();
+    try {
+      await send("POST", `/instances/${encodeURIComponent(i.id)}/terminate`);
+    } catch (err) {
+      // The row stays while the instance does not change (keyedRows): it must offer the button again.
+      button.disabled = false;
+      button.textContent = "Terminate";
+      problem = errorBox(err.message);
+      button.after(problem);
+    }
     refresh();
   };
+  let problem = null;
   return h("tr", { dataset: { instance: i.id } },
     h("td", {}, i.name || i.id),
     h("td", {}, [i.gpu_label || "CPU", i.instance_type].filter(Boolean).join(" · ")),
@@ -100,9 +113,9 @@ export function render({ main }) {
     const connected = providers.length > 0;
     providersCard.hidden = !connected;
     instancesCard.hidden = !connected;
-    replace(providersBox, providers.map((p) => providerRow(p, refresh)));
-    replace(instancesBody, instances.items.length ? instances.items.map((i) => instanceRow(i, refresh))
-      : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No active instances.")));
+    keyedRows(providersBox, providers, (p) => p.id, (p) => providerRow(p, refresh));
+    keyedRows(instancesBody, instances.items, (i) => i.id, (i) => instanceRow(i, refresh),
+      () => h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No active instances.")));
     pager.rendered(instances.more, instancesBody.rows);
     spendCard.hidden = !connected || spend.empty;
     if (!spendCard.hidden) drawSpend(spend);

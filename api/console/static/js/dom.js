@@ -30,6 +30,27 @@ export function replace(el, ...children) {
   return el;
 }
 
+// A live table's rows, by key: a row whose item is unchanged since the last render stays the same
+// element, where it was; only new, changed and gone rows are touched. Replacing every row at each
+// refresh lost a click whose press came before a refresh and its release after (the pressed row was
+// gone), and moved the keyboard's place. `empty()`, if given, makes the row shown when there are no items.
+const shownAs = new WeakMap(); // row element -> { key, json } of the item it shows
+export function keyedRows(el, items, key, build, empty) {
+  const old = new Map([...el.children].filter((c) => shownAs.has(c)).map((c) => [shownAs.get(c).key, c]));
+  const rows = items.length ? items.map((item) => {
+    const shown = { key: String(key(item)), json: JSON.stringify(item) };
+    const kept = old.get(shown.key);
+    if (kept && shownAs.get(kept).json === shown.json) return kept;
+    const row = build(item);
+    shownAs.set(row, shown);
+    return row;
+  }) : [empty?.()].filter(Boolean);
+  const wanted = new Set(rows);
+  for (const child of [...el.children]) if (!wanted.has(child)) child.remove();
+  rows.forEach((row, i) => { if (el.children[i] !== row) el.insertBefore(row, el.children[i] ?? null); });
+  return el;
+}
+
 // Times in the viewer's own zone and locale (the browser's), never the server's.
 const when = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
 const day = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", timeZone: "UTC" });

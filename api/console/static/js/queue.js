@@ -2,7 +2,7 @@
 // newest: the API's order), and a workload's detail — which replaces the header — with its log
 // followed live and its GPUs' metrics charted. `?workload=<id>` opens the detail (Back works).
 import { api, get, pages, send } from "./api.js";
-import { confirmDialog, dot, errorBox, fmt, h, live, replace, showMore } from "./dom.js";
+import { confirmDialog, dot, errorBox, fmt, h, keyedRows, live, replace, showMore } from "./dom.js";
 import { lineChart } from "./charts.js";
 
 const PAGE = 50; // rows a page of the table: a screenful or two, re-read every 3 s
@@ -250,9 +250,8 @@ export function render(ctx) {
     }
     const focused = document.activeElement && document.activeElement.closest && document.activeElement.closest("tr[data-workload]");
     const focusId = focused && tbody.contains(focused) ? focused.dataset.workload : null;
-    replace(tbody, rows.length ? rows.map(row)
-      : h("tr", {}, h("td", { colspan: COLUMNS.length, class: "muted empty" },
-        filter === "ALL" ? "Nothing is running or queued in this project." : `No ${filter} workloads.`)));
+    keyedRows(tbody, rows, (w) => w.id, row, () => h("tr", {}, h("td", { colspan: COLUMNS.length, class: "muted empty" },
+      filter === "ALL" ? "Nothing is running or queued in this project." : `No ${filter} workloads.`)));
     if (focusId) [...tbody.rows].find((r) => r.dataset.workload === focusId)?.focus();
     pager.rendered(more, tbody.rows);
   }
