@@ -9,6 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import asyncssh
+from playwright.sync_api import expect
 
 from tests.browser.conftest import NARROW, TIMEZONE, Recorder, Stack, finish, new_page, sign_in, until
 from tests.eventually import eventually_sync
@@ -33,6 +34,14 @@ def chatham(iso: str) -> str:
     """How the console shows `iso` to a viewer in the test's zone: Intl's medium date, short time."""
     at = datetime.fromisoformat(iso).astimezone(ZoneInfo(TIMEZONE))
     return f"{at:%b} {at.day}, {at.year}, {at.hour % 12 or 12}:{at:%M} {'AM' if at.hour < 12 else 'PM'}"
+
+
+def _instance_refreshes(page: Any, n: int) -> None:
+    """Wait for the Cloud tab to ask its instances `n` times. live() asks again only after a refresh
+    has rendered; a terminate's own refresh asks once besides."""
+    for _ in range(n):
+        with page.expect_request(lambda r: "/api/compute/instances?" in r.url):
+            pass
 
 
 def test_an_instance_appears_live_is_terminated_from_its_row_and_its_spend_is_charted(
@@ -64,6 +73,20 @@ def test_an_instance_appears_live_is_terminated_from_its_row_and_its_spend_is_ch
               " const cells = r ? [...r.querySelectorAll('td')].slice(0, 4)"
               ".map((c) => c.innerText.replace(/\\s+/g, ' ').trim()) : [];"
               " return JSON.stringify(cells) === JSON.stringify(want); }", [instance_id, expected])
+
+        # A terminate the API refuses (a fake answer, made in the browser by this test): the row says
+        # why once, however many refreshes pass (the row is kept), and offers its button again.
+        refused = "**/api/compute/instances/*/terminate"
+        page.route(refused, lambda route: route.fulfill(
+            status=409, content_type="application/json", body='{"detail": "fake refusal of this test"}'))
+        for _ in range(2):
+            row.get_by_role("button", name=re.compile("Terminate")).click()
+            page.locator("dialog.confirm").get_by_role("button", name="Terminate").click()
+            row.locator(".error", has_text="fake refusal of this test").wait_for()
+            _instance_refreshes(page, 3)  # at least one of them rendered after the refusal
+            expect(row.locator(".error")).to_have_count(1)
+            expect(row.get_by_role("button", name=re.compile("Terminate"))).to_be_enabled()
+        page.unroute(refused)
 
         # Terminate from the keyboard: the button, Enter, the dialog says what happens, Enter confirms.
         row.get_by_role("button", name=re.compile("Terminate")).focus()

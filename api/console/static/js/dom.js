@@ -30,19 +30,21 @@ export function replace(el, ...children) {
   return el;
 }
 
-// A live table's rows, by key: a row whose item is unchanged since the last render stays the same
-// element, where it was; only new, changed and gone rows are touched. Replacing every row at each
-// refresh lost a click whose press came before a refresh and its release after (the pressed row was
-// gone), and moved the keyboard's place. `empty()`, if given, makes the row shown when there are no items.
-const shownAs = new WeakMap(); // row element -> { key, json } of the item it shows
+// A live table's rows, by key: a row that would render the same as it did stays the same element,
+// where it was; only new, changed and gone rows are touched. Replacing every row at each refresh lost
+// a click whose press came before a refresh and its release after (the pressed row was gone), and
+// moved the keyboard's place. Rows are compared as built (isEqualNode), not by their items: an item
+// also carries what its row does not show and what changes at every refresh (an instance's uptime).
+// `empty()`, if given, makes the row shown when there are no items.
+const builtAs = new WeakMap(); // row element -> { key, copy: the row as it was built }
 export function keyedRows(el, items, key, build, empty) {
-  const old = new Map([...el.children].filter((c) => shownAs.has(c)).map((c) => [shownAs.get(c).key, c]));
+  const old = new Map([...el.children].filter((c) => builtAs.has(c)).map((c) => [builtAs.get(c).key, c]));
   const rows = items.length ? items.map((item) => {
-    const shown = { key: String(key(item)), json: JSON.stringify(item) };
-    const kept = old.get(shown.key);
-    if (kept && shownAs.get(kept).json === shown.json) return kept;
+    const k = String(key(item));
     const row = build(item);
-    shownAs.set(row, shown);
+    const kept = old.get(k);
+    if (kept && builtAs.get(kept).copy.isEqualNode(row)) return kept;
+    builtAs.set(row, { key: k, copy: row.cloneNode(true) });
     return row;
   }) : [empty?.()].filter(Boolean);
   const wanted = new Set(rows);
