@@ -13,7 +13,11 @@ import sqlalchemy as sa
 from store import migrate
 from store.db import make_engine
 from tests.api.conftest import make_project
-from tests.store.conftest import postgres_schema, postgres_url  # noqa: F401 — postgres_url: a fixture
+from tests.store.conftest import (  # noqa: F401 — postgres_url: a fixture
+    postgres_schema,
+    postgres_url,
+    terminate_backends,
+)
 
 pytestmark = pytest.mark.usefixtures("fake_cloud")
 
@@ -26,18 +30,15 @@ def engine(postgres_url: str) -> Iterator[sa.Engine]:  # noqa: F811 — the API'
 
 
 def _restart_as_seen_by(engine: sa.Engine, server_url: str) -> set[int]:
-    """Close every server connection `engine` holds, as a server restart does, once each backend has
-    exited (pg_terminate_backend's own wait); their pids."""
+    """Close every server connection `engine` holds, as a server restart does; their pids."""
     admin = make_engine(server_url)
     try:
-        with admin.begin() as conn:
+        with admin.connect() as conn:
             pids = set(conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE application_name = :n"),
                                     {"n": engine.url.query["application_name"]}).scalars())
-            for pid in pids:
-                terminated = conn.execute(sa.text("SELECT pg_terminate_backend(:pid, 30000)"), {"pid": pid})
-                assert terminated.scalar()
     finally:
         admin.dispose()
+    terminate_backends(server_url, pids)
     return pids
 
 

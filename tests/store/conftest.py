@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -77,6 +77,19 @@ def postgres_schema(base: str) -> Iterator[sa.Engine]:
         eng.dispose()
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def terminate_backends(server_url: str, pids: Iterable[int]) -> None:
+    """Close these server backends as a restart would, returning once each has exited (its FATAL
+    message and end-of-file are then on the client's socket): pg_terminate_backend's own wait."""
+    admin = make_engine(server_url)
+    try:
+        with admin.connect() as conn:
+            for pid in pids:
+                ended = conn.execute(sa.text("SELECT pg_terminate_backend(:pid, 30000)"), {"pid": pid})
+                assert ended.scalar()
+    finally:
         admin.dispose()
 
 

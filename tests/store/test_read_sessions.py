@@ -18,6 +18,7 @@ from sqlmodel import Session, select
 
 from store import db
 from store.models import Project
+from tests.store.conftest import terminate_backends
 
 
 @pytest.fixture
@@ -70,22 +71,14 @@ def _backend_pid(engine: sa.Engine) -> int:
         return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
 
 
-def _elsewhere(postgres_url: str, statement: str, **params: Any) -> Any:
-    """Run `statement` on a connection of an engine of its own (committed): its result's one value."""
+def _elsewhere(postgres_url: str, statement: str, **params: Any) -> None:
+    """Run `statement` on a connection of an engine of its own (committed)."""
     other = db.make_engine(postgres_url)
     try:
         with other.begin() as conn:
-            result = conn.execute(sa.text(statement), params)
-            return result.scalar() if result.returns_rows else None
+            conn.execute(sa.text(statement), params)
     finally:
         other.dispose()
-
-
-def _terminate(postgres_url: str, *pids: int) -> None:
-    """Close these backends as a server restart would, and return once they have exited (so their
-    FATAL message and end-of-file are on the client's sockets)."""
-    for pid in pids:
-        assert _elsewhere(postgres_url, "SELECT pg_terminate_backend(:pid, 30000)", pid=pid)
 
 
 def _counting_pings(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -114,7 +107,7 @@ def test_a_connection_used_lately_is_not_pinged_an_idle_one_is(pg: sa.Engine,
 def test_an_idle_connection_found_dead_is_replaced_before_use(pg: sa.Engine, postgres_url: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     dead = _backend_pid(pg)
-    _terminate(postgres_url, dead)  # as a server restart or an idle timeout would
+    terminate_backends(postgres_url, [dead])  # as a server restart or an idle timeout would
     monkeypatch.setattr(db, "PING_AFTER_IDLE_S", 0.0)
     assert _backend_pid(pg) != dead  # the ping failed, the pool connected anew, the read worked
 
@@ -124,7 +117,7 @@ def test_a_connection_the_server_closed_is_replaced_before_use(pg: sa.Engine, po
     # Used a moment ago, so not pinged for being idle: its socket shows the server's close.
     pings = _counting_pings(pg, monkeypatch)
     dead = _backend_pid(pg)
-    _terminate(postgres_url, dead)
+    terminate_backends(postgres_url, [dead])
     assert _backend_pid(pg) != dead  # no error: the read ran on a fresh connection
     assert pings == [1]
 
@@ -139,7 +132,7 @@ def test_after_a_restart_each_dead_connection_is_replaced(pg: sa.Engine, postgre
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     dead = set(_two_pids(pg))
     pings = _counting_pings(pg, monkeypatch)
-    _terminate(postgres_url, *dead)  # every backend of the pool gone, as a restart leaves it
+    terminate_backends(postgres_url, dead)  # every backend of the pool gone, as a restart leaves it
     now = set(_two_pids(pg))
     assert len(now) == 2 and not now & dead
     assert pings == [1, 1]  # each found by its own socket; no statement failed
@@ -148,7 +141,7 @@ def test_after_a_restart_each_dead_connection_is_replaced(pg: sa.Engine, postgre
 def test_one_connection_closed_leaves_the_others_open(pg: sa.Engine, postgres_url: str) -> None:
     # An idle timeout closes one connection: the pool replaces it alone, not every other.
     first, second = _two_pids(pg)
-    _terminate(postgres_url, first)
+    terminate_backends(postgres_url, [first])
     now = _two_pids(pg)
     assert first not in now and second in now  # the survivor is still the same backend
 

@@ -1,6 +1,6 @@
 // The Cloud tab: connected providers, active cloud instances, cloud spend, the connect grid.
 import { all, get, pages, send } from "./api.js";
-import { confirmDialog, dot, errorBox, fmt, h, keyedRows, live, replace, showMore } from "./dom.js";
+import { confirmDialog, dot, errorBox, fmt, h, keyedRows, latestError, live, replace, showMore } from "./dom.js";
 import { barChart } from "./charts.js";
 
 const PAGE = 50; // rows a page of the instances table: a screenful or two, re-read every 3 s
@@ -24,12 +24,10 @@ function providerRow(p, refresh) {
       ? `The SSH fleet "${p.label}" is forgotten here. Its hosts are not contacted or changed.`
       : `Every instance of the ${p.name} connection "${p.label}" is terminated (each verified gone), then the connection is deleted.`;
     if (!(await confirmDialog(`Remove ${p.label}?`, what, "Remove"))) return;
-    try { await send("DELETE", `/providers/${encodeURIComponent(p.id)}`); } catch (err) { alertIn(err); }
+    try { await send("DELETE", `/providers/${encodeURIComponent(p.id)}`); } catch (err) { rowError.show(err, (box) => row.append(box)); }
     refresh();
   };
-  // The row stays while the provider does not change (keyedRows): one error at a time, the latest.
-  let shown = null;
-  const alertIn = (err) => { shown?.remove(); shown = row.appendChild(errorBox(err.message)); };
+  const rowError = latestError(); // the row stays while the provider does not change (keyedRows)
   const row = h("div", { class: "row", dataset: { provider: p.id } },
     providerIcon(p.name),
     h("div", { class: "grow" }, h("div", { class: "name" }, p.name, p.label && p.label !== p.name ? h("span", { class: "muted label" }, ` · ${p.label}`) : null),
@@ -49,19 +47,18 @@ function instanceRow(i, refresh) {
     const button = event.target;
     button.disabled = true;
     button.textContent = "Terminating…";
-    problem?.remove();
+    rowError.clear();
     try {
       await send("POST", `/instances/${encodeURIComponent(i.id)}/terminate`);
     } catch (err) {
       // The row stays while the instance does not change (keyedRows): it must offer the button again.
       button.disabled = false;
       button.textContent = "Terminate";
-      problem = errorBox(err.message);
-      button.after(problem);
+      rowError.show(err, (box) => button.after(box));
     }
     refresh();
   };
-  let problem = null;
+  const rowError = latestError();
   return h("tr", { dataset: { instance: i.id } },
     h("td", {}, i.name || i.id),
     h("td", {}, [i.gpu_label || "CPU", i.instance_type].filter(Boolean).join(" · ")),

@@ -141,3 +141,13 @@ export function showMore({ id, size, refresh, focusRow, onError, note }) {
 export function errorBox(message) {
   return h("p", { class: "error", role: "alert" }, message);
 }
+
+// One error at a time in a place a refresh keeps (a row keyedRows keeps): `show(err, put)` replaces
+// the one shown before, `put(box)` placing the new one; `clear()` takes it away.
+export function latestError() {
+  let shown = null;
+  return {
+    show(err, put) { shown?.remove(); shown = errorBox(err.message); put(shown); },
+    clear() { shown?.remove(); shown = null; },
+  };
+}
