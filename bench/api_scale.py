@@ -16,6 +16,10 @@ the store's own functions so the API's auth takes them. PostgreSQL is GPUPROV_TE
 server (default postgres@127.0.0.1:5432) in a database of its own, `gpuprov_bench_api`, dropped
 afterwards; SQLite a temp file. Requests are made as the console makes them: with the session
 cookie its sign-in gives for a project token, the first page of each list at the console's page size.
+
+The clients are bench/lean_http.py's (`--client httpx` for httpx's): they share the API's two cores,
+and what a client spends reading a reply is counted as the API's latency — httpx's ~0.64 ms a
+request made the console's three lists at once wait for each other's parsing (2026-12-06).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
+from bench.lean_http import LeanClient
 from store import migrate
 from store import projects as project_store
 from store import spend as spend_store
@@ -68,6 +73,7 @@ TARGET_P99_MS = 20.0
 PG_URL = os.environ.get("GPUPROV_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 PG_DATABASE = "gpuprov_bench_api"
 BACKENDS = ("postgresql", "sqlite")
+CLIENTS = ("lean", "httpx")  # the measuring client: bench/lean_http.py's, or httpx's (as before 2026-12-06)
 # The API's process counts measured side by side: one, and settings' default (GPUPROV_API_WORKERS)
 PROCESSES = (1, 2)
 # The measured project holds the largest share: the tenant whose console pages are slowest.
@@ -377,7 +383,10 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-async def measure(client: httpx.AsyncClient, path: str, *, clients: int, requests: int) -> dict[str, Any]:
+Client = LeanClient | httpx.AsyncClient  # each has `get(path or URL)` giving a reply with httpx's names
+
+
+async def measure(client: Client, path: str, *, clients: int, requests: int) -> dict[str, Any]:
     """`requests` GETs of `path` by `clients` concurrent clients (after a warm-up): p50/p99 in ms."""
     first = await client.get(path)
     if first.status_code != 200:
@@ -417,7 +426,7 @@ CLOUD_TAB = ("providers", "instances?status=active", "spend?days=30")
 QUEUE_TAB = ("workloads (with counts)", "job detail (last lines)")
 
 
-async def console_latencies(client: httpx.AsyncClient, paths: dict[str, str], *, tabs: int, refreshes: int,
+async def console_latencies(client: Client, paths: dict[str, str], *, tabs: int, refreshes: int,
                             rng: random.Random) -> dict[str, list[float]]:
     """`tabs` console tabs refreshing every REFRESH_S for `refreshes` rounds, each list at `paths[name]`:
     every request's latency (ms) per list."""
@@ -451,7 +460,7 @@ def summary(samples: list[float]) -> dict[str, float]:
             "requests": len(samples)}
 
 
-async def measure_console(client: httpx.AsyncClient, seeded: Seeded, base: str, *, tabs: int, refreshes: int,
+async def measure_console(client: Client, seeded: Seeded, base: str, *, tabs: int, refreshes: int,
                           ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """The console's own load: p50/p99 ms per list; and its floor, the same load with a no-op route
     (/healthz) in every list's place. On a 2-core VM a request after an idle gap costs more than
@@ -467,7 +476,8 @@ async def measure_console(client: httpx.AsyncClient, seeded: Seeded, base: str, 
 async def run_backend(backend: str, rows: int, clients: int, requests: int,
                       progress: Callable[[str], None] | None = None,
                       console_refreshes: int = CONSOLE_REFRESHES,
-                      processes: tuple[int, ...] = PROCESSES) -> dict[int, dict[str, Any]]:
+                      processes: tuple[int, ...] = PROCESSES, client: str = CLIENTS[0],
+                      ) -> dict[int, dict[str, Any]]:
     """One seeded database, measured behind the API run in each of `processes` processes in turn."""
     with tempfile.TemporaryDirectory(prefix="gpuprov-bench-api-") as tmp:
         folder = Path(tmp)
@@ -488,16 +498,25 @@ async def run_backend(backend: str, rows: int, clients: int, requests: int,
             for n in processes:
                 with api_process(url, folder / f"home-{n}", n) as base:
                     figures = await measure_api(base, seeded, clients, requests, f"{backend}/{n}", progress,
-                                                console_refreshes)
+                                                console_refreshes, client)
                 found[n] = {"seed_s": seed_s, "counts": seeded.counts, "active": seeded.active, **figures}
     return found
 
 
+def open_client(kind: str, base: str, cookies: dict[str, str], connections: int) -> Client:
+    """A client of `kind` (CLIENTS) for paths under `base`/api/compute, sending the console's cookie,
+    on at most `connections` keep-alive connections."""
+    if kind == "httpx":
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        return httpx.AsyncClient(base_url=base + "/api/compute", limits=limits, timeout=60, cookies=cookies)
+    cookie = "; ".join(f"{name}={value}" for name, value in cookies.items())
+    return LeanClient(base + "/api/compute", connections=connections, headers={"Cookie": cookie})
+
+
 async def measure_api(base: str, seeded: Seeded, clients: int, requests: int, label: str,
-                      progress: Callable[[str], None] | None, console_refreshes: int) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base + "/api/compute", limits=limits, timeout=60,
-                                 cookies=console_cookie(base, seeded.token)) as client:
+                      progress: Callable[[str], None] | None, console_refreshes: int,
+                      client_kind: str = CLIENTS[0]) -> dict[str, Any]:
+    async with open_client(client_kind, base, console_cookie(base, seeded.token), clients) as client:
         # The floor: a route with no auth and no database, by the same clients in the same
         # run — what uvicorn and this box's two cores cost alone at this concurrency.
         floor = await measure(client, f"{base}/healthz", clients=clients, requests=requests)
@@ -517,7 +536,7 @@ async def measure_api(base: str, seeded: Seeded, clients: int, requests: int, la
 async def run(rows: int = 10_000, clients: int = 8, requests: int = 400,
               backends: tuple[str, ...] = BACKENDS, progress: Callable[[str], None] | None = None,
               console_refreshes: int = CONSOLE_REFRESHES, processes: tuple[int, ...] = PROCESSES,
-              ) -> dict[str, Any]:
+              client: str = CLIENTS[0]) -> dict[str, Any]:
     """Per backend and API process count (`backend/n`), per console list: p50/p99 ms of `requests`
     GETs by `clients` concurrent clients (each asking again as soon as answered: the saturated case)
     against the API over a store of `rows` instances, beside a no-op route's (the floor), and p50/p99
@@ -525,10 +544,10 @@ async def run(rows: int = 10_000, clients: int = 8, requests: int = 400,
     found = {}
     for b in backends:
         for n, figures in (await run_backend(b, rows, clients, requests, progress, console_refreshes,
-                                             processes)).items():
+                                             processes, client)).items():
             found[f"{b}/{n}"] = figures
     return {"rows": rows, "clients": clients, "requests": requests, "target_p99_ms": TARGET_P99_MS,
-            "backends": found}
+            "client": client, "backends": found}
 
 
 def report(result: dict[str, Any]) -> list[str]:
@@ -536,7 +555,8 @@ def report(result: dict[str, Any]) -> list[str]:
     for backend, figures in result["backends"].items():  # "postgresql/2": 2 API processes
         floor = figures["floor"]
         lines.append(f"(api) {backend:<12}  {'floor: GET /healthz':<24}  p50 {floor['p50_ms']:.1f} ms  "
-                     f"p99 {floor['p99_ms']:.1f} ms  (no auth, no database: the server and the box alone)")
+                     f"p99 {floor['p99_ms']:.1f} ms  (no auth, no database: the server, the box and "
+                     f"the {result['client']} client alone)")
         for name, f in figures["endpoints"].items():
             verdict = "ok" if f["p99_ms"] <= result["target_p99_ms"] else "MISSED"
             target = f"(target p99 <= {result['target_p99_ms']:.0f} ms)"
@@ -564,13 +584,15 @@ def main() -> None:
                         help=f"refreshes per console tab, each {REFRESH_S:g} s (default {CONSOLE_REFRESHES})")
     parser.add_argument("--processes", type=int, action="append",
                         help=f"API processes (repeatable; default {' and '.join(map(str, PROCESSES))})")
+    parser.add_argument("--client", choices=CLIENTS, default=CLIENTS[0],
+                        help="the measuring client: bench/lean_http.py's (default), or httpx's")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print rows seeded and page sizes")
     args = parser.parse_args()
     progress = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
     result = asyncio.run(run(rows=args.rows, clients=args.clients, requests=args.requests,
                              console_refreshes=args.console_refreshes,
                              backends=tuple(args.backend or BACKENDS), progress=progress,
-                             processes=tuple(args.processes or PROCESSES)))
+                             processes=tuple(args.processes or PROCESSES), client=args.client))
     if args.verbose:
         for backend, figures in result["backends"].items():
             print(f"{backend}: seeded in {figures['seed_s']:.1f}s {figures['counts']}, "
