@@ -4,6 +4,7 @@ order by the one activity that runs the job, so `offset` is a resume point for e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -15,7 +16,7 @@ from sqlmodel import Session, col, select
 from messages.job import JobStatus, RecordJobInput, RetryCause, attempt_marker
 from store.models import Job, JobGpuSample, JobLogChunk, utcnow
 from store.queue import release
-from store.records import select_records
+from store.records import records
 
 
 def log_end(session: Session, job_id: str) -> int:
@@ -165,12 +166,18 @@ def gpu_readings(session: Session, job_id: str, n: int = 60) -> list[JobGpuSampl
     """The job's last `n` readings' samples, oldest first: records of GPU_READING_COLUMNS
     (store/records.py), read by attribute as a JobGpuSample is (a job's detail shows 60 readings of
     each GPU: as ORM objects, two thirds of its time)."""
-    ats = session.exec(select(JobGpuSample.at).where(JobGpuSample.job_id == job_id)
-                       .group_by(col(JobGpuSample.at)).order_by(col(JobGpuSample.at).desc())
-                       .limit(n)).all()
-    if not ats:
-        return []
-    stmt = (sa.select(*GPU_READING_COLUMNS)
-            .where(col(JobGpuSample.job_id) == job_id, col(JobGpuSample.at) >= min(ats))
-            .order_by(col(JobGpuSample.at), col(JobGpuSample.gpu)))
-    return cast(list[JobGpuSample], select_records(session, stmt))
+    rows = session.connection().execute(_readings_statement(), {"job_id": job_id, "n": n})
+    return cast(list[JobGpuSample], records(rows.all()))
+
+
+@functools.cache
+def _readings_statement() -> sa.Executable:
+    """`gpu_readings`' one statement, built once (`job_id` and `n` bound): the samples from the
+    oldest of the job's last `n` reading times on."""
+    at, job_id = col(JobGpuSample.at), col(JobGpuSample.job_id)
+    latest = (sa.select(at).where(job_id == sa.bindparam("job_id"))
+              .group_by(at).order_by(at.desc()).limit(sa.bindparam("n")).subquery())
+    oldest = sa.select(sa.func.min(latest.c.at)).scalar_subquery()
+    return (sa.select(*GPU_READING_COLUMNS)
+            .where(job_id == sa.bindparam("job_id"), at >= oldest)
+            .order_by(at, col(JobGpuSample.gpu)))

@@ -105,6 +105,11 @@ def queue_order(waiting: Iterable[Job]) -> list[Job]:
     return [jobs[w.id] for w in order]
 
 
+def waits(job: Job) -> bool:
+    """Whether `job` is in the queue `positions` numbers: what `_waiting` selects, for a job in hand."""
+    return job.status == JobStatus.QUEUED and job.granted_at is None and job.type in QUEUEABLE
+
+
 def _waiting(stmt: Any, project: str | None) -> Any:
     stmt = stmt.where(col(Job.status) == JobStatus.QUEUED, col(Job.granted_at).is_(None),
                       col(Job.type).in_(QUEUEABLE))

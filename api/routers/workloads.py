@@ -295,7 +295,9 @@ def _job_detail(session: Session, project: str, job_id: str) -> WorkloadDetail |
     job = session.get(Job, job_id)
     if job is None or job.project != project:
         return None
-    [row] = _job_rows([job], store.machines_of(session, [job]), queue.positions(session, project))
+    # Only a waiting job has a PRI: the others' detail does not walk the project's queue.
+    pri = queue.positions(session, project) if queue.waits(job) else {}
+    [row] = _job_rows([job], store.machines_of(session, [job]), pri)
     lines, offset = job_store.log_tail(session, job_id, LOG_LINES_SHOWN)
     out = JobOut.of(job)  # its retry policy and attempts, as GET /jobs/{id} shows them
     return WorkloadDetail(**row.model_dump(), log_offset=offset, log_lines=lines,

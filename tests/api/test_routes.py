@@ -14,9 +14,11 @@ import pkgutil
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
@@ -153,12 +155,20 @@ async def test_no_statement_runs_on_the_event_loop(client: httpx.AsyncClient, en
         if threading.get_ident() == loop_thread:
             on_loop.append(statement.split(None, 1)[0])
 
-    def returned(conn: Any, record: Any, state: Any) -> None:  # a connection back to the pool: a ROLLBACK
-        if threading.get_ident() == loop_thread:
+    # A connection back to the pool, and a session's transaction ended: a ROLLBACK on the wire when
+    # the connection holds a transaction (a read session's holds none: it is closed on the loop).
+    def returned(dbapi_conn: Any, record: Any, state: Any) -> None:
+        if threading.get_ident() == loop_thread and dbapi_conn.in_transaction:
             on_loop.append("reset")
+
+    def rolled_back(conn: sa.Connection) -> None:
+        dbapi_conn = conn.connection.dbapi_connection
+        if threading.get_ident() == loop_thread and dbapi_conn is not None and dbapi_conn.in_transaction:
+            on_loop.append("ROLLBACK")
 
     sa.event.listen(engine, "before_cursor_execute", record)
     sa.event.listen(engine.pool, "reset", returned)
+    sa.event.listen(engine, "rollback", rolled_back)
     try:
         conn = await connect_fake(client)
         refused = {"provider": "fakecloud", "credentials": {"api_key": "bad"}}
@@ -178,4 +188,27 @@ async def test_no_statement_runs_on_the_event_loop(client: httpx.AsyncClient, en
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
         sa.event.remove(engine.pool, "reset", returned)
+        sa.event.remove(engine, "rollback", rolled_back)
     assert on_loop == []
+
+
+async def test_a_write_session_closes_off_the_event_loop_a_read_session_on_it(engine: sa.Engine) -> None:
+    """On PostgreSQL closing a session that wrote (or read in a transaction) sends a ROLLBACK; a read
+    session's (autocommit there) sends nothing. The test above runs on SQLite, where neither closing
+    sends one after a committed write: this checks where each dependency closes its session."""
+    deps = cast(AppDeps, SimpleNamespace(engine=engine))
+    closed_on: dict[str, bool] = {}
+    for name, dependency in (("write", get_session), ("read", get_read_session)):
+        sessions = dependency(deps)
+        session = await anext(sessions)
+        close = session.close
+
+        def noted(name: str = name, close: Callable[[], None] = close) -> None:
+            closed_on[name] = threading.get_ident() == threading.main_thread().ident
+            close()
+
+        session.close = noted  # type: ignore[method-assign]
+        session.execute(sa.text("SELECT 1"))
+        with pytest.raises(StopAsyncIteration):
+            await anext(sessions)
+    assert closed_on == {"write": False, "read": True}  # False: on a thread of the pool

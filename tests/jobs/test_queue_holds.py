@@ -10,6 +10,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from messages.job import JobStatus
 from store import policies, queue, spend
 from store.models import Job, utcnow
 
@@ -69,3 +70,24 @@ def test_a_project_over_its_daily_budget_gets_no_grant_until_it_is_lifted(db_eng
         assert why is not None and "daily budget of $1.00" in why
         policies.set_budget(s, p, None)
         assert queue.admit(s, mine)
+
+
+def test_waits_says_of_a_job_in_hand_what_positions_numbers(db_engine: sa.Engine) -> None:
+    """`queue.waits` (a job's detail asks it before walking the queue for its PRI) agrees with the
+    queue's own selection on every status, a granted job, and a type that never queues."""
+    p = f"waits-{uuid.uuid4().hex[:6]}"
+    with Session(db_engine) as s:
+        ids = []
+        for n, (status, granted, type_) in enumerate(
+                [(st.value, g, t) for st in JobStatus for g in (False, True) for t in ("sft", "serving")]):
+            job_id = _job(s, p, f"j{n}", type_, age_min=n)
+            job = s.get(Job, job_id)
+            assert job is not None
+            job.status, job.granted_at = status, utcnow() if granted else None
+            s.add(job)
+            ids.append(job_id)
+        s.commit()
+        jobs = [s.get(Job, i) for i in ids]
+        waiting = {j.id for j in jobs if j is not None and queue.waits(j)}
+        assert waiting == set(queue.positions(s, p))
+        assert len(waiting) == 1  # queued, not granted, a queueable type: the one combination
