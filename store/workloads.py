@@ -131,18 +131,18 @@ def _page_keys_statement(of_kinds: bool) -> sa.Select[Any]:
 def kind_counts(session: Session, project: str) -> dict[str, int]:
     """How many of the project's jobs and reported workloads there are of each kind (a job's type)."""
     counts: dict[str, int] = {}
-    for stmt in _kind_counts_statements():
-        for kind, n in session.connection().execute(stmt, {"project": project}):
-            counts[str(kind)] = counts.get(str(kind), 0) + int(n)
+    for kind, n in session.connection().execute(_kind_counts_statement(), {"project": project}):
+        counts[str(kind)] = counts.get(str(kind), 0) + int(n)
     return counts
 
 
 @functools.cache
-def _kind_counts_statements() -> tuple[sa.Select[str, int], ...]:
-    """`kind_counts`' two statements (jobs, reported workloads), built once; `project` bound."""
+def _kind_counts_statement() -> sa.Executable:
+    """`kind_counts`' one statement, built once (`project` bound): the jobs' counts by kind and the
+    reported workloads', one after the other (a kind may come twice: the caller adds them)."""
     parts = ((col(Job.type), col(Job.project)), (col(ReportedWorkload.kind), col(ReportedWorkload.project)))
-    return tuple(sa.select(kind, sa.func.count()).where(owner == sa.bindparam("project")).group_by(kind)
-                 for kind, owner in parts)
+    return sa.union_all(*(sa.select(kind.label("kind"), sa.func.count().label("n"))
+                          .where(owner == sa.bindparam("project")).group_by(kind) for kind, owner in parts))
 
 
 def jobs_by_id(session: Session, project: str, ids: Collection[str]) -> Sequence[Job]:
