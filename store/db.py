@@ -95,20 +95,33 @@ def _pool_of(url: str) -> dict[str, int]:
 
 
 _READS: WeakKeyDictionary[sa.Engine, sa.Engine] = WeakKeyDictionary()
+# How a statement that reads begins. A keyword check, not a parser: a data-modifying WITH passes it
+# (PostgreSQL's read-only transactions would refuse one, at a round trip a checkout).
+_READING = frozenset({"SELECT", "WITH", "SHOW", "EXPLAIN", "VALUES", "TABLE"})
 
 
 def reads(engine: sa.Engine) -> sa.Engine:
-    """`engine` for work that only reads. On PostgreSQL its connections run in autocommit: no BEGIN
-    and ROLLBACK, two round trips a session. At PostgreSQL's READ COMMITTED each statement sees its
-    own snapshot whether in a transaction or not, so the reads lose no consistency. On SQLite
-    `engine` itself: there a transaction is what gives several reads one snapshot, and switching its
-    mode costs more than it saves."""
-    if engine.dialect.name != "postgresql":
-        return engine
+    """`engine` for work that only reads: any statement through it that does not begin as a read
+    raises before it is sent (an ORM write, and a text() or Core one alike). On PostgreSQL its
+    connections run in autocommit: no BEGIN and ROLLBACK, two round trips a session. At PostgreSQL's
+    READ COMMITTED each statement sees its own snapshot whether in a transaction or not, so the
+    reads lose no consistency. On SQLite its transactions are `engine`'s own: there a transaction is
+    what gives several reads one snapshot, and switching its mode costs more than it saves."""
     found = _READS.get(engine)
     if found is None:
-        found = _READS[engine] = engine.execution_options(isolation_level="AUTOCOMMIT")
+        autocommit = {"isolation_level": "AUTOCOMMIT"} if engine.dialect.name == "postgresql" else {}
+        found = _READS[engine] = engine.execution_options(**autocommit)
+        # An engine made by execution_options shares `engine`'s pool; listeners added to it are its own.
+        sa.event.listen(found, "before_cursor_execute", _refuse_writes)
     return found
+
+
+def _refuse_writes(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+    words = statement.split(None, 1)
+    if not words or words[0].upper() not in _READING:
+        refused = words[0].upper() if words else "an empty"
+        raise RuntimeError(f"a ReadSession writes nothing: open a Session to write "
+                           f"({refused} statement refused)")
 
 
 class ReadSession(Session):
@@ -122,12 +135,6 @@ class ReadSession(Session):
 @sa.event.listens_for(ReadSession, "before_flush")
 def _no_flush(session: Session, *_: Any) -> None:
     if session.new or session.dirty or session.deleted:
-        raise RuntimeError("a ReadSession writes nothing: open a Session to write")
-
-
-@sa.event.listens_for(ReadSession, "do_orm_execute")
-def _no_write(state: Any) -> None:
-    if state.is_insert or state.is_update or state.is_delete:  # (a text() statement is not checked)
         raise RuntimeError("a ReadSession writes nothing: open a Session to write")
 
 

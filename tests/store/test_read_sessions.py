@@ -47,10 +47,11 @@ def test_a_read_session_reads_outside_a_transaction_on_postgresql(pg: sa.Engine)
         assert _in_transaction(session)
 
 
-def test_on_sqlite_a_read_session_is_the_engines_own(tmp_path: Path) -> None:
-    # There a transaction is what gives several reads one snapshot.
+def test_on_sqlite_a_read_session_keeps_the_engines_transactions(tmp_path: Path) -> None:
+    # There a transaction is what gives several reads one snapshot: no autocommit, the same pool.
     engine = db.make_engine(f"sqlite:///{tmp_path / 'gpuprov.db'}")
-    assert db.reads(engine) is engine
+    assert db.reads(engine) is db.reads(engine) and db.reads(engine).pool is engine.pool
+    assert "isolation_level" not in db.reads(engine).get_execution_options()
     engine.dispose()
 
 
@@ -62,6 +63,12 @@ def test_a_read_session_refuses_every_write(migrated: sa.Engine) -> None:
         reads.rollback()
         with pytest.raises(RuntimeError, match="writes nothing"):
             reads.execute(sa.insert(Project).values(id="audio"))
+        # Past the ORM too: on PostgreSQL (autocommit) either would have committed at once.
+        with pytest.raises(RuntimeError, match="INSERT statement refused"):
+            reads.execute(sa.text("INSERT INTO project (id) VALUES ('speech')"))
+        with pytest.raises(RuntimeError, match="DELETE statement refused"):
+            reads.connection().execute(sa.text("DELETE FROM project"))
+        assert reads.execute(sa.text("SELECT count(*) FROM project")).scalar_one() == 1  # reads still do
     with Session(migrated) as session:
         assert set(session.exec(select(Project.id)).all()) == {"default"}
 
