@@ -17,9 +17,8 @@ server (default postgres@127.0.0.1:5432) in a database of its own, `gpuprov_benc
 afterwards; SQLite a temp file. Requests are made as the console makes them: with the session
 cookie its sign-in gives for a project token, the first page of each list at the console's page size.
 
-The clients are bench/lean_http.py's (`--client httpx` for httpx's): they share the API's two cores,
-and what a client spends reading a reply is counted as the API's latency — httpx's ~0.64 ms a
-request made the console's three lists at once wait for each other's parsing (2026-12-06).
+The clients are bench/lean_http.py's (`--client httpx`: httpx's): they share the API's two cores, and
+what a client spends reading a reply counts as the API's latency (httpx's: ~0.64 ms a request).
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlmodel import Session
 
-from bench.lean_http import LeanClient
+from bench.api_clients import CLIENTS, Client, open_client
 from store import migrate
 from store import projects as project_store
 from store import spend as spend_store
@@ -73,7 +72,6 @@ TARGET_P99_MS = 20.0
 PG_URL = os.environ.get("GPUPROV_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 PG_DATABASE = "gpuprov_bench_api"
 BACKENDS = ("postgresql", "sqlite")
-CLIENTS = ("lean", "httpx")  # the measuring client: bench/lean_http.py's, or httpx's (as before 2026-12-06)
 # The API's process counts measured side by side: one, and settings' default (GPUPROV_API_WORKERS)
 PROCESSES = (1, 2)
 # The measured project holds the largest share: the tenant whose console pages are slowest.
@@ -383,9 +381,6 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-Client = LeanClient | httpx.AsyncClient  # each has `get(path or URL)` giving a reply with httpx's names
-
-
 async def measure(client: Client, path: str, *, clients: int, requests: int) -> dict[str, Any]:
     """`requests` GETs of `path` by `clients` concurrent clients (after a warm-up): p50/p99 in ms."""
     first = await client.get(path)
@@ -501,16 +496,6 @@ async def run_backend(backend: str, rows: int, clients: int, requests: int,
                                                 console_refreshes, client)
                 found[n] = {"seed_s": seed_s, "counts": seeded.counts, "active": seeded.active, **figures}
     return found
-
-
-def open_client(kind: str, base: str, cookies: dict[str, str], connections: int) -> Client:
-    """A client of `kind` (CLIENTS) for paths under `base`/api/compute, sending the console's cookie,
-    on at most `connections` keep-alive connections."""
-    if kind == "httpx":
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        return httpx.AsyncClient(base_url=base + "/api/compute", limits=limits, timeout=60, cookies=cookies)
-    cookie = "; ".join(f"{name}={value}" for name, value in cookies.items())
-    return LeanClient(base + "/api/compute", connections=connections, headers={"Cookie": cookie})
 
 
 async def measure_api(base: str, seeded: Seeded, clients: int, requests: int, label: str,
