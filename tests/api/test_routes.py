@@ -197,6 +197,7 @@ async def test_a_write_session_closes_off_the_event_loop_a_read_session_on_it(en
     session's (autocommit there) sends nothing. The test above runs on SQLite, where neither closing
     sends one after a committed write: this checks where each dependency closes its session."""
     deps = cast(AppDeps, SimpleNamespace(engine=engine))
+    loop_thread = threading.get_ident()
     closed_on: dict[str, bool] = {}
     for name, dependency in (("write", get_session), ("read", get_read_session)):
         sessions = dependency(deps)
@@ -204,7 +205,7 @@ async def test_a_write_session_closes_off_the_event_loop_a_read_session_on_it(en
         close = session.close
 
         def noted(name: str = name, close: Callable[[], None] = close) -> None:
-            closed_on[name] = threading.get_ident() == threading.main_thread().ident
+            closed_on[name] = threading.get_ident() == loop_thread
             close()
 
         session.close = noted  # type: ignore[method-assign]
