@@ -222,7 +222,9 @@ async def check_lifecycle(h: Harness) -> None:
             first = await p.get(ref)
             booting = {InstanceState.PENDING, InstanceState.RUNNING} if h.boots_before_first_look \
                 else {InstanceState.PENDING}
-            assert first is not None and first.state in booting, "first state must be pending"
+            # What was seen, in the message: a real engine's container that exited at once says why.
+            assert first is not None and first.state in booting, \
+                f"first state must be pending, not {first and (first.state, first.detail)!r}"
             await h.boot_now(ref)
             seen = await wait_for(p, ref, lambda s: s is not None and s.state == InstanceState.RUNNING,
                                   WAIT_RUNNING)
