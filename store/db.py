@@ -98,6 +98,7 @@ _READS: WeakKeyDictionary[sa.Engine, sa.Engine] = WeakKeyDictionary()
 # How a statement that reads begins. A keyword check, not a parser: a data-modifying WITH passes it
 # (PostgreSQL's read-only transactions would refuse one, at a round trip a checkout).
 _READING = frozenset({"SELECT", "WITH", "SHOW", "EXPLAIN", "VALUES", "TABLE"})
+READ_ONLY = "a ReadSession writes nothing: open a Session to write"
 
 
 def reads(engine: sa.Engine) -> sa.Engine:
@@ -120,8 +121,7 @@ def _refuse_writes(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
     words = statement.split(None, 1)
     if not words or words[0].upper() not in _READING:
         refused = words[0].upper() if words else "an empty"
-        raise RuntimeError(f"a ReadSession writes nothing: open a Session to write "
-                           f"({refused} statement refused)")
+        raise RuntimeError(f"{READ_ONLY} ({refused} statement refused)")
 
 
 class ReadSession(Session):
@@ -135,7 +135,7 @@ class ReadSession(Session):
 @sa.event.listens_for(ReadSession, "before_flush")
 def _no_flush(session: Session, *_: Any) -> None:
     if session.new or session.dirty or session.deleted:
-        raise RuntimeError("a ReadSession writes nothing: open a Session to write")
+        raise RuntimeError(READ_ONLY)
 
 
 @lru_cache
