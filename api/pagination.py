@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Generic, TypeVar
 
@@ -81,6 +81,9 @@ def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- keyset (database)
 
+# fetch_built's bound values: the cursor's position and the rows read (a page's and one more).
+_AT, _ID, _LIMIT = "keyset_at", "keyset_id", "keyset_limit"
+
 
 @dataclass(frozen=True)
 class Keyset:
@@ -90,6 +93,8 @@ class Keyset:
     created_at: Any  # the mapped column
     id: Any
     descending: bool
+    # fetch_built's paged statements: (id of the base statement, after a cursor) -> statement
+    _built: dict[tuple[int, bool], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def position(self, cursor: str | None) -> tuple[datetime, str] | None:
         if cursor is None:
@@ -116,17 +121,47 @@ class Keyset:
         rows, cursor = self._fetch(session, stmt, page)
         return records(rows), cursor
 
-    def _fetch(self, session: Session, stmt: Any, page: PageQuery) -> tuple[list[Any], str | None]:
+    def fetch_built(self, session: Session, base: sa.Select[Any], params: dict[str, Any],
+                    page: PageQuery) -> tuple[list[tuple[Any, ...]], str | None]:
+        """`fetch_columns` for a select built once, its values bound by name (`params`). Its paged
+        forms (ordered, limited, after a cursor) are built once too, and run on the session's
+        connection: building a statement, and the ORM's execute path around a select of columns,
+        cost a console list more than the database's read (bench/RESULTS.md, thirty-second round).
+        `base` must live as long as the process (a module's constant, or a cached builder's)."""
         after = self.position(page.cursor)
-        at_col, id_col = self.created_at, self.id
+        key = (id(base), after is not None)
+        stmt = self._built.get(key)
+        if stmt is None:  # two threads may both build it: the same statement, either is kept
+            stmt = self._built[key] = self._paged(base, sa.bindparam(_AT), sa.bindparam(_ID),
+                                                  sa.bindparam(_LIMIT), after=after is not None)
+        values = {**params, _LIMIT: page.limit + 1}
         if after is not None:
-            at, key = after
+            values[_AT], values[_ID] = after
+        rows = session.connection().execute(stmt, values).all()
+        found, cursor = self._cut(rows, page)
+        return records(found), cursor
+
+    def _paged(self, stmt: Any, at: Any, key: Any, limit: Any, *, after: bool) -> Any:
+        """`stmt` in the list's order, `limit` rows, after the position (`at`, `key`) if `after`."""
+        at_col, id_col = self.created_at, self.id
+        if after:
             if self.descending:
                 stmt = stmt.where(sa.or_(at_col < at, sa.and_(at_col == at, id_col < key)))
             else:
                 stmt = stmt.where(sa.or_(at_col > at, sa.and_(at_col == at, id_col > key)))
         order = (at_col.desc(), id_col.desc()) if self.descending else (at_col.asc(), id_col.asc())
-        rows = list(session.exec(stmt.order_by(*order).limit(page.limit + 1)).all())
+        return stmt.order_by(*order).limit(limit)
+
+    def _fetch(self, session: Session, stmt: Any, page: PageQuery) -> tuple[list[Any], str | None]:
+        after = self.position(page.cursor)
+        at, key = after if after is not None else (None, None)
+        rows = list(session.exec(self._paged(stmt, at, key, page.limit + 1, after=after is not None)).all())
+        return self._cut(rows, page)
+
+    def _cut(self, rows: Sequence[Any], page: PageQuery) -> tuple[list[Any], str | None]:
+        """The page of `rows` (up to `limit` + 1 read) and the next page's cursor, if there is one."""
+        at_col, id_col = self.created_at, self.id
+        rows = list(rows)
         if len(rows) <= page.limit:
             return rows, None
         rows = rows[:page.limit]

@@ -38,8 +38,8 @@ PHASES = ("fetch", "routes", "fields", "validate", "json")
 def instances_page(session: Session, project: str) -> dict[str, float]:
     """One `GET /instances?status=active&limit=200`, as list_instances makes it: ms per phase."""
     marks = [time.perf_counter()]
-    stmt = instance_routes.list_query(project, instance_routes.ACTIVE)
-    found, following = instance_routes.KEYSET.fetch_columns(session, stmt, PageQuery(limit=200))
+    stmt, params = instance_routes.list_query(project, instance_routes.ACTIVE)
+    found, following = instance_routes.KEYSET.fetch_built(session, stmt, params, PageQuery(limit=200))
     rows = cast(list[Instance], found)
     marks.append(time.perf_counter())
     routes = host_keys.fleet_routes(session, [r for r in rows if registry.is_fleet(r.provider)])

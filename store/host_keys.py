@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from store.models import Fleet, FleetHost, Instance
+from store.records import records
 
 
 def machine_of(row: Instance) -> str:
@@ -60,7 +63,9 @@ def route_of(session: Session, row: Instance, *, fleet: bool) -> MachineRoute:
     return _fleet_route(f, host)
 
 
-def _fleet_route(f: Fleet, host: FleetHost | None) -> MachineRoute:
+def _fleet_route(f: Any, host: Any | None) -> MachineRoute:
+    """The route through fleet `f` to `host` (a Fleet and a FleetHost, or records of the columns
+    that _FLEETS and _HOSTS read of them)."""
     bastion = None
     if f.bastion_host:
         bastion = BastionRoute(host=f.bastion_host, port=f.bastion_port or 22, user=f.bastion_user or f.user,
@@ -73,14 +78,13 @@ def fleet_routes(session: Session, rows: Sequence[Instance]) -> dict[str, Machin
     whatever the number of rows: a list page asked once per row (an N+1)."""
     if not rows:
         return {}
+    conn = session.connection()
     fleet_ids = sorted({r.connection_id for r in rows})
-    fleets = {f.id: f for f in session.exec(select(Fleet).where(col(Fleet.id).in_(fleet_ids))).all()}
-    hosts: dict[tuple[str, str], FleetHost] = {}
+    fleets = {f.id: f for f in records(conn.execute(_FLEETS, {"ids": fleet_ids}).all())}
+    hosts: dict[tuple[str, str], Any] = {}
     if fleets:
         names = sorted({r.ssh_host for r in rows if r.ssh_host})
-        stmt = select(FleetHost).where(col(FleetHost.fleet_id).in_(sorted(fleets)),
-                                       col(FleetHost.host).in_(names))
-        for h in session.exec(stmt.order_by(col(FleetHost.position))).all():
+        for h in records(conn.execute(_HOSTS, {"fleet_ids": sorted(fleets), "names": names}).all()):
             hosts.setdefault((h.fleet_id, h.host), h)  # the first, as route_of's .first()
     routes = {}
     for row in rows:
@@ -90,3 +94,13 @@ def fleet_routes(session: Session, rows: Sequence[Instance]) -> dict[str, Machin
             continue
         routes[row.id] = _fleet_route(f, hosts.get((f.id, row.ssh_host)))
     return routes
+
+
+# fleet_routes' two reads, built once and run on the session's connection (the instances list asks
+# at every console refresh): what _fleet_route reads of the fleets and of their hosts named.
+_FLEETS = sa.select(col(Fleet.id), col(Fleet.user), col(Fleet.bastion_host), col(Fleet.bastion_port),
+                    col(Fleet.bastion_user), col(Fleet.bastion_host_key)).where(
+    col(Fleet.id).in_(sa.bindparam("ids", expanding=True)))
+_HOSTS = sa.select(col(FleetHost.fleet_id), col(FleetHost.host), col(FleetHost.host_key)).where(
+    col(FleetHost.fleet_id).in_(sa.bindparam("fleet_ids", expanding=True)),
+    col(FleetHost.host).in_(sa.bindparam("names", expanding=True))).order_by(col(FleetHost.position))

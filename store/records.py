@@ -21,8 +21,8 @@ def _record_type(fields: tuple[str, ...]) -> Any:
     return collections.namedtuple("Record", fields)
 
 
-def records(rows: Sequence[sa.Row[Any]]) -> list[Any]:
-    """`rows` (of one select) as named tuples of their columns' keys."""
+def records(rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> list[Any]:
+    """`rows` (of one select, of any columns) as named tuples of their columns' keys."""
     if not rows:
         return []
     record = _record_type(tuple(rows[0]._fields))

@@ -368,13 +368,26 @@ async def create_instance(body: InstanceCreate, deps: DepsDep, caller: CallerDep
     return InstanceAccepted(id=allocation_id, status=current)
 
 
-def list_query(project: str, status_: str | None) -> sa.Select[Any]:
-    """The list's select of the project's instances (`status_`: one status, `active` or None)."""
-    stmt = sa.select(*INSTANCE_COLUMNS).where(col(Instance.project) == project)
-    if status_ == ACTIVE:
+def list_query(project: str, status_: str | None) -> tuple[sa.Select[Any], dict[str, Any]]:
+    """The list's select of the project's instances (`status_`: one status, `active` or None), built
+    once per filter, and the values it binds."""
+    if status_ is None or status_ == ACTIVE:
+        return _list_statement(status_), {"project": project}
+    return _list_statement(_ONE_STATUS), {"project": project, "status": status_}
+
+
+_ONE_STATUS = "one status"
+
+
+@cache
+def _list_statement(kind: str | None) -> sa.Select[Any]:
+    """The project's instances (`project` bound): all (None), the live (ACTIVE), or those of one
+    status (_ONE_STATUS: `status` bound)."""
+    stmt = sa.select(*INSTANCE_COLUMNS).where(col(Instance.project) == sa.bindparam("project"))
+    if kind == ACTIVE:
         return stmt.where(instances.is_live())  # read in page order from the live rows' index
-    if status_ is not None:
-        return stmt.where(col(Instance.status) == status_)
+    if kind is not None:
+        return stmt.where(col(Instance.status) == sa.bindparam("status"))
     return stmt
 
 
@@ -387,7 +400,7 @@ def list_instances(
 ) -> Response:
     """The project's instances, newest first (without attempts and events: GET one for those).
     `status=active`: every one whose machine may exist and bill (provisioning, ready, terminating)."""
-    found, following = KEYSET.fetch_columns(session, list_query(caller.project, status_), page)
+    found, following = KEYSET.fetch_built(session, *list_query(caller.project, status_), page)
     # Rows of Instance's own columns, each read by attribute as an Instance is: what the helpers
     # below read of one. (A fleet row's route comes from `fleet_routes`, never from its session.)
     rows = cast(list[Instance], found)

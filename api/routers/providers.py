@@ -103,6 +103,9 @@ _CONNECTION_COLUMNS: tuple[Any, ...] = (
     Connection.health_status, Connection.health_reason, Connection.health_checked_at,
     Connection.health_latency_ms, Connection.created_at)
 _FLEET_COLUMNS: tuple[Any, ...] = (Fleet.id, Fleet.name, Fleet.created_at)
+# The project's connections and fleets (`project` bound), each list's page read by its keyset.
+_CONNECTIONS = sa.select(*_CONNECTION_COLUMNS).where(col(Connection.project) == sa.bindparam("project"))
+_FLEETS = sa.select(*_FLEET_COLUMNS).where(col(Fleet.project) == sa.bindparam("project"))
 
 
 def _row(c: Any, totals: dict[str, tuple[int, float]]) -> ProviderOut:
@@ -151,10 +154,8 @@ def list_providers(session: ReadSessionDep, caller: CallerDep, page: PageDep) ->
     with its last health check (a fleet: its hosts' last probe), a cloud's live instances' count and
     $/hr, a fleet's host and GPU counts: a handful of queries per page, no cloud or host called."""
     project = caller.project
-    conns, more_conns = KEYSET.fetch_columns(
-        session, sa.select(*_CONNECTION_COLUMNS).where(col(Connection.project) == project), page)
-    fleet_rows, more_fleets = FLEET_KEYSET.fetch_columns(
-        session, sa.select(*_FLEET_COLUMNS).where(col(Fleet.project) == project), page)
+    conns, more_conns = KEYSET.fetch_built(session, _CONNECTIONS, {"project": project}, page)
+    fleet_rows, more_fleets = FLEET_KEYSET.fetch_built(session, _FLEETS, {"project": project}, page)
     # Each list gave up to `limit` rows after the cursor; the first `limit` of both, merged, are this page.
     # (record, is a cloud connection), oldest first.
     merged: list[tuple[Any, bool]] = sorted(

@@ -1,0 +1,116 @@
+"""The Cloud tab's lists read their pages with statements built once, their values bound
+(api/pagination.py `Keyset.fetch_built`): walked page by page on SQLite and on PostgreSQL, each list
+gives every row once, in its order, as an independent read of the table does — the cursor's time
+bound as the column's type, each filter its own statement, the first page's and the next pages'
+statements not mixed up, one project's rows never another's."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from api.deps import AppDeps
+from bench import api_scale
+from store import migrate
+from store.secrets import SecretBox
+from tests.api.conftest import TOKEN, FakeWorkflows, app_serving
+from tests.store.conftest import engine, postgres_url  # noqa: F401 — fixtures: both databases
+
+LIVE = ("provisioning", "ready", "terminating")
+
+
+@pytest.fixture
+def seeded(engine: sa.Engine) -> api_scale.Seeded:  # noqa: F811
+    migrate.upgrade(engine)
+    return api_scale.seed(engine, 600, random.Random(5), fleet_share=0.3)
+
+
+@asynccontextmanager
+async def _client(engine: sa.Engine, box: SecretBox,  # noqa: F811 — the fixture's engine, passed in
+                  token: str) -> AsyncIterator[httpx.AsyncClient]:
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=FakeWorkflows(engine=engine, box=box))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
+                                 base_url="http://api/api/compute",
+                                 headers={"Authorization": f"Bearer {token}"}) as client:
+        yield client
+
+
+async def _walk(client: httpx.AsyncClient, path: str, limit: int, **query: str) -> list[list[str]]:
+    """Every page's ids of `path` (with `query`), following next_cursor to the end."""
+    pages, cursor = [], None
+    while len(pages) < 500:  # more: a page that does not move on
+        r = await client.get(path, params={**query, "limit": limit, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        pages.append([item["id"] for item in r.json()["items"]])
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return pages
+    raise AssertionError(f"{path} gave 500 pages and a cursor still")
+
+
+def _instance_ids(engine: sa.Engine, project: str,  # noqa: F811
+                  statuses: tuple[str, ...] | None) -> list[str]:
+    """The project's instances newest first (ties by id), read here in plain SQL."""
+    where = "project = :p" + (" AND status IN :s" if statuses else "")
+    stmt = sa.text(f"SELECT id FROM instance WHERE {where} ORDER BY created_at DESC, id DESC")
+    if statuses:
+        stmt = stmt.bindparams(sa.bindparam("s", expanding=True))
+    with engine.connect() as conn:
+        values = {"p": project, **({"s": list(statuses)} if statuses else {})}
+        return list(conn.execute(stmt, values).scalars())
+
+
+def _backend_ids(engine: sa.Engine, project: str) -> list[str]:  # noqa: F811
+    """The project's cloud connections and SSH fleets together, oldest first (ties by id)."""
+    with engine.connect() as conn:
+        rows: list[Any] = [*conn.execute(sa.text("SELECT created_at, id FROM connection WHERE project = :p"),
+                                         {"p": project}),
+                           *conn.execute(sa.text("SELECT created_at, id FROM fleet WHERE project = :p"),
+                                         {"p": project})]
+    return [i for _, i in sorted((str(at)[:26], i) for at, i in rows)]
+
+
+@pytest.mark.parametrize(("status", "statuses", "limit"), [
+    ("active", LIVE, 7),
+    ("ready", ("ready",), 9),
+    ("terminated", ("terminated",), 40),
+    (None, None, 60),
+])
+async def test_the_instances_list_walks_every_row_once_in_order(
+        engine: sa.Engine, seeded: api_scale.Seeded, box: SecretBox,  # noqa: F811
+        status: str | None, statuses: tuple[str, ...] | None, limit: int) -> None:
+    expected = _instance_ids(engine, api_scale.MEASURED, statuses)
+    assert len(expected) > 2 * limit, "the walk must cross several pages"
+    async with _client(engine, box, seeded.token) as client:
+        # Another filter's first page in between: each filter is its own statement.
+        other = (await client.get("/instances", params={"status": "failed", "limit": 3})).json()["items"]
+        assert other and all(i["status"] == "failed" for i in other)
+        pages = await _walk(client, "/instances", limit, **({"status": status} if status else {}))
+    assert [i for page in pages for i in page] == expected
+    assert all(len(page) == limit for page in pages[:-1]) and 0 < len(pages[-1]) <= limit
+
+
+async def test_the_providers_list_walks_connections_and_fleets_once_in_order(
+        engine: sa.Engine, seeded: api_scale.Seeded, box: SecretBox) -> None:  # noqa: F811
+    expected = _backend_ids(engine, api_scale.MEASURED)
+    assert len(expected) == len(api_scale.PROVIDERS) + 1  # each cloud's connection and the fleet
+    async with _client(engine, box, seeded.token) as client:
+        pages = await _walk(client, "/providers", 2)
+        whole = (await client.get("/providers", params={"limit": 200})).json()["items"]
+    assert [i for page in pages for i in page] == expected == [p["id"] for p in whole]
+    fleet = next(p for p in whole if p["kind"] == "ssh_fleet")
+    assert fleet["host_count"] == api_scale.FLEET_HOSTS  # its hosts read by the fleet's id
+    # Each cloud row's live count is this project's alone (bound per request, not kept from another).
+    with engine.connect() as conn:
+        live = dict(conn.execute(sa.text(
+            "SELECT connection_id, count(*) FROM instance WHERE project = :p AND status IN ('provisioning',"
+            " 'ready', 'terminating') GROUP BY connection_id"), {"p": api_scale.MEASURED}).all())
+    assert {p["id"]: p["instance_count"] for p in whole if p["kind"] == "cloud"} == {
+        cid: live.get(cid, 0) for cid in expected if cid.startswith("c-")}
