@@ -83,6 +83,7 @@ def decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
 
 # fetch_built's bound values: the cursor's position and the rows read (a page's and one more).
 _AT, _ID, _LIMIT = "keyset_at", "keyset_id", "keyset_limit"
+_MAX_BUILT = 32  # paged statements a keyset keeps: two per base (a list's filters), far from this
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class Keyset:
         key = (id(base), after is not None)
         stmt = self._built.get(key)
         if stmt is None:  # two threads may both build it: the same statement, either is kept
+            if len(self._built) >= _MAX_BUILT:  # a base built per request would grow this without end
+                raise RuntimeError(f"{self.kind}: fetch_built takes a statement built once, not per request")
             stmt = self._built[key] = self._paged(base, sa.bindparam(_AT), sa.bindparam(_ID),
                                                   sa.bindparam(_LIMIT), after=after is not None)
         values = {**params, _LIMIT: page.limit + 1}

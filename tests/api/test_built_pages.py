@@ -9,16 +9,22 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlmodel import col
 
 from api.deps import AppDeps
+from api.pagination import Keyset, PageQuery
 from bench import api_scale
 from store import migrate
+from store.db import ReadSession
+from store.models import Instance
 from store.secrets import SecretBox
+from tests import migrated
 from tests.api.conftest import TOKEN, FakeWorkflows, app_serving
 from tests.store.conftest import engine, postgres_url  # noqa: F401 — fixtures: both databases
 
@@ -114,3 +120,23 @@ async def test_the_providers_list_walks_connections_and_fleets_once_in_order(
             " 'ready', 'terminating') GROUP BY connection_id"), {"p": api_scale.MEASURED}).all())
     assert {p["id"]: p["instance_count"] for p in whole if p["kind"] == "cloud"} == {
         cid: live.get(cid, 0) for cid in expected if cid.startswith("c-")}
+
+
+def test_a_statement_built_per_request_is_refused_before_it_grows_the_cache(tmp_path: Path) -> None:
+    """fetch_built keeps each base's paged statements: one built anew at every request (a caller's
+    mistake) would keep them all. It is refused once a keyset holds more than a list could need."""
+    keyset = Keyset("scratch", Instance.created_at, Instance.id, descending=True)
+    eng = migrated.sqlite_engine(tmp_path / "built.db")
+    try:
+        with ReadSession(eng) as session:
+            shared = sa.select(col(Instance.id), col(Instance.created_at)).where(
+                col(Instance.project) == sa.bindparam("project"))
+            for _ in range(100):  # one base, asked again and again: built once
+                keyset.fetch_built(session, shared, {"project": "p"}, PageQuery(limit=5))
+            with pytest.raises(RuntimeError, match="built once, not per request"):
+                for _ in range(100):
+                    fresh = sa.select(col(Instance.id), col(Instance.created_at)).where(
+                        col(Instance.project) == sa.bindparam("project"))
+                    keyset.fetch_built(session, fresh, {"project": "p"}, PageQuery(limit=5))
+    finally:
+        eng.dispose()
