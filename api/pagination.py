@@ -24,7 +24,7 @@ from sqlmodel import Session
 from sqlmodel.sql.expression import SelectOfScalar
 
 from api import strict_json
-from store.records import records
+from store.records import bound_records, records
 
 T = TypeVar("T")
 Row = TypeVar("Row")
@@ -140,9 +140,7 @@ class Keyset:
         values = {**params, _LIMIT: page.limit + 1}
         if after is not None:
             values[_AT], values[_ID] = after
-        rows = session.connection().execute(stmt, values).all()
-        found, cursor = self._cut(rows, page)
-        return records(found), cursor
+        return self._cut(bound_records(session, stmt, values), page)
 
     def _paged(self, stmt: Any, at: Any, key: Any, limit: Any, *, after: bool) -> Any:
         """`stmt` in the list's order, `limit` rows, after the position (`at`, `key`) if `after`."""

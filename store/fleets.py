@@ -13,7 +13,7 @@ from sqlmodel import Session, col, delete, select
 
 from messages.fleet import HostProbe
 from store.models import Fleet, FleetHost, utcnow
-from store.records import records
+from store.records import bound_records
 from store.secrets import SecretBox
 
 
@@ -49,7 +49,7 @@ def probe_targets(session: Session, fleet_ids: Sequence[str] | None = None) -> l
 # What a fleet's health shows of each host (api/routers/providers.py).
 HOST_HEALTH_COLUMNS: tuple[Any, ...] = (FleetHost.fleet_id, FleetHost.host, FleetHost.probed_at,
                                         FleetHost.reachable, FleetHost.reason, FleetHost.gpu_count)
-# Built once, run on the session's connection (the providers list asks at every console refresh).
+# Built once (`bound_records`: the providers list asks at every console refresh).
 _HOSTS_OF_FLEETS = sa.select(*HOST_HEALTH_COLUMNS).where(
     col(FleetHost.fleet_id).in_(sa.bindparam("fleet_ids", expanding=True))).order_by(col(FleetHost.position))
 
@@ -58,8 +58,7 @@ def host_health_by_fleet(session: Session, fleet_ids: Sequence[str]) -> dict[str
     """The hosts of each fleet named, in their order, as records of HOST_HEALTH_COLUMNS: one query."""
     found: dict[str, list[Any]] = {f: [] for f in fleet_ids}
     if fleet_ids:
-        rows = session.connection().execute(_HOSTS_OF_FLEETS, {"fleet_ids": list(fleet_ids)}).all()
-        for h in records(rows):
+        for h in bound_records(session, _HOSTS_OF_FLEETS, {"fleet_ids": list(fleet_ids)}):
             found[h.fleet_id].append(h)
     return found
 

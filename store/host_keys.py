@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from store.models import Fleet, FleetHost, Instance
-from store.records import records
+from store.records import bound_records
 
 
 def machine_of(row: Instance) -> str:
@@ -78,13 +78,12 @@ def fleet_routes(session: Session, rows: Sequence[Instance]) -> dict[str, Machin
     whatever the number of rows: a list page asked once per row (an N+1)."""
     if not rows:
         return {}
-    conn = session.connection()
     fleet_ids = sorted({r.connection_id for r in rows})
-    fleets = {f.id: f for f in records(conn.execute(_FLEETS, {"ids": fleet_ids}).all())}
+    fleets = {f.id: f for f in bound_records(session, _FLEETS, {"ids": fleet_ids})}
     hosts: dict[tuple[str, str], Any] = {}
     if fleets:
         names = sorted({r.ssh_host for r in rows if r.ssh_host})
-        for h in records(conn.execute(_HOSTS, {"fleet_ids": sorted(fleets), "names": names}).all()):
+        for h in bound_records(session, _HOSTS, {"fleet_ids": sorted(fleets), "names": names}):
             hosts.setdefault((h.fleet_id, h.host), h)  # the first, as route_of's .first()
     routes = {}
     for row in rows:
@@ -96,8 +95,8 @@ def fleet_routes(session: Session, rows: Sequence[Instance]) -> dict[str, Machin
     return routes
 
 
-# fleet_routes' two reads, built once and run on the session's connection (the instances list asks
-# at every console refresh): what _fleet_route reads of the fleets and of their hosts named.
+# fleet_routes' two reads, built once (`bound_records`: the instances list asks at every console
+# refresh): what _fleet_route reads of the fleets and of their hosts named.
 _FLEETS = sa.select(col(Fleet.id), col(Fleet.user), col(Fleet.bastion_host), col(Fleet.bastion_port),
                     col(Fleet.bastion_user), col(Fleet.bastion_host_key)).where(
     col(Fleet.id).in_(sa.bindparam("ids", expanding=True)))

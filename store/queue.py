@@ -35,6 +35,7 @@ a $/hr limit applies, a job must name one. GPUs: gpu_count when it asks for a GP
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from messages.workloads import Waiting
 from messages.workloads import queue_order as workload_order
 from store import policies
 from store.models import Job, JobLimit, ProjectBudget, QueueLock, QueuePause, utcnow
-from store.records import select_records
+from store.records import bound_records
 
 GLOBAL = "*"  # JobLimit.scope of the installation's limits (project ids are slugs: never "*")
 QUEUEABLE = sorted(t.value for t in JobType if t.queueable)
@@ -110,7 +111,9 @@ def waits(job: Job) -> bool:
     return job.status == JobStatus.QUEUED and job.granted_at is None and job.type in QUEUEABLE
 
 
-def _waiting(stmt: Any, project: str | None) -> Any:
+def _waiting(stmt: Any, project: Any) -> Any:
+    """`stmt` narrowed to the waiting jobs: every project's (`project` None), or one project's (its
+    name, or a bound parameter)."""
     stmt = stmt.where(col(Job.status) == JobStatus.QUEUED, col(Job.granted_at).is_(None),
                       col(Job.type).in_(QUEUEABLE))
     return stmt if project is None else stmt.where(col(Job.project) == project)
@@ -131,7 +134,14 @@ def waiting_records(session: Session, project: str | None = None) -> list[Job]:
     """`waiting_jobs` as records of what the order and the walk read (store/records.py): for the
     reads that grant nothing — an ORM object per waiting job cost the installation's whole queue
     at every job list (5,000 waiting: 160 ms)."""
-    return cast(list[Job], select_records(session, _waiting(sa.select(*_WALKED), project)))
+    stmt = _waiting_records_statement(project is not None)
+    return cast(list[Job], bound_records(session, stmt, {} if project is None else {"project": project}))
+
+
+@functools.cache
+def _waiting_records_statement(of_project: bool) -> Any:
+    """`waiting_records`' select, built once: the installation's queue, or one project's (bound)."""
+    return _waiting(sa.select(*_WALKED), sa.bindparam("project") if of_project else None)
 
 
 def positions(session: Session, project: str | None = None) -> dict[str, int]:

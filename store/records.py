@@ -29,6 +29,9 @@ def records(rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> list[Any]:
     return [record._make(row) for row in rows]
 
 
-def select_records(session: Session, stmt: sa.Executable) -> list[Any]:
-    """`stmt`'s rows as records."""
-    return records(session.execute(stmt).all())
+def bound_records(session: Session, stmt: sa.Executable, params: dict[str, Any]) -> list[Any]:
+    """The rows of `stmt` — a select of columns built once, its values bound by name (`params`) — as
+    records, run on the session's connection. For the lists the console refreshes: building a
+    statement at each request, and the ORM's execute path (which a select of columns does not use),
+    cost them more than the database's read (bench/RESULTS.md, thirty-second round)."""
+    return records(session.connection().execute(stmt, params).all())

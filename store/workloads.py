@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from store.models import Instance, Job, ReportedWorkload, table_of, utcnow
-from store.records import select_records
+from store.records import bound_records
 
 # A managed job's row id in the Workload Queue is this prefix and its id (api/routers/workloads.py).
 JOB_ROW_PREFIX = "job:"
@@ -66,6 +66,16 @@ MACHINE_COLUMNS = tuple(col(c) for c in (Instance.id, Instance.provider, Instanc
 JOB_ROW_COLUMNS = tuple(col(c) for c in (
     Job.id, Job.name, Job.type, Job.status, Job.gpu, Job.gpu_count, Job.allocation_id, Job.requested_by,
     Job.attempts, Job.started_at, Job.ended_at, Job.created_at, Job.updated_at))
+# The Workload Queue's reads of a page's rows, built once (`bound_records`): the machines of its jobs,
+# the project's jobs by id, and its reported workloads by id with every queued one (their PRI).
+_MACHINES = sa.select(*MACHINE_COLUMNS).where(col(Instance.id).in_(sa.bindparam("ids", expanding=True)))
+_JOBS_BY_ID = sa.select(*JOB_ROW_COLUMNS).where(col(Job.project) == sa.bindparam("project"),
+                                                col(Job.id).in_(sa.bindparam("ids", expanding=True)))
+_REPORTED_SHOWN = sa.select(*REPORTED_COLUMNS).where(
+    col(ReportedWorkload.project) == sa.bindparam("project"),
+    sa.or_(col(ReportedWorkload.id).in_(sa.bindparam("ids", expanding=True)),
+           col(ReportedWorkload.status) == sa.bindparam("queued")),
+).order_by(col(ReportedWorkload.created_at), col(ReportedWorkload.id))
 
 
 def machines_of(session: Session, jobs: Sequence[Job]) -> dict[str, Instance]:
@@ -74,8 +84,7 @@ def machines_of(session: Session, jobs: Sequence[Job]) -> dict[str, Instance]:
     ids = [j.allocation_id for j in jobs if j.allocation_id]
     if not ids:
         return {}
-    stmt = sa.select(*MACHINE_COLUMNS).where(col(Instance.id).in_(ids))
-    return {i.id: i for i in select_records(session, stmt)}
+    return {i.id: i for i in bound_records(session, _MACHINES, {"ids": ids})}
 
 
 def job_keys(session: Session, project: str) -> list[Key]:
@@ -149,16 +158,12 @@ def jobs_by_id(session: Session, project: str, ids: Collection[str]) -> Sequence
     """The project's jobs of `ids` as queue rows show them: records of JOB_ROW_COLUMNS."""
     if not ids:
         return []
-    stmt = sa.select(*JOB_ROW_COLUMNS).where(col(Job.project) == project, col(Job.id).in_(list(ids)))
-    return cast(list[Job], select_records(session, stmt))
+    return cast(list[Job], bound_records(session, _JOBS_BY_ID, {"project": project, "ids": list(ids)}))
 
 
 def reported_shown(session: Session, project: str, ids: Collection[str],
                    queued: str) -> Sequence[ReportedWorkload]:
     """The project's reported workloads of `ids`, and every one with status `queued` (a queued one's
     PRI is its place among them all), oldest first as `reported_of`; records (store/records.py)."""
-    stmt = sa.select(*REPORTED_COLUMNS).where(col(ReportedWorkload.project) == project,
-                                              sa.or_(col(ReportedWorkload.id).in_(list(ids)),
-                                                     col(ReportedWorkload.status) == queued))
-    stmt = stmt.order_by(col(ReportedWorkload.created_at), col(ReportedWorkload.id))
-    return cast(list[ReportedWorkload], select_records(session, stmt))
+    values = {"project": project, "ids": list(ids), "queued": queued}
+    return cast(list[ReportedWorkload], bound_records(session, _REPORTED_SHOWN, values))

@@ -1,8 +1,8 @@
-"""The Cloud tab's lists read their pages with statements built once, their values bound
-(api/pagination.py `Keyset.fetch_built`): walked page by page on SQLite and on PostgreSQL, each list
-gives every row once, in its order, as an independent read of the table does — the cursor's time
-bound as the column's type, each filter its own statement, the first page's and the next pages'
-statements not mixed up, one project's rows never another's."""
+"""The console's lists read their pages with statements built once, their values bound
+(api/pagination.py `Keyset.fetch_built`, store/records.py `bound_records`): walked page by page on
+SQLite and on PostgreSQL, each list gives every row once, in its order, as an independent read of
+the table does — the cursor's time bound as the column's type, each filter its own statement, the
+first page's and the next pages' statements not mixed up, one project's rows never another's."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlmodel import col
+from sqlmodel import Session, col
 
 from api.deps import AppDeps
 from api.pagination import Keyset, PageQuery
 from bench import api_scale
-from store import migrate
+from providers import registry
+from store import migrate, queue
 from store.db import ReadSession
 from store.models import Instance
 from store.secrets import SecretBox
@@ -140,3 +141,41 @@ def test_a_statement_built_per_request_is_refused_before_it_grows_the_cache(tmp_
                     keyset.fetch_built(session, fresh, {"project": "p"}, PageQuery(limit=5))
     finally:
         eng.dispose()
+
+
+async def test_the_workload_queue_walks_every_row_once_with_its_pri_and_machine(
+        engine: sa.Engine, seeded: api_scale.Seeded, box: SecretBox) -> None:  # noqa: F811
+    """The Workload Queue's rows (its jobs, their machines, its reported workloads, the waiting
+    ones' PRI) read by statements built once: every job and reported workload of the project once,
+    a waiting job's PRI its place in the project's queue, a placed job's location its machine's."""
+    with engine.connect() as conn:
+        jobs = {f"job:{i}": allocation for i, allocation in conn.execute(
+            sa.text("SELECT id, allocation_id FROM job WHERE project = :p"), {"p": api_scale.MEASURED})}
+        reported = set(conn.execute(sa.text("SELECT id FROM reported_workload WHERE project = :p"),
+                                    {"p": api_scale.MEASURED}).scalars())
+        machines = {i: (cloud, region) for i, cloud, region in conn.execute(
+            sa.text("SELECT id, provider, COALESCE(offer_region, region) FROM instance"))}
+        queued = set(conn.execute(sa.text("SELECT id FROM job WHERE status = 'queued'")).scalars())
+    with Session(engine) as session:
+        pri = {f"job:{i}": n for i, n in queue.positions(session, api_scale.MEASURED).items()}
+    assert jobs and reported and pri, "the seed must hold jobs, reported workloads and waiting jobs"
+    rows: list[dict[str, Any]] = []
+    async with _client(engine, box, seeded.token) as client:
+        cursor = None
+        while True:
+            r = await client.get("/workloads", params={"limit": 37, **({"cursor": cursor} if cursor else {})})
+            assert r.status_code == 200, r.text
+            rows += r.json()["items"]
+            cursor = r.json()["next_cursor"]
+            if cursor is None:
+                break
+    assert sorted(w["id"] for w in rows) == sorted([*jobs, *reported])
+    shown = {w["id"]: w for w in rows}
+    assert {i: w["pri"] for i, w in shown.items() if i in jobs and w["pri"] is not None} == pri
+    placed = [i for i, allocation in jobs.items() if allocation in machines and i[4:] not in queued]
+    assert {machines[jobs[i]][0] for i in placed} > {"ssh"}, "placed jobs on fleets and on clouds"
+    for i in placed:  # the machine read for the row is the job's own
+        cloud, region = machines[jobs[i]]
+        name = registry.capabilities(cloud).display_name
+        expected = "local cluster" if cloud == "ssh" else f"{name} · {region}"
+        assert shown[i]["location"] == expected, i

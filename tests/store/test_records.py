@@ -14,7 +14,7 @@ from api.fields import aware
 from store import jobs as job_store
 from store import workloads
 from store.models import Instance, Job, ReportedWorkload
-from store.records import records, select_records
+from store.records import bound_records, records
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -80,8 +80,14 @@ def test_a_jobs_gpu_readings_as_records(migrated: sa.Engine) -> None:
 def test_each_shape_of_select_gets_its_own_record(migrated: sa.Engine) -> None:
     with Session(migrated) as session:
         _seed(session)
-        ids = select_records(session, sa.select(col(Job.id)).order_by(col(Job.id)))
-        pairs = select_records(session, select(col(Job.id), col(Job.status)).order_by(col(Job.id)))
+        ids = records(session.execute(sa.select(col(Job.id)).order_by(col(Job.id))).all())
+        pairs = records(session.execute(select(col(Job.id), col(Job.status)).order_by(col(Job.id))).all())
         assert [r.id for r in ids] == ["j0", "j1", "j2"] and type(ids[0])._fields == ("id",)
         assert [(r.id, r.status) for r in pairs] == [("j0", "running"), ("j1", "running"), ("j2", "running")]
+        # A statement built once, its values bound: the same records, each call its own values.
+        built = sa.select(col(Job.id), col(Job.status)).where(
+            col(Job.id).in_(sa.bindparam("ids", expanding=True))).order_by(col(Job.id))
+        assert [r.id for r in bound_records(session, built, {"ids": ["j2", "j0"]})] == ["j0", "j2"]
+        assert [r.id for r in bound_records(session, built, {"ids": ["j1"]})] == ["j1"]
+        assert bound_records(session, built, {"ids": []}) == []
         assert records([]) == []
