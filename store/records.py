@@ -33,5 +33,6 @@ def bound_records(session: Session, stmt: sa.Executable, params: dict[str, Any])
     """The rows of `stmt` — a select of columns built once, its values bound by name (`params`) — as
     records, run on the session's connection. For the lists the console refreshes: building a
     statement at each request, and the ORM's execute path (which a select of columns does not use),
-    cost them more than the database's read (bench/RESULTS.md, thirty-second round)."""
+    cost them more than the database's read (bench/RESULTS.md, thirty-second round). Past the ORM it
+    does not flush first: for a session with nothing pending (a read session, where a flush raises)."""
     return records(session.connection().execute(stmt, params).all())
