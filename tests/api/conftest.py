@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -264,6 +264,17 @@ def app_serving(deps: AppDeps) -> FastAPI:
     _app.state.deps = deps
     _app.openapi_schema = None
     return _app
+
+
+@asynccontextmanager
+async def compute_client(engine: sa.Engine, box: SecretBox, token: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The API on `engine` (no Temporal), its /api/compute routes asked with `token`."""
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
+                   workflows=FakeWorkflows(engine=engine, box=box))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
+                                 base_url="http://api/api/compute",
+                                 headers={"Authorization": f"Bearer {token}"}) as c:
+        yield c
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ first page's and the next pages' statements not mixed up, one project's rows nev
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,6 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
-from api.deps import AppDeps
 from api.pagination import Keyset, PageQuery
 from bench import api_scale
 from providers import registry
@@ -26,7 +23,7 @@ from store.db import ReadSession
 from store.models import Instance
 from store.secrets import SecretBox
 from tests import migrated
-from tests.api.conftest import TOKEN, FakeWorkflows, app_serving
+from tests.api.conftest import compute_client
 from tests.store.conftest import engine, postgres_url  # noqa: F401 — fixtures: both databases
 
 LIVE = ("provisioning", "ready", "terminating")
@@ -36,17 +33,6 @@ LIVE = ("provisioning", "ready", "terminating")
 def seeded(engine: sa.Engine) -> api_scale.Seeded:  # noqa: F811
     migrate.upgrade(engine)
     return api_scale.seed(engine, 600, random.Random(5), fleet_share=0.3)
-
-
-@asynccontextmanager
-async def _client(engine: sa.Engine, box: SecretBox,  # noqa: F811 — the fixture's engine, passed in
-                  token: str) -> AsyncIterator[httpx.AsyncClient]:
-    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
-                   workflows=FakeWorkflows(engine=engine, box=box))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
-                                 base_url="http://api/api/compute",
-                                 headers={"Authorization": f"Bearer {token}"}) as client:
-        yield client
 
 
 async def _walk(client: httpx.AsyncClient, path: str, limit: int, **query: str) -> list[list[str]]:
@@ -95,7 +81,7 @@ async def test_the_instances_list_walks_every_row_once_in_order(
         status: str | None, statuses: tuple[str, ...] | None, limit: int) -> None:
     expected = _instance_ids(engine, api_scale.MEASURED, statuses)
     assert len(expected) > 2 * limit, "the walk must cross several pages"
-    async with _client(engine, box, seeded.token) as client:
+    async with compute_client(engine, box, seeded.token) as client:
         # Another filter's first page in between: each filter is its own statement.
         other = (await client.get("/instances", params={"status": "failed", "limit": 3})).json()["items"]
         assert other and all(i["status"] == "failed" for i in other)
@@ -108,7 +94,7 @@ async def test_the_providers_list_walks_connections_and_fleets_once_in_order(
         engine: sa.Engine, seeded: api_scale.Seeded, box: SecretBox) -> None:  # noqa: F811
     expected = _backend_ids(engine, api_scale.MEASURED)
     assert len(expected) == len(api_scale.PROVIDERS) + 1  # each cloud's connection and the fleet
-    async with _client(engine, box, seeded.token) as client:
+    async with compute_client(engine, box, seeded.token) as client:
         pages = await _walk(client, "/providers", 2)
         whole = (await client.get("/providers", params={"limit": 200})).json()["items"]
     assert [i for page in pages for i in page] == expected == [p["id"] for p in whole]
@@ -160,7 +146,7 @@ async def test_the_workload_queue_walks_every_row_once_with_its_pri_and_machine(
         pri = {f"job:{i}": n for i, n in queue.positions(session, api_scale.MEASURED).items()}
     assert jobs and reported and pri, "the seed must hold jobs, reported workloads and waiting jobs"
     rows: list[dict[str, Any]] = []
-    async with _client(engine, box, seeded.token) as client:
+    async with compute_client(engine, box, seeded.token) as client:
         cursor = None
         while True:
             r = await client.get("/workloads", params={"limit": 37, **({"cursor": cursor} if cursor else {})})

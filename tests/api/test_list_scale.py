@@ -6,8 +6,8 @@ bench's: `python -m bench.api_scale`."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,23 +15,16 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from api.deps import AppDeps
 from bench import api_scale
 from store.secrets import SecretBox
 from tests import migrated
-from tests.api.conftest import TOKEN, FakeWorkflows, app_serving, statements
+from tests.api.conftest import compute_client, statements
 
 
-@asynccontextmanager
-async def _client(engine: sa.Engine, seeded: api_scale.Seeded,
-                  box: SecretBox) -> AsyncIterator[httpx.AsyncClient]:
+def _client(engine: sa.Engine, seeded: api_scale.Seeded,
+            box: SecretBox) -> AbstractAsyncContextManager[httpx.AsyncClient]:
     """The API on `engine` (no Temporal), asked with the seeded project's token."""
-    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001",
-                   workflows=FakeWorkflows(engine=engine, box=box))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)),
-                                 base_url="http://api/api/compute",
-                                 headers={"Authorization": f"Bearer {seeded.token}"}) as client:
-        yield client
+    return compute_client(engine, box, seeded.token)
 
 
 @pytest.fixture
