@@ -24,7 +24,7 @@ from sqlmodel import Session
 from sqlmodel.sql.expression import SelectOfScalar
 
 from api import strict_json
-from store.records import bound_records, records
+from store.records import bound_records
 
 T = TypeVar("T")
 Row = TypeVar("Row")
@@ -114,20 +114,15 @@ class Keyset:
         """Rows of `stmt` (filtered, not yet ordered) after the cursor, and the next cursor."""
         return self._fetch(session, stmt, page)
 
-    def fetch_columns(self, session: Session, stmt: sa.Select[Any],
-                      page: PageQuery) -> tuple[list[tuple[Any, ...]], str | None]:
-        """`fetch` for a select of columns: records (store/records.py), read by attribute as the
-        model's would be, without the ORM building an object per row (a 200-row page of instances:
-        6.0 -> 3.1 ms) or a Row's slow attribute lookup (its fields: 7.3 -> 2.8 ms)."""
-        rows, cursor = self._fetch(session, stmt, page)
-        return records(rows), cursor
-
     def fetch_built(self, session: Session, base: sa.Select[Any], params: dict[str, Any],
                     page: PageQuery) -> tuple[list[tuple[Any, ...]], str | None]:
-        """`fetch_columns` for a select built once, its values bound by name (`params`). Its paged
-        forms (ordered, limited, after a cursor) are built once too, and run on the session's
-        connection: building a statement, and the ORM's execute path around a select of columns,
-        cost a console list more than the database's read (bench/RESULTS.md, thirty-second round).
+        """`fetch` for a select of columns built once, its values bound by name (`params`): its rows
+        as records (store/records.py), read by attribute as the model's would be, without the ORM
+        building an object per row (a 200-row page of instances: 6.0 -> 3.1 ms) or a Row's slow
+        attribute lookup (its fields: 7.3 -> 2.8 ms). Its paged forms (ordered, limited, after a
+        cursor) are built once too, and run on the session's connection: building a statement, and
+        the ORM's execute path around a select of columns, cost a console list more than the
+        database's read (bench/RESULTS.md, thirty-second round).
         `base` must live as long as the process (a module's constant, or a cached builder's)."""
         after = self.position(page.cursor)
         key = (id(base), after is not None)

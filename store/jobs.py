@@ -16,7 +16,7 @@ from sqlmodel import Session, col, select
 from messages.job import JobStatus, RecordJobInput, RetryCause, attempt_marker
 from store.models import Job, JobGpuSample, JobLogChunk, utcnow
 from store.queue import release
-from store.records import records
+from store.records import bound_records
 
 
 def log_end(session: Session, job_id: str) -> int:
@@ -166,8 +166,7 @@ def gpu_readings(session: Session, job_id: str, n: int = 60) -> list[JobGpuSampl
     """The job's last `n` readings' samples, oldest first: records of GPU_READING_COLUMNS
     (store/records.py), read by attribute as a JobGpuSample is (a job's detail shows 60 readings of
     each GPU: as ORM objects, two thirds of its time)."""
-    rows = session.connection().execute(_readings_statement(), {"job_id": job_id, "n": n})
-    return cast(list[JobGpuSample], records(rows.all()))
+    return cast(list[JobGpuSample], bound_records(session, _readings_statement(), {"job_id": job_id, "n": n}))
 
 
 @functools.cache
