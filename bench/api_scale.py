@@ -276,9 +276,13 @@ def seed(engine: sa.Engine, rows: int, rng: random.Random | None = None,
         spend_store.roll_up_closed(session)
     if engine.dialect.name == "postgresql":
         # Fresh planner statistics, as autovacuum keeps them on a live server. Not on SQLite: nothing
-        # in gpuprov runs ANALYZE there, so its planner works without statistics, as here.
+        # in gpuprov runs ANALYZE there, so its planner works without statistics, as here. The
+        # tables of the engine's own schema only: a bare ANALYZE visits every schema of the
+        # database, and deadlocked with a test's schema being dropped beside it (tests on one server).
         with engine.connect() as conn:
-            conn.execute(sa.text("ANALYZE"))
+            own = conn.execute(sa.text(
+                "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()")).scalars()
+            conn.execute(sa.text(f"ANALYZE {', '.join(own)}"))
             conn.commit()
     live = ("provisioning", "ready", "terminating")
     return Seeded(token=token, job_id=log_job["id"],
