@@ -69,6 +69,14 @@ def test_a_read_session_refuses_every_write(migrated: sa.Engine) -> None:
         with pytest.raises(RuntimeError, match="DELETE statement refused"):
             reads.connection().execute(sa.text("DELETE FROM project"))
         assert reads.execute(sa.text("SELECT count(*) FROM project")).scalar_one() == 1  # reads still do
+        # A statement that begins as a read and writes: refused, on either database.
+        with pytest.raises(RuntimeError, match="WITH with DELETE refused"):
+            reads.execute(sa.text("WITH gone AS (DELETE FROM project RETURNING id) SELECT id FROM gone"))
+        with pytest.raises(RuntimeError, match="EXPLAIN with INSERT refused"):
+            reads.execute(sa.text("EXPLAIN ANALYZE INSERT INTO project (id) VALUES ('speech')"))
+        # A WITH that only reads, with a column whose name holds such a word, still reads.
+        cte = sa.select(Project.id.label("updated_id")).cte("recent")
+        assert reads.execute(sa.select(sa.func.count()).select_from(cte)).scalar_one() == 1
     with Session(migrated) as session:
         assert set(session.exec(select(Project.id)).all()) == {"default"}
 
