@@ -3,14 +3,15 @@ GPUPROV_API_WORKERS processes, each its own app (`api.app:build_app`).
 
 One process serves one request's Python at a time: the console's Cloud tab asks three lists at once,
 and behind one process they queue (bench/RESULTS, the twenty-first round). Several processes on one
-port share the work, and everything the API keeps lives in the database (sessions, idempotency keys,
+port share the work (each on a socket of its own, so that the kernel spreads the connections:
+api/processes.py), and everything the API keeps lives in the database (sessions, idempotency keys,
 the installation's id) or is a per-process cache (the offers page's answers, adapters' HTTP pools).
 
 What is not in the database is `/metrics`' count of this API's own cloud calls (the offers pages):
 each process counts its own, and a scrape reaches whichever process the kernel hands it to. So the
 processes write their counters to files in one directory (prometheus-client's multiprocess mode,
 PROMETHEUS_MULTIPROC_DIR), and a scrape sums them (api/routers/metrics.py). The directory is made
-fresh here, before uvicorn starts a process, and removed when the API stops (or, when it was killed
+fresh here, before a process starts, and removed when the API stops (or, when it was killed
 outright, by the next launcher on the host): a counter from an earlier run would read as this one's."""
 
 from __future__ import annotations
@@ -99,10 +100,19 @@ def main(argv: list[str] | None = None) -> None:
     os.environ[MULTIPROC_ENV] = metrics_dir
     os.environ[LAUNCHER_ENV] = str(os.getpid())
     try:
-        import uvicorn
+        if workers == 1:
+            import uvicorn
 
-        uvicorn.run(APP, factory=True, host=args.host, port=args.port, workers=workers,
-                    log_level=args.log_level)
+            uvicorn.run(APP, factory=True, host=args.host, port=args.port, log_level=args.log_level)
+        else:  # a socket each, not uvicorn's one shared: api/processes.py says why
+            from api import processes
+
+            try:
+                code = processes.run(APP, args.host, args.port, workers, args.log_level)
+            except processes.PortTaken as e:
+                parser.exit(1, f"python -m api.serve: {e}\n")
+            if code:
+                raise SystemExit(code)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 

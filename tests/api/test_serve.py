@@ -4,9 +4,11 @@ one process at random and must read every process's calls, never a counter that 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,45 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(kv.decode().split("=", 1) for kv in raw if b"=" in kv)
 
 
+_LISTEN, _ESTABLISHED = "0A", "01"  # /proc/net/tcp's states
+
+
+def _tcp_inodes(port: int, state: str) -> set[int]:
+    """The inodes of the IPv4 sockets whose local port is `port`, in `state`."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+            found.add(int(fields[9]))
+    return found
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed since listed
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                found.add(int(target[len("socket:["):-1]))
+    return found
+
+
+def _connections_per_process(port: int, pids: list[int], count: int) -> dict[int, int]:
+    """Open `count` connections to `port` at once (as a browser opens its keep-alive connections):
+    how many each of `pids` accepted."""
+    sockets = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
+    try:
+        def accepted() -> dict[int, int] | None:
+            served = _tcp_inodes(port, _ESTABLISHED)  # the server's ends (the clients' have other ports)
+            per = {pid: len(_socket_inodes(pid) & served) for pid in pids}
+            return per if sum(per.values()) == count else None
+
+        return eventually_sync(accepted, within=60, what=f"{count} connections accepted")
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_the_api_serves_from_two_processes_that_share_one_metrics_directory(tmp_path: Path,
                                                                             stop: signal.Signals) -> None:
@@ -111,6 +152,26 @@ def test_the_api_serves_from_two_processes_that_share_one_metrics_directory(tmp_
                       timeout=30)
         assert r.status_code == 200 and "gpuprov_allocations" in r.text
         assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).status_code == 401
+        # Each process listens on a socket of its own (the launcher on none), so a burst of
+        # connections is spread between them by the kernel's hash — on uvicorn's one shared socket the
+        # first process to wake took 7 or 8 of 8. All 32 on one process: a chance of 2 in 2^32.
+        listening = eventually_sync(lambda: _tcp_inodes(port, _LISTEN),
+                                    until=lambda found: found is not None and len(found) == 2,
+                                    within=60, what="both processes to listen")
+        assert [len(_socket_inodes(w) & listening) for w in workers] == [1, 1]
+        assert not _socket_inodes(proc.pid) & listening
+        assert all(_connections_per_process(port, workers, 32).values())
+        if stop == signal.SIGTERM:  # a process that dies is replaced (the launcher stays)
+            os.kill(workers[0], signal.SIGKILL)
+
+            def replaced() -> list[int] | None:
+                found = spawned()
+                return found if found is not None and workers[0] not in found else None
+
+            workers = eventually_sync(replaced, within=60, what="a process in the killed one's place")
+            eventually_sync(up, within=60, what="the API to answer")
+            eventually_sync(lambda: len(_tcp_inodes(port, _LISTEN)) == 2, within=60,
+                            what="the new process to listen")
     finally:
         proc.send_signal(stop)
         code = proc.wait(60)
