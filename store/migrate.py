@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -59,11 +62,12 @@ def current(engine_or_url: sa.Engine | str | None = None) -> str | None:
 
 def upgrade(engine_or_url: sa.Engine | str | None = None, revision: str = "head") -> None:
     """Bring the schema to `revision`. Safe to call from several processes at once: every worker
-    and API replica migrates at start, and on PostgreSQL they take turns (an advisory lock held
-    for the transaction); SQLite serialises writers by itself."""
+    and API process migrates at start, and they take turns — on PostgreSQL by an advisory lock held
+    for the transaction, on SQLite by a lock on a file beside the database (its driver sends no
+    BEGIN before DDL: two processes creating the tables at once failed "table ... already exists")."""
     engine = _engine(engine_or_url)
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with _sqlite_turn(engine), engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
@@ -75,6 +79,20 @@ def upgrade(engine_or_url: sa.Engine | str | None = None, revision: str = "head"
                 "by gpuprov's migrations. Point GPUPROV_DATABASE_URL at an empty database, or stamp "
                 "it with `alembic stamp <revision>` if you know its schema.")
         command.upgrade(cfg, revision)
+
+
+@contextmanager
+def _sqlite_turn(engine: sa.Engine) -> Iterator[None]:
+    """On a SQLite file, this process's turn to migrate it (an flock on `<database>.migrate-lock`,
+    released when the file closes, also by a process that dies holding it); elsewhere nothing."""
+    database = engine.url.database
+    in_memory = not database or database == ":memory:" or "mode=memory" in str(engine.url)
+    if engine.dialect.name != "sqlite" or in_memory:
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _created_without_alembic(conn: sa.Connection) -> bool:

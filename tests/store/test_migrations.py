@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -9,6 +14,8 @@ from sqlmodel import SQLModel
 
 from messages.enums import AllocationStatus
 from store import migrate
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tables(engine: sa.Engine) -> set[str]:
@@ -56,6 +63,19 @@ def _instance(engine: sa.Engine, iid: str, status: str, workflow_id: str) -> Non
         conn.execute(sa.text("INSERT INTO instance (id, project, provider, connection_id, workflow_id, "
                              "status, phase) VALUES (:id, 'p', 'local', 'c', :wid, :st, :st)"),
                      {"id": iid, "wid": workflow_id, "st": status})
+
+
+def test_processes_migrating_one_new_sqlite_file_at_once_take_turns(tmp_path: Path) -> None:
+    # As the API's processes and the worker do at start. Without the lock all but one failed
+    # ("table ... already exists"): SQLite's driver sends no BEGIN before DDL, so nothing serialised them.
+    url = f"sqlite:///{tmp_path / 'gpuprov.db'}"
+    script = "import sys; from store import migrate; migrate.upgrade(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = [subprocess.Popen([sys.executable, "-c", script, url], cwd=ROOT, env=env,
+                                stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    failures = [err for p in started if (err := p.communicate(timeout=240)[1]) and p.returncode != 0]
+    assert failures == []
+    assert migrate.current(url) == migrate.head()
 
 
 def test_upgrade_refuses_while_a_live_instance_runs_under_a_retired_workflow(engine: sa.Engine) -> None:
