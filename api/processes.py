@@ -39,12 +39,13 @@ def listening_address(host: str, port: int) -> tuple[int, tuple[str, int]]:
     """(family, address) to bind for `host`:`port`, its port chosen by the system when `port` is 0.
     Refused when anything holds the port: bound without SO_REUSEPORT, a probe fails on any socket
     already there, even another launcher's whose processes would otherwise share it silently."""
-    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                  flags=socket.AI_PASSIVE)[0]
+    # The family as uvicorn picks it (Config.bind_socket): a name such as "localhost" binds IPv4,
+    # whatever the resolver lists first.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: past TIME_WAIT
         try:
-            probe.bind(address)
+            probe.bind((host, port))
         except OSError as e:
             raise PortTaken(f"cannot listen on {host}:{port}: {e.strerror}") from e
         return family, probe.getsockname()[:2]

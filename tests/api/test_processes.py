@@ -38,6 +38,11 @@ def test_a_port_already_in_a_reuse_port_group_is_refused_too() -> None:
             processes.listening_address(*address)
 
 
+def test_a_host_name_binds_ipv4_as_uvicorn_does() -> None:
+    family, address = processes.listening_address("localhost", 0)
+    assert (family, address[0]) == (socket.AF_INET, "127.0.0.1")
+
+
 def test_sockets_of_one_group_share_a_port_and_port_zero_is_chosen_once() -> None:
     family, address = processes.listening_address("127.0.0.1", 0)
     assert address[1] != 0
