@@ -25,9 +25,10 @@ import threading
 import traceback
 from multiprocessing.process import BaseProcess
 
+from uvicorn.config import STARTUP_FAILURE  # its exit code for a process that failed before serving
+
 log = logging.getLogger("uvicorn.error")
 
-STARTUP_FAILURE = 3  # uvicorn's exit code for a process that failed before serving (config.py)
 STOP_WAIT_S = 30.0  # how long a stopped process may take to finish its requests before it is killed
 
 

@@ -88,9 +88,16 @@ def _sent_since(dbapi_conn: Any) -> bool:
     return bool(poller.poll(0))
 
 
+def in_memory_sqlite(url: str | sa.URL) -> bool:
+    """Whether `url` names an in-memory SQLite database (no file: one connection holds it)."""
+    parsed = sa.make_url(url)
+    return parsed.get_backend_name() == "sqlite" and (
+        parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory")
+
+
 def _pool_of(url: str) -> dict[str, int]:
     # An in-memory SQLite database lives in one connection (SQLAlchemy's SingletonThreadPool): no sizes.
-    if url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url:
+    if in_memory_sqlite(url):
         return {}
     return {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
 

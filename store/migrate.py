@@ -17,7 +17,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from store.db import make_engine
+from store.db import in_memory_sqlite, make_engine
 
 
 class MigrationError(Exception):
@@ -85,12 +85,10 @@ def upgrade(engine_or_url: sa.Engine | str | None = None, revision: str = "head"
 def _sqlite_turn(engine: sa.Engine) -> Iterator[None]:
     """On a SQLite file, this process's turn to migrate it (an flock on `<database>.migrate-lock`,
     released when the file closes, also by a process that dies holding it); elsewhere nothing."""
-    database = engine.url.database
-    in_memory = not database or database == ":memory:" or "mode=memory" in str(engine.url)
-    if engine.dialect.name != "sqlite" or in_memory:
+    if engine.dialect.name != "sqlite" or in_memory_sqlite(engine.url):
         yield
         return
-    with open(f"{database}.migrate-lock", "a") as lock:
+    with open(f"{engine.url.database}.migrate-lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
