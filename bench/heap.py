@@ -21,12 +21,19 @@ def main() -> None:
     parser.add_argument("--per", type=int, default=1, help="divide by this many open allocations")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--by", choices=["filename", "lineno", "traceback"], default="lineno")
+    parser.add_argument("--garbage", action="store_true", help="what a full collection freed instead")
     args = parser.parse_args()
-    before = tracemalloc.Snapshot.load(str(args.directory / "heap-1.snap"))
-    after = tracemalloc.Snapshot.load(str(args.directory / "heap-2.snap"))
+    if args.garbage:
+        before = tracemalloc.Snapshot.load(str(args.directory / "heap-2-collected.snap"))
+        after = tracemalloc.Snapshot.load(str(args.directory / "heap-2.snap"))
+        what = "garbage in cycles at the second snapshot"
+    else:
+        before = tracemalloc.Snapshot.load(str(args.directory / "heap-1.snap"))
+        after = tracemalloc.Snapshot.load(str(args.directory / "heap-2.snap"))
+        what = "python heap growth"
     stats = after.compare_to(before, args.by)
     total = sum(s.size_diff for s in stats)
-    print(f"python heap growth: {total / 1024:.0f} KB, {total / 1024 / args.per:.1f} KB per open allocation")
+    print(f"{what}: {total / 1024:.0f} KB, {total / 1024 / args.per:.1f} KB per open allocation")
     for s in stats[: args.top]:
         lines = s.traceback.format()
         where = "\n    ".join(lines) if args.by == "traceback" else lines[-1].strip()

@@ -98,10 +98,27 @@ async def _leaving(request: httpx.Request) -> None:
     await launch_leaving()  # a launch's send is recorded now, right before it goes (providers/base.py)
 
 
+class AcyclicClient(httpx.AsyncClient):
+    """An AsyncClient whose read responses are freed when their last reference goes.
+
+    httpx binds each response's stream to the response (`BoundAsyncStream`, which sets `elapsed` when
+    it closes), so every response is in a reference cycle and its body waits for the garbage
+    collector's walk of whatever generation it reached. A boot poll's shared listing is the whole
+    account's machines (Lambda's 171 KB at 200 booting): a worker's heap held 16 such bodies at once
+    (bench.heap --garbage). Once the body is read the stream is closed and spent; replacing it with
+    the bytes breaks the cycle."""
+
+    async def send(self, request: httpx.Request, *, stream: bool = False, **kwargs: Any) -> httpx.Response:
+        response = await super().send(request, stream=stream, **kwargs)
+        if not stream:  # read and closed by send; a streamed response still needs its own stream
+            response.stream = httpx.ByteStream(response.content)
+        return response
+
+
 def make_client(base_url: str, *, auth: httpx.Auth | None = None, timeout: float = DEFAULT_TIMEOUT,
                 ca_bundle: str | None = None, headers: Mapping[str, str] | None = None,
                 transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
+    return AcyclicClient(
         base_url=base_url.rstrip("/"),
         auth=auth,
         headers={"Accept": "application/json", **(headers or {})},

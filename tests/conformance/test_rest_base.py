@@ -4,7 +4,9 @@ bodies of every common shape are read (httpx.MockTransport, no server)."""
 from __future__ import annotations
 
 import email.utils
+import gc
 import time
+import weakref
 from collections.abc import Callable
 
 import httpx
@@ -200,3 +202,25 @@ async def test_request_urls_are_logged_without_userinfo_or_query(caplog: pytest.
     [line] = [r.getMessage() for r in caplog.records if r.name == "httpx"]
     assert "http://cloud.test:8443/api/v1/things" in line
     assert "s3cretpass" not in line and "admin" not in line and "abc123" not in line
+
+
+async def test_a_read_response_is_freed_without_the_garbage_collector() -> None:
+    """httpx binds a response's stream back to the response: without AcyclicClient every answer (a
+    boot poll's listing of every machine) waits for a collector walk to be freed."""
+    body = {"data": [{"id": str(i)} for i in range(500)]}
+    gc.disable()
+    try:
+        async with client(lambda request: httpx.Response(200, json=body)) as c:
+            resp = await _http.request(c, "GET", "/instances", provider="demo")
+            assert resp.json() == body and await resp.aread() == resp.content
+            gone = weakref.ref(resp)
+            del resp
+            assert gone() is None
+            async with c.stream("GET", "/instances") as streamed:  # a streamed answer still streams
+                assert [chunk async for chunk in streamed.aiter_bytes()] == [streamed_body(body)]
+    finally:
+        gc.enable()
+
+
+def streamed_body(body: object) -> bytes:
+    return httpx.Response(200, json=body).content
