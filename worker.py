@@ -330,7 +330,7 @@ def freeze_start_up() -> None:
     the garbage collector's full walks. Each full collection walks every tracked object: on this
     heap 100-210 ms, eight of them in one (b) run of 200 allocations, each stalling every workflow
     task and activity in flight. What the work allocates afterwards is still collected. (The API
-    does the same at its start: api/app.py `long_lived_frozen`.)"""
+    does the same at its start: api/frozen_heap.py.)"""
     gc.collect()
     gc.freeze()
 

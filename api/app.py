@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 from collections.abc import AsyncIterator
 
 from fastapi import Depends, FastAPI
@@ -15,6 +14,7 @@ from api.console import pages as console_pages
 from api.console import session as console_session
 from api.deps import AppDeps, deps_from_settings
 from api.errors import install_error_handlers
+from api.frozen_heap import FrozenWhenWarm, long_lived_frozen
 from api.guard import EdgeGuard
 from api.openapi import install_openapi
 from api.query_params import known_query
@@ -47,15 +47,6 @@ from api.routers import (
 )
 
 API_PREFIX = "/api/compute"
-
-
-def long_lived_frozen() -> None:
-    """Move what start-up made (the app, its routes and models, every imported module: ~220,000
-    objects) out of the garbage collector's sight. Python's full collection walks every tracked
-    object: on that heap each took 100-200 ms, 25 of them in one `bench.api_scale` run, and each
-    stalled every request in flight — the console's p99. What requests allocate is still collected."""
-    gc.collect()
-    gc.freeze()
 
 
 def create_app(deps: AppDeps) -> FastAPI:
@@ -101,6 +92,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     # Prometheus /metrics: the admin token only (api/routers/metrics.py), outside the OpenAPI description.
     app.include_router(metrics.router)
     app.add_middleware(codec.CodecCors)
+    app.add_middleware(FrozenWhenWarm)  # counts the requests the guard admits
     # Added last of the middlewares: the outermost, so it decides before any other reads the body.
     app.add_middleware(EdgeGuard)
 

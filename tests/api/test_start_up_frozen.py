@@ -1,7 +1,8 @@
-"""What start-up made leaves the garbage collector's full walks, in the API (api/app.py
-`long_lived_frozen`, run by its lifespan) and the worker (worker.freeze_start_up): each walk of
-that heap stalled every request in flight for 100-200 ms (README, Benchmarks). What comes after is
-still collected. Checked by what the collector tracks, not by timing."""
+"""What start-up made leaves the garbage collector's full walks, in the API (api/frozen_heap.py
+`long_lived_frozen`, run by its lifespan, and again once warm) and the worker
+(worker.freeze_start_up): each walk of that heap stalled every request in flight for 100-200 ms
+(README, Benchmarks). What comes after is still collected. Checked by what the collector tracks,
+not by timing."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from fastapi.testclient import TestClient
 import worker
 from api.app import create_app
 from api.deps import AppDeps
+from api.frozen_heap import WARM_AFTER
 from store.secrets import SecretBox
 
 
@@ -69,3 +71,24 @@ def test_the_apis_start_up_freezes_what_it_made_and_later_garbage_is_collected(
 
 def test_the_workers_freeze_leaves_later_garbage_collected(unfrozen: None) -> None:
     check_freezes_then_collects(worker.freeze_start_up)
+
+
+def test_the_api_freezes_again_once_warm(unfrozen: None, engine: sa.Engine, box: SecretBox) -> None:
+    """What requests leave alive once served (a route's validators, its compiled statements) is
+    frozen after the first WARM_AFTER requests; what later requests leave is still collected."""
+    app = create_app(AppDeps(engine=engine, box=box, api_token="t", installation_id="inst0001",
+                             workflows=None))  # type: ignore[arg-type]
+    with TestClient(app) as c:
+        assert c.get("/healthz").status_code == 200  # served after the lifespan froze start-up
+        built_on_first_use = Cycle()
+        for _ in range(WARM_AFTER[0] - 2):
+            c.get("/healthz")
+        assert tracked(built_on_first_use)  # 99 served: not yet
+        c.get("/healthz")
+        assert not tracked(built_on_first_use)  # the 100th: frozen with what else is alive
+        later = Cycle()
+        gone = weakref.ref(later)
+        del later
+        c.get("/healthz")
+        gc.collect()
+        assert gone() is None
