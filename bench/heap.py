@@ -23,14 +23,10 @@ def main() -> None:
     parser.add_argument("--by", choices=["filename", "lineno", "traceback"], default="lineno")
     parser.add_argument("--garbage", action="store_true", help="what a full collection freed instead")
     args = parser.parse_args()
-    if args.garbage:
-        before = tracemalloc.Snapshot.load(str(args.directory / "heap-2-collected.snap"))
-        after = tracemalloc.Snapshot.load(str(args.directory / "heap-2.snap"))
-        what = "garbage in cycles at the second snapshot"
-    else:
-        before = tracemalloc.Snapshot.load(str(args.directory / "heap-1.snap"))
-        after = tracemalloc.Snapshot.load(str(args.directory / "heap-2.snap"))
-        what = "python heap growth"
+    first, what = (("heap-2-collected", "garbage in cycles at the second snapshot") if args.garbage
+                   else ("heap-1", "python heap growth"))
+    before = tracemalloc.Snapshot.load(str(args.directory / f"{first}.snap"))
+    after = tracemalloc.Snapshot.load(str(args.directory / "heap-2.snap"))
     stats = after.compare_to(before, args.by)
     total = sum(s.size_diff for s in stats)
     print(f"{what}: {total / 1024:.0f} KB, {total / 1024 / args.per:.1f} KB per open allocation")
