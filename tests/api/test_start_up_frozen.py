@@ -50,11 +50,15 @@ def check_freezes_then_collects(start_up: Callable[[], Any]) -> None:
     start_up()
     assert gc.get_freeze_count() > 10_000  # the imported modules, the app: all of it
     assert not tracked(made_before)  # out of every generation the full collection walks
+    assert_later_garbage_collected()  # made after start-up: still collected
+
+
+def assert_later_garbage_collected() -> None:
     later = Cycle()
     gone = weakref.ref(later)
     del later
     gc.collect()
-    assert gone() is None  # made after start-up: still collected
+    assert gone() is None
 
 
 def test_the_apis_start_up_freezes_what_it_made_and_later_garbage_is_collected(
@@ -86,9 +90,4 @@ def test_the_api_freezes_again_once_warm(unfrozen: None, engine: sa.Engine, box:
         assert tracked(built_on_first_use)  # 99 served: not yet
         c.get("/healthz")
         assert not tracked(built_on_first_use)  # the 100th: frozen with what else is alive
-        later = Cycle()
-        gone = weakref.ref(later)
-        del later
-        c.get("/healthz")
-        gc.collect()
-        assert gone() is None
+        assert_later_garbage_collected()
