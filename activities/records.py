@@ -41,10 +41,15 @@ def record_allocation(deps: ActivityDeps, inp: RecordAllocationInput) -> None:
         instances.mark_phases(session, req.allocation_id, marks, commit=False)
         row = session.get(Instance, req.allocation_id)
         if row is None:
-            # The workflow writes its own row when the API did not (or died before it could).
+            # The workflow writes its own row when the API did not (or died before it could) — or
+            # has not yet: the API inserts it right after the start (store/allocations.py), maybe
+            # between this read and this write. Whichever comes first wins; this one then updates.
             workflow_id = activity.info().workflow_id or allocation_workflow_id(req.allocation_id)
-            row = Instance(id=req.allocation_id, provider=req.cloud, connection_id=req.connection_id,
-                           workflow_id=workflow_id)
+            instances.add_instance_if_absent(session, Instance(
+                id=req.allocation_id, provider=req.cloud, connection_id=req.connection_id,
+                workflow_id=workflow_id))
+            row = session.get(Instance, req.allocation_id)
+            assert row is not None  # ours, or the API's
         before = (row.status, row.phase)
         # The request, as asked (the API may have inserted these already).
         row.name, row.project = req.name or row.name, req.project

@@ -5,6 +5,7 @@ the row as the snapshot has it, an event only when (status, phase) moved, `ready
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
@@ -17,6 +18,7 @@ from messages.activities import RecordAllocationInput
 from messages.allocation import AllocateRequest, AllocationState, AttemptRecord, CloudTarget, GpuInfo
 from messages.enums import AllocationStatus, AttemptOutcome, Phase
 from providers.base import InstanceRef, Offer
+from store import allocations
 from store.models import Attempt, Instance, InstanceEvent
 from store.secrets import SecretBox
 
@@ -102,3 +104,33 @@ def test_a_snapshot_of_an_allocation_the_api_never_recorded_writes_its_row(migra
     assert (made.provider, made.connection_id, made.project, made.status) == (
         "lambda", "c2", "vision", "provisioning")
     assert events(migrated) == [("provisioning", "wait_running")]
+
+
+def test_a_snapshot_meeting_the_apis_insert_completes_that_row(migrated: sa.Engine) -> None:
+    """The API inserts the started allocation's row right after the start (store/allocations.py);
+    the workflow's first record may have read no row just before. Its write then finds the row
+    there and completes it: the activity does not fail (it did, on the duplicate key, before)."""
+    first = snapshot(AllocationStatus.PROVISIONING, Phase.WAIT_RUNNING)
+    request = first.request
+    api_first: list[str] = []
+    inserts = 0
+
+    def api_inserts_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        nonlocal inserts
+        if statement.lstrip().upper().startswith("INSERT INTO INSTANCE "):
+            inserts += 1
+            if inserts == 1:  # the workflow's: the API's own insert (on another connection) lands first
+                api_first.append(allocations.record_started(migrated, request, "allocation-a1"))
+
+    sa.event.listen(migrated, "before_cursor_execute", api_inserts_first)
+    try:
+        env = ActivityEnvironment()
+        env.run(record_allocation, deps(migrated), first)
+    finally:
+        sa.event.remove(migrated, "before_cursor_execute", api_inserts_first)
+    assert api_first == ["provisioning"]  # the API's row was there before the workflow's insert
+    made = row(migrated)
+    assert env.info.workflow_id != "allocation-a1"  # so the row below is the API's, completed
+    assert (made.workflow_id, made.provider, made.connection_id, made.status, made.phase) == (
+        "allocation-a1", "lambda", "c2", "provisioning", "wait_running")
+    assert made.instance_type == "gpu_1x_a10" and made.name == "trainer"
