@@ -48,6 +48,7 @@ from messages.policy import (
 from messages.pool import slot_of_allocation
 from messages.queue_groups import QUEUE_GROUPS
 from providers.endpoints import EndpointError, check_webhook, webhook_shown
+from providers.rest import AcyclicClient
 from store import idle, policies, pool_claims, pools, queue, spend
 from store.db import session_scope
 from store.models import Instance, Job, Pool, utcnow
@@ -148,7 +149,8 @@ async def webhook_action(deps: ActivityDeps, inp: ActInput, then: WebhookThen) -
             "facts": {**facts.facts.model_dump(mode="json", exclude_none=True),
                       "spend_rate_per_hour": facts.spend_rate_per_hour, "measured_at": facts.measured_at}}
     try:
-        async with httpx.AsyncClient(timeout=deps.webhook_timeout_s, follow_redirects=False) as client:
+        # Acyclic: httpx's own client keeps each answer in a reference cycle (providers/rest.py)
+        async with AcyclicClient(timeout=deps.webhook_timeout_s, follow_redirects=False) as client:
             r = await client.post(then.url, json=body)
     except httpx.TimeoutException:
         log.info("policy %s: webhook %s timed out", inp.policy_id, shown)

@@ -1,8 +1,13 @@
 """L5: a webhook whose query httpx cannot send (CR/LF, NUL: a card saved before the API refused
-them) is a recorded failure of the action, not an exception escaping it."""
+them) is a recorded failure of the action, not an exception escaping it; an answered one leaves
+no response behind for the garbage collector."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+
+import httpx
 import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
@@ -27,3 +32,32 @@ async def test_an_unsendable_query_is_a_recorded_failure(query: str) -> None:
                                   WebhookThen(url=f"{HOOK}?{query}"))
     assert not result.ok and result.result == "webhook failed (InvalidURL)"
     assert "token" not in result.result
+
+
+async def test_a_webhook_answer_is_freed_when_dropped() -> None:
+    """The answer is not left in a reference cycle for the collector (providers/rest.py
+    AcyclicClient): with the collector off, no httpx response outlives the action."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the body is small: it came with the headers or is ignored
+        writer.write(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    hook = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    deps = ActivityDeps(engine=sa.create_engine("sqlite://"), box=SecretBox(Fernet.generate_key()),
+                        installation_id="inst0001", webhook_allowlist=[hook])
+    spec = PolicySpec.model_validate({"when": {"kind": "cron", "expression": "@hourly"},
+                                      "then": {"kind": "webhook", "url": hook}})
+    facts = PolicyFacts(policy_id="p", project="default", spec=spec, spend_rate_per_hour=0.0, facts=Facts())
+    gc.collect()
+    gc.disable()
+    try:
+        async with server:
+            result = await webhook_action(deps, ActInput(policy_id="p", project="default", facts=facts,
+                                                         reason="r"), WebhookThen(url=hook))
+        assert result.ok and result.result == "webhook answered HTTP 204"
+        left = [o for o in gc.get_objects() if isinstance(o, httpx.Response)]
+        assert left == []
+    finally:
+        gc.enable()
