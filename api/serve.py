@@ -60,20 +60,26 @@ def fresh_metrics_dir() -> str:
     for old in Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}*"):
         pid = old.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
         with contextlib.suppress(OSError):
-            if (pid.isdigit() and not _running(int(pid)) and not old.is_symlink()
+            if (pid.isdigit() and not process_alive(int(pid)) and not old.is_symlink()
                     and old.stat().st_uid == os.getuid()):
                 shutil.rmtree(old)
     return tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
 
 
-def _running(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Is process `pid` still running? A zombie is not: it has exited, and only waits for its parent
+    to collect its status. Another user's process is (signalling it is refused, not unknown)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's
+    except PermissionError:
         pass
-    return True
+    try:
+        # /proc/<pid>/stat: "pid (comm) state ...", comm may hold spaces and parentheses
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return not Path("/proc/self").exists()  # no procfs here: kill's answer stands; else it just went
 
 
 def _stop(signum: int, frame: object) -> None:

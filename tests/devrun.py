@@ -17,18 +17,6 @@ from tests.eventually import eventually_sync
 from tests.processes import free_port
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is gone for our purposes (its parent just has not reaped it yet)
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 class DevRun:
     def __init__(self, home: Path, ports: dict[str, int], extra_env: dict[str, str] | None = None) -> None:
         processes.require("gpuprov dev")

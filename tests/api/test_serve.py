@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from activities.metrics import CloudCallsCollector
 from api import serve
 from tests.api.test_metrics import at, samples
-from tests.devrun import alive
 from tests.eventually import eventually_sync
 from tests.processes import free_port
 
@@ -176,7 +176,8 @@ def test_the_api_serves_from_two_processes_that_share_one_metrics_directory(tmp_
         proc.send_signal(stop)
         code = proc.wait(60)
         log.close()
-    eventually_sync(lambda: not any(alive(w) for w in workers), within=60, what="the API's processes to end")
+    eventually_sync(lambda: not any(serve.process_alive(w) for w in workers), within=60,
+                    what="the API's processes to end")
     if stop == signal.SIGTERM:
         assert code == 0, (tmp_path / "api.log").read_text()
         assert not Path(shared).exists()  # a next run starts from no counts
@@ -191,13 +192,36 @@ def test_a_killed_launchers_directory_goes_at_the_next_start_and_nothing_else(
                           text=True, check=True).stdout.strip()  # a pid that has exited
     left = tmp_path / f"{serve.METRICS_PREFIX}{dead}-abc"
     running = tmp_path / f"{serve.METRICS_PREFIX}{os.getpid()}-def"  # a launcher still running
-    elsewhere = tmp_path / "elsewhere"
-    for d in (left, running, elsewhere):
-        d.mkdir()
-        (d / "counter_1.db").write_bytes(b"x")
-    link = tmp_path / f"{serve.METRICS_PREFIX}{dead}-link"
-    link.symlink_to(elsewhere)
-    made = Path(serve.fresh_metrics_dir())
+    with exited_unreaped() as zombie:  # a launcher that exited, its status not yet collected
+        unreaped = tmp_path / f"{serve.METRICS_PREFIX}{zombie}-ghi"
+        elsewhere = tmp_path / "elsewhere"
+        for d in (left, running, unreaped, elsewhere):
+            d.mkdir()
+            (d / "counter_1.db").write_bytes(b"x")
+        link = tmp_path / f"{serve.METRICS_PREFIX}{dead}-link"
+        link.symlink_to(elsewhere)
+        made = Path(serve.fresh_metrics_dir())
     assert made.parent == tmp_path and made.name.startswith(f"{serve.METRICS_PREFIX}{os.getpid()}-")
-    assert not left.exists() and (running / "counter_1.db").exists()
+    assert not left.exists() and not unreaped.exists() and (running / "counter_1.db").exists()
     assert link.is_symlink() and (elsewhere / "counter_1.db").exists()  # never through a link
+
+
+@contextlib.contextmanager
+def exited_unreaped() -> Iterator[int]:
+    """The pid of a child that has exited and is not yet reaped (a zombie) while inside."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        stat = Path(f"/proc/{child.pid}/stat")
+        eventually_sync(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", within=60,
+                        what="the child to exit")
+        yield child.pid
+    finally:
+        child.wait()
+
+
+def test_a_process_is_alive_until_it_exits_reaped_or_not() -> None:
+    assert serve.process_alive(os.getpid())
+    with exited_unreaped() as zombie:
+        os.kill(zombie, 0)  # the kernel still knows it ...
+        assert not serve.process_alive(zombie)  # ... but it runs nothing
+    assert not serve.process_alive(zombie)

@@ -23,6 +23,7 @@ from temporalio.testing import ActivityEnvironment
 from activities import lease
 from activities.cloud import CloudActivities
 from activities.deps import ActivityDeps
+from api.serve import process_alive
 from fakeclouds import cloudinit as sim_cloudinit
 from fakeclouds import guest_power
 from fakeclouds.engine import Engine, Machine
@@ -38,7 +39,6 @@ from store.models import Instance
 from store.secrets import SecretBox
 from tests import migrated, simclouds
 from tests.aws.conftest import USER_KEY, aws, aws_sim, ec2, offer, sim, spec  # noqa: F401 (fixtures)
-from tests.devrun import alive
 from tests.eventually import eventually
 
 LEASE_H = 3.0  # 3 s with GPUPROV_LEASE_HOUR_S=1
@@ -181,7 +181,7 @@ async def test_after_a_reboot_systemd_starts_the_timer_again(aws: AwsProvider, s
         assert renewed.exit_status == 0 and lease.NOT_RENEWED not in str(renewed.stderr)
         assert _timer_pid(sim.engine, m) == first and _timers(sim.engine, m) == [first]
         await conn.run("sudo reboot")
-    await eventually(lambda: not alive(first), within=30, what="the reboot to end the first timer")
+    await eventually(lambda: not process_alive(first), within=30, what="the reboot to end the first timer")
     again = await eventually(lambda: _timer_pid(sim.engine, m), within=30, what="systemd's timer again")
     assert again != first and _timers(sim.engine, m) == [again]
     async with asyncssh.connect(m.address, m.ssh_port, username="ubuntu", client_keys=[USER_KEY],
@@ -190,4 +190,4 @@ async def test_after_a_reboot_systemd_starts_the_timer_again(aws: AwsProvider, s
     assert _timers(sim.engine, m) == [again]  # still the service's timer, no detached one
     await eventually(lambda: _state(ec2, ref), until=lambda s: s == "terminated", within=30,
                      what="the machine ending itself, by the timer systemd started after the reboot")
-    assert not alive(again)
+    assert not process_alive(again)

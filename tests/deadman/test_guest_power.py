@@ -13,9 +13,9 @@ from typing import Any
 import asyncssh
 import pytest
 
+from api.serve import process_alive
 from fakeclouds import guest_power
 from fakeclouds.engine import ERROR, RUNNING, TERMINATED, Engine, Machine
-from tests.devrun import alive
 from tests.fakeclouds.helpers import eventually, wait_engine
 
 # cloud -> (instance type, region) of a cheap offer in its simulation
@@ -63,7 +63,7 @@ async def test_the_shims_come_first_and_the_host_is_untouched(engine: Engine, pu
     pid = os.getpid()
     await _run(m, ssh_key, "sudo shutdown -h now")
     await eventually(lambda: m.status == ERROR, "the Azure VM to stop")
-    assert os.getpid() == pid and alive(pid)  # this host did not go down: the test is still here
+    assert os.getpid() == pid and process_alive(pid)  # this host did not go down: the test is still here
     assert any("shutdown -h now -> poweroff" in line for line in guest_power.record(engine, m))
 
 
@@ -91,13 +91,13 @@ async def test_a_guest_shutdown_does_what_the_cloud_does(engine: Engine, pubkey:
     await _run(m, ssh_key, command)
     await eventually(lambda: len(guest_power.record(engine, m)) == 1, "the shim's record")
     if status == RUNNING:  # restarted in place: what it ran is gone, it answers again
-        await eventually(lambda: not alive(job), "the restart to end its processes")
+        await eventually(lambda: not process_alive(job), "the restart to end its processes")
         assert m.status == RUNNING
     else:
         await eventually(lambda: m.status == status, f"{facade} machine to be {status}")
         # Powered off: nothing of it runs on. The power-off's SIGKILL is sent before the status is set,
         # but a busy box may run the killed process's exit a moment after kill() returned.
-        await eventually(lambda: not alive(job), "the job to die with its machine")
+        await eventually(lambda: not process_alive(job), "the job to die with its machine")
     first = m.billing_seconds()
     await eventually(lambda: m.billing_seconds() > first + 0.2 if bills else True, "time to pass")
     assert (m.billing_seconds() > first) == bills

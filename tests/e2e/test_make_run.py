@@ -36,13 +36,14 @@ import httpx
 import pytest
 import yaml
 
+from api.serve import process_alive
 from cli import dev_docker
 from cli.dev import TOKENS_FILE, connection_bodies
 from fakeclouds import clouds
 from providers import docker_engine
 from providers.docker_ import LABEL_ALLOCATION, DockerProvider
 from tests import audit, kube
-from tests.devrun import DevRun, alive, assert_private, process_tree
+from tests.devrun import DevRun, assert_private, process_tree
 from tests.devstack import SharedDev
 from tests.eventually import eventually_sync
 from tests.test_new_cloud import plugin_env
@@ -383,7 +384,7 @@ def test_up_ssh_ls_offers_then_stop_restart_down(dev: Running) -> None:
     code = dev.run.interrupt()
     assert code == 0, "\n".join(dev.run.lines)
     assert "stopped" in dev.run.lines
-    assert [p for p in pids if alive(p)] == []
+    assert [p for p in pids if process_alive(p)] == []
 
     # A home an older gpuprov left readable by others is made private on the next start.
     dev.home.chmod(0o755)

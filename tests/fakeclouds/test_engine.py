@@ -7,10 +7,10 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from api.serve import process_alive
 from fakeclouds import clouds, vastai_api
 from fakeclouds.engine import Engine
 from fakeclouds.errors import Invalid, NameConflict, NoCapacity, NotFound, QuotaExceeded
-from tests.devrun import alive
 from tests.fakeclouds.helpers import wait_engine
 
 FACADES = clouds.all_facades()  # every simulated cloud
@@ -136,11 +136,11 @@ async def test_terminating_a_machine_stops_what_it_ran_even_detached(engine: Eng
                                 known_hosts=None) as conn:
         await conn.run("setsid nohup sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > pid", check=True)
         pid = int((await conn.run("cat pid", check=True)).stdout or "0")
-    assert alive(pid)  # still running with the session closed
+    assert process_alive(pid)  # still running with the session closed
     engine.terminate("local", m.id)
     await wait_engine(engine, m.id, "terminated")
     deadline = time.monotonic() + 30
-    while alive(pid):
+    while process_alive(pid):
         assert time.monotonic() < deadline, "the machine's detached process survived its termination"
         await asyncio.sleep(0.05)
 

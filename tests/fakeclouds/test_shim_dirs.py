@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from api.serve import process_alive
 from fakeclouds.machine_processes import kill_users_of, remove_once_unused
-from tests.devrun import alive
 from tests.eventually import eventually_sync
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +41,8 @@ def test_a_directory_goes_only_after_what_runs_from_it_is_killed(tmp_path: Path)
         assert not root.exists()
         assert on_path.wait(10) == -9 and at_home.wait(10) == -9
         # Their children too: they inherit the environment.
-        eventually_sync(lambda: not any(alive(pid) for pid in grandchildren), within=10, what="sleeps killed")
+        eventually_sync(lambda: not any(process_alive(pid) for pid in grandchildren), within=10,
+                        what="sleeps killed")
         assert bystander.poll() is None and sibling.exists()  # /tmp/x2 is not under /tmp/x
         assert kill_users_of(root) == 0
     finally:
@@ -70,11 +71,11 @@ def test_a_process_removes_its_shim_directories_at_exit_and_ends_what_ran_on_the
     made = json.loads(out.stdout)
     assert all(d.startswith(str(tmp_path)) for d in made["dirs"])
     try:
-        eventually_sync(lambda: not alive(made["job"]), within=10, what="the detached process killed")
+        eventually_sync(lambda: not process_alive(made["job"]), within=10, what="the detached process killed")
         assert [d for d in made["dirs"] if Path(d).exists()] == []
         assert list(tmp_path.iterdir()) == []
     finally:
-        if alive(made["job"]):
+        if process_alive(made["job"]):
             os.kill(made["job"], 9)
 
 
@@ -90,10 +91,11 @@ def test_a_killed_process_directories_go_when_the_next_one_makes_its_own(tmp_pat
     assert dead.returncode == -9
     made = json.loads(dead.stdout)
     try:
-        assert all(Path(d).is_dir() for d in made["dirs"]) and alive(made["job"])
+        assert all(Path(d).is_dir() for d in made["dirs"]) and process_alive(made["job"])
         subprocess.run([sys.executable, "-c", "from fakeclouds import guest_power; guest_power.shim_dir()"],
                        env=env, cwd=REPO, timeout=60, check=True)
-        eventually_sync(lambda: not alive(made["job"]), within=10, what="the left-behind process killed")
+        eventually_sync(lambda: not process_alive(made["job"]), within=10,
+                        what="the left-behind process killed")
         assert list(tmp_path.iterdir()) == []  # the next process's own went at its exit
     finally:
         for d in made["dirs"]:  # the job and its children, whatever failed above

@@ -9,6 +9,7 @@ import asyncssh
 import httpx
 import pytest
 
+from api.serve import process_alive
 from fakeclouds.admin import FakeCloudAdmin
 from fakeclouds.machine_processes import tmp_of
 from tests.eventually import eventually
@@ -175,13 +176,8 @@ async def test_pty_shell_hangs_up_when_client_leaves(local: httpx.AsyncClient, s
         while "pid=" not in out.replace("pid=$$", ""):
             out += await asyncio.wait_for(proc.stdout.read(4096), 5)
         pid = int(out.replace("pid=$$", "").split("pid=")[1].split()[0])
-    def gone() -> bool:  # connection closed: the shell must get SIGHUP and go
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-    await eventually(gone, within=WITHIN, what="the shell to go with its client")
+    # connection closed: the shell must get SIGHUP and go
+    await eventually(lambda: not process_alive(pid), within=WITHIN, what="the shell to go with its client")
 
 
 async def test_cloud_init_keys_in_lambda_user_data_can_log_in(lam: httpx.AsyncClient,
