@@ -252,13 +252,18 @@ class DockerProvider(CloudProvider):
         return rank_offers([offer], query)
 
     async def list_owned(self) -> list[InstanceRef]:
-        flt = {"label": f"{LABEL_INSTALLATION}={self.installation_id}"}
-        found = await self._run(lambda: self._docker().containers.list(all=True, filters=flt))
-        return [self._ref(c) for c in found]
+        return await self._ours_where({"label": f"{LABEL_INSTALLATION}={self.installation_id}"})
 
     async def find_all(self, key: str) -> list[InstanceRef]:
-        flt = {"label": [f"{LABEL_INSTALLATION}={self.installation_id}", f"{LABEL_KEY}={key}"]}
-        found = await self._run(lambda: self._docker().containers.list(all=True, filters=flt))
+        return await self._ours_where({"label": [f"{LABEL_INSTALLATION}={self.installation_id}",
+                                                 f"{LABEL_KEY}={key}"]})
+
+    async def _ours_where(self, filters: dict[str, Any]) -> list[InstanceRef]:
+        """Our containers the filters select. The SDK lists ids, then inspects each: one removed in
+        between (a teardown finishing meanwhile) is gone, not a failed listing — it failed the
+        sweep's and an acceptance run's listings under `make fuzz`'s concurrent runs."""
+        found = await self._run(lambda: self._docker().containers.list(all=True, filters=filters,
+                                                                        ignore_removed=True))
         return [self._ref(c) for c in found]
 
     async def _ours(self, key: str) -> Any:

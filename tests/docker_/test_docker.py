@@ -9,6 +9,7 @@ adapter change that calls the engine differently fails here."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import uuid
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from providers.base import (
 from providers.docker_ import (
     HOST,
     HOSTS_SETTING,
+    LABEL_INSTALLATION,
     LABEL_KEY,
     LOGIN_USER,
     DockerCredentials,
@@ -288,6 +290,42 @@ async def test_a_created_container_whose_port_was_taken_before_its_start_is_made
             finally:
                 await p.terminate(ref)
         assert await p.find_all(s.key) == []
+
+
+async def test_a_container_removed_while_listing_is_gone_not_a_failed_listing(
+        docker_engine_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK lists the containers' ids, then inspects each. A teardown that removes one in between
+    leaves it out of the listing; it failed the whole listing (the sweep's, an acceptance run's
+    leftovers check) under `make fuzz`'s concurrent runs."""
+    import docker.errors
+    import docker.models.containers as models
+
+    p = provider(docker_engine_url)
+    client = engine_client(docker_engine_url)
+    key = f"dk-{uuid.uuid4().hex[:10]}"
+    labels = {LABEL_INSTALLATION: p.installation_id, LABEL_KEY: key}
+    made = [client.containers.create(IMAGE, command=["true"], labels=labels, name=f"{key}-{n}")
+            for n in range(2)]
+    inspect, removed = models.ContainerCollection.get, []
+
+    def removed_before_its_inspect(self: Any, container_id: str) -> Any:
+        if not removed:  # the first container the listing inspects goes just before
+            removed.append(container_id)
+            client.api.remove_container(container_id, force=True)
+        return inspect(self, container_id)
+
+    monkeypatch.setattr(models.ContainerCollection, "get", removed_before_its_inspect)
+    try:
+        async with p:
+            listed, by_key = await p.list_owned(), await p.find_all(key)
+    finally:
+        monkeypatch.undo()
+        for c in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True)
+    assert len(removed) == 1
+    [left] = [c.id for c in made if c.id not in removed]
+    assert [r.instance_id for r in listed] == [left] and [r.instance_id for r in by_key] == [left]
 
 
 async def test_user_data_and_k3s_are_refused_before_anything_is_made(docker_engine_url: str) -> None:
