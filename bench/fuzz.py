@@ -10,12 +10,19 @@ the CLI finds it (GPUPROV_TOKEN, else $GPUPROV_HOME/api-token), handed to schema
 environment, never on a command line. Every default check runs but one (bench/schemathesis.toml);
 bench/fuzz_hooks.py keeps the connections it creates on the simulated clouds and leaves the ones
 there before in place. It creates real (simulated) allocations: fuzz a throwaway GPUPROV_HOME.
+
+Afterwards it lists the activity attempts that failed in the worker meanwhile (its log under
+`$GPUPROV_HOME/logs`): an API that answered every case can still have a worker that did not (a
+record racing the API's insert, a listing failing on a container removed meanwhile — both found
+so). Each is the cloud's answer to fuzzed input, which the allocation's error then names, or a bug.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +59,35 @@ def main(argv: list[str]) -> int:
         return e.exit_code
     env = {**os.environ, "GPUPROV_FUZZ_TOKEN": secret, KEEP: ",".join(connection_ids(url, secret)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
-    return subprocess.call(command(url, args, extra), env=env)
+    worker_log = DevConfig.from_env().home / "logs" / "worker.log"
+    start = worker_log.stat().st_size if worker_log.exists() else 0
+    code = subprocess.call(command(url, args, extra), env=env)
+    if worker_log.exists():
+        with worker_log.open("rb") as log:
+            log.seek(start)
+            print("\n".join(failed_attempts(log.read().decode(errors="replace"), worker_log)))
+    return code
+
+
+# The SDK's line for an activity attempt that raised (its traceback follows, the message withheld)
+FAILED_ATTEMPT = re.compile(r"Completing activity as failed \(\{.*?'activity_type': '(?P<type>[^']+)'.*?"
+                            r"'workflow_id': '(?P<workflow>[^']+)'")
+
+
+def failed_attempts(log: str, path: Path) -> list[str]:
+    """What `log` (the worker's, during the fuzz) says failed: lines for the report."""
+    found: dict[str, list[str]] = collections.defaultdict(list)
+    for m in FAILED_ATTEMPT.finditer(log):
+        found[m["type"]].append(m["workflow"])
+    if not found:
+        return ["worker: no activity attempt failed during the fuzz"]
+    lines = [f"worker: {sum(map(len, found.values()))} activity attempt(s) failed during the fuzz "
+             f"(tracebacks in {path}):"]
+    for kind, workflows in sorted(found.items(), key=lambda item: -len(item[1])):
+        shown = sorted(set(workflows))
+        more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+        lines.append(f"  {kind}: {len(workflows)} ({', '.join(shown[:3])}{more})")
+    return lines
 
 
 def connection_ids(url: str, secret: str) -> list[str]:
