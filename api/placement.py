@@ -15,7 +15,7 @@ from api.shared_bodies import InstanceCreate
 from messages.allocation import CloudTarget
 from messages.enums import ConnectionStatus
 from providers import registry
-from providers.base import LaunchRequirements, Unsupported
+from providers.base import InvalidRequest, LaunchRequirements, Unsupported
 from store import connections, fleets
 from store.models import Connection
 
@@ -36,7 +36,7 @@ def refusal(cloud: str, req: LaunchRequirements) -> str | None:
         return str(e.detail)
     try:
         caps.check(req)
-    except Unsupported as e:
+    except (Unsupported, InvalidRequest) as e:  # InvalidRequest: an image not in the cloud's form
         return e.message
     if caps.region_required and req.region is None:
         return f"{caps.display_name} needs a region"

@@ -205,6 +205,8 @@ class AwsProvider(SdkCloudProvider):
         ports=True,
         spot=True,
         custom_image=True,
+        image_pattern=_AMI_ID.pattern,
+        image_form="aws: --image must be an AMI id (ami-...) of the offer's region",
         login_user="ubuntu",
         side_resources=["security-group"],
         regions=REGIONS,
@@ -407,8 +409,6 @@ class AwsProvider(SdkCloudProvider):
                      region=region, zone=zone, price_per_hour=price, spot=False, available=True)
 
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        if spec.image and not _AMI_ID.match(spec.image):
-            raise InvalidRequest(f"{self.id}: --image must be an AMI id (ami-...) of region {offer.region}")
         data = user_data(spec.ssh_public_keys, spec.user_data, k3s=spec.k3s, lease=spec.lease)
         if len(data.encode()) > USER_DATA_MAX:
             raise InvalidRequest(f"{self.id}: user data and SSH keys exceed EC2's 16 KB of user data")

@@ -43,6 +43,8 @@ from providers.azure_catalog import REGIONS, offers_of
 from providers.azure_client import AUTHORITIES, ArmClient, Clients, polling
 from providers.azure_vm import (
     DEFAULT_IMAGE,
+    IMAGE_FORM,
+    IMAGE_URN,
     custom_data,
     evicted,
     group_name,
@@ -122,6 +124,8 @@ class AzureProvider(ArmClient):
         ports=True,
         spot=True,
         custom_image=True,
+        image_pattern=IMAGE_URN,
+        image_form=IMAGE_FORM,
         login_user="ubuntu",
         side_resources=["nsg", "nic", "public-ip"],
         regions=REGIONS,

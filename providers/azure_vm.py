@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from datetime import datetime
 from typing import Any
 
@@ -36,15 +37,17 @@ def group_name(installation_id: str, region: str) -> str:
     return f"gpuprov-{installation_id}-{region}"
 
 
+# An image URN, `publisher:offer:sku:version` (Capabilities.image_pattern: the request refuses another form)
+IMAGE_URN = r"[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+"
+IMAGE_FORM = ("azure: --image takes an image URN publisher:offer:sku:version "
+              "(e.g. Canonical:ubuntu-24_04-lts:server:latest)")
+
+
 def parse_image(urn: str) -> dict[str, str]:
     """An image URN `publisher:offer:sku:version` as an imageReference."""
-    parts = urn.split(":")
-    if len(parts) != 4 or not all(parts):
-        raise InvalidRequest(
-            "azure: --image takes an image URN publisher:offer:sku:version "
-            "(e.g. Canonical:ubuntu-24_04-lts:server:latest)"
-        )
-    return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
+    if not re.fullmatch(IMAGE_URN, urn):
+        raise InvalidRequest(IMAGE_FORM)
+    return dict(zip(("publisher", "offer", "sku", "version"), urn.split(":"), strict=True))
 
 
 def custom_data(user_data: str | None, *, k3s: bool) -> str:

@@ -341,6 +341,11 @@ class Capabilities(BaseModel):
     ports_reason: str | None = None
     spot: bool = False
     custom_image: bool = False
+    # The one form the cloud names images in, where it has one (a regular expression an `--image`
+    # must match whole), and that form in words for the refusal: a malformed image is refused with
+    # the request (the API's 422), not by the cloud after a workflow started.
+    image_pattern: str | None = None
+    image_form: str | None = None
     login_user: str = "root"
     side_resources: list[str] = Field(default_factory=list)  # per-machine resources terminate removes
     # Who puts the user's SSH keys on the machine: the cloud at launch ("cloud"), or gpuprov over SSH
@@ -376,7 +381,8 @@ class Capabilities(BaseModel):
     self_end: SelfEnd = Field(default_factory=SelfEnd)
 
     def check(self, req: LaunchRequirements) -> None:
-        """Raise Unsupported with the cloud's reason when `req` cannot be met here."""
+        """Raise Unsupported with the cloud's reason when `req` cannot be met here (InvalidRequest
+        when its image is not in the cloud's form)."""
         name = self.display_name
         if req.spot and not self.spot:
             raise Unsupported(f"--spot needs spot/preemptible instances; {name} has none")
@@ -384,6 +390,8 @@ class Capabilities(BaseModel):
             raise Unsupported(self.ports_reason or f"--port needs a firewall API; {name} has none")
         if req.image and not self.custom_image:
             raise Unsupported(f"--image needs custom images; {name} boots its own image only")
+        if req.image and self.image_pattern and not re.fullmatch(self.image_pattern, req.image):
+            raise InvalidRequest(self.image_form or f"--image {req.image!r} is not an image {name} can boot")
         if req.region and self.regions and req.region not in self.regions:
             raise Unsupported(f"{name} has no region {req.region!r} (regions: {', '.join(self.regions)})")
         if req.max_hours is not None:

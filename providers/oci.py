@@ -99,6 +99,8 @@ class OciProvider(SdkCloudProvider):
         ports=True,
         spot=True,
         custom_image=True,
+        image_pattern=r"ocid1\.image\..+",
+        image_form="oci: --image must be an image OCID (ocid1.image.oc1…)",
         login_user="ubuntu",
         side_resources=[NSG],
         regions=REGIONS,
@@ -355,8 +357,6 @@ class OciProvider(SdkCloudProvider):
         return str(images[0].id)
 
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
-        if spec.image is not None and not spec.image.startswith("ocid1.image."):
-            raise InvalidRequest("oci: --image must be an image OCID (ocid1.image.oc1…)")
         data = cloudinit.boot_user_data(spec.user_data, k3s=spec.k3s)
         encoded = base64.b64encode(data.encode()).decode() if data else None
         if encoded and len(encoded) > USER_DATA_MAX:

@@ -172,6 +172,8 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
                      "(or its HTTP proxy); there is no firewall to open a fixed port",
         spot=False,  # v2 has no interruptible pods (v1's `interruptible` retired with v1)
         custom_image=True,  # --image is the container image
+        image_pattern=_IMAGE.pattern,
+        image_form="runpod: --image must be a container image reference (e.g. repo/name:tag)",
         login_user="root",
         side_resources=[],
         regions=REGIONS,
@@ -302,8 +304,6 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
     def _check(self, offer: Offer, spec: LaunchSpec) -> tuple[str, int, str]:
         if spec.k3s or spec.user_data:
             raise Unsupported("RunPod pods are containers: no cloud-init user data, no k3s at boot")
-        if spec.image is not None and not _IMAGE.fullmatch(spec.image):
-            raise InvalidRequest("runpod: --image must be a container image reference (e.g. repo/name:tag)")
         gpu_id, count, cloud = parse_instance_type(offer.instance_type)
         if cloud not in self._clouds():
             raise InvalidRequest("runpod: this connection does not include Community Cloud")

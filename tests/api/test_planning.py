@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from providers import registry
-from providers.base import Capabilities
+from providers.base import Capabilities, InvalidRequest, LaunchRequirements
 from store import connections
 from tests.api.conftest import GOOD_KEY, FakeCloud, FakeWorkflows
 
@@ -30,12 +30,29 @@ class RegionCloud(FakeCloud):
     capabilities = Capabilities(display_name="Region Cloud", spot=True, region_required=True)
 
 
+class ImageCloud(FakeCloud):
+    """Names its images one way (Capabilities.image_pattern)."""
+
+    id = "imagecloud"
+    capabilities = Capabilities(display_name="Image Cloud", custom_image=True,
+                                image_pattern=r"img-[0-9a-f]{4}",
+                                image_form="imagecloud: --image must be an image id (img-…)")
+
+
+class AnyImageCloud(FakeCloud):
+    id = "anyimagecloud"
+    capabilities = Capabilities(display_name="Any Image Cloud", custom_image=True)
+
+
+MORE_CLOUDS = (SpotCloud, RegionCloud, ImageCloud, AnyImageCloud)
+
+
 @pytest.fixture(autouse=True)
 def more_clouds() -> Iterator[None]:
-    for cls in (SpotCloud, RegionCloud):
+    for cls in MORE_CLOUDS:
         registry.register_for_tests(cls)
     yield
-    for cls in (SpotCloud, RegionCloud):
+    for cls in MORE_CLOUDS:
         registry.unregister_for_tests(cls.id)
 
 
@@ -172,3 +189,31 @@ async def test_every_connected_cloud_refusing_is_a_422_listing_each(
     assert detail.startswith("no cloud can serve this request: ")
     assert "fakecloud: --image needs custom images; Fake Cloud boots its own image only" in detail
     assert "regioncloud: --image needs custom images; Region Cloud boots its own image only" in detail
+
+
+async def test_an_image_not_in_the_clouds_form_is_refused_with_the_request(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, ssh_key: str) -> None:
+    """Refused by the API (a 422 naming the form), not by the cloud after a workflow started."""
+    image_cloud = await connect(client, "imagecloud")
+    r, _ = await allocate(client, workflows, ssh_key, cloud="imagecloud", image="ubuntu-24.04")
+    assert r.status_code == 422 and r.json()["detail"] == "imagecloud: --image must be an image id (img-…)"
+    r, req = await allocate(client, workflows, ssh_key, cloud="imagecloud", image="img-0a1b")
+    assert r.status_code == 202 and targets(req) == [("imagecloud", image_cloud)]
+    # Planning across clouds: the one whose form it is not is skipped, with why.
+    any_image = await connect(client, "anyimagecloud")
+    r, req = await allocate(client, workflows, ssh_key, image="ubuntu-24.04")
+    assert r.status_code == 202 and targets(req) == [("anyimagecloud", any_image)]
+    assert req.notes == ["skipped imagecloud: imagecloud: --image must be an image id (img-…)"]
+
+
+@pytest.mark.parametrize(("cloud", "good", "bad", "said"), [
+    ("aws", "ami-0123456789abcdef0", "ubuntu-24.04", "AMI id"),
+    ("azure", "Canonical:ubuntu-24_04-lts:server:latest", "Canonical:ubuntu-24_04-lts", "image URN"),
+    ("oci", "ocid1.image.oc1.iad.aaaa", "Canonical-Ubuntu-24.04", "image OCID"),
+    ("runpod", "runpod/pytorch:2.4.0", "my image", "container image reference"),
+])
+def test_each_clouds_image_form(cloud: str, good: str, bad: str, said: str) -> None:
+    caps = registry.capabilities(cloud)
+    caps.check(LaunchRequirements(image=good))
+    with pytest.raises(InvalidRequest, match=said):
+        caps.check(LaunchRequirements(image=bad))

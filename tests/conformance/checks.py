@@ -25,6 +25,7 @@ from providers.base import (
     InstanceRef,
     InstanceState,
     InstanceStatus,
+    InvalidRequest,
     LaunchRequirements,
     LaunchSpec,
     Offer,
@@ -316,9 +317,10 @@ async def check_unsupported(h: Harness) -> None:
         cases = [
             (LaunchRequirements(spot=True), caps.spot, None),
             (LaunchRequirements(ports=[8080]), caps.ports, caps.ports_reason),
-            (LaunchRequirements(image="ubuntu:24.04"), caps.custom_image, None),
             (LaunchRequirements(max_hours=1), caps.max_lifetime_h is not None, None),
         ]
+        if not caps.image_pattern:  # any image name, or none (else: its form, below)
+            cases.append((LaunchRequirements(image="ubuntu:24.04"), caps.custom_image, None))
         for req, supported, reason in cases:
             if supported:
                 caps.check(req)
@@ -326,6 +328,12 @@ async def check_unsupported(h: Harness) -> None:
             with pytest.raises(Unsupported) as exc:
                 caps.check(req)
             assert caps.display_name in exc.value.message or (reason and exc.value.message == reason)
+        if caps.image_pattern:  # one form of image name: another is refused with the request (and by
+            # create, before the adapter's launch: tests/conformance/test_adapter_template.py)
+            assert caps.custom_image and caps.image_form, "an image form needs custom images and its words"
+            with pytest.raises(InvalidRequest) as refused:
+                caps.check(LaunchRequirements(image="not an image"))
+            assert refused.value.message == caps.image_form
         if caps.regions:
             with pytest.raises(Unsupported):
                 caps.check(LaunchRequirements(region="no-such-region-1"))
