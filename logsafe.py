@@ -46,7 +46,16 @@ def format_withheld(ei: Any) -> str:
     _, exc, tb = ei
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(traceback.extract_tb(tb))]
     name = type(exc).__qualname__ if exc is not None else "?"
-    return "".join(lines) + f"{name} {WITHHELD}"
+    return "".join(lines) + f"{name}{_kind(exc)} {WITHHELD}"
+
+
+def _kind(exc: BaseException | None) -> str:
+    """" [kind]" of an ApplicationError whose type is one of gpuprov's error kinds (a fixed vocabulary,
+    never input: a capacity refusal tells itself from a bug without the message), else nothing."""
+    from messages.enums import ErrorKind
+
+    kind = getattr(exc, "type", None)
+    return f" [{kind}]" if isinstance(kind, str) and kind in {k.value for k in ErrorKind} else ""
 
 
 class WithheldFormatter(logging.Formatter):

@@ -74,19 +74,28 @@ FAILED_ATTEMPT = re.compile(r"Completing activity as failed \(\{.*?'activity_typ
                             r"'workflow_id': '(?P<workflow>[^']+)'")
 
 
+# The traceback's last line (logsafe.py): the exception's type, an ApplicationError's kind
+RAISED = re.compile(r"^(?P<error>[\w.]+)(?: \[(?P<kind>\w+)\])? \(message withheld", re.MULTILINE)
+
+
 def failed_attempts(log: str, path: Path) -> list[str]:
     """What `log` (the worker's, during the fuzz) says failed: lines for the report."""
     found: dict[str, list[str]] = collections.defaultdict(list)
+    errors: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for m in FAILED_ATTEMPT.finditer(log):
         found[m["type"]].append(m["workflow"])
+        raised = RAISED.search(log, m.end())
+        if raised is not None:
+            errors[m["type"]][raised["kind"] or raised["error"]] += 1
     if not found:
         return ["worker: no activity attempt failed during the fuzz"]
     lines = [f"worker: {sum(map(len, found.values()))} activity attempt(s) failed during the fuzz "
              f"(tracebacks in {path}):"]
-    for kind, workflows in sorted(found.items(), key=lambda item: -len(item[1])):
+    for activity, workflows in sorted(found.items(), key=lambda item: -len(item[1])):
         shown = sorted(set(workflows))
         more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
-        lines.append(f"  {kind}: {len(workflows)} ({', '.join(shown[:3])}{more})")
+        raised_as = ", ".join(f"{error} {n}" for error, n in errors[activity].most_common())
+        lines.append(f"  {activity}: {len(workflows)} [{raised_as}] ({', '.join(shown[:3])}{more})")
     return lines
 
 

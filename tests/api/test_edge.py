@@ -361,6 +361,25 @@ def test_logged_exceptions_show_type_and_frames_never_the_message() -> None:
     assert "UnicodeEncodeError (message withheld" in text and "test_logged_exceptions" in text
 
 
+def test_a_withheld_application_error_still_names_its_kind() -> None:
+    """gpuprov's error kinds are a fixed vocabulary, never input: the line keeps the kind (a capacity
+    refusal tells itself from a bug) and withholds the message; any other type is not shown."""
+    from temporalio.exceptions import ApplicationError
+
+    from messages.enums import ErrorKind
+
+    lines = []
+    for kind in (ErrorKind.CAPACITY, f"custom {MARKER}"):
+        try:
+            raise ApplicationError(f"no capacity for {MARKER}", type=kind)
+        except ApplicationError:
+            record = logging.LogRecord("x", logging.WARNING, __file__, 1, "failed", None,
+                                       exc_info=__import__("sys").exc_info())
+        lines.append(logsafe.WithheldFormatter("%(message)s").format(record).splitlines()[-1])
+    assert lines == ["ApplicationError [CapacityError] (message withheld: it may hold input)",
+                     "ApplicationError (message withheld: it may hold input)"]
+
+
 def test_handlers_set_up_by_others_withhold_exception_messages() -> None:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
