@@ -50,8 +50,8 @@ def format_withheld(ei: Any) -> str:
 
 
 def _kind(exc: BaseException | None) -> str:
-    """" [kind]" of an ApplicationError whose type is one of gpuprov's error kinds (a fixed vocabulary,
-    never input: a capacity refusal tells itself from a bug without the message), else nothing."""
+    """The suffix " [kind]" of an ApplicationError whose type is one of gpuprov's error kinds (a fixed
+    vocabulary, never input: a capacity refusal tells itself from a bug without the message)."""
     from messages.enums import ErrorKind
 
     kind = getattr(exc, "type", None)

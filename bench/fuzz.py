@@ -72,30 +72,26 @@ def main(argv: list[str]) -> int:
 # The SDK's line for an activity attempt that raised (its traceback follows, the message withheld)
 FAILED_ATTEMPT = re.compile(r"Completing activity as failed \(\{.*?'activity_type': '(?P<type>[^']+)'.*?"
                             r"'workflow_id': '(?P<workflow>[^']+)'")
-
-
 # The traceback's last line (logsafe.py): the exception's type, an ApplicationError's kind
 RAISED = re.compile(r"^(?P<error>[\w.]+)(?: \[(?P<kind>\w+)\])? \(message withheld", re.MULTILINE)
 
 
 def failed_attempts(log: str, path: Path) -> list[str]:
     """What `log` (the worker's, during the fuzz) says failed: lines for the report."""
-    found: dict[str, list[str]] = collections.defaultdict(list)
-    errors: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    found: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)  # activity -> (workflow, error)
     for m in FAILED_ATTEMPT.finditer(log):
-        found[m["type"]].append(m["workflow"])
         raised = RAISED.search(log, m.end())
-        if raised is not None:
-            errors[m["type"]][raised["kind"] or raised["error"]] += 1
+        found[m["type"]].append((m["workflow"], (raised["kind"] or raised["error"]) if raised else "?"))
     if not found:
         return ["worker: no activity attempt failed during the fuzz"]
     lines = [f"worker: {sum(map(len, found.values()))} activity attempt(s) failed during the fuzz "
              f"(tracebacks in {path}):"]
-    for activity, workflows in sorted(found.items(), key=lambda item: -len(item[1])):
-        shown = sorted(set(workflows))
+    for activity, attempts in sorted(found.items(), key=lambda item: -len(item[1])):
+        shown = sorted({workflow for workflow, _ in attempts})
         more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
-        raised_as = ", ".join(f"{error} {n}" for error, n in errors[activity].most_common())
-        lines.append(f"  {activity}: {len(workflows)} [{raised_as}] ({', '.join(shown[:3])}{more})")
+        errors = collections.Counter(error for _, error in attempts).most_common()
+        raised_as = ", ".join(f"{error} {n}" for error, n in errors)
+        lines.append(f"  {activity}: {len(attempts)} [{raised_as}] ({', '.join(shown[:3])}{more})")
     return lines
 
 

@@ -88,6 +88,14 @@ def _sent_since(dbapi_conn: Any) -> bool:
     return bool(poller.poll(0))
 
 
+def dialect_insert(session: Any) -> Any:
+    """The INSERT construct of `session`'s database, the one with ON CONFLICT clauses (SQLite's or
+    PostgreSQL's: the two this project stores in)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return sqlite.insert if session.get_bind().dialect.name == "sqlite" else postgresql.insert
+
+
 def in_memory_sqlite(url: str | sa.URL) -> bool:
     """Whether `url` names an in-memory SQLite database (no file: one connection holds it)."""
     parsed = sa.make_url(url)

@@ -11,13 +11,12 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm.util import identity_key
 from sqlmodel import Session, col, select
 
 from messages.enums import AllocationStatus
+from store.db import dialect_insert
 from store.models import Attempt, Instance, InstanceEvent, table_of, utcnow
 
 # Instance statuses while a cloud machine may exist (or be about to).
@@ -77,7 +76,7 @@ def add_instance_if_absent(session: Session, row: Instance) -> None:
     """Insert `row` unless its id exists, in the caller's transaction (no commit). For a writer that
     read no row and may meet one the API inserts meanwhile (insert_instance_if_absent): an insert
     that found the id taken would fail the caller's whole transaction; this one does nothing."""
-    insert = sqlite_insert if session.get_bind().dialect.name == "sqlite" else postgresql_insert
+    insert = dialect_insert(session)
     values = {c.name: value for c in _INSTANCE.columns if (value := getattr(row, c.name)) is not None}
     session.execute(insert(_INSTANCE).values(values).on_conflict_do_nothing(index_elements=[_INSTANCE.c.id]))
 

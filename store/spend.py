@@ -17,11 +17,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from store.db import dialect_insert
 from store.models import SpendDay, SpendInterval
 
 MANUAL = "manual"  # the job type of instances allocated by hand
@@ -165,7 +164,7 @@ def _add_to_days(session: Session, project: str, job_type: str, shares: list[tup
     """Add each (day, cost) to the project's and job type's `spend_day` row (made if absent)."""
     if not shares:
         return
-    insert = sqlite_insert if session.get_bind().dialect.name == "sqlite" else postgresql_insert
+    insert = dialect_insert(session)
     stmt = insert(SpendDay).values([dict(project=project, job_type=job_type, day=day, cost=cost)
                                     for day, cost in shares])
     session.execute(stmt.on_conflict_do_update(index_elements=["project", "job_type", "day"],
