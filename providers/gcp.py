@@ -177,6 +177,9 @@ class GcpProvider(ComputeClient):
         ports=True,
         spot=True,
         custom_image=True,
+        image_pattern=_IMAGE.pattern,
+        image_form=("gcp: --image wants an image path, projects/PROJECT/global/images/NAME "
+                    "or projects/PROJECT/global/images/family/FAMILY (or its full URL)"),
         login_user="ubuntu",
         side_resources=["firewall-rule"],
         regions=catalog.REGIONS,
@@ -326,12 +329,7 @@ class GcpProvider(ComputeClient):
             machine, accelerator, count = catalog.split_type(offer.instance_type)
         except ValueError as exc:
             raise InvalidRequest(f"{self.id}: {exc}") from None
-        image = spec.image or DEFAULT_IMAGE
-        if not _IMAGE.fullmatch(image):
-            raise InvalidRequest(
-                f"{self.id}: --image wants an image path, projects/PROJECT/global/images/NAME "
-                "or projects/PROJECT/global/images/family/FAMILY (or its full URL)"
-            )
+        image = spec.image or DEFAULT_IMAGE  # its form checked with the request (Capabilities.image_pattern)
         scope = FailureScope(
             provider=self.id, region=offer.region, zone=zone, instance_type=offer.instance_type
         )

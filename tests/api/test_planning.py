@@ -211,6 +211,8 @@ async def test_an_image_not_in_the_clouds_form_is_refused_with_the_request(
     ("azure", "Canonical:ubuntu-24_04-lts:server:latest", "Canonical:ubuntu-24_04-lts", "image URN"),
     ("oci", "ocid1.image.oc1.iad.aaaa", "Canonical-Ubuntu-24.04", "image OCID"),
     ("runpod", "runpod/pytorch:2.4.0", "my image", "container image reference"),
+    ("gcp", "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64", "ubuntu-2404-lts",
+     "image path"),
 ])
 def test_each_clouds_image_form(cloud: str, good: str, bad: str, said: str) -> None:
     caps = registry.capabilities(cloud)

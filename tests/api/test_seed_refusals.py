@@ -25,7 +25,8 @@ ASKS: dict[str, dict[str, Any]] = {"port": {"ports": [8080]}, "spot": {"spot": T
 # An image in the form of each cloud that names its images one way (Capabilities.image_pattern):
 # another form is refused with the request (tests/api/test_planning.py).
 IMAGES = {"aws": "ami-0123456789abcdef0", "azure": "Canonical:ubuntu-24_04-lts:server:latest",
-          "oci": "ocid1.image.oc1.iad.aaaa", "runpod": "runpod/pytorch:2.4.0"}
+          "oci": "ocid1.image.oc1.iad.aaaa", "runpod": "runpod/pytorch:2.4.0",
+          "gcp": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"}
 
 
 @pytest.mark.parametrize("cloud", sorted(SEED))
