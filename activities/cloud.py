@@ -290,7 +290,11 @@ class CloudActivities:
                 polled = poll_status(p, inp.ref, self.deps.statuses)
                 st = await heartbeating(polled, inp.heartbeat_every_s, "waiting for running")
                 if st is None or st.state in (InstanceState.TERMINATED, InstanceState.TERMINATING):
-                    raise ApplicationError(f"instance {inp.ref.instance_id} disappeared while booting",
+                    # The cloud's word on why, where it gives one (Modal: the sandbox's lifetime,
+                    # --max-hours, ran out before it was ready): "disappeared" alone hides the cause.
+                    ended = (f"ended while booting: {st.detail}" if st is not None and st.detail
+                             else "disappeared while booting")
+                    raise ApplicationError(f"instance {inp.ref.instance_id} {ended}",
                                            type=ErrorKind.INSTANCE_GONE, non_retryable=True)
                 if st.state == InstanceState.ERROR:
                     raise ApplicationError(f"instance {inp.ref.instance_id} failed: {st.detail or 'error'}",

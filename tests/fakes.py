@@ -52,7 +52,8 @@ FAKE_OFFERS = [
 @dataclass
 class FakeFault:
     op: str  # create|get|terminate|offers|verify|list
-    kind: str  # capacity|quota|transient|auth|lose_response|latency|die_at_boot|lands_late|stuck_booting
+    # capacity|quota|transient|auth|lose_response|latency|die_at_boot|end_at_boot|lands_late|stuck_booting
+    kind: str
     times: int = 1  # -1: forever
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -65,6 +66,7 @@ class FakeMachine:
     boot_at: float
     state: InstanceState = InstanceState.PENDING
     dies_at_boot: bool = False
+    ends_at_boot: str | None = None  # the cloud ends it as it boots, saying this (a lifetime run out)
     ssh: asyncssh.SSHAcceptor | None = None
     port: int | None = None
 
@@ -123,7 +125,8 @@ class FakeCloud:
     async def advance(self, m: FakeMachine, die: bool = False) -> None:
         """Boot on read: pending until boot_at, then running (SSH after ssh_delay)."""
         if m.state == InstanceState.PENDING and time.monotonic() >= m.boot_at:
-            m.state = InstanceState.ERROR if m.dies_at_boot else InstanceState.RUNNING
+            m.state = (InstanceState.ERROR if m.dies_at_boot else InstanceState.TERMINATED if m.ends_at_boot
+                       else InstanceState.RUNNING)
         if m.state == InstanceState.RUNNING and m.ssh is None:
             await self._start_ssh(m)
 
@@ -233,6 +236,8 @@ class FakeInMemoryProvider(CloudProvider):
         cloud.machines[ref.instance_id] = machine
         if fault is not None and fault.kind == "die_at_boot":
             cloud.machines[ref.instance_id].dies_at_boot = True
+        if fault is not None and fault.kind == "end_at_boot":
+            machine.ends_at_boot = fault.params["detail"]
         if fault is not None and fault.kind == "lose_response":
             raise Transient("fake: connection reset after create", in_doubt=True)
         if fault is not None and fault.kind == "latency":  # when="after": the create took effect
@@ -242,9 +247,11 @@ class FakeInMemoryProvider(CloudProvider):
     async def get(self, ref: InstanceRef) -> InstanceStatus | None:
         await self.cloud.raise_fault("get", self.id)
         m = self.cloud.machines.get(ref.instance_id)
-        if m is None or m.state == InstanceState.TERMINATED:
+        if m is None or (m.state == InstanceState.TERMINATED and not m.ends_at_boot):
             return None
         await self.cloud.advance(m)
+        if m.state == InstanceState.TERMINATED:  # ended by the cloud: shown, with its reason, as Modal's are
+            return InstanceStatus(ref=m.ref, state=m.state, detail=m.ends_at_boot)
         ready = m.state == InstanceState.RUNNING
         return InstanceStatus(ref=m.ref, state=m.state, host="127.0.0.1" if ready else None,
                               ssh_port=m.port or 22, ssh_user="gpuprov", instance_type=m.offer.instance_type)

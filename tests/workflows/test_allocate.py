@@ -121,6 +121,23 @@ async def test_failure_after_create_compensates(temporal_client: Client, fake_cl
     assert r.status == "failed" and "failed" in (r.error or "")
 
 
+async def test_a_machine_the_cloud_ends_while_booting_fails_with_the_clouds_reason(
+        temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
+    """Modal ends a sandbox whose lifetime (--max-hours) runs out before it is ready: the allocation's
+    error says so, where it said only that the machine disappeared."""
+    fake_cloud.add_fault("create", "end_at_boot", detail="timeout: the sandbox reached its lifetime limit")
+    req = make_request()
+    with pytest.raises(WorkflowFailureError) as info:
+        await settled(await start_allocate(temporal_client, req))
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InstanceGone"
+    assert cause.message == "instance m1 ended while booting: timeout: the sandbox reached its lifetime limit"
+    assert await owned() == []
+    r = await eventually(lambda: row(db_engine, req.allocation_id), until=lambda r: r.status == "failed",
+                         within=30, what="the instance row failed")
+    assert r.error is not None and "reached its lifetime limit" in r.error
+
+
 async def test_a_gpu_check_that_fails_once_is_retried_on_the_same_machine(
         temporal_client: Client, fake_cloud: FakeCloud, make_request: Any, db_engine: sa.Engine) -> None:
     """The SSH steps are one activity (SET_UP_MACHINE): its retry logs in again, re-checks the
