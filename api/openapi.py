@@ -114,29 +114,49 @@ def _schema_of(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_links(spec: dict[str, Any]) -> None:
-    """A 2xx answer with an `id`, at path P, links to every operation on P/{param}...: the id
-    it answered is that parameter."""
+    """OpenAPI links, for clients and schemathesis's stateful phase to follow:
+    - a 2xx answer with an `id`, at path P, links to every operation on P/{param}...: the id it
+      answered is that parameter — and to every operation on another path whose parameter has the
+      same `…_id` name (one resource under two names: /connections and /providers);
+    - a PUT on P/{param} (a thing saved under a name the caller chose) links to the other operations
+      on P/{param}...: the name it was given is theirs."""
     paths = spec.get("paths", {})
     for path, item in paths.items():
-        children = [(child, m.group(1)) for child in paths
-                    if (m := re.match(re.escape(path) + r"/\{([^}/]+)\}", child))]
-        if not children:
-            continue
+        targets = [(child, m.group(1)) for child in paths
+                   if (m := re.match(re.escape(path) + r"/\{([^}/]+)\}", child))]
+        names = {param for _, param in targets if param.endswith("_id")}
+        targets += [(other, m.group(1)) for other in paths if not other.startswith(path + "/")
+                    and (m := re.search(r"/\{([^}/]+)\}", other)) and m.group(1) in names]
         for method in METHODS:
-            operation = item.get(method)
-            if operation is None:
-                continue
-            for code, response in operation.get("responses", {}).items():
-                schema = response.get("content", {}).get("application/json", {}).get("schema", {})
-                if not code.startswith("2") or "id" not in _schema_of(spec, schema).get("properties", {}):
-                    continue
-                links = response.setdefault("links", {})
-                for child, param in children:
-                    for child_method in METHODS:
-                        target = paths[child].get(child_method, {}).get("operationId")
-                        if target:
-                            links[target] = {"operationId": target,
-                                             "parameters": {param: "$response.body#/id"}}
+            if (operation := item.get(method)) is not None:
+                _link_ids(spec, operation, targets)
+        named = re.fullmatch(r".*/\{([^}/]+)\}", path)
+        if named and "put" in item:
+            same = [child for child in paths if child == path or child.startswith(path + "/")]
+            _link(item["put"], [(child, named.group(1)) for child in same], f"$request.path.{named.group(1)}",
+                  paths, skip=item["put"].get("operationId"))
+
+
+def _link_ids(spec: dict[str, Any], operation: dict[str, Any], targets: list[tuple[str, str]]) -> None:
+    for code, response in operation.get("responses", {}).items():
+        schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+        if code.startswith("2") and "id" in _schema_of(spec, schema).get("properties", {}):
+            _link(operation, targets, "$response.body#/id", spec["paths"], only=code)
+
+
+def _link(operation: dict[str, Any], targets: list[tuple[str, str]], value: str,
+          paths: dict[str, Any], only: str | None = None, skip: str | None = None) -> None:
+    """Links from `operation`'s 2xx answers (or only the one `only`) to every operation on each
+    target path, its parameter given by `value`."""
+    for code, response in operation.get("responses", {}).items():
+        if not code.startswith("2") or (only is not None and code != only):
+            continue
+        links = response.setdefault("links", {})
+        for target_path, param in targets:
+            for method in METHODS:
+                target = paths[target_path].get(method, {}).get("operationId")
+                if target and target != skip:
+                    links[target] = {"operationId": target, "parameters": {param: value}}
 
 
 def install_openapi(app: FastAPI) -> None:
