@@ -6,6 +6,10 @@
   started (a closed loopback port for a cloud it does not simulate).
 - Allocations get past validation: random text is never an OpenSSH key, so a list of strings in
   `ssh_public_keys` becomes that many copies of one valid key. Other shapes stay as generated.
+- Fleets get past validation and stay on this machine: a saved fleet's hosts are logged in to
+  (FleetProbeWorkflow), so every host (and a bastion's) becomes a loopback address on the discard
+  port, where a login is refused at once — a made-up name would be looked up in DNS and connected
+  to. A private key given as text becomes a valid one (random text never is).
 - The connections that were there before (`make run`'s, named by bench/fuzz.py in
   GPUPROV_FUZZ_KEEP_CONNECTIONS) stay: the stateful phase finds their ids in GET /connections, and
   deleting them would leave every later allocation a 409. A DELETE of one is sent for an unknown id.
@@ -14,6 +18,7 @@
 from __future__ import annotations
 
 import os
+import re
 from functools import cache
 from typing import Any
 
@@ -24,6 +29,7 @@ from cli.dev import DevConfig
 from fakeclouds import clouds
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens, a connect fails at once
+DISCARD = 9
 KEEP = "GPUPROV_FUZZ_KEEP_CONNECTIONS"
 
 
@@ -39,8 +45,26 @@ def safe_endpoint(provider: object) -> str:
 
 
 @cache
+def private_key() -> asyncssh.SSHKey:
+    return asyncssh.generate_private_key("ssh-ed25519")
+
+
 def ssh_key() -> str:
-    return str(asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip())
+    return str(private_key().export_public_key().decode().strip())
+
+
+def safe_fleet(body: dict[str, Any]) -> None:
+    """`body` (a fleet's, POST or PUT) with its hosts on loopback's discard port and a valid key."""
+    if isinstance(body.get("hosts"), list):
+        body["hosts"] = [f"127.0.0.{2 + i % 250}" for i in range(len(body["hosts"]))]
+    body["port"] = DISCARD
+    if isinstance(body.get("private_key"), str) and body["private_key"].strip():
+        body["private_key"] = private_key().export_private_key().decode()
+    bastion = body.get("bastion")
+    if isinstance(bastion, dict):
+        bastion["host"], bastion["port"] = "127.0.0.1", DISCARD
+        if isinstance(bastion.get("private_key"), str) and bastion["private_key"].strip():
+            bastion["private_key"] = private_key().export_private_key().decode()
 
 
 @schemathesis.hook
@@ -49,7 +73,11 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     params = case.path_parameters or {}
     if method == "DELETE" and params.get("connection_id") in os.environ.get(KEEP, "").split(","):
         params["connection_id"] = "kept-by-fuzz"
-    if method != "POST" or not isinstance(body, dict):
+    if not isinstance(body, dict):
+        return
+    if method in ("POST", "PUT") and re.fullmatch(r".*/fleets(?:/\{fleet_id\})?", path):
+        safe_fleet(body)
+    if method != "POST":
         return
     if path.endswith("/connections"):
         body["endpoint"] = safe_endpoint(body.get("provider"))
