@@ -183,8 +183,9 @@ def _fleets(deps: AppDeps, project: str) -> list[fleets.SealedFleet]:
 
 async def _fleet_offers(deps: AppDeps, project: str, kind: str, query: OfferQuery) -> list[Offer]:
     """The free hosts of every fleet of the project (each fleet asked at once, its id as the
-    offer's connection). A fleet with no free host adds none; any other failure is the answer when
-    no fleet offers anything."""
+    offer's connection). A fleet with no free host adds none; when no fleet offers anything, a
+    fleet's failure is the answer (502), else a query no fleet can serve (a region, spot: the same
+    reason for each) is refused with it (422), as a cloud's own refusal of a query is."""
     found = await in_thread(_fleets, deps, project)
     if not found:
         raise HTTPException(status.HTTP_409_CONFLICT,
@@ -192,11 +193,17 @@ async def _fleet_offers(deps: AppDeps, project: str, kind: str, query: OfferQuer
     sources = deps.market.fleet_sources(kind, found, deps.box, installation_id=deps.installation_id,
                                         addresses=deps.fleet_addresses)
     answer = await deps.market.offers(sources, query)
-    failed = [a for a in answer.clouds if a.status != "answered" and a.error != "CapacityError"]
-    if not answer.offers and failed:
+    if answer.offers:
+        return answer.offers
+    failed = [a for a in answer.clouds
+              if a.status not in ("answered", "skipped") and a.error != "CapacityError"]
+    if failed:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY,
                             "; ".join(f"fleet {a.connection_id}: {a.reason}" for a in failed))
-    return answer.offers
+    if all(a.status == "skipped" for a in answer.clouds):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            "; ".join(sorted({a.reason or "skipped" for a in answer.clouds})))
+    return []
 
 
 def _clear_pick(deps: AppDeps, project: str, provider: str) -> bool:

@@ -185,3 +185,14 @@ async def test_pins_survive_a_put_and_trust_forgets_only_those_named(
     with Session(engine) as s:
         row = s.get(Fleet, made["id"])
         assert row is not None and start.arg == FleetProbeRequest(fleet_id=made["id"], probe_id=row.probe_id)
+
+
+async def test_a_query_no_fleet_can_serve_is_refused_with_the_reason_once(client: httpx.AsyncClient) -> None:
+    """A region or spot no fleet has: a 422 saying so (as a cloud's refusal of a query is), not a
+    502 listing every fleet as failed (make fuzz found the 502). Nothing is asked of any host."""
+    for name in ("rack-1", "rack-2"):
+        assert (await client.post(FLEETS, json=body(new_key(), name=name))).status_code == 201
+    r = await client.get("/api/compute/backends/ssh/offers", params={"region": "nowhere"})
+    assert r.status_code == 422 and r.json()["detail"] == "SSH fleet has no region 'nowhere'", r.text
+    r = await client.get("/api/compute/backends/ssh/offers", params={"spot": "true"})
+    assert r.status_code == 422 and "spot" in r.json()["detail"] and ";" not in r.json()["detail"], r.text
