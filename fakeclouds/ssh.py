@@ -75,12 +75,13 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 class _Auth(asyncssh.SSHServer):
     def __init__(self, user: str, keys: set[bytes], home: Path, inside: Mapping[int, Inside],
-                 on_login: Callable[[], None]) -> None:
+                 on_login: Callable[[], None], open_connections: set[asyncssh.SSHServerConnection]) -> None:
         self._user = user
         self._keys = keys
         self._home = home
         self._inside = inside
         self._on_login = on_login
+        self._open = open_connections  # the server's: stop() drops them
         self._conn: asyncssh.SSHServerConnection | None = None
 
     def auth_completed(self) -> None:
@@ -88,6 +89,11 @@ class _Auth(asyncssh.SSHServer):
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
+        self._open.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._conn is not None:
+            self._open.discard(self._conn)
 
     def begin_auth(self, username: str) -> bool:
         return True  # always require authentication
@@ -133,13 +139,15 @@ class MachineSSH:
         self.extra_env = env or {}
         self._server: asyncssh.SSHAcceptor | None = None
         self._children: set[asyncio.subprocess.Process] = set()
+        self._connections: set[asyncssh.SSHServerConnection] = set()
         self.host: str | None = None
         self.port: int | None = None
 
     async def start(self, host: str, port: int = 0) -> int:
         """Listen on host:port; returns the port. OSError (e.g. EADDRINUSE, EACCES) when it cannot."""
         self._server = await asyncssh.create_server(
-            lambda: _Auth(self.user, self.keys, self.home, self.inside, self.on_login), host, port,
+            lambda: _Auth(self.user, self.keys, self.home, self.inside, self.on_login, self._connections),
+            host, port,
             server_host_keys=[self.host_key], process_factory=self._handle, encoding=None,
             sftp_factory=self._sftp, allow_scp=True, line_editor=False,  # bash's own PTY handles echo
             keepalive_interval=0, login_timeout=30,
@@ -152,11 +160,18 @@ class MachineSSH:
         return asyncssh.SFTPServer(chan, chroot=os.fsencode(self.home))
 
     async def stop(self) -> None:
+        """The machine's SSH goes: no new login, and the connections open now are dropped — a
+        machine that is gone answers nothing more on a connection made before (asyncssh's close()
+        alone only stops listening: a reused client connection went on reading a preempted
+        machine's files)."""
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
             self._server = None
+        for conn in list(self._connections):
+            conn.abort()
+        self._connections.clear()
         for child in list(self._children):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGKILL)

@@ -147,6 +147,19 @@ async def test_not_listening_before_boot_nor_after_death(local: httpx.AsyncClien
             pass
 
 
+async def test_a_connection_made_before_the_machine_goes_is_dropped_with_it(
+        local: httpx.AsyncClient, admin: FakeCloudAdmin, ssh_key: asyncssh.SSHKey, pubkey: str) -> None:
+    """A preempted machine answers nothing more, on a connection made before too: a reused client
+    connection read the exit file a dying command wrote as the simulation killed it one process at
+    a time (a job preempted mid-command reported succeeded)."""
+    m = await _local_machine(local, pubkey)
+    async with _connect(m["ssh_port"], ssh_key) as conn:
+        assert (await conn.run("true")).exit_status == 0
+        admin.preempt(m["id"])
+        with pytest.raises((asyncssh.Error, OSError)):
+            await asyncio.wait_for(conn.run("true", check=True), 10)
+
+
 async def test_user_data_script_runs_at_boot(local: httpx.AsyncClient, admin: FakeCloudAdmin,
                                              pubkey: str, ssh_key: asyncssh.SSHKey) -> None:
     script = "#!/bin/bash\nmktemp > $HOME/temporary && echo booted > $HOME/marker\n"
