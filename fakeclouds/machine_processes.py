@@ -8,6 +8,7 @@ from a directory about to be removed (a shim directory, a test's hosts).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -83,18 +84,26 @@ def power_off(home: Path) -> int:
 
 
 def _kill_where(match: Callable[[list[bytes]], bool]) -> list[int]:
-    """SIGKILL every process but this one whose environment (its `NAME=value` entries) `match`es.
-    Returns the pids killed."""
-    killed = []
+    """SIGKILL every process but this one whose environment (its `NAME=value` entries) `match`es,
+    all of them stopped (SIGSTOP) first: as a powered-off machine's do, none runs another line after
+    another one died — killed one at a time, a shell whose child went first ran on to its next
+    command (a job's `echo $? > exit`: 0, for a command the machine's end cut short). Returns the
+    pids killed."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             if match((entry / "environ").read_bytes().split(b"\0")):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
+                os.kill(int(entry.name), signal.SIGSTOP)
+                found.append(int(entry.name))
         except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
             continue
+    killed = []
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
     return killed
 
 
