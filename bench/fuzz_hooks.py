@@ -28,8 +28,8 @@ import schemathesis
 from cli.dev import DevConfig
 from fakeclouds import clouds
 
-CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens, a connect fails at once
-DISCARD = 9
+DISCARD = 9  # the discard port: nothing listens, a connect (an HTTP request, an SSH login) fails at once
+CLOSED = f"http://127.0.0.1:{DISCARD}"
 KEEP = "GPUPROV_FUZZ_KEEP_CONNECTIONS"
 
 
