@@ -3,7 +3,6 @@ into HTTP answers with the reason in `detail`."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fastapi import HTTPException, Request, status
@@ -15,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.strict_json import loc_part
+from messages.echo import shown as shown  # re-exported: the routes quote values with it
 from providers import registry
 from providers.base import (
     AuthError,
@@ -54,15 +54,6 @@ def provider_http_error(cloud: str, e: ProviderError) -> HTTPException:
     if isinstance(e, CapacityError | QuotaError):
         return HTTPException(status.HTTP_409_CONFLICT, reason)
     return HTTPException(status.HTTP_502_BAD_GATEWAY, reason)
-
-
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def shown(value: str) -> str:
-    """A value from the request, quoted in an answer only if it looks like an id: a path or body
-    value may be anything (a pasted secret, control characters, 3 000 characters)."""
-    return repr(value) if _ID.match(value) else "(value not shown: not an id)"
 
 
 MAX_FIELD_ERRORS = 20  # a body with thousands of unknown keys still gets a short answer

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from messages.echo import shown
 from providers.credentials import Credentials, describe_error
 from providers.gpus import same_gpu
 
@@ -396,7 +397,8 @@ class Capabilities(BaseModel):
         if req.image and self.image_pattern and not re.fullmatch(self.image_pattern, req.image):
             raise InvalidRequest(self.image_form or f"--image {req.image!r} is not an image {name} can boot")
         if req.region and self.regions and req.region not in self.regions:
-            raise Unsupported(f"{name} has no region {req.region!r} (regions: {', '.join(self.regions)})")
+            raise Unsupported(f"{name} has no region {shown(req.region)} "
+                              f"(regions: {', '.join(self.regions)})")
         if req.max_hours is not None:
             cap = self.max_lifetime_h
             if cap is None:

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from messages.echo import shown
 from providers.base import Capabilities, CloudProvider, Offer, OfferQuery, ProviderError, rank_offers
 from providers.fresh_listing import FreshListing
 from providers.rest import clean
@@ -68,11 +69,18 @@ def adapter_query(query: OfferQuery) -> OfferQuery:
 
 
 def skip_reason(caps: Capabilities, query: OfferQuery) -> str | None:
-    """Why a cloud is not asked at all for `query`, or None."""
+    """Why a cloud is not asked at all for `query` when planning across clouds, or None."""
     if caps.region_required and query.region is None:
         return f"{caps.display_name} needs a region (--region)"
+    return refusal(caps, query)
+
+
+def refusal(caps: Capabilities, query: OfferQuery) -> str | None:
+    """Why no offer of the cloud can match `query` (a region it does not have, spot where it sells
+    none), or None. One cloud's own offers page refuses such a query with this reason; without a
+    region it lists every region, so a cloud that needs one to plan is still asked."""
     if query.region is not None and caps.regions and query.region not in caps.regions:
-        return f"{caps.display_name} has no region {query.region!r}"
+        return f"{caps.display_name} has no region {shown(query.region)}"
     if query.spot is True and not caps.spot:
         return f"{caps.display_name} sells no spot instances"
     return None

@@ -20,7 +20,7 @@ from api.pagination import PageDep, offset_page
 from api.shared_bodies import GpuOut, PickOut, gpu_label
 from providers import connect_guide, listing, registry
 from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
-from providers.market import CloudAnswer
+from providers.market import CloudAnswer, refusal
 from store import connections, fleets, picks
 from store.models import BackendPick, Connection
 from store.secrets import SecretError
@@ -214,9 +214,12 @@ def _clear_pick(deps: AppDeps, project: str, provider: str) -> bool:
 async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQuery) -> list[Offer]:
     """The cloud's live offers for `query`, asked through the project's connection (a fleet kind:
     through every fleet of the project)."""
-    adapter_class(provider)  # an adapter that cannot load here -> 422 with the reason
+    adapter = adapter_class(provider)  # an adapter that cannot load here -> 422 with the reason
     if registry.is_fleet(provider):
         return await _fleet_offers(deps, project, provider, query)
+    why = refusal(adapter.capabilities, query)
+    if why is not None:  # refused before the connection is read: as planning across clouds does
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, why)
     _, credentials, options = await in_thread(_connection, deps, project, provider)
     try:
         async with metrics.instrument(registry.build(provider, credentials, options=options,

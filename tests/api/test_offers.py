@@ -23,7 +23,14 @@ async def test_offers_are_filtered_and_cheapest_first(client: httpx.AsyncClient)
     assert r.json()["next_cursor"] is None
     r = await client.get(URL, params={"gpu": "h100", "region": "r2"})
     assert [o["instance_type"] for o in r.json()["items"]] == ["gpu.h100"]
-    assert (await client.get(URL, params={"spot": "true"})).json()["items"] == []
+    # a query no offer of the cloud can match is refused with the reason, as planning across clouds
+    # skips it with that reason: a region it does not have, spot where it sells none
+    for params, reason in [({"spot": "true"}, "Fake Cloud sells no spot instances"),
+                           ({"region": "r9"}, "Fake Cloud has no region 'r9'"),
+                           ({"region": "r9 \u202e"},
+                            "Fake Cloud has no region (value not shown: not an id)")]:
+        r = await client.get(URL, params=params)
+        assert (r.status_code, r.json()["detail"]) == (422, reason)
     assert (await client.get(URL, params={"spot": "maybe"})).status_code == 422
 
 
@@ -72,3 +79,14 @@ async def test_a_failing_cloud_is_an_answer_not_an_error(client: httpx.AsyncClie
     assert r.status_code == 200
     assert r.json()["items"] == []
     assert r.json()["clouds"][0]["status"] == "failed" and "key revoked" in r.json()["clouds"][0]["reason"]
+
+
+async def test_a_region_no_cloud_has_is_a_skip_that_does_not_echo_odd_text(client: httpx.AsyncClient) -> None:
+    """The cross-cloud page says why each cloud was not asked; a region that is not an id (a pasted
+    line, terminal controls) is not quoted back into the reason the console and CLI print."""
+    await connect_fake(client)
+    for region, said in [("r9", "'r9'"), ("r9\x1b[2J\u202e", "(value not shown: not an id)")]:
+        r = await client.get(ALL, params={"region": region})
+        assert r.status_code == 200, r.text
+        [answer] = r.json()["clouds"]
+        assert (answer["status"], answer["reason"]) == ("skipped", f"Fake Cloud has no region {said}")

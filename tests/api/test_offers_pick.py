@@ -36,6 +36,8 @@ TABLE = [
 @pytest.fixture(autouse=True)
 def table(fake_cloud: type[FakeCloud], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(FakeCloud, "OFFERS", TABLE)
+    # the table holds a spot offer: this fake sells spot (a cloud that sells none refuses spot=true)
+    monkeypatch.setattr(FakeCloud, "capabilities", FakeCloud.capabilities.model_copy(update={"spot": True}))
     yield
 
 
