@@ -10,6 +10,11 @@
   (FleetProbeWorkflow), so every host (and a bastion's) becomes a loopback address on the discard
   port, where a login is refused at once — a made-up name would be looked up in DNS and connected
   to. A private key given as text becomes a valid one (random text never is).
+- Jobs run only commands of ours: a job's command runs under bash on its machine, and a simulated
+  machine is a process of this host. Each fuzzed command becomes one of `JOB_COMMANDS` (picked by
+  the generated text, so a job succeeds, fails with an exit code, writes a log, or runs long enough
+  to be cancelled), and the image goes: `docker run` of a made-up image would pull it from a
+  registry off this machine.
 - The connections that were there before (`make run`'s, named by bench/fuzz.py in
   GPUPROV_FUZZ_KEEP_CONNECTIONS) stay: the stateful phase finds their ids in GET /connections, and
   deleting them would leave every later allocation a 409. A DELETE of one is sent for an unknown id.
@@ -67,6 +72,18 @@ def safe_fleet(body: dict[str, Any]) -> None:
             bastion["private_key"] = private_key().export_private_key().decode()
 
 
+# What a fuzzed job runs instead of its command: each ends by itself, touches nothing outside the
+# job's own directory, and none reaches the network.
+JOB_COMMANDS = ("true", "echo fuzzed; exit 3", "for i in 1 2 3; do echo \"line $i\"; done", "sleep 20")
+
+
+def safe_job(body: dict[str, Any]) -> None:
+    """`body` (a job's, POST) with a command of ours and no image; other fields as generated."""
+    if isinstance(body.get("command"), str):
+        body["command"] = JOB_COMMANDS[sum(body["command"].encode()) % len(JOB_COMMANDS)]
+    body.pop("image", None)
+
+
 @schemathesis.hook
 def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     body, method, path = case.body, case.operation.method.upper(), case.operation.path
@@ -79,6 +96,8 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         safe_fleet(body)
     if method != "POST":
         return
+    if path.endswith("/jobs"):
+        safe_job(body)
     if path.endswith("/connections"):
         body["endpoint"] = safe_endpoint(body.get("provider"))
     keys = body.get("ssh_public_keys")

