@@ -12,10 +12,13 @@ and limits as the previous one committed them, so two jobs can never both take t
 it the order is walked with the capacity in use (every grant not yet released): a job that fits is
 counted as granted (a job ahead keeps its place even before its own workflow asks again); a job
 that does not fit blocks those behind it in its project (a project's order is strict), and one over
-the installation's limit blocks everything behind it. The asking job is granted only if the walk
-grants it. A grant is the job's row (`granted_at`, the GPUs and $/hr it holds); it is released
-(`released_at`) when the job ends, after its machine is verified gone — so the ledger of grants
-bounds the machines that exist. A retried `admit` finds its grant and answers granted again.
+the installation's limit blocks everything behind it. A job over a limit on its own (with nothing
+else running) is passed over instead: it could start only once that limit is raised, and would
+block the rest until then. The API refuses such a job (409, the limit named): one is in the queue
+only when a limit was lowered under it. The asking job is granted only if the walk grants it. A
+grant is the job's row (`granted_at`, the GPUs and $/hr it holds); it is released (`released_at`)
+when the job ends, after its machine is verified gone — so the ledger of grants bounds the machines
+that exist. A retried `admit` finds its grant and answers granted again.
 
 Jobs of types that are not queued (serving, task, kb_compile) are granted in the same kind of
 transaction when the API accepts them, or refused with the limit they would exceed.
@@ -71,18 +74,26 @@ class Usage:
 class Limits:
     by_scope: dict[str, JobLimit] = field(default_factory=dict)
 
-    def over(self, scope: str, used: Usage, gpus: int, usd: float) -> str | None:
-        """The limit of `scope` that `gpus` and `usd` more would exceed, named; None if it fits."""
+    def over(self, scope: str, used: Usage | None, gpus: int, usd: float) -> str | None:
+        """The limit of `scope` that `gpus` and `usd` more would exceed, named; None if it fits.
+        `used` None: nothing else in use (the job alone)."""
         lim = self.by_scope.get(scope)
         if lim is None:
             return None
         who = "the installation's" if scope == GLOBAL else f"project {scope}'s"
-        if lim.max_gpus is not None and used.gpus + gpus > lim.max_gpus:
-            return f"{who} limit of {lim.max_gpus} GPUs ({used.gpus} in use, this job needs {gpus})"
-        if lim.max_usd_per_hour is not None and used.usd_per_hour + usd > lim.max_usd_per_hour + 1e-9:
-            return (f"{who} limit of ${lim.max_usd_per_hour:g}/h (${used.usd_per_hour:g}/h in use, "
-                    f"this job up to ${usd:g}/h)")
+        now = used or Usage()
+        if lim.max_gpus is not None and now.gpus + gpus > lim.max_gpus:
+            in_use = f"{now.gpus} in use, " if used is not None else ""
+            return f"{who} limit of {lim.max_gpus} GPUs ({in_use}this job needs {gpus})"
+        if lim.max_usd_per_hour is not None and now.usd_per_hour + usd > lim.max_usd_per_hour + 1e-9:
+            in_use = f"${now.usd_per_hour:g}/h in use, " if used is not None else ""
+            return f"{who} limit of ${lim.max_usd_per_hour:g}/h ({in_use}this job up to ${usd:g}/h)"
         return None
+
+    def never_fits(self, project: str, gpus: int, usd: float) -> str | None:
+        """The limit (the installation's or the project's) that the job exceeds on its own, with
+        nothing else running, named: it cannot start until that limit is raised. None: it can."""
+        return self.over(GLOBAL, None, gpus, usd) or self.over(project, None, gpus, usd)
 
     def needs_price(self, project: str) -> bool:
         return any(lim.max_usd_per_hour is not None
@@ -230,6 +241,7 @@ class Held:
 
 
 WAITS_ITS_TURN = "waiting its turn in the queue"
+NEVER_FITS = "waiting for a higher limit (passed over meanwhile: it blocks no one)"
 FITS_NOW = "fits the limits now: granted at its next admission check"
 
 
@@ -261,6 +273,9 @@ def waiting_reasons(session: Session, now: datetime | None = None) -> dict[str, 
     full: str | None = None  # the installation is full: everything behind waits
     for w in waiting:
         if holds.why(w) is not None:
+            continue
+        if (never := limits.never_fits(w.project, gpus_of(w), usd_of(w))) is not None:
+            reasons[w.id] = f"{NEVER_FITS}: over {never}"
             continue
         if full is not None:
             reasons[w.id] = full
@@ -332,6 +347,8 @@ def admit(session: Session, job_id: str) -> bool:
         if w.project in blocked or holds.why(w) is not None:
             continue
         g, usd = gpus_of(w), usd_of(w)
+        if limits.never_fits(w.project, g, usd) is not None:
+            continue  # over a limit on its own (lowered since it queued): it would block everyone forever
         if limits.over(GLOBAL, total, g, usd) is not None:
             break  # the installation is full: nothing behind it goes first
         if limits.over(w.project, per[w.project], g, usd) is not None:

@@ -222,10 +222,15 @@ def _insert(deps: AppDeps, row: Job) -> None:
     """Insert the job: a queueable one to wait its turn; any other granted now, or refused (409)
     with the limit it would exceed."""
     with open_session(deps) as session:
-        needs_price = queue.load_limits(session).needs_price(row.project)
-    if needs_price and row.max_price_per_hour is None:
+        limits = queue.load_limits(session)
+    if limits.needs_price(row.project) and row.max_price_per_hour is None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             "a $/hr limit applies to this project: give max_price_per_hour")
+    never = limits.never_fits(row.project, queue.gpus_of(row), queue.usd_of(row))
+    if never is not None:  # it would wait for ever (and a queued one hold up everything behind it)
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"this job alone is over {never}: it could not start even with nothing else "
+                            f"running; ask for less or have the limit raised (PUT /api/compute/limits)")
     with open_session(deps) as session:  # admit_now's lock must be its transaction's first statement
         if JobType(row.type).queueable:
             session.add(row)
@@ -287,8 +292,8 @@ def _read(deps: AppDeps, job_id: str, offset: int) -> tuple[bytes, bool]:
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
              responses={409: {"description": "no cloud connected (or not the one named), the project's "
-                                             "daily budget is reached, or a job type that is not queued "
-                                             "over a limit (named)"},
+                                             "daily budget is reached, a job type that is not queued "
+                                             "over a limit, or a job over a limit on its own (named)"},
                         422: {"description": "invalid, or no connected cloud can serve it"},
                         503: {"description": "Temporal unreachable: the job is recorded as not started"}})
 async def create_job(body: JobCreate, deps: DepsDep, caller: CallerDep,

@@ -124,3 +124,24 @@ async def test_a_page_without_a_waiting_job_does_not_walk_the_queue(client: http
     # The page that shows it explains it.
     listed = {j["id"]: j for j in (await client.get("/api/compute/jobs")).json()["items"]}
     assert listed[waiting]["pri"] == 1 and listed[waiting]["waiting_reason"]
+
+
+async def test_a_job_over_a_limit_on_its_own_is_refused_with_the_limit_and_nothing_is_stored(
+        client: httpx.AsyncClient) -> None:
+    """Queued, it would wait for ever — and hold up every job behind it (make fuzz found a $50/h job
+    under a $23.92/h installation limit at the head of the queue, 180 jobs waiting behind it)."""
+    await connect_fake(client)
+    r = await client.put("/api/compute/limits", json={"max_gpus": 2, "max_usd_per_hour": 10})
+    assert r.status_code == 200, r.text
+    for body, limit in [({"gpu_count": 3, "max_price_per_hour": 5},
+                         "project default's limit of 2 GPUs (this job needs 3)"),
+                        ({"max_price_per_hour": 50},
+                         "project default's limit of $10/h (this job up to $50/h)")]:
+        for kind in ("sft", "serving"):  # queued or not
+            r = await client.post("/api/compute/jobs", json={**JOB, "type": kind, **body})
+            assert r.status_code == 409, r.text
+            assert r.json()["detail"].startswith(f"this job alone is over {limit}: it could not"), r.text
+    assert (await client.get("/api/compute/jobs")).json()["items"] == []
+    ok = await client.post("/api/compute/jobs", json={**JOB, "type": "sft", "gpu_count": 2,
+                                                      "max_price_per_hour": 10})
+    assert ok.status_code == 202, ok.text  # at the limits exactly: it can start

@@ -12,12 +12,13 @@ from sqlmodel import Session
 
 from messages.job import JobStatus
 from store import policies, queue, spend
-from store.models import Job, utcnow
+from store.models import Job, JobLimit, utcnow
 
 
-def _job(s: Session, project: str, name: str, type_: str, age_min: int) -> str:
+def _job(s: Session, project: str, name: str, type_: str, age_min: int, priority: int = 0,
+         gpus: int = 1) -> str:
     job = Job(id=f"{project}-{name}", project=project, name=name, type=type_, command="true",
-              requested_by="t", gpu="a10", gpu_count=1, workflow_id="w",
+              requested_by="t", gpu="a10", gpu_count=gpus, workflow_id="w", priority=priority,
               created_at=utcnow() - timedelta(minutes=age_min))
     s.add(job)
     s.commit()
@@ -91,3 +92,41 @@ def test_waits_says_of_a_job_in_hand_what_positions_numbers(db_engine: sa.Engine
         waiting = {j.id for j in jobs if j is not None and queue.waits(j)}
         assert waiting == set(queue.positions(s, p))
         assert len(waiting) == 1  # queued, not granted, a queueable type: the one combination
+
+
+def test_a_job_over_a_limit_on_its_own_is_passed_over_and_blocks_no_one(db_engine: sa.Engine) -> None:
+    """A limit lowered under a queued job: that job could start only once it is raised again, so the
+    jobs behind it — of its project, and of every project behind an installation's limit — go first."""
+    p, other = f"alone-{uuid.uuid4().hex[:6]}", f"alone-{uuid.uuid4().hex[:6]}"
+    with Session(db_engine) as s:
+        before = s.get(JobLimit, queue.GLOBAL)
+        kept = (before.max_gpus, before.max_usd_per_hour) if before is not None else (None, None)
+        big = _job(s, p, "big", "sft", age_min=10, priority=900, gpus=3)  # first in line
+        mine = _job(s, p, "next", "sft", age_min=5, priority=900)
+        queue.set_limits(s, p, max_gpus=2, max_usd_per_hour=None)  # lowered under the queued job
+        reasons = queue.waiting_reasons(s)
+        assert reasons[big] == (f"{queue.NEVER_FITS}: over project {p}'s limit of 2 GPUs (this job needs 3)")
+        assert reasons[mine] == queue.FITS_NOW
+        assert not queue.admit(s, big) and queue.admit(s, mine)
+
+        # The installation's limit, one GPU over what the session's other tests hold now: the job
+        # behind, of another project, takes that GPU; the big one stays in its place meanwhile.
+        queue.set_limits(s, p, max_gpus=None, max_usd_per_hour=None)
+        held_now = queue.in_use(s)[1].gpus
+        row = s.get(Job, big)
+        assert row is not None
+        row.gpu_count = held_now + 2
+        s.add(row)
+        s.commit()
+        theirs = _job(s, other, "e", "eval", age_min=4, priority=900)
+        try:
+            queue.set_limits(s, queue.GLOBAL, max_gpus=held_now + 1, max_usd_per_hour=None)
+            assert queue.waiting_reasons(s)[big] == (
+                f"{queue.NEVER_FITS}: over the installation's limit of {held_now + 1} GPUs "
+                f"(this job needs {held_now + 2})")
+            assert not queue.admit(s, big) and queue.admit(s, theirs)
+            assert big in queue.positions(s)  # still waiting, in its place
+            queue.set_limits(s, queue.GLOBAL, max_gpus=2 * held_now + 3, max_usd_per_hour=None)  # raised
+            assert queue.admit(s, big)
+        finally:
+            queue.set_limits(s, queue.GLOBAL, *kept)
