@@ -386,6 +386,14 @@ def release(job: Job) -> None:
         job.released_at = utcnow()
 
 
+def over_on_their_own(session: Session, project: str | None = None) -> int:
+    """How many waiting jobs — `project`'s, or every project's — exceed a limit on their own now:
+    passed over until it is raised (what an administrator lowering a limit should hear of)."""
+    limits = load_limits(session)
+    return sum(1 for j in waiting_records(session, project)
+               if limits.never_fits(j.project, gpus_of(j), usd_of(j)) is not None)
+
+
 def set_limits(session: Session, scope: str, max_gpus: int | None,
                max_usd_per_hour: float | None) -> JobLimit:
     row = session.get(JobLimit, scope) or JobLimit(scope=scope)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
+from sqlmodel import Session
 
 from api.auth import CallerDep, require_admin
 from api.deps import SessionDep
@@ -32,6 +33,13 @@ class LimitsOut(BaseModel):
                    max_usd_per_hour=row.max_usd_per_hour if row else None)
 
 
+class LimitsSet(LimitsOut):
+    over_on_their_own: int = Field(
+        description="waiting jobs (the project's; for the installation's limits, every project's) that "
+                    "now exceed a limit on their own: they keep their place, block no one, and start "
+                    "only once it is raised — each says so in its waiting_reason")
+
+
 class AllLimits(BaseModel):
     project: LimitsOut = Field(description="the caller's project's limits")
     installation: LimitsOut = Field(description="limits over every project's jobs together")
@@ -46,15 +54,22 @@ def get_limits(session: SessionDep, caller: CallerDep) -> AllLimits:
                      installation=LimitsOut.of(session.get(JobLimit, queue.GLOBAL)))
 
 
-@router.put("", response_model=LimitsOut)
-def put_limits(body: LimitsIn, session: SessionDep, caller: CallerDep) -> LimitsOut:
-    """Set the caller's project's limits (queued jobs already granted keep their grant)."""
-    return LimitsOut.of(queue.set_limits(session, caller.project, body.max_gpus, body.max_usd_per_hour))
+def _set(session: Session, scope: str, body: LimitsIn, project: str | None) -> LimitsSet:
+    row = queue.set_limits(session, scope, body.max_gpus, body.max_usd_per_hour)
+    return LimitsSet(max_gpus=row.max_gpus, max_usd_per_hour=row.max_usd_per_hour,
+                     over_on_their_own=queue.over_on_their_own(session, project))
 
 
-@router.put("/installation", response_model=LimitsOut,
+@router.put("", response_model=LimitsSet)
+def put_limits(body: LimitsIn, session: SessionDep, caller: CallerDep) -> LimitsSet:
+    """Set the caller's project's limits (queued jobs already granted keep their grant; a waiting
+    job now over a limit on its own is counted in `over_on_their_own`)."""
+    return _set(session, caller.project, body, caller.project)
+
+
+@router.put("/installation", response_model=LimitsSet,
             responses={403: {"description": "needs the admin token"}})
-def put_installation_limits(body: LimitsIn, session: SessionDep, caller: CallerDep) -> LimitsOut:
+def put_installation_limits(body: LimitsIn, session: SessionDep, caller: CallerDep) -> LimitsSet:
     """Set the limits over every project's jobs together (admin token)."""
     require_admin(caller)
-    return LimitsOut.of(queue.set_limits(session, queue.GLOBAL, body.max_gpus, body.max_usd_per_hour))
+    return _set(session, queue.GLOBAL, body, None)

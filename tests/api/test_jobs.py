@@ -145,3 +145,21 @@ async def test_a_job_over_a_limit_on_its_own_is_refused_with_the_limit_and_nothi
     ok = await client.post("/api/compute/jobs", json={**JOB, "type": "sft", "gpu_count": 2,
                                                       "max_price_per_hour": 10})
     assert ok.status_code == 202, ok.text  # at the limits exactly: it can start
+
+
+async def test_a_limit_lowered_under_a_queued_job_says_how_many_it_leaves_over_and_each_says_why(
+        client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    assert (await client.put("/api/compute/limits", json={"max_gpus": 1})).status_code == 200
+    assert (await client.post("/api/compute/jobs", json={**JOB, "type": "serving"})).status_code == 202
+    big = (await client.post("/api/compute/jobs", json={**JOB, "type": "sft"})).json()["id"]  # waits
+    r = await client.put("/api/compute/limits", json={"max_gpus": 0})
+    assert r.status_code == 200 and r.json()["over_on_their_own"] == 1, r.text
+    job = (await client.get(f"/api/compute/jobs/{big}")).json()
+    assert job["pri"] == 1 and job["waiting_reason"] == (
+        "waiting for a higher limit (passed over meanwhile: it blocks no one): over project default's "
+        "limit of 0 GPUs (this job needs 1)")
+    r = await client.put("/api/compute/limits", json={"max_gpus": 1})
+    assert r.json()["over_on_their_own"] == 0
+    assert (await client.get(f"/api/compute/jobs/{big}")).json()["waiting_reason"].startswith(
+        "waiting for capacity: over project default's limit of 1 GPUs (1 in use")

@@ -86,7 +86,8 @@ async def test_a_limit_given_as_false_is_a_422_and_the_stored_limit_stays(client
                                                                           "max_usd_per_hour": None}
     # A JSON integer is a number: an hourly limit of 5 is $5/h.
     r = await client.put("/api/compute/limits", json={"max_gpus": 4, "max_usd_per_hour": 5})
-    assert r.status_code == 200 and r.json() == {"max_gpus": 4, "max_usd_per_hour": 5.0}
+    assert r.status_code == 200
+    assert r.json() == {"max_gpus": 4, "max_usd_per_hour": 5.0, "over_on_their_own": 0}
 
 
 async def test_enums_and_date_times_still_come_as_json_text(client: httpx.AsyncClient) -> None:
