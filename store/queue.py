@@ -81,7 +81,7 @@ class Limits:
         if lim is None:
             return None
         who = "the installation's" if scope == GLOBAL else f"project {scope}'s"
-        now = used or Usage()
+        now = used if used is not None else Usage()
         if lim.max_gpus is not None and now.gpus + gpus > lim.max_gpus:
             in_use = f"{now.gpus} in use, " if used is not None else ""
             return f"{who} limit of {lim.max_gpus} GPUs ({in_use}this job needs {gpus})"
