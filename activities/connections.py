@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from sqlmodel import col, select
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -107,8 +108,20 @@ class ConnectionActivities:
             ending = client_calls.update(self.deps.client, inp.workflow_id, wf.ALLOCATION.terminate)
             await heartbeating(ending, inp.heartbeat_every_s, "terminating")
         except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:
+            # NOT_FOUND: it had closed. An update in flight as the workflow closes is answered
+            # "workflow update was aborted" (UNAVAILABLE) instead: closed is closed; if it is still
+            # open, the error stands and the attempt is retried.
+            if e.status != RPCStatusCode.NOT_FOUND and not await self._closed(inp.workflow_id):
                 raise
+
+    async def _closed(self, workflow_id: str) -> bool:
+        """Whether the workflow has closed (or is gone); False when that cannot be told now."""
+        assert self.deps.client is not None
+        try:
+            described = await client_calls.handle(self.deps.client, workflow_id).describe()
+        except RPCError as e:
+            return e.status == RPCStatusCode.NOT_FOUND
+        return described.status != WorkflowExecutionStatus.RUNNING
 
     @activity.defn(name=acts.DELETE_CONNECTION.name)
     def delete_connection(self, inp: ConnectionIdInput) -> None:
