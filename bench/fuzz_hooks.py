@@ -14,7 +14,8 @@
   machine is a process of this host. Each fuzzed command becomes one of `JOB_COMMANDS` (picked by
   the generated text, so a job succeeds, fails with an exit code, writes a log, or runs long enough
   to be cancelled), and the image goes: `docker run` of a made-up image would pull it from a
-  registry off this machine.
+  registry off this machine. Every other job is also made one the API accepts (`safe_job`), so
+  jobs reach the queue and a machine.
 - The connections that were there before (`make run`'s, named by bench/fuzz.py in
   GPUPROV_FUZZ_KEEP_CONNECTIONS) stay: the stateful phase finds their ids in GET /connections, and
   deleting them would leave every later allocation a 409. A DELETE of one is sent for an unknown id.
@@ -79,7 +80,8 @@ JOB_COMMANDS = ("true", "echo fuzzed; exit 3", "for i in 1 2 3; do echo \"line $
 
 
 PRIORITY_MAX = 100  # the administrator's default range (GPUPROV_JOB_PRIORITY_MAX), which make run keeps
-# Over every simulated offer; given, as a project with a $/hr limit (which the fuzz sets) requires
+# Over every simulated offer. Always given: once the fuzz has set a $/hr limit, a job must name a price
+# (under a limit below it, the job is refused as over that limit on its own: a refusal worth sending).
 MAX_PRICE = 50.0
 
 
