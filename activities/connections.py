@@ -118,10 +118,9 @@ class ConnectionActivities:
         """Whether the workflow has closed (or is gone); False when that cannot be told now."""
         assert self.deps.client is not None
         try:
-            described = await client_calls.handle(self.deps.client, workflow_id).describe()
-        except RPCError as e:
-            return e.status == RPCStatusCode.NOT_FOUND
-        return described.status != WorkflowExecutionStatus.RUNNING
+            return await client_calls.status(self.deps.client, workflow_id) != WorkflowExecutionStatus.RUNNING
+        except RPCError:
+            return False
 
     @activity.defn(name=acts.DELETE_CONNECTION.name)
     def delete_connection(self, inp: ConnectionIdInput) -> None:

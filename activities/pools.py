@@ -13,7 +13,6 @@ from typing import Any
 from sqlmodel import col, select
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.deps import ActivityDeps, heartbeating
 from activities.errors import provider_errors
@@ -133,13 +132,8 @@ class PoolActivities:
     async def _describe(self, allocation_id: str) -> tuple[bool, bool]:
         """(its workflow exists, it is open)."""
         assert self.deps.client is not None, "ActivityDeps.client is set by build_worker"
-        try:
-            d = await self.deps.client.get_workflow_handle(allocation_workflow_id(allocation_id)).describe()
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:
-                return False, False
-            raise
-        return True, d.status == WorkflowExecutionStatus.RUNNING
+        found = await client_calls.status(self.deps.client, allocation_workflow_id(allocation_id))
+        return found is not None, found == WorkflowExecutionStatus.RUNNING
 
     async def _list(self, target: CloudTarget) -> list[InstanceRef]:
         with provider_errors():

@@ -274,7 +274,8 @@ def waiting_reasons(session: Session, now: datetime | None = None) -> dict[str, 
     for w in waiting:
         if holds.why(w) is not None:
             continue
-        if (never := limits.never_fits(w.project, gpus_of(w), usd_of(w))) is not None:
+        g, usd = gpus_of(w), usd_of(w)
+        if (never := limits.never_fits(w.project, g, usd)) is not None:
             reasons[w.id] = f"{NEVER_FITS}: over {never}"
             continue
         if full is not None:
@@ -283,7 +284,6 @@ def waiting_reasons(session: Session, now: datetime | None = None) -> dict[str, 
         if w.project in behind:
             reasons[w.id] = behind[w.project]
             continue
-        g, usd = gpus_of(w), usd_of(w)
         if (over := limits.over(GLOBAL, total, g, usd)) is not None:
             reasons[w.id] = f"waiting for capacity: over {over}"
             full = f"behind a job ahead in the queue that waits for capacity: {over.split(' (')[0]}"

@@ -14,11 +14,13 @@ from pydantic import BaseModel
 from temporalio.client import (
     Client,
     ScheduleActionStartWorkflow,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateStage,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from messages.workflows import QueryRef, SignalRef, UpdateRef, WorkflowRef
 
@@ -69,6 +71,18 @@ async def update(client: Client, workflow_id: str, ref: UpdateRef[O]) -> O:
     """Send the update and wait for its result (RPCError NOT_FOUND: the workflow has closed)."""
     result: O = await handle(client, workflow_id).execute_update(ref.name, result_type=ref.output)
     return result
+
+
+async def status(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:
+    """The workflow's status (its latest run's); None: no such workflow (RPCError NOT_FOUND). Any
+    other RPCError is raised."""
+    try:
+        described = await handle(client, workflow_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return described.status
 
 
 async def request_update(client: Client, workflow_id: str, ref: UpdateRef[Any]) -> None:
