@@ -13,7 +13,8 @@ every route, so routes added later get them too:
 
 What a route's own code raises (409, 429, 502, 503, 504, ...) is its `responses=`; here each such
 answer gets the ErrorOut schema. Where an answer under P carries an `id`, the operations on
-P/{param} get an OpenAPI link from it (clients and schemathesis's stateful phase follow them).
+P/{param} get an OpenAPI link from it (clients and schemathesis's stateful phase follow them), and
+an offers page links to the pick, with its first offer as the body.
 tests/api/test_schemathesis.py holds the result against what the app really answers.
 """
 
@@ -98,6 +99,7 @@ def complete(spec: dict[str, Any]) -> dict[str, Any]:
                     responses[key] = _error_response(int(key), responses[key])
             operation["responses"] = dict(sorted(responses.items()))
     add_links(spec)
+    add_pick_links(spec["paths"])
     text = str(spec.get("paths"))
     for name in FASTAPI_422:
         if f"#/components/schemas/{name}'" not in text:
@@ -119,7 +121,9 @@ def add_links(spec: dict[str, Any]) -> None:
       answered is that parameter — and to every operation on another path whose parameter has the
       same `…_id` name (one resource under two names: /connections and /providers);
     - a PUT on P/{param} (a thing saved under a name the caller chose) links to the other operations
-      on P/{param}...: the name it was given is theirs."""
+      on P/{param}...: the name it was given is theirs;
+    - a page of P's list links to the operations on P/{param}...: its first item's `id` (or `name`,
+      for a thing known by its name) is that parameter."""
     paths = spec.get("paths", {})
     for path, item in paths.items():
         targets = [(child, m.group(1)) for child in paths
@@ -130,6 +134,8 @@ def add_links(spec: dict[str, Any]) -> None:
         for method in METHODS:
             if (operation := item.get(method)) is not None:
                 _link_ids(spec, operation, targets)
+        if "get" in item:
+            _link_first_item(spec, item["get"], [t for t in targets if t[0].startswith(path + "/")])
         named = re.fullmatch(r".*/\{([^}/]+)\}", path)
         if named and "put" in item:
             same = [child for child in paths if child == path or child.startswith(path + "/")]
@@ -142,6 +148,16 @@ def _link_ids(spec: dict[str, Any], operation: dict[str, Any], targets: list[tup
         schema = response.get("content", {}).get("application/json", {}).get("schema", {})
         if code.startswith("2") and "id" in _schema_of(spec, schema).get("properties", {}):
             _link(operation, targets, "$response.body#/id", spec["paths"], only=code)
+
+
+def _link_first_item(spec: dict[str, Any], operation: dict[str, Any], targets: list[tuple[str, str]]) -> None:
+    schema = operation.get("responses", {}).get("200", {}).get("content", {}).get("application/json", {})
+    page = _schema_of(spec, schema.get("schema", {})).get("properties", {})
+    fields = _schema_of(spec, page.get("items", {}).get("items", {})).get("properties", {})
+    for child, param in targets:
+        field = "id" if param.endswith("_id") else param if param == "name" else None
+        if field in fields:
+            _link(operation, [(child, param)], f"$response.body#/items/0/{field}", spec["paths"], only="200")
 
 
 def _link(operation: dict[str, Any], targets: list[tuple[str, str]], value: str,
@@ -157,6 +173,25 @@ def _link(operation: dict[str, Any], targets: list[tuple[str, str]], value: str,
                 target = paths[target_path].get(method, {}).get("operationId")
                 if target and target != skip:
                     links[target] = {"operationId": target, "parameters": {param: value}}
+
+
+# A pick must name an offer the cloud lists now (made-up text is refused before the pick's logic):
+# an offers page's first row is one, sent as the pick's body; the page's cloud is the pick's.
+PICK = ("/api/compute/backends/{provider}/pick", "post")
+OFFERS_PAGES = {("/api/compute/backends/{provider}/offers", "get"): "$request.path.provider",
+                ("/api/compute/offers", "get"): "$response.body#/items/0/provider"}
+FIRST_OFFER = {field: f"$response.body#/items/0/{field}" for field in ("instance_type", "region", "spot")}
+
+
+def add_pick_links(paths: dict[str, Any]) -> None:
+    """Links from the offers pages' answers to the pick, with the first offer listed as its body."""
+    path, method = PICK
+    target = paths.get(path, {}).get(method, {}).get("operationId")
+    for (page, how), provider in OFFERS_PAGES.items():
+        answer = paths.get(page, {}).get(how, {}).get("responses", {}).get("200")
+        if target and answer is not None:
+            answer.setdefault("links", {})[target] = {
+                "operationId": target, "parameters": {"provider": provider}, "requestBody": FIRST_OFFER}
 
 
 def install_openapi(app: FastAPI) -> None:

@@ -130,7 +130,10 @@ class SpendWhen(_Strict):
     """The project's spend (the ledger) over the last `window` is over `usd`."""
 
     kind: Literal["spend"] = "spend"
-    window: str = Field(description="e.g. 30m, 1h, 24h, 7d (at most 31d)", examples=["1h"])
+    # The pattern is shown in the schema (clients, the fuzz) but checked by `_window`, whose message
+    # says what a window is where pydantic's would quote the regex.
+    window: str = Field(description="e.g. 30m, 1h, 24h, 7d (at most 31d)", examples=["1h"],
+                        json_schema_extra={"pattern": SPEND_WINDOW.pattern})
     usd: float = Field(gt=0, le=10_000_000)
 
     @field_validator("window")

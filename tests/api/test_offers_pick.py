@@ -201,3 +201,37 @@ async def test_clearing_the_pick_plans_across_every_offer_again(
     assert r.status_code == 202 and _requests(workflows)[-1].instance_type is None
     r = await client.delete("/api/compute/backends/nosuchcloud/pick")
     assert r.status_code == 422 and "unknown cloud" in r.json()["detail"]
+
+
+def resolved(expression: Any, answer: httpx.Response) -> Any:
+    """An OpenAPI runtime expression of the pick links (`$response.body#/…`, `$request.path.provider`)
+    evaluated as a client following the link does."""
+    if isinstance(expression, dict):
+        return {k: resolved(v, answer) for k, v in expression.items()}
+    if expression == "$request.path.provider":
+        return answer.request.url.path.split("/")[-2]
+    value: Any = answer.json()
+    for step in expression.removeprefix("$response.body#/").split("/"):
+        value = value[int(step)] if isinstance(value, list) else value[step]
+    return value
+
+
+@pytest.mark.parametrize("page", [OFFERS, "/api/compute/offers"])
+async def test_an_offers_page_links_to_a_pick_of_its_first_offer(client: httpx.AsyncClient,
+                                                                  page: str) -> None:
+    """The link clients and the stateful fuzz follow: the pick it makes is accepted and stored."""
+    await connect_fake(client)
+    spec = (await client.get("/openapi.json")).json()
+    path = page if page != OFFERS else "/api/compute/backends/{provider}/offers"
+    links = spec["paths"][path]["get"]["responses"]["200"]["links"]
+    link = next(v for k, v in links.items() if k.startswith("pick_offer"))
+    answer = await client.get(page)
+    assert answer.status_code == 200, answer.text
+    provider = resolved(link["parameters"]["provider"], answer)
+    body = resolved(link["requestBody"], answer)
+    picked = await client.post(f"/api/compute/backends/{provider}/pick", json=body)
+    assert picked.status_code == 200, picked.text
+    first = answer.json()["items"][0]
+    assert {k: picked.json()[k] for k in ("instance_type", "region", "spot")} == {
+        k: first[k] for k in ("instance_type", "region", "spot")} == {
+        "instance_type": "gpu.a10", "region": "r2", "spot": True}

@@ -61,3 +61,19 @@ async def test_the_apps_links_lead_to_what_was_made(client: httpx.AsyncClient) -
     pools = links(s, "/api/compute/pools/{name}", "put", "202")
     assert {name.split("_")[0] for name in pools} == {"get", "delete"}
     assert set(map(str, pools.values())) == {str({"name": "$request.path.name"})}
+
+
+def test_a_page_links_its_first_item_to_the_operations_on_it() -> None:
+    s = spec({"/things": {"get": ("list_things",)}, "/things/{thing_id}": {"get": ("get_thing",)},
+              "/things/{thing_id}/stop": {"post": ("stop_thing",)},
+              "/pools": {"get": ("list_pools",)}, "/pools/{name}": {"put": ("save_pool",)},
+              "/projects": {"get": ("list_projects",)}, "/projects/{project}": {"delete": ("drop_project",)}})
+    item = {"type": "object", "properties": {"id": {"type": "string"}, "name": {"type": "string"}}}
+    page = {"type": "object", "properties": {"items": {"type": "array", "items": item}}}
+    for path in ("/things", "/pools", "/projects"):
+        s["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"] = page
+    add_links(s)
+    assert links(s, "/things", "get", "200") == {"get_thing": {"thing_id": "$response.body#/items/0/id"},
+                                                 "stop_thing": {"thing_id": "$response.body#/items/0/id"}}
+    assert links(s, "/pools", "get", "200") == {"save_pool": {"name": "$response.body#/items/0/name"}}
+    assert links(s, "/projects", "get", "200") == {}  # a parameter no item field names: no guess

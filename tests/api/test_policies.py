@@ -5,6 +5,7 @@ bad cards refused with the field named, webhooks only under the allowlist."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -167,3 +168,15 @@ async def test_a_webhook_query_with_control_characters_is_refused(
     assert r.json()["errors"][0]["loc"] == ["body", "then", "url"]
     assert "control characters" in r.json()["detail"] and "token=a" not in r.text
     assert workflows.schedules == {} and await all_items(api, "/api/compute/policies") == []
+
+
+async def test_a_spend_windows_form_is_in_the_schema_and_its_refusal_says_it(api: httpx.AsyncClient) -> None:
+    """The schema shows the pattern (clients, the fuzz generate from it); a window off it is refused
+    with the form in words, not the regex."""
+    schemas = (await api.get("/openapi.json")).json()["components"]["schemas"]
+    pattern = schemas["SpendWhen"]["properties"]["window"]["pattern"]
+    windows = ("30m", "1h", "7d", "1y", "0h", "h")
+    assert [w for w in windows if re.fullmatch(pattern, w)] == ["30m", "1h", "7d"]
+    r = await api.post("/api/compute/policies", json={**SPEND_TO_WEBHOOK, "when": {
+        "kind": "spend", "window": "1y", "usd": 5}})
+    assert r.status_code == 422 and "a number and a unit m, h or d" in r.text, r.text
