@@ -4,6 +4,7 @@ import activity implementations, and a child is addressed as every other caller 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -31,8 +32,20 @@ async def local_call(ref: ActivityRef[I, O], arg: I, **options: Any) -> O:
 
 
 async def start_child(ref: WorkflowRef[I, O], arg: I, **options: Any) -> workflow.ChildWorkflowHandle[Any, O]:
-    """`workflow.start_child_workflow` for `ref`; `options` are its id, timeouts, close policy."""
-    return await workflow.start_child_workflow(ref.name, arg, result_type=ref.output, **options)
+    """`workflow.start_child_workflow` for `ref`; `options` are its id, timeouts, close policy. The
+    child's failure is marked read once it ends (`outcome_read`), whether or not the caller awaits
+    the handle: a caller may follow the child another way (its updates, its row)."""
+    handle = await workflow.start_child_workflow(ref.name, arg, result_type=ref.output, **options)
+    handle.add_done_callback(outcome_read)
+    return handle
+
+
+def outcome_read(ended: asyncio.Future[Any]) -> None:
+    """Read `ended`'s failure, so nothing reports it as never retrieved: asyncio's loop — the
+    workflow's too — logs a failed task dropped unread as an ERROR with a traceback, which for a
+    child is a machine that did not come up, already told by the caller that follows it."""
+    if not ended.cancelled():
+        ended.exception()
 
 
 async def child(ref: WorkflowRef[I, O], arg: I, **options: Any) -> O:
