@@ -100,11 +100,36 @@ def complete(spec: dict[str, Any]) -> dict[str, Any]:
             operation["responses"] = dict(sorted(responses.items()))
     add_links(spec)
     add_pick_links(spec["paths"])
+    require_discriminators(spec)
     text = str(spec.get("paths"))
     for name in FASTAPI_422:
         if f"#/components/schemas/{name}'" not in text:
             components.pop(name, None)
     return spec
+
+
+def require_discriminators(spec: dict[str, Any]) -> None:
+    """Each schema a discriminator maps to lists its property as required, as OpenAPI asks: a card's
+    `kind` has a default (code builds a card without naming it), so pydantic leaves it optional,
+    while a request must name it — without it the API cannot tell the union's members apart (422)."""
+    schemas = spec.get("components", {}).get("schemas", {})
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            found = node.get("discriminator")
+            if isinstance(found, dict):
+                for ref in found.get("mapping", {}).values():
+                    target = schemas.get(ref.rsplit("/", 1)[1], {})
+                    required = target.setdefault("required", [])
+                    if found["propertyName"] not in required:
+                        required.insert(0, found["propertyName"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
 
 
 def _schema_of(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:

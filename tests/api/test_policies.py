@@ -180,3 +180,17 @@ async def test_a_spend_windows_form_is_in_the_schema_and_its_refusal_says_it(api
     r = await api.post("/api/compute/policies", json={**SPEND_TO_WEBHOOK, "when": {
         "kind": "spend", "window": "1y", "usd": 5}})
     assert r.status_code == 422 and "a number and a unit m, h or d" in r.text, r.text
+
+
+async def test_a_cards_kind_is_required_by_the_schema_as_by_the_api(api: httpx.AsyncClient) -> None:
+    """`kind` tells the union's members apart: the API refuses a card without it, so every schema
+    the discriminator maps to requires it (OpenAPI asks so; clients and the fuzz read it)."""
+    spec = (await api.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    union = schemas["PolicyIn"]["properties"]["when"]
+    mapped = [ref.rsplit("/", 1)[1] for ref in union["discriminator"]["mapping"].values()]
+    assert len(mapped) == 6 and all("kind" in schemas[name]["required"] for name in mapped)
+    then = schemas["PolicyIn"]["properties"]["then"]["discriminator"]["mapping"].values()
+    assert all("kind" in schemas[ref.rsplit("/", 1)[1]]["required"] for ref in then)
+    r = await api.post("/api/compute/policies", json={**SPEND_TO_WEBHOOK, "when": {"window": "1h", "usd": 5}})
+    assert r.status_code == 422, r.text
