@@ -63,7 +63,7 @@ from messages.job import (
     restart_allocation_id,
 )
 from providers.base import Offer
-from workflows.calls import call, start_child
+from workflows.calls import call, outcome_read, start_child
 from workflows.failures import failure_reason
 from workflows.retries import QUICK, backoff
 
@@ -89,12 +89,6 @@ class _Ran:
     failure: BaseException | None = None
     machine_gone: bool = False
 
-
-
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """Mark a task's outcome as read (a task nobody awaits any more)."""
-    if not task.cancelled():
-        task.exception()
 
 
 @workflow.defn(name=wf.JOB.name)
@@ -212,6 +206,7 @@ class JobWorkflow:
         await workflow.wait_condition(lambda: ready.done() or child_task.done() or self._cancel)
         if not ready.done():
             ready.cancel()
+            ready.add_done_callback(outcome_read)  # its cancelled activity's error: nobody awaits it
         if self._cancel:
             return None
         if child_task.done() or ready.exception() is not None:
@@ -413,7 +408,7 @@ class JobWorkflow:
             # The job's end is decided: the machine's is not waited for, and `went` ends with the
             # cancelled activity's error. Read when it comes (no command, so replay is unchanged),
             # else the loop logs "Task exception was never retrieved" for every pool job.
-            gone.add_done_callback(_retrieved)
+            gone.add_done_callback(outcome_read)
 
     async def _admit(self) -> None:
         """Wait for the queue's grant (store/queue.py), asking again with a growing interval (up to

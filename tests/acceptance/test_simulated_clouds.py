@@ -6,11 +6,9 @@ behind fails `nothing_billable` naming it."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import uuid
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client, WorkflowQueryFailedError
@@ -30,6 +28,7 @@ from tests import recorded, simclouds
 from tests.acceptance.conftest import TASK_QUEUE
 from tests.conformance.clouds import production_clouds
 from tests.eventually import eventually
+from tests.unread import collecting, unread_outcomes
 from worker import build_worker
 
 
@@ -211,29 +210,22 @@ async def test_refused_credentials_fail_connect_and_nothing_else_runs(
 
 async def test_a_machine_that_never_comes_up_fails_its_step_and_no_error_is_logged(
         acceptance_deps: ActivityDeps, acceptance_sim: FakeCloudServer, temporal_client: Client, connect: Any,
-        db_engine: sa.Engine, secret_box: SecretBox, caplog: pytest.LogCaptureFixture) -> None:
+        db_engine: sa.Engine, secret_box: SecretBox) -> None:
     """Each machine is a child AllocationWorkflow, whose failure the run reads through the
-    allocation. The child's handle must be read too: one dropped unread is logged by the SDK, when
-    it is collected while the run is in memory, as an ERROR traceback ("exception was never
-    retrieved") for a machine that merely did not come up — 22 in one `make fuzz`. Collected here
-    every 0.1 s while the run goes on (unread, a handle sits in a reference cycle until then)."""
+    allocation. The child's handle must be read too: one dropped unread is logged by the SDK as an
+    ERROR traceback ("exception was never retrieved") for a machine that merely did not come up —
+    22 in one `make fuzz` (tests/unread.py: when that shows)."""
     queue = f"{TASK_QUEUE}-unread-{uuid.uuid4().hex[:8]}"
-
-    async def collect() -> None:
-        while True:
-            gc.collect()
-            await asyncio.sleep(0.1)
-
     acceptance_sim.admin.add_fault("lambda", "create", "capacity", times=-1)
-    collecting = asyncio.create_task(collect())
     try:
         req = request(db_engine, secret_box, connect("lambda"), "lambda")
-        async with build_worker(temporal_client, acceptance_deps, task_queue=queue):
-            st = await temporal_client.execute_workflow(wf.ACCEPTANCE.name, req, id=workflow_id(req.run_id),
-                                                        task_queue=queue, result_type=AcceptanceState)
+        with unread_outcomes() as unread:
+            async with collecting(), build_worker(temporal_client, acceptance_deps, task_queue=queue):
+                st = await temporal_client.execute_workflow(
+                    wf.ACCEPTANCE.name, req, id=workflow_id(req.run_id), task_queue=queue,
+                    result_type=AcceptanceState)
     finally:
-        collecting.cancel()
         acceptance_sim.admin.clear_faults()
     assert st.result is not None and st.result.failed_step == "allocate"
     assert "no offer could be launched" in (next(s for s in st.steps if s.name == "allocate").detail or "")
-    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
+    assert unread.seen == []

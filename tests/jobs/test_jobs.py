@@ -16,6 +16,7 @@ from store.models import Instance
 from tests import recorded
 from tests.jobs.conftest import CLOUD, Stack
 from tests.processes import until
+from tests.unread import collecting, unread_outcomes
 from worker import WORKFLOWS, workflow_runner
 
 # jobs-v1/ (committed) was recorded here; a new recording goes to the current round's folder.
@@ -143,3 +144,27 @@ async def test_no_offer_under_the_max_price_fails_the_job_without_a_machine(stac
     job = await stack.until_status(job_id, "failed")
     assert "no offer at or under $0.1/h" in job["error"], job
     assert not [m for m in stack.sim.admin.machines() if job["allocation_id"] in (m.get("name") or "")]
+
+
+async def test_cancel_while_provisioning_ends_cancelled_and_no_error_is_logged(stack: Stack) -> None:
+    """The job waits for its machine in a task (the allocation's `ready`) that the cancel cancels:
+    that task's failure — the cancelled activity's — is read, not logged as an ERROR traceback
+    ("Task exception was never retrieved", twice in one `make fuzz`)."""
+    await stack.sim.admin.aio.add_fault(CLOUD, "create", "latency", when="before", seconds=3)
+    try:
+        with unread_outcomes() as unread:
+            async with collecting():
+                job_id = await stack.run("echo never")
+                await stack.until_status(job_id, "provisioning")
+                r = await stack.http.post(f"/api/compute/jobs/{job_id}/cancel")
+                assert r.status_code == 202, r.text
+                job = await stack.until_status(job_id, "cancelled")
+                await until(lambda: _gone(stack, job), 60, "the job's machine terminated")
+    finally:
+        await stack.sim.admin.aio.clear_faults()
+    assert job["exit_code"] is None and job["started_at"] is None, job
+    assert unread.seen == []
+
+
+async def _gone(stack: Stack, job: dict[str, Any]) -> bool:
+    return not [m for m in await stack.live_machines() if job["allocation_id"] in (m.get("name") or "")]

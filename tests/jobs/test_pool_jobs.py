@@ -8,7 +8,6 @@ follow along (100 %, 50 %, 0 %, not evaluated with no ready machine)."""
 from __future__ import annotations
 
 import gc
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from tests import recorded
 from tests.jobs.conftest import CLOUD, FAST, Stack
 from tests.jobs.test_jobs import replays
 from tests.processes import until
+from tests.unread import UnreadOutcomes, unread_outcomes
 
 POOL, POOL_ID = "web", "pj0001"
 
@@ -75,31 +75,14 @@ def waits_for(flag: Path) -> str:
     return f"echo started; while [ ! -e {flag} ]; do sleep 0.05; done; echo done"
 
 
-class UnretrievedTasks(logging.Handler):
-    """The workflow loop's "Task exception was never retrieved" errors (a task of a workflow whose
-    failure nobody read: logged when the task is collected)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.seen: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "Task exception was never retrieved" in record.getMessage():
-            self.seen.append(record.getMessage())
-
-
 @pytest.fixture
-def unretrieved() -> Iterator[UnretrievedTasks]:
-    handler = UnretrievedTasks()
-    logging.getLogger().addHandler(handler)
-    try:
+def unretrieved() -> Iterator[UnreadOutcomes]:
+    with unread_outcomes() as handler:
         yield handler
-    finally:
-        logging.getLogger().removeHandler(handler)
 
 
 async def test_jobs_share_a_pool_idle_machines_go_first_and_utilisation_is_measured(
-        stack: Stack, tmp_path: Path, unretrieved: UnretrievedTasks) -> None:
+        stack: Stack, tmp_path: Path, unretrieved: UnreadOutcomes) -> None:
     r = await post(stack, "true")
     assert r.status_code == 422 and f"pool {POOL!r}" in r.text, r.text  # no such pool yet
     with Session(stack.deps.engine) as s:
