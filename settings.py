@@ -136,7 +136,8 @@ PRIVATE_UMASK = 0o077
 # What gpuprov itself keeps in its home (tightened when an older, looser home is adopted).
 OWN_ENTRIES = ("api-token", "secret.key", "installation-id", "cloud-tokens.json", "gpuprov.db",
                "gpuprov.db-wal", "gpuprov.db-shm", "temporal.db", "temporal.db-wal", "temporal.db-shm",
-               "logs", "localcloud")
+               "logs", "localcloud", "pacing")
+PACING_DIR = "pacing"  # where the host's processes pace a cloud key's calls together (providers/pacing.py)
 
 
 def write_private(path: Path, text: str) -> None:

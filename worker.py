@@ -372,13 +372,14 @@ async def serve_private(client: Client, deps: ActivityDeps, task_queue: str, sto
 async def main(private_queue: str | None = None) -> None:
     from sqlmodel import Session
 
-    from settings import get_settings, private_home
+    from settings import PACING_DIR, get_settings, private_home
     from store import spend
     from store.migrate import upgrade
     from workflows.converter import connect_client
 
     s = get_settings()
     private_home(s.home)
+    pacing.shared_dir = s.home / PACING_DIR  # a key's budget, shared with the host's other processes
     upgrade()  # every replica may be the first to start; migrations take turns
     deps = ActivityDeps.from_settings()
     with Session(deps.engine) as session:

@@ -107,9 +107,11 @@ def create_app(deps: AppDeps) -> FastAPI:
 def build_app() -> FastAPI:
     """The app for uvicorn (`uvicorn --factory api.app:build_app`): migrates the database first."""
     from api.serve import stop_with_launcher
-    from settings import get_settings, private_home
+    from providers import pacing
+    from settings import PACING_DIR, get_settings, private_home
 
     stop_with_launcher()  # one of `python -m api.serve`'s processes: not beyond its launcher
     logsafe.configure_uvicorn()  # uvicorn has set up its logging by now
-    private_home(get_settings().home)  # before the database, token or key is written there
+    home = private_home(get_settings().home)  # before the database, token or key is written there
+    pacing.shared_dir = home / PACING_DIR  # a key's budget, shared with the host's other processes
     return create_app(deps_from_settings())

@@ -9,8 +9,12 @@ their own, longer interval, without holding up the other calls meanwhile.
 
 One pacer per credential (`shared`), per event loop: every adapter of one API key in this process
 (each connection's cached adapter, a second connection made with the same key) shares the key's
-budget, as the cloud counts it. Other processes sharing the key are not covered; the worker spaces
-launches across processes with Temporal's task-queue rate limit (worker.py).
+budget, as the cloud counts it. The other processes of the host share it too once `shared_dir` is
+set (each process sets it to GPUPROV_HOME/pacing: the API's processes, the workers of `make run`
+and of docker-compose, whose containers share that volume): a call then also holds the key's lock
+file there, which says when the host's next call (and launch) may leave. Processes on other hosts
+are not covered; the worker spaces launches across them with Temporal's task-queue rate limit
+(worker.py).
 
 `GPUPROV_CLOUD_TIME_SCALE` scales every interval, as the simulated clouds' `--time-scale` scales
 their windows (fakeclouds/ratelimit.py): 1 (the default) for real clouds, 0.001 in tests, 0 off.
@@ -20,17 +24,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 TIME_SCALE_ENV = "GPUPROV_CLOUD_TIME_SCALE"
 # Told (cloud, seconds) whenever a call waited for its pacer: the worker's metrics count the waits
 # (activities/metrics.py). None: nobody listens.
 on_wait: Callable[[str, float], None] | None = None
+
+
+# Where this host's processes pace their shared credentials together (module docstring); None: each
+# process on its own. Set once by a process's setup, before its first cloud call.
+shared_dir: Path | None = None
+HOST_LOCK_POLL_S = 0.005  # how often a call waiting for another process's lock asks again
 
 
 def time_scale() -> float:
@@ -48,8 +60,12 @@ class Pacer:
     scaled by `scale` (default: `time_scale()`)."""
 
     def __init__(self, interval_s: float, launch_interval_s: float = 0.0, *,
-                 scale: float | None = None, cloud: str = "") -> None:
+                 scale: float | None = None, cloud: str = "", host_lock: Path | None = None) -> None:
         self.cloud = cloud  # whose limits these are (the waits' metrics label)
+        # The lock files the host's processes share for this key (`shared_dir`), or None
+        self.host_lock = host_lock
+        self._host_calls = HostLock(host_lock.with_suffix(".calls")) if host_lock else None
+        self._host_launches = HostLock(host_lock.with_suffix(".launches")) if host_lock else None
         self.scale = time_scale() if scale is None else scale
         self.interval = interval_s * self.scale
         self.launch_interval = launch_interval_s * self.scale
@@ -72,12 +88,20 @@ class Pacer:
         if self.scale == 0:  # no pacing at all (a simulation with its limits off): calls go at once
             yield
             return
-        async with contextlib.AsyncExitStack() as stack:
+        async with contextlib.AsyncExitStack() as launching:
+            host_launch = None
             if launch:
-                await stack.enter_async_context(self._launches)  # other calls go on meanwhile
+                await launching.enter_async_context(self._launches)  # other calls go on meanwhile
                 await self._until(self._next_launch)
-            async with self._calls:
+                if self._host_launches is not None:  # and the host's other processes' launches
+                    host_launch = await launching.enter_async_context(self._host_launches.held())
+                    await self._until(host_launch.next)
+            async with self._calls, contextlib.AsyncExitStack() as calling:
                 await self._until(self._next_call)
+                host_call = None
+                if self._host_calls is not None:  # and the host's other processes' calls
+                    host_call = await calling.enter_async_context(self._host_calls.held())
+                    await self._until(host_call.next)
                 if launch:
                     self.launch_times.append(time.monotonic())
                 try:
@@ -85,8 +109,57 @@ class Pacer:
                 finally:
                     done = time.monotonic()
                     self._next_call = max(self._next_call, done + self.interval)
+                    if host_call is not None:
+                        host_call.next = max(host_call.next, done + self.interval)
                     if launch:
                         self._next_launch = max(self._next_launch, done + self.launch_interval)
+                        if host_launch is not None:
+                            host_launch.next = max(host_launch.next, done + self.launch_interval)
+
+
+class HostSlot:
+    """What a held `HostLock` says: the monotonic time before which the next call may not leave.
+    Set `next` while holding it; it is written back when the lock is let go."""
+
+    def __init__(self, next_: float) -> None:
+        self.next = next_
+
+
+class HostLock:
+    """An exclusive lock among this host's processes (`flock` on `path`), holding one number: when
+    the next call may leave, on CLOCK_MONOTONIC (`time.monotonic`), one clock for every process of
+    the host. Taken by asking again every HOST_LOCK_POLL_S, so no thread ever blocks on it; let go
+    when its holder is done or cancelled, or when its process dies (the kernel drops the lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[HostSlot]:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # its directory removed meanwhile (a home cleaned up): made again
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(HOST_LOCK_POLL_S)
+            try:
+                slot = HostSlot(float(os.pread(fd, 64, 0).decode() or 0.0))
+            except ValueError:  # torn or foreign content: no wait owed
+                slot = HostSlot(0.0)
+            try:
+                yield slot
+            finally:
+                text = repr(slot.next).encode()
+                os.pwrite(fd, text, 0)
+                os.ftruncate(fd, len(text))
+        finally:
+            os.close(fd)  # also lets the lock go
 
 
 # credential digest -> pacer, per event loop (an asyncio.Lock belongs to the loop that first waits on it)
@@ -100,6 +173,9 @@ def shared(cloud: str, endpoint: str, secret: str, interval_s: float,
     digest = hashlib.sha256(f"{cloud}\0{endpoint}\0{secret}".encode()).hexdigest()
     pacers = _SHARED.setdefault(asyncio.get_running_loop(), {})
     pacer = pacers.get(digest)
-    if pacer is None or pacer.scale != time_scale():
-        pacer = pacers[digest] = Pacer(interval_s, launch_interval_s, cloud=cloud)
+    host_lock = shared_dir / digest if shared_dir is not None else None
+    if pacer is None or pacer.scale != time_scale() or pacer.host_lock != host_lock:
+        if host_lock is not None:
+            host_lock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        pacer = pacers[digest] = Pacer(interval_s, launch_interval_s, cloud=cloud, host_lock=host_lock)
     return pacer

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -297,6 +298,40 @@ async def test_pacing_where_the_pacer_binds(sim: FakeCloudServer, monkeypatch: p
     assert len([m for m in sim.admin.machines() if m["name"].startswith("real-speed-")]) == 3
     times = list(pacer.launch_times)[-3:]
     assert all(b - a >= 12.0 * PACED_SCALE for a, b in zip(times, times[1:], strict=False))
+
+
+async def test_two_processes_of_one_host_share_the_keys_budget(
+        sim: FakeCloudServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two processes with the same key (the API's and a worker's, as `make run` and docker-compose
+    run them) — here two event loops, each with pacers of its own — poll at once where the pacer
+    binds. Sharing GPUPROV_HOME/pacing (`pacing.shared_dir`), the cloud sees one key's calls a
+    (scaled) second apart: none is refused. Each process on its own sends twice the limit."""
+    monkeypatch.setenv(pacing.TIME_SCALE_ENV, str(PACED_SCALE))
+    monkeypatch.setattr(pacing, "shared_dir", tmp_path / "pacing")
+    sim.admin.configure(time_scale=PACED_SCALE)
+    sim.call(_add_key(sim, "two-processes"))
+    statuses: list[int] = []
+
+    async def polls_and_a_launch(n: int) -> None:
+        async with adapter(sim) as p:
+            async def record(resp: httpx.Response) -> None:
+                statuses.append(resp.status_code)
+
+            p._http().event_hooks["response"].append(record)
+            for _ in range(6):
+                await p.find_all("t-two-processes")
+            await p._data("POST", LAUNCH, json={
+                "region_name": "us-east-1", "instance_type_name": "gpu_1x_a10",
+                "ssh_key_names": ["two-processes"], "name": f"two-processes-{n}"})
+
+    await asyncio.gather(*(asyncio.to_thread(asyncio.run, polls_and_a_launch(n)) for n in range(2)))
+    assert len(statuses) == 14 and set(statuses) == {200}, statuses
+    assert lambda_api.rate_limited(sim.engine) == 0  # the calls' limit, and the launches' (12 s)
+    assert sorted(f.suffix for f in (tmp_path / "pacing").iterdir()) == [".calls", ".launches"]
+
+
+async def _add_key(sim: FakeCloudServer, name: str) -> None:  # the account's key, made beside the API
+    sim.engine.add_ssh_key("lambda", name, PUBLIC)
 
 
 async def test_an_offer_outside_the_capabilities_regions_is_refused_before_any_call() -> None:
