@@ -64,11 +64,12 @@ class Pacer:
         self.cloud = cloud  # whose limits these are (the waits' metrics label)
         # The lock files the host's processes share for this key (`shared_dir`), or None
         self.host_lock = host_lock
-        self._host_calls = HostLock(host_lock.with_suffix(".calls")) if host_lock else None
-        self._host_launches = HostLock(host_lock.with_suffix(".launches")) if host_lock else None
         self.scale = time_scale() if scale is None else scale
         self.interval = interval_s * self.scale
         self.launch_interval = launch_interval_s * self.scale
+        self._host_calls = HostLock(host_lock.with_suffix(".calls"), self.interval) if host_lock else None
+        self._host_launches = (HostLock(host_lock.with_suffix(".launches"), self.launch_interval)
+                               if host_lock else None)
         self._calls = asyncio.Lock()
         self._launches = asyncio.Lock()
         self._next_call = 0.0  # monotonic time before which no call may leave
@@ -131,8 +132,11 @@ class HostLock:
     the host. Taken by asking again every HOST_LOCK_POLL_S, so no thread ever blocks on it; let go
     when its holder is done or cancelled, or when its process dies (the kernel drops the lock)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, interval_s: float) -> None:
         self.path = path
+        # A holder writes at most its answer's time plus this: a later time was written before the
+        # host's last boot (CLOCK_MONOTONIC starts again), and is no wait owed.
+        self.interval = interval_s
 
     @contextlib.asynccontextmanager
     async def held(self) -> AsyncIterator[HostSlot]:
@@ -152,6 +156,8 @@ class HostLock:
                 slot = HostSlot(float(os.pread(fd, 64, 0).decode() or 0.0))
             except ValueError:  # torn or foreign content: no wait owed
                 slot = HostSlot(0.0)
+            if slot.next > time.monotonic() + self.interval:  # from before the host's last boot
+                slot.next = 0.0
             try:
                 yield slot
             finally:
