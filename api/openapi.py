@@ -13,8 +13,9 @@ every route, so routes added later get them too:
 
 What a route's own code raises (409, 429, 502, 503, 504, ...) is its `responses=`; here each such
 answer gets the ErrorOut schema. Where an answer under P carries an `id`, the operations on
-P/{param} get an OpenAPI link from it (clients and schemathesis's stateful phase follow them), and
-an offers page links to the pick, with its first offer as the body.
+P/{param} get an OpenAPI link from it (clients and schemathesis's stateful phase follow them), as
+do a list's page (its first item) and an offers page (the pick, its first offer as the body). A
+discriminator's property is required in every schema it maps to, as OpenAPI asks.
 tests/api/test_schemathesis.py holds the result against what the app really answers.
 """
 
@@ -176,6 +177,8 @@ def _link_ids(spec: dict[str, Any], operation: dict[str, Any], targets: list[tup
 
 
 def _link_first_item(spec: dict[str, Any], operation: dict[str, Any], targets: list[tuple[str, str]]) -> None:
+    """Links from a list's page to each target operation, the first item's `id` (or `name`) its
+    parameter; none where no item field names the parameter (a guess would send made-up ids)."""
     schema = operation.get("responses", {}).get("200", {}).get("content", {}).get("application/json", {})
     page = _schema_of(spec, schema.get("schema", {})).get("properties", {})
     fields = _schema_of(spec, page.get("items", {}).get("items", {})).get("properties", {})
