@@ -22,6 +22,7 @@ tests/api/test_schemathesis.py holds the result against what the app really answ
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any
 
@@ -114,23 +115,24 @@ def require_discriminators(spec: dict[str, Any]) -> None:
     `kind` has a default (code builds a card without naming it), so pydantic leaves it optional,
     while a request must name it — without it the API cannot tell the union's members apart (422)."""
     schemas = spec.get("components", {}).get("schemas", {})
+    for node in objects_in(spec):
+        found = node.get("discriminator")
+        if isinstance(found, dict):
+            for ref in found.get("mapping", {}).values():
+                required = schemas.get(ref.rsplit("/", 1)[1], {}).setdefault("required", [])
+                if found["propertyName"] not in required:
+                    required.insert(0, found["propertyName"])
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            found = node.get("discriminator")
-            if isinstance(found, dict):
-                for ref in found.get("mapping", {}).values():
-                    target = schemas.get(ref.rsplit("/", 1)[1], {})
-                    required = target.setdefault("required", [])
-                    if found["propertyName"] not in required:
-                        required.insert(0, found["propertyName"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
 
-    walk(spec)
+def objects_in(node: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in `node`, itself included, depth first."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from objects_in(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from objects_in(value)
 
 
 def _schema_of(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from api.openapi import objects_in
+
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "tests" / "plugin_cloud"
 
@@ -56,19 +58,7 @@ def test_the_api_enum_lists_the_new_cloud() -> None:
         "import json; from api.app import create_app; from api.deps import AppDeps;"
         "print(json.dumps(create_app(AppDeps(engine=None, box=None, api_token='t', installation_id='i',"
         " workflows=None)).openapi()))"))
-    enums: list[list[str]] = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("enum"), list):
-                enums.append(node["enum"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(schema)
+    enums = [node["enum"] for node in objects_in(schema) if isinstance(node.get("enum"), list)]
     cloud_enums = [e for e in enums if "lambda" in e]
     assert cloud_enums and all("democloud" in e for e in cloud_enums), cloud_enums
 
