@@ -98,7 +98,20 @@ def validation_errors(errors: Any) -> list[FieldError]:
     # A key that does not look like a field name is not shown either (loc_part): an unknown key is input.
     return [FieldError(loc=[p if isinstance(p, int) else _safe(str(loc_part(p))) for p in e.get("loc", ())],
                        msg=_message(e.get("msg")), type=_safe(str(e.get("type") or "invalid")))
-            for e in list(errors)[:MAX_FIELD_ERRORS]]
+            for e in map(_tag_missing, list(errors)[:MAX_FIELD_ERRORS])]
+
+
+def _tag_missing(error: Any) -> Any:
+    """A union member's tag not given (a policy card's `when` without its `kind`) as the missing
+    field it is, at its own path: pydantic says "Unable to extract tag using discriminator" at the
+    union's. The discriminator is the code's field name, never input."""
+    if error.get("type") != "union_tag_not_found":
+        return error
+    name = str((error.get("ctx") or {}).get("discriminator", "")).strip("'\"")
+    if not name.isidentifier():
+        return error
+    return {**error, "loc": (*error.get("loc", ()), name), "type": "missing",
+            "msg": "Field required: it says which kind this is (the schema's discriminator lists them)"}
 
 
 def _where(loc: list[str | int]) -> str:

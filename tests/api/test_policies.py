@@ -194,3 +194,11 @@ async def test_a_cards_kind_is_required_by_the_schema_as_by_the_api(api: httpx.A
     assert all("kind" in schemas[ref.rsplit("/", 1)[1]]["required"] for ref in then)
     r = await api.post("/api/compute/policies", json={**SPEND_TO_WEBHOOK, "when": {"window": "1h", "usd": 5}})
     assert r.status_code == 422, r.text
+
+
+async def test_a_card_without_its_kind_is_refused_naming_the_missing_field(api: httpx.AsyncClient) -> None:
+    r = await api.post("/api/compute/policies", json={**SPEND_TO_WEBHOOK, "when": {"window": "1h", "usd": 5}})
+    assert r.status_code == 422, r.text
+    [error] = r.json()["errors"]
+    assert error["loc"] == ["body", "when", "kind"] and error["type"] == "missing", error
+    assert r.json()["detail"].startswith("body.when.kind: Field required"), r.json()
