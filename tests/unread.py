@@ -37,15 +37,20 @@ def unread_outcomes() -> Iterator[UnreadOutcomes]:
 
 @contextlib.asynccontextmanager
 async def collecting(every_s: float = 0.1) -> AsyncIterator[None]:
-    """A garbage collector's pass every `every_s` while the block runs, and one at its end."""
+    """A garbage collector's pass every `every_s` while the block runs, and one at its end — over
+    what the block makes only: everything older is frozen (`gc.freeze`) meanwhile, so a pass costs
+    the test's own objects, not the whole session's heap (which would hold the GIL, and the
+    in-process worker with it, for as long as a full collection takes)."""
     async def passes() -> None:
         while True:
             gc.collect()
             await asyncio.sleep(every_s)
 
+    gc.freeze()
     task = asyncio.create_task(passes())
     try:
         yield
     finally:
         task.cancel()
         gc.collect()
+        gc.unfreeze()
