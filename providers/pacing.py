@@ -142,7 +142,7 @@ class HostLock:
     async def held(self) -> AsyncIterator[HostSlot]:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except FileNotFoundError:  # its directory removed meanwhile (a home cleaned up): made again
+        except FileNotFoundError:  # its directory not made yet, or removed since (a home cleaned up)
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -181,7 +181,5 @@ def shared(cloud: str, endpoint: str, secret: str, interval_s: float,
     pacer = pacers.get(digest)
     host_lock = shared_dir / digest if shared_dir is not None else None
     if pacer is None or pacer.scale != time_scale() or pacer.host_lock != host_lock:
-        if host_lock is not None:
-            host_lock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         pacer = pacers[digest] = Pacer(interval_s, launch_interval_s, cloud=cloud, host_lock=host_lock)
     return pacer
