@@ -47,6 +47,7 @@ TASK_QUEUE = "gpuprov-bench"
 INSTALLATION = "benchins"
 # The clouds (a) is measured on, each through its simulation; the other figures use Lambda.
 OVERHEAD_CLOUDS = ("lambda", "aws", "gcp", "azure")
+CLOUD_STOP_S = 120.0  # the simulated cloud's shutdown, after a whole run's thousands of machines
 
 
 def region_for(cloud: str) -> str | None:
@@ -183,7 +184,9 @@ async def bench_stack(*, boot_delay: float) -> AsyncIterator[Bench]:
                     b.worker_pid = pid
                     yield b
             finally:
-                cloud.stop()
+                # Their homes take a while to remove (2,001 took 7.7 s): more than a test's cloud is
+                # given. Killed before it finished, the cloud left them in /tmp for its next start.
+                cloud.stop(timeout=CLOUD_STOP_S)
         finally:
             await env.shutdown()
             engine.dispose()

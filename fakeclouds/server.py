@@ -334,6 +334,9 @@ class FakeCloudProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                # Its machines' files stay until the next simulation process sweeps them (own_temp.py).
+                print(f"fake cloud process {self.proc.pid} did not stop within {timeout:g} s: killed",
+                      file=sys.stderr)
         return self.proc.returncode
 
     def kill(self) -> None:

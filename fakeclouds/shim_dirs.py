@@ -6,24 +6,20 @@ its machines outlive the simulation process (a VM outlives its cloud's API), and
 detached processes (a lease timer, a job), whose PATH must keep finding the shims — in a temporary
 directory removed under them, a machine's `sudo shutdown` would reach the host's own. Otherwise
 (tests' in-process clouds, which power their machines off as they stop) a fresh temporary
-directory per process, removed as the process exits — after whatever still runs on a PATH through
-it is killed (machine_processes.remove_once_unused): nothing is left running to find the host's
-commands in its place. A process killed outright runs no exit handler: its directories (named after
-its pid) go, the same way, when the next process makes its own."""
+directory per process (fakeclouds/own_temp.py), removed as the process exits — after whatever
+still runs on a PATH through it is killed (machine_processes.remove_once_unused): nothing is left
+running to find the host's commands in its place. A process killed outright runs no exit handler:
+its directories (named after its pid) go, the same way, when the next process makes its own."""
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import functools
-import os
-import tempfile
 from pathlib import Path
 
+from fakeclouds import own_temp
 from fakeclouds.machine_processes import remove_once_unused
 
 _base: Path | None = None
-PREFIX = "fakeclouds-"  # a temporary one's name: <PREFIX><kind>-<pid>-<random>
 
 
 def keep_in(base: Path) -> None:
@@ -36,8 +32,7 @@ def make(kind: str) -> Path:
     """The directory for shims of `kind`: `<base>/<kind>` when kept (the same across restarts),
     else a new temporary one."""
     if _base is None:
-        _remove_left_behind()
-        d = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{os.getpid()}-"))
+        d = own_temp.make(kind)
         atexit.register(remove_once_unused, d)
     else:
         d = _base / kind
@@ -45,17 +40,6 @@ def make(kind: str) -> Path:
     d.chmod(MODE)  # whatever the umask, and a kept directory made before the mode was 0700
     return d
 
-
-@functools.cache  # once per process: its first directory's making looks, its second need not
-def _remove_left_behind() -> None:
-    """Remove the temporary shim directories of processes that are gone (`<PREFIX><kind>-<pid>-…`;
-    this user's own, never through a link), killing first what their machines left running."""
-    for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*-*"):
-        owner = d.name.split("-")[2]
-        with contextlib.suppress(OSError):
-            if (owner.isdigit() and not Path(f"/proc/{owner}").exists() and not d.is_symlink()
-                    and d.is_dir() and d.stat().st_uid == os.getuid()):
-                remove_once_unused(d)
 
 # The machines' shells run as the simulation's own user: nobody else needs to read or run a shim
 # (and a persisted cloud's state dir holds nothing others may read: `gpuprov dev`'s home is private).

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -142,6 +143,33 @@ async def test_terminating_a_machine_stops_what_it_ran_even_detached(engine: Eng
     deadline = time.monotonic() + 30
     while process_alive(pid):
         assert time.monotonic() < deadline, "the machine's detached process survived its termination"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_cloud_stopped_for_good_ends_what_its_machines_ran_and_leaves_nothing(
+        pubkey: str, ssh_key: asyncssh.SSHKey) -> None:
+    """A cloud without a state directory is gone when it stops: its machines' processes, detached or
+    not, and every file it made (one scan of the host's processes for all of them: fakeclouds/own_temp.py)."""
+    eng = Engine(facades=FACADES, boot_delay=0.05, terminate_delay=0.01)
+    await eng.start()
+    pids = []
+    try:
+        assert eng.root.name.startswith(f"fakeclouds-engine-{os.getpid()}-")  # the next process's to sweep
+        for name in ("one", "two"):
+            (m,) = _local(eng, pubkey, name=name)
+            await wait_engine(eng, m.id, "running")
+            async with asyncssh.connect("127.0.0.1", m.ssh_port, username="gpuprov", client_keys=[ssh_key],
+                                        known_hosts=None) as conn:
+                await conn.run("setsid nohup sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > pid",
+                               check=True)
+                pids.append(int((await conn.run("cat pid", check=True)).stdout or "0"))
+        assert all(process_alive(pid) for pid in pids)
+    finally:
+        await eng.stop()
+    assert not eng.root.exists()
+    deadline = time.monotonic() + 30
+    while any(process_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a machine's detached process outlived its cloud"
         await asyncio.sleep(0.05)
 
 

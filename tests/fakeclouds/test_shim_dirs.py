@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from api.serve import process_alive
 from fakeclouds.machine_processes import kill_users_of, remove_once_unused
+from fakeclouds.server import start_subprocess
 from tests.eventually import eventually_sync
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,3 +103,19 @@ def test_a_killed_process_directories_go_when_the_next_one_makes_its_own(tmp_pat
     finally:
         for d in made["dirs"]:  # the job and its children, whatever failed above
             kill_users_of(Path(d))
+
+
+def test_a_killed_cloud_process_state_goes_when_the_next_one_makes_a_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulated cloud killed outright (or timed out of its shutdown, as a whole `make bench`'s
+    thousands of machines once made it) leaves its temporary state directory: the next simulation
+    process on the host removes it, as it does shim directories (fakeclouds/own_temp.py)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    cloud = start_subprocess(time_scale=0)
+    cloud.kill()
+    left = [d.name for d in tmp_path.iterdir()]
+    assert any(n.startswith(f"fakeclouds-engine-{cloud.pid}-") for n in left), left
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", "from fakeclouds import guest_power; guest_power.shim_dir()"],
+                   env=env, cwd=REPO, timeout=60, check=True)
+    assert [d.name for d in tmp_path.iterdir() if d.name.startswith("fakeclouds-")] == []  # its cache kept
