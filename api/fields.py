@@ -16,9 +16,10 @@ import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from api.errors import shown
+from messages.json_numbers import IntegralFloats
 from providers import future, registry, ssh_keys
 
 # Characters that act on a terminal or reorder what it shows: C0/C1 controls (ESC sequences, \r,
@@ -138,10 +139,11 @@ def openssh_key_lines(keys: list[str]) -> list[str]:
     return cleaned
 
 
-class Strict(BaseModel):
+class Strict(IntegralFloats):
     """A request body: no field it does not declare, and each value of JSON's own type for its field.
     Pydantic's lax mode would take `false` or `"5"` for a number and `1` or `"yes"` for a boolean, a
     body the schema refuses (`make fuzz` found `PUT /limits {"max_gpus": false}` setting a limit of
-    0). JSON carries enums and date-times as strings: such a field says `strict=False` to take them."""
+    0); an integer written `5.0` is JSON Schema's 5 (messages/json_numbers.py). JSON carries enums and
+    date-times as strings: such a field says `strict=False` to take them."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

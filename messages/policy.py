@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from messages.json_numbers import IntegralFloats
 from messages.queue_groups import QueueGroup
 
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
@@ -20,9 +21,10 @@ PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
 Minutes = Annotated[int, Field(ge=1, le=7 * 24 * 60)]
 
 
-class _Strict(BaseModel):
+class _Strict(IntegralFloats):
     # strict: a card's numbers and switches are JSON's own (no `false` for a pool's size, no "30" for
-    # minutes), as api/fields.py `Strict` holds every request body; its text fields are plain strings.
+    # minutes; `30.0` is JSON's 30: messages/json_numbers.py), as api/fields.py `Strict` holds every
+    # request body; its text fields are plain strings.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 

@@ -1,6 +1,7 @@
 """A request body's numbers and booleans are JSON's own: pydantic's lax mode would take `false` or
 `"5"` for a number and `1` or `"yes"` for a boolean. `make fuzz` (schemathesis' ST201) found
-`PUT /limits {"max_gpus": false}` answered 200 with a limit of 0 — every job of the project held."""
+`PUT /limits {"max_gpus": false}` answered 200 with a limit of 0 — every job of the project held.
+And an integer is JSON Schema's: `2.0` is 2, as the published schema says (messages/json_numbers.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 import api.app  # noqa: F401 — every router, so every body model, is defined
 from api.fields import Strict
 from messages import policy
+from tests.api.conftest import connect_fake
 
 
 def bodies() -> Iterator[type[BaseModel]]:
@@ -73,6 +75,55 @@ def test_a_number_or_boolean_of_another_json_type_is_refused(body: type[BaseMode
         body.model_validate({name: value})
     assert any(e["loc"][0] == name and e["type"] in ("int_type", "float_type", "bool_type")
                for e in caught.value.errors()), caught.value.errors()
+
+
+INTEGERS = [(body, name) for body, name, wrong in FIELDS if wrong is False
+            and int in scalar_types(body.model_fields[name].annotation)]
+
+
+def test_the_bodies_have_integers_to_check() -> None:
+    names = {f"{body.__name__}.{name}" for body, name in INTEGERS}
+    assert {"LimitsIn.max_gpus", "InstanceCreate.gpu_count", "InstanceCreate.ports", "JobCreate.priority",
+            "JobCreate.gpu_count", "PoolIn.size", "ScalePoolThen.to", "QueueWaitWhen.minutes"} <= names
+    assert "PoolUtilisationWhen.percent" not in names  # a float field: its own checks
+
+
+@pytest.mark.parametrize(("body", "name"), INTEGERS, ids=[f"{b.__name__}.{n}" for b, n in INTEGERS])
+def test_an_integer_written_with_a_zero_fraction_is_that_integer_and_a_fraction_is_refused(
+        body: type[BaseModel], name: str) -> None:
+    """JSON Schema's `integer` is any number with a zero fractional part: `1.0` passes the published
+    schema, so the body must take it (as 1); `1.5` fails both."""
+    listed = typing.get_origin(body.model_fields[name].annotation) is list
+
+    def errors_at(value: float) -> list[dict[str, Any]]:
+        try:
+            body.model_validate({name: [value] if listed else value})
+        except ValidationError as e:  # the body's other required fields are missing: not asked here
+            return [err for err in e.errors() if err["loc"][0] == name]
+        return []
+
+    assert errors_at(1.0) == []
+    assert [err["type"] for err in errors_at(1.5)] == ["int_type"]
+
+
+async def test_a_job_and_a_pool_card_with_integral_floats_are_stored_as_integers(
+        client: httpx.AsyncClient) -> None:
+    await connect_fake(client)
+    r = await client.post("/api/compute/jobs", json={"name": "j", "command": "true", "requested_by": "t",
+                                                     "gpu": "A10", "type": "eval", "gpu_count": 2.0,
+                                                     "priority": -5.0})
+    assert r.status_code == 202, r.text
+    job = (await client.get(f"/api/compute/jobs/{r.json()['id']}")).json()
+    assert (job["gpu_count"], job["priority"]) == (2, -5)
+    assert isinstance(job["gpu_count"], int) and isinstance(job["priority"], int)
+    r = await client.post("/api/compute/jobs", json={"name": "j", "command": "true", "requested_by": "t",
+                                                     "gpu": "A10", "type": "eval", "gpu_count": 2.5})
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == ["body", "gpu_count"], r.text
+    card = {"name": "grow", "when": {"kind": "cron", "expression": "0 * * * *"},
+            "then": {"kind": "scale_pool", "pool": "p", "to": 3.0}}
+    r = await client.post("/api/compute/policies", json=card)
+    assert r.status_code in (200, 201), r.text
+    assert r.json()["then"]["to"] == 3 and isinstance(r.json()["then"]["to"], int)
 
 
 async def test_a_limit_given_as_false_is_a_422_and_the_stored_limit_stays(client: httpx.AsyncClient) -> None:
