@@ -38,6 +38,44 @@ def test_a_port_already_in_a_reuse_port_group_is_refused_too() -> None:
             processes.listening_address(*address)
 
 
+def test_a_group_sees_its_own_listeners_and_another_launchers_bound_in_the_same_moment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two launchers that both probed the port free, then both bound: the kernel puts the same user's
+    SO_REUSEPORT sockets in one group, and they would split its connections silently. Once a group
+    listens, a listener on the port that is not its own refuses it."""
+    group = processes.ListeningGroup("127.0.0.1", 0)
+    family, address = group.family, group.address
+    own = group.sockets(2)
+    try:
+        assert sorted(processes.listeners_on(family, address)) == sorted(
+            os.fstat(s.fileno()).st_ino for s in own)
+        (later,) = group.sockets(1)  # a process's replacement: the group's own sockets are not foreign
+        later.close()
+    finally:
+        for sock in own:
+            sock.close()
+    assert processes.listeners_on(family, address) == []
+    with processes.reuse_port_socket(family, address) as other:  # bound after the probe below passed
+        other.listen()
+        monkeypatch.setattr(processes, "listening_address", lambda host, port: (family, address))
+        racing = processes.ListeningGroup(*address)
+        with pytest.raises(processes.PortTaken, match="another process started listening there"):
+            racing.sockets(2)
+        assert processes.listeners_on(family, address) == [os.fstat(other.fileno()).st_ino]  # none kept
+
+
+def test_a_listener_on_a_neighbouring_address_is_not_on_the_port() -> None:
+    port = free_port()
+    with socket.socket() as neighbour:
+        neighbour.bind(("127.0.0.2", port))
+        neighbour.listen()
+        assert processes.listeners_on(socket.AF_INET, ("127.0.0.1", port)) == []
+        inode = os.fstat(neighbour.fileno()).st_ino
+        assert processes.listeners_on(socket.AF_INET, ("127.0.0.2", port)) == [inode]
+    wildcard = "0.0.0.0"  # noqa: S104 — as /proc writes it, not bound
+    assert processes._proc_address(socket.AF_INET, wildcard) == "00000000"
+
+
 def test_a_host_name_binds_ipv4_as_uvicorn_does() -> None:
     family, address = processes.listening_address("localhost", 0)
     assert (family, address[0]) == (socket.AF_INET, "127.0.0.1")
