@@ -12,6 +12,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 import sqlalchemy as sa
+from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, create_engine
 
 # Connections kept open between requests. SQLAlchemy's default (5) is below the API's concurrency (its
@@ -175,3 +176,17 @@ def default_engine() -> sa.Engine:
 def session_scope(engine: sa.Engine | None = None) -> Iterator[Session]:
     with Session(engine or default_engine(), expire_on_commit=False) as session:
         yield session
+
+
+def commit_unless_gone(session: Session) -> bool:
+    """Commit the session's changes to rows it read; False (rolled back, the session usable) when
+    one was deleted meanwhile — by a request between this session's read and its write, as an
+    activity's record of a fleet, policy or pool another request just removed (`make fuzz` deleted
+    a fleet mid-probe: the activity failed with StaleDataError, and Temporal retried it to find the
+    row gone). Its callers skip such a record, as they do a row already gone when read."""
+    try:
+        session.commit()
+    except StaleDataError:
+        session.rollback()
+        return False
+    return True

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, delete, select
 
 from messages.fleet import HostProbe
+from store.db import commit_unless_gone
 from store.models import Fleet, FleetHost, utcnow
 from store.records import bound_records
 from store.secrets import SecretBox
@@ -152,8 +153,7 @@ def record_probe(session: Session, probe: HostProbe, probe_id: str) -> bool:
         fleet.bastion_host_key = probe.bastion_host_key
         session.add(fleet)
     session.add(host)
-    session.commit()
-    return True
+    return commit_unless_gone(session)  # deleted between the reads above and this write: skipped too
 
 
 @dataclass(frozen=True)

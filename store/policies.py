@@ -8,6 +8,7 @@ from typing import Any
 from sqlmodel import Session
 
 from store import spend
+from store.db import commit_unless_gone
 from store.models import Policy, ProjectBudget, utcnow
 from store.secrets import SecretBox
 
@@ -62,8 +63,7 @@ def record_run(session: Session, policy_id: str, *, run_id: str, acted: bool, re
         row.trigger_count += 1
         row.last_triggered_at = at
     session.add(row)
-    session.commit()
-    return True
+    return commit_unless_gone(session)
 
 
 def get_budget(session: Session, project: str) -> ProjectBudget | None:

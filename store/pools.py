@@ -10,6 +10,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from messages.pool import PoolStatus
+from store.db import commit_unless_gone
 from store.models import Pool, utcnow
 
 
@@ -47,7 +48,7 @@ def record_reconcile(session: Session, pool_id: str, *, machines: list[dict[str,
         return  # forgotten meanwhile
     row.machines, row.errors, row.reconciled_at = machines, errors, reconciled_at
     session.add(row)
-    session.commit()
+    commit_unless_gone(session)
 
 
 def record_errors(session: Session, pool_id: str, errors: list[str]) -> None:
@@ -56,7 +57,7 @@ def record_errors(session: Session, pool_id: str, errors: list[str]) -> None:
     if row is not None:
         row.errors = errors
         session.add(row)
-        session.commit()
+        commit_unless_gone(session)
 
 
 def forget(session: Session, pool_id: str) -> None:
