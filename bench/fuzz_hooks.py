@@ -105,8 +105,9 @@ def safe_job(body: dict[str, Any]) -> None:
     for made_up in ("gpu", "gpu_count", "pool"):
         body.pop(made_up, None)
     body["max_price_per_hour"] = MAX_PRICE
-    if isinstance(body.get("priority"), int):
-        body["priority"] = max(-PRIORITY_MAX, min(PRIORITY_MAX, body["priority"]))
+    priority = body.get("priority")
+    if isinstance(priority, int | float) and not isinstance(priority, bool) and float(priority).is_integer():
+        body["priority"] = max(-PRIORITY_MAX, min(PRIORITY_MAX, int(priority)))  # 58.0 is JSON's 58
     for name in ("name", "requested_by"):
         if not (isinstance(body.get(name), str) and body[name].isprintable() and body[name].strip()):
             body[name] = f"fuzz-{name}"

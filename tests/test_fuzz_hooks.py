@@ -65,8 +65,8 @@ def test_a_job_runs_only_a_command_of_ours_and_no_image(command: str) -> None:
 def test_half_the_jobs_drop_what_made_up_text_never_matches_and_half_keep_it() -> None:
     made_up = {"gpu": "zz9", "gpu_count": 3, "pool": "nope", "max_price_per_hour": 0.001,
                "name": "a\x85b", "requested_by": " "}
-    sent = [send("POST", "/api/compute/jobs", {"command": f"c{i}", "priority": -5000, **made_up}).body
-            for i in range(40)]
+    sent = [send("POST", "/api/compute/jobs", {"command": f"c{i}", "priority": -5000.0 if i % 2 else -5000,
+                                               **made_up}).body for i in range(40)]
     kept = [b for b in sent if b.get("gpu") == "zz9"]
     made = [b for b in sent if "gpu" not in b]
     assert len(kept) + len(made) == 40 and kept and made
