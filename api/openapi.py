@@ -224,13 +224,24 @@ def add_pick_links(paths: dict[str, Any]) -> None:
                 "operationId": target, "parameters": {"provider": provider}, "requestBody": FIRST_OFFER}
 
 
+def bound_priority(spec: dict[str, Any], bound: int) -> None:
+    """A job's priority as this installation takes it, ±`bound` (GPUPROV_JOB_PRIORITY_MAX), where
+    the model says only its hard cap (±1000): a client reading the schema, and `make fuzz`, would
+    send what the API then refuses as out of range."""
+    priority = spec["components"]["schemas"]["JobCreate"]["properties"]["priority"]
+    priority["minimum"], priority["maximum"] = -bound, bound
+
+
 def install_openapi(app: FastAPI) -> None:
-    """Make `app.openapi()` (and /openapi.json) answer the completed document."""
+    """Make `app.openapi()` (and /openapi.json) answer the completed document, with this
+    installation's settings where the schema depends on them."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = complete(generate())
+            spec = complete(generate())
+            bound_priority(spec, app.state.deps.job_priority_max)
+            app.openapi_schema = spec
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend it

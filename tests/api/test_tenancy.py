@@ -81,3 +81,14 @@ def test_the_setting_has_a_sensible_default_and_bounds(monkeypatch: pytest.Monke
     monkeypatch.setenv("GPUPROV_JOB_PRIORITY_MAX", "-1")
     with pytest.raises(ValidationError):
         Settings()
+
+
+async def test_the_schema_says_the_installations_range(client: httpx.AsyncClient) -> None:
+    """The published schema bounds a job's priority as this installation does, not by the model's
+    hard cap (±1000): what a client reads from it, the API takes."""
+    deps_of(client).job_priority_max = 10
+    app = client._transport.app  # type: ignore[attr-defined]
+    app.openapi_schema = None  # built on first use: this installation's setting now
+    priority = (await client.get("/openapi.json")).json()["components"]["schemas"]["JobCreate"][
+        "properties"]["priority"]
+    assert (priority["minimum"], priority["maximum"]) == (-10, 10)
