@@ -161,6 +161,7 @@ def run(app: str, host: str, port: int, processes: int, log_level: str) -> int:
 
     uvicorn.Config(app, log_level=log_level)  # what it does first: uvicorn's log handlers, in this process
     group = ListeningGroup(host, port)
+    first = group.sockets(processes)  # refused (PortTaken) before anything starts or a signal is taken
     spawn = multiprocessing.get_context("spawn")  # a fresh interpreter each, as uvicorn's
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -176,7 +177,7 @@ def run(app: str, host: str, port: int, processes: int, log_level: str) -> int:
             sock.close()
         return process
 
-    running = [start(sock) for sock in group.sockets(processes)]
+    running = [start(sock) for sock in first]
     log.info("serving on %s:%d from %d processes (each its own socket)", *group.address, processes)
     code = 0
     try:
