@@ -21,6 +21,9 @@
   scaling. A webhook's URL always goes to loopback's discard port, where the call fails at once
   (`WEBHOOK`; start `make run` with GPUPROV_WEBHOOK_ALLOWLIST set to it, or they are refused);
   its generated query stays, for the API's check of it. A saved policy runs on its Schedule.
+- A fleet's trust names, half the time, hosts `safe_fleet` gives fleets. A pool keeps at most
+  `POOL_SIZE_MAX` machines, and half the pools get past the checks JSON Schema cannot say (min <=
+  size <= max, keys that parse).
 - The connections that were there before (`make run`'s, named by bench/fuzz.py in
   GPUPROV_FUZZ_KEEP_CONNECTIONS) stay: the stateful phase finds their ids in GET /connections, and
   deleting them would leave every later allocation a 409. A DELETE of one is sent for an unknown id.
@@ -77,6 +80,32 @@ def safe_fleet(body: dict[str, Any]) -> None:
         bastion["host"], bastion["port"] = "127.0.0.1", DISCARD
         if isinstance(bastion.get("private_key"), str) and bastion["private_key"].strip():
             bastion["private_key"] = private_key().export_private_key().decode()
+
+
+def safe_trust(body: dict[str, Any]) -> None:
+    """`body` (a fleet's trust, POST), half of them (picked by the generated text), with hosts that
+    `safe_fleet` gives a fleet: the trust's logic is reached, the rest refused as not in the fleet."""
+    hosts = body.get("hosts")
+    if isinstance(hosts, list) and not zlib.crc32(repr(body).encode()) % 2:
+        body["hosts"] = [f"127.0.0.{2 + i % 250}" for i in range(len(hosts))]
+
+
+POOL_SIZE_MAX = 3  # a pool the fuzz makes keeps at most this many machines on `make run`'s clouds
+
+
+def safe_pool(body: dict[str, Any]) -> None:
+    """`body` (a pool's, PUT) with at most `POOL_SIZE_MAX` machines — a generated size of hundreds
+    would make `make run` boot as many — and, for half of them (picked by the generated text), what
+    JSON Schema cannot say: min <= size <= max, and keys that parse."""
+    sizes = {k: body[k] for k in ("min", "size", "max") if type(body.get(k)) is int}
+    body.update({k: min(v, POOL_SIZE_MAX) for k, v in sizes.items()})
+    if zlib.crc32(repr(body).encode()) % 2:
+        return
+    if len(sizes) == 3:
+        body["min"], body["size"], body["max"] = sorted(body[k] for k in ("min", "size", "max"))
+    keys = body.get("ssh_public_keys")
+    if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+        body["ssh_public_keys"] = [ssh_key()] * len(keys)
 
 
 # What a fuzzed job runs instead of its command: each ends by itself, touches nothing outside the
@@ -148,6 +177,10 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         safe_fleet(body)
     if method in ("POST", "PUT") and re.fullmatch(r".*/policies(?:/\{policy_id\})?", path):
         safe_policy(body)
+    if method == "PUT" and path.endswith("/pools/{name}"):
+        safe_pool(body)
+    if method == "POST" and path.endswith("/fleets/{fleet_id}/trust"):
+        safe_trust(body)
     if method != "POST":
         return
     if path.endswith("/jobs"):

@@ -12,6 +12,7 @@ import pytest
 
 from api.routers.fleets import FleetIn
 from api.routers.jobs import JobCreate
+from api.routers.pools import PoolIn
 from bench import fuzz_hooks
 
 
@@ -40,7 +41,7 @@ def test_a_fleets_hosts_and_bastion_stay_on_loopback_and_its_keys_parse(method: 
 
 def test_other_shapes_stay_as_generated_and_other_paths_are_not_touched() -> None:
     assert send("POST", "/api/compute/fleets", {"hosts": "example.com"}).body["hosts"] == "example.com"
-    assert send("POST", "/api/compute/fleets/{fleet_id}/trust", {"hosts": ["a"]}).body == {"hosts": ["a"]}
+    assert send("POST", "/api/compute/fleets/{fleet_id}/trust", {"hosts": "a"}).body == {"hosts": "a"}
     assert send("POST", "/api/compute/fleets", ["a list"]).body == ["a list"]
 
 
@@ -115,3 +116,22 @@ def test_half_the_cards_get_past_the_checks_json_schema_cannot_say() -> None:
             PolicyIn.model_validate(case.body)
             assert case.body["then"] == {"kind": "scale_pool", "pool": "p", "to": 3}
     assert made > 5 and kept > 5
+
+
+def test_half_the_trusts_name_hosts_a_fuzzed_fleet_has_and_half_keep_theirs() -> None:
+    sent = [send("POST", "/api/compute/fleets/{fleet_id}/trust", {"hosts": [f"h{i}", "x"]}).body["hosts"]
+            for i in range(40)]
+    made = [h for h in sent if h == ["127.0.0.2", "127.0.0.3"]]  # what safe_fleet gives a fleet's first two
+    kept = [h for h in sent if h[1] == "x"]
+    assert made and kept and len(made) + len(kept) == 40
+
+
+def test_a_pool_keeps_a_few_machines_and_half_get_past_the_checks_the_schema_cannot_say() -> None:
+    made_up = {"cloud": "lambda", "min": 7, "size": 500, "max": 2, "ssh_public_keys": ["nope"]}
+    sent = [send("PUT", "/api/compute/pools/{name}", {**made_up, "region": f"r{i}"}).body for i in range(40)]
+    assert all(max(b["min"], b["size"], b["max"]) <= fuzz_hooks.POOL_SIZE_MAX for b in sent)
+    valid = [b for b in sent if b["ssh_public_keys"] != ["nope"]]
+    assert valid and len(valid) < 40
+    for b in valid:
+        assert (b["min"], b["size"], b["max"]) == (2, 3, 3)
+        PoolIn.model_validate(b)  # past the API's own checks: the pool's logic is reached
