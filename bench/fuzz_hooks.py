@@ -97,7 +97,8 @@ def safe_pool(body: dict[str, Any]) -> None:
     """`body` (a pool's, PUT) with at most `POOL_SIZE_MAX` machines — a generated size of hundreds
     would make `make run` boot as many — and, for half of them (picked by the generated text), what
     JSON Schema cannot say: min <= size <= max, and keys that parse."""
-    sizes = {k: body[k] for k in ("min", "size", "max") if type(body.get(k)) is int}
+    sizes = {k: body[k] for k in ("min", "size", "max")  # 500.0 is JSON's 500 too
+             if isinstance(body.get(k), int | float) and not isinstance(body.get(k), bool)}
     body.update({k: min(v, POOL_SIZE_MAX) for k, v in sizes.items()})
     if zlib.crc32(repr(body).encode()) % 2:
         return

@@ -127,7 +127,7 @@ def test_half_the_trusts_name_hosts_a_fuzzed_fleet_has_and_half_keep_theirs() ->
 
 
 def test_a_pool_keeps_a_few_machines_and_half_get_past_the_checks_the_schema_cannot_say() -> None:
-    made_up = {"cloud": "lambda", "min": 7, "size": 500, "max": 2, "ssh_public_keys": ["nope"]}
+    made_up = {"cloud": "lambda", "min": 7, "size": 500.0, "max": 2, "ssh_public_keys": ["nope"]}
     sent = [send("PUT", "/api/compute/pools/{name}", {**made_up, "region": f"r{i}"}).body for i in range(40)]
     assert all(max(b["min"], b["size"], b["max"]) <= fuzz_hooks.POOL_SIZE_MAX for b in sent)
     valid = [b for b in sent if b["ssh_public_keys"] != ["nope"]]
