@@ -35,7 +35,7 @@ import os
 import re
 import zlib
 from functools import cache
-from typing import Any
+from typing import Any, TypeGuard
 
 import asyncssh
 import schemathesis
@@ -68,10 +68,33 @@ def ssh_key() -> str:
     return str(private_key().export_public_key().decode().strip())
 
 
+def valid_keys(keys: object) -> object:
+    """A list of strings as that many copies of one valid OpenSSH key (random text never is one)."""
+    if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+        return [ssh_key()] * len(keys)
+    return keys
+
+
+def fleet_hosts(count: int) -> list[str]:
+    """The hosts a fuzzed fleet of `count` gets: loopback addresses, distinct up to 250."""
+    return [f"127.0.0.{2 + i % 250}" for i in range(count)]
+
+
+def kept_as_generated(body: dict[str, Any]) -> bool:
+    """Whether this body is one of the half kept as generated, for the API's refusals (picked by its
+    text, so the same body is picked the same way)."""
+    return bool(zlib.crc32(repr(body).encode()) % 2)
+
+
+def json_number(value: object) -> TypeGuard[int | float]:
+    """An int or float of JSON's (`true` is not a number)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def safe_fleet(body: dict[str, Any]) -> None:
     """`body` (a fleet's, POST or PUT) with its hosts on loopback's discard port and a valid key."""
     if isinstance(body.get("hosts"), list):
-        body["hosts"] = [f"127.0.0.{2 + i % 250}" for i in range(len(body["hosts"]))]
+        body["hosts"] = fleet_hosts(len(body["hosts"]))
     body["port"] = DISCARD
     if isinstance(body.get("private_key"), str) and body["private_key"].strip():
         body["private_key"] = private_key().export_private_key().decode()
@@ -86,8 +109,8 @@ def safe_trust(body: dict[str, Any]) -> None:
     """`body` (a fleet's trust, POST), half of them (picked by the generated text), with hosts that
     `safe_fleet` gives a fleet: the trust's logic is reached, the rest refused as not in the fleet."""
     hosts = body.get("hosts")
-    if isinstance(hosts, list) and not zlib.crc32(repr(body).encode()) % 2:
-        body["hosts"] = [f"127.0.0.{2 + i % 250}" for i in range(len(hosts))]
+    if isinstance(hosts, list) and not kept_as_generated(body):
+        body["hosts"] = fleet_hosts(len(hosts))
 
 
 POOL_SIZE_MAX = 3  # a pool the fuzz makes keeps at most this many machines on `make run`'s clouds
@@ -97,16 +120,14 @@ def safe_pool(body: dict[str, Any]) -> None:
     """`body` (a pool's, PUT) with at most `POOL_SIZE_MAX` machines — a generated size of hundreds
     would make `make run` boot as many — and, for half of them (picked by the generated text), what
     JSON Schema cannot say: min <= size <= max, and keys that parse."""
-    sizes = {k: body[k] for k in ("min", "size", "max")  # 500.0 is JSON's 500 too
-             if isinstance(body.get(k), int | float) and not isinstance(body.get(k), bool)}
-    body.update({k: min(v, POOL_SIZE_MAX) for k, v in sizes.items()})
-    if zlib.crc32(repr(body).encode()) % 2:
+    sizes = [k for k in ("min", "size", "max") if json_number(body.get(k))]  # 500.0 is JSON's 500 too
+    body.update({k: min(body[k], POOL_SIZE_MAX) for k in sizes})
+    if kept_as_generated(body):
         return
     if len(sizes) == 3:
-        body["min"], body["size"], body["max"] = sorted(body[k] for k in ("min", "size", "max"))
-    keys = body.get("ssh_public_keys")
-    if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
-        body["ssh_public_keys"] = [ssh_key()] * len(keys)
+        body["min"], body["size"], body["max"] = sorted(body[k] for k in sizes)
+    if "ssh_public_keys" in body:
+        body["ssh_public_keys"] = valid_keys(body["ssh_public_keys"])
 
 
 # What a fuzzed job runs instead of its command: each ends by itself, touches nothing outside the
@@ -136,7 +157,7 @@ def safe_job(body: dict[str, Any]) -> None:
         body.pop(made_up, None)
     body["max_price_per_hour"] = MAX_PRICE
     priority = body.get("priority")
-    if isinstance(priority, int | float) and not isinstance(priority, bool) and float(priority).is_integer():
+    if json_number(priority) and float(priority).is_integer():
         body["priority"] = max(-PRIORITY_MAX, min(PRIORITY_MAX, int(priority)))  # 58.0 is JSON's 58
     for name in ("name", "requested_by"):
         if not (isinstance(body.get(name), str) and body[name].isprintable() and body[name].strip()):
@@ -154,11 +175,10 @@ def safe_policy(body: dict[str, Any]) -> None:
     if isinstance(then, dict) and then.get("kind") == "webhook" and isinstance(then.get("url"), str):
         query = then["url"].partition("?")[2]
         then["url"] = WEBHOOK + (f"?{query}" if query else "")
-    pick = zlib.crc32(repr(body).encode())
-    if pick % 2:
+    if kept_as_generated(body):
         return
     if isinstance(when, dict) and when.get("kind") == "cron":
-        when["expression"] = CRONS[pick // 2 % len(CRONS)]
+        when["expression"] = CRONS[zlib.crc32(repr(body).encode()) // 2 % len(CRONS)]
     if isinstance(then, dict) and then.get("kind") == "scale_pool":
         if then.get("to") is not None:
             then.pop("by", None)
@@ -188,6 +208,5 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         safe_job(body)
     if path.endswith("/connections"):
         body["endpoint"] = safe_endpoint(body.get("provider"))
-    keys = body.get("ssh_public_keys")
-    if path.endswith("/instances") and isinstance(keys, list) and all(isinstance(k, str) for k in keys):
-        body["ssh_public_keys"] = [ssh_key()] * len(keys)
+    if path.endswith("/instances") and "ssh_public_keys" in body:
+        body["ssh_public_keys"] = valid_keys(body["ssh_public_keys"])

@@ -46,4 +46,3 @@ def test_an_edit_without_the_bastions_key_keeps_it_for_the_same_bastion_only(eng
         row = fleets.get_fleet(s, "default", "f1")
         assert row is not None and row.bastion_host == "other"
         assert row.bastion_secret is None  # another bastion: the fleet's key
-
