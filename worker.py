@@ -1,7 +1,7 @@
 """The Temporal worker: every workflow and activity on the gpuprov task queue, and for each cloud
-with a documented launch rate (`Capabilities.launches_per_s`: Lambda) the create activity on a queue
-of its own (`<task queue>-launch-<cloud>`) that Temporal dispatches at no more than that rate across
-every worker — each adapter also paces its own process (providers/pacing.py).
+with a documented launch rate (`Capabilities.launches_per_s`: Lambda, Vast.ai) the create activity
+on a queue of its own (`<task queue>-launch-<cloud>`) that Temporal dispatches at no more than that
+rate across every worker — each adapter also paces its own process (providers/pacing.py).
 
 `python worker.py` connects to GPUPROV_TEMPORAL_ADDRESS and runs until SIGTERM/SIGINT,
 then finishes in-flight activities (bounded) and exits.

@@ -518,7 +518,8 @@ class CloudProvider(abc.ABC):
         return None
 
     def paced(self) -> bool:
-        """Whether calls wait their turn under the cloud's rate limit (Lambda's: providers/pacing.py)."""
+        """Whether calls wait their turn under the cloud's rate limits (Lambda's, Vast.ai's:
+        providers/pacing.py)."""
         return False
 
     async def list_machines(self) -> list[InstanceStatus] | None:

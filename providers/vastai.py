@@ -13,13 +13,18 @@ itself (`POST /instances/{id}/ssh/`), never to the account, whose keys every ins
 idempotency key: the label `gpuprov-<installation>-<key>` marks ownership and is looked up
 (`GET /api/v1/instances/`, paginated) before a create. No side resources.
 
-Vast limits each endpoint to a minimum interval per caller and answers 429 without Retry-After;
-calls are retried here with the CLI's kind of backoff before RateLimited is raised.
+Vast limits each endpoint to a minimum interval per caller and answers 429 without Retry-After.
+Calls to the four endpoints with a documented interval (create, show, list, destroy) wait their turn
+per key and endpoint (providers/pacing.py, shared by the host's processes like Lambda's), creates
+also on a launch queue Temporal dispatches at the create's rate across every worker
+(`launches_per_s`); a 429 all the same (another host's process, a penalty) is retried with the
+CLI's kind of backoff before RateLimited is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -27,7 +32,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from providers import rest
+from providers import pacing, rest
 from providers.base import (
     AuthError,
     Capabilities,
@@ -59,6 +64,11 @@ DEFAULT_ENDPOINT = "https://console.vast.ai"  # the CLI's server_url; paths carr
 DEFAULT_IMAGE = "vastai/base-image:@vastai-automatic-tag"  # the documented default of `image`
 LABEL_MAX = 256  # docs: create_instance x-input-validation
 ONSTART_MAX = 4096  # docs: args, args_str and onstart together
+# The docs' per-endpoint `x-rate-limit` thresholds (vast-ai/docs api-reference/openapi/yaml; the
+# simulation's in fakeclouds/vastai_api.py): the minimum seconds between two calls of one endpoint by
+# one key. Search's "10 a minute" is a window, not an interval: a plan's few searches fit in it, and
+# its 429 is retried like any other.
+MIN_INTERVAL_S = {"create": 4.5, "show": 2.0, "list": 1.0, "destroy": 3.0}
 RATE_LIMITED_RETRY_AFTER = 5.0  # Vast says nothing; the longest documented interval is 4.5 s
 
 _CODES: dict[str, rest.ErrorKind] = {
@@ -114,6 +124,21 @@ def ask_of(offer: Offer) -> int:
     return int(head)
 
 
+def limited_endpoint(method: str, path: str) -> str | None:
+    """Which of MIN_INTERVAL_S's endpoints a call is (a path as the adapter sends it), or None."""
+    parts = path.strip("/").split("/")
+    match method, parts:
+        case "PUT", ["api", "v0", "asks", _]:
+            return "create"
+        case "GET", ["api", "v1", "instances"]:
+            return "list"
+        case "GET", ["api", "v0", "instances", _]:
+            return "show"
+        case "DELETE", ["api", "v0", "instances", _]:
+            return "destroy"
+    return None
+
+
 def error_fields(resp: httpx.Response) -> tuple[str, str]:
     """(error, message) from Vast's shapes: `{success, error, msg}`, only `msg`/`message`, or
     `{"detail"}`; anything else (a gateway's page, plain text) is described, never quoted."""
@@ -155,6 +180,7 @@ class VastAIProvider(rest.RestCloudProvider):
         # No idempotency token: a create whose answer was lost may land this long after it was sent
         # (30 s request timeout, plus the backoff over rate limits, plus margin). [guess]
         create_in_flight_s=90.0,
+        launches_per_s=1 / MIN_INTERVAL_S["create"],
         boot_timeout_s=1800.0,  # image pulls on consumer uplinks can take many minutes
         self_end=SelfEnd(
             method="api",
@@ -173,6 +199,19 @@ class VastAIProvider(rest.RestCloudProvider):
 
     # ------------------------------------------------------------------ plumbing
 
+    def pacer(self, endpoint: str) -> pacing.Pacer:
+        """This key's pacer for one of MIN_INTERVAL_S's endpoints, in this process (every adapter of
+        the key shares it) and, once `pacing.shared_dir` is set, across the host's processes."""
+        key = str(self.credentials.reveal()["api_key"])
+        return pacing.shared(self.id, f"{self.endpoint} {endpoint}", key, MIN_INTERVAL_S[endpoint])
+
+    def paced(self) -> bool:
+        return pacing.time_scale() > 0  # 0: a simulation with its limits off
+
+    def _slot(self, method: str, path: str) -> contextlib.AbstractAsyncContextManager[None]:
+        endpoint = limited_endpoint(method, path)
+        return self.pacer(endpoint).slot() if endpoint else contextlib.nullcontext()
+
     def _raise(self, resp: httpx.Response, scope: FailureScope | str | None = None) -> ProviderError:
         code, message = error_fields(resp)
         return rest.map_error(provider=self.id, code=code, message=message, status=resp.status_code,
@@ -184,7 +223,8 @@ class VastAIProvider(rest.RestCloudProvider):
         429 that says when to come back (Retry-After) is the caller's to wait out: RateLimited."""
         for delay in (*self.backoff_s, None):
             try:
-                resp = await self._http().request(method, path, **kwargs)
+                async with self._slot(method, path):
+                    resp = await self._http().request(method, path, **kwargs)
             except httpx.HTTPError as exc:
                 raise rest.map_transport_error(exc, provider=self.id) from None
             if resp.status_code != 429:

@@ -118,3 +118,6 @@ def test_a_cloud_with_a_launch_rate_always_has_a_launch_queue_worker() -> None:
     assert launch_rates(0)["lambda"] is None
     assert launch_rates(1.0)["lambda"] == pytest.approx(1 / 12)
     assert launch_rates(0.5)["lambda"] == pytest.approx(1 / 6)
+    assert launch_rates(0)["vastai"] is None  # Vast.ai's create: one per 4.5 s per key
+    assert launch_rates(1.0)["vastai"] == pytest.approx(1 / 4.5)
+    assert set(launch_rates(1.0)) == {"lambda", "vastai"}

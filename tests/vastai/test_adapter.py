@@ -4,6 +4,7 @@ pagination, 429s without Retry-After, and every refusal mapped onto the taxonomy
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ import pytest
 
 from fakeclouds import vastai_api
 from fakeclouds.server import FakeCloudServer
+from providers import pacing
 from providers.base import (
     AuthError,
     CapacityError,
@@ -26,7 +28,7 @@ from providers.base import (
     Transient,
     Unsupported,
 )
-from providers.vastai import VastAIProvider
+from providers.vastai import MIN_INTERVAL_S, VastAIProvider, limited_endpoint
 from tests.eventually import eventually
 from tests.vastai.conftest import (
     CHEAP,
@@ -236,6 +238,50 @@ async def test_the_simulations_minimum_intervals_reach_the_adapter(sim: FakeClou
         with pytest.raises(RateLimited) as exc:
             await p.list_owned()
         assert exc.value.retry_after == 5.0  # Vast says nothing: our default
+
+
+# Every documented interval x 0.1 on both sides (create's 4.5 s lasts 0.45 s): long beside a loopback
+# call's latency, so the pacer, not the network, is what spaces the calls, as at real speed.
+PACED_SCALE = 0.1
+
+
+async def test_concurrent_creates_and_polls_on_one_key_wait_their_turn(
+        sim: FakeCloudServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three creates at once on one key, the listing polled meanwhile, then the three machines shown
+    at once, where the documented intervals bind on both sides: every machine made, no call refused.
+    (Unpaced, the second and third creates and shows met 429s, and a fourth caller past the backoff
+    RateLimited: the create `make fuzz` saw refused.)"""
+    monkeypatch.setenv(pacing.TIME_SCALE_ENV, str(PACED_SCALE))
+    configure(sim, time_scale=PACED_SCALE)
+    p = adapter(sim)
+    p._transport = rec = Recording()
+    async with p:
+        cheap = await offer(p)
+        creating = asyncio.gather(*(p.create(cheap, spec(p)) for _ in range(3)))
+        polls = 0
+        while not creating.done():
+            await p.list_owned()  # a watch's round shares the key's list budget
+            polls += 1
+        refs = await creating
+        shown = await asyncio.gather(*(p.get(r) for r in refs))
+    assert len({r.instance_id for r in refs}) == 3 and all(shown)
+    assert polls >= 2
+    assert {status for _, status in rec.seen} == {200}, [s for s in rec.seen if s[1] != 200]
+
+
+def test_the_paced_endpoints_are_the_ones_the_simulation_limits() -> None:
+    """The adapter's intervals (MIN_INTERVAL_S, by the docs' endpoint names) are the thresholds the
+    simulation enforces by its op names, and each path the adapter sends maps onto its endpoint."""
+    sim_op = {"create": "create", "show": "get", "list": "list", "destroy": "terminate"}
+    assert {sim_op[e]: s for e, s in MIN_INTERVAL_S.items()} == vastai_api._THRESHOLD
+    assert limited_endpoint("PUT", "/api/v0/asks/123/") == "create"
+    assert limited_endpoint("GET", "/api/v0/instances/7/") == "show"
+    assert limited_endpoint("DELETE", "/api/v0/instances/7/") == "destroy"
+    assert limited_endpoint("GET", "/api/v1/instances/") == "list"
+    for method, path in [("GET", "/api/v0/instances/7/ssh/"), ("POST", "/api/v0/instances/7/ssh/"),
+                         ("GET", "/api/v0/users/current/"), ("POST", "/api/v0/bundles/"),
+                         ("PUT", "/api/v0/search/asks/")]:
+        assert limited_endpoint(method, path) is None, (method, path)
 
 
 async def test_refusals_map_onto_the_taxonomy(sim: FakeCloudServer, vast: VastAIProvider) -> None:
