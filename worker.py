@@ -373,7 +373,7 @@ async def main(private_queue: str | None = None) -> None:
     from sqlmodel import Session
 
     from settings import PACING_DIR, get_settings, private_home
-    from store import spend
+    from store import pacing_slots, spend
     from store.migrate import upgrade
     from workflows.converter import connect_client
 
@@ -382,6 +382,7 @@ async def main(private_queue: str | None = None) -> None:
     pacing.shared_dir = s.home / PACING_DIR  # a key's budget, shared with the host's other processes
     upgrade()  # every replica may be the first to start; migrations take turns
     deps = ActivityDeps.from_settings()
+    pacing.cross_host = pacing_slots.lanes(deps.engine)  # and other hosts' (PostgreSQL)
     with Session(deps.engine) as session:
         # Ends written by a process from before migration 0031 (an upgrade's overlap) into spend_day.
         spend.roll_up_closed(session)

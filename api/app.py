@@ -109,9 +109,12 @@ def build_app() -> FastAPI:
     from api.serve import stop_with_launcher
     from providers import pacing
     from settings import PACING_DIR, get_settings, private_home
+    from store import pacing_slots
 
     stop_with_launcher()  # one of `python -m api.serve`'s processes: not beyond its launcher
     logsafe.configure_uvicorn()  # uvicorn has set up its logging by now
     home = private_home(get_settings().home)  # before the database, token or key is written there
     pacing.shared_dir = home / PACING_DIR  # a key's budget, shared with the host's other processes
-    return create_app(deps_from_settings())
+    deps = deps_from_settings()
+    pacing.cross_host = pacing_slots.lanes(deps.engine)  # and other hosts' (PostgreSQL)
+    return create_app(deps)

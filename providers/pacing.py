@@ -13,8 +13,10 @@ budget, as the cloud counts it. The other processes of the host share it too onc
 set (each process sets it to GPUPROV_HOME/pacing: the API's processes, the workers of `make run`
 and of docker-compose, whose containers share that volume): a call then also holds the key's lock
 file there, which says when the host's next call (and launch) may leave. Processes on other hosts
-are not covered; the worker spaces launches across them with Temporal's task-queue rate limit
-(worker.py).
+share it where the database is PostgreSQL (`cross_host`, set by the same setup: store/pacing_slots.py):
+a call then also holds the key's row lock there, which says when the next call (and launch) may leave
+on the database server's clock. The worker also spaces launches across every worker with Temporal's
+task-queue rate limit (worker.py).
 
 `GPUPROV_CLOUD_TIME_SCALE` scales every interval, as the simulated clouds' `--time-scale` scales
 their windows (fakeclouds/ratelimit.py): 1 (the default) for real clouds, 0.001 in tests, 0 off.
@@ -44,6 +46,10 @@ on_wait: Callable[[str, float], None] | None = None
 shared_dir: Path | None = None
 HOST_LOCK_POLL_S = 0.005  # how often a call waiting for another process's lock asks again
 
+# Where every host's processes pace a key together: (lane, interval) -> a hold for one call, given the
+# seconds to wait before sending (store/pacing_slots.py); None: pacing reaches no further than this host.
+cross_host: Callable[[str, float], contextlib.AbstractAsyncContextManager[float]] | None = None
+
 
 def time_scale() -> float:
     """This process's `GPUPROV_CLOUD_TIME_SCALE` (1.0 when unset or not a number >= 0)."""
@@ -60,8 +66,10 @@ class Pacer:
     scaled by `scale` (default: `time_scale()`)."""
 
     def __init__(self, interval_s: float, launch_interval_s: float = 0.0, *,
-                 scale: float | None = None, cloud: str = "", host_lock: Path | None = None) -> None:
+                 scale: float | None = None, cloud: str = "", host_lock: Path | None = None,
+                 lane: str | None = None) -> None:
         self.cloud = cloud  # whose limits these are (the waits' metrics label)
+        self.lane = lane  # the key's name across hosts (`cross_host`: a digest), or None: not shared
         # The lock files the host's processes share for this key (`shared_dir`), or None
         self.host_lock = host_lock
         self.scale = time_scale() if scale is None else scale
@@ -83,6 +91,14 @@ class Pacer:
                 on_wait(self.cloud, delay)
             await asyncio.sleep(delay)
 
+    async def _across_hosts(self, stack: contextlib.AsyncExitStack, kind: str, interval: float) -> None:
+        """Hold this key's `kind` lane (calls, launches) across hosts for the stack's life, when
+        shared, and wait the turn it gives."""
+        hold = cross_host
+        if hold is not None and self.lane is not None and interval > 0:
+            wait = await stack.enter_async_context(hold(f"{self.lane}.{kind}", interval))
+            await self._until(time.monotonic() + wait)
+
     @contextlib.asynccontextmanager
     async def slot(self, *, launch: bool = False) -> AsyncIterator[None]:
         """Hold this while one request is sent and answered."""
@@ -97,12 +113,14 @@ class Pacer:
                 if self._host_launches is not None:  # and the host's other processes' launches
                     host_launch = await launching.enter_async_context(self._host_launches.held())
                     await self._until(host_launch.next)
+                await self._across_hosts(launching, "launches", self.launch_interval)  # other hosts'
             async with self._calls, contextlib.AsyncExitStack() as calling:
                 await self._until(self._next_call)
                 host_call = None
                 if self._host_calls is not None:  # and the host's other processes' calls
                     host_call = await calling.enter_async_context(self._host_calls.held())
                     await self._until(host_call.next)
+                await self._across_hosts(calling, "calls", self.interval)  # and other hosts' calls
                 if launch:
                     self.launch_times.append(time.monotonic())
                 try:
@@ -181,5 +199,6 @@ def shared(cloud: str, endpoint: str, secret: str, interval_s: float,
     pacer = pacers.get(digest)
     host_lock = shared_dir / digest if shared_dir is not None else None
     if pacer is None or pacer.scale != time_scale() or pacer.host_lock != host_lock:
-        pacer = pacers[digest] = Pacer(interval_s, launch_interval_s, cloud=cloud, host_lock=host_lock)
+        pacer = pacers[digest] = Pacer(interval_s, launch_interval_s, cloud=cloud, host_lock=host_lock,
+                                       lane=digest)
     return pacer

@@ -511,3 +511,14 @@ class CapacityRefusal(SQLModel, table=True):
     first_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     last_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     until: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+
+
+class PacingSlot(SQLModel, table=True):
+    """When the next call of one cloud key's lane (its calls, or its launches) may leave, for every
+    host's processes: seconds since the epoch on the database server's clock (store/pacing_slots.py;
+    PostgreSQL only). One row per lane; `lane` is a digest, never the key."""
+
+    __tablename__ = "pacing_slot"
+
+    lane: str = Field(primary_key=True, max_length=100)
+    next_at: float

@@ -12,6 +12,7 @@ from typing import Any
 import asyncssh
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from fakeclouds import lambda_api
 from fakeclouds.server import FakeCloudServer
@@ -34,8 +35,10 @@ from providers.base import (
 )
 from providers.credentials import ApiKeyCredentials
 from providers.lambda_ import LAUNCH, LambdaProvider, image_spec, instance_name
+from store import migrate, pacing_slots
 from tests.eventually import eventually
 from tests.lambda_.conftest import PUBLIC, SCALE, adapter, offer, spec
+from tests.store.conftest import postgres_schema, postgres_url  # noqa: F401 — postgres_url: a fixture
 
 WITHIN = 20.0
 
@@ -309,7 +312,40 @@ async def test_two_processes_of_one_host_share_the_keys_budget(
     monkeypatch.setenv(pacing.TIME_SCALE_ENV, str(PACED_SCALE))
     monkeypatch.setattr(pacing, "shared_dir", tmp_path / "pacing")
     sim.admin.configure(time_scale=PACED_SCALE)
-    sim.call(_add_key(sim, "two-processes"))
+    statuses = await _two_processes_poll_and_launch(sim, "two-processes")
+    assert len(statuses) == 14 and set(statuses) == {200}, statuses
+    assert lambda_api.rate_limited(sim.engine) == 0  # the calls' limit, and the launches' (12 s)
+    assert sorted(f.suffix for f in (tmp_path / "pacing").iterdir()) == [".calls", ".launches"]
+
+
+async def test_two_hosts_share_the_keys_budget_through_the_database(
+        sim: FakeCloudServer, monkeypatch: pytest.MonkeyPatch, postgres_url: str) -> None:  # noqa: F811
+    """Two processes on different hosts with the same key — two event loops sharing no lock file —
+    poll and launch at once where the pacer binds. Each holding the key's lanes in PostgreSQL while
+    it calls (`pacing.cross_host`: store/pacing_slots.py, as the worker and the API set it there), the
+    cloud refuses none of their calls; with neither, it refused some."""
+    monkeypatch.setenv(pacing.TIME_SCALE_ENV, str(PACED_SCALE))
+    monkeypatch.setattr(pacing, "shared_dir", None)
+    sim.admin.configure(time_scale=PACED_SCALE)
+    with postgres_schema(postgres_url) as engine:
+        migrate.upgrade(engine)
+        lanes = pacing_slots.DatabaseLanes(engine)  # what pacing_slots.lanes gives on PostgreSQL
+        monkeypatch.setattr(pacing, "cross_host", lanes.held)
+        try:
+            statuses = await _two_processes_poll_and_launch(sim, "two-hosts")
+        finally:
+            lanes.dispose()
+        with engine.connect() as conn:
+            lanes = conn.execute(sa.text("SELECT lane FROM pacing_slot")).scalars().all()
+    assert len(statuses) == 14 and set(statuses) == {200}, statuses
+    assert lambda_api.rate_limited(sim.engine) == 0  # the calls' limit, and the launches' (12 s)
+    assert sorted(lane.rsplit(".", 1)[1] for lane in lanes) == ["calls", "launches"]  # one key's lanes
+
+
+async def _two_processes_poll_and_launch(sim: FakeCloudServer, name: str) -> list[int]:
+    """Two event loops (as two processes), each with its own adapter of one key: six polls and a
+    launch each, at once. The statuses the cloud answered."""
+    sim.call(_add_key(sim, name))
     statuses: list[int] = []
 
     async def polls_and_a_launch(n: int) -> None:
@@ -319,15 +355,13 @@ async def test_two_processes_of_one_host_share_the_keys_budget(
 
             p._http().event_hooks["response"].append(record)
             for _ in range(6):
-                await p.find_all("t-two-processes")
+                await p.find_all(f"t-{name}")
             await p._data("POST", LAUNCH, json={
                 "region_name": "us-east-1", "instance_type_name": "gpu_1x_a10",
-                "ssh_key_names": ["two-processes"], "name": f"two-processes-{n}"})
+                "ssh_key_names": [name], "name": f"{name}-{n}"})
 
     await asyncio.gather(*(asyncio.to_thread(asyncio.run, polls_and_a_launch(n)) for n in range(2)))
-    assert len(statuses) == 14 and set(statuses) == {200}, statuses
-    assert lambda_api.rate_limited(sim.engine) == 0  # the calls' limit, and the launches' (12 s)
-    assert sorted(f.suffix for f in (tmp_path / "pacing").iterdir()) == [".calls", ".launches"]
+    return statuses
 
 
 async def _add_key(sim: FakeCloudServer, name: str) -> None:  # the account's key, made beside the API
