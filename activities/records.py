@@ -56,6 +56,8 @@ def record_allocation(deps: ActivityDeps, inp: RecordAllocationInput) -> None:
         if st.target is not None:  # where the current attempt runs: planning may cross clouds
             row.provider, row.connection_id = st.target.cloud, st.target.connection_id
         row.gpu, row.gpu_count, row.region, row.spot = req.gpu, req.gpu_count, req.region, req.spot
+        if row.lease_hours is None:  # a row this record made (the API's insert came second, and left it)
+            row.lease_hours = req.lease_hours  # the create arms the machine's lease from it
         # The outcome so far.
         row.status, row.phase, row.error = inp.status, st.phase.value, st.error
         row.note = "; ".join(st.notes) or None

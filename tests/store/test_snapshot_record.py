@@ -106,6 +106,18 @@ def test_a_snapshot_of_an_allocation_the_api_never_recorded_writes_its_row(migra
     assert events(migrated) == [("provisioning", "wait_running")]
 
 
+def test_a_row_the_workflow_wrote_first_carries_the_requests_lease(migrated: sa.Engine) -> None:
+    """The workflow's first record won the race with the API's insert (which then found the row
+    and left it): the row still holds the lease the request asked for — the create reads it there
+    to arm the machine's dead-man switch (activities/cloud.py `_lease_at_boot`); it was lost
+    (`make test` from a fresh clone: tests/jobs/test_lease_e2e.py saw `lease_hours` None)."""
+    first = snapshot(AllocationStatus.PROVISIONING, Phase.VALIDATE)
+    first = first.model_copy(update={"request": first.request.model_copy(update={"lease_hours": 8.0})})
+    ActivityEnvironment().run(record_allocation, deps(migrated), first)
+    assert allocations.record_started(migrated, first.request, "allocation-a1") == "provisioning"
+    assert row(migrated).lease_hours == 8.0
+
+
 def test_a_snapshot_meeting_the_apis_insert_completes_that_row(migrated: sa.Engine) -> None:
     """The API inserts the started allocation's row right after the start (store/allocations.py);
     the workflow's first record may have read no row just before. Its write then finds the row
