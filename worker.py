@@ -63,7 +63,7 @@ from messages.ids import (
 )
 from messages.sweep import SweepInput
 from providers import pacing, registry
-from workflows import shared_code
+from workflows import sandbox_runner, shared_code
 from workflows.acceptance import AcceptanceWorkflow
 from workflows.allocation import AllocationWorkflow, launch_task_queue
 from workflows.connect import ConnectWorkflow
@@ -137,8 +137,8 @@ def build_id(root: Path = ROOT) -> str:
 
 def workflow_runner() -> SandboxedWorkflowRunner:
     shared_code.install()  # every run's fresh import of a workflow module shares its code objects
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
+    # ... and the sandbox's glue code is compiled once (workflows/sandbox_runner.py)
+    return sandbox_runner.runner(SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
 
 
 class GpuprovWorker(Worker):

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.deps import ActivityDeps
 from tests.fakes import FakeInMemoryProvider
 from tests.workflows.conftest import ready_fake_allocations, setting_for_the_test, terminate_all
 from worker import build_worker
+from workflows.sandbox_runner import CompiledOnceRunner as WorkerRunner  # worker.workflow_runner's
 
 OPEN = 5
 CACHE = 2
@@ -31,13 +31,13 @@ def instances_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The workflow id of every sandboxed workflow instance the worker makes: one per workflow run
     while the cache holds it, one more each time it comes back after an eviction."""
     made: list[str] = []
-    original = SandboxedWorkflowRunner.create_instance
+    original = WorkerRunner.create_instance
 
-    def counted(self: SandboxedWorkflowRunner, det: Any) -> Any:
+    def counted(self: WorkerRunner, det: Any) -> Any:
         made.append(det.info.workflow_id)
         return original(self, det)
 
-    monkeypatch.setattr(SandboxedWorkflowRunner, "create_instance", counted)
+    monkeypatch.setattr(WorkerRunner, "create_instance", counted)
     return made
 
 

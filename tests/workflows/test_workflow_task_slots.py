@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.deps import ActivityDeps
 from tests.fakes import FakeInMemoryProvider
 from tests.workflows.conftest import ready_fake_allocations, setting_for_the_test, terminate_all
 from worker import build_worker
+from workflows.sandbox_runner import CompiledOnceRunner as WorkerRunner  # worker.workflow_runner's
 
 SLOTS = 2
 STARTED = 5
@@ -61,8 +61,8 @@ class ActivationsAtOnce:
 @pytest.fixture
 def at_once(monkeypatch: pytest.MonkeyPatch) -> ActivationsAtOnce:
     seen = ActivationsAtOnce()
-    original = SandboxedWorkflowRunner.create_instance
-    monkeypatch.setattr(SandboxedWorkflowRunner, "create_instance",
+    original = WorkerRunner.create_instance
+    monkeypatch.setattr(WorkerRunner, "create_instance",
                         lambda self, det: seen.wrap(original(self, det)))
     return seen
 
