@@ -222,9 +222,11 @@ class CloudActivities:
             window = type(p).capabilities.create_in_flight_s
             if window <= 0:
                 return await heartbeating(p.create(inp.offer, spec), inp.heartbeat_every_s, "creating")
-            found = await self._await_in_flight(p, inp, window)
+            found, ever_sent = await self._await_in_flight(p, inp, window)
             if found is not None:
                 return found
+            # Nothing ever sent under the key: nothing to look it up for (LaunchSpec.unsent).
+            spec = spec.model_copy(update={"unsent": not ever_sent})
             sent = False
 
             async def sending() -> None:
@@ -253,23 +255,25 @@ class CloudActivities:
         with session_scope(self.deps.engine) as session:
             record(session, key)
 
-    async def _await_in_flight(self, p: CloudProvider, inp: CreateInput, window: float) -> InstanceRef | None:
+    async def _await_in_flight(self, p: CloudProvider, inp: CreateInput,
+                               window: float) -> tuple[InstanceRef | None, bool]:
         """The machine an unanswered earlier launch made, once it lands; None when none is in
-        doubt, or the window after it was sent has passed without it (launching is safe then)."""
-        def since() -> datetime | None:
+        doubt, or the window after it was sent has passed without it (launching is safe then). And
+        whether any create was ever sent under the key."""
+        def sends() -> tuple[bool, datetime | None]:
             with session_scope(self.deps.engine) as session:
-                return creates_in_flight.create_in_flight_since(session, inp.key)
+                return creates_in_flight.sends_under(session, inp.key)
 
-        sent_at = await self.deps.blocking(since)
+        ever_sent, sent_at = await self.deps.blocking(sends)
         if sent_at is None:
-            return None
+            return None, ever_sent
         # An earlier launch got no answer (a timeout; a worker that died with it in flight).
         await self.deps.blocking(self._sends, creates_in_flight.create_doubted, inp.key)
         deadline = sent_at.timestamp() + window
         while True:
             found = await heartbeating(p.find(inp.key), inp.heartbeat_every_s, "awaiting an earlier launch")
             if found is not None or time.time() >= deadline:
-                return found
+                return found, True
             await asyncio.sleep(inp.poll_interval_s)
 
     @activity.defn(name=acts.WAIT_RUNNING.name)

@@ -39,8 +39,10 @@ async def direct_once(b: Bench, p: CloudProvider, cloud: str, n: int) -> float:
     offer = (await p.offers(OfferQuery(region=region_for(cloud), spot=False)))[0]
     await p.prepare(offer.region)  # as the workflow's create does: shared side resources first
     owner = Ownership(installation_id=INSTALLATION, allocation_id=f"d{cloud}{n}")
+    # A fresh key, nothing ever sent under it: what the workflow's create knows from its ledger
+    # (LaunchSpec.unsent), so both sides make the same calls.
     spec = LaunchSpec(key=f"direct-{cloud}-{n}", owner=owner,
-                      ssh_public_keys=[b.deps.public_key(), b.user_key])
+                      ssh_public_keys=[b.deps.public_key(), b.user_key], unsent=True)
     ref = await p.create(offer, spec)
     while True:
         st = await p.get(ref)

@@ -231,6 +231,11 @@ class LaunchSpec(BaseModel):
     # The lease's timer, installed at boot (clouds whose SelfEnd.boot_timer is set put it in their
     # cloud-init user data: providers/cloudinit.py `lease_at_boot`); None: no lease, or not at boot.
     lease: BootLease | None = None
+    # No create was ever sent under `key` (the worker's ledger of sends says so, activities/cloud.py):
+    # nothing can exist under it, and a cloud without an idempotency token launches without first
+    # looking the key up — on a rate-limited key (Lambda: one request a second) that lookup was a
+    # whole listing per create. False: look it up (a retry, or a caller without the ledger).
+    unsent: bool = False
 
     @field_validator("key")
     @classmethod

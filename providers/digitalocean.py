@@ -371,7 +371,7 @@ class DigitalOceanProvider(rest.RestCloudProvider):
         name = self._name(spec.key)
         fingerprint = await self._account_key(spec.ssh_public_keys[0])
         await self._ensure_side_resources(name, spec.ports, spec.k8s_api_from)
-        found = await self._owned_droplets(spec.key)
+        found = [] if spec.unsent else await self._owned_droplets(spec.key)
         if found:
             with rest.parsing(self.id, "droplet"):
                 return self._ref(found[0][1], spec.key)

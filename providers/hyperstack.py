@@ -374,7 +374,7 @@ class HyperstackProvider(rest.RestCloudProvider):
 
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         name = self._name(spec.key)
-        found = await self._existing(name, spec.key)
+        found = None if spec.unsent else await self._existing(name, spec.key)
         if found is not None:
             return found
         scope = FailureScope(provider=self.id, region=offer.region, instance_type=offer.instance_type)

@@ -369,7 +369,7 @@ class LambdaProvider(rest.RestCloudProvider):
         if user_data and len(user_data.encode()) > USER_DATA_MAX:
             raise InvalidRequest(f"{self.id}: user data and SSH keys exceed Lambda's 1 MB of user data")
         name = self._name(spec.key)
-        found = await self._named(name)
+        found = [] if spec.unsent else await self._named(name)
         if found:
             with rest.parsing(self.id, "instance"):
                 return self._ref(found[0], spec.key)

@@ -301,7 +301,7 @@ class MassedComputeProvider(naming.FoundByName, rest.RestCloudProvider):
             raise InvalidRequest(f"{self.id}: Massed Compute takes a startup command, "
                                  "not cloud-init user data")
         name = self._name(spec.key)
-        found = await self._by_name(name)
+        found = [] if spec.unsent else await self._by_name(name)
         if found:
             with rest.parsing(self.id, "instance"):
                 return self._ref(found[0], key=spec.key)

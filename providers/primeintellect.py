@@ -424,7 +424,7 @@ class PrimeIntellectProvider(naming.FoundByName, rest.RestCloudProvider):
             raise Unsupported("Prime Intellect pods take no user data (no cloud-init)")
         listing = Listing.parse(offer.instance_type)
         name = pod_name(self.installation_id, spec.key)
-        found = await self._by_name(name)
+        found = [] if spec.unsent else await self._by_name(name)
         if found:
             with rest.parsing(self.id, "pod"):
                 return self._ref(found[0], key=spec.key, region=offer.region)

@@ -314,7 +314,7 @@ class RunPodProvider(naming.FoundByName, rest.RestCloudProvider):
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         gpu_id, count, cloud = self._check(offer, spec)
         name = self._name(spec.key)
-        found = await self._by_name(name)
+        found = [] if spec.unsent else await self._by_name(name)
         if found:
             with rest.parsing(self.id, "pod"):
                 return self._ref(found[0], key=spec.key)

@@ -365,7 +365,7 @@ class VastAIProvider(rest.RestCloudProvider):
     async def _find_or_launch(self, offer: Offer, spec: LaunchSpec) -> InstanceRef:
         ask = ask_of(offer)
         label = self._label(spec.key)
-        found = await self._by_label(label)
+        found = [] if spec.unsent else await self._by_label(label)
         if found:
             with rest.parsing(self.id, "instance"):
                 ref = self._ref(min(found, key=lambda i: int(i["id"])), key=spec.key)

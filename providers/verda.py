@@ -378,7 +378,7 @@ class VerdaProvider(rest.RestCloudProvider):
             raise InvalidRequest(f"{self.id}: an offer names a location, not {offer.region!r}")
         script = startup_script(spec.key, k3s=spec.k3s, user_data=spec.user_data)
         name = self._name(spec.key)
-        found = await self._by_name(name)
+        found = [] if spec.unsent else await self._by_name(name)
         if found:
             with rest.parsing(self.id, "instance"):
                 return self._ref(found[0], key=spec.key)

@@ -53,8 +53,15 @@ def _aware(at: datetime) -> datetime:
 
 def create_in_flight_since(session: Session, key: str) -> datetime | None:
     """When the unanswered create under `key` was sent; None when none is in doubt."""
+    return sends_under(session, key)[1]
+
+
+def sends_under(session: Session, key: str) -> tuple[bool, datetime | None]:
+    """Whether a create was ever sent under `key` (a send is recorded before it leaves: with none,
+    nothing can exist under the key), and when the unanswered one was sent (None: none in doubt)."""
     row = session.get(CreateSend, key)
-    if row is None or row.answered_at is not None:
-        return None
-    sent = row.sent_at
-    return sent if sent.tzinfo is not None else sent.replace(tzinfo=UTC)  # SQLite drops the zone
+    if row is None:
+        return False, None
+    if row.answered_at is not None:
+        return True, None
+    return True, _aware(row.sent_at)

@@ -523,7 +523,8 @@ async def check_launch_send_is_marked(h: Harness) -> None:
     request leaves (providers/base.py `launch_request`): the create activity records the send then,
     so a create that fails before it does not make its retry wait the window. The mark comes after
     the lookup and the side resources (the cloud has no machine under the key yet) and once per
-    launch; a create that fails before its launch, or finds its machine, marks nothing."""
+    launch; a create that fails before its launch, or finds its machine, marks nothing. A create
+    under a key nothing was ever sent under launches without looking it up."""
     async with h.provider() as p:
         if type(p).capabilities.create_in_flight_s <= 0:
             return
@@ -533,9 +534,9 @@ async def check_launch_send_is_marked(h: Harness) -> None:
         async def hook() -> None:
             marks.append(await h.machine_ids())  # what the cloud had made as the launch left
 
-        async def create(spec: LaunchSpec) -> InstanceRef:
+        async def create(spec: LaunchSpec, where: Offer | None = None) -> InstanceRef:
             with on_launch_send(hook):
-                return await p.create(offer, spec)
+                return await p.create(where or offer, spec)
 
         made: list[InstanceRef] = []
         try:
@@ -553,6 +554,21 @@ async def check_launch_send_is_marked(h: Harness) -> None:
             with pytest.raises(Transient):
                 await create(h.spec())
             assert marks == [], f"{p.id}: a create that failed before its launch marked one"
+
+            # Nothing ever sent under the key (LaunchSpec.unsent: the create activity's ledger says
+            # so): launched without the lookup, which would have failed.
+            await h.add_fault("list", "server_error", status=503)
+            # Another offer than the first create's where there is one: a marketplace listing may
+            # hold a single machine (Prime Intellect's cheapest does), and that one is taken.
+            first = (offer.instance_type, offer.region, offer.zone)
+            others = [o for o in await p.offers(OfferQuery(spot=False))
+                      if (o.instance_type, o.region, o.zone) != first]
+            unsent_spec = h.spec().model_copy(update={"unsent": True})
+            unsent = await create(unsent_spec, others[0] if others else offer)
+            made.append(unsent)
+            assert len(marks) == 1 and unsent.instance_id not in marks[0], f"{p.id}: {len(marks)} marks"
+            marks.clear()
+            await h.admin_do("clear_faults")
 
             await h.add_fault("create", "server_error", status=500)  # the launch itself is refused
             refused = h.spec()
