@@ -14,10 +14,10 @@ idempotency key: the label `gpuprov-<installation>-<key>` marks ownership and is
 (`GET /api/v1/instances/`, paginated) before a create. No side resources.
 
 Vast limits each endpoint to a minimum interval per caller and answers 429 without Retry-After.
-Calls to the four endpoints with a documented interval (create, show, list, destroy) wait their turn
+Calls to the endpoints with a documented limit (create, show, list, destroy; search) wait their turn
 per key and endpoint (providers/pacing.py, shared by the host's processes like Lambda's), creates
 also on a launch queue Temporal dispatches at the create's rate across every worker
-(`launches_per_s`); a 429 all the same (another host's process, a penalty) is retried with the
+(`launches_per_s`); a 429 all the same (a penalty, a caller outside gpuprov) is retried with the
 CLI's kind of backoff before RateLimited is raised.
 """
 
