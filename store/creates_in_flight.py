@@ -51,11 +51,6 @@ def _aware(at: datetime) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite drops the zone
 
 
-def create_in_flight_since(session: Session, key: str) -> datetime | None:
-    """When the unanswered create under `key` was sent; None when none is in doubt."""
-    return sends_under(session, key)[1]
-
-
 def sends_under(session: Session, key: str) -> tuple[bool, datetime | None]:
     """Whether a create was ever sent under `key` (a send is recorded before it leaves: with none,
     nothing can exist under the key), and when the unanswered one was sent (None: none in doubt)."""

@@ -69,7 +69,7 @@ async def launch_sent(engine: sa.Engine, key: str) -> None:
     """Until the create activity has recorded that its launch request is going out."""
     def recorded() -> bool:
         with Session(engine) as s:
-            return creates_in_flight.create_in_flight_since(s, key) is not None
+            return creates_in_flight.sends_under(s, key)[1] is not None  # sent, not answered yet
 
     await eventually(recorded, within=30, what=f"the create of {key} recorded as in flight")
 
