@@ -35,6 +35,7 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
+from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -135,10 +136,13 @@ def build_id(root: Path = ROOT) -> str:
     return f"gpuprov-{digest.hexdigest()[:16]}"
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
+def workflow_runner(converter: DataConverter | None = None) -> SandboxedWorkflowRunner:
+    """The sandboxed runner; given the worker's data converter, payload contexts are answered
+    outside the sandbox when that converter ignores them (workflows/sandbox_runner.py)."""
     shared_code.install()  # every run's fresh import of a workflow module shares its code objects
     # ... and the sandbox's glue code is compiled once (workflows/sandbox_runner.py)
-    return sandbox_runner.runner(SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
+    return sandbox_runner.runner(SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES),
+                                 converter)
 
 
 class GpuprovWorker(Worker):
@@ -216,7 +220,7 @@ def build_worker(client: Client, deps: ActivityDeps, *, task_queue: str | None =
         task_queue=queue,
         workflows=list(workflows),
         activities=activities_for(deps),
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(client.data_converter),
         **options,
     )
 

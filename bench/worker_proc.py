@@ -57,7 +57,7 @@ async def main(args: argparse.Namespace) -> None:
     else:
         w = Worker(client, task_queue=args.task_queue, workflows=[BareWorkflow, BareHeldWorkflow],
                    activities=[trivial, held],
-                   workflow_runner=worker_module.workflow_runner(),
+                   workflow_runner=worker_module.workflow_runner(client.data_converter),
                    max_concurrent_workflow_tasks=Settings().workflow_task_slots, **LIMITS)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -52,7 +52,7 @@ async def replays(client: Client, *workflow_ids: str, into: Path | None = None) 
     """The latest run of each workflow, closed, replayed against the current code (a replay failure
     raises); kept in `into` (default BATCH) when recording."""
     histories = [await closed_history(client, w) for w in workflow_ids]
-    replayer = Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(),
+    replayer = Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(client.data_converter),
                         data_converter=client.data_converter)
     for history in histories:
         await replayer.replay_workflow(history)

@@ -62,8 +62,10 @@ async def test_histories_replay_deterministically(temporal_client: Client, fake_
 async def replay_failures(histories: list[WorkflowHistory],
                           workflows: list[type] = WORKFLOWS) -> dict[str, str]:
     # The codec's converter, as the worker's: encrypted histories decode, older plain ones pass through.
-    replayer = Replayer(workflows=workflows, data_converter=data_converter([TEST_SECRET_KEY]),
-                        workflow_runner=workflow_runner())
+    # The runner as the worker builds it for that converter (contexts answered outside the sandbox).
+    converter = data_converter([TEST_SECRET_KEY])
+    replayer = Replayer(workflows=workflows, data_converter=converter,
+                        workflow_runner=workflow_runner(converter))
     failures = {}
     for history in histories:
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
