@@ -5,7 +5,6 @@ TerminateWorkflow) a Temporal client."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -232,22 +231,26 @@ class ActivityDeps:
         return self._ssh_key
 
 
-# When the activity running in this context last heartbeat (a list: set once per activity's task,
-# then updated in place). None: not yet in this activity.
+# When the activity running in this context last heartbeat, or first asked to (a list: set once
+# per activity's task, then updated in place). None: not yet in this activity.
 _last_beat: ContextVar[list[float] | None] = ContextVar("gpuprov_last_beat", default=None)
 
 
 def _beat(detail: object, every_s: float) -> None:
-    """Heartbeat unless this activity did in the last half interval. Each heartbeat encodes and
-    encrypts its details before the SDK's own throttle drops it, and a booting machine's poll loop
-    calls `heartbeating` on every poll: beating each time cost ~5 % of the worker's CPU under
-    bench (b)'s load (py-spy), for beats the server mostly never saw."""
+    """Heartbeat unless this activity did — or began heartbeating — in the last half interval.
+
+    Each heartbeat encodes and encrypts its details before the SDK's own throttle drops it, and a
+    booting machine's poll loop calls `heartbeating` on every poll: beating each time cost ~5 % of
+    the worker's CPU under bench (b)'s load (py-spy), for beats the server mostly never saw. A beat
+    at an activity's very start tells the server nothing its start did not (the heartbeat timeout
+    runs from the start), yet the SDK sends a first beat at once and the server writes it: ~2.3 ms
+    of Temporal's CPU each, four per allocation (bench/RESULTS.md, forty-first round). So the first
+    beat comes half an interval in, and an activity shorter than that sends none."""
+    now = time.monotonic()
     last = _last_beat.get()
     if last is None:
-        last = [-math.inf]
-        _last_beat.set(last)
-    now = time.monotonic()
-    if now - last[0] >= every_s / 2:
+        _last_beat.set([now])
+    elif now - last[0] >= every_s / 2:
         activity.heartbeat(detail)
         last[0] = now
 

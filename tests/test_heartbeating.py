@@ -1,6 +1,7 @@
 """activities.deps.heartbeating: an activity's heartbeats while it awaits, at most one per half
-interval however often it is called (a poll loop calls it on every poll), and never none while a
-long await is pending."""
+interval however often it is called (a poll loop calls it on every poll), never none while a long
+await is pending, and none at an activity's very start (the server writes each beat; one at the
+start tells it nothing the start did not)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ async def test_a_poll_loop_of_short_awaits_heartbeats_once_per_half_interval() -
             await heartbeating(asyncio.sleep(0), 60, f"poll {i}")
 
     await env.run(polls)
-    assert beats == ["poll 0"]  # before: one beat per call, 200
+    assert beats == []  # before: one beat per call, 200; then one, at the start
 
 
 async def test_a_long_await_keeps_heartbeating() -> None:
@@ -44,14 +45,16 @@ async def test_a_long_await_keeps_heartbeating() -> None:
     assert beats == ["waiting"] * 3
 
 
-async def test_each_activity_beats_at_its_start() -> None:
+async def test_an_activity_first_beats_half_an_interval_in_each_activity_afresh() -> None:
     beats: list[object] = []
 
-    async def one(name: str) -> None:
-        await heartbeating(asyncio.sleep(0), 60, name)
+    async def one(name: str, pause_s: float) -> None:
+        await heartbeating(asyncio.sleep(0), 0.2, f"{name} at its start")  # none: it just began
+        await asyncio.sleep(pause_s)
+        await heartbeating(asyncio.sleep(0), 0.2, f"{name} later")  # beats once the half interval passed
 
-    for name in ("first", "second"):  # two activities, one right after the other
+    for name in ("first", "second"):  # two activities, one right after the other: each begins afresh
         env = ActivityEnvironment()
         env.on_heartbeat = lambda *details: beats.append(details[0])
-        await asyncio.create_task(env.run(one, name))
-    assert beats == ["first", "second"]
+        await asyncio.create_task(env.run(one, name, 0.15))
+    assert beats == ["first later", "second later"]
