@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -44,7 +44,7 @@ from providers.base import (
     ProviderError,
     on_launch_send,
 )
-from providers.market import Source, gather_offers
+from providers.market import CloudAnswer, Source, gather_offers
 from providers.shared_statuses import SharedStatuses
 from store import capacity, creates_in_flight, projects, spend
 from store.db import session_scope
@@ -52,6 +52,9 @@ from store.models import CapacityRefusal, Connection, Instance, utcnow
 
 # A cloud that has not listed its offers by then is reported and planning goes on without it.
 PLAN_TIMEOUT_S = 60.0
+# The longest a plan waits on the clouds' Retry-After before asking again: a cloud that asks for
+# more (a daily window) is asked again sooner, and the plan's attempts end with its reason.
+RATE_LIMIT_WAIT_MAX_S = 300.0
 # Re-issue the delete after this many poll intervals while the cloud shows the machine alive and not
 # terminating (it dropped the delete): counted in time, not polls, so polls answered faster (a shared
 # listing) do not re-issue it sooner.
@@ -132,7 +135,7 @@ class CloudActivities:
             retry = any(a.status == "timeout" or a.retryable for a in unanswered)
             raise ApplicationError("no cloud answered with offers: " + "; ".join(failures),
                                    type=ErrorKind.TRANSIENT if retry else unanswered[0].error,
-                                   non_retryable=not retry)
+                                   non_retryable=not retry, next_retry_delay=rate_limit_wait(unanswered))
         offers, remembered = answer.offers, list[str]()
         if self.deps.capacity_memory and offers:
             # Offers a refusal still remembered covers go last (store/capacity.py), each said why.
@@ -330,6 +333,18 @@ class CloudActivities:
 # each per 20 s, not per 2 s; a boot is seen at most that much late.
 BOOT_POLL_GROWTH = 1.5
 BOOT_POLLS_PER_TIMEOUT = 60
+
+
+def rate_limit_wait(unanswered: list[CloudAnswer]) -> timedelta | None:
+    """When every cloud that did not answer was rate limited: the soonest any of them said it would
+    take calls again (at most RATE_LIMIT_WAIT_MAX_S), so the plan's next attempt lands after that
+    window instead of spending its attempts inside it (an acceptance run under `make fuzz` failed
+    so: RunPod's minute window outlasted eight attempts 1-2 s apart). Otherwise None: the retry
+    policy's backoff (a timeout or a 5xx may clear sooner)."""
+    waits = [a.retry_after for a in unanswered if a.retry_after is not None]
+    if not waits or len(waits) < len(unanswered):
+        return None
+    return timedelta(seconds=min(max(min(waits), 0.1), RATE_LIMIT_WAIT_MAX_S))
 
 
 def boot_polls(first_s: float, boot_timeout_s: float | None) -> Iterator[float]:

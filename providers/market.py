@@ -21,7 +21,15 @@ from typing import Literal
 from pydantic import BaseModel
 
 from messages.echo import shown
-from providers.base import Capabilities, CloudProvider, Offer, OfferQuery, ProviderError, rank_offers
+from providers.base import (
+    Capabilities,
+    CloudProvider,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    RateLimited,
+    rank_offers,
+)
 from providers.fresh_listing import FreshListing
 from providers.rest import clean
 
@@ -41,6 +49,7 @@ class CloudAnswer(BaseModel):
     reason: str | None = None  # why it failed or was skipped; the regions searched when defaulted
     error: str | None = None  # the error's kind when it failed (CapacityError, AuthError, ...)
     retryable: bool | None = None  # when it failed: whether asking again may help
+    retry_after: float | None = None  # when it was rate limited: the seconds the cloud asked us to wait
     cached: bool = False
     seconds: float = 0.0  # time spent waiting for it (0 when cached or skipped)
 
@@ -215,6 +224,7 @@ async def _ask(source: Source, query: OfferQuery, timeout_s: float,
     except ProviderError as e:
         answer.status, answer.reason, answer.error = "failed", e.message, e.kind
         answer.retryable = e.retryable
+        answer.retry_after = e.retry_after if isinstance(e, RateLimited) else None
         return [], answer
     except Exception as e:  # noqa: BLE001 — building the adapter (a sealed secret, a missing row)
         # Reported like a cloud's failure; the planner decides from `retryable` what to do.

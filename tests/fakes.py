@@ -30,6 +30,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     QuotaError,
+    RateLimited,
     Transient,
     launch_leaving,
     launch_request,
@@ -52,7 +53,8 @@ FAKE_OFFERS = [
 @dataclass
 class FakeFault:
     op: str  # create|get|terminate|offers|verify|list
-    # capacity|quota|transient|auth|lose_response|latency|die_at_boot|end_at_boot|lands_late|stuck_booting
+    # capacity|quota|transient|auth|rate_limit|lose_response|latency|die_at_boot|end_at_boot|lands_late|
+    # stuck_booting
     kind: str
     times: int = 1  # -1: forever
     params: dict[str, Any] = field(default_factory=dict)
@@ -118,6 +120,8 @@ class FakeCloud:
             raise Transient("fake: 503")
         if f.kind == "auth":
             raise AuthError("fake: invalid api key")
+        if f.kind == "rate_limit":
+            raise RateLimited("fake: 429 Too Many Requests", retry_after=f.params.get("retry_after", 1.0))
         if f.kind == "latency" and f.params.get("when", "before") == "before":
             await asyncio.sleep(f.params["seconds"])
         return f

@@ -64,7 +64,8 @@ async def test_cross_cloud_offers_name_their_connection_and_every_clouds_answer(
     assert [(o["provider"], o["instance_type"], o["connection_id"]) for o in body["items"]] == [
         ("fakecloud", "gpu.h100", conn["id"])]
     assert body["clouds"] == [{"cloud": "fakecloud", "connection_id": conn["id"], "status": "answered",
-                               "offers": 1, "reason": None, "error": None, "retryable": None, "cached": False,
+                               "offers": 1, "reason": None, "error": None, "retryable": None,
+                               "retry_after": None, "cached": False,
                                "seconds": body["clouds"][0]["seconds"]}]
     # Within the cache's lifetime the same connection is not asked again, whatever the GPU filter.
     FakeCloud.FAIL = Transient("would fail if asked")

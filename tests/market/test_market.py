@@ -15,6 +15,7 @@ from providers.base import (
     Offer,
     OfferQuery,
     QuotaError,
+    RateLimited,
     Transient,
     rank_offers,
 )
@@ -68,6 +69,14 @@ async def test_offers_of_every_cloud_are_merged_cheapest_first_and_each_answer_i
     # The GPU filter is applied to the merged answer: adapters are asked without it (one cached
     # answer per connection serves every GPU filter).
     assert a.calls[0].gpu is None
+
+
+async def test_a_rate_limited_cloud_says_how_long_it_asked_to_wait() -> None:
+    limited = FakeMarketCloud([], error=RateLimited("gamma: 429 Too Many Requests", retry_after=37.0))
+    quota = FakeMarketCloud([], error=QuotaError("delta: quota exhausted", "delta"))
+    answer = await gather_offers([source("gamma-1", limited), source("delta-1", quota)], OfferQuery())
+    said = {c.connection_id: (c.status, c.retry_after) for c in answer.clouds}
+    assert said == {"gamma-1": ("failed", 37.0), "delta-1": ("failed", None)}
 
 
 async def test_a_cloud_that_does_not_answer_is_reported_and_does_not_hold_the_others() -> None:
