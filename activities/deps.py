@@ -259,12 +259,14 @@ async def heartbeating(aw: Awaitable[T], every_s: float, detail: object) -> T:
     """Await `aw`, heartbeating meanwhile (at most once per half `every_s`), so a dead worker is
     noticed and a cancel arrives."""
     task = asyncio.ensure_future(aw)
+    wait_s = every_s / 2  # the first beat half an interval in, then one an interval
     try:
         while True:
             _beat(detail, every_s)
-            done, _ = await asyncio.wait({task}, timeout=every_s)
+            done, _ = await asyncio.wait({task}, timeout=wait_s)
             if done:
                 return task.result()
+            wait_s = every_s
     finally:
         if not task.done():
             task.cancel()

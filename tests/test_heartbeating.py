@@ -6,6 +6,7 @@ start tells it nothing the start did not)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from temporalio.testing import ActivityEnvironment
 
@@ -25,13 +26,15 @@ async def test_a_poll_loop_of_short_awaits_heartbeats_once_per_half_interval() -
     assert beats == []  # before: one beat per call, 200; then one, at the start
 
 
-async def test_a_long_await_keeps_heartbeating() -> None:
+async def test_a_long_await_keeps_heartbeating_from_half_an_interval_in() -> None:
     beats: list[object] = []
+    at: list[float] = []
     third = asyncio.Event()
     env = ActivityEnvironment()
 
     def beat(*details: object) -> None:
         beats.append(details[0])
+        at.append(time.monotonic())
         if len(beats) == 3:
             third.set()
 
@@ -39,10 +42,13 @@ async def test_a_long_await_keeps_heartbeating() -> None:
 
     async def waits() -> str:
         # Ends only once three beats were sent while it was pending (bounded: a hang fails).
-        return await heartbeating(asyncio.wait_for(third.wait(), 30), 0.05, "waiting")
+        return await heartbeating(asyncio.wait_for(third.wait(), 30), 0.2, "waiting")
 
+    started = time.monotonic()
     assert await env.run(waits) is True
     assert beats == ["waiting"] * 3
+    # None at the start: the first half an interval in, the next an interval after it.
+    assert at[0] - started >= 0.09 and at[1] - at[0] >= 0.19  # (asyncio may wake a hair early)
 
 
 async def test_an_activity_first_beats_half_an_interval_in_each_activity_afresh() -> None:
