@@ -376,17 +376,17 @@ async def serve_private(client: Client, deps: ActivityDeps, task_queue: str, sto
 async def main(private_queue: str | None = None) -> None:
     from sqlmodel import Session
 
-    from settings import PACING_DIR, get_settings, private_home
-    from store import pacing_slots, spend
+    from activities.deps import share_pacing
+    from settings import get_settings, private_home
+    from store import spend
     from store.migrate import upgrade
     from workflows.converter import connect_client
 
     s = get_settings()
     private_home(s.home)
-    pacing.shared_dir = s.home / PACING_DIR  # a key's budget, shared with the host's other processes
     upgrade()  # every replica may be the first to start; migrations take turns
     deps = ActivityDeps.from_settings()
-    pacing.cross_host = pacing_slots.lanes(deps.engine)  # and other hosts' (PostgreSQL)
+    share_pacing(s.home, deps.engine)  # a key's budget, shared with the host's and other hosts' processes
     with Session(deps.engine) as session:
         # Ends written by a process from before migration 0031 (an upgrade's overlap) into spend_day.
         spend.roll_up_closed(session)

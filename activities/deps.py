@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncssh
@@ -24,13 +25,13 @@ from activities.errors import provider_errors
 from activities.ssh_sessions import MachineSessions
 from messages.activities import CloudTarget, Marked
 from messages.enums import ErrorKind
-from providers import registry
+from providers import pacing, registry
 from providers.base import CloudProvider, ConnectionOptions
 from providers.fleet_addresses import FleetAddresses
 from providers.market import LiveOffers
 from providers.shared_statuses import SharedStatuses
 from providers.ssh_fleet import SshFleetProvider
-from store import connections, fleets, instances
+from store import connections, fleets, instances, pacing_slots
 from store.db import session_scope
 from store.identity import ssh_identity
 from store.models import Connection
@@ -229,6 +230,16 @@ class ActivityDeps:
                 _, private = ssh_identity(session, self.box)
             self._ssh_key = asyncssh.import_private_key(private)
         return self._ssh_key
+
+
+def share_pacing(home: Path, engine: sa.Engine) -> None:
+    """Pace this process's cloud calls within each key's budget together with the host's other
+    processes (lock files under `home`) and, where the database is PostgreSQL, every host's
+    (providers/pacing.py, store/pacing_slots.py). The worker and each API process call it at start."""
+    from settings import PACING_DIR
+
+    pacing.shared_dir = home / PACING_DIR
+    pacing.cross_host = pacing_slots.lanes(engine)
 
 
 # When the activity running in this context last heartbeat, or first asked to (a list: set once

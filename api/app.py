@@ -106,15 +106,13 @@ def create_app(deps: AppDeps) -> FastAPI:
 
 def build_app() -> FastAPI:
     """The app for uvicorn (`uvicorn --factory api.app:build_app`): migrates the database first."""
+    from activities.deps import share_pacing
     from api.serve import stop_with_launcher
-    from providers import pacing
-    from settings import PACING_DIR, get_settings, private_home
-    from store import pacing_slots
+    from settings import get_settings, private_home
 
     stop_with_launcher()  # one of `python -m api.serve`'s processes: not beyond its launcher
     logsafe.configure_uvicorn()  # uvicorn has set up its logging by now
     home = private_home(get_settings().home)  # before the database, token or key is written there
-    pacing.shared_dir = home / PACING_DIR  # a key's budget, shared with the host's other processes
     deps = deps_from_settings()
-    pacing.cross_host = pacing_slots.lanes(deps.engine)  # and other hosts' (PostgreSQL)
+    share_pacing(home, deps.engine)  # a key's budget, shared with the host's and other hosts' processes
     return create_app(deps)
