@@ -13,6 +13,15 @@ Two ports, every service on both: plain-text HTTP/2 on `port` (Modal's grpclib c
 signed by the simulation's CA (fakeclouds/tls.py, the same CA as the HTTPS listener's), for SDKs
 that talk TLS as they do to the real cloud (Nebius: `Facade.tls`). Port 0 picks a free one; `port`
 and `tls_port` hold the bound ones once started. `tls_port=None`: no TLS port.
+
+Keepalive pings: the Nebius SDK's channels ping every 20 s, with or without a call in flight (its
+defaults, "compatible with the Nebius SDK for Go": nebius 0.6.29, `nebius/aio/keepalive.py`), so
+the real API accepts that. grpc's stock server policy does not — a ping without data more often than
+every 5 minutes, or any ping with no call open, is a strike, and two strikes close the connection
+with GOAWAY "too_many_pings", failing the calls on it with UNAVAILABLE ("Too many pings": `make
+fuzz` met it on the offers page, after `gpuprov dev` had run a few minutes). The listener accepts
+pings without calls down to PING_FLOOR_S apart (scaled like the documented rate-limit windows:
+`Engine.time_scale`), half the SDK's interval: a client pinging faster than that is still refused.
 """
 
 from __future__ import annotations
@@ -26,6 +35,10 @@ from fakeclouds import tls
 from fakeclouds.calls import CallLog
 from fakeclouds.engine import Engine
 from fakeclouds.facade import Facade
+
+# The shortest interval between keepalive pings the listener accepts with no data sent, in real seconds
+# (module docstring): half the Nebius SDK's default 20 s.
+PING_FLOOR_S = 10.0
 
 # A unary handler: (request message, context) -> response message.
 Unary = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
@@ -69,6 +82,7 @@ class GrpcListener:
                  port: int = 0, tls_port: int | None = 0) -> None:
         self.engine, self.tokens, self.host, self.port = engine, dict(tokens), host, port
         self.tls_port = tls_port
+        self.ping_floor_s = PING_FLOOR_S * engine.time_scale  # 0 (limits off): any ping
         self.services: list[str] = []  # fully qualified names, once started
         self.tls_files: tls.TlsFiles | None = None  # once started with a TLS port
         self._server: grpc.aio.Server | None = None
@@ -91,7 +105,9 @@ class GrpcListener:
     async def start(self) -> int:
         """Build the handlers, bind and serve; returns the bound port (RuntimeError if it cannot bind)."""
         recorder = _RecordCalls(self.engine.calls)
-        server = grpc.aio.server(interceptors=[recorder])
+        server = grpc.aio.server(interceptors=[recorder], options=[
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", int(self.ping_floor_s * 1000))])
         self.services = []
         for facade in grpc_facades(self.engine.facades.values()):
             assert facade.grpc is not None
