@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     codec_session_ttl_s: float = 12 * 3600  # how long a /codec/session cookie stays valid
     console_session_ttl_s: float = 12 * 3600  # how long a Compute console sign-in stays valid
     offers_cache_ttl_s: float = 30.0  # how long the offers page reuses a connection's answer (0: never)
-    offers_timeout_s: float = 15.0  # a cloud that has not answered the offers page by then is reported
+    offers_timeout_s: float = 8.0  # a cloud that has not answered the offers page by then is reported
     watch_interval_s: float = 60.0  # how often each connection's machines are checked for losses
     sweep_interval_s: float = 300.0  # how often the Schedule `gpuprov-sweep` starts a sweep
     sweep_grace_s: float = 600.0  # an orphan/duplicate is removed this long after first seen, not before

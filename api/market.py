@@ -106,6 +106,7 @@ class Market:
                                    cache=self.cache if self.ttl_s > 0 else None)
 
     async def aclose(self) -> None:
+        await self.cache.aclose()  # the calls still under way use the adapters closed below
         adapters = [a for _, a in self._adapters.values()]
         self._adapters.clear()
         for adapter in adapters:

@@ -5,9 +5,13 @@ line per connection saying what it did (answered, failed and why, timed out, ski
 A slow or failing cloud never holds the others back: the whole answer takes at most the slowest
 answering cloud's time, and never more than `timeout_s` plus scheduling. `OfferCache` keeps each
 connection's answer for a short time (the page is refreshed often; a cloud's stock is not polled
-per keystroke); "cold" means that cache is empty. Planning asks live (no cache): an allocation
-plans from what can be launched now. `LiveOffers` lets concurrent plans share a listing that began
-after each asked — as live as each plan's own call, one call per listing time instead of one per plan.
+per keystroke); "cold" means that cache is empty. A cloud slower than the page's timeout is still
+asked: its answer, when it comes, is the cache's, so the page's next request shows it at once — a
+search paced under a cloud's rate limit (Vast.ai's one per 6 s, shared with the worker's plans) can
+wait longer than a browser or a client waits for a page, and was thrown away when the page gave up.
+Planning asks live (no cache): an allocation plans from what can be launched now. `LiveOffers` lets
+concurrent plans share a listing that began after each asked — as live as each plan's own call, one
+call per listing time instead of one per plan.
 """
 
 from __future__ import annotations
@@ -106,12 +110,14 @@ def in_default_regions(offers: list[Offer], caps: Capabilities, query: OfferQuer
 @dataclass
 class OfferCache:
     """Per-connection answers, kept `ttl_s` seconds. Concurrent cold requests for one connection
-    share one call to its cloud (no stampede when the page and a planner ask at once)."""
+    share one call to its cloud (no stampede when the page and a planner ask at once). The call is
+    the cache's, not its callers': one that stops waiting (its timeout) leaves it running, and the
+    answer is kept for whoever asks next."""
 
     ttl_s: float = DEFAULT_TTL_S
     clock: Callable[[], float] = time.monotonic
     _entries: dict[tuple[str, str, str], tuple[float, list[Offer]]] = field(default_factory=dict)
-    _inflight: dict[tuple[str, str, str], asyncio.Future[list[Offer]]] = field(default_factory=dict)
+    _inflight: dict[tuple[str, str, str], asyncio.Task[list[Offer]]] = field(default_factory=dict)
 
     @staticmethod
     def key(source: Source, query: OfferQuery) -> tuple[str, str, str]:
@@ -126,37 +132,45 @@ class OfferCache:
 
     async def get_or_fetch(self, key: tuple[str, str, str],
                            fetch: Callable[[], Awaitable[list[Offer]]]) -> tuple[list[Offer], bool]:
-        """(offers, whether they came from the cache)."""
+        """(offers, whether they came from the cache). Raises what the call raised (not cached)."""
         cached = self.fresh(key)
         if cached is not None:
             return cached, True
-        pending = self._inflight.get(key)
-        if pending is not None:
-            await asyncio.wait({pending})  # never raises what the shared call raised
-            if not pending.cancelled():
-                return pending.result(), False  # its answer, or its error
-            # the caller that made the shared call gave up on it: make our own
-        future: asyncio.Future[list[Offer]] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+        call = self._inflight.get(key)
+        if call is None:
+            call = self._inflight[key] = asyncio.get_running_loop().create_task(self._keep(key, fetch))
+            call.add_done_callback(_retrieved)
+        return await asyncio.shield(call), False  # cancelling this wait leaves the call running
+
+    async def _keep(self, key: tuple[str, str, str],
+                    fetch: Callable[[], Awaitable[list[Offer]]]) -> list[Offer]:
         try:
             offers = await fetch()
-        except asyncio.CancelledError:
-            future.cancel()  # its caller gave up (a timeout): those sharing the call see it cancelled
-            raise
-        except Exception as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
-            raise
-        else:
             self._entries[key] = (self.clock() + self.ttl_s, offers)
-            future.set_result(offers)
-            return offers, False
+            return offers
         finally:
-            if self._inflight.get(key) is future:
-                del self._inflight[key]
+            del self._inflight[key]
+
+    def pending(self) -> list[asyncio.Task[list[Offer]]]:
+        """The calls under way (a test awaits them; `aclose` cancels them)."""
+        return list(self._inflight.values())
+
+    async def aclose(self) -> None:
+        """Cancel the calls under way (before their adapters are closed) and wait for them to end."""
+        calls = self.pending()
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _retrieved(call: asyncio.Task[list[Offer]]) -> None:
+    """Read a finished call's failure: when every caller stopped waiting, nobody else does, and asyncio
+    would log it as never retrieved."""
+    if not call.cancelled():
+        call.exception()
 
 
 class LiveOffers:
@@ -220,6 +234,8 @@ async def _ask(source: Source, query: OfferQuery, timeout_s: float,
             offers, answer.cached = await asyncio.wait_for(shared, timeout_s)
     except TimeoutError:
         answer.status, answer.reason = "timeout", f"no answer within {timeout_s:g} s"
+        if cache is not None:
+            answer.reason += " (still asked: its answer is the next request's once it comes)"
         return [], answer
     except ProviderError as e:
         answer.status, answer.reason, answer.error = "failed", e.message, e.kind

@@ -143,6 +143,28 @@ async def test_concurrent_cold_requests_share_one_call_and_failures_are_not_cach
     assert len(failing.calls) == 2
 
 
+async def test_a_cloud_slower_than_the_page_is_still_asked_and_its_answer_kept_for_the_next() -> None:
+    cache = OfferCache(ttl_s=30.0)
+    slow = FakeMarketCloud([offer("vast", "v.one", 0.5)], hang=True)
+    first = await gather_offers([source("vast-1", slow)], OfferQuery(), cache=cache, timeout_s=0.2)
+    assert first.clouds[0].status == "timeout" and "still asked" in (first.clouds[0].reason or "")
+    slow.release.set()  # the cloud answers after the page gave up
+    await asyncio.gather(*cache.pending())
+    again = await gather_offers([source("vast-1", slow)], OfferQuery(), cache=cache, timeout_s=0.2)
+    assert again.clouds[0].cached and [o.instance_type for o in again.offers] == ["v.one"]
+    assert len(slow.calls) == 1, "the answer the first page waited for is the one served"
+
+
+async def test_closing_the_cache_cancels_the_calls_still_under_way() -> None:
+    cache = OfferCache(ttl_s=30.0)
+    slow = FakeMarketCloud([offer("vast", "v.one", 0.5)], hang=True)
+    answer = await gather_offers([source("vast-1", slow)], OfferQuery(), cache=cache, timeout_s=0.05)
+    assert answer.clouds[0].status == "timeout" and len(cache.pending()) == 1
+    call = cache.pending()[0]
+    await cache.aclose()
+    assert call.cancelled() and cache.pending() == []
+
+
 @pytest.mark.parametrize("status", ["failed", "timeout"])
 async def test_a_shared_call_that_fails_or_is_abandoned_fails_only_its_own_answer(status: str) -> None:
     cache = OfferCache(ttl_s=30.0)
