@@ -5,6 +5,7 @@ page is its GPU picker instead (api/routers/modal_picker.py, whose routes match 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
@@ -148,8 +149,8 @@ def no_connection(provider: str) -> HTTPException:
 
 
 def _connection(deps: AppDeps, project: str,
-                provider: str) -> tuple[str, dict[str, object], ConnectionOptions]:
-    """The project's connection's id, decrypted credentials and options (409 when there is none)."""
+                provider: str) -> tuple[Connection, dict[str, object], ConnectionOptions]:
+    """The project's connection, its decrypted credentials and options (409 when there is none)."""
     with open_session(deps) as session:
         conn = connections.connection_for(session, provider, project)
     if conn is None:
@@ -159,7 +160,7 @@ def _connection(deps: AppDeps, project: str,
     except SecretError as e:
         raise HTTPException(status.HTTP_409_CONFLICT, f"{provider} connection {conn.id}: {e}") from None
     options = ConnectionOptions(endpoint=conn.endpoint, ca_bundle=conn.ca_bundle)
-    return conn.id, credentials, options
+    return conn, credentials, options
 
 
 def _picked(deps: AppDeps, project: str, provider: str) -> BackendPick | None:
@@ -220,14 +221,27 @@ async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQ
     why = refusal(adapter.capabilities, query)
     if why is not None:  # refused before the connection is read: as planning across clouds does
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, why)
-    _, credentials, options = await in_thread(_connection, deps, project, provider)
-    try:
+    conn, credentials, options = await in_thread(_connection, deps, project, provider)
+
+    async def fetch() -> list[Offer]:
         async with metrics.instrument(registry.build(provider, credentials, options=options,
                                                      installation_id=deps.installation_id,
                                                      allowed_endpoints=deps.allowed_endpoints)) as cloud:
             return await cloud.offers(query)
+
+    # Through the offers cache, as the cross-cloud page asks (providers/market.py): requests at once
+    # share one call, and one the page stops waiting for goes on, its answer the next request's.
+    market = deps.market
+    key = (conn.id, connections.fingerprint(conn), query.model_dump_json())
+    try:
+        offers, _ = await asyncio.wait_for(market.cache.get_or_fetch(key, fetch), market.timeout_s)
+    except TimeoutError:
+        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT,
+                            f"{provider} has not answered within {market.timeout_s:g} s; it is still asked, "
+                            "and its answer is the next request's once it comes: try again shortly") from None
     except ProviderError as e:
         raise provider_http_error(provider, e) from None
+    return offers
 
 
 def title_of(provider: str) -> str:
@@ -240,6 +254,7 @@ _BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"description": "unknown cloud, or a query the cloud refused"},
     429: {"description": "the cloud asked to slow down (Retry-After)"},
     502: {"description": "the cloud failed"},
+    504: {"description": "the cloud has not answered in GPUPROV_OFFERS_TIMEOUT_S (still asked: try again)"},
 }
 
 
@@ -256,8 +271,9 @@ async def list_offers(
 ) -> BackendOffersPage:
     """The offers browser of one backend: its title, live offers cheapest first with the table's
     columns (instance, GPU `N× name (memory)` or null for CPU-only, vCPUs, RAM, region, $/hr, spot),
-    and the offer picked as its default in this project (`picked`). Computed per request: pages are
-    slices of that one answer."""
+    and the offer picked as its default in this project (`picked`). The cloud's answer is reused for
+    GPUPROV_OFFERS_CACHE_TTL_S, as the cross-cloud page's is; pages are slices of that one answer.
+    A cloud slower than GPUPROV_OFFERS_TIMEOUT_S is a 504, and still asked: try again."""
     query = OfferQuery(gpu=gpu, gpu_count=gpu_count, region=region, spot=spot)
     found = await _live_offers(deps, caller.project, provider, query)
     fingerprint = f"{provider}|{query.model_dump_json()}"

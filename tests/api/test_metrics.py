@@ -68,10 +68,11 @@ async def test_the_api_serves_its_own_offers_calls_and_nothing_else_of_the_worke
 
     before = await scraped()
     offers = dict(cloud="fakecloud", operation="offers")
-    assert (await client.get("/api/compute/backends/fakecloud/offers")).status_code == 200
+    # Three queries, three calls: the pages share the offers cache, an answer per query.
+    assert (await client.get("/api/compute/backends/fakecloud/offers?gpu=A10")).status_code == 200
     assert (await client.get("/api/compute/offers")).json()["clouds"][0]["cached"] is False
     FakeCloud.FAIL = Transient("upstream 503")
-    assert (await client.get("/api/compute/backends/fakecloud/offers")).status_code == 502
+    assert (await client.get("/api/compute/backends/fakecloud/offers?gpu=H100")).status_code == 502
     after = await scraped()
     for name, more in (("gpuprov_cloud_calls_total", 3), ("gpuprov_cloud_call_seconds_count", 3)):
         assert at(after, name, **offers) == at(before, name, **offers) + more, name

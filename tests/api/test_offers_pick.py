@@ -3,19 +3,24 @@ the table's columns, and the picked offer, which becomes the backend's default f
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlmodel import Session
 
+from api.deps import AppDeps
+from api.market import Market
 from api.routers.offers import title_of
 from messages import workflows as wf
 from messages.allocation import AllocationInput
 from providers.base import GpuSpec, Offer, OfferQuery, ProviderError, rank_offers
 from store import instances
-from tests.api.conftest import FakeCloud, FakeWorkflows, connect_fake, make_project
+from store.secrets import SecretBox
+from tests.api.conftest import TOKEN, FakeCloud, FakeWorkflows, app_serving, connect_fake, make_project
 
 OFFERS = "/api/compute/backends/fakecloud/offers"
 PICK = "/api/compute/backends/fakecloud/pick"
@@ -235,3 +240,32 @@ async def test_an_offers_page_links_to_a_pick_of_its_first_offer(client: httpx.A
     assert {k: picked.json()[k] for k in ("instance_type", "region", "spot")} == {
         k: first[k] for k in ("instance_type", "region", "spot")} == {
         "instance_type": "gpu.a10", "region": "r2", "spot": True}
+
+
+async def test_a_cloud_slower_than_the_page_is_a_504_and_its_answer_the_next_requests(
+        engine: sa.Engine, box: SecretBox, workflows: FakeWorkflows, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search paced under a cloud's rate limit (Vast.ai's) outlasted `make fuzz`'s 10 s client on
+    this page, which asked live and unbounded: now the page waits GPUPROV_OFFERS_TIMEOUT_S, and the
+    call it stopped waiting for goes on, its answer served to the next request."""
+    release, calls = asyncio.Event(), []
+
+    async def slow_offers(self: FakeCloud, query: OfferQuery) -> list[Offer]:
+        calls.append(query)
+        await release.wait()
+        return rank_offers(TABLE, query)
+
+    monkeypatch.setattr(FakeCloud, "offers", slow_offers)
+    deps = AppDeps(engine=engine, box=box, api_token=TOKEN, installation_id="inst0001", workflows=workflows,
+                   market=Market(timeout_s=0.2))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_serving(deps)), base_url="http://api",
+                                 headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        await connect_fake(client)
+        r = await asyncio.wait_for(client.get(OFFERS), 30)  # before: waited on the cloud for good
+        assert r.status_code == 504 and "still asked" in r.json()["detail"], r.text
+        release.set()  # the cloud answers after the page gave up
+        await asyncio.gather(*deps.market.cache.pending())
+        r = await client.get(OFFERS)
+        assert r.status_code == 200, r.text
+        shown = [o["instance"] for o in r.json()["items"]]
+        assert shown == ["gpu.a10", "cpu.large", "gpu.a10", "gpu.2x.h100"]
+    assert len(calls) == 1, "the answer the first request waited for is the one served"
