@@ -146,7 +146,12 @@ class OfferCache:
                     fetch: Callable[[], Awaitable[list[Offer]]]) -> list[Offer]:
         try:
             offers = await fetch()
-            self._entries[key] = (self.clock() + self.ttl_s, offers)
+            now = self.clock()
+            # Answers expire unread too: a query is free text (a region, a GPU name), so the entries
+            # kept are those of the last `ttl_s`, not every query ever asked.
+            for stale in [k for k, (expires, _) in self._entries.items() if expires <= now]:
+                del self._entries[stale]
+            self._entries[key] = (now + self.ttl_s, offers)
             return offers
         finally:
             del self._inflight[key]

@@ -237,8 +237,8 @@ async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQ
         offers, _ = await asyncio.wait_for(market.cache.get_or_fetch(key, fetch), market.timeout_s)
     except TimeoutError:
         raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT,
-                            f"{provider} has not answered within {market.timeout_s:g} s; it is still asked, "
-                            "and its answer is the next request's once it comes: try again shortly") from None
+                            f"{provider} has not answered within {market.timeout_s:g} s (it is still "
+                            "asked: try again shortly)") from None
     except ProviderError as e:
         raise provider_http_error(provider, e) from None
     return offers

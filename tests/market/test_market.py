@@ -124,6 +124,7 @@ async def test_the_cache_serves_a_connection_until_it_expires_or_the_connection_
     now[0] = 31.0
     await gather_offers([source("alpha-1", cloud, fingerprint="v2")], OfferQuery(), cache=cache)
     assert len(cloud.calls) == 3, "expired"
+    assert len(cache._entries) == 1, "the v1 answer, expired unread, went when the next was kept"
 
 
 async def test_concurrent_cold_requests_share_one_call_and_failures_are_not_cached() -> None:
