@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel, Field
 
-from activities import metrics
 from api.auth import CallerDep
 from api.deps import AppDeps, DepsDep, in_thread, open_session
 from api.errors import adapter_class, provider_http_error
@@ -20,7 +19,7 @@ from api.fields import CloudId, Printable, Strict, TableBackendId
 from api.pagination import PageDep, offset_page
 from api.shared_bodies import GpuOut, PickOut, gpu_label
 from providers import connect_guide, listing, registry
-from providers.base import ConnectionOptions, Offer, OfferQuery, ProviderError
+from providers.base import Offer, OfferQuery, ProviderError
 from providers.market import CloudAnswer, refusal
 from store import connections, fleets, picks
 from store.models import BackendPick, Connection
@@ -148,19 +147,17 @@ def no_connection(provider: str) -> HTTPException:
                                                    f"(gpuprov connect {provider} --credential ...)")
 
 
-def _connection(deps: AppDeps, project: str,
-                provider: str) -> tuple[Connection, dict[str, object], ConnectionOptions]:
-    """The project's connection, its decrypted credentials and options (409 when there is none)."""
+def _connection(deps: AppDeps, project: str, provider: str) -> Connection:
+    """The project's connection to `provider`: 409 when there is none, or its secret cannot be opened."""
     with open_session(deps) as session:
         conn = connections.connection_for(session, provider, project)
     if conn is None:
         raise no_connection(provider)
     try:
-        credentials = connections.credentials_of(deps.box, conn)
+        connections.credentials_of(deps.box, conn)
     except SecretError as e:
         raise HTTPException(status.HTTP_409_CONFLICT, f"{provider} connection {conn.id}: {e}") from None
-    options = ConnectionOptions(endpoint=conn.endpoint, ca_bundle=conn.ca_bundle)
-    return conn, credentials, options
+    return conn
 
 
 def _picked(deps: AppDeps, project: str, provider: str) -> BackendPick | None:
@@ -221,20 +218,20 @@ async def _live_offers(deps: AppDeps, project: str, provider: str, query: OfferQ
     why = refusal(adapter.capabilities, query)
     if why is not None:  # refused before the connection is read: as planning across clouds does
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, why)
-    conn, credentials, options = await in_thread(_connection, deps, project, provider)
+    conn = await in_thread(_connection, deps, project, provider)
+    # The connection's adapter and the offers cache, as the cross-cloud page asks (providers/market.py):
+    # requests at once share one call, and one the page stops waiting for goes on, its answer the next
+    # request's.
+    market = deps.market
+    source, = market.sources([conn], deps.box, installation_id=deps.installation_id,
+                             allowed_endpoints=deps.allowed_endpoints)
 
     async def fetch() -> list[Offer]:
-        async with metrics.instrument(registry.build(provider, credentials, options=options,
-                                                     installation_id=deps.installation_id,
-                                                     allowed_endpoints=deps.allowed_endpoints)) as cloud:
-            return await cloud.offers(query)
+        return await (await source.adapter()).offers(query)
 
-    # Through the offers cache, as the cross-cloud page asks (providers/market.py): requests at once
-    # share one call, and one the page stops waiting for goes on, its answer the next request's.
-    market = deps.market
-    key = (conn.id, connections.fingerprint(conn), query.model_dump_json())
     try:
-        offers, _ = await asyncio.wait_for(market.cache.get_or_fetch(key, fetch), market.timeout_s)
+        offers, _ = await asyncio.wait_for(market.cache.get_or_fetch(market.cache.key(source, query), fetch),
+                                           market.timeout_s)
     except TimeoutError:
         raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT,
                             f"{provider} has not answered within {market.timeout_s:g} s (it is still "
