@@ -62,7 +62,7 @@ async def overhead_figures(b: Bench, args: argparse.Namespace) -> None:
 
 
 async def step_figure(b: Bench, args: argparse.Namespace) -> None:
-    # Two dev servers of its own, beside the bench stack's (which runs on the project's flags).
+    # Dev servers of its own (bench/step_latency.py), beside the bench stack's (on the project's flags).
     for line in step_latency.report(await step_latency.run(rounds=args.rounds)):
         print(line)
 

@@ -31,7 +31,10 @@ def registered(image: mmap.mmap, key: str) -> bool:
 def test_the_flags_set_the_keys_this_project_relies_on() -> None:
     assert set(dev_server.dynamic_config()) >= {
         "frontend.enableServerVersionCheck", "matching.numTaskqueueReadPartitions",
-        "matching.numTaskqueueWritePartitions", "history.transferProcessorMaxPollRPS"}
+        "matching.numTaskqueueWritePartitions", "history.transferProcessorMaxPollRPS",
+        "system.enableActivityEagerExecution"}
+    # The dev server's default, a stock server's false: docker-compose's Temporal gets it from here.
+    assert dev_server.dynamic_config()["system.enableActivityEagerExecution"] == "true"
 
 
 def test_every_dynamic_config_key_is_one_the_shipped_server_registers(server_binary: mmap.mmap) -> None:
