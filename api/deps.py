@@ -75,6 +75,7 @@ def deps_from_settings() -> AppDeps:
     from store.db import default_engine
     from store.identity import installation_id
     from store.migrate import upgrade
+    from store.offer_answers import OfferAnswers
     from store.secrets import default_box
 
     s = get_settings()
@@ -94,7 +95,7 @@ def deps_from_settings() -> AppDeps:
         webhook_allowlist=s.webhook_prefixes(),
         policy_interval_s=s.policy_interval_s,
         fleet_addresses=FleetAddresses.from_settings(s),
-        market=Market(ttl_s=s.offers_cache_ttl_s, timeout_s=s.offers_timeout_s),
+        market=Market(ttl_s=s.offers_cache_ttl_s, timeout_s=s.offers_timeout_s, shared=OfferAnswers(engine)),
         job_priority_max=s.job_priority_max,
         allocation_timing=Timing(heartbeat_timeout_s=s.heartbeat_timeout_s),
         job_timing=Timing(heartbeat_timeout_s=s.heartbeat_timeout_s),

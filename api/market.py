@@ -1,6 +1,7 @@
 """The API process's side of the cross-cloud offers page (providers/market.py does the asking):
 one adapter per connection, built on first use and kept while the connection is unchanged (its
-HTTP pool and TLS context serve every later request), and the short per-connection offers cache."""
+HTTP pool and TLS context serve every later request), and the short per-connection offers cache —
+shared with the installation's other API processes through the database."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from providers.base import (
     ProviderError,
 )
 from providers.fleet_addresses import FleetAddresses
-from providers.market import DEFAULT_TIMEOUT_S, DEFAULT_TTL_S, MarketAnswer, OfferCache, Source, gather_offers
+from providers.market import (
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TTL_S,
+    MarketAnswer,
+    OfferCache,
+    SharedAnswers,
+    Source,
+    gather_offers,
+)
 from providers.ssh_fleet import SshFleetProvider
 from store import connections, fleets
 from store.models import Connection
@@ -29,11 +38,12 @@ from store.secrets import SecretBox, SecretError
 class Market:
     ttl_s: float = DEFAULT_TTL_S
     timeout_s: float = DEFAULT_TIMEOUT_S
+    shared: SharedAnswers | None = None  # the answers every API process finds (store/offer_answers.py)
     cache: OfferCache = field(init=False)
     _adapters: dict[str, tuple[str, CloudProvider]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        self.cache = OfferCache(ttl_s=self.ttl_s)
+        self.cache = OfferCache(ttl_s=self.ttl_s, shared=self.shared)
 
     def adapter(self, conn: Connection, box: SecretBox, *, installation_id: str,
                 allowed_endpoints: Collection[str]) -> CloudProvider:

@@ -17,12 +17,14 @@ call per listing time instead of one per plan.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from messages.echo import shown
 from providers.base import (
@@ -36,6 +38,8 @@ from providers.base import (
 )
 from providers.fresh_listing import FreshListing
 from providers.rest import clean
+
+log = logging.getLogger("gpuprov.market")
 
 DEFAULT_TIMEOUT_S = 15.0
 DEFAULT_TTL_S = 30.0
@@ -107,32 +111,49 @@ def in_default_regions(offers: list[Offer], caps: Capabilities, query: OfferQuer
     return [o for o in offers if o.region in caps.default_regions]
 
 
+class SharedAnswers(Protocol):
+    """Answers kept where every API process finds them (store/offer_answers.py), by a key that is a
+    digest; blocking (asked on a thread). `load`: (seconds still fresh, the offers' JSON) or None."""
+
+    def load(self, key: str) -> tuple[float, str] | None: ...
+
+    def save(self, key: str, offers: str, ttl_s: float) -> None: ...
+
+
+_OFFERS = TypeAdapter(list[Offer])
+
+CacheKey = tuple[str, str, str]
+
+
 @dataclass
 class OfferCache:
     """Per-connection answers, kept `ttl_s` seconds. Concurrent cold requests for one connection
     share one call to its cloud (no stampede when the page and a planner ask at once). The call is
     the cache's, not its callers': one that stops waiting (its timeout) leaves it running, and the
-    answer is kept for whoever asks next."""
+    answer is kept for whoever asks next. With `shared`, each answer is also kept for the other API
+    processes, and a call first looks there: an answer another process got is served, for what is
+    left of its time."""
 
     ttl_s: float = DEFAULT_TTL_S
     clock: Callable[[], float] = time.monotonic
-    _entries: dict[tuple[str, str, str], tuple[float, list[Offer]]] = field(default_factory=dict)
-    _inflight: dict[tuple[str, str, str], asyncio.Task[list[Offer]]] = field(default_factory=dict)
+    shared: SharedAnswers | None = None
+    _entries: dict[CacheKey, tuple[float, list[Offer]]] = field(default_factory=dict)
+    _inflight: dict[CacheKey, asyncio.Task[tuple[list[Offer], bool]]] = field(default_factory=dict)
 
     @staticmethod
-    def key(source: Source, query: OfferQuery) -> tuple[str, str, str]:
+    def key(source: Source, query: OfferQuery) -> CacheKey:
         return source.connection_id, source.fingerprint, query.model_dump_json()
 
-    def fresh(self, key: tuple[str, str, str]) -> list[Offer] | None:
+    def fresh(self, key: CacheKey) -> list[Offer] | None:
         entry = self._entries.get(key)
         if entry is None or entry[0] <= self.clock():
             self._entries.pop(key, None)
             return None
         return entry[1]
 
-    async def get_or_fetch(self, key: tuple[str, str, str],
+    async def get_or_fetch(self, key: CacheKey,
                            fetch: Callable[[], Awaitable[list[Offer]]]) -> tuple[list[Offer], bool]:
-        """(offers, whether they came from the cache). Raises what the call raised (not cached)."""
+        """(offers, whether they came from a cache). Raises what the call raised (not cached)."""
         cached = self.fresh(key)
         if cached is not None:
             return cached, True
@@ -140,23 +161,49 @@ class OfferCache:
         if call is None:
             call = self._inflight[key] = asyncio.get_running_loop().create_task(self._keep(key, fetch))
             call.add_done_callback(_retrieved)
-        return await asyncio.shield(call), False  # cancelling this wait leaves the call running
+        return await asyncio.shield(call)  # cancelling this wait leaves the call running
 
-    async def _keep(self, key: tuple[str, str, str],
-                    fetch: Callable[[], Awaitable[list[Offer]]]) -> list[Offer]:
+    async def _keep(self, key: CacheKey,
+                    fetch: Callable[[], Awaitable[list[Offer]]]) -> tuple[list[Offer], bool]:
         try:
-            offers = await fetch()
+            found = await self._shared_answer(key)
+            if found is not None:
+                ttl_s, offers = found
+            else:
+                ttl_s, offers = self.ttl_s, await fetch()
+                await self._share(key, offers)
             now = self.clock()
             # Answers expire unread too: a query is free text (a region, a GPU name), so the entries
             # kept are those of the last `ttl_s`, not every query ever asked.
             for stale in [k for k, (expires, _) in self._entries.items() if expires <= now]:
                 del self._entries[stale]
-            self._entries[key] = (now + self.ttl_s, offers)
-            return offers
+            self._entries[key] = (now + ttl_s, offers)
+            return offers, found is not None
         finally:
             del self._inflight[key]
 
-    def pending(self) -> list[asyncio.Task[list[Offer]]]:
+    async def _shared_answer(self, key: CacheKey) -> tuple[float, list[Offer]] | None:
+        """(seconds left, offers) another process kept, or None — also when the store fails: the
+        cloud is asked then, as without one."""
+        if self.shared is None:
+            return None
+        try:
+            found = await asyncio.to_thread(self.shared.load, _digest(key))
+            return None if found is None else (found[0], _OFFERS.validate_json(found[1]))
+        except Exception as e:  # noqa: BLE001 — the database, or an answer an older version wrote
+            log.warning("offers cache: the shared answers could not be read (%s): asking the cloud", clean(e))
+            return None
+
+    async def _share(self, key: CacheKey, offers: list[Offer]) -> None:
+        if self.shared is None or self.ttl_s <= 0:  # 0: nothing is kept, here or there
+            return
+        try:
+            await asyncio.to_thread(self.shared.save, _digest(key), _OFFERS.dump_json(offers).decode(),
+                                    self.ttl_s)
+        except Exception as e:  # noqa: BLE001 — this process still serves it; the others ask the cloud
+            log.warning("offers cache: an answer could not be shared (%s)", clean(e))
+
+    def pending(self) -> list[asyncio.Task[tuple[list[Offer], bool]]]:
         """The calls under way (a test awaits them; `aclose` cancels them)."""
         return list(self._inflight.values())
 
@@ -171,7 +218,16 @@ class OfferCache:
         self._entries.clear()
 
 
-def _retrieved(call: asyncio.Task[list[Offer]]) -> None:
+def _digest(key: CacheKey) -> str:
+    """The shared store's key: names neither the connection nor its credentials' fingerprint."""
+    h = hashlib.sha256()
+    for part in key:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part.encode())
+    return h.hexdigest()
+
+
+def _retrieved(call: asyncio.Task[tuple[list[Offer], bool]]) -> None:
     """Read a finished call's failure: when every caller stopped waiting, nobody else does, and asyncio
     would log it as never retrieved."""
     if not call.cancelled():

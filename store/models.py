@@ -522,3 +522,15 @@ class PacingSlot(SQLModel, table=True):
 
     lane: str = Field(primary_key=True, max_length=100)
     next_at: float
+
+
+class OfferAnswer(SQLModel, table=True):
+    """One connection's offers for one query, as the offers pages' cache keeps it, for every API
+    process of the installation until `expires_at` (seconds since the epoch; store/offer_answers.py).
+    `key` is a digest of the connection, its credentials' fingerprint and the query."""
+
+    __tablename__ = "offer_answer"
+
+    key: str = Field(primary_key=True, max_length=64)
+    expires_at: float = Field(index=True)
+    offers: str  # JSON: the adapter's list of offers
