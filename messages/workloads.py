@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from operator import attrgetter, itemgetter
+from typing import Protocol, TypeVar
 
 
 class WorkloadKind(StrEnum):
@@ -101,18 +103,39 @@ class Waiting:
     created_at: datetime
 
 
-def queue_order(waiting: Iterable[Waiting]) -> list[Waiting]:
+class Queued(Protocol):
+    """What the queue's order reads of a waiting workload (a `Waiting`, a job's row or record)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
+Q = TypeVar("Q", bound=Queued)
+
+_AGE = attrgetter("created_at", "id")
+_PLACE = itemgetter(0, 1, 2, 3)  # never the workload itself: two of one id would not compare
+
+
+def queue_order(waiting: Iterable[Q]) -> list[Q]:
     """The queue's order: higher priority first; at equal priority, round-robin between projects
     (each project's oldest, then each one's second oldest, ...), and within a round the older first.
-    So one project's burst of jobs cannot starve another project's single job of equal priority."""
-    by_level: dict[tuple[int, str], list[Waiting]] = {}
+    So one project's burst of jobs cannot starve another project's single job of equal priority.
+    Orders whatever it is given (the installation's queue at every job list: no copies made)."""
+    by_level: dict[tuple[int, str], list[Q]] = {}
     for w in waiting:
         by_level.setdefault((w.priority, w.project), []).append(w)
-    keyed: list[tuple[int, int, datetime, str, Waiting]] = []
+    keyed: list[tuple[int, int, datetime, str, Q]] = []
     for group in by_level.values():
-        for rank, w in enumerate(sorted(group, key=lambda w: (w.created_at, w.id))):
-            keyed.append((-w.priority, rank, w.created_at, w.id, w))
-    return [k[-1] for k in sorted(keyed, key=lambda k: k[:4])]
+        group.sort(key=_AGE)
+        keyed.extend((-w.priority, rank, w.created_at, w.id, w) for rank, w in enumerate(group))
+    keyed.sort(key=_PLACE)
+    return [k[-1] for k in keyed]
 
 
 def positions(waiting: Sequence[Waiting]) -> dict[str, int]:

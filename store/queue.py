@@ -50,7 +50,6 @@ from sqlmodel import Session, col, select
 
 from messages.job import JobStatus, JobType
 from messages.queue_groups import group_of
-from messages.workloads import Waiting
 from messages.workloads import queue_order as workload_order
 from store import policies
 from store.models import Job, JobLimit, ProjectBudget, QueueLock, QueuePause, utcnow
@@ -110,11 +109,8 @@ def usd_of(job: Job) -> float:
 
 def queue_order(waiting: Iterable[Job]) -> list[Job]:
     """Priority, then round-robin between projects at equal priority, then age: the Workload
-    Queue's one order (messages/workloads.py queue_order), applied to job rows."""
-    jobs = {j.id: j for j in waiting}
-    order = workload_order(Waiting(id=j.id, project=j.project, priority=j.priority, created_at=j.created_at)
-                           for j in jobs.values())
-    return [jobs[w.id] for w in order]
+    Queue's one order (messages/workloads.py queue_order), applied to job rows or records."""
+    return workload_order(waiting)
 
 
 def waits(job: Job) -> bool:
@@ -247,35 +243,46 @@ FITS_NOW = "fits the limits now: granted at its next admission check"
 
 def held(session: Session, waiting: Iterable[Job], now: datetime | None = None, *,
          explain: bool = True) -> Held:
-    """What holds the `waiting` jobs; `explain`: also why every waiting job not held is not granted
-    yet (the admission walk without granting; admission itself passes False)."""
+    """What holds the `waiting` jobs; `explain`: also why each of them not held is not granted yet
+    (the admission walk without granting; admission itself passes False)."""
     jobs = list(waiting)
     if not jobs:  # nothing to explain (a page of jobs none of which waits): no walk
         return Held({}, {})
     now = now or utcnow()
     found = Held(pauses(session), over_budget(session, {j.project for j in jobs}, now))
     if explain:
-        found.waiting = waiting_reasons(session, now)
+        found.waiting = waiting_reasons(session, now, of={j.id for j in jobs})
     return found
 
 
-def waiting_reasons(session: Session, now: datetime | None = None) -> dict[str, str]:
-    """Job id -> why it still waits, for every waiting job not held: `admit`'s walk (same order,
-    same limits, same blocking) without granting. A job over a limit names the limit; one behind
-    it, the job ahead that blocks it (its own project's, by id; the installation's, unnamed);
+def waiting_reasons(session: Session, now: datetime | None = None, *,
+                    of: set[str] | None = None) -> dict[str, str]:
+    """Job id -> why it still waits, for every waiting job not held (`of`: at least for those): `admit`'s
+    walk (same order, same limits, same blocking) without granting. A job over a limit names the limit;
+    one behind it, the job ahead that blocks it (its own project's, by id; the installation's, unnamed);
     one that fits has only its next ask to wait for."""
     limits = load_limits(session)
     per, total = in_use(session)
     waiting = queue_order(waiting_records(session))
     holds = held(session, waiting, now, explain=False)
+    any_held = bool(holds.paused or holds.budget)  # else no job's `why` need be asked
     reasons: dict[str, str] = {}
     behind: dict[str, str] = {}  # project -> why its later jobs wait (a project's order is strict)
     full: str | None = None  # the installation is full: everything behind waits
+    never_fits: dict[tuple[str, int, float], str | None] = {}  # a job's own limits, by what it asks
+    unexplained = len(of) if of is not None else -1
     for w in waiting:
-        if holds.why(w) is not None:
+        if unexplained == 0:
+            break  # every job asked about is explained: nothing behind them changes their reasons
+        if of is not None and w.id in of:
+            unexplained -= 1
+        if any_held and holds.why(w) is not None:
             continue
         g, usd = gpus_of(w), usd_of(w)
-        if (never := limits.never_fits(w.project, g, usd)) is not None:
+        asks = (w.project, g, usd)
+        if asks not in never_fits:
+            never_fits[asks] = limits.never_fits(w.project, g, usd)
+        if (never := never_fits[asks]) is not None:
             reasons[w.id] = f"{NEVER_FITS}: over {never}"
             continue
         if full is not None:

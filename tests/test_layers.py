@@ -128,9 +128,10 @@ def test_workflows_import_no_activity_implementation_and_no_io(path: Path) -> No
 def test_messages_import_only_pure_modules(path: Path) -> None:
     # datetime: pure arithmetic on times (messages/policy_eval.py compares the workflow's clock).
     # collections.abc: the abstract types only (Iterable, Sequence). functools, types: a cache of what
-    # a model class declares, and the `X | None` union's type (messages/json_numbers.py).
-    allowed = re.compile(r"^(__future__|collections\.abc|dataclasses|datetime|enum|functools|re|types|typing"
-                         r"|pydantic|messages(\..+)?|providers\.base)$")
+    # a model class declares, and the `X | None` union's type (messages/json_numbers.py). operator: the
+    # queue order's sort keys (messages/workloads.py).
+    allowed = re.compile(r"^(__future__|collections\.abc|dataclasses|datetime|enum|functools|operator|re"
+                         r"|types|typing|pydantic|messages(\..+)?|providers\.base)$")
     assert {m for m in imports_of(path) if not allowed.match(m)} == set()
 
 

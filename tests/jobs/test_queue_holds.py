@@ -4,22 +4,26 @@ until it is lifted. On the session's SQLite database, with projects of the test'
 
 from __future__ import annotations
 
+import random
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from messages.job import JobStatus
 from store import policies, queue, spend
 from store.models import Job, JobLimit, utcnow
+from tests.migrated import sqlite_engine
 
 
 def _job(s: Session, project: str, name: str, type_: str, age_min: int, priority: int = 0,
-         gpus: int = 1) -> str:
+         gpus: int = 1, price: float | None = None) -> str:
     job = Job(id=f"{project}-{name}", project=project, name=name, type=type_, command="true",
               requested_by="t", gpu="a10", gpu_count=gpus, workflow_id="w", priority=priority,
-              created_at=utcnow() - timedelta(minutes=age_min))
+              created_at=utcnow() - timedelta(minutes=age_min), max_price_per_hour=price)
     s.add(job)
     s.commit()
     return job.id
@@ -130,3 +134,53 @@ def test_a_job_over_a_limit_on_its_own_is_passed_over_and_blocks_no_one(db_engin
             assert queue.admit(s, big)
         finally:
             queue.set_limits(s, queue.GLOBAL, *kept)
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_pages_reasons_are_the_whole_walks(tmp_path: Path, paused: bool) -> None:
+    """A job list explains its page's waiting jobs with a walk that stops once they are explained,
+    asks no job whether it is held when nothing is paused or over budget, and looks a job's own limits
+    up once per what it asks: each reason is the one the whole walk gives. A queue of its own (random,
+    seeded) on a database of its own: projects with a GPU limit, a $/h limit, none; the installation's
+    limit; jobs that never fit; priorities; a paused group."""
+    rng = random.Random(24)
+    engine = sqlite_engine(tmp_path / "queue.db")
+    projects = ["gpus", "dollars", "free"]
+    with Session(engine) as s:
+        queue.set_limits(s, "gpus", max_gpus=4, max_usd_per_hour=None)
+        queue.set_limits(s, "dollars", max_gpus=None, max_usd_per_hour=6.0)
+        queue.set_limits(s, queue.GLOBAL, max_gpus=30, max_usd_per_hour=None)
+        ids = []
+        for i in range(120):
+            project = rng.choice(projects)
+            ids.append(_job(s, project, f"j{i}", rng.choice(["sft", "dpo", "grpo", "eval"]),
+                            age_min=rng.randint(0, 600), priority=rng.choice([0, 0, 0, 1, 5]),
+                            gpus=rng.choice([1, 1, 2, 4, 8]), price=rng.choice([0.5, 1.5, 7.0])))
+        if paused:
+            queue.pause(s, "gpus", "grpo", by="api")
+        whole = queue.waiting_reasons(s)
+        limits = queue.load_limits(s)
+        for job in s.exec(select(Job).where(col(Job.id).in_(whole))).all():  # its own limits, asked anew
+            never = limits.never_fits(job.project, queue.gpus_of(job), queue.usd_of(job)) is not None
+            assert whole[job.id].startswith(queue.NEVER_FITS) == never, job.id
+        group = [i for i in queue.positions(s)
+                 if i.startswith("gpus-") and rows_type(s, i) in ("grpo", "ppo")]
+        assert group, "the queue holds jobs of the group paused"
+        # A paused job is passed over (the walk gives it no reason); every other waiting job has one.
+        assert [i for i in group if i in whole] == ([] if paused else group)
+        order = list(queue.positions(s))
+        kinds = (queue.NEVER_FITS, "waiting for capacity", queue.FITS_NOW, "behind job",
+                 "behind a job ahead in the queue")
+        assert [k for k in kinds if not any(r.startswith(k) for r in whole.values())] == []
+        rows = {job.id: job for job in s.exec(select(Job).where(col(Job.id).in_(ids))).all()}
+        for page in (order[:5], order[-5:], order[40:45], rng.sample(order, 12), [order[-1]]):
+            explained = queue.held(s, [rows[i] for i in page])
+            assert {i: explained.reason(rows[i]) for i in page} == {
+                i: explained.why(rows[i]) or whole[i] for i in page}
+    engine.dispose()
+
+
+def rows_type(s: Session, job_id: str) -> str:
+    job = s.get(Job, job_id)
+    assert job is not None
+    return job.type
