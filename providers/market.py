@@ -185,7 +185,7 @@ class OfferCache:
     async def _shared_answer(self, key: CacheKey) -> tuple[float, list[Offer]] | None:
         """(seconds left, offers) another process kept, or None — also when the store fails: the
         cloud is asked then, as without one."""
-        if self.shared is None:
+        if self.shared is None or self.ttl_s <= 0:  # 0: no answer is reused, this process's or another's
             return None
         try:
             found = await asyncio.to_thread(self.shared.load, _digest(key))
@@ -195,7 +195,7 @@ class OfferCache:
             return None
 
     async def _share(self, key: CacheKey, offers: list[Offer]) -> None:
-        if self.shared is None or self.ttl_s <= 0:  # 0: nothing is kept, here or there
+        if self.shared is None or self.ttl_s <= 0:
             return
         try:
             await asyncio.to_thread(self.shared.save, _digest(key), _OFFERS.dump_json(offers).decode(),

@@ -89,15 +89,20 @@ async def test_expired_answers_go_when_one_is_kept(answers: Shared, engine: sa.E
         assert conn.execute(sa.text("SELECT count(*) FROM offer_answer")).scalar() == 1
 
 
-async def test_no_ttl_keeps_nothing_anywhere(answers: Shared, engine: sa.Engine) -> None:
+async def test_no_ttl_keeps_nothing_and_reuses_nothing(answers: Shared, engine: sa.Engine) -> None:
     shared, clocks = answers
     cloud = FakeMarketCloud([offer("vast", "v.one", 0.5)])
+
+    def uncached() -> OfferCache:
+        return OfferCache(ttl_s=0, clock=clocks.monotonic, shared=shared)
     for _ in range(2):
-        cache = OfferCache(ttl_s=0, clock=clocks.monotonic, shared=shared)
-        await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=cache)
+        await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=uncached())
     assert len(cloud.calls) == 2
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM offer_answer")).scalar() == 0
+    await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=process(shared, clocks))  # keeps 30 s
+    await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=uncached())
+    assert len(cloud.calls) == 4, "a TTL of 0 reuses no answer, another process's neither"
 
 
 async def test_a_store_that_fails_costs_only_the_call_it_would_save(
