@@ -132,13 +132,15 @@ class OfferCache:
     the cache's, not its callers': one that stops waiting (its timeout) leaves it running, and the
     answer is kept for whoever asks next. With `shared`, each answer is also kept for the other API
     processes, and a call first looks there: an answer another process got is served, for what is
-    left of its time."""
+    left of its time. Keeping it there is not the caller's wait: the answer is served first, and the
+    write goes on after (a database busy with other writers held the page past its timeout)."""
 
     ttl_s: float = DEFAULT_TTL_S
     clock: Callable[[], float] = time.monotonic
     shared: SharedAnswers | None = None
     _entries: dict[CacheKey, tuple[float, list[Offer]]] = field(default_factory=dict)
     _inflight: dict[CacheKey, asyncio.Task[tuple[list[Offer], bool]]] = field(default_factory=dict)
+    _sharing: set[asyncio.Task[None]] = field(default_factory=set)
 
     @staticmethod
     def key(source: Source, query: OfferQuery) -> CacheKey:
@@ -171,7 +173,7 @@ class OfferCache:
                 ttl_s, offers = found
             else:
                 ttl_s, offers = self.ttl_s, await fetch()
-                await self._share(key, offers)
+                self._share_later(key, offers)
             now = self.clock()
             # Answers expire unread too: a query is free text (a region, a GPU name), so the entries
             # kept are those of the last `ttl_s`, not every query ever asked.
@@ -194,9 +196,15 @@ class OfferCache:
             log.warning("offers cache: the shared answers could not be read (%s): asking the cloud", clean(e))
             return None
 
-    async def _share(self, key: CacheKey, offers: list[Offer]) -> None:
+    def _share_later(self, key: CacheKey, offers: list[Offer]) -> None:
         if self.shared is None or self.ttl_s <= 0:
             return
+        task = asyncio.get_running_loop().create_task(self._share(key, offers))
+        self._sharing.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(self._sharing.discard)
+
+    async def _share(self, key: CacheKey, offers: list[Offer]) -> None:
+        assert self.shared is not None
         try:
             await asyncio.to_thread(self.shared.save, _digest(key), _OFFERS.dump_json(offers).decode(),
                                     self.ttl_s)
@@ -207,12 +215,18 @@ class OfferCache:
         """The calls under way (a test awaits them; `aclose` cancels them)."""
         return list(self._inflight.values())
 
+    async def shared_yet(self) -> None:
+        """Wait until every answer got so far is kept in the shared store (or failed to be)."""
+        await asyncio.gather(*self._sharing)
+
     async def aclose(self) -> None:
-        """Cancel the calls under way (before their adapters are closed) and wait for them to end."""
+        """Cancel the calls under way (before their adapters are closed) and wait for them to end;
+        let the answers being shared finish (one short write each)."""
         calls = self.pending()
         for call in calls:
             call.cancel()
         await asyncio.gather(*calls, return_exceptions=True)
+        await asyncio.gather(*self._sharing, return_exceptions=True)
 
     def clear(self) -> None:
         self._entries.clear()
