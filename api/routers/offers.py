@@ -280,6 +280,15 @@ async def list_offers(
                              picked=PickOut.of(picked) if picked is not None else None)
 
 
+def _pick_query(provider: str, body: PickCreate) -> OfferQuery:
+    """The query whose answer holds the picked offer. The page's own (no filter: every default region,
+    spot and not) for an offer in a default region — its answer is the table just shown, still kept
+    GPUPROV_OFFERS_CACHE_TTL_S, so a click costs no second call to the cloud (a region and spot of
+    its own was a cold one each time, past the page's timeout on a busy box); else its region's."""
+    defaults = adapter_class(provider).capabilities.default_regions
+    return OfferQuery() if not defaults or body.region in defaults else OfferQuery(region=body.region)
+
+
 @router.post("/backends/{provider}/pick", response_model=PickOut,
              responses={**_BACKEND_ERRORS,
                         422: {"description": "unknown cloud, or the offer is not among its current offers"}})
@@ -289,8 +298,7 @@ async def pick_offer(provider: Annotated[TableBackendId, Path()], body: PickCrea
     the backend (`cloud`) with no GPU and no instance type plans on that instance type in that
     region (and spot if it is a spot offer). The offer must be among the cloud's current offers (422
     otherwise); its price and GPU are taken from the cloud's answer, not from the request."""
-    found = await _live_offers(deps, caller.project, provider,
-                               OfferQuery(region=body.region, spot=body.spot))
+    found = await _live_offers(deps, caller.project, provider, _pick_query(provider, body))
     offer = next((o for o in found if o.instance_type == body.instance_type and o.region == body.region
                   and o.spot == body.spot), None)
     if offer is None:

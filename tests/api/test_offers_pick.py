@@ -109,6 +109,36 @@ async def test_the_pick_reads_without_asking_the_cloud(client: httpx.AsyncClient
     assert (await client.get("/api/compute/backends/nosuchcloud/pick")).status_code == 422
 
 
+async def test_a_pick_is_looked_up_in_the_answer_the_page_just_showed(
+        client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A click on a row of the table costs no second call to the cloud: on a busy 2-core box the
+    pick's own query (its region and spot, cold each time) went past GPUPROV_OFFERS_TIMEOUT_S. An
+    offer outside the default regions (a table fetched with ?region=) is asked for in its region."""
+    asked: list[OfferQuery] = []
+    listed = FakeCloud.offers
+
+    async def counted(self: FakeCloud, query: OfferQuery) -> list[Offer]:
+        asked.append(query)
+        return await listed(self, query)
+
+    monkeypatch.setattr(FakeCloud, "offers", counted)
+    monkeypatch.setattr(FakeCloud, "capabilities",
+                        FakeCloud.capabilities.model_copy(update={"default_regions": ["r2"]}))
+    await connect_fake(client)
+    assert (await client.get(OFFERS)).status_code == 200
+    for pick in ({"instance_type": "gpu.a10", "region": "r2", "spot": True},
+                 {"instance_type": "gpu.2x.h100", "region": "r2"}):
+        r = await client.post(PICK, json=pick)
+        assert r.status_code == 200, r.text
+    assert asked == [OfferQuery()], "each pick found in the page's answer"
+
+    r = await client.post(PICK, json={"instance_type": "gpu.a10", "region": "r1"})
+    assert r.status_code == 200 and r.json()["price_per_hour"] == 0.75, r.text
+    assert asked == [OfferQuery(), OfferQuery(region="r1")]
+    r = await client.post(PICK, json={"instance_type": "gpu.a10", "region": "r2", "spot": False})
+    assert r.status_code == 422 and "offers no 'gpu.a10'" in r.json()["detail"], "only a spot one there"
+
+
 @pytest.mark.parametrize("pick", [
     {"instance_type": "gpu.9x.b200", "region": "r2"},  # no such type
     {"instance_type": "gpu.2x.h100", "region": "r1"},  # not in that region
