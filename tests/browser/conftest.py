@@ -100,6 +100,7 @@ class Recorder:
 
     requests: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    tolerated: re.Pattern[str] | None = None  # console errors a page shows and handles (its test asserts it)
 
     def watch(self, page: Any) -> None:
         page.on("request", lambda r: self.requests.append((r.method, r.url))
@@ -110,7 +111,8 @@ class Recorder:
     def _console(self, message: Any) -> None:
         # Chromium logs every 4xx answer as a console error; those are the API's refusals, which
         # the tests provoke on purpose (a wrong token, a wrong key) and assert on the page itself.
-        if message.type == "error" and not REFUSAL.match(message.text):
+        if message.type == "error" and not REFUSAL.match(message.text) and not (
+                self.tolerated is not None and self.tolerated.match(message.text)):
             self.problems.append(f"console {message.type}: {message.text}")
 
 
