@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import typer
 
 from cli.output import fail, reason
 
@@ -60,45 +61,74 @@ class Api:
             self._client.headers["X-Project"] = self.project
 
     def call(self, method: str, path: str, *, idempotency_key: str | None = None, prefix: str = API_PREFIX,
-             **kwargs: Any) -> Any:
+             still_asked: StillAsked | None = None, **kwargs: Any) -> Any:
         """One request. With `idempotency_key` (a create), a request whose answer was lost on the way
         (the connection dropped, the API restarted) is sent again with the same key: the API answers
-        with what the first one made, so nothing is made twice."""
+        with what the first one made, so nothing is made twice. With `still_asked`, a 504 — a cloud
+        that has not answered the offers page yet, and is still asked — is asked again until it
+        answers or `still_asked` runs out."""
         if idempotency_key is not None:
             kwargs["headers"] = {**kwargs.get("headers", {}), "Idempotency-Key": idempotency_key}
         delays = list(RETRY_DELAYS_S) if idempotency_key is not None else []
         while True:
             try:
                 r = self._client.request(method, prefix + path, **kwargs)
-                break
             except httpx.TransportError as e:
                 if delays:
                     time.sleep(delays.pop(0))
                     continue
                 raise fail(f"cannot reach the gpuprov API at {self.url} ({e.__class__.__name__}) — "
                            "is `gpuprov dev` running? (GPUPROV_API_URL sets the address)") from None
+            if r.status_code == 504 and still_asked is not None and still_asked.again(_detail(r)):
+                continue
+            break
         if r.status_code == 401:
             raise fail("the API refused the token (GPUPROV_TOKEN / $GPUPROV_HOME/api-token)")
         if r.status_code >= 400:
-            try:
-                why = reason(r.json().get("detail", r.text))
-            except ValueError:
-                why = r.text or r.reason_phrase
-            raise fail(f"{why} (HTTP {r.status_code})")
+            raise fail(f"{_detail(r)} (HTTP {r.status_code})")
         return r.json() if r.content else None
 
-    def pages(self, path: str, params: dict[str, Any] | None = None,
-              prefix: str = API_PREFIX) -> Iterator[list[dict[str, Any]]]:
+    def pages(self, path: str, params: dict[str, Any] | None = None, prefix: str = API_PREFIX,
+              still_asked: StillAsked | None = None) -> Iterator[list[dict[str, Any]]]:
         """The pages of a list, following `next_cursor` until the last one."""
         query: dict[str, Any] = {**(params or {}), "limit": PAGE_LIMIT}
         while True:
-            page = self.call("GET", path, params=query, prefix=prefix)
+            page = self.call("GET", path, params=query, prefix=prefix, still_asked=still_asked)
             yield page["items"]
             if not page.get("next_cursor"):
                 return
             query["cursor"] = page["next_cursor"]
 
-    def items(self, path: str, params: dict[str, Any] | None = None,
-              prefix: str = API_PREFIX) -> list[dict[str, Any]]:
+    def items(self, path: str, params: dict[str, Any] | None = None, prefix: str = API_PREFIX,
+              still_asked: StillAsked | None = None) -> list[dict[str, Any]]:
         """A whole list: every page."""
-        return [item for page in self.pages(path, params, prefix) for item in page]
+        return [item for page in self.pages(path, params, prefix, still_asked) for item in page]
+
+
+def _detail(r: httpx.Response) -> str:
+    """Why the API refused: its `detail`, else the body, else the status's phrase."""
+    try:
+        return reason(r.json().get("detail", r.text))
+    except ValueError:
+        return r.text or r.reason_phrase
+
+
+class StillAsked:
+    """How long a command keeps asking for the offers of a cloud that has not answered yet. The API
+    stops waiting for a cloud after GPUPROV_OFFERS_TIMEOUT_S and goes on asking it, serving its answer
+    to the next request: a command that asks again shortly gets it (a cold search on a busy box, or
+    one paced under the cloud's rate limit, can take longer than the API waits)."""
+
+    def __init__(self, wait_s: float, pause_s: float) -> None:
+        self.deadline, self.pause_s, self.said = time.monotonic() + wait_s, pause_s, False
+
+    def again(self, why: str) -> bool:
+        """Whether to ask again (after a pause), saying so once; False once the wait is over."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if not self.said:
+            typer.echo(f"{why} — asking again for up to {left:.0f} s", err=True)
+            self.said = True
+        time.sleep(min(self.pause_s, left))
+        return True

@@ -6,9 +6,13 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.client import PAGE_LIMIT, Api
-from cli.instances import cloud_help
+from cli.client import PAGE_LIMIT, Api, StillAsked
+from cli.instances import cloud_help, poll_interval
 from cli.output import gpu_label, money, table
+
+# How long `gpuprov offers` keeps asking for a cloud that has not answered yet (the API's own wait
+# is GPUPROV_OFFERS_TIMEOUT_S, 8 s): Vast.ai's searches, paced one per 6 s, can queue past it.
+DEFAULT_WAIT_S = 60.0
 
 
 def offers(
@@ -19,14 +23,19 @@ def offers(
     region: Annotated[str | None, typer.Option()] = None,
     spot: Annotated[bool | None, typer.Option("--spot/--on-demand",
                                               help="only spot / only on-demand")] = None,
+    wait: Annotated[float, typer.Option(
+        "--wait", min=0, help="seconds to keep asking a cloud that has not answered yet "
+        "(the API goes on asking it; 0: show what answered at once)")] = DEFAULT_WAIT_S,
 ) -> None:
     """Live offers, cheapest first: of every connected cloud at once, or of one (--cloud)."""
     params = {k: v for k, v in {"gpu": gpu, "gpu_count": gpu_count, "region": region,
                                 "spot": spot}.items() if v is not None}
+    still_asked = StillAsked(wait, poll_interval())
     if cloud is not None:
-        found, answers = Api().items(f"/backends/{cloud}/offers", params), list[dict[str, Any]]()
+        found = Api().items(f"/backends/{cloud}/offers", params, still_asked=still_asked)
+        answers: list[dict[str, Any]] = []
     else:
-        found, answers = _all_offers(params)
+        found, answers = _all_offers(params, still_asked)
     if found:
         rows = [[o["provider"], o["instance_type"], gpu_label(o.get("gpu")), str(o["vcpus"]),
                  f"{o['memory_gib']:g}GB",
@@ -44,10 +53,22 @@ def offers(
         typer.echo(f"  {a['cloud']} ({a['connection_id']}): {said}{note}", err=True)
 
 
-def _all_offers(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every page of the cross-cloud offers, and the clouds' answers (the first page's: the answer
+def _all_offers(params: dict[str, Any], still_asked: StillAsked) -> tuple[list[dict[str, Any]],
+                                                                         list[dict[str, Any]]]:
+    """Every page of the cross-cloud offers, and the clouds' answers; asked again while a cloud has
+    not answered yet and `still_asked` lasts (the clouds that did are answered from the API's cache)."""
+    api = Api()
+    while True:
+        found, answers = _offers_pages(api, params)
+        waiting = [a["cloud"] for a in answers if a["status"] == "timeout"]
+        if not waiting or not still_asked.again(f"no answer yet from {', '.join(sorted(set(waiting)))}"):
+            return found, answers
+
+
+def _offers_pages(api: Api, params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every page of one cross-cloud answer, and the clouds' answers (the first page's: the answer
     is computed once and paged)."""
-    api, query = Api(), {**params, "limit": PAGE_LIMIT}
+    query = {**params, "limit": PAGE_LIMIT}
     items: list[dict[str, Any]] = []
     answers: list[dict[str, Any]] | None = None
     while True:

@@ -18,7 +18,8 @@ READY, TERMINATED = AllocationStatus.READY, AllocationStatus.TERMINATED
 TERMINAL = {READY, AllocationStatus.FAILED, TERMINATED}
 
 
-def _poll_interval() -> float:
+def poll_interval() -> float:
+    """Seconds between a command's polls of the API (GPUPROV_POLL_INTERVAL; the tests make it short)."""
     return float(os.environ.get("GPUPROV_POLL_INTERVAL", "1.0"))
 
 
@@ -43,7 +44,7 @@ def follow(api: Api, instance_id: str, until: set[AllocationStatus],
                     shown[a["seq"]] = a["outcome"]
         if inst["status"] in until:
             return inst
-        time.sleep(_poll_interval())
+        time.sleep(poll_interval())
 
 
 def read_ssh_key(path: Path | None) -> str:
