@@ -8,6 +8,7 @@ and the narrow screen to mean something."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -189,6 +190,34 @@ def test_fetch_filter_spot_and_pick_an_offer(page: Any, stack: Stack) -> None:
     page.wait_for_selector(f"#picked[data-instance='{target['instance_type']}'][data-region='{target['region']}']")
     assert target["instance_type"] in page.inner_text("#picked-box")
     assert page.locator(ROWS).count() == 0
+
+
+def test_a_cloud_that_has_not_answered_yet_is_asked_again_by_the_page(page: Any, stack: Stack) -> None:
+    """The API's 504 (the cloud not answered within its wait, still asked) on the first two asks —
+    answered here by a fake of the API's answer (Playwright's route), as the simulated AWS answers
+    in time — then the real API: the page says so and asks again by itself, one click in all."""
+    offered = api_offers(stack, CLOUD)
+    still_asked = {"detail": f"{CLOUD} has not answered within 8 s (it is still asked: try again shortly)"}
+    fake_504s: list[str] = []
+
+    def first_two_not_answered_fake(route: Any) -> None:
+        if len(fake_504s) < 2:
+            fake_504s.append(route.request.url)
+            route.fulfill(status=504, content_type="application/json", body=json.dumps(still_asked))
+        else:
+            route.continue_()
+
+    open_offers(page, stack, CLOUD)
+    page.route(re.compile(rf"/api/compute/backends/{CLOUD}/offers\?limit="), first_two_not_answered_fake)
+    watch_texts(page, "#fetch-status")
+    page.click("#fetch-offers")
+    until(page, "([sel, n]) => document.querySelectorAll(sel).length === n", [ROWS, len(offered["items"])],
+          timeout=ANSWERED_WITHIN_S)
+    assert len(fake_504s) == 2
+    said = page.evaluate("window.__texts")
+    assert f"{still_asked['detail']} — asking again…" in said, said
+    assert page.inner_text("#fetch-status") == ""  # the answer came: nothing left to say
+    assert page.inner_text("#fetch-offers") == "Fetch again"
 
 
 def test_modal_gpu_picker_saves_a_default(page: Any, stack: Stack) -> None:

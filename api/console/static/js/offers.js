@@ -10,6 +10,10 @@ import { errorBox, fmt, h, replace } from "./dom.js";
 import { providerIcon } from "./cloud.js";
 
 const PAGE_SIZE = 200; // the API's largest page: one request for every simulated cloud's list
+// A 504 says the cloud has not answered within the API's wait (GPUPROV_OFFERS_TIMEOUT_S) and is still
+// asked, its answer the next request's: the page asks again, as `gpuprov offers --wait` does, this long.
+const STILL_ASKED_FOR_MS = 60_000;
+const ASK_AGAIN_MS = 1_500;
 const cloudLink = () => h("a", { href: "/studio/compute/cloud" }, "← Back to Cloud");
 
 const part = (cls, label, ...value) => h("span", { class: cls }, h("span", { class: "muted" }, `${label} `), ...value);
@@ -131,6 +135,20 @@ function offerTable(key, main, entry) {
     showPicked(picked);
   }
 
+  // The first page, asked again while the cloud is still asked (a 504), saying so.
+  async function firstPage(path) {
+    const until = Date.now() + STILL_ASKED_FOR_MS;
+    for (;;) {
+      try {
+        return await get(`${path}?limit=${PAGE_SIZE}`);
+      } catch (err) {
+        if (err.status !== 504 || Date.now() >= until || stopped) throw err;
+        replace(fetchStatus, h("p", { class: "muted", id: "still-asked" }, `${err.message} — asking again…`));
+        await new Promise((resolve) => setTimeout(resolve, ASK_AGAIN_MS));
+      }
+    }
+  }
+
   // Every page of the offers (following next_cursor); the first page also carries title and pick.
   async function fetchOffers() {
     fetchButton.disabled = true;
@@ -138,10 +156,11 @@ function offerTable(key, main, entry) {
     replace(fetchStatus);
     try {
       const path = `/backends/${encodeURIComponent(key)}/offers`;
-      const first = await get(`${path}?limit=${PAGE_SIZE}`);
+      const first = await firstPage(path);
       const items = [...first.items];
       if (first.next_cursor) items.push(...(await all(`${path}?cursor=${encodeURIComponent(first.next_cursor)}`, PAGE_SIZE)));
       if (stopped) return;
+      replace(fetchStatus);
       offers = items;
       titleBox.querySelector("#offers-title").textContent = first.title;
       picked = first.picked;
