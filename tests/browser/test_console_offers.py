@@ -196,6 +196,8 @@ def test_a_cloud_that_has_not_answered_yet_is_asked_again_by_the_page(page: Any,
     """The API's 504 (the cloud not answered within its wait, still asked) on the first two asks —
     answered here by a fake of the API's answer (Playwright's route), as the simulated AWS answers
     in time — then the real API: the page says so and asks again by itself, one click in all."""
+    with stack.api() as api:
+        assert api.delete(f"/backends/{CLOUD}/pick").status_code in (204, 404)  # an earlier test's
     offered = api_offers(stack, CLOUD)
     still_asked = {"detail": f"{CLOUD} has not answered within 8 s (it is still asked: try again shortly)"}
     fake_504s: list[str] = []
@@ -208,6 +210,7 @@ def test_a_cloud_that_has_not_answered_yet_is_asked_again_by_the_page(page: Any,
             route.continue_()
 
     open_offers(page, stack, CLOUD)
+    page.wait_for_selector("#picked-none")
     page.route(re.compile(rf"/api/compute/backends/{CLOUD}/offers\?limit="), first_two_not_answered_fake)
     watch_texts(page, "#fetch-status")
     page.click("#fetch-offers")
@@ -218,6 +221,21 @@ def test_a_cloud_that_has_not_answered_yet_is_asked_again_by_the_page(page: Any,
     assert f"{still_asked['detail']} — asking again…" in said, said
     assert page.inner_text("#fetch-status") == ""  # the answer came: nothing left to say
     assert page.inner_text("#fetch-offers") == "Fetch again"
+
+    # a pick once the table's answer is no longer kept asks the cloud: its 504 is asked again too
+    fake_504s.clear()
+    page.route(re.compile(rf"/api/compute/backends/{CLOUD}/pick$"),
+               lambda route: first_two_not_answered_fake(route) if route.request.method == "POST"
+               else route.continue_())
+    watch_texts(page, "#pick-status")
+    chosen = offered["items"][2]
+    page.locator(ROWS).nth(2).click()
+    spot = "true" if chosen["spot"] else "false"
+    page.wait_for_selector(f"#picked[data-instance='{chosen['instance_type']}'][data-region='{chosen['region']}']"
+                           f"[data-spot='{spot}']", timeout=ANSWERED_WITHIN_S * 1000)
+    assert len(fake_504s) == 2
+    assert f"{still_asked['detail']} — asking again…" in page.evaluate("window.__texts")
+    assert page.inner_text("#pick-status") == ""
 
 
 def test_modal_gpu_picker_saves_a_default(page: Any, stack: Stack) -> None:

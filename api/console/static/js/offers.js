@@ -50,6 +50,20 @@ function problem(err, key) {
     err.status === 409 ? h("p", {}, h("a", { href: `/studio/connect-cloud?provider=${encodeURIComponent(key)}` }, `Connect ${key}`), " · ", cloudLink()) : null);
 }
 
+// `ask()`, asked again while the cloud is still asked (a 504), saying so in `box`; what it answers.
+async function askingAgain(ask, box, isStopped) {
+  const until = Date.now() + STILL_ASKED_FOR_MS;
+  for (;;) {
+    try {
+      return await ask();
+    } catch (err) {
+      if (err.status !== 504 || Date.now() >= until || isStopped()) throw err;
+      replace(box, h("p", { class: "muted still-asked" }, `${err.message} — asking again…`));
+      await new Promise((resolve) => setTimeout(resolve, ASK_AGAIN_MS));
+    }
+  }
+}
+
 function offerTable(key, main, entry) {
   const titleBox = heading(entry.name);
   const pickedBox = h("div", { id: "picked-box", "aria-live": "polite" }, h("p", { class: "muted" }, "Loading the current pick…"));
@@ -95,8 +109,10 @@ function offerTable(key, main, entry) {
     row.setAttribute("aria-busy", "true");
     replace(pickStatus, h("p", { class: "muted" }, `Picking ${o.instance_type} in ${o.region}…`));
     try {
-      const saved = await send("POST", `/backends/${encodeURIComponent(key)}/pick`, {
-        instance_type: o.instance_type, region: o.region, spot: o.spot, gpu: o.gpu_label || undefined });
+      // The pick is looked up in the cloud's answer: asked anew once the table's is no longer kept.
+      const saved = await askingAgain(() => send("POST", `/backends/${encodeURIComponent(key)}/pick`, {
+        instance_type: o.instance_type, region: o.region, spot: o.spot, gpu: o.gpu_label || undefined }),
+      pickStatus, () => stopped);
       if (stopped) return;
       replace(pickStatus);
       showPicked(saved);
@@ -135,20 +151,6 @@ function offerTable(key, main, entry) {
     showPicked(picked);
   }
 
-  // The first page, asked again while the cloud is still asked (a 504), saying so.
-  async function firstPage(path) {
-    const until = Date.now() + STILL_ASKED_FOR_MS;
-    for (;;) {
-      try {
-        return await get(`${path}?limit=${PAGE_SIZE}`);
-      } catch (err) {
-        if (err.status !== 504 || Date.now() >= until || stopped) throw err;
-        replace(fetchStatus, h("p", { class: "muted", id: "still-asked" }, `${err.message} — asking again…`));
-        await new Promise((resolve) => setTimeout(resolve, ASK_AGAIN_MS));
-      }
-    }
-  }
-
   // Every page of the offers (following next_cursor); the first page also carries title and pick.
   async function fetchOffers() {
     fetchButton.disabled = true;
@@ -156,7 +158,7 @@ function offerTable(key, main, entry) {
     replace(fetchStatus);
     try {
       const path = `/backends/${encodeURIComponent(key)}/offers`;
-      const first = await firstPage(path);
+      const first = await askingAgain(() => get(`${path}?limit=${PAGE_SIZE}`), fetchStatus, () => stopped);
       const items = [...first.items];
       if (first.next_cursor) items.push(...(await all(`${path}?cursor=${encodeURIComponent(first.next_cursor)}`, PAGE_SIZE)));
       if (stopped) return;
