@@ -133,7 +133,8 @@ class OfferCache:
     answer is kept for whoever asks next. With `shared`, each answer is also kept for the other API
     processes, and a call first looks there: an answer another process got is served, for what is
     left of its time. Keeping it there is not the caller's wait: the answer is served first, and the
-    write goes on after (a database busy with other writers held the page past its timeout)."""
+    write goes on after (a write waits for the database's write lock, which every other writer
+    shares: on SQLite up to its 30 s busy timeout, past the page's own)."""
 
     ttl_s: float = DEFAULT_TTL_S
     clock: Callable[[], float] = time.monotonic
