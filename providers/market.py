@@ -185,29 +185,34 @@ class OfferCache:
         finally:
             del self._inflight[key]
 
+    @property
+    def _store(self) -> SharedAnswers | None:
+        """The shared store answers go through: none without a TTL (0: no answer is reused, this
+        process's or another's)."""
+        return self.shared if self.ttl_s > 0 else None
+
     async def _shared_answer(self, key: CacheKey) -> tuple[float, list[Offer]] | None:
         """(seconds left, offers) another process kept, or None — also when the store fails: the
         cloud is asked then, as without one."""
-        if self.shared is None or self.ttl_s <= 0:  # 0: no answer is reused, this process's or another's
+        if (store := self._store) is None:
             return None
         try:
-            found = await asyncio.to_thread(self.shared.load, _digest(key))
+            found = await asyncio.to_thread(store.load, _digest(key))
             return None if found is None else (found[0], _OFFERS.validate_json(found[1]))
         except Exception as e:  # noqa: BLE001 — the database, or an answer an older version wrote
             log.warning("offers cache: the shared answers could not be read (%s): asking the cloud", clean(e))
             return None
 
     def _share_later(self, key: CacheKey, offers: list[Offer]) -> None:
-        if self.shared is None or self.ttl_s <= 0:
+        if (store := self._store) is None:
             return
-        task = asyncio.get_running_loop().create_task(self._share(key, offers))
+        task = asyncio.get_running_loop().create_task(self._share(store, key, offers))
         self._sharing.add(task)  # held until done: the loop keeps only a weak reference
         task.add_done_callback(self._sharing.discard)
 
-    async def _share(self, key: CacheKey, offers: list[Offer]) -> None:
-        assert self.shared is not None
+    async def _share(self, store: SharedAnswers, key: CacheKey, offers: list[Offer]) -> None:
         try:
-            await asyncio.to_thread(self.shared.save, _digest(key), _OFFERS.dump_json(offers).decode(),
+            await asyncio.to_thread(store.save, _digest(key), _OFFERS.dump_json(offers).decode(),
                                     self.ttl_s)
         except Exception as e:  # noqa: BLE001 — this process still serves it; the others ask the cloud
             log.warning("offers cache: an answer could not be shared (%s)", clean(e))

@@ -251,20 +251,23 @@ def held(session: Session, waiting: Iterable[Job], now: datetime | None = None, 
     now = now or utcnow()
     found = Held(pauses(session), over_budget(session, {j.project for j in jobs}, now))
     if explain:
-        found.waiting = waiting_reasons(session, now, of={j.id for j in jobs})
+        found.waiting = waiting_reasons(session, now, of={j.id for j in jobs}, paused=found.paused)
     return found
 
 
-def waiting_reasons(session: Session, now: datetime | None = None, *,
-                    of: set[str] | None = None) -> dict[str, str]:
+def waiting_reasons(session: Session, now: datetime | None = None, *, of: set[str] | None = None,
+                    paused: dict[tuple[str, str], QueuePause] | None = None) -> dict[str, str]:
     """Job id -> why it still waits, for every waiting job not held (`of`: at least for those): `admit`'s
     walk (same order, same limits, same blocking) without granting. A job over a limit names the limit;
     one behind it, the job ahead that blocks it (its own project's, by id; the installation's, unnamed);
-    one that fits has only its next ask to wait for."""
+    one that fits has only its next ask to wait for. `paused`: the pauses already read (`held`'s)."""
+    waiting = queue_order(waiting_records(session))
+    if not waiting:
+        return {}
     limits = load_limits(session)
     per, total = in_use(session)
-    waiting = queue_order(waiting_records(session))
-    holds = held(session, waiting, now, explain=False)
+    holds = Held(pauses(session) if paused is None else paused,
+                 over_budget(session, {w.project for w in waiting}, now or utcnow()))
     any_held = bool(holds.paused or holds.budget)  # else no job's `why` need be asked
     reasons: dict[str, str] = {}
     behind: dict[str, str] = {}  # project -> why its later jobs wait (a project's order is strict)
