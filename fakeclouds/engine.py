@@ -67,6 +67,7 @@ class Machine:
     address: str | None = None  # where its SSH server listens, once it first did (kept for restarts)
     ssh_port: int | None = None
     ended_at: float | None = None  # billing stops here (gone)
+    booted_at: float | None = None  # when a boot last completed (what outlives a short-lived running state)
     stuck: bool = False  # injected: never leaves pending
     die_after_boot: float | None = None  # injected: dies this many seconds after boot
     preempt_after: float | None = None  # injected: the cloud takes it back this many seconds after boot
@@ -543,7 +544,7 @@ class Engine:
             m.status, m.detail = ERROR, why
             self.save()
             return
-        m.status = RUNNING
+        m.status, m.booted_at = RUNNING, time.time()
         self.save()
         self._run_user_data(m)
         if m.die_after_boot is not None:
