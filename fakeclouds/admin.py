@@ -115,7 +115,8 @@ class FakeCloudAdmin:
                   hold_boots: bool | None = None) -> Any:
         """`hold_boots`: machines created from now on boot only when `boot_now(id)` says (their boot
         delay a week meanwhile); what depends on `boot_delay` alone, like GCP's insert operation,
-        keeps it."""
+        keeps it. `terminate_delay` counts for terminations under way too: lengthened, it holds
+        machines terminating; shortened, they end."""
         body: dict[str, Any] = {}
         if hold_boots is not None:
             body["hold_boots"] = hold_boots

@@ -101,6 +101,9 @@ class Engine:
         # operation ends at a quarter of it) is unchanged.
         self.hold_boots = False
         self.terminate_delay = terminate_delay
+        # Set (and replaced) when terminate_delay changes: a termination under way measures its wait
+        # against the new delay, so a test can hold machines terminating and then let them go.
+        self._terminate_delay_changed = asyncio.Event()
         self.faults = FaultBook()
         self.calls = CallLog()  # what adapters asked of each facade (fakeclouds/calls.py)
         self.limiter = RateLimiter(time_scale)
@@ -393,6 +396,8 @@ class Engine:
             if terminate_delay < 0:
                 raise Invalid("terminate_delay must be >= 0")
             self.terminate_delay = terminate_delay
+            self._terminate_delay_changed.set()
+            self._terminate_delay_changed = asyncio.Event()
         if time_scale is not None:
             if time_scale < 0:
                 raise Invalid("time_scale must be >= 0")
@@ -571,8 +576,13 @@ class Engine:
         self.save()
 
     async def _finish_terminate(self, m: Machine) -> None:
+        """Gone `terminate_delay` after this started — the delay as it is now, not as it was: one
+        lengthened holds the machine terminating, one shortened lets it go."""
         await self._stop_ssh(m)
-        await asyncio.sleep(self.terminate_delay)
+        started = time.monotonic()
+        while (left := started + self.terminate_delay - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._terminate_delay_changed.wait(), left)
         await self._gone(m)
 
     async def _gone(self, m: Machine) -> None:

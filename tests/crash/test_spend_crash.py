@@ -24,6 +24,8 @@ from tests.crash.conftest import TASK_QUEUE, WorkerProcess
 from tests.crash.test_worker_crash import TIMING, USER_KEY, until
 from tests.workflows.conftest import settled, terminate
 
+HELD_S = 7 * 24 * 3600.0  # a terminate_delay past any test: terminating until it is shortened
+
 
 def ledger(engine: sa.Engine, allocation_id: str) -> list[SpendInterval]:
     with Session(engine) as s:
@@ -68,8 +70,9 @@ async def test_a_killed_worker_neither_loses_nor_doubles_minutes(
     assert (iv.id, at(iv.started_at)) == opened[first]  # the start is kept
     assert opened[first][1] < killed < asked <= at(iv.ended_at) <= done  # the downtime counted
 
-    # 2. Killed while the second's teardown runs (the cloud takes a while to show it gone).
-    sim.admin.configure(terminate_delay=3)
+    # 2. Killed while the second's teardown runs: the cloud holds the machine terminating (however
+    # slow this host, the worker cannot see it gone before the kill), then lets it go.
+    sim.admin.configure(terminate_delay=HELD_S)
     try:
         teardown = asyncio.ensure_future(terminate(temporal_client, second))
         machine = states[1].ref.instance_id  # type: ignore[union-attr]
@@ -78,10 +81,10 @@ async def test_a_killed_worker_neither_loses_nor_doubles_minutes(
         worker_process.kill()
         killed = utcnow()
         assert ledger(db_engine, second)[0].ended_at is None  # still billing: still open
-        worker_process.start()
-        assert (await asyncio.wait_for(teardown, 90)).phase == Phase.TERMINATED
     finally:
-        sim.admin.configure(terminate_delay=0.05)
+        sim.admin.configure(terminate_delay=0.05)  # the held termination ends
+    worker_process.start()
+    assert (await asyncio.wait_for(teardown, 90)).phase == Phase.TERMINATED
     done = utcnow()
     [iv] = ledger(db_engine, second)
     assert (iv.id, at(iv.started_at)) == opened[second]

@@ -116,6 +116,21 @@ async def test_die_after_boot(lam: httpx.AsyncClient, admin: FakeCloudAdmin, pub
     assert died["booted_at"] is not None and died["booted_at"] >= died["created_at"]
 
 
+async def test_a_termination_under_way_waits_out_the_delay_as_it_is_now(
+        local: httpx.AsyncClient, admin: FakeCloudAdmin, pubkey: str) -> None:
+    """A lengthened terminate_delay holds a machine terminating however slow the host (what a crash
+    test kills a worker during); shortened, the termination already under way ends."""
+    m = (await create_local(local, pubkey)).json()
+    await wait_local(local, m["id"])
+    admin.configure(terminate_delay=7 * 24 * 3600)
+    assert (await local.delete(f"/machines/{m['id']}")).status_code == 202
+    await asyncio.sleep(0.2)  # ten times the delay it was created under
+    assert admin.machine(m["id"])["status"] == "terminating"
+    admin.configure(terminate_delay=0.02)
+    gone = await admin.aio.wait_status(m["id"], "terminated", timeout=30)
+    assert gone["ended_at"] is not None
+
+
 async def test_kill_makes_local_machine_error(local: httpx.AsyncClient, admin: FakeCloudAdmin,
                                               pubkey: str) -> None:
     m = (await create_local(local, pubkey)).json()
