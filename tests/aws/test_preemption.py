@@ -62,7 +62,7 @@ async def test_a_spot_interruption_shows_its_notice_then_reads_preempted(
     assert (req["State"], req["Status"]["Code"]) == ("active", "fulfilled")
     assert req["InstanceId"] == ref.instance_id
 
-    sim.admin.preempt(ref.instance_id, notice_s=1.5)  # EC2's two minutes, shortened
+    sim.admin.preempt(ref.instance_id, notice_s=120)  # EC2's two minutes, ended below by the test
 
     # The notice: the instance still runs, its request is already closed for lack of capacity.
     [req] = ec2.describe_spot_instance_requests(
@@ -76,6 +76,7 @@ async def test_a_spot_interruption_shows_its_notice_then_reads_preempted(
     assert listed[ref.instance_id].notice and not listed[ref.instance_id].preempted
 
     # The interruption: terminated by EC2, and the adapter says why.
+    sim.admin.preempt(ref.instance_id)  # the notice's end
     st = await eventually(lambda: aws.get(ref), within=WITHIN, what="the instance interrupted",
                           until=lambda s: s is not None and s.preempted)
     assert st is not None and not st.notice and st.host is None

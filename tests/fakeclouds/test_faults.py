@@ -131,6 +131,20 @@ async def test_a_termination_under_way_waits_out_the_delay_as_it_is_now(
     assert gone["ended_at"] is not None
 
 
+async def test_a_notice_ends_in_the_reclaim_by_itself(lam: httpx.AsyncClient, admin: FakeCloudAdmin,
+                                                      pubkey: str) -> None:
+    """The notice's own timer takes the machine back (the preemption tests end theirs by hand, so a
+    busy host's reads fit in the notice)."""
+    (iid,) = (await launch_lambda(lam, pubkey)).json()["data"]["instance_ids"]
+    await wait_lambda(lam, iid, "active")
+    noticed = admin.preempt(iid, notice_s=0.2)
+    assert noticed["extra"]["preemption_at"] == pytest.approx(noticed["extra"]["preemption_notice_at"] + 0.2)
+    await wait_lambda(lam, iid, "preempted")
+    gone = admin.machine(iid)
+    assert (gone["status"], gone["detail"]) == ("terminated", "preempted")
+    assert gone["ended_at"] >= noticed["extra"]["preemption_at"]
+
+
 async def test_kill_makes_local_machine_error(local: httpx.AsyncClient, admin: FakeCloudAdmin,
                                               pubkey: str) -> None:
     m = (await create_local(local, pubkey)).json()

@@ -51,10 +51,11 @@ async def test_a_notice_shows_nothing_on_lambda_until_the_instance_is_preempted(
     ref = await p.create(await offer(p), spec(p))
     await running(p, ref)
 
-    sim.admin.preempt(ref.instance_id, notice_s=0.6)
+    sim.admin.preempt(ref.instance_id, notice_s=120)  # ended below by the test
 
     st = await p.get(ref)  # Lambda's API has no notice: the instance is simply active
     assert st is not None and (st.state, st.notice, st.preempted) == (InstanceState.RUNNING, False, False)
+    sim.admin.preempt(ref.instance_id)  # the notice's end
     st = await eventually(lambda: p.get(ref), within=WITHIN, what="the instance preempted",
                           until=lambda s: s is not None and s.preempted)
     assert st is not None and st.state == InstanceState.TERMINATED
