@@ -75,10 +75,11 @@ async def test_latency_before(local: httpx.AsyncClient, admin: FakeCloudAdmin) -
 
 async def test_latency_after_create_took_effect(local: httpx.AsyncClient, admin: FakeCloudAdmin,
                                                 pubkey: str) -> None:
-    """The caller gives up (a killed worker) while the cloud has already made the machine."""
-    admin.add_fault("local", "create", "latency", seconds=1.0, when="after")
+    """The caller gives up (a killed worker) while the cloud has already made the machine. The
+    caller's 2 s leave a busy host's create time to take effect; the answer's 30 s outlast them."""
+    admin.add_fault("local", "create", "latency", seconds=30.0, when="after")
     with pytest.raises(httpx.ReadTimeout):
-        await local.post("/machines", timeout=0.3, json={
+        await local.post("/machines", timeout=2.0, json={
             "name": "ghost", "instance_type": "cpu-small", "region": "local-1", "ssh_public_keys": [pubkey]})
     (m,) = (await local.get("/machines", params={"name": "ghost"})).json()["machines"]
     assert m["name"] == "ghost"
