@@ -43,6 +43,13 @@ log = logging.getLogger("gpuprov.market")
 
 DEFAULT_TIMEOUT_S = 15.0
 DEFAULT_TTL_S = 30.0
+# The shared store's turns: how long the other processes wait for one process's call before asking the
+# cloud themselves (a call can outlast the page's wait: it goes on in the cache), how often they look
+# for its answer meanwhile, and how long a turn's write may keep a call waiting (the database's write
+# lock: past it, the cloud is asked without the turn).
+SHARED_TURN_S = 30.0
+SHARED_POLL_S = 0.2
+SHARED_CLAIM_WAIT_S = 1.0
 
 AnswerStatus = Literal["answered", "failed", "timeout", "skipped"]
 
@@ -113,11 +120,17 @@ def in_default_regions(offers: list[Offer], caps: Capabilities, query: OfferQuer
 
 class SharedAnswers(Protocol):
     """Answers kept where every API process finds them (store/offer_answers.py), by a key that is a
-    digest; blocking (asked on a thread). `load`: (seconds still fresh, the offers' JSON) or None."""
+    digest; blocking (asked on a thread). `load`: (seconds still fresh, the offers' JSON — None while
+    another process asks the cloud for them) or None. `claim`: the turn to ask the cloud (its
+    deadline) or None; `release` gives it back."""
 
-    def load(self, key: str) -> tuple[float, str] | None: ...
+    def load(self, key: str) -> tuple[float, str | None] | None: ...
 
     def save(self, key: str, offers: str, ttl_s: float) -> None: ...
+
+    def claim(self, key: str, for_s: float) -> float | None: ...
+
+    def release(self, key: str, until: float) -> None: ...
 
 
 _OFFERS = TypeAdapter(list[Offer])
@@ -132,16 +145,18 @@ class OfferCache:
     the cache's, not its callers': one that stops waiting (its timeout) leaves it running, and the
     answer is kept for whoever asks next. With `shared`, each answer is also kept for the other API
     processes, and a call first looks there: an answer another process got is served, for what is
-    left of its time. Keeping it there is not the caller's wait: the answer is served first, and the
-    write goes on after (a write waits for the database's write lock, which every other writer
-    shares: on SQLite up to its 30 s busy timeout, past the page's own)."""
+    left of its time, and one another process is asking the cloud for is waited for (its turn,
+    store/offer_answers.py), not asked again. Keeping it there is not the caller's wait: the answer
+    is served first, and the write goes on after (a write waits for the database's write lock, which
+    every other writer shares: on SQLite up to its 30 s busy timeout, past the page's own)."""
 
     ttl_s: float = DEFAULT_TTL_S
     clock: Callable[[], float] = time.monotonic
     shared: SharedAnswers | None = None
+    poll_s: float = SHARED_POLL_S  # how often a process waiting for another's answer looks for it
     _entries: dict[CacheKey, tuple[float, list[Offer]]] = field(default_factory=dict)
     _inflight: dict[CacheKey, asyncio.Task[tuple[list[Offer], bool]]] = field(default_factory=dict)
-    _sharing: set[asyncio.Task[None]] = field(default_factory=set)
+    _writing: set[asyncio.Task[None]] = field(default_factory=set)
 
     @staticmethod
     def key(source: Source, query: OfferQuery) -> CacheKey:
@@ -169,12 +184,19 @@ class OfferCache:
     async def _keep(self, key: CacheKey,
                     fetch: Callable[[], Awaitable[list[Offer]]]) -> tuple[list[Offer], bool]:
         try:
-            found = await self._shared_answer(key)
+            found, turn = await self._from_others(key)
             if found is not None:
                 ttl_s, offers = found
             else:
-                ttl_s, offers = self.ttl_s, await fetch()
-                self._share_later(key, offers)
+                try:
+                    offers = await fetch()
+                except BaseException:
+                    if turn is not None:  # the next process to ask takes it, not after its deadline
+                        self._write_later(turn[0].release, turn[1], turn[2])
+                    raise
+                ttl_s = self.ttl_s
+                if (store := self._store) is not None:  # in place of the turn, if one was taken
+                    self._write_later(store.save, shared_key(key), _OFFERS.dump_json(offers).decode(), ttl_s)
             now = self.clock()
             # Answers expire unread too: a query is free text (a region, a GPU name), so the entries
             # kept are those of the last `ttl_s`, not every query ever asked.
@@ -191,39 +213,57 @@ class OfferCache:
         process's or another's)."""
         return self.shared if self.ttl_s > 0 else None
 
-    async def _shared_answer(self, key: CacheKey) -> tuple[float, list[Offer]] | None:
-        """(seconds left, offers) another process kept, or None — also when the store fails: the
-        cloud is asked then, as without one."""
+    async def _from_others(self, key: CacheKey) -> tuple[tuple[float, list[Offer]] | None,
+                                                          tuple[SharedAnswers, str, float] | None]:
+        """(seconds left, offers) another process kept — waited for while one asks the cloud for
+        them — or None and this process's turn to ask (the store, key and deadline to give it back
+        by; None without a store, or when the store fails or is slow to write: the cloud is asked
+        then, as without one)."""
         if (store := self._store) is None:
-            return None
+            return None, None
+        digest = shared_key(key)
         try:
-            found = await asyncio.to_thread(store.load, _digest(key))
-            return None if found is None else (found[0], _OFFERS.validate_json(found[1]))
+            while True:
+                kept = await asyncio.to_thread(store.load, digest)
+                if kept is not None and kept[1] is not None:
+                    return (kept[0], _OFFERS.validate_json(kept[1])), None
+                if kept is None:  # nobody has it or asks for it: take the turn, unless taken meanwhile
+                    claiming = asyncio.to_thread(store.claim, digest, SHARED_TURN_S)
+                    try:
+                        until = await asyncio.wait_for(claiming, SHARED_CLAIM_WAIT_S)
+                    except TimeoutError:  # its write goes on: the others may wait for this answer
+                        log.warning("offers cache: no turn within %.0f s (the database's write lock): "
+                                    "asking the cloud", SHARED_CLAIM_WAIT_S)
+                        return None, None
+                    if until is not None:
+                        return None, (store, digest, until)
+                else:  # another process asks the cloud: its answer is read here when it comes
+                    await asyncio.sleep(self.poll_s)
         except Exception as e:  # noqa: BLE001 — the database, or an answer an older version wrote
             log.warning("offers cache: the shared answers could not be read (%s): asking the cloud", clean(e))
-            return None
+            return None, None
 
-    def _share_later(self, key: CacheKey, offers: list[Offer]) -> None:
-        if (store := self._store) is None:
-            return
-        task = asyncio.get_running_loop().create_task(self._share(store, key, offers))
-        self._sharing.add(task)  # held until done: the loop keeps only a weak reference
-        task.add_done_callback(self._sharing.discard)
+    def _write_later(self, write: Callable[..., None], *args: object) -> None:
+        """`write(*args)` on a thread, after the answer (a write waits for the database's write lock)."""
+        task = asyncio.get_running_loop().create_task(self._write(write, *args))
+        self._writing.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(self._writing.discard)
 
-    async def _share(self, store: SharedAnswers, key: CacheKey, offers: list[Offer]) -> None:
+    @staticmethod
+    async def _write(write: Callable[..., None], *args: object) -> None:
         try:
-            await asyncio.to_thread(store.save, _digest(key), _OFFERS.dump_json(offers).decode(),
-                                    self.ttl_s)
+            await asyncio.to_thread(write, *args)
         except Exception as e:  # noqa: BLE001 — this process still serves it; the others ask the cloud
-            log.warning("offers cache: an answer could not be shared (%s)", clean(e))
+            log.warning("offers cache: the shared answers could not be written (%s)", clean(e))
 
     def pending(self) -> list[asyncio.Task[tuple[list[Offer], bool]]]:
         """The calls under way (a test awaits them; `aclose` cancels them)."""
         return list(self._inflight.values())
 
     async def shared_yet(self) -> None:
-        """Wait until every answer got so far is kept in the shared store (or failed to be)."""
-        await asyncio.gather(*self._sharing)
+        """Wait until every answer got so far is kept in the shared store (or failed to be), and
+        every turn given back."""
+        await asyncio.gather(*self._writing)
 
     async def aclose(self) -> None:
         """Cancel the calls under way (before their adapters are closed) and wait for them to end;
@@ -232,13 +272,13 @@ class OfferCache:
         for call in calls:
             call.cancel()
         await asyncio.gather(*calls, return_exceptions=True)
-        await asyncio.gather(*self._sharing, return_exceptions=True)
+        await asyncio.gather(*self._writing, return_exceptions=True)
 
     def clear(self) -> None:
         self._entries.clear()
 
 
-def _digest(key: CacheKey) -> str:
+def shared_key(key: CacheKey) -> str:
     """The shared store's key: names neither the connection nor its credentials' fingerprint."""
     h = hashlib.sha256()
     for part in key:

@@ -527,10 +527,11 @@ class PacingSlot(SQLModel, table=True):
 class OfferAnswer(SQLModel, table=True):
     """One connection's offers for one query, as the offers pages' cache keeps it, for every API
     process of the installation until `expires_at` (seconds since the epoch; store/offer_answers.py).
-    `key` is a digest of the connection, its credentials' fingerprint and the query."""
+    `key` is a digest of the connection, its credentials' fingerprint and the query. Empty `offers`:
+    a process is asking the cloud for them, and the others wait for its answer until `expires_at`."""
 
     __tablename__ = "offer_answer"
 
     key: str = Field(primary_key=True, max_length=64)
     expires_at: float = Field(index=True)
-    offers: str  # JSON: the adapter's list of offers
+    offers: str  # JSON: the adapter's list of offers; "" while being asked (offer_answers.ASKING)

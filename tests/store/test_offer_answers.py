@@ -2,7 +2,8 @@
 OfferCache.shared), on SQLite and PostgreSQL: an answer one process got is another's until it
 expires — when it expires, not a whole TTL after the second process read it —, per connection and
 credentials; a store that fails costs only the cloud call it would have saved, and a store slow to
-write never holds the answer."""
+write never holds the answer. A process asking the cloud holds a turn the others wait on instead of
+asking too, given back when its call fails and no longer held past its deadline."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from providers.base import OfferQuery
-from providers.market import MarketAnswer, OfferCache, Source, gather_offers
+from providers.base import Offer, OfferQuery, QuotaError, rank_offers
+from providers.market import SHARED_TURN_S, MarketAnswer, OfferCache, Source, gather_offers, shared_key
 from store import migrate
 from store.offer_answers import OfferAnswers
 from tests.market.test_market import FakeMarketCloud, offer, source
@@ -128,7 +129,7 @@ async def test_a_store_that_fails_costs_only_the_call_it_would_save(
         assert answer.clouds[0].status == "answered" and [o.instance_type for o in answer.offers] == ["v.one"]
     assert len(cloud.calls) == 1, "this process's own cache still serves it"
     logged = [r.getMessage() for r in caplog.records]
-    assert any("could not be read" in m for m in logged) and any("could not be shared" in m for m in logged)
+    assert any("could not be read" in m for m in logged) and any("could not be written" in m for m in logged)
 
 
 class SlowToWrite:
@@ -138,16 +139,27 @@ class SlowToWrite:
     def __init__(self, shared: OfferAnswers) -> None:
         self.shared, self.written = shared, threading.Event()
 
-    def load(self, key: str) -> tuple[float, str] | None:
+    def load(self, key: str) -> tuple[float, str | None] | None:
         return self.shared.load(key)
 
     def save(self, key: str, offers: str, ttl_s: float) -> None:
         assert self.written.wait(60), "never released"
         self.shared.save(key, offers, ttl_s)
 
+    def claim(self, key: str, for_s: float) -> float | None:
+        assert self.written.wait(60), "never released"
+        return self.shared.claim(key, for_s)
 
-async def test_a_store_slow_to_write_never_holds_the_answer(answers: Shared) -> None:
+    def release(self, key: str, until: float) -> None:
+        assert self.written.wait(60), "never released"
+        self.shared.release(key, until)
+
+
+async def test_a_store_slow_to_write_never_holds_the_answer(
+        answers: Shared, caplog: pytest.LogCaptureFixture) -> None:
+    """Neither the answer's write nor the turn's: past SHARED_CLAIM_WAIT_S the cloud is asked without one."""
     shared, clocks = answers
+    caplog.set_level(logging.WARNING, logger="gpuprov.market")
     slow = SlowToWrite(shared)
     one = OfferCache(ttl_s=TTL_S, clock=clocks.monotonic, shared=slow)
     cloud = FakeMarketCloud([offer("vast", "v.one", 0.5)])
@@ -155,8 +167,127 @@ async def test_a_store_slow_to_write_never_holds_the_answer(answers: Shared) -> 
         answer = await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=one, timeout_s=30)
         assert answer.clouds[0].status == "answered", answer.clouds[0].reason
         assert [o.instance_type for o in answer.offers] == ["v.one"]
+        assert any("no turn within" in r.getMessage() for r in caplog.records)
     finally:
         slow.written.set()  # the write goes on after, and another process is then served it
     await asyncio.wait_for(one.shared_yet(), 60)
     again = await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=process(shared, clocks))
     assert again.clouds[0].cached and len(cloud.calls) == 1
+
+
+class Watched:
+    """The shared store, noting when a process read another's turn (a test waits for that moment)."""
+
+    def __init__(self, shared: OfferAnswers) -> None:
+        self.shared, self.saw_turn = shared, threading.Event()
+
+    def load(self, key: str) -> tuple[float, str | None] | None:
+        kept = self.shared.load(key)
+        if kept is not None and kept[1] is None:
+            self.saw_turn.set()
+        return kept
+
+    def save(self, key: str, offers: str, ttl_s: float) -> None:
+        self.shared.save(key, offers, ttl_s)
+
+    def claim(self, key: str, for_s: float) -> float | None:
+        return self.shared.claim(key, for_s)
+
+    def release(self, key: str, until: float) -> None:
+        self.shared.release(key, until)
+
+
+def waiting_process(shared: OfferAnswers, clocks: Clocks) -> tuple[OfferCache, Watched]:
+    watched = Watched(shared)
+    return OfferCache(ttl_s=TTL_S, clock=clocks.monotonic, shared=watched, poll_s=0.01), watched
+
+
+def asking(cache: OfferCache, cloud: FakeMarketCloud) -> asyncio.Task[MarketAnswer]:
+    """The offers page of `cache`'s process, asked in the background."""
+    page = gather_offers([source("vast-1", cloud)], OfferQuery(), cache=cache, timeout_s=60)
+    return asyncio.create_task(page)
+
+
+async def saw_turn(watched: Watched) -> None:
+    assert await asyncio.to_thread(watched.saw_turn.wait, 60), "never read the other process's turn"
+
+
+class FirstCallFailsFake(FakeMarketCloud):
+    """FAKE cloud: its first search waits for `release`, then fails; the next ones answer."""
+
+    async def offers(self, query: OfferQuery) -> list[Offer]:
+        first = not self.calls
+        self.calls.append(query)
+        self.called.set()
+        if first:
+            await self.release.wait()
+            raise QuotaError("vast-1: quota exhausted", "vast")
+        return rank_offers(self._offers, query)
+
+
+async def test_a_process_waits_for_the_answer_another_is_asking_the_cloud_for(answers: Shared) -> None:
+    """The page asked again while a slow cloud's first call runs, on the other process: that one
+    waits for the first call's answer instead of searching a second time."""
+    shared, clocks = answers
+    one = process(shared, clocks)
+    two, watched = waiting_process(shared, clocks)
+    cloud = FakeMarketCloud([offer("vast", "v.one", 0.5)], hang=True)
+    first = asking(one, cloud)
+    await asyncio.wait_for(cloud.called.wait(), 60)
+    second = asking(two, cloud)
+    await saw_turn(watched)
+    assert len(cloud.calls) == 1
+    cloud.release.set()
+    assert (await first).clouds[0].status == "answered"
+    answer = await second
+    assert answer.clouds[0].cached and [o.instance_type for o in answer.offers] == ["v.one"]
+    assert len(cloud.calls) == 1, "one search for both processes"
+
+
+async def test_a_failed_call_gives_its_turn_to_the_process_waiting(answers: Shared) -> None:
+    shared, clocks = answers
+    one = process(shared, clocks)
+    two, watched = waiting_process(shared, clocks)
+    cloud = FirstCallFailsFake([offer("vast", "v.one", 0.5)])
+    first = asking(one, cloud)
+    await asyncio.wait_for(cloud.called.wait(), 60)
+    second = asking(two, cloud)
+    await saw_turn(watched)
+    cloud.release.set()
+    assert (await first).clouds[0].status == "failed"
+    answer = await second  # not the failure's: its own search, once the turn was given back
+    assert answer.clouds[0].status == "answered" and not answer.clouds[0].cached
+    assert len(cloud.calls) == 2
+
+
+async def test_a_turn_held_past_its_deadline_is_taken(answers: Shared) -> None:
+    """A process that died asking holds nobody past the turn's deadline."""
+    shared, clocks = answers
+    src = source("vast-1", FakeMarketCloud([]))
+    assert shared.claim(shared_key(OfferCache.key(src, OfferQuery())), SHARED_TURN_S) is not None  # then died
+    two, watched = waiting_process(shared, clocks)
+    cloud = FakeMarketCloud([offer("vast", "v.one", 0.5)])
+    second = asking(two, cloud)
+    await saw_turn(watched)
+    assert cloud.calls == []
+    clocks.now += SHARED_TURN_S + 1
+    answer = await second
+    assert answer.clouds[0].status == "answered" and len(cloud.calls) == 1
+    await two.shared_yet()
+    assert (kept := shared.load(shared_key(OfferCache.key(src, OfferQuery())))) is not None and kept[1]
+
+
+def test_a_turn_is_given_back_only_by_its_holder(answers: Shared) -> None:
+    shared, clocks = answers
+    until = shared.claim("k", 10)
+    assert until is not None and shared.claim("k", 10) is None  # held
+    assert shared.load("k") == (10, None)
+    clocks.now += 11
+    theirs = shared.claim("k", 10)  # past its deadline: taken by another
+    assert theirs is not None
+    shared.release("k", until)  # the first holder's late give-back
+    assert shared.load("k") == (10, None)  # still theirs
+    shared.release("k", theirs)
+    assert shared.load("k") is None
+    shared.save("k", "[]", 30)
+    assert shared.claim("k", 10) is None and shared.load("k") == (30, "[]")  # an answer: no turn
