@@ -158,7 +158,8 @@ def test_the_apis_offers_calls_are_counted_whichever_process_answered(dev: Share
     # A connection each: the kernel hands each to one of the processes. A query each: the pages
     # reuse a cloud's answer to the same query (the offers cache), asking it once. A 504 (the cloud
     # not answered within GPUPROV_OFFERS_TIMEOUT_S on a busy host, still asked) is asked again, as
-    # the page does; the other process may then ask the cloud too, which the cloud's count shows.
+    # the page does. A re-ask on the other process waits for the first call's answer (the offers
+    # cache's turn), or asks too when it could not take the turn in time: the cloud's count says.
     for gpus in range(1, queries + 1):
         def ask(gpus: int = gpus) -> httpx.Response:
             return httpx.get(f"{dev.url}/api/compute/backends/local/offers", params={"gpu_count": gpus},
