@@ -149,8 +149,10 @@ async def test_no_offer_under_the_max_price_fails_the_job_without_a_machine(stac
 async def test_cancel_while_provisioning_ends_cancelled_and_no_error_is_logged(stack: Stack) -> None:
     """The job waits for its machine in a task (the allocation's `ready`) that the cancel cancels:
     that task's failure — the cancelled activity's — is read, not logged as an ERROR traceback
-    ("Task exception was never retrieved", twice in one `make fuzz`)."""
+    ("Task exception was never retrieved", twice in one `make fuzz`). The machine is held booting
+    (and its create slowed): the job stays provisioning however slow this host is to look."""
     await stack.sim.admin.aio.add_fault(CLOUD, "create", "latency", when="before", seconds=3)
+    await stack.sim.admin.aio.configure(hold_boots=True)
     try:
         with unread_outcomes() as unread:
             async with collecting():
@@ -161,6 +163,7 @@ async def test_cancel_while_provisioning_ends_cancelled_and_no_error_is_logged(s
                 job = await stack.until_status(job_id, "cancelled")
                 await until(lambda: _gone(stack, job), 60, "the job's machine terminated")
     finally:
+        await stack.sim.admin.aio.configure(hold_boots=False)
         await stack.sim.admin.aio.clear_faults()
     assert job["exit_code"] is None and job["started_at"] is None, job
     assert unread.seen == []
