@@ -43,7 +43,9 @@ log = logging.getLogger(__name__)
 BIND_ATTEMPTS = 16  # addresses a new machine tries when another process holds the one it drew
 ADMIN_PREFIX = "/_fake"
 PENDING, RUNNING, TERMINATING, TERMINATED, ERROR = "pending", "running", "terminating", "terminated", "error"
-HELD_BOOT_S = 7 * 24 * 3600.0  # a held boot (Engine.hold_boots): past any test, ended by boot_now
+# A delay past any test: a held boot (Engine.hold_boots, ended by boot_now), a held termination
+# (terminate_delay set to it, ended by setting it back).
+HELD_S = 7 * 24 * 3600.0
 PREEMPTED = "preempted"  # Machine.detail of a machine the cloud took back (status terminated)
 
 
@@ -280,7 +282,7 @@ class Engine:
                 id=mid, facade=facade, name=name, instance_type=instance_type, region=region, spot=spot,
                 ssh_user=cloud.login_user, public_keys=[k.strip() for k in public_keys],
                 price_per_hour=price,
-                created_at=now, boot_at=now + (HELD_BOOT_S if self.hold_boots else self.boot_delay),
+                created_at=now, boot_at=now + (HELD_S if self.hold_boots else self.boot_delay),
                 labels=dict(labels or {}),
                 user_data=user_data, ports=list(ports or []), stuck=stuck, die_after_boot=die_after_boot,
                 preempt_after=preempt_after, extra=dict(extra or {}),

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -133,6 +133,14 @@ class SharedAnswers(Protocol):
     def release(self, key: str, until: float) -> None: ...
 
 
+class Turn(NamedTuple):
+    """This process's turn to ask the cloud, taken in `store` under `key` until `until`."""
+
+    store: SharedAnswers
+    key: str
+    until: float
+
+
 _OFFERS = TypeAdapter(list[Offer])
 
 CacheKey = tuple[str, str, str]
@@ -192,7 +200,7 @@ class OfferCache:
                     offers = await fetch()
                 except BaseException:
                     if turn is not None:  # the next process to ask takes it, not after its deadline
-                        self._write_later(turn[0].release, turn[1], turn[2])
+                        self._write_later(turn.store.release, turn.key, turn.until)
                     raise
                 ttl_s = self.ttl_s
                 if (store := self._store) is not None:  # in place of the turn, if one was taken
@@ -213,32 +221,29 @@ class OfferCache:
         process's or another's)."""
         return self.shared if self.ttl_s > 0 else None
 
-    async def _from_others(self, key: CacheKey) -> tuple[tuple[float, list[Offer]] | None,
-                                                          tuple[SharedAnswers, str, float] | None]:
+    async def _from_others(self, key: CacheKey) -> tuple[tuple[float, list[Offer]] | None, Turn | None]:
         """(seconds left, offers) another process kept — waited for while one asks the cloud for
-        them — or None and this process's turn to ask (the store, key and deadline to give it back
-        by; None without a store, or when the store fails or is slow to write: the cloud is asked
-        then, as without one)."""
+        them — or None and this process's turn to ask (None without a store, or when the store fails
+        or is slow to write: the cloud is asked then, as without one)."""
         if (store := self._store) is None:
             return None, None
         digest = shared_key(key)
         try:
             while True:
                 kept = await asyncio.to_thread(store.load, digest)
-                if kept is not None and kept[1] is not None:
-                    return (kept[0], _OFFERS.validate_json(kept[1])), None
                 if kept is None:  # nobody has it or asks for it: take the turn, unless taken meanwhile
                     claiming = asyncio.to_thread(store.claim, digest, SHARED_TURN_S)
-                    try:
-                        until = await asyncio.wait_for(claiming, SHARED_CLAIM_WAIT_S)
-                    except TimeoutError:  # its write goes on: the others may wait for this answer
-                        log.warning("offers cache: no turn within %.0f s (the database's write lock): "
-                                    "asking the cloud", SHARED_CLAIM_WAIT_S)
-                        return None, None
-                    if until is not None:
-                        return None, (store, digest, until)
-                else:  # another process asks the cloud: its answer is read here when it comes
+                    if (until := await asyncio.wait_for(claiming, SHARED_CLAIM_WAIT_S)) is not None:
+                        return None, Turn(store, digest, until)
+                elif kept[1] is None:  # another process asks the cloud: its answer is read here when it comes
                     await asyncio.sleep(self.poll_s)
+                else:
+                    return (kept[0], _OFFERS.validate_json(kept[1])), None
+        except TimeoutError:  # the turn's write waits for the database's write lock, and goes on: the
+            # others may wait for this process's answer
+            log.warning("offers cache: no turn within %.0f s (the database's write lock): asking the cloud",
+                        SHARED_CLAIM_WAIT_S)
+            return None, None
         except Exception as e:  # noqa: BLE001 — the database, or an answer an older version wrote
             log.warning("offers cache: the shared answers could not be read (%s): asking the cloud", clean(e))
             return None, None

@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from fakeclouds.admin import FakeCloudAdminError
-from fakeclouds.engine import PENDING, TERMINATED, TERMINATING, Machine
+from fakeclouds.engine import HELD_S, PENDING, TERMINATED, TERMINATING, Machine
 from fakeclouds.server import FakeCloudServer
 from messages import workflows as wf
 from messages.allocation import Timing
@@ -47,7 +47,6 @@ PARALLEL = 4  # machines provisioning at once
 # A workflow task held by the killed worker goes to the new one after this (Temporal's default: 10 s).
 TASK_TIMEOUT_S = 3.0
 BOOT_DELAY_S, TERMINATE_DELAY_S = 0.3, 0.05  # the crash tests' simulated cloud's (tests/crash/conftest.py)
-HELD_S = 7 * 24 * 3600.0  # a terminate_delay past any test: teardowns stay terminating until it is shortened
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client
 
+from fakeclouds.engine import HELD_S
 from fakeclouds.server import FakeCloudServer
 from messages import workflows as wf
 from messages.allocation import AllocateRequest, AllocationInput, AllocationState
@@ -23,8 +24,6 @@ from store.models import SpendInterval, utcnow
 from tests.crash.conftest import TASK_QUEUE, WorkerProcess
 from tests.crash.test_worker_crash import TIMING, USER_KEY, until
 from tests.workflows.conftest import settled, terminate
-
-HELD_S = 7 * 24 * 3600.0  # a terminate_delay past any test: terminating until it is shortened
 
 
 def ledger(engine: sa.Engine, allocation_id: str) -> list[SpendInterval]:

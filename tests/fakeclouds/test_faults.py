@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from fakeclouds.admin import FakeCloudAdmin, FakeCloudAdminError
+from fakeclouds.engine import HELD_S
 from fakeclouds.faults import FaultBook, FaultRule
 from tests.fakeclouds.helpers import create_local, launch_lambda, wait_lambda, wait_local
 
@@ -123,7 +124,7 @@ async def test_a_termination_under_way_waits_out_the_delay_as_it_is_now(
     test kills a worker during); shortened, the termination already under way ends."""
     m = (await create_local(local, pubkey)).json()
     await wait_local(local, m["id"])
-    admin.configure(terminate_delay=7 * 24 * 3600)
+    admin.configure(terminate_delay=HELD_S)
     assert (await local.delete(f"/machines/{m['id']}")).status_code == 202
     await asyncio.sleep(0.2)  # ten times the delay it was created under
     assert admin.machine(m["id"])["status"] == "terminating"

@@ -132,27 +132,44 @@ async def test_a_store_that_fails_costs_only_the_call_it_would_save(
     assert any("could not be read" in m for m in logged) and any("could not be written" in m for m in logged)
 
 
-class SlowToWrite:
-    """The shared store, its writes held until `written` is set: a database whose write lock other
-    writers hold."""
+class Through:
+    """The shared store, every call passed through: what the stores below change one part of."""
 
     def __init__(self, shared: OfferAnswers) -> None:
-        self.shared, self.written = shared, threading.Event()
+        self.shared = shared
 
     def load(self, key: str) -> tuple[float, str | None] | None:
         return self.shared.load(key)
 
     def save(self, key: str, offers: str, ttl_s: float) -> None:
-        assert self.written.wait(60), "never released"
         self.shared.save(key, offers, ttl_s)
 
     def claim(self, key: str, for_s: float) -> float | None:
-        assert self.written.wait(60), "never released"
         return self.shared.claim(key, for_s)
 
     def release(self, key: str, until: float) -> None:
-        assert self.written.wait(60), "never released"
         self.shared.release(key, until)
+
+
+class SlowToWrite(Through):
+    """The shared store, its writes held until `written` is set: a database whose write lock other
+    writers hold."""
+
+    def __init__(self, shared: OfferAnswers) -> None:
+        super().__init__(shared)
+        self.written = threading.Event()
+
+    def save(self, key: str, offers: str, ttl_s: float) -> None:
+        assert self.written.wait(60), "never released"
+        super().save(key, offers, ttl_s)
+
+    def claim(self, key: str, for_s: float) -> float | None:
+        assert self.written.wait(60), "never released"
+        return super().claim(key, for_s)
+
+    def release(self, key: str, until: float) -> None:
+        assert self.written.wait(60), "never released"
+        super().release(key, until)
 
 
 async def test_a_store_slow_to_write_never_holds_the_answer(
@@ -175,26 +192,18 @@ async def test_a_store_slow_to_write_never_holds_the_answer(
     assert again.clouds[0].cached and len(cloud.calls) == 1
 
 
-class Watched:
+class Watched(Through):
     """The shared store, noting when a process read another's turn (a test waits for that moment)."""
 
     def __init__(self, shared: OfferAnswers) -> None:
-        self.shared, self.saw_turn = shared, threading.Event()
+        super().__init__(shared)
+        self.saw_turn = threading.Event()
 
     def load(self, key: str) -> tuple[float, str | None] | None:
-        kept = self.shared.load(key)
+        kept = super().load(key)
         if kept is not None and kept[1] is None:
             self.saw_turn.set()
         return kept
-
-    def save(self, key: str, offers: str, ttl_s: float) -> None:
-        self.shared.save(key, offers, ttl_s)
-
-    def claim(self, key: str, for_s: float) -> float | None:
-        return self.shared.claim(key, for_s)
-
-    def release(self, key: str, until: float) -> None:
-        self.shared.release(key, until)
 
 
 def waiting_process(shared: OfferAnswers, clocks: Clocks) -> tuple[OfferCache, Watched]:
