@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -134,11 +134,14 @@ class SharedAnswers(Protocol):
 
 
 class Turn(NamedTuple):
-    """This process's turn to ask the cloud, taken in `store` under `key` until `until`."""
+    """This process's turn to ask the cloud for `key` in `store`: `claim` is the claim's write, its
+    deadline once written (None: another process's turn or answer was there first). A claim not
+    written within SHARED_CLAIM_WAIT_S goes on: the cloud is asked meanwhile, and should the claim
+    land, it is this process's turn all the same (given back if the call fails)."""
 
     store: SharedAnswers
     key: str
-    until: float
+    claim: asyncio.Future[float | None]
 
 
 _OFFERS = TypeAdapter(list[Offer])
@@ -200,7 +203,7 @@ class OfferCache:
                     offers = await fetch()
                 except BaseException:
                     if turn is not None:  # the next process to ask takes it, not after its deadline
-                        self._write_later(turn.store.release, turn.key, turn.until)
+                        self._later(self._give_back(turn))
                     raise
                 ttl_s = self.ttl_s
                 if (store := self._store) is not None:  # in place of the turn, if one was taken
@@ -223,8 +226,9 @@ class OfferCache:
 
     async def _from_others(self, key: CacheKey) -> tuple[tuple[float, list[Offer]] | None, Turn | None]:
         """(seconds left, offers) another process kept — waited for while one asks the cloud for
-        them — or None and this process's turn to ask (None without a store, or when the store fails
-        or is slow to write: the cloud is asked then, as without one)."""
+        them — or None and this process's turn to ask (None without a store or when the store fails:
+        the cloud is asked then, as without one; a turn whose claim waits past SHARED_CLAIM_WAIT_S to
+        be written, unwritten: the cloud is asked meanwhile)."""
         if (store := self._store) is None:
             return None, None
         digest = shared_key(key)
@@ -232,34 +236,51 @@ class OfferCache:
             while True:
                 kept = await asyncio.to_thread(store.load, digest)
                 if kept is None:  # nobody has it or asks for it: take the turn, unless taken meanwhile
-                    claiming = asyncio.to_thread(store.claim, digest, SHARED_TURN_S)
-                    if (until := await asyncio.wait_for(claiming, SHARED_CLAIM_WAIT_S)) is not None:
-                        return None, Turn(store, digest, until)
+                    claim = asyncio.ensure_future(asyncio.to_thread(store.claim, digest, SHARED_TURN_S))
+                    claim.add_done_callback(_retrieved)
+                    turn = Turn(store, digest, claim)
+                    try:
+                        until = await asyncio.wait_for(asyncio.shield(claim), SHARED_CLAIM_WAIT_S)
+                    except TimeoutError:  # the write waits for the database's write lock, and goes on:
+                        # the others may wait for this process's answer
+                        log.warning("offers cache: no turn within %.0f s (the database's write lock): "
+                                    "asking the cloud", SHARED_CLAIM_WAIT_S)
+                        return None, turn
+                    except asyncio.CancelledError:  # nobody will ask: a claim still landing is given back
+                        self._later(self._give_back(turn))
+                        raise
+                    if until is not None:
+                        return None, turn
                 elif kept[1] is None:  # another process asks the cloud: its answer is read here when it comes
                     await asyncio.sleep(self.poll_s)
                 else:
                     return (kept[0], _OFFERS.validate_json(kept[1])), None
-        except TimeoutError:  # the turn's write waits for the database's write lock, and goes on: the
-            # others may wait for this process's answer
-            log.warning("offers cache: no turn within %.0f s (the database's write lock): asking the cloud",
-                        SHARED_CLAIM_WAIT_S)
-            return None, None
         except Exception as e:  # noqa: BLE001 — the database, or an answer an older version wrote
             log.warning("offers cache: the shared answers could not be read (%s): asking the cloud", clean(e))
             return None, None
 
     def _write_later(self, write: Callable[..., None], *args: object) -> None:
         """`write(*args)` on a thread, after the answer (a write waits for the database's write lock)."""
-        task = asyncio.get_running_loop().create_task(self._write(write, *args))
+        self._later(asyncio.to_thread(write, *args))
+
+    def _later(self, writing: Awaitable[None]) -> None:
+        task = asyncio.get_running_loop().create_task(self._write(writing))
         self._writing.add(task)  # held until done: the loop keeps only a weak reference
         task.add_done_callback(self._writing.discard)
 
     @staticmethod
-    async def _write(write: Callable[..., None], *args: object) -> None:
+    async def _write(writing: Awaitable[None]) -> None:
         try:
-            await asyncio.to_thread(write, *args)
+            await writing
         except Exception as e:  # noqa: BLE001 — this process still serves it; the others ask the cloud
             log.warning("offers cache: the shared answers could not be written (%s)", clean(e))
+
+    @staticmethod
+    async def _give_back(turn: Turn) -> None:
+        """Give `turn` back once its claim is written — a late one too: held, it would keep the other
+        processes waiting until its deadline for an answer that never comes."""
+        if (until := await turn.claim) is not None:
+            await asyncio.to_thread(turn.store.release, turn.key, until)
 
     def pending(self) -> list[asyncio.Task[tuple[list[Offer], bool]]]:
         """The calls under way (a test awaits them; `aclose` cancels them)."""
@@ -292,9 +313,9 @@ def shared_key(key: CacheKey) -> str:
     return h.hexdigest()
 
 
-def _retrieved(call: asyncio.Task[tuple[list[Offer], bool]]) -> None:
-    """Read a finished call's failure: when every caller stopped waiting, nobody else does, and asyncio
-    would log it as never retrieved."""
+def _retrieved(call: asyncio.Future[Any]) -> None:
+    """Read a finished call's failure (a cloud's, a claim's): when every caller stopped waiting, nobody
+    else does, and asyncio would log it as never retrieved."""
     if not call.cancelled():
         call.exception()
 

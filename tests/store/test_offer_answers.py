@@ -158,14 +158,20 @@ class SlowToWrite(Through):
     def __init__(self, shared: OfferAnswers) -> None:
         super().__init__(shared)
         self.written = threading.Event()
+        self.claiming = threading.Event()  # a claim's write has begun
+        self.claimed = threading.Event()  # and ended
 
     def save(self, key: str, offers: str, ttl_s: float) -> None:
         assert self.written.wait(60), "never released"
         super().save(key, offers, ttl_s)
 
     def claim(self, key: str, for_s: float) -> float | None:
+        self.claiming.set()
         assert self.written.wait(60), "never released"
-        return super().claim(key, for_s)
+        try:
+            return super().claim(key, for_s)
+        finally:
+            self.claimed.set()
 
     def release(self, key: str, until: float) -> None:
         assert self.written.wait(60), "never released"
@@ -267,6 +273,48 @@ async def test_a_failed_call_gives_its_turn_to_the_process_waiting(answers: Shar
     answer = await second  # not the failure's: its own search, once the turn was given back
     assert answer.clouds[0].status == "answered" and not answer.clouds[0].cached
     assert len(cloud.calls) == 2
+
+
+async def test_a_turn_written_late_is_given_back_when_its_call_fails(
+        answers: Shared, caplog: pytest.LogCaptureFixture) -> None:
+    """The claim waited past SHARED_CLAIM_WAIT_S for the write lock, the cloud was asked meanwhile and
+    refused; the claim then landed. Before, that turn stayed until its deadline: the other processes
+    waited 30 s for an answer nobody was asking for."""
+    shared, clocks = answers
+    caplog.set_level(logging.WARNING, logger="gpuprov.market")
+    slow = SlowToWrite(shared)
+    one = OfferCache(ttl_s=TTL_S, clock=clocks.monotonic, shared=slow)
+    cloud = FirstCallFailsFake([offer("vast", "v.one", 0.5)])
+    cloud.release.set()  # the first search fails at once
+    answer = await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=one, timeout_s=30)
+    assert answer.clouds[0].status == "failed"
+    assert any("no turn within" in r.getMessage() for r in caplog.records)
+    slow.written.set()  # the write lock is free: the claim lands, then the give-back
+    assert await asyncio.to_thread(slow.claimed.wait, 60)
+    await asyncio.wait_for(one.shared_yet(), 60)
+    assert shared.load(shared_key(OfferCache.key(source("vast-1", cloud), OfferQuery()))) is None, \
+        "the late turn is still held"
+    again = await gather_offers([source("vast-1", cloud)], OfferQuery(), cache=process(shared, clocks),
+                                timeout_s=30)
+    assert again.clouds[0].status == "answered" and len(cloud.calls) == 2  # asked at once, not after 30 s
+
+
+async def test_a_process_closing_while_its_claim_waits_gives_the_turn_back(answers: Shared) -> None:
+    shared, clocks = answers
+    slow = SlowToWrite(shared)
+    one = OfferCache(ttl_s=TTL_S, clock=clocks.monotonic, shared=slow)
+    cloud = FakeMarketCloud([offer("vast", "v.one", 0.5)])
+    page = asking(one, cloud)
+    assert await asyncio.to_thread(slow.claiming.wait, 60)
+    closing = asyncio.create_task(one.aclose())  # the API shutting down: its calls are cancelled
+    await asyncio.sleep(0)
+    slow.written.set()
+    assert await asyncio.to_thread(slow.claimed.wait, 60)
+    await asyncio.wait_for(closing, 60)
+    (ended,) = await asyncio.gather(page, return_exceptions=True)
+    assert isinstance(ended, asyncio.CancelledError) and cloud.calls == []
+    assert shared.load(shared_key(OfferCache.key(source("vast-1", cloud), OfferQuery()))) is None, \
+        "the turn of a process gone is still held"
 
 
 async def test_a_turn_held_past_its_deadline_is_taken(answers: Shared) -> None:
