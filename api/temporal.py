@@ -70,6 +70,10 @@ class WorkflowGateway(Protocol):
         """Send `signal`(arg); False when the workflow is closed or unknown."""
         ...
 
+    async def is_open(self, workflow_id: str) -> bool | None:
+        """Whether `workflow_id`'s latest run is still open; None when no run of it was ever started."""
+        ...
+
     async def put_schedule(self, schedule_id: str, ref: WorkflowRef[I, Any], arg: I, *, workflow_id: str,
                            every_s: float | None = None, cron: str | None = None, paused: bool = False,
                            note: str = "", run_timeout_s: float = 300.0) -> None:
@@ -232,6 +236,19 @@ class TemporalGateway:
                 return False
             raise WorkflowUnavailable(f"could not signal {workflow_id}: {e.message}") from e
         return True
+
+    async def is_open(self, workflow_id: str) -> bool | None:
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.service import RPCError, RPCStatusCode
+
+        client = await self.client()
+        try:
+            described = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise WorkflowUnavailable(f"could not describe {workflow_id}: {e.message}") from e
+        return described.status == WorkflowExecutionStatus.RUNNING
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         from temporalio.service import RPCError, RPCStatusCode

@@ -1,14 +1,25 @@
 """Acceptance runs (store/models.py AcceptanceRun): written by the run's workflow as it goes, read by
-the API and the CLI, and exported as the committed results file's entries (providers/support.py)."""
+the API and the CLI, and exported as the committed results file's entries (providers/support.py).
+One run at a time per connection (AcceptanceLane): the API takes the lane before it starts a run, and
+the run's last record — its result — lets it go."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from messages.acceptance import AcceptanceResult, AcceptanceState, RecordAcceptanceInput
-from store.models import AcceptanceRun, utcnow
+from store.clock import aware
+from store.models import AcceptanceLane, AcceptanceRun, utcnow
+
+_TAKE = sa.text("INSERT INTO acceptance_lane (connection_id, run_id) VALUES (:connection_id, :run_id) "
+                "ON CONFLICT (connection_id) DO NOTHING")
+_TAKE_OVER = sa.text("UPDATE acceptance_lane SET run_id = :run_id "
+                     "WHERE connection_id = :connection_id AND run_id = :holder")
+_LET_GO = sa.text("DELETE FROM acceptance_lane WHERE connection_id = :connection_id AND run_id = :run_id")
 
 
 def save(session: Session, inp: RecordAcceptanceInput) -> None:
@@ -21,16 +32,41 @@ def save(session: Session, inp: RecordAcceptanceInput) -> None:
     if inp.result is not None:
         row.result = inp.result.model_dump_json()
         row.finished_at = row.finished_at or utcnow()
+        session.execute(_LET_GO, {"connection_id": row.connection_id, "run_id": row.id})
     session.add(row)
     session.commit()
 
 
 def forget(session: Session, run_id: str) -> None:
-    """Remove a run's row (its workflow never started)."""
+    """Remove a run's row, and let its lane go (its workflow never started)."""
     row = session.get(AcceptanceRun, run_id)
     if row is not None:
+        session.execute(_LET_GO, {"connection_id": row.connection_id, "run_id": row.id})
         session.delete(row)
         session.commit()
+
+
+def open_since(session: Session, run_id: str) -> datetime | None:
+    """When a run that has not ended was started (its row made); None once it ended, or when its row
+    is gone (its start failed)."""
+    row = session.get(AcceptanceRun, run_id)
+    return aware(row.created_at) if row is not None and row.result is None and row.created_at else None
+
+
+def take_lane(session: Session, connection_id: str, run_id: str, *, holder: str | None = None) -> str | None:
+    """Take `connection_id`'s lane for `run_id`: None when taken, else the run that holds it.
+    `holder`: take it from that run (one whose end went unrecorded), unless another took it since."""
+    for _ in range(3):  # the lane let go between the insert and the read: try again
+        args = {"connection_id": connection_id, "run_id": run_id, "holder": holder}
+        taken = session.connection().execute(_TAKE if holder is None else _TAKE_OVER, args).rowcount
+        session.commit()
+        if taken == 1:
+            return None
+        lane = session.get(AcceptanceLane, connection_id)
+        if lane is not None:
+            return lane.run_id
+        holder = None
+    raise RuntimeError(f"the acceptance lane of {connection_id} was taken and let go three times over")
 
 
 def get(session: Session, project: str, run_id: str) -> AcceptanceRun | None:

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 import sqlalchemy as sa
@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 from sqlmodel.sql.expression import SelectOfScalar
 
+from store.clock import aware
 from store.models import CapacityRefusal, Connection
 
 FIRST_SPAN = timedelta(minutes=5)
@@ -49,10 +50,6 @@ def scope_id(scope: Scope, kind: str) -> str:
 def span(refusals: int) -> timedelta:
     """How long a scope refused `refusals` times in a row is remembered after the last refusal."""
     return min(MAX_SPAN, FIRST_SPAN * 2 ** max(0, min(refusals - 1, 16)))
-
-
-def aware(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite drops the zone
 
 
 def remember_refusal(session: Session, scope: Scope, kind: str, reason: str, now: datetime,

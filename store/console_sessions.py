@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
+from store.clock import aware
 from store.models import ApiToken, ConsoleSession, utcnow
 from store.secrets import SecretBox
 
@@ -55,11 +56,11 @@ def live_session(conn: sa.Connection, box: SecretBox, value: str | None) -> Open
     if value is None or digest is None:
         return None
     row = conn.execute(_LIVE_LOOKUP, {"id_digest": digest}).first()
-    if row is None or row.ended_at is not None or _aware(row.expires_at) <= utcnow():
+    if row is None or row.ended_at is not None or aware(row.expires_at) <= utcnow():
         return None
     if row.token_hash is not None and (row.token_project is None or row.revoked_at is not None):
         return None
-    return OpenSession(bool(row.admin), row.project, csrf_token(box, value), _aware(row.expires_at))
+    return OpenSession(bool(row.admin), row.project, csrf_token(box, value), aware(row.expires_at))
 
 
 _LIVE_LOOKUP = sa.select(
@@ -94,6 +95,3 @@ def _stored_id(box: SecretBox, value: str | None) -> str | None:
     return _id_digest(box, value)
 
 
-def _aware(at: datetime) -> datetime:
-    # SQLite hands back naive datetimes for timezone-aware columns; every time stored here is UTC.
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

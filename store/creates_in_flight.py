@@ -4,10 +4,11 @@ in doubt (no answer came), by its key — what the twin hunt and the in-flight w
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlmodel import Session, col, select
 
+from store.clock import aware
 from store.models import CreateSend, utcnow
 
 
@@ -44,11 +45,7 @@ def doubted_keys(session: Session, keys: Collection[str]) -> dict[str, datetime]
         return {}
     rows = session.exec(select(CreateSend).where(col(CreateSend.key).in_(list(keys)),
                                                  col(CreateSend.doubted_at).is_not(None))).all()
-    return {r.key: _aware(r.doubted_at) for r in rows if r.doubted_at is not None}
-
-
-def _aware(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite drops the zone
+    return {r.key: aware(r.doubted_at) for r in rows if r.doubted_at is not None}
 
 
 def sends_under(session: Session, key: str) -> tuple[bool, datetime | None]:
@@ -59,4 +56,4 @@ def sends_under(session: Session, key: str) -> tuple[bool, datetime | None]:
         return False, None
     if row.answered_at is not None:
         return True, None
-    return True, _aware(row.sent_at)
+    return True, aware(row.sent_at)

@@ -379,6 +379,18 @@ class AcceptanceRun(SQLModel, table=True):
     result: str | None = None  # AcceptanceResult, JSON: set once the run ended
 
 
+class AcceptanceLane(SQLModel, table=True):
+    """The acceptance run under way on a connection: one at a time (the key), taken before a run
+    starts and let go when it records its result (store/acceptance_runs.py). Two runs on one account
+    would share its capacity and rate limits, each would count the other's machines in its "nothing
+    billable" check, and they would double what it spends."""
+
+    __tablename__ = "acceptance_lane"
+
+    connection_id: str = Field(primary_key=True)
+    run_id: str
+
+
 class KubeconfigFetch(SQLModel, table=True):
     """One hand-out of an instance's cluster-admin kubeconfig (api/routers/kubeconfig.py): who asked,
     from where, when. The kubeconfig itself is never stored: it is read from the machine each time."""

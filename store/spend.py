@@ -20,17 +20,13 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from store.clock import aware
 from store.db import dialect_insert
 from store.models import SpendDay, SpendInterval
 
 MANUAL = "manual"  # the job type of instances allocated by hand
 _HOUR_S = 3600.0
 _DAY_S = 86400.0
-
-
-def aware(t: datetime) -> datetime:
-    """`t` with its zone (UTC where SQLite dropped it)."""
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def start_of(created_at: datetime | None, *, now: datetime, not_before: datetime | None = None) -> datetime:

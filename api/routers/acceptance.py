@@ -9,6 +9,7 @@ run after the plan (the offer and its price are in its state) until `POST .../ap
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -37,6 +38,7 @@ from messages.acceptance import (
 from messages.allocation import Timing
 from providers import support
 from store import acceptance_runs
+from store.clock import utcnow
 from store.connections import get_connection
 from store.identity import ssh_identity
 from store.models import AcceptanceRun
@@ -45,6 +47,9 @@ KEYSET = Keyset("acceptance_runs", AcceptanceRun.created_at, AcceptanceRun.id, d
 PRIVATE_QUEUE = r"^gpuprov-acceptance-[a-z0-9-]{1,60}$"
 # A simulated account answers in milliseconds: a worker killed mid-create is noticed sooner there.
 SIMULATED_TIMING = Timing(heartbeat_timeout_s=8.0, poll_interval_s=0.5, max_retry_interval_s=2.0)
+# A run's row is made, and its lane taken, just before its workflow is started: a lane whose run has no
+# workflow this long after is one an API stopped between the two (the next run takes it over).
+STARTING_S = 60.0
 
 
 def workflow_id(run_id: str) -> str:
@@ -143,13 +148,57 @@ def _request(deps: AppDeps, project: str, body: AcceptanceRunCreate, run_id: str
         settle_s=10.0 if simulated else 120.0)
 
 
+def _take_lane(deps: AppDeps, connection_id: str, run_id: str, holder: str | None) -> str | None:
+    with open_session(deps) as session:
+        return acceptance_runs.take_lane(session, connection_id, run_id, holder=holder)
+
+
+def _open_since(deps: AppDeps, run_id: str) -> datetime | None:
+    with open_session(deps) as session:
+        return acceptance_runs.open_since(session, run_id)
+
+
+async def _under_way(deps: AppDeps, run_id: str) -> bool:
+    """A run holding a lane is under way while its workflow is open, or about to start: its row was
+    made moments ago and the start is on its way (an API stopped between the two lets it go after
+    STARTING_S). One whose workflow closed without recording its end (terminated from the Web UI)
+    is not."""
+    started_at = await in_thread(_open_since, deps, run_id)
+    if started_at is None:
+        return False
+    is_open = await deps.workflows.is_open(workflow_id(run_id))
+    if is_open is None:
+        return utcnow() - started_at < timedelta(seconds=STARTING_S)
+    return is_open
+
+
+async def _one_at_a_time(deps: AppDeps, connection_id: str, run_id: str) -> None:
+    """Take the connection's acceptance lane for `run_id` (its row saved first), or refuse (409)
+    while another run holding it is under way; from one that is not, take it over."""
+    holder = await in_thread(_take_lane, deps, connection_id, run_id, None)
+    while holder is not None:
+        try:
+            under_way = await _under_way(deps, holder)
+        except WorkflowUnavailable as e:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+        if under_way:
+            raise HTTPException(status.HTTP_409_CONFLICT, (
+                f"acceptance run {holder} is under way on connection {connection_id}: one run at a "
+                "time per account (two would take each other's capacity and count each other's "
+                f"machines as leftovers). Wait for it to end, or answer it if it waits for approval "
+                f"(POST /api/compute/acceptance-runs/{holder}/approve with spend false ends it)"))
+        holder = await in_thread(_take_lane, deps, connection_id, run_id, holder)
+
+
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=AcceptanceRunOut,
              responses={403: {"description": "a private task queue without the admin token"},
-                        404: {"description": "unknown connection"}, **_UNAVAILABLE})
+                        404: {"description": "unknown connection"},
+                        409: {"description": "another acceptance run is under way on the connection"},
+                        **_UNAVAILABLE})
 async def start_run(body: AcceptanceRunCreate, deps: DepsDep, caller: CallerDep) -> AcceptanceRunOut:
     """Start an acceptance run on one of the project's connections. It allocates real machines on
     that account (the cheapest offer of `gpu`, or the cloud's cheapest), within `max_usd` and
-    `max_minutes`, and always cleans up."""
+    `max_minutes`, and always cleans up. One run at a time per connection."""
     if body.private_task_queue is not None:
         require_admin(caller)  # it names a queue a worker outside the deployment polls
     run_id = f"acc-{uuid.uuid4().hex[:12]}"
@@ -157,6 +206,11 @@ async def start_run(body: AcceptanceRunCreate, deps: DepsDep, caller: CallerDep)
     state = AcceptanceState(run_id=run_id, cloud=request.cloud)
     # The row first: the list shows the run at once; the workflow's own records bring it up to date.
     await in_thread(_save, deps, _record(request, state))
+    try:
+        await _one_at_a_time(deps, request.connection_id, run_id)
+    except BaseException:
+        await in_thread(_forget, deps, run_id)
+        raise
     try:
         await deps.workflows.start(wf.ACCEPTANCE, request, workflow_id=workflow_id(run_id))
     except WorkflowUnavailable as e:

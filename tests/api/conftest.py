@@ -163,6 +163,11 @@ class FakeWorkflows:
         self.updates.append((workflow_id, update.name))
         return workflow_id not in self.closed
 
+    async def is_open(self, workflow_id: str) -> bool | None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return workflow_id not in self.closed if workflow_id in self.runs else None
+
     async def query(self, workflow_id: str, query: QueryRef[Any]) -> Any:
         if self.fail_with is not None:
             raise self.fail_with

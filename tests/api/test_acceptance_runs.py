@@ -4,13 +4,13 @@ against every simulation in tests/acceptance/)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from api.routers.acceptance import workflow_id
+from api.routers.acceptance import STARTING_S, workflow_id
 from api.temporal import WorkflowUnavailable
 from messages import workflows as wf
 from messages.acceptance import (
@@ -93,3 +93,82 @@ async def test_an_ended_run_reads_as_recorded_refuses_answers_and_exports_its_re
     # the committed file's format: parsed by the same code that reads providers/acceptance_results.json
     assert support.parse_results(exported.text) == [result]
     assert "api_key" not in exported.text and "credentials" not in exported.text
+
+
+def _ended(engine: sa.Engine, run_id: str, connection_id: str) -> None:
+    """The run's workflow records its result (its last record)."""
+    steps = [AcceptanceStep(name=n, outcome="passed", seconds=1.0) for n in STEPS]
+    result = AcceptanceResult(cloud="fakecloud", adapter_version="v1", account="simulated", steps=steps,
+                              started_at=datetime(2030, 1, 1, tzinfo=UTC))
+    with Session(engine) as s:
+        acceptance_runs.save(s, RecordAcceptanceInput(
+            run_id=run_id, project="default", connection_id=connection_id, result=result,
+            state=AcceptanceState(run_id=run_id, cloud="fakecloud", done=True, steps=steps, result=result)))
+
+
+async def test_one_run_at_a_time_per_connection(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
+    """`make fuzz` started 22 runs at once on one account: they took each other's capacity (one failed
+    on a zone the others had emptied) and would have doubled a real account's spend."""
+    conn, other = await connect_fake(client), await connect_fake(client)
+    body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
+    first = await client.post(RUNS, json=body)
+    assert first.status_code == 202, first.text
+    second = await client.post(RUNS, json=body)
+    assert second.status_code == 409, second.text
+    assert first.json()["id"] in second.json()["detail"] and "under way" in second.json()["detail"]
+    listed = [i["id"] for i in await all_items(client, RUNS)]
+    assert listed == [first.json()["id"]], "the refused run left a row"
+    assert len(workflows.starts_of(wf.ACCEPTANCE.name)) == 1
+    beside = await client.post(RUNS, json={**body, "connection_id": other["id"]})
+    assert beside.status_code == 202, "another connection's runs are not held"
+
+    _ended(engine, first.json()["id"], conn["id"])
+    after = await client.post(RUNS, json=body)
+    assert after.status_code == 202, after.text
+
+
+async def test_a_run_closed_without_recording_its_end_gives_the_connection_up(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    conn = await connect_fake(client)
+    body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
+    first = (await client.post(RUNS, json=body)).json()
+    workflows.closed.add(workflow_id(first["id"]))  # terminated from the Web UI: no result recorded
+    second = await client.post(RUNS, json=body)
+    assert second.status_code == 202, second.text
+    third = await client.post(RUNS, json=body)
+    assert third.status_code == 409 and second.json()["id"] in third.json()["detail"]
+
+
+async def test_a_run_whose_workflow_never_started_holds_the_connection_only_briefly(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
+    """Its row made and its lane taken, the API stopped before the start: while that start may still
+    be on its way the lane is held, then the next run takes it over."""
+    conn = await connect_fake(client)
+    with Session(engine) as s:
+        acceptance_runs.save(s, RecordAcceptanceInput(
+            run_id="acc-000000000009", project="default", connection_id=conn["id"],
+            state=AcceptanceState(run_id="acc-000000000009", cloud="fakecloud")))
+        assert acceptance_runs.take_lane(s, conn["id"], "acc-000000000009") is None
+    body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
+    r = await client.post(RUNS, json=body)
+    assert r.status_code == 409 and "acc-000000000009" in r.json()["detail"]
+    with engine.begin() as c:
+        c.execute(sa.text("UPDATE acceptance_runs SET created_at = :at WHERE id = 'acc-000000000009'"),
+                  {"at": datetime.now(UTC) - timedelta(seconds=STARTING_S + 1)})
+    r = await client.post(RUNS, json=body)
+    assert r.status_code == 202, r.text
+
+
+async def test_temporal_down_at_the_check_refuses_and_keeps_the_holder(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    conn = await connect_fake(client)
+    body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
+    first = (await client.post(RUNS, json=body)).json()
+    workflows.fail_with = WorkflowUnavailable("Temporal at 127.0.0.1:7233 is not reachable")
+    r = await client.post(RUNS, json=body)
+    assert r.status_code == 503
+    workflows.fail_with = None
+    assert [i["id"] for i in await all_items(client, RUNS)] == [first["id"]]
+    r = await client.post(RUNS, json=body)
+    assert r.status_code == 409 and first["id"] in r.json()["detail"]
