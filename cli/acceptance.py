@@ -192,6 +192,7 @@ def run(
     started = api.call("POST", "/acceptance-runs", json=body)
     run_id = started["id"]
     typer.echo(f"acceptance run {run_id} on {started['cloud']} (connection {connection})")
+    unanswered = True  # until its plan is answered, or it ended without one
     try:
         run_ = _await_plan(api, run_id)
         if run_["awaiting_approval"]:
@@ -202,11 +203,27 @@ def run(
             api.call("POST", f"/acceptance-runs/{run_id}/approve", json={"spend": go})
             if not go:
                 typer.echo("not spending: the run ends with nothing created")
+        unanswered = False
         final = _follow(api, run_id, worker)
+    except BaseException:
+        if unanswered:  # interrupted (Ctrl-C at the question): a held run would hold the connection
+            _decline(api, run_id)
+        raise
     finally:
         if worker is not None:
             worker.stop()
     _report(final, json_out)
+
+
+def _decline(api: Api, run_id: str) -> None:
+    """End a run whose plan was never answered, with nothing created. A refusal (the API's reason is
+    printed) is said, not raised over the interruption."""
+    try:
+        api.call("POST", f"/acceptance-runs/{run_id}/approve", json={"spend": False})
+    except typer.Exit:
+        typer.echo(f"acceptance run {run_id} was not declined: `gpuprov acceptance ls` shows it", err=True)
+    else:
+        typer.echo(f"acceptance run {run_id} declined: it ends with nothing created", err=True)
 
 
 def _await_plan(api: Api, run_id: str) -> dict[str, Any]:

@@ -57,6 +57,8 @@ class FakeAcceptanceWorkflows(FakeInstantWorkflows):
         self.signals.append((workflow_id, signal.name, arg))
         if isinstance(arg, Approval):
             self.approved = arg.spend
+            if not arg.spend:
+                self.closed.add(workflow_id)  # declined, the run ends (the real one records its end)
         return True
 
 
@@ -103,6 +105,25 @@ def test_a_declined_plan_creates_nothing_and_exits_1(workflows: FakeAcceptanceWo
     assert r.exit_code == 1, r.output
     assert "not spending: the run ends with nothing created" in r.output
     assert workflows.approved is False
+
+
+def test_interrupted_at_the_question_the_run_is_declined(workflows: FakeAcceptanceWorkflows,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C at "spend up to …?": the run held for its answer would hold the connection (one run at
+    a time per connection) until someone answered it through the API."""
+    conn = _connection()
+
+    def interrupted(yes: bool, cloud: str, max_usd: float) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("cli.acceptance._ask", interrupted)
+    monkeypatch.setattr("cli.acceptance.can_ask", lambda: True)
+    r = runner.invoke(app, ["acceptance", "run", "--connection", conn, "--no-kill-step"])
+    assert r.exit_code == 130  # Ctrl-C
+    assert workflows.approved is False and "declined: it ends with nothing created" in r.output
+    again = runner.invoke(app, ["acceptance", "run", "--connection", conn, "--yes", "--no-kill-step"])
+    assert "under way" not in again.output, "the connection was left held"
+    assert len(workflows.starts_of(wf.ACCEPTANCE.name)) == 2
 
 
 def test_a_private_workers_temporary_files_go_to_its_own_directory_removed_when_it_stops(
