@@ -5,6 +5,7 @@ against every simulation in tests/acceptance/)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
@@ -128,11 +129,18 @@ async def test_one_run_at_a_time_per_connection(
     assert after.status_code == 202, after.text
 
 
-async def test_a_run_closed_without_recording_its_end_gives_the_connection_up(
-        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+async def one_run(client: httpx.AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A new connection with a run started on it: (the body that starts a run there, the run)."""
     conn = await connect_fake(client)
     body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
-    first = (await client.post(RUNS, json=body)).json()
+    first = await client.post(RUNS, json=body)
+    assert first.status_code == 202, first.text
+    return body, first.json()
+
+
+async def test_a_run_closed_without_recording_its_end_gives_the_connection_up(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    body, first = await one_run(client)
     workflows.closed.add(workflow_id(first["id"]))  # terminated from the Web UI: no result recorded
     second = await client.post(RUNS, json=body)
     assert second.status_code == 202, second.text
@@ -162,9 +170,7 @@ async def test_a_run_whose_workflow_never_started_holds_the_connection_only_brie
 
 async def test_temporal_down_at_the_check_refuses_and_keeps_the_holder(
         client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
-    conn = await connect_fake(client)
-    body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
-    first = (await client.post(RUNS, json=body)).json()
+    body, first = await one_run(client)
     workflows.fail_with = WorkflowUnavailable("Temporal at 127.0.0.1:7233 is not reachable")
     r = await client.post(RUNS, json=body)
     assert r.status_code == 503

@@ -57,6 +57,7 @@ def test_many_asking_at_once_one_takes_the_lane(db: sa.Engine) -> None:
         t.start()
     for t in threads:
         t.join(60)
+    assert len(answers) == len(runs), "a take failed (its thread's traceback is above)"
     [winner] = [r for r, holder in answers.items() if holder is None]
     assert all(holder == winner for r, holder in answers.items() if r != winner)
     assert lanes(db) == [("c1", winner)]
