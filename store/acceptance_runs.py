@@ -1,12 +1,13 @@
 """Acceptance runs (store/models.py AcceptanceRun): written by the run's workflow as it goes, read by
 the API and the CLI, and exported as the committed results file's entries (providers/support.py).
-One run at a time per connection (AcceptanceLane): the API takes the lane before it starts a run, and
-the run's last record — its result — lets it go."""
+One run at a time per connection (AcceptanceLane): the API takes the lane before it makes a run's row
+and starts it, and the run's last record — its result — lets it go."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
@@ -15,11 +16,11 @@ from messages.acceptance import AcceptanceResult, AcceptanceState, RecordAccepta
 from store.clock import aware
 from store.models import AcceptanceLane, AcceptanceRun, utcnow
 
-_TAKE = sa.text("INSERT INTO acceptance_lane (connection_id, run_id) VALUES (:connection_id, :run_id) "
-                "ON CONFLICT (connection_id) DO NOTHING")
-_TAKE_OVER = sa.text("UPDATE acceptance_lane SET run_id = :run_id "
+_TAKE = sa.text("INSERT INTO acceptance_lane (connection_id, run_id, taken_at) "
+                "VALUES (:connection_id, :run_id, :now) ON CONFLICT (connection_id) DO NOTHING")
+_TAKE_OVER = sa.text("UPDATE acceptance_lane SET run_id = :run_id, taken_at = :now "
                      "WHERE connection_id = :connection_id AND run_id = :holder")
-_LET_GO = sa.text("DELETE FROM acceptance_lane WHERE connection_id = :connection_id AND run_id = :run_id")
+_LET_GO = sa.text("DELETE FROM acceptance_lane WHERE run_id = :run_id")  # a run holds one lane at most
 
 
 def save(session: Session, inp: RecordAcceptanceInput) -> None:
@@ -32,39 +33,45 @@ def save(session: Session, inp: RecordAcceptanceInput) -> None:
     if inp.result is not None:
         row.result = inp.result.model_dump_json()
         row.finished_at = row.finished_at or utcnow()
-        session.execute(_LET_GO, {"connection_id": row.connection_id, "run_id": row.id})
+        session.execute(_LET_GO, {"run_id": row.id})
     session.add(row)
     session.commit()
 
 
 def forget(session: Session, run_id: str) -> None:
-    """Remove a run's row, and let its lane go (its workflow never started)."""
+    """Remove a run's row, if made, and let its lane go (its workflow never started)."""
+    session.execute(_LET_GO, {"run_id": run_id})
     row = session.get(AcceptanceRun, run_id)
     if row is not None:
-        session.execute(_LET_GO, {"connection_id": row.connection_id, "run_id": row.id})
         session.delete(row)
-        session.commit()
+    session.commit()
 
 
-def open_since(session: Session, run_id: str) -> datetime | None:
-    """When a run that has not ended was started (its row made); None once it ended, or when its row
-    is gone (its start failed)."""
+def has_ended(session: Session, run_id: str) -> bool:
+    """Whether the run recorded its end (its result)."""
     row = session.get(AcceptanceRun, run_id)
-    return aware(row.created_at) if row is not None and row.result is None and row.created_at else None
+    return row is not None and row.result is not None
 
 
-def take_lane(session: Session, connection_id: str, run_id: str, *, holder: str | None = None) -> str | None:
-    """Take `connection_id`'s lane for `run_id`: None when taken, else the run that holds it.
-    `holder`: take it from that run (one whose end went unrecorded), unless another took it since."""
+class Lane(NamedTuple):
+    """Who holds a connection's lane, since when."""
+
+    run_id: str
+    taken_at: datetime
+
+
+def take_lane(session: Session, connection_id: str, run_id: str, *, holder: str | None = None) -> Lane | None:
+    """Take `connection_id`'s lane for `run_id`: None when taken, else who holds it. `holder`: take it
+    from that run (one that is not under way), unless another took it since."""
     for _ in range(3):  # the lane let go between the insert and the read: try again
-        args = {"connection_id": connection_id, "run_id": run_id, "holder": holder}
+        args = {"connection_id": connection_id, "run_id": run_id, "holder": holder, "now": utcnow()}
         taken = session.connection().execute(_TAKE if holder is None else _TAKE_OVER, args).rowcount
         session.commit()
         if taken == 1:
             return None
         lane = session.get(AcceptanceLane, connection_id)
         if lane is not None:
-            return lane.run_id
+            return Lane(lane.run_id, aware(lane.taken_at))
         holder = None
     raise RuntimeError(f"the acceptance lane of {connection_id} was taken and let go three times over")
 

@@ -389,6 +389,7 @@ class AcceptanceLane(SQLModel, table=True):
 
     connection_id: str = Field(primary_key=True)
     run_id: str
+    taken_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
 
 
 class KubeconfigFetch(SQLModel, table=True):

@@ -9,7 +9,7 @@ run after the plan (the offer and its price are in its state) until `POST .../ap
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -47,8 +47,8 @@ KEYSET = Keyset("acceptance_runs", AcceptanceRun.created_at, AcceptanceRun.id, d
 PRIVATE_QUEUE = r"^gpuprov-acceptance-[a-z0-9-]{1,60}$"
 # A simulated account answers in milliseconds: a worker killed mid-create is noticed sooner there.
 SIMULATED_TIMING = Timing(heartbeat_timeout_s=8.0, poll_interval_s=0.5, max_retry_interval_s=2.0)
-# A run's row is made, and its lane taken, just before its workflow is started: a lane whose run has no
-# workflow this long after is one an API stopped between the two (the next run takes it over).
+# A run's lane is taken, then its row made and its workflow started: a lane whose run has no workflow
+# this long after it was taken is one an API stopped in between (the next run takes it over).
 STARTING_S = 60.0
 
 
@@ -148,46 +148,46 @@ def _request(deps: AppDeps, project: str, body: AcceptanceRunCreate, run_id: str
         settle_s=10.0 if simulated else 120.0)
 
 
-def _take_lane(deps: AppDeps, connection_id: str, run_id: str, holder: str | None) -> str | None:
+def _take_lane(deps: AppDeps, connection_id: str, run_id: str,
+               holder: str | None) -> acceptance_runs.Lane | None:
     with open_session(deps) as session:
         return acceptance_runs.take_lane(session, connection_id, run_id, holder=holder)
 
 
-def _open_since(deps: AppDeps, run_id: str) -> datetime | None:
+def _has_ended(deps: AppDeps, run_id: str) -> bool:
     with open_session(deps) as session:
-        return acceptance_runs.open_since(session, run_id)
+        return acceptance_runs.has_ended(session, run_id)
 
 
-async def _under_way(deps: AppDeps, run_id: str) -> bool:
-    """A run holding a lane is under way while its workflow is open, or about to start: its row was
-    made moments ago and the start is on its way (an API stopped between the two lets it go after
-    STARTING_S). One whose workflow closed without recording its end (terminated from the Web UI)
-    is not."""
-    started_at = await in_thread(_open_since, deps, run_id)
-    if started_at is None:
+async def _under_way(deps: AppDeps, lane: acceptance_runs.Lane) -> bool:
+    """The run holding a lane is under way while its workflow is open, or about to start (the lane
+    taken moments ago, its start on its way; an API stopped before the start lets it go after
+    STARTING_S). One that recorded its end, or whose workflow closed without recording it (terminated
+    from the Web UI), is not."""
+    if await in_thread(_has_ended, deps, lane.run_id):
         return False
-    is_open = await deps.workflows.is_open(workflow_id(run_id))
+    is_open = await deps.workflows.is_open(workflow_id(lane.run_id))
     if is_open is None:
-        return utcnow() - started_at < timedelta(seconds=STARTING_S)
+        return utcnow() - lane.taken_at < timedelta(seconds=STARTING_S)
     return is_open
 
 
 async def _one_at_a_time(deps: AppDeps, connection_id: str, run_id: str) -> None:
-    """Take the connection's acceptance lane for `run_id` (its row saved first), or refuse (409)
-    while another run holding it is under way; from one that is not, take it over."""
-    holder = await in_thread(_take_lane, deps, connection_id, run_id, None)
-    while holder is not None:
+    """Take the connection's acceptance lane for `run_id`, or refuse (409) while the run holding it
+    is under way; from one that is not, take it over."""
+    lane = await in_thread(_take_lane, deps, connection_id, run_id, None)
+    while lane is not None:
         try:
-            under_way = await _under_way(deps, holder)
+            under_way = await _under_way(deps, lane)
         except WorkflowUnavailable as e:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
         if under_way:
             raise HTTPException(status.HTTP_409_CONFLICT, (
-                f"acceptance run {holder} is under way on connection {connection_id}: one run at a "
+                f"acceptance run {lane.run_id} is under way on connection {connection_id}: one run at a "
                 "time per account (two would take each other's capacity and count each other's "
-                f"machines as leftovers). Wait for it to end, or answer it if it waits for approval "
-                f"(POST /api/compute/acceptance-runs/{holder}/approve with spend false ends it)"))
-        holder = await in_thread(_take_lane, deps, connection_id, run_id, holder)
+                "machines as leftovers). Wait for it to end, or answer it if it waits for approval "
+                f"(POST /api/compute/acceptance-runs/{lane.run_id}/approve with spend false ends it)"))
+        lane = await in_thread(_take_lane, deps, connection_id, run_id, lane.run_id)
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=AcceptanceRunOut,
@@ -203,15 +203,12 @@ async def start_run(body: AcceptanceRunCreate, deps: DepsDep, caller: CallerDep)
         require_admin(caller)  # it names a queue a worker outside the deployment polls
     run_id = f"acc-{uuid.uuid4().hex[:12]}"
     request = await in_thread(_request, deps, caller.project, body, run_id)
+    await _one_at_a_time(deps, request.connection_id, run_id)
     state = AcceptanceState(run_id=run_id, cloud=request.cloud)
-    # The row first: the list shows the run at once; the workflow's own records bring it up to date.
-    await in_thread(_save, deps, _record(request, state))
     try:
-        await _one_at_a_time(deps, request.connection_id, run_id)
-    except BaseException:
-        await in_thread(_forget, deps, run_id)
-        raise
-    try:
+        # The row before the start: the list shows the run at once; its workflow's records bring it
+        # up to date.
+        await in_thread(_save, deps, _record(request, state))
         await deps.workflows.start(wf.ACCEPTANCE, request, workflow_id=workflow_id(run_id))
     except WorkflowUnavailable as e:
         await in_thread(_forget, deps, run_id)  # nothing runs it: no row claims a run

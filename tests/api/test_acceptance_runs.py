@@ -72,6 +72,8 @@ async def test_unknown_connection_404_and_temporal_down_503_leave_no_run(
     assert await all_items(client, RUNS) == []
     r = await client.post(RUNS, json={"connection_id": conn["id"], "max_usd": 0, "spend": True})
     assert r.status_code == 422  # a ceiling must be above zero
+    r = await client.post(RUNS, json={"connection_id": conn["id"], "max_usd": 3, "spend": True})
+    assert r.status_code == 202, r.text  # the failed start let the connection's lane go
 
 
 async def test_an_ended_run_reads_as_recorded_refuses_answers_and_exports_its_result(
@@ -150,19 +152,17 @@ async def test_a_run_closed_without_recording_its_end_gives_the_connection_up(
 
 async def test_a_run_whose_workflow_never_started_holds_the_connection_only_briefly(
         client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
-    """Its row made and its lane taken, the API stopped before the start: while that start may still
-    be on its way the lane is held, then the next run takes it over."""
+    """Its lane taken, the API stopped before the run's row and start: while that start may still be
+    on its way the lane is held, then the next run takes it over."""
     conn = await connect_fake(client)
     with Session(engine) as s:
-        acceptance_runs.save(s, RecordAcceptanceInput(
-            run_id="acc-000000000009", project="default", connection_id=conn["id"],
-            state=AcceptanceState(run_id="acc-000000000009", cloud="fakecloud")))
         assert acceptance_runs.take_lane(s, conn["id"], "acc-000000000009") is None
     body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
     r = await client.post(RUNS, json=body)
     assert r.status_code == 409 and "acc-000000000009" in r.json()["detail"]
+    assert await all_items(client, RUNS) == [], "a refused run leaves no row"
     with engine.begin() as c:
-        c.execute(sa.text("UPDATE acceptance_runs SET created_at = :at WHERE id = 'acc-000000000009'"),
+        c.execute(sa.text("UPDATE acceptance_lane SET taken_at = :at WHERE run_id = 'acc-000000000009'"),
                   {"at": datetime.now(UTC) - timedelta(seconds=STARTING_S + 1)})
     r = await client.post(RUNS, json=body)
     assert r.status_code == 202, r.text

@@ -39,8 +39,10 @@ def lanes(db: sa.Engine) -> list[tuple[str, str]]:
 
 
 def take(db: sa.Engine, run_id: str, *, holder: str | None = None, connection_id: str = "c1") -> str | None:
+    """None when `run_id` took the lane, else the run that holds it."""
     with Session(db) as s:
-        return acceptance_runs.take_lane(s, connection_id, run_id, holder=holder)
+        lane = acceptance_runs.take_lane(s, connection_id, run_id, holder=holder)
+    return None if lane is None else lane.run_id
 
 
 def test_many_asking_at_once_one_takes_the_lane(db: sa.Engine) -> None:
