@@ -1,10 +1,11 @@
 """Acceptance runs (store/models.py AcceptanceRun): written by the run's workflow as it goes, read by
 the API and the CLI, and exported as the committed results file's entries (providers/support.py).
-One run at a time per connection (AcceptanceLane): the API takes the lane before it makes a run's row
-and starts it, and the run's last record — its result — lets it go."""
+One run at a time per cloud account (AcceptanceLane, keyed by `lane_key`): the API takes the lane before
+it makes a run's row and starts it, and the run's last record — its result — lets it go."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
@@ -14,12 +15,12 @@ from sqlmodel import Session, col, select
 
 from messages.acceptance import AcceptanceResult, AcceptanceState, RecordAcceptanceInput
 from store.clock import aware
-from store.models import AcceptanceLane, AcceptanceRun, utcnow
+from store.models import AcceptanceLane, AcceptanceRun, Connection, utcnow
 
-_TAKE = sa.text("INSERT INTO acceptance_lane (connection_id, run_id, taken_at) "
-                "VALUES (:connection_id, :run_id, :now) ON CONFLICT (connection_id) DO NOTHING")
+_TAKE = sa.text("INSERT INTO acceptance_lane (account_key, run_id, taken_at) "
+                "VALUES (:key, :run_id, :now) ON CONFLICT (account_key) DO NOTHING")
 _TAKE_OVER = sa.text("UPDATE acceptance_lane SET run_id = :run_id, taken_at = :now "
-                     "WHERE connection_id = :connection_id AND run_id = :holder")
+                     "WHERE account_key = :key AND run_id = :holder")
 _LET_GO = sa.text("DELETE FROM acceptance_lane WHERE run_id = :run_id")  # a run holds one lane at most
 
 
@@ -53,27 +54,38 @@ def has_ended(session: Session, run_id: str) -> bool:
     return row is not None and row.result is not None
 
 
+def lane_key(connection: Connection) -> str:
+    """The cloud account a connection's runs are held to: the identity its credentials verified as
+    (`Connection.account`), so one key connected twice — in one project or in two — is one account.
+    Two different credentials on one account are two wherever that identity names the key or the
+    user (AWS's names the IAM user, Lambda's the key). A connection without a verified identity is
+    its own. A digest: the table holds no account name."""
+    account, provider = connection.account, connection.provider
+    who = f"{provider}\0{account}" if account else f"connection\0{connection.id}"
+    return hashlib.sha256(who.encode()).hexdigest()[:32]
+
+
 class Lane(NamedTuple):
-    """Who holds a connection's lane, since when."""
+    """Who holds an account's lane, since when."""
 
     run_id: str
     taken_at: datetime
 
 
-def take_lane(session: Session, connection_id: str, run_id: str, *, holder: str | None = None) -> Lane | None:
-    """Take `connection_id`'s lane for `run_id`: None when taken, else who holds it. `holder`: take it
-    from that run (one that is not under way), unless another took it since."""
+def take_lane(session: Session, key: str, run_id: str, *, holder: str | None = None) -> Lane | None:
+    """Take the lane `key` (`lane_key`) for `run_id`: None when taken, else who holds it. `holder`:
+    take it from that run (one that is not under way), unless another took it since."""
     for _ in range(3):  # the lane let go between the insert and the read: try again
-        args = {"connection_id": connection_id, "run_id": run_id, "holder": holder, "now": utcnow()}
+        args = {"key": key, "run_id": run_id, "holder": holder, "now": utcnow()}
         taken = session.connection().execute(_TAKE if holder is None else _TAKE_OVER, args).rowcount
         session.commit()
         if taken == 1:
             return None
-        lane = session.get(AcceptanceLane, connection_id)
+        lane = session.get(AcceptanceLane, key)
         if lane is not None:
             return Lane(lane.run_id, aware(lane.taken_at))
         holder = None
-    raise RuntimeError(f"the acceptance lane of {connection_id} was taken and let go three times over")
+    raise RuntimeError(f"the acceptance lane {key} was taken and let go three times over")
 
 
 def get(session: Session, project: str, run_id: str) -> AcceptanceRun | None:

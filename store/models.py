@@ -380,14 +380,15 @@ class AcceptanceRun(SQLModel, table=True):
 
 
 class AcceptanceLane(SQLModel, table=True):
-    """The acceptance run under way on a connection: one at a time (the key), taken before a run
-    starts and let go when it records its result (store/acceptance_runs.py). Two runs on one account
-    would share its capacity and rate limits, each would count the other's machines in its "nothing
-    billable" check, and they would double what it spends."""
+    """The acceptance run under way on a cloud account: one at a time (the key: a digest of the
+    identity the connection verified as, store/acceptance_runs.py lane_key), taken before a run starts
+    and let go when it records its result. Two runs on one account would share its capacity and rate
+    limits, each would count the other's machines in its "nothing billable" check, and they would
+    double what it spends."""
 
     __tablename__ = "acceptance_lane"
 
-    connection_id: str = Field(primary_key=True)
+    account_key: str = Field(primary_key=True)
     run_id: str
     taken_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
 

@@ -133,7 +133,9 @@ def _row(deps: AppDeps, project: str, run_id: str) -> AcceptanceRun:
     return row
 
 
-def _request(deps: AppDeps, project: str, body: AcceptanceRunCreate, run_id: str) -> AcceptanceRequest:
+def _request(deps: AppDeps, project: str, body: AcceptanceRunCreate,
+             run_id: str) -> tuple[AcceptanceRequest, str]:
+    """The run's workflow input, and the lane of the account it runs on."""
     with open_session(deps) as session:
         conn = get_connection(session, body.connection_id)
         if conn is None or conn.project != project:
@@ -145,13 +147,12 @@ def _request(deps: AppDeps, project: str, body: AcceptanceRunCreate, run_id: str
         instance_type=body.instance_type, region=body.region, max_usd=body.max_usd,
         max_minutes=body.max_minutes, ssh_public_keys=[public], kill_task_queue=body.private_task_queue,
         hold_for_approval=not body.spend, timing=SIMULATED_TIMING if simulated else Timing(),
-        settle_s=10.0 if simulated else 120.0)
+        settle_s=10.0 if simulated else 120.0), acceptance_runs.lane_key(conn)
 
 
-def _take_lane(deps: AppDeps, connection_id: str, run_id: str,
-               holder: str | None) -> acceptance_runs.Lane | None:
+def _take_lane(deps: AppDeps, key: str, run_id: str, holder: str | None) -> acceptance_runs.Lane | None:
     with open_session(deps) as session:
-        return acceptance_runs.take_lane(session, connection_id, run_id, holder=holder)
+        return acceptance_runs.take_lane(session, key, run_id, holder=holder)
 
 
 def _has_ended(deps: AppDeps, run_id: str) -> bool:
@@ -172,38 +173,51 @@ async def _under_way(deps: AppDeps, lane: acceptance_runs.Lane) -> bool:
     return is_open
 
 
-async def _one_at_a_time(deps: AppDeps, connection_id: str, run_id: str) -> None:
-    """Take the connection's acceptance lane for `run_id`, or refuse (409) while the run holding it
-    is under way; from one that is not, take it over."""
-    lane = await in_thread(_take_lane, deps, connection_id, run_id, None)
+def _refusal(deps: AppDeps, project: str, holder: str) -> str:
+    """Why a run is refused while `holder` is under way on its account: the holder named, with how to
+    end it, only to its own project (one cloud key may be connected in two)."""
+    why = ("one run at a time per cloud account (two would take each other's capacity and count each "
+           "other's machines as leftovers)")
+    with open_session(deps) as session:
+        row = acceptance_runs.get(session, project, holder)
+    if row is None:
+        return (f"another acceptance run is under way on this cloud account (a connection of the same "
+                f"credentials, in this project or another): {why}. Wait for it to end")
+    return (f"acceptance run {holder} is under way on this cloud account (connection {row.connection_id}): "
+            f"{why}. Wait for it to end, or answer it if it waits for approval "
+            f"(POST /api/compute/acceptance-runs/{holder}/approve with spend false ends it)")
+
+
+async def _one_at_a_time(deps: AppDeps, project: str, key: str, run_id: str) -> None:
+    """Take the account's acceptance lane for `run_id`, or refuse (409) while the run holding it is
+    under way; from one that is not, take it over."""
+    lane = await in_thread(_take_lane, deps, key, run_id, None)
     while lane is not None:
         try:
             under_way = await _under_way(deps, lane)
         except WorkflowUnavailable as e:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
         if under_way:
-            raise HTTPException(status.HTTP_409_CONFLICT, (
-                f"acceptance run {lane.run_id} is under way on connection {connection_id}: one run at a "
-                "time per account (two would take each other's capacity and count each other's "
-                "machines as leftovers). Wait for it to end, or answer it if it waits for approval "
-                f"(POST /api/compute/acceptance-runs/{lane.run_id}/approve with spend false ends it)"))
-        lane = await in_thread(_take_lane, deps, connection_id, run_id, lane.run_id)
+            why = await in_thread(_refusal, deps, project, lane.run_id)
+            raise HTTPException(status.HTTP_409_CONFLICT, why)
+        lane = await in_thread(_take_lane, deps, key, run_id, lane.run_id)
 
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=AcceptanceRunOut,
              responses={403: {"description": "a private task queue without the admin token"},
                         404: {"description": "unknown connection"},
-                        409: {"description": "another acceptance run is under way on the connection"},
+                        409: {"description": "another acceptance run is under way on the cloud account"},
                         **_UNAVAILABLE})
 async def start_run(body: AcceptanceRunCreate, deps: DepsDep, caller: CallerDep) -> AcceptanceRunOut:
     """Start an acceptance run on one of the project's connections. It allocates real machines on
     that account (the cheapest offer of `gpu`, or the cloud's cheapest), within `max_usd` and
-    `max_minutes`, and always cleans up. One run at a time per connection."""
+    `max_minutes`, and always cleans up. One run at a time per cloud account: a second, on any
+    connection of the same credentials, is refused (409) until the first ends."""
     if body.private_task_queue is not None:
         require_admin(caller)  # it names a queue a worker outside the deployment polls
     run_id = f"acc-{uuid.uuid4().hex[:12]}"
-    request = await in_thread(_request, deps, caller.project, body, run_id)
-    await _one_at_a_time(deps, request.connection_id, run_id)
+    request, lane = await in_thread(_request, deps, caller.project, body, run_id)
+    await _one_at_a_time(deps, caller.project, lane, run_id)
     state = AcceptanceState(run_id=run_id, cloud=request.cloud)
     try:
         # The row before the start: the list shows the run at once; its workflow's records bring it

@@ -45,10 +45,12 @@ from tests import migrated
 
 TOKEN = "test-token-123"
 GOOD_KEY = "fake-good-api-key-0001"
+OTHER_KEY = "fake-good-api-key-0002"  # verifies as another account
+ACCOUNTS = {GOOD_KEY: "fake-account-7", OTHER_KEY: "fake-account-8"}  # key -> the identity verify() gives
 
 
 class FakeCloud(CloudProvider):
-    """In-memory cloud: api_key GOOD_KEY verifies; offers come from OFFERS unless FAIL is set."""
+    """In-memory cloud: the keys of ACCOUNTS verify; offers come from OFFERS unless FAIL is set."""
 
     id = "fakecloud"
     api_hosts = ("fake.example",)  # its "documented" API host: endpoints there need no setting
@@ -64,9 +66,10 @@ class FakeCloud(CloudProvider):
     FAIL: ClassVar[ProviderError | None] = None
 
     async def verify(self) -> str:
-        if self.credentials.reveal()["api_key"] != GOOD_KEY:
+        account = ACCOUNTS.get(self.credentials.reveal()["api_key"])
+        if account is None:
             raise AuthError("Fake Cloud refused the API key")
-        return "fake-account-7"
+        return account
 
     async def offers(self, query: OfferQuery) -> list[Offer]:
         if self.FAIL is not None:
@@ -297,11 +300,13 @@ def ssh_key() -> str:
     return asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
 
 
-async def connect_fake(client: httpx.AsyncClient, project: str | None = None) -> dict[str, Any]:
-    """Connect the fake cloud (in `project`: the admin token's X-Project; default: `default`)."""
+async def connect_fake(client: httpx.AsyncClient, project: str | None = None,
+                       key: str = GOOD_KEY) -> dict[str, Any]:
+    """Connect the fake cloud with `key` (in `project`: the admin token's X-Project; default:
+    `default`)."""
     headers = {"X-Project": project} if project else {}
     r = await client.post("/api/compute/connections", headers=headers,
-                          json={"provider": "fakecloud", "credentials": {"api_key": GOOD_KEY}})
+                          json={"provider": "fakecloud", "credentials": {"api_key": key}})
     assert r.status_code == 201, r.text
     body: dict[str, Any] = r.json()
     return body

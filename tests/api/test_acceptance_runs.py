@@ -24,8 +24,8 @@ from messages.acceptance import (
     RecordAcceptanceInput,
 )
 from providers import support
-from store import acceptance_runs
-from tests.api.conftest import FakeWorkflows, all_items, connect_fake
+from store import acceptance_runs, connections
+from tests.api.conftest import OTHER_KEY, FakeWorkflows, all_items, connect_fake, make_project
 
 RUNS = "/api/compute/acceptance-runs"
 
@@ -109,26 +109,44 @@ def _ended(engine: sa.Engine, run_id: str, connection_id: str) -> None:
             state=AcceptanceState(run_id=run_id, cloud="fakecloud", done=True, steps=steps, result=result)))
 
 
-async def test_one_run_at_a_time_per_connection(
+async def test_one_run_at_a_time_per_account(
         client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
     """`make fuzz` started 22 runs at once on one account: they took each other's capacity (one failed
-    on a zone the others had emptied) and would have doubled a real account's spend."""
-    conn, other = await connect_fake(client), await connect_fake(client)
+    on a zone the others had emptied) and would have doubled a real account's spend. One key
+    connected twice is one account."""
+    conn, twice = await connect_fake(client), await connect_fake(client)
+    other = await connect_fake(client, key=OTHER_KEY)
     body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
     first = await client.post(RUNS, json=body)
     assert first.status_code == 202, first.text
-    second = await client.post(RUNS, json=body)
-    assert second.status_code == 409, second.text
-    assert first.json()["id"] in second.json()["detail"] and "under way" in second.json()["detail"]
+    for refused in (body, {**body, "connection_id": twice["id"]}):
+        second = await client.post(RUNS, json=refused)
+        assert second.status_code == 409, second.text
+        detail = second.json()["detail"]
+        assert first.json()["id"] in detail and f"connection {conn['id']}" in detail and "under way" in detail
     listed = [i["id"] for i in await all_items(client, RUNS)]
     assert listed == [first.json()["id"]], "the refused run left a row"
     assert len(workflows.starts_of(wf.ACCEPTANCE.name)) == 1
     beside = await client.post(RUNS, json={**body, "connection_id": other["id"]})
-    assert beside.status_code == 202, "another connection's runs are not held"
+    assert beside.status_code == 202, "another account's runs are not held"
 
     _ended(engine, first.json()["id"], conn["id"])
-    after = await client.post(RUNS, json=body)
+    after = await client.post(RUNS, json={**body, "connection_id": twice["id"]})
     assert after.status_code == 202, after.text
+
+
+async def test_the_same_key_in_another_project_is_held_without_naming_the_run(
+        client: httpx.AsyncClient) -> None:
+    """Two projects that connected one cloud key share its account: the second's run is refused, and
+    the 409 does not name the first project's run (its id, its connection) to the other."""
+    body, first = await one_run(client)
+    await make_project(client, "p2")
+    theirs = await connect_fake(client, "p2")
+    r = await client.post(RUNS, headers={"X-Project": "p2"}, json={**body, "connection_id": theirs["id"]})
+    assert r.status_code == 409, r.text
+    detail = r.json()["detail"]
+    assert "another acceptance run is under way on this cloud account" in detail
+    assert first["id"] not in detail and body["connection_id"] not in detail
 
 
 async def one_run(client: httpx.AsyncClient) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -140,7 +158,7 @@ async def one_run(client: httpx.AsyncClient) -> tuple[dict[str, Any], dict[str, 
     return body, first.json()
 
 
-async def test_a_run_closed_without_recording_its_end_gives_the_connection_up(
+async def test_a_run_closed_without_recording_its_end_gives_the_account_up(
         client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
     body, first = await one_run(client)
     workflows.closed.add(workflow_id(first["id"]))  # terminated from the Web UI: no result recorded
@@ -150,16 +168,19 @@ async def test_a_run_closed_without_recording_its_end_gives_the_connection_up(
     assert third.status_code == 409 and second.json()["id"] in third.json()["detail"]
 
 
-async def test_a_run_whose_workflow_never_started_holds_the_connection_only_briefly(
+async def test_a_run_whose_workflow_never_started_holds_the_account_only_briefly(
         client: httpx.AsyncClient, workflows: FakeWorkflows, engine: sa.Engine) -> None:
     """Its lane taken, the API stopped before the run's row and start: while that start may still be
     on its way the lane is held, then the next run takes it over."""
     conn = await connect_fake(client)
     with Session(engine) as s:
-        assert acceptance_runs.take_lane(s, conn["id"], "acc-000000000009") is None
+        row = connections.get_connection(s, conn["id"])
+        assert row is not None
+        assert acceptance_runs.take_lane(s, acceptance_runs.lane_key(row), "acc-000000000009") is None
     body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
     r = await client.post(RUNS, json=body)
-    assert r.status_code == 409 and "acc-000000000009" in r.json()["detail"]
+    # Its row not made, its project unknown: the 409 does not name it.
+    assert r.status_code == 409 and "another acceptance run is under way" in r.json()["detail"]
     assert await all_items(client, RUNS) == [], "a refused run leaves no row"
     with engine.begin() as c:
         c.execute(sa.text("UPDATE acceptance_lane SET taken_at = :at WHERE run_id = 'acc-000000000009'"),

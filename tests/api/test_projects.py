@@ -15,7 +15,15 @@ from sqlmodel import Session, select
 from api.deps import AppDeps
 from store import pools
 from store.models import ApiToken, Connection, Fleet, Instance, Policy, ReportedWorkload
-from tests.api.conftest import GOOD_KEY, TOKEN, FakeWorkflows, app_serving, connect_fake, make_project
+from tests.api.conftest import (
+    GOOD_KEY,
+    OTHER_KEY,
+    TOKEN,
+    FakeWorkflows,
+    app_serving,
+    connect_fake,
+    make_project,
+)
 
 INSTANCES = "/api/compute/instances"
 
@@ -101,11 +109,13 @@ async def test_a_project_token_may_revoke_only_itself(client: httpx.AsyncClient)
 # --------------------------------------------------------------------------- every route, a foreign id
 
 
-async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key: str) -> dict[str, str]:
-    """A project holding a connection and an instance; the ids every route's path may name."""
+async def _project_with_objects(client: httpx.AsyncClient, project: str, ssh_key: str,
+                                cloud_key: str) -> dict[str, str]:
+    """A project holding a connection (of `cloud_key`: each project its own account, so each may run
+    an acceptance run) and an instance; the ids every route's path may name."""
     token = await make_project(client, project)
     mine = as_token(client, token)
-    conn = await connect_fake(client, project)
+    conn = await connect_fake(client, project, key=cloud_key)
     r = await client.post(INSTANCES, json={"cloud": "fakecloud", "ssh_public_keys": [ssh_key]}, **mine)
     assert r.status_code == 202, r.text
     [tok] = (await client.get(f"/api/projects/{project}/tokens")).json()["items"]
@@ -177,8 +187,8 @@ async def test_every_route_answers_404_for_another_projects_object(
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as admin:
-        a = await _project_with_objects(admin, "alpha", ssh_key)
-        b = await _project_with_objects(admin, "beta", ssh_key)
+        a = await _project_with_objects(admin, "alpha", ssh_key, GOOD_KEY)
+        b = await _project_with_objects(admin, "beta", ssh_key, OTHER_KEY)
     a_ids = [a[k] for k in ("connection_id", "instance_id", "token_id", "fleet_id", "policy_id",
                             "workload_id", "job_id", "run_id")]
     starts_before, updates_before = len(workflows.starts), len(workflows.updates)

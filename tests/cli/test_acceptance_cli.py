@@ -109,8 +109,8 @@ def test_a_declined_plan_creates_nothing_and_exits_1(workflows: FakeAcceptanceWo
 
 def test_interrupted_at_the_question_the_run_is_declined(workflows: FakeAcceptanceWorkflows,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C at "spend up to …?": the run held for its answer would hold the connection (one run at
-    a time per connection) until someone answered it through the API."""
+    """Ctrl-C at "spend up to …?": the run held for its answer would hold the account (one run at a
+    time per account) until someone answered it through the API."""
     conn = _connection()
 
     def interrupted(yes: bool, cloud: str, max_usd: float) -> bool:
