@@ -8,6 +8,7 @@ run after the plan (the offer and its price are in its state) until `POST .../ap
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import timedelta
 from typing import Annotated, Any
@@ -223,6 +224,13 @@ async def start_run(body: AcceptanceRunCreate, deps: DepsDep, caller: CallerDep)
         # The row before the start: the list shows the run at once; its workflow's records bring it
         # up to date.
         await in_thread(_save, deps, _record(request, state))
+    except Exception:
+        # Nothing started: the account's lane goes now, not STARTING_S later (the caller's retry
+        # would be refused meanwhile). A database too far gone to let it go leaves it to STARTING_S.
+        with contextlib.suppress(Exception):
+            await in_thread(_forget, deps, run_id)
+        raise
+    try:
         await deps.workflows.start(wf.ACCEPTANCE, request, workflow_id=workflow_id(run_id))
     except WorkflowUnavailable as e:
         await in_thread(_forget, deps, run_id)  # nothing runs it: no row claims a run

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
@@ -199,3 +200,22 @@ async def test_temporal_down_at_the_check_refuses_and_keeps_the_holder(
     assert [i["id"] for i in await all_items(client, RUNS)] == [first["id"]]
     r = await client.post(RUNS, json=body)
     assert r.status_code == 409 and first["id"] in r.json()["detail"]
+
+
+async def test_a_row_that_could_not_be_saved_lets_the_account_go(
+        client: httpx.AsyncClient, workflows: FakeWorkflows, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database refused the run's row (nothing started): the caller's retry is not refused for
+    the STARTING_S a never-started holder keeps the lane."""
+    conn = await connect_fake(client)
+    saving = acceptance_runs.save
+
+    def refused_once(session: Session, record: RecordAcceptanceInput) -> None:
+        monkeypatch.setattr(acceptance_runs, "save", saving)
+        raise sa.exc.OperationalError("INSERT INTO acceptance_runs", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(acceptance_runs, "save", refused_once)
+    body = {"connection_id": conn["id"], "max_usd": 3, "spend": True}
+    r = await client.post(RUNS, json=body)
+    assert r.status_code == 500 and workflows.starts_of(wf.ACCEPTANCE.name) == []
+    r = await client.post(RUNS, json=body)
+    assert r.status_code == 202, r.text
