@@ -17,8 +17,9 @@ Create Date: 2026-12-08
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -40,7 +41,13 @@ def _key(provider: str, account: str | None, connection_id: str) -> str:
     return hashlib.sha256(who.encode()).hexdigest()[:32]
 
 
-def _recreate(key_column: str, rows: dict[str, tuple[str, datetime]]) -> None:
+def _rekey(held: str, key_column: str, key_of: Callable[[sa.Row[Any]], str]) -> None:
+    """Make the table again keyed by `key_column`, each lane of the query `held` (its run_id and
+    taken_at, oldest first) under `key_of(row)`: where two fall on one key, the first taken keeps it."""
+    found = op.get_bind().execute(sa.text(held).columns(taken_at=_WHEN)).all()
+    rows: dict[str, tuple[str, datetime]] = {}
+    for row in found:
+        rows.setdefault(key_of(row), (row.run_id, row.taken_at))
     op.drop_table("acceptance_lane")
     op.create_table(
         "acceptance_lane",
@@ -54,25 +61,14 @@ def _recreate(key_column: str, rows: dict[str, tuple[str, datetime]]) -> None:
 
 
 def upgrade() -> None:
-    held = op.get_bind().execute(sa.text(
-        "SELECT c.provider, c.account, l.connection_id, l.run_id, l.taken_at FROM acceptance_lane l "
-        "JOIN connection c ON c.id = l.connection_id ORDER BY l.taken_at, l.run_id"
-    ).columns(taken_at=_WHEN)).all()
-    rows: dict[str, tuple[str, datetime]] = {}
-    for provider, account, connection_id, run_id, taken_at in held:
-        # the first taken keeps it
-        rows.setdefault(_key(provider, account, connection_id), (run_id, taken_at))
-    _recreate("account_key", rows)
+    _rekey("SELECT c.provider, c.account, l.connection_id, l.run_id, l.taken_at FROM acceptance_lane l "
+           "JOIN connection c ON c.id = l.connection_id ORDER BY l.taken_at, l.run_id",
+           "account_key", lambda r: _key(r.provider, r.account, r.connection_id))
 
 
 def downgrade() -> None:
     # Back to a connection's lane: each held lane's run names its connection (a run whose row is
     # not made yet, an instant at its start, is dropped).
-    held = op.get_bind().execute(sa.text(
-        "SELECT r.connection_id, l.run_id, l.taken_at FROM acceptance_lane l "
-        "JOIN acceptance_runs r ON r.id = l.run_id ORDER BY l.taken_at, l.run_id"
-    ).columns(taken_at=_WHEN)).all()
-    rows: dict[str, tuple[str, datetime]] = {}
-    for connection_id, run_id, taken_at in held:
-        rows.setdefault(connection_id, (run_id, taken_at))
-    _recreate("connection_id", rows)
+    _rekey("SELECT r.connection_id, l.run_id, l.taken_at FROM acceptance_lane l "
+           "JOIN acceptance_runs r ON r.id = l.run_id ORDER BY l.taken_at, l.run_id",
+           "connection_id", lambda r: str(r.connection_id))
