@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -40,6 +40,7 @@ from providers.base import (
     Transient,
     Unsupported,
 )
+from store.clock import aware
 
 REGISTRY = CollectorRegistry()
 OTHER = "other"
@@ -158,13 +159,9 @@ pacing.on_wait = _pacer_waited  # every pacer of this process reports its waits 
 # --------------------------------------------------------------------------- allocations, sweep, watch
 
 
-def _utc(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)  # SQLite keeps no offset
-
-
 def ready(cloud: str, requested_at: datetime, ready_at: datetime) -> None:
     """An allocation became ready (recorded once, when its row first reads ready)."""
-    seconds = (_utc(ready_at) - _utc(requested_at)).total_seconds()
+    seconds = (aware(ready_at) - aware(requested_at)).total_seconds()
     TIME_TO_READY.labels(cloud_label(cloud)).observe(max(seconds, 0.0))
 
 

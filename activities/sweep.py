@@ -7,7 +7,7 @@ Database work runs in plain `def`s (the worker's thread pool), cloud calls in as
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlmodel import Session, select
 from temporalio import activity
@@ -37,6 +37,7 @@ from providers import registry
 from providers.base import InstanceRef
 from store import connections as connection_store
 from store import fleets
+from store.clock import aware
 from store.db import session_scope
 from store.models import Connection, Instance, SweepAction, SweepSighting, utcnow
 
@@ -74,10 +75,6 @@ def judge(ref: InstanceRef, allocation_id: str | None, row: Instance | None) -> 
         return Verdict.KEEP, f"allocation {allocation_id}'s latest attempt, its create not yet recorded"
     return Verdict.DUPLICATE, (f"allocation {allocation_id} is {status.value} on attempt key {row.key}, "
                                f"not {ref.key}")
-
-
-def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)  # SQLite keeps no offset
 
 
 class SweepActivities:
@@ -197,7 +194,7 @@ def _judge(session: Session, m: SeenMachine, grace_s: float, now: datetime) -> J
             m.ref.key, m.target.connection_id, allocation_id)
         sighting.verdict, sighting.reason, sighting.last_seen = verdict.value, reason, now
     session.add(sighting)
-    first_seen = _aware(sighting.first_seen)
+    first_seen = aware(sighting.first_seen)
     return Judgement(machine=m, verdict=verdict, allocation_id=allocation_id, reason=reason,
                      first_seen=first_seen.isoformat(),
                      due=now - first_seen >= timedelta(seconds=grace_s))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlmodel import col, select
 from temporalio import activity
@@ -36,6 +36,7 @@ from messages.watch import WatchInput, WatchReport, WatchRequest
 from providers.base import CloudProvider, InstanceRef, InstanceState, InstanceStatus, ProviderError
 from providers.ssh_fleet import SshFleetProvider
 from store import creates_in_flight, fleets
+from store.clock import aware
 from store.db import session_scope
 from store.models import Connection, Fleet, Instance, Job, utcnow
 from workflows import client_calls
@@ -51,10 +52,6 @@ TWIN_POLL_S = 0.5
 
 # What the cloud may say about a machine that is not lost.
 _ALIVE = (InstanceState.RUNNING, InstanceState.PENDING)
-
-
-def aware(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # SQLite drops the zone
 
 
 # Per connection, the allocations whose interruption notice this worker has passed on to their job

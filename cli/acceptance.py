@@ -206,7 +206,7 @@ def run(
         unanswered = False
         final = _follow(api, run_id, worker)
     except BaseException:
-        if unanswered:  # interrupted (Ctrl-C at the question): a held run would hold the connection
+        if unanswered:  # interrupted (Ctrl-C at the question): a held run would hold the account
             _decline(api, run_id)
         raise
     finally:
