@@ -197,6 +197,8 @@ def run(
         run_ = _await_plan(api, run_id)
         if run_["awaiting_approval"]:
             _echo_plan(run_["plan"], max_usd, max_minutes)
+            if run_.get("approve_by") and not yes:
+                typer.echo(f"answer by {run_['approve_by']}: unanswered, the run declines itself")
             go = _ask(yes, started["cloud"], max_usd)
             if go and worker is not None:
                 worker.start()

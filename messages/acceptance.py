@@ -102,6 +102,9 @@ class AcceptanceRequest(BaseModel):
     # Hold after the `offer` step, with the plan (offer, price) in the state, until the `approve`
     # signal says to spend or not: how a caller asks its user before anything is created.
     hold_for_approval: bool = False
+    # ... and decline by itself (nothing created) if no answer came this long after the plan: a caller
+    # that went away must not hold the account's acceptance lane until `max_minutes`.
+    approve_within_minutes: float = Field(default=15.0, gt=0)
     timing: Timing = Field(default_factory=Timing)
     # How long the cloud's listing may still show a removed resource (an asynchronous delete) before
     # `nothing_billable` fails naming it.
@@ -146,6 +149,7 @@ class AcceptanceState(BaseModel):
     allocations: list[str] = Field(default_factory=list)  # every allocation the run started
     leftovers: list[Leftover] = Field(default_factory=list)  # what it could not remove
     awaiting_approval: bool = False  # held after the plan until the `approve` signal
+    approve_by: datetime | None = None  # ... or until then: unanswered, the run declines itself
     kill_now: str | None = None  # the allocation id whose create is in flight on the private worker
     spent_usd_estimate: float = 0.0
     result: AcceptanceResult | None = None

@@ -19,8 +19,8 @@ from tests.eventually import eventually
 from worker import WORKFLOWS, workflow_runner
 
 HISTORIES = Path(__file__).resolve().parent / "workflows" / "histories"
-# The current round (2026-12-02 -r2 to -r4 and 2026-12-03 -r5, -r6 are committed: never rewritten).
-BATCH = HISTORIES / "2026-12-03-r7"
+# The current round (2026-12-02 -r2 to -r4 and 2026-12-03 -r5 to -r7 are committed: never rewritten).
+BATCH = HISTORIES / "2026-12-08-r8"
 # The old branch of LAUNCH_QUEUE_PATCH (workflows/allocation.py), recorded by a FAKE pre-patch worker
 # (tests/workflows/test_end_to_end.py::test_a_run_from_before_the_launch_queue_patch_…): one round of
 # its own, beside BATCH, since BATCH is committed.

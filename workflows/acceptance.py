@@ -64,9 +64,20 @@ CREATING = [Phase.CREATE.value]
 BOOTING = [Phase.WAIT_RUNNING.value, Phase.PORTS.value, Phase.SSH.value, Phase.K3S.value]
 ENDED = (Phase.FAILED, Phase.TERMINATED, Phase.LOST)
 
+# A plan held for approval and never answered declines itself after the run's
+# `approve_within_minutes`: before, it waited until `max_minutes` (an hour by default), holding its
+# cloud account's one acceptance lane (api/routers/acceptance.py) for a caller that was gone — a
+# killed CLI, a closed console tab. The deadline is a timer the old branch does not start: a run
+# held when this worker arrived goes on waiting without one.
+APPROVAL_DEADLINE_PATCH = "acceptance-approval-deadline"
+
 
 class _Declined(Exception):
-    """The caller was shown the plan and said not to spend: nothing is created."""
+    """The caller was shown the plan and said not to spend, or did not answer in time: nothing is
+    created. The message is the steps' reason."""
+
+    def __init__(self, why: str = "not run: the plan was declined (nothing was created)") -> None:
+        super().__init__(why)
 
 
 class StepFailed(Exception):
@@ -119,8 +130,8 @@ class AcceptanceWorkflow:
             await steps
         except asyncio.CancelledError:
             pass
-        except _Declined:
-            stop = "not run: the plan was declined (nothing was created)"
+        except _Declined as e:
+            stop = str(e)
         # Always, and never cancelled: every allocation the run started is torn down and looked for.
         await asyncio.shield(asyncio.ensure_future(self._clean_up()))
         for name in STEPS:
@@ -163,8 +174,14 @@ class AcceptanceWorkflow:
             return
         if self._approved is None:  # held: the caller shows the plan and asks its user
             self._state.awaiting_approval = True
-            await workflow.wait_condition(lambda: self._approved is not None)
+            if workflow.patched(APPROVAL_DEADLINE_PATCH):
+                await self._await_answer(timedelta(minutes=inp.approve_within_minutes))
+            else:
+                await workflow.wait_condition(lambda: self._approved is not None)
             self._state.awaiting_approval = False
+        if self._approved is None:
+            raise _Declined(f"not run: the plan was not answered within {inp.approve_within_minutes:g} min "
+                            "(nothing was created)")
         if not self._approved:
             raise _Declined()
         main = f"{inp.run_id}-m"
@@ -183,6 +200,16 @@ class AcceptanceWorkflow:
         else:
             await self._interrupt("interrupt_worker_killed", f"{inp.run_id}-k", CREATING,
                                   task_queue=inp.kill_task_queue)
+
+    async def _await_answer(self, within: timedelta) -> None:
+        """Wait for the `approve` signal, at most `within` (the state says until when). Unanswered by
+        then, `_approved` is still None: the caller declines the run."""
+        self._state.approve_by = workflow.now() + within
+        try:
+            await workflow.wait_condition(lambda: self._approved is not None, timeout=within)
+        except TimeoutError:
+            pass  # an answer in the same activation as the timer is still in `_approved`
+        self._state.approve_by = None
 
     # ------------------------------------------------------------------ the steps
 

@@ -66,6 +66,9 @@ class AcceptanceRunCreate(Strict):
     max_minutes: float = Field(default=60, gt=0, le=24 * 60, description="the run stops after this long")
     spend: bool = Field(description="true: go ahead once the offer is within the ceilings; false: hold after "
                                     "the plan until POST .../approve")
+    approve_within_minutes: float = Field(default=15, gt=0, le=24 * 60, description=(
+        "with spend false: a plan not answered this long after it is shown declines itself (nothing "
+        "is created) and frees the cloud account for the next run"))
     private_task_queue: str | None = Field(default=None, pattern=PRIVATE_QUEUE, description=(
         "the task queue of a worker the caller runs and SIGKILLs for the worker-killed step (the "
         "CLI's; admin token only); without it that step is not run"))
@@ -103,6 +106,8 @@ class AcceptanceRunOut(BaseModel):
     finished_at: Timestamp | None
     done: bool
     awaiting_approval: bool
+    approve_by: Timestamp | None = Field(description="while awaiting approval: unanswered by then, the run "
+                                                     "declines itself")
     plan: AcceptancePlan | None
     steps: list[AcceptanceStep]
     allocations: list[str] = Field(description="the instances the run started (in the instance list)")
@@ -116,8 +121,8 @@ class AcceptanceRunOut(BaseModel):
     def of(cls, row: AcceptanceRun, st: AcceptanceState) -> AcceptanceRunOut:
         return cls(id=row.id, cloud=row.cloud, connection_id=row.connection_id, created_at=row.created_at,
                    finished_at=row.finished_at, done=st.done, awaiting_approval=st.awaiting_approval,
-                   plan=st.plan, steps=st.steps, allocations=st.allocations, leftovers=st.leftovers,
-                   kill_now=st.kill_now, spent_usd_estimate=st.spent_usd_estimate,
+                   approve_by=st.approve_by, plan=st.plan, steps=st.steps, allocations=st.allocations,
+                   leftovers=st.leftovers, kill_now=st.kill_now, spent_usd_estimate=st.spent_usd_estimate,
                    outcome=st.result.outcome if st.result else None,
                    result=AcceptanceResultOut.of(st.result) if st.result else None)
 
@@ -147,7 +152,8 @@ def _request(deps: AppDeps, project: str, body: AcceptanceRunCreate,
         run_id=run_id, project=project, connection_id=conn.id, cloud=conn.provider, gpu=body.gpu,
         instance_type=body.instance_type, region=body.region, max_usd=body.max_usd,
         max_minutes=body.max_minutes, ssh_public_keys=[public], kill_task_queue=body.private_task_queue,
-        hold_for_approval=not body.spend, timing=SIMULATED_TIMING if simulated else Timing(),
+        hold_for_approval=not body.spend, approve_within_minutes=body.approve_within_minutes,
+        timing=SIMULATED_TIMING if simulated else Timing(),
         settle_s=10.0 if simulated else 120.0), acceptance_runs.lane_key(conn)
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
+from temporalio.worker import PatchActivationInput
 
 from activities.deps import ActivityDeps
 from api.routers.acceptance import SIMULATED_TIMING, workflow_id
@@ -29,7 +31,9 @@ from tests.acceptance.conftest import TASK_QUEUE
 from tests.conformance.clouds import production_clouds
 from tests.eventually import eventually
 from tests.unread import collecting, unread_outcomes
+from tests.workflows import patch_branches
 from worker import build_worker
+from workflows.acceptance import APPROVAL_DEADLINE_PATCH
 
 
 def request(db_engine: sa.Engine, secret_box: SecretBox, connection_id: str, cloud: str,
@@ -153,20 +157,77 @@ async def test_a_ceiling_below_the_offers_price_stops_the_run_before_any_create(
     assert st.result is not None and st.result.outcome == "failed"
 
 
+async def held(client: Client, req: AcceptanceRequest, task_queue: str = TASK_QUEUE) -> Any:
+    """Start `req` (held for approval) and wait for its plan: the handle and the held state."""
+    handle = await client.start_workflow(wf.ACCEPTANCE.name, req, id=workflow_id(req.run_id),
+                                         task_queue=task_queue, result_type=AcceptanceState)
+    st = await eventually(lambda: handle.query(wf.ACCEPTANCE.state.name, result_type=AcceptanceState),
+                          until=lambda s: s.awaiting_approval, within=30, what="the plan, held")
+    return handle, st
+
+
+def created_nothing(sim: FakeCloudServer, req: AcceptanceRequest, st: AcceptanceState, why: str) -> None:
+    assert st.allocations == [] and machines_of(sim, req.run_id) == []
+    assert not st.awaiting_approval and st.approve_by is None
+    skipped = [s for s in st.steps if s.name not in ("connect", "offer")]
+    assert skipped and all(s.outcome == "not_run" and why in (s.detail or "") for s in skipped), skipped
+    assert st.result is not None and st.result.outcome == "incomplete"
+
+
 async def test_a_declined_plan_creates_nothing(acceptance_worker: None, acceptance_sim: FakeCloudServer,
                                                temporal_client: Client, connect: Any, db_engine: sa.Engine,
                                                secret_box: SecretBox) -> None:
     req = request(db_engine, secret_box, connect("lambda"), "lambda", hold_for_approval=True)
-    handle = await temporal_client.start_workflow(wf.ACCEPTANCE.name, req, id=workflow_id(req.run_id),
-                                                  task_queue=TASK_QUEUE, result_type=AcceptanceState)
-    held = await eventually(lambda: handle.query(wf.ACCEPTANCE.state.name, result_type=AcceptanceState),
-                            until=lambda s: s.awaiting_approval, within=30, what="the plan, held")
-    assert held.plan is not None and held.plan.price_per_hour == 0.75 and held.allocations == []
+    handle, st = await held(temporal_client, req)
+    assert st.plan is not None and st.plan.price_per_hour == 0.75 and st.allocations == []
+    assert st.approve_by is not None and st.approve_by > datetime.now(UTC) + timedelta(minutes=14)
     await handle.signal(wf.ACCEPTANCE.approve.name, Approval(spend=False))
-    st = await handle.result()
-    assert st.allocations == [] and machines_of(acceptance_sim, req.run_id) == []
-    assert all(s.outcome == "not_run" and "declined" in (s.detail or "")
-               for s in st.steps if s.name not in ("connect", "offer"))
+    created_nothing(acceptance_sim, req, await handle.result(), "the plan was declined")
+    # Committed, and replayed on every run: APPROVAL_DEADLINE_PATCH's marker, its timer cancelled.
+    await recorded.replays(temporal_client, workflow_id(req.run_id))
+
+
+async def test_a_plan_not_answered_in_time_declines_itself(
+        acceptance_worker: None, acceptance_sim: FakeCloudServer, temporal_client: Client, connect: Any,
+        db_engine: sa.Engine, secret_box: SecretBox) -> None:
+    """A caller that went away (a killed CLI) leaves the run to its deadline, not its time ceiling."""
+    req = request(db_engine, secret_box, connect("lambda"), "lambda", hold_for_approval=True,
+                  approve_within_minutes=0.05, max_minutes=10.0)
+    handle, st = await held(temporal_client, req)
+    assert st.approve_by is not None
+    created_nothing(acceptance_sim, req, await handle.result(), "the plan was not answered within 0.05 min")
+    with Session(db_engine) as s:  # recorded as ended: its account's lane is free for the next run
+        assert acceptance_runs.has_ended(s, req.run_id)
+    await recorded.replays(temporal_client, workflow_id(req.run_id))
+
+
+def fake_pre_deadline_worker(patch: PatchActivationInput) -> bool:
+    """FAKE: a worker from before APPROVAL_DEADLINE_PATCH — False for that id (no marker, no timer:
+    the old branch), True for every other (tests/workflows/test_end_to_end.py's fake_prepatch_worker
+    does the same for another patch)."""
+    return patch.patch_id != APPROVAL_DEADLINE_PATCH
+
+
+async def test_a_run_held_before_the_deadline_patch_waits_without_one(
+        acceptance_sim: FakeCloudServer, temporal_client: Client, acceptance_deps: ActivityDeps,
+        connect: Any, db_engine: sa.Engine, secret_box: SecretBox) -> None:
+    """APPROVAL_DEADLINE_PATCH's old branch (a run held when the patched worker arrived): no
+    deadline in its state, and answered it ends as before. Its history is committed and replayed on
+    every run (tests/workflows/patch_branches.py)."""
+    queue = f"{TASK_QUEUE}-pre-deadline"
+    req = request(db_engine, secret_box, connect("lambda"), "lambda", hold_for_approval=True,
+                  approve_within_minutes=0.01)
+    async with build_worker(temporal_client, acceptance_deps, task_queue=queue,
+                            patch_activation_callback=fake_pre_deadline_worker):
+        handle, st = await held(temporal_client, req, task_queue=queue)
+        assert st.approve_by is None
+        await handle.signal(wf.ACCEPTANCE.approve.name, Approval(spend=False))
+        created_nothing(acceptance_sim, req, await handle.result(), "the plan was declined")
+        [history] = await recorded.replays(temporal_client, workflow_id(req.run_id))
+    assert patch_branches.approval_deadline_old_branch(history)
+    deadline = timedelta(minutes=req.approve_within_minutes)
+    assert not any(e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta() == deadline
+                   for e in history.events if e.HasField("timer_started_event_attributes"))
 
 
 async def test_a_side_resource_the_cloud_kept_fails_nothing_billable_naming_it(

@@ -43,22 +43,39 @@ async def test_a_run_starts_held_for_approval_with_the_installations_key(
     req = start.arg
     assert isinstance(req, AcceptanceRequest) and start.workflow_id == workflow_id(run["id"])
     assert req.hold_for_approval and req.max_usd == 3 and req.gpu == "A10" and req.kill_task_queue is None
+    assert req.approve_within_minutes == 15  # unanswered that long, it declines itself
     assert req.ssh_public_keys[0].startswith("ssh-ed25519 ")  # the installation's: the run logs in with it
     # connected without an endpoint to its documented API host: a real account, with real timings
     assert support.account_kind_of("fakecloud", None) == "real" and req.timing.heartbeat_timeout_s == 30.0
     assert [i["id"] for i in await all_items(client, RUNS)] == [run["id"]]
 
     # Live while it runs: the workflow's query answers.
+    by = datetime(2026, 12, 8, 3, 0, tzinfo=UTC)
     workflows.answers[workflow_id(run["id"])] = AcceptanceState(
-        run_id=run["id"], cloud="fakecloud", awaiting_approval=True,
+        run_id=run["id"], cloud="fakecloud", awaiting_approval=True, approve_by=by,
         plan=AcceptancePlan(adapter_version="v1", account="simulated", instance_type="gpu.a10", region="r1",
                             gpu="A10", gpu_count=1, price_per_hour=0.75))
     live = (await client.get(f"{RUNS}/{run['id']}")).json()
     assert live["awaiting_approval"] and live["plan"]["price_per_hour"] == 0.75
+    assert datetime.fromisoformat(live["approve_by"]) == by
     r = await client.post(f"{RUNS}/{run['id']}/approve", json={"spend": True})
     assert r.status_code == 202, r.text
     assert [(w, name, a.spend) for w, name, a in workflows.signals] == [  # type: ignore[attr-defined]
         (workflow_id(run["id"]), "approve", True)]
+
+
+async def test_the_answers_deadline_is_the_callers_within_bounds(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    conn = await connect_fake(client)
+    body = {"connection_id": conn["id"], "max_usd": 3, "spend": False}
+    for bad in (0, -1, 24 * 60 + 1):
+        r = await client.post(RUNS, json={**body, "approve_within_minutes": bad})
+        assert r.status_code == 422 and "approve_within_minutes" in r.text, r.text
+    assert workflows.starts_of(wf.ACCEPTANCE.name) == [] and await all_items(client, RUNS) == []
+    r = await client.post(RUNS, json={**body, "approve_within_minutes": 2.5})
+    assert r.status_code == 202, r.text
+    [start] = workflows.starts_of(wf.ACCEPTANCE.name)
+    assert start.arg.approve_within_minutes == 2.5 and start.arg.hold_for_approval
 
 
 async def test_unknown_connection_404_and_temporal_down_503_leave_no_run(

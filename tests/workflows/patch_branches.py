@@ -20,6 +20,7 @@ from messages import activities as acts
 from messages import workflows as wf
 from providers import registry
 from workflows import search_attributes as sa
+from workflows.acceptance import APPROVAL_DEADLINE_PATCH
 from workflows.allocation import (
     CAPACITY_NOTES_PATCH,
     FEWER_TRIPS_PATCH,
@@ -125,10 +126,37 @@ def job_retry_old_branch(history: WorkflowHistory) -> bool:
             and child_started(history))
 
 
+def held_then_answered(history: WorkflowHistory) -> bool:
+    """An acceptance run held for approval and answered: its plan made (PLAN_ACCEPTANCE completed),
+    then the `approve` signal, with no allocation child started in between (one not held starts its
+    first allocation right after the plan)."""
+    planned = False
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            planned = planned or e.activity_task_scheduled_event_attributes.activity_type.name == \
+                acts.PLAN_ACCEPTANCE.name
+        elif e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            return False
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            if planned and e.workflow_execution_signaled_event_attributes.signal_name == \
+                    wf.ACCEPTANCE.approve.name:
+                return True
+    return False
+
+
+def approval_deadline_old_branch(history: WorkflowHistory) -> bool:
+    """APPROVAL_DEADLINE_PATCH's `patched` is asked only by a run held for approval, once its plan is
+    made; its old branch waits for the answer without a deadline (the new: a timer beside the wait,
+    and the marker). Every acceptance run held and answered without the marker took it."""
+    return (workflow_type(history) == wf.ACCEPTANCE.name
+            and APPROVAL_DEADLINE_PATCH not in patch_markers(history) and held_then_answered(history))
+
+
 OLD_BRANCH_TAKEN: dict[str, Callable[[WorkflowHistory], bool]] = {
     LAUNCH_QUEUE_PATCH: launch_queue_old_branch,
     RECORDS_RIDE_PATCH: records_ride_old_branch,
     CAPACITY_NOTES_PATCH: capacity_notes_old_branch,
     JOB_RETRY_PATCH: job_retry_old_branch,
     FEWER_TRIPS_PATCH: fewer_trips_old_branch,
+    APPROVAL_DEADLINE_PATCH: approval_deadline_old_branch,
 }
