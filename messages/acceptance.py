@@ -104,7 +104,7 @@ class AcceptanceRequest(BaseModel):
     hold_for_approval: bool = False
     # ... and decline by itself (nothing created) if no answer came this long after the plan: a caller
     # that went away must not hold the account's acceptance lane until `max_minutes`.
-    approve_within_minutes: float = Field(default=15.0, gt=0)
+    approve_within_minutes: float = Field(default=15.0, gt=0, le=24 * 60)
     timing: Timing = Field(default_factory=Timing)
     # How long the cloud's listing may still show a removed resource (an asynchronous delete) before
     # `nothing_billable` fails naming it.

@@ -66,9 +66,9 @@ class AcceptanceRunCreate(Strict):
     max_minutes: float = Field(default=60, gt=0, le=24 * 60, description="the run stops after this long")
     spend: bool = Field(description="true: go ahead once the offer is within the ceilings; false: hold after "
                                     "the plan until POST .../approve")
-    approve_within_minutes: float = Field(default=15, gt=0, le=24 * 60, description=(
+    approve_within_minutes: float = Field(default=15, ge=1, le=24 * 60, description=(
         "with spend false: a plan not answered this long after it is shown declines itself (nothing "
-        "is created) and frees the cloud account for the next run"))
+        "is created) and frees the cloud account for the next run; at least a minute (a person answers)"))
     private_task_queue: str | None = Field(default=None, pattern=PRIVATE_QUEUE, description=(
         "the task queue of a worker the caller runs and SIGKILLs for the worker-killed step (the "
         "CLI's; admin token only); without it that step is not run"))

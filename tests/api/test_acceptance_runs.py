@@ -68,7 +68,7 @@ async def test_the_answers_deadline_is_the_callers_within_bounds(
         client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
     conn = await connect_fake(client)
     body = {"connection_id": conn["id"], "max_usd": 3, "spend": False}
-    for bad in (0, -1, 24 * 60 + 1):
+    for bad in (0, 0.5, -1, 24 * 60 + 1, 1e308):
         r = await client.post(RUNS, json={**body, "approve_within_minutes": bad})
         assert r.status_code == 422 and "approve_within_minutes" in r.text, r.text
     assert workflows.starts_of(wf.ACCEPTANCE.name) == [] and await all_items(client, RUNS) == []
