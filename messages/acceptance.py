@@ -150,6 +150,7 @@ class AcceptanceState(BaseModel):
     leftovers: list[Leftover] = Field(default_factory=list)  # what it could not remove
     awaiting_approval: bool = False  # held after the plan until the `approve` signal
     approve_by: datetime | None = None  # ... or until then: unanswered, the run declines itself
+    unanswered: bool = False  # it did: a later answer changes nothing
     kill_now: str | None = None  # the allocation id whose create is in flight on the private worker
     spent_usd_estimate: float = 0.0
     result: AcceptanceResult | None = None

@@ -180,6 +180,7 @@ class AcceptanceWorkflow:
                 await workflow.wait_condition(lambda: self._approved is not None)
             self._state.awaiting_approval = False
         if self._approved is None:
+            self._state.unanswered = True
             raise _Declined(f"not run: the plan was not answered within {inp.approve_within_minutes:g} min "
                             "(nothing was created)")
         if not self._approved:

@@ -108,6 +108,7 @@ class AcceptanceRunOut(BaseModel):
     awaiting_approval: bool
     approve_by: Timestamp | None = Field(description="while awaiting approval: unanswered by then, the run "
                                                      "declines itself")
+    unanswered: bool = Field(description="the plan was not answered by approve_by: the run declined itself")
     plan: AcceptancePlan | None
     steps: list[AcceptanceStep]
     allocations: list[str] = Field(description="the instances the run started (in the instance list)")
@@ -121,8 +122,9 @@ class AcceptanceRunOut(BaseModel):
     def of(cls, row: AcceptanceRun, st: AcceptanceState) -> AcceptanceRunOut:
         return cls(id=row.id, cloud=row.cloud, connection_id=row.connection_id, created_at=row.created_at,
                    finished_at=row.finished_at, done=st.done, awaiting_approval=st.awaiting_approval,
-                   approve_by=st.approve_by, plan=st.plan, steps=st.steps, allocations=st.allocations,
-                   leftovers=st.leftovers, kill_now=st.kill_now, spent_usd_estimate=st.spent_usd_estimate,
+                   approve_by=st.approve_by, unanswered=st.unanswered, plan=st.plan, steps=st.steps,
+                   allocations=st.allocations, leftovers=st.leftovers, kill_now=st.kill_now,
+                   spent_usd_estimate=st.spent_usd_estimate,
                    outcome=st.result.outcome if st.result else None,
                    result=AcceptanceResultOut.of(st.result) if st.result else None)
 
@@ -322,7 +324,13 @@ _SIGNALLED: dict[int | str, dict[str, Any]] = {404: {"description": "unknown"},
 @router.post("/{run_id}/approve", status_code=status.HTTP_202_ACCEPTED, response_model=AcceptanceRunOut,
              responses=_SIGNALLED)
 async def approve_run(run_id: str, body: ApprovalIn, deps: DepsDep, caller: CallerDep) -> AcceptanceRunOut:
-    """Answer a held run's plan: `spend: true` goes on, `false` ends it with nothing created."""
+    """Answer a held run's plan: `spend: true` goes on, `false` ends it with nothing created. A plan
+    left unanswered past its `approve_by` is refused (409): the run declined itself."""
+    run = await _out(deps, caller.project, run_id)
+    if run.unanswered:  # a late yes must not read as taken
+        raise HTTPException(status.HTTP_409_CONFLICT, (
+            f"acceptance run {run_id} declined itself: its plan was not answered in time, and nothing was "
+            "created. Start another run"))
     return await _signal(deps, caller.project, run_id, Approval(spend=body.spend))
 
 

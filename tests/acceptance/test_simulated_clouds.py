@@ -182,7 +182,9 @@ async def test_a_declined_plan_creates_nothing(acceptance_worker: None, acceptan
     assert st.plan is not None and st.plan.price_per_hour == 0.75 and st.allocations == []
     assert st.approve_by is not None and st.approve_by > datetime.now(UTC) + timedelta(minutes=14)
     await handle.signal(wf.ACCEPTANCE.approve.name, Approval(spend=False))
-    created_nothing(acceptance_sim, req, await handle.result(), "the plan was declined")
+    ended = await handle.result()
+    created_nothing(acceptance_sim, req, ended, "the plan was declined")
+    assert not ended.unanswered  # answered: no
     # Committed, and replayed on every run: APPROVAL_DEADLINE_PATCH's marker, its timer cancelled.
     await recorded.replays(temporal_client, workflow_id(req.run_id))
 
@@ -194,8 +196,10 @@ async def test_a_plan_not_answered_in_time_declines_itself(
     req = request(db_engine, secret_box, connect("lambda"), "lambda", hold_for_approval=True,
                   approve_within_minutes=0.05, max_minutes=10.0)
     handle, st = await held(temporal_client, req)
-    assert st.approve_by is not None
-    created_nothing(acceptance_sim, req, await handle.result(), "the plan was not answered within 0.05 min")
+    assert st.approve_by is not None and not st.unanswered
+    ended = await handle.result()
+    created_nothing(acceptance_sim, req, ended, "the plan was not answered within 0.05 min")
+    assert ended.unanswered
     with Session(db_engine) as s:  # recorded as ended: its account's lane is free for the next run
         assert acceptance_runs.has_ended(s, req.run_id)
     await recorded.replays(temporal_client, workflow_id(req.run_id))

@@ -78,6 +78,24 @@ async def test_the_answers_deadline_is_the_callers_within_bounds(
     assert start.arg.approve_within_minutes == 2.5 and start.arg.hold_for_approval
 
 
+async def test_a_late_answer_to_a_plan_that_declined_itself_is_refused(
+        client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
+    """Its deadline passed while the run still cleans up (its workflow open): a "yes" then would
+    read as taken (202) and change nothing."""
+    conn = await connect_fake(client)
+    run = (await client.post(RUNS, json={"connection_id": conn["id"], "max_usd": 3, "spend": False})).json()
+    workflows.answers[workflow_id(run["id"])] = AcceptanceState(run_id=run["id"], cloud="fakecloud",
+                                                                unanswered=True)
+    assert (await client.get(f"{RUNS}/{run['id']}")).json()["unanswered"] is True
+    r = await client.post(f"{RUNS}/{run['id']}/approve", json={"spend": True})
+    assert r.status_code == 409 and "declined itself" in r.json()["detail"], r.text
+    assert workflows.signals == []
+    workflows.answers[workflow_id(run["id"])] = AcceptanceState(run_id=run["id"], cloud="fakecloud",
+                                                                awaiting_approval=True)
+    r = await client.post(f"{RUNS}/{run['id']}/approve", json={"spend": True})
+    assert r.status_code == 202 and len(workflows.signals) == 1, r.text
+
+
 async def test_unknown_connection_404_and_temporal_down_503_leave_no_run(
         client: httpx.AsyncClient, workflows: FakeWorkflows) -> None:
     r = await client.post(RUNS, json={"connection_id": "c-nope", "max_usd": 3, "spend": True})
