@@ -202,6 +202,7 @@ def run(
             go = _ask(yes, started["cloud"], max_usd)
             if go and worker is not None:
                 worker.start()
+            unanswered = False  # answered: a refusal (the run declined itself meanwhile) is the API's to say
             api.call("POST", f"/acceptance-runs/{run_id}/approve", json={"spend": go})
             if not go:
                 typer.echo("not spending: the run ends with nothing created")

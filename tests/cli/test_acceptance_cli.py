@@ -41,11 +41,15 @@ class FakeAcceptanceWorkflows(FakeInstantWorkflows):
     (or, declined, nothing run)."""
 
     approved: bool | None = None
+    unanswered = False  # the plan's deadline passed: the run declined itself
 
     async def query(self, workflow_id: str, query: QueryRef[Any]) -> Any:
         run_id = workflow_id.removeprefix("acceptance-")
+        if self.unanswered:
+            return AcceptanceState(run_id=run_id, cloud="fakecloud", plan=PLAN, unanswered=True)
         if self.approved is None:
-            return AcceptanceState(run_id=run_id, cloud="fakecloud", plan=PLAN, awaiting_approval=True)
+            return AcceptanceState(run_id=run_id, cloud="fakecloud", plan=PLAN, awaiting_approval=True,
+                                   approve_by=datetime(2030, 1, 1, 0, 15, tzinfo=UTC))
         outcome = "passed" if self.approved else "not_run"
         steps = [AcceptanceStep(name=n, outcome=outcome, seconds=0.5, detail=f"{n} ok") for n in STEPS]
         result = AcceptanceResult(cloud="fakecloud", adapter_version="abc123", account="simulated",
@@ -124,6 +128,25 @@ def test_interrupted_at_the_question_the_run_is_declined(workflows: FakeAcceptan
     again = runner.invoke(app, ["acceptance", "run", "--connection", conn, "--yes", "--no-kill-step"])
     assert "under way" not in again.output, "the connection was left held"
     assert len(workflows.starts_of(wf.ACCEPTANCE.name)) == 2
+
+
+def test_an_answer_after_the_plans_deadline_says_the_run_declined_itself(
+        workflows: FakeAcceptanceWorkflows, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user was away past `approve_by`: their "yes" is refused with the reason, and the CLI does
+    not go on to decline a run that already did (nor say it could not)."""
+    conn = _connection()
+
+    def late(yes: bool, cloud: str, max_usd: float) -> bool:
+        workflows.unanswered = True  # the deadline passed while the question was open
+        return True
+
+    monkeypatch.setattr("cli.acceptance._ask", late)
+    monkeypatch.setattr("cli.acceptance.can_ask", lambda: True)
+    r = runner.invoke(app, ["acceptance", "run", "--connection", conn, "--no-kill-step"])
+    assert r.exit_code == 1, r.output
+    assert "answer by 2030-01-01T00:15:00Z: unanswered, the run declines itself" in r.output
+    assert "declined itself: its plan was not answered in time" in r.output
+    assert "was not declined" not in r.output and workflows.signals == []
 
 
 def test_a_private_workers_temporary_files_go_to_its_own_directory_removed_when_it_stops(
