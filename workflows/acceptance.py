@@ -66,8 +66,8 @@ ENDED = (Phase.FAILED, Phase.TERMINATED, Phase.LOST)
 
 # A plan held for approval and never answered declines itself after the run's
 # `approve_within_minutes`: before, it waited until `max_minutes` (an hour by default), holding its
-# cloud account's one acceptance lane (api/routers/acceptance.py) for a caller that was gone — a
-# killed CLI, a closed console tab. The deadline is a timer the old branch does not start: a run
+# cloud account's one acceptance lane (api/routers/acceptance.py) for a caller that was gone (a
+# killed CLI, an API client that stopped). The deadline is a timer the old branch does not start: a run
 # held when this worker arrived goes on waiting without one.
 APPROVAL_DEADLINE_PATCH = "acceptance-approval-deadline"
 
