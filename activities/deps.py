@@ -281,3 +281,13 @@ async def heartbeating(aw: Awaitable[T], every_s: float, detail: object) -> T:
     finally:
         if not task.done():
             task.cancel()
+            # Cancelled, an awaitable may still end with an exception of its own: temporalio's
+            # update call turns the cancel into WorkflowUpdateRPCTimeoutOrCancelledError (a job
+            # cancelled while its machine boots). Read when it comes, or asyncio logs it as "Task
+            # exception was never retrieved" with its traceback.
+            task.add_done_callback(_read_outcome)
+
+
+def _read_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -6,11 +6,13 @@ start tells it nothing the start did not)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from temporalio.testing import ActivityEnvironment
 
 from activities.deps import heartbeating
+from tests.unread import collecting, unread_outcomes
 
 
 async def test_a_poll_loop_of_short_awaits_heartbeats_once_per_half_interval() -> None:
@@ -64,3 +66,36 @@ async def test_an_activity_first_beats_half_an_interval_in_each_activity_afresh(
         env.on_heartbeat = lambda *details: beats.append(details[0])
         await asyncio.create_task(env.run(one, name, 0.15))
     assert beats == ["first later", "second later"]
+
+
+async def test_an_await_that_ends_in_an_error_of_its_own_when_cancelled_is_read() -> None:
+    """The activity cancelled (a job cancelled while its machine boots): the awaited call's task is
+    cancelled, and temporalio's update call then ends with an error of its own
+    (WorkflowUpdateRPCTimeoutOrCancelledError), not as cancelled. Unread, asyncio logged it as "Task
+    exception was never retrieved" (tests/jobs/test_jobs.py's cancel test, once in a fresh clone)."""
+    class CancelledOwnWayFakeError(Exception):
+        """FAKE: what the update call raises in place of the cancel."""
+
+    started = asyncio.Event()
+
+    async def update_fake() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0)  # its error comes a step after the cancel, as the RPC's does
+            raise CancelledOwnWayFakeError("Timeout or cancellation waiting for update") from None
+
+    async def activity_body() -> None:
+        await heartbeating(update_fake(), 60, "ready?")
+
+    with unread_outcomes() as unread:
+        async with collecting():
+            body = asyncio.create_task(ActivityEnvironment().run(activity_body))
+            await started.wait()
+            body.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await body
+            for _ in range(3):  # the awaited task finishes with its error, then is collected
+                await asyncio.sleep(0)
+    assert unread.seen == []
