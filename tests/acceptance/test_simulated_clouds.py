@@ -14,7 +14,6 @@ import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
-from temporalio.worker import PatchActivationInput
 
 from activities.deps import ActivityDeps
 from api.routers.acceptance import SIMULATED_TIMING, workflow_id
@@ -205,13 +204,6 @@ async def test_a_plan_not_answered_in_time_declines_itself(
     await recorded.replays(temporal_client, workflow_id(req.run_id))
 
 
-def fake_pre_deadline_worker(patch: PatchActivationInput) -> bool:
-    """FAKE: a worker from before APPROVAL_DEADLINE_PATCH — False for that id (no marker, no timer:
-    the old branch), True for every other (tests/workflows/test_end_to_end.py's fake_prepatch_worker
-    does the same for another patch)."""
-    return patch.patch_id != APPROVAL_DEADLINE_PATCH
-
-
 async def test_a_run_held_before_the_deadline_patch_waits_without_one(
         acceptance_sim: FakeCloudServer, temporal_client: Client, acceptance_deps: ActivityDeps,
         connect: Any, db_engine: sa.Engine, secret_box: SecretBox) -> None:
@@ -221,8 +213,9 @@ async def test_a_run_held_before_the_deadline_patch_waits_without_one(
     queue = f"{TASK_QUEUE}-pre-deadline"
     req = request(db_engine, secret_box, connect("lambda"), "lambda", hold_for_approval=True,
                   approve_within_minutes=0.01)
+    before = patch_branches.fake_worker_before(APPROVAL_DEADLINE_PATCH)  # FAKE: no deadline, no marker
     async with build_worker(temporal_client, acceptance_deps, task_queue=queue,
-                            patch_activation_callback=fake_pre_deadline_worker):
+                            patch_activation_callback=before):
         handle, st = await held(temporal_client, req, task_queue=queue)
         assert st.approve_by is None
         await handle.signal(wf.ACCEPTANCE.approve.name, Approval(spend=False))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.worker import PatchActivationInput
 
 from messages import activities as acts
 from messages import workflows as wf
@@ -30,6 +31,17 @@ from workflows.allocation import (
 from workflows.job import JOB_RETRY_PATCH
 
 PATCH_MARKER = "core_patch"  # the marker temporalio records for workflow.patched / deprecate_patch
+
+
+def fake_worker_before(patch_id: str) -> Callable[[PatchActivationInput], bool]:
+    """FAKE: the `patch_activation_callback` of a worker from before `patch_id` existed — its first
+    `patched` call for that id is False (no marker: the old branch), every other patch as usual
+    (True). temporalio asks only on a run's first, non-replayed call: replays still follow the
+    history, so a run recorded this way replays on the real worker like one started before the
+    patch."""
+    def answer(patch: PatchActivationInput) -> bool:
+        return patch.patch_id != patch_id
+    return answer
 
 
 def workflow_type(history: WorkflowHistory) -> str:

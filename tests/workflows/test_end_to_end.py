@@ -13,7 +13,6 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 from temporalio.client import WorkflowFailureError
-from temporalio.worker import PatchActivationInput
 
 from activities.deps import ActivityDeps
 from activities.watch import start_watch
@@ -80,15 +79,6 @@ async def test_allocate_then_terminate_on_the_simulated_clouds(temporal_client: 
     assert len(mine) == 1 and mine[0]["status"] == "terminated"
 
 
-def fake_prepatch_worker(patch: PatchActivationInput) -> bool:
-    """FAKE: the answer of a worker from before LAUNCH_QUEUE_PATCH existed — its first `patched` call
-    for that id is False (no marker; the old branch), every other patch as usual (True). temporalio's
-    `patch_activation_callback` asks only on a run's first, non-replayed call: replays still follow
-    the history, so a run recorded this way replays on the real worker like one started before the
-    patch."""
-    return patch.patch_id != LAUNCH_QUEUE_PATCH
-
-
 async def test_a_run_from_before_the_launch_queue_patch_creates_on_the_workflows_own_queue(
         temporal_client: Any, activity_deps: ActivityDeps, fake_registered: None, sim: FakeCloudServer,
         connect_sim: Any, make_request: Any) -> None:
@@ -97,7 +87,7 @@ async def test_a_run_from_before_the_launch_queue_patch_creates_on_the_workflows
     GPUPROV_RECORD_HISTORIES=1 its history goes to recorded.PREPATCH (histories/README.md)."""
     queue = f"{TASK_QUEUE}-prepatch"  # its own worker: the session's one (wf_worker) takes the new branch
     worker = build_worker(temporal_client, activity_deps, task_queue=queue,
-                          patch_activation_callback=fake_prepatch_worker)
+                          patch_activation_callback=patch_branches.fake_worker_before(LAUNCH_QUEUE_PATCH))
     req = make_request(cloud="lambda", connection_id=connect_sim("lambda"), k3s=True, gpu="a10")
     async with worker:
         handle = await temporal_client.start_workflow(
